@@ -1,0 +1,495 @@
+//! The `Agent` seam: run one prompt in a fresh session and report what happened.
+//!
+//! An agent returns raw facts ([`AgentRun`]): the final answer's text, an optional structured
+//! answer, usage, how it ended, where its log is. Whether a task is *done* is decided by the
+//! engine from those facts (see [`signal`](crate::signal)), never by the agent.
+
+pub mod fake;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::ContextThresholds;
+
+pub use fake::{FakeAgent, FakeAgentError, Script, Step};
+
+/// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Role {
+    /// Turn an issue into tasks (structured answer).
+    Investigate,
+    /// Implement one task (answer ends with a marker).
+    Build,
+    /// Judge one done task (structured answer).
+    Verify,
+    /// Compare the work with the spec and name what is missing (structured answer).
+    GapAnalysis,
+    /// Split a killed task into 2–5 subtasks (structured answer).
+    Decompose,
+    /// Turn specs into a plan (structured answer).
+    Plan,
+}
+
+impl Role {
+    /// Whether this role answers with JSON against a schema.
+    pub fn is_structured(self) -> bool {
+        !matches!(self, Role::Build)
+    }
+
+    /// Whether this role may change files (planner-like roles must not).
+    pub fn may_write(self) -> bool {
+        matches!(self, Role::Build)
+    }
+
+    /// The snake_case name (`gap_analysis`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Investigate => "investigate",
+            Role::Build => "build",
+            Role::Verify => "verify",
+            Role::GapAnalysis => "gap_analysis",
+            Role::Decompose => "decompose",
+            Role::Plan => "plan",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A sink for live [`AgentEvent`]s (usage, text, tool use) while a run is in progress.
+#[derive(Clone, Default)]
+pub struct AgentEvents(Option<Arc<dyn Fn(AgentEvent) + Send + Sync>>);
+
+impl AgentEvents {
+    /// Events go to `f`.
+    pub fn new(f: impl Fn(AgentEvent) + Send + Sync + 'static) -> Self {
+        AgentEvents(Some(Arc::new(f)))
+    }
+
+    /// Events are dropped.
+    pub fn none() -> Self {
+        AgentEvents(None)
+    }
+
+    /// Reports one event.
+    pub fn emit(&self, event: AgentEvent) {
+        if let Some(f) = &self.0 {
+            f(event);
+        }
+    }
+}
+
+impl fmt::Debug for AgentEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "AgentEvents(..)"
+        } else {
+            "AgentEvents(none)"
+        })
+    }
+}
+
+/// Something an agent reports while it runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// The agent's session id is known.
+    Session {
+        /// The session id.
+        id: String,
+    },
+    /// A piece of assistant text.
+    Text {
+        /// The text (possibly shortened).
+        text: String,
+    },
+    /// The agent called a tool.
+    ToolUse {
+        /// The tool's name.
+        name: String,
+    },
+    /// Context usage after an API call.
+    Usage {
+        /// Tokens in the context window now.
+        context_tokens: u64,
+        /// The model's window, when known.
+        window: Option<u64>,
+    },
+    /// Context pressure crossed a tier (see [`ContextThresholds`]).
+    ContextPressure {
+        /// Context in use ÷ window.
+        ratio: f64,
+        /// `warn`, `compact` or `kill`.
+        tier: String,
+    },
+    /// The session was compacted.
+    Compacted {
+        /// Ratio before.
+        before: f64,
+        /// Ratio after.
+        after: f64,
+    },
+    /// The agent's API call is being retried.
+    ApiRetry {
+        /// Attempt number.
+        attempt: u32,
+        /// Error class, if reported.
+        error: Option<String>,
+    },
+    /// A tool call was refused by permission rules.
+    PermissionDenied {
+        /// The tool.
+        tool: String,
+    },
+    /// Something worth a line in the log.
+    Note {
+        /// The message.
+        message: String,
+    },
+}
+
+/// One request to an agent: a prompt for a fresh session, plus everything needed to run it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AgentRequest {
+    /// What the run is for.
+    pub role: Role,
+    /// The task or issue the run is about (`t-3`, `i-1`), if any.
+    pub subject: Option<String>,
+    /// 1-based attempt of this role on this subject (stable across restarts).
+    pub attempt: u32,
+    /// The prompt.
+    pub prompt: String,
+    /// The directory the agent works in.
+    pub workspace: PathBuf,
+    /// JSON Schema the answer must satisfy, for structured roles.
+    pub schema: Option<serde_json::Value>,
+    /// Where to stream the run's transcript.
+    pub log_path: Option<PathBuf>,
+    /// Wall-clock limit of this run; past it the agent stops and reports [`AgentExit::TimedOut`].
+    pub timeout: Option<Duration>,
+    /// Context-pressure tiers.
+    pub context: ContextThresholds,
+    /// Live events.
+    pub events: AgentEvents,
+    /// Cancelled when ralph wants the run stopped (interrupt, stage timeout). The agent then
+    /// stops everything it started and returns [`AgentExit::Stopped`].
+    pub stop: CancellationToken,
+}
+
+impl AgentRequest {
+    /// A request with no subject, attempt 1, no schema, log, timeout or events.
+    pub fn new(role: Role, prompt: impl Into<String>, workspace: impl Into<PathBuf>) -> Self {
+        AgentRequest {
+            role,
+            subject: None,
+            attempt: 1,
+            prompt: prompt.into(),
+            workspace: workspace.into(),
+            schema: None,
+            log_path: None,
+            timeout: None,
+            context: ContextThresholds::default(),
+            events: AgentEvents::none(),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// Sets the subject.
+    #[must_use]
+    pub fn subject(mut self, subject: impl Into<String>) -> Self {
+        self.subject = Some(subject.into());
+        self
+    }
+
+    /// Sets the attempt number.
+    #[must_use]
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// Sets the schema.
+    #[must_use]
+    pub fn schema(mut self, schema: serde_json::Value) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
+    /// Sets the log path.
+    #[must_use]
+    pub fn log_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.log_path = Some(path.into());
+        self
+    }
+
+    /// Sets the timeout.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the context thresholds.
+    #[must_use]
+    pub fn context(mut self, context: ContextThresholds) -> Self {
+        self.context = context;
+        self
+    }
+
+    /// Sets the event sink.
+    #[must_use]
+    pub fn events(mut self, events: AgentEvents) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Sets the stop token.
+    #[must_use]
+    pub fn stop(mut self, stop: CancellationToken) -> Self {
+        self.stop = stop;
+        self
+    }
+}
+
+/// Token counts of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Usage {
+    /// Input tokens over all calls.
+    pub input_tokens: u64,
+    /// Output tokens over all calls.
+    pub output_tokens: u64,
+    /// Cache-read input tokens over all calls.
+    pub cache_read_tokens: u64,
+    /// Cache-creation input tokens over all calls.
+    pub cache_creation_tokens: u64,
+    /// Tokens in the context window after the latest call.
+    pub context_tokens: u64,
+    /// The model's context window, when known.
+    pub context_window: Option<u64>,
+}
+
+impl Usage {
+    /// Context in use ÷ window, when the window is known.
+    pub fn context_ratio(&self) -> Option<f64> {
+        self.context_window
+            .filter(|w| *w > 0)
+            .map(|w| self.context_tokens as f64 / w as f64)
+    }
+}
+
+/// How a failed run should be treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The attempt failed; it counts against the retry limit.
+    Attempt,
+    /// A passing fault (overload, 5xx): retry after a backoff.
+    Transient,
+    /// Nothing will work until a person acts (bad credentials): stop the run.
+    Fatal,
+}
+
+/// How an agent run ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "exit", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AgentExit {
+    /// The agent finished and gave a final answer.
+    Completed,
+    /// The agent ran but failed.
+    Failed {
+        /// What went wrong.
+        reason: String,
+        /// How the engine should treat it.
+        kind: FailureKind,
+    },
+    /// Stopped because [`AgentRequest::stop`] was cancelled.
+    Stopped,
+    /// The agent's own wall-clock or idle timeout fired.
+    TimedOut,
+    /// Stopped at the context kill tier (or after a failed compaction).
+    ContextLimit,
+    /// Rejected by a rate limit until the given time; not the task's fault.
+    RateLimited {
+        /// When the limit resets.
+        until: SystemTime,
+    },
+}
+
+/// What one agent run produced. Raw data: the engine derives the signal from it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct AgentRun {
+    /// How the run ended.
+    pub exit: AgentExit,
+    /// The final answer's text (the last assistant message), or empty.
+    pub final_text: String,
+    /// The structured answer, for structured roles that gave one.
+    pub structured: Option<serde_json::Value>,
+    /// Token counts.
+    pub usage: Usage,
+    /// The session id, when the agent has sessions.
+    pub session_id: Option<String>,
+    /// The run's transcript.
+    pub log_path: Option<PathBuf>,
+    /// Wall time of the run.
+    pub duration: Duration,
+    /// Cost in USD, when known.
+    pub cost_usd: Option<f64>,
+    /// API round trips, when known.
+    pub turns: Option<u32>,
+}
+
+impl AgentRun {
+    /// A run that ended with `exit` and nothing else to report.
+    pub fn new(exit: AgentExit) -> Self {
+        AgentRun {
+            exit,
+            final_text: String::new(),
+            structured: None,
+            usage: Usage::default(),
+            session_id: None,
+            log_path: None,
+            duration: Duration::ZERO,
+            cost_usd: None,
+            turns: None,
+        }
+    }
+
+    /// A completed run whose final answer is `text`.
+    pub fn completed(text: impl Into<String>) -> Self {
+        AgentRun {
+            final_text: text.into(),
+            ..Self::new(AgentExit::Completed)
+        }
+    }
+
+    /// Sets the structured answer.
+    #[must_use]
+    pub fn with_structured(mut self, value: serde_json::Value) -> Self {
+        self.structured = Some(value);
+        self
+    }
+
+    /// Sets the usage.
+    #[must_use]
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// Sets the log path.
+    #[must_use]
+    pub fn with_log_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.log_path = Some(path.into());
+        self
+    }
+
+    /// Sets the duration.
+    #[must_use]
+    pub fn with_duration(mut self, duration: Duration) -> Self {
+        self.duration = duration;
+        self
+    }
+}
+
+/// An agent could not run at all (as opposed to running and failing, which is an [`AgentExit`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The agent's program could not be started.
+    #[error("could not start {program}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An I/O error on a file the agent needs.
+    #[error("i/o error on {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A fake agent's script did not cover a request.
+    #[error(transparent)]
+    Fake(#[from] FakeAgentError),
+    /// Any other failure.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Runs one prompt in a fresh session.
+///
+/// Implementations take `&self` so one agent can serve parallel verifiers through an `Arc`;
+/// keep mutable state behind a lock. The trait is usable as `dyn Agent`.
+///
+/// # Cancel safety
+///
+/// Dropping the future of [`run`](Agent::run) must not leave processes behind: implementations
+/// that spawn processes kill them on drop. The graceful path is [`AgentRequest::stop`].
+#[cfg_attr(feature = "test-util", mockall::automock)]
+#[async_trait]
+#[diagnostic::on_unimplemented(
+    note = "implement `ralph::Agent` for your type, or use `ralph::FakeAgent` in tests"
+)]
+pub trait Agent: Send + Sync {
+    /// A short name for logs and events (`claude`, `fake`).
+    fn name(&self) -> &str {
+        "agent"
+    }
+
+    /// Runs `request` to its end, or until it is stopped or times out.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError`] when the agent could not run at all. A run that started and failed is
+    /// `Ok` with [`AgentExit::Failed`].
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError>;
+}
+
+#[async_trait]
+impl<T: Agent + ?Sized> Agent for Box<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        (**self).run(request).await
+    }
+}
+
+#[async_trait]
+impl<T: Agent + ?Sized> Agent for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        (**self).run(request).await
+    }
+}
+
+/// Breaks the build if `Agent` stops being usable as `dyn`.
+#[allow(dead_code)]
+fn _assert_agent_object_safe(_: &dyn Agent, _: Box<dyn Agent>, _: Arc<dyn Agent>) {}

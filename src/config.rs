@@ -1,0 +1,554 @@
+//! Layered configuration: built-in defaults < `ralph.toml` in the workspace < `RALPH_*`
+//! environment variables (nested keys split on `__`) < builder overrides.
+//!
+//! ```toml
+//! # ralph.toml
+//! max_iterations = 10
+//! stage_timeout = "5m"
+//! agent_timeout = "5m"
+//! retries = 2
+//! verify_concurrency = 4
+//! log_dir = "build/ralph-logs"
+//!
+//! [context]
+//! warn = 0.70
+//! compact = 0.85
+//! kill = 0.95
+//!
+//! [store]
+//! kind = "jsonl"
+//! path = ".ralph/plan.jsonl"
+//!
+//! [[gates]]
+//! name = "test"
+//! command = "cargo test"
+//! required = true
+//! timeout = "10m"
+//! ```
+//!
+//! `RALPH_MAX_ITERATIONS=3` or `RALPH_CONTEXT__WARN=0.6` override single keys. Only
+//! variables whose first key is a config key are read, so unrelated `RALPH_*` variables
+//! (`RALPH_CLAUDE_BIN`) are left alone; unknown keys in `ralph.toml` are errors, so a typo
+//! is never silently ignored.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::context::ContextThresholds;
+
+/// The config file ralph reads from the workspace.
+pub const CONFIG_FILE: &str = "ralph.toml";
+/// The prefix of environment overrides.
+pub const ENV_PREFIX: &str = "RALPH_";
+
+/// Everything the loop needs to know about limits, gates, state and logs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Config {
+    /// Iterations (INVESTIGATE → BUILD → VERIFY) before the loop stops. Default 10.
+    pub max_iterations: u32,
+    /// Wall-clock limit of one stage step: investigating one issue, building one task (all
+    /// its attempts, agent and gates), one VERIFY fork/join, decomposing one task. Default 5m.
+    #[serde(with = "duration")]
+    pub stage_timeout: Duration,
+    /// Wall-clock limit of one agent run. Default 5m.
+    #[serde(with = "duration")]
+    pub agent_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL when ralph stops a process. Default 5s.
+    #[serde(with = "duration")]
+    pub grace: Duration,
+    /// Retries of a task after its first attempt fails (gates, missing marker). Default 2.
+    pub retries: u32,
+    /// Verifier runs at once in VERIFY. Default 4.
+    pub verify_concurrency: usize,
+    /// Context-pressure tiers.
+    pub context: ContextThresholds,
+    /// Quality gates, run in order after an agent claims a task done.
+    pub gates: Vec<GateConfig>,
+    /// Where the board is kept.
+    pub store: StoreConfig,
+    /// Where stage and agent logs go, relative to the workspace. Default `build/ralph-logs`.
+    pub log_dir: PathBuf,
+    /// Prompt template overrides.
+    pub prompts: PromptPaths,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_iterations: 10,
+            stage_timeout: Duration::from_secs(300),
+            agent_timeout: Duration::from_secs(300),
+            grace: Duration::from_secs(5),
+            retries: 2,
+            verify_concurrency: 4,
+            context: ContextThresholds::default(),
+            gates: Vec::new(),
+            store: StoreConfig::default(),
+            log_dir: PathBuf::from("build/ralph-logs"),
+            prompts: PromptPaths::default(),
+        }
+    }
+}
+
+/// One `[[gates]]` entry: a shell command run as a [`ShellGate`](crate::ShellGate).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct GateConfig {
+    /// The gate's name.
+    pub name: String,
+    /// Run with `sh -c` in the workspace.
+    pub command: String,
+    /// Whether a failure blocks the task. Default true.
+    #[serde(default = "yes")]
+    pub required: bool,
+    /// Wall-clock limit. Default 5m.
+    #[serde(with = "duration", default = "five_minutes")]
+    pub timeout: Duration,
+}
+
+impl GateConfig {
+    /// A required gate with a 5-minute timeout.
+    pub fn new(name: impl Into<String>, command: impl Into<String>) -> Self {
+        GateConfig {
+            name: name.into(),
+            command: command.into(),
+            required: true,
+            timeout: five_minutes(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn five_minutes() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// Which [`Store`](crate::Store) the builder creates when none is given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum StoreKind {
+    /// [`JsonlStore`](crate::JsonlStore) at `store.path`.
+    #[default]
+    Jsonl,
+    /// [`MemoryStore`](crate::MemoryStore): nothing survives the process.
+    Memory,
+}
+
+/// `[store]`: the kind and its file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct StoreConfig {
+    /// The kind. Default `jsonl`.
+    pub kind: StoreKind,
+    /// The state file, relative to the workspace. Default `.ralph/plan.jsonl`.
+    pub path: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            kind: StoreKind::Jsonl,
+            path: PathBuf::from(".ralph/plan.jsonl"),
+        }
+    }
+}
+
+/// `[prompts]`: template files that replace the built-in ones (minijinja syntax), relative to
+/// the workspace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PromptPaths {
+    /// The BUILD prompt of a task's first attempt.
+    pub build: Option<PathBuf>,
+    /// The BUILD prompt of a retry (carries the previous failure).
+    pub retry: Option<PathBuf>,
+    /// The INVESTIGATE prompt.
+    pub investigate: Option<PathBuf>,
+    /// The verifier prompt.
+    pub verify: Option<PathBuf>,
+    /// The gap-analysis prompt.
+    pub gap_analysis: Option<PathBuf>,
+    /// The decomposer prompt.
+    pub decompose: Option<PathBuf>,
+}
+
+/// The configuration could not be loaded or is invalid.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A value could not be read (figment's message names the key and the file).
+    #[error("{0}")]
+    Load(Box<figment::Error>),
+    /// A value was read but is not acceptable.
+    #[error("invalid config: {key} {message}{}", origin_suffix(.source_name))]
+    Invalid {
+        /// The key, dotted (`context.warn`, `gates[1].name`).
+        key: String,
+        /// What is wrong with it.
+        message: String,
+        /// Where the value came from (`/ws/ralph.toml`, `RALPH_ environment variable(s)`).
+        source_name: Option<String>,
+    },
+}
+
+fn origin_suffix(source: &Option<String>) -> String {
+    source
+        .as_ref()
+        .map(|s| format!(" (set in {s})"))
+        .unwrap_or_default()
+}
+
+impl From<figment::Error> for ConfigError {
+    fn from(e: figment::Error) -> Self {
+        ConfigError::Load(Box::new(e))
+    }
+}
+
+/// Builder-level overrides: dotted keys with values, merged above everything else.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides(Vec<(String, Value)>);
+
+impl Overrides {
+    /// Sets `key` (dotted, e.g. `context.warn`) to `value`.
+    ///
+    /// # Errors
+    ///
+    /// When `value` cannot be represented as a config value.
+    pub fn set(&mut self, key: &str, value: impl Serialize) -> Result<(), ConfigError> {
+        let value = Value::serialize(value)?;
+        self.0.push((key.to_owned(), value));
+        Ok(())
+    }
+
+    fn provider(&self) -> Serialized<Dict> {
+        let mut dict = Dict::new();
+        for (key, value) in &self.0 {
+            merge_nested(&mut dict, key, value.clone());
+        }
+        Serialized::defaults(dict)
+    }
+}
+
+fn merge_nested(dict: &mut Dict, key: &str, value: Value) {
+    match key.split_once('.') {
+        None => {
+            dict.insert(key.to_owned(), value);
+        }
+        Some((head, rest)) => {
+            let entry = dict
+                .entry(head.to_owned())
+                .or_insert_with(|| Value::from(Dict::new()));
+            if let Value::Dict(_, inner) = entry {
+                merge_nested(inner, rest, value);
+            } else {
+                let mut inner = Dict::new();
+                merge_nested(&mut inner, rest, value);
+                *entry = Value::from(inner);
+            }
+        }
+    }
+}
+
+impl Config {
+    /// The layered figment for `workspace`: defaults < `ralph.toml` < `RALPH_*` < `overrides`.
+    pub fn figment(workspace: &Path, overrides: &Overrides) -> Figment {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        let file = workspace.join(CONFIG_FILE);
+        if file.exists() {
+            // `file_exact`: a relative `Toml::file` would search parent directories.
+            figment = figment.merge(Toml::file_exact(&file));
+        }
+        figment
+            .merge(
+                Env::prefixed(ENV_PREFIX)
+                    .split("__")
+                    .filter(|key| is_config_key(key.as_str())),
+            )
+            .merge(overrides.provider())
+    }
+
+    /// Loads and validates the configuration of `workspace`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the key and where its value came from.
+    pub fn load(workspace: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let figment = Self::figment(workspace, overrides);
+        let config: Config = figment.extract()?;
+        config.validate().map_err(|mut e| {
+            if let ConfigError::Invalid {
+                key, source_name, ..
+            } = &mut e
+            {
+                let lookup = key.split('[').next().unwrap_or(key);
+                *source_name = figment.find_metadata(lookup).map(describe_source);
+            }
+            e
+        })?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but make no sense.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.to_owned(),
+            message,
+            source_name: None,
+        };
+        if self.max_iterations == 0 {
+            return Err(invalid("max_iterations", "must be at least 1".into()));
+        }
+        if self.verify_concurrency == 0 {
+            return Err(invalid("verify_concurrency", "must be at least 1".into()));
+        }
+        for (key, d) in [
+            ("stage_timeout", self.stage_timeout),
+            ("agent_timeout", self.agent_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(key, "must be longer than zero".into()));
+            }
+        }
+        self.context
+            .validate()
+            .map_err(|m| invalid("context", format!("is out of order: {m}")))?;
+        let mut names = std::collections::HashSet::new();
+        for (i, gate) in self.gates.iter().enumerate() {
+            if gate.name.trim().is_empty() {
+                return Err(invalid(&format!("gates[{i}].name"), "is empty".into()));
+            }
+            if gate.command.trim().is_empty() {
+                return Err(invalid(&format!("gates[{i}].command"), "is empty".into()));
+            }
+            if gate.timeout.is_zero() {
+                return Err(invalid(
+                    &format!("gates[{i}].timeout"),
+                    "must be longer than zero".into(),
+                ));
+            }
+            if !names.insert(gate.name.as_str()) {
+                return Err(invalid(
+                    &format!("gates[{i}].name"),
+                    format!("repeats the gate name {:?}", gate.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn describe_source(meta: &figment::Metadata) -> String {
+    match &meta.source {
+        Some(figment::Source::File(path)) => path.display().to_string(),
+        _ => meta.name.to_string(),
+    }
+}
+
+/// Whether an environment key (after the prefix, split on `__`) names a config key.
+fn is_config_key(key: &str) -> bool {
+    const KEYS: &[&str] = &[
+        "max_iterations",
+        "stage_timeout",
+        "agent_timeout",
+        "grace",
+        "retries",
+        "verify_concurrency",
+        "context",
+        "store",
+        "log_dir",
+        "prompts",
+    ];
+    let first = key.split('.').next().unwrap_or(key);
+    KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
+}
+
+/// Serde for durations as human strings: `"5m"`, `"90s"`, `"1h 30m"`, `"250ms"`.
+pub mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    /// Writes `"5m"`.
+    ///
+    /// # Errors
+    ///
+    /// Never, beyond the serializer's own.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    /// Reads `"5m"`; a bare number is refused because its unit would be a guess.
+    ///
+    /// # Errors
+    ///
+    /// When the value is not a duration string.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(f64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(text) => humantime::parse_duration(text.trim()).map_err(|e| {
+                D::Error::custom(format!(
+                    "invalid duration {text:?}: {e} (write e.g. \"90s\", \"5m\", \"1h\")"
+                ))
+            }),
+            Raw::Number(n) => Err(D::Error::custom(format!(
+                "a duration needs a unit: write \"{n}s\" or \"{n}ms\", not {n}"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn load_in(jail: &Jail) -> Result<Config, ConfigError> {
+        Config::load(jail.directory(), &Overrides::default())
+    }
+
+    #[test]
+    fn defaults_match_seed_000() {
+        let c = Config::default();
+        assert_eq!(c.max_iterations, 10);
+        assert_eq!(c.stage_timeout, Duration::from_secs(300));
+        assert_eq!(c.context, ContextThresholds::new(0.70, 0.85, 0.95));
+        assert_eq!(c.log_dir, PathBuf::from("build/ralph-logs"));
+        assert_eq!(c.store.path, PathBuf::from(".ralph/plan.jsonl"));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "max_iterations = 4\nretries = 7\nstage_timeout = \"90s\"\n[context]\nwarn = 0.5\n",
+            )?;
+            jail.set_env("RALPH_RETRIES", 1);
+            jail.set_env("RALPH_CONTEXT__COMPACT", 0.8);
+            jail.set_env("RALPH_CLAUDE_BIN", "/not/a/config/key");
+            let mut overrides = Overrides::default();
+            overrides.set("max_iterations", 3).unwrap();
+            overrides.set("context.kill", 0.9).unwrap();
+            let c = Config::load(jail.directory(), &overrides).unwrap();
+            assert_eq!(c.max_iterations, 3, "builder beats file");
+            assert_eq!(c.retries, 1, "env beats file");
+            assert_eq!(c.stage_timeout, Duration::from_secs(90), "file beats default");
+            assert_eq!(c.context, ContextThresholds::new(0.5, 0.8, 0.9));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn gates_from_toml() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "[[gates]]\nname = \"test\"\ncommand = \"cargo test\"\ntimeout = \"10m\"\n\n[[gates]]\nname = \"lint\"\ncommand = \"cargo clippy\"\nrequired = false\n",
+            )?;
+            let c = load_in(jail).unwrap();
+            assert_eq!(c.gates.len(), 2);
+            assert!(c.gates[0].required);
+            assert_eq!(c.gates[0].timeout, Duration::from_secs(600));
+            assert!(!c.gates[1].required);
+            assert_eq!(c.gates[1].timeout, Duration::from_secs(300));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_file() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ralph.toml", "max_iteration = 4\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("max_iteration"), "{msg}");
+            assert!(msg.contains("ralph.toml"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_type_names_key_and_file() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ralph.toml", "max_iterations = \"many\"\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("max_iterations"), "{msg}");
+            assert!(msg.contains("ralph.toml"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unitless_duration_is_refused() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ralph.toml", "stage_timeout = 300\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("stage_timeout") && msg.contains("needs a unit"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn invalid_value_names_key_and_file() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ralph.toml", "verify_concurrency = 0\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("verify_concurrency"), "{msg}");
+            assert!(msg.contains("ralph.toml"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn invalid_env_value_names_env() {
+        Jail::expect_with(|jail| {
+            jail.set_env("RALPH_MAX_ITERATIONS", 0);
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("max_iterations"), "{msg}");
+            assert!(msg.to_lowercase().contains("environment"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn duplicate_gate_names_are_refused() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "[[gates]]\nname = \"t\"\ncommand = \"true\"\n[[gates]]\nname = \"t\"\ncommand = \"false\"\n",
+            )?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("gates[1].name"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn durations_round_trip_as_strings() {
+        let text = toml::to_string(&Config::default()).unwrap();
+        assert!(text.contains("stage_timeout = \"5m\""), "{text}");
+    }
+}

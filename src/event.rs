@@ -1,0 +1,189 @@
+//! Events for observers: what the construct loop is doing, as it happens.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::agent::{AgentEvent, AgentExit, Role, Usage};
+use crate::gate::GateStatus;
+use crate::model::{IssueId, KillReason, Stage, TaskId};
+use crate::outcome::Outcome;
+use crate::prioritize::PriorityReport;
+
+/// Something that happened in a run. Serialized as one NDJSON object with an `event` field.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Event {
+    /// The loop entered a stage.
+    StageEntered {
+        /// Iteration number.
+        iteration: u32,
+        /// The stage.
+        stage: Stage,
+        /// The stage's log file.
+        log: PathBuf,
+    },
+    /// An issue was investigated.
+    IssueInvestigated {
+        /// The issue.
+        issue: IssueId,
+        /// Tasks created from it.
+        tasks: Vec<TaskId>,
+        /// Set when the issue was judged out of scope or blocked.
+        reason: Option<String>,
+    },
+    /// A build attempt of a task began.
+    TaskStarted {
+        /// The task.
+        task: TaskId,
+        /// Its name.
+        name: String,
+        /// Attempt in this round (1 = first try).
+        attempt: u32,
+    },
+    /// An agent run ended.
+    AgentFinished {
+        /// What it was for.
+        role: Role,
+        /// Its subject.
+        subject: Option<String>,
+        /// How it ended.
+        exit: AgentExit,
+        /// Tokens.
+        usage: Usage,
+        /// Wall time.
+        duration: Duration,
+        /// Its transcript.
+        log: Option<PathBuf>,
+    },
+    /// A live event from an agent.
+    Agent {
+        /// Its subject.
+        subject: Option<String>,
+        /// The event.
+        #[serde(flatten)]
+        detail: AgentEvent,
+    },
+    /// A gate ran.
+    GateFinished {
+        /// The task it checked.
+        task: TaskId,
+        /// The gate.
+        gate: String,
+        /// Whether a failure blocks the task.
+        required: bool,
+        /// How it ended.
+        status: GateStatus,
+        /// Wall time.
+        duration: Duration,
+    },
+    /// An attempt failed and the task will be tried again.
+    TaskRetry {
+        /// The task.
+        task: TaskId,
+        /// The attempt that failed.
+        attempt: u32,
+        /// Why (shortened).
+        reason: String,
+    },
+    /// A task passed its required gates.
+    TaskDone {
+        /// The task.
+        task: TaskId,
+    },
+    /// A task is blocked.
+    TaskBlocked {
+        /// The task.
+        task: TaskId,
+        /// Why.
+        reason: String,
+    },
+    /// A task's agent was killed; the task goes to DECOMPOSE.
+    TaskKilled {
+        /// The task.
+        task: TaskId,
+        /// Why.
+        reason: KillReason,
+        /// The killed run's log.
+        log: Option<PathBuf>,
+    },
+    /// The verifier's verdict on a task.
+    Verdict {
+        /// The task.
+        task: TaskId,
+        /// Accepted or rejected.
+        accepted: bool,
+        /// Why.
+        reason: String,
+    },
+    /// VERIFY's gap analysis created work.
+    GapsFound {
+        /// New tasks.
+        tasks: Vec<TaskId>,
+        /// New issues.
+        issues: Vec<IssueId>,
+    },
+    /// Pending tasks were re-prioritized.
+    Prioritized {
+        /// The counts.
+        report: PriorityReport,
+        /// The order, with priorities (`t-3b:high`).
+        order: Vec<String>,
+    },
+    /// A killed task was replaced by subtasks.
+    Decomposed {
+        /// The killed task.
+        task: TaskId,
+        /// Its replacements.
+        into: Vec<TaskId>,
+    },
+    /// A rate limit: the loop waits until it resets.
+    RateLimited {
+        /// Seconds until the reset.
+        wait_secs: u64,
+    },
+    /// Something went wrong that did not stop the run.
+    Warning {
+        /// What.
+        message: String,
+    },
+    /// An iteration ended.
+    IterationFinished {
+        /// Its number.
+        iteration: u32,
+    },
+    /// The run ended.
+    Finished {
+        /// How.
+        outcome: Outcome,
+    },
+}
+
+/// Receives [`Event`]s. Called synchronously on the loop's task: keep it quick.
+///
+/// Any `Fn(&Event) + Send + Sync` is an observer:
+///
+/// ```
+/// use ralph::{Event, Observer};
+/// let print = |e: &Event| eprintln!("{e:?}");
+/// let _: &dyn Observer = &print;
+/// ```
+pub trait Observer: Send + Sync {
+    /// Called for each event, in order.
+    fn on_event(&self, event: &Event);
+}
+
+impl<F: Fn(&Event) + Send + Sync> Observer for F {
+    fn on_event(&self, event: &Event) {
+        self(event)
+    }
+}
+
+impl<T: Observer + ?Sized> Observer for Arc<T> {
+    fn on_event(&self, event: &Event) {
+        (**self).on_event(event)
+    }
+}

@@ -1,0 +1,225 @@
+//! The `Gate` seam: a quality check ralph runs itself after an agent claims a task is done.
+//!
+//! A failing check is an outcome (`Ok` with [`GateStatus::Failed`]), not an error; `Err`
+//! means the check could not run at all.
+
+pub mod shell;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::output::BoundedOutput;
+
+pub use shell::ShellGate;
+
+/// Where and how a gate runs.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GateContext {
+    /// The directory to run in.
+    pub workspace: PathBuf,
+    /// Cancelled when ralph is interrupted; the gate stops and reports [`GateStatus::Stopped`].
+    pub stop: CancellationToken,
+    /// Where to write the full output, if anywhere.
+    pub log_path: Option<PathBuf>,
+}
+
+impl GateContext {
+    /// A context for `workspace` with a fresh stop token and no log.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        GateContext {
+            workspace: workspace.into(),
+            stop: CancellationToken::new(),
+            log_path: None,
+        }
+    }
+
+    /// Sets the stop token.
+    #[must_use]
+    pub fn stop(mut self, stop: CancellationToken) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// Sets the log path.
+    #[must_use]
+    pub fn log_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.log_path = Some(path.into());
+        self
+    }
+}
+
+/// How a gate ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum GateStatus {
+    /// The check passed.
+    Passed,
+    /// The check failed.
+    Failed {
+        /// Exit code, if it exited.
+        code: Option<i32>,
+        /// Signal that ended it, if any.
+        signal: Option<i32>,
+    },
+    /// The gate's timeout fired; it was stopped.
+    TimedOut,
+    /// Stopped because [`GateContext::stop`] was cancelled.
+    Stopped,
+}
+
+impl GateStatus {
+    /// Whether the check passed.
+    pub fn passed(&self) -> bool {
+        matches!(self, GateStatus::Passed)
+    }
+}
+
+impl fmt::Display for GateStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateStatus::Passed => f.write_str("passed"),
+            GateStatus::Failed {
+                code: Some(code), ..
+            } => write!(f, "failed (exit {code})"),
+            GateStatus::Failed {
+                signal: Some(sig), ..
+            } => write!(f, "failed (signal {sig})"),
+            GateStatus::Failed { .. } => f.write_str("failed"),
+            GateStatus::TimedOut => f.write_str("timed out"),
+            GateStatus::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
+/// What one gate run found.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct GateReport {
+    /// The gate's name.
+    pub name: String,
+    /// Whether a failure blocks the task.
+    pub required: bool,
+    /// How it ended.
+    pub status: GateStatus,
+    /// stdout and stderr, interleaved, bounded.
+    pub output: BoundedOutput,
+    /// Wall time.
+    pub duration: Duration,
+    /// Processes still alive after the gate's command ended, which ralph then killed.
+    pub leaked: usize,
+}
+
+impl GateReport {
+    /// A report with no output.
+    pub fn new(name: impl Into<String>, required: bool, status: GateStatus) -> Self {
+        GateReport {
+            name: name.into(),
+            required,
+            status,
+            output: BoundedOutput::with_defaults(),
+            duration: Duration::ZERO,
+            leaked: 0,
+        }
+    }
+
+    /// Sets the output.
+    #[must_use]
+    pub fn with_output(mut self, output: BoundedOutput) -> Self {
+        self.output = output;
+        self
+    }
+
+    /// Whether this report should fail the task: a required gate that did not pass.
+    pub fn blocks(&self) -> bool {
+        self.required && !self.status.passed()
+    }
+}
+
+/// A gate could not run at all.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GateError {
+    /// The command could not be started.
+    #[error("could not start gate {gate}")]
+    Spawn {
+        /// The gate.
+        gate: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An I/O error while running it.
+    #[error("i/o error in gate {gate}")]
+    Io {
+        /// The gate.
+        gate: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A quality check. Usable as `dyn Gate`, so a mixed list of gates is one `Vec`.
+#[cfg_attr(feature = "test-util", mockall::automock)]
+#[async_trait]
+#[diagnostic::on_unimplemented(
+    note = "implement `ralph::Gate` for your check, or use `ralph::ShellGate` for a shell command"
+)]
+pub trait Gate: Send + Sync {
+    /// The gate's name (`test`, `lint`).
+    fn name(&self) -> &str;
+
+    /// Whether a failure blocks the task. Optional gates are reported, not enforced.
+    fn required(&self) -> bool {
+        true
+    }
+
+    /// Runs the check.
+    ///
+    /// # Errors
+    ///
+    /// [`GateError`] when the check could not run; a failing check is `Ok`.
+    async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError>;
+}
+
+#[async_trait]
+impl<T: Gate + ?Sized> Gate for Box<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn required(&self) -> bool {
+        (**self).required()
+    }
+
+    async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
+        (**self).check(ctx).await
+    }
+}
+
+#[async_trait]
+impl<T: Gate + ?Sized> Gate for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn required(&self) -> bool {
+        (**self).required()
+    }
+
+    async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
+        (**self).check(ctx).await
+    }
+}
+
+/// Breaks the build if `Gate` stops being usable as `dyn`.
+#[allow(dead_code)]
+fn _assert_gate_object_safe(_: &dyn Gate, _: Box<dyn Gate>, _: Arc<dyn Gate>) {}

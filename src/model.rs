@@ -1,0 +1,737 @@
+//! The work state: tasks, issues and run bookkeeping, and the stage derived from them.
+//!
+//! The whole state is one [`Board`]. A [`Store`](crate::Store) loads it and persists
+//! [`Change`]s to it; the engine never mutates a board except through [`Board::apply`],
+//! so what is on disk and what is in memory cannot drift apart.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Wraps an id string.
+            pub fn new(id: impl Into<String>) -> Self {
+                Self(id.into())
+            }
+
+            /// The id as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(id: &str) -> Self {
+                Self(id.to_owned())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(id: String) -> Self {
+                Self(id)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+    };
+}
+
+id_type!(
+    /// Identifies a [`Task`], e.g. `t-3` or, for a decomposed subtask, `t-3a`.
+    TaskId
+);
+id_type!(
+    /// Identifies an [`Issue`], e.g. `i-1`.
+    IssueId
+);
+
+/// How urgent a task is. Ordered: `Low < Medium < High`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Nice-to-have, documentation, cleanup.
+    Low,
+    /// Standard implementation work.
+    Medium,
+    /// Small tasks that unblock many others, and critical-path items.
+    High,
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Priority::Low => "low",
+            Priority::Medium => "medium",
+            Priority::High => "high",
+        })
+    }
+}
+
+/// A task's estimated size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Complexity {
+    /// A few lines in one place.
+    Small,
+    /// An ordinary unit of work.
+    Medium,
+    /// Several files or a new subsystem.
+    Large,
+}
+
+/// Where a task is in its lifecycle (seed 000's "Task States During Construct").
+///
+/// Serialized as the one-letter codes of `plan.jsonl` (`"s":"p"`); the long names are
+/// accepted when reading hand-written files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum TaskStatus {
+    /// Waiting to be built. A pending task with a `kill_reason` waits for DECOMPOSE.
+    #[serde(rename = "p", alias = "pending")]
+    Pending,
+    /// Built, gates passed; waiting for the verifier.
+    #[serde(rename = "d", alias = "done")]
+    Done,
+    /// Accepted by the verifier: complete, and out of the active plan.
+    #[serde(rename = "a", alias = "accepted")]
+    Accepted,
+    /// The agent (or ralph, after the retry limit) declared it cannot proceed.
+    #[serde(rename = "b", alias = "blocked")]
+    Blocked,
+    /// Replaced by its subtasks after DECOMPOSE.
+    #[serde(rename = "x", alias = "decomposed")]
+    Decomposed,
+}
+
+/// Why ralph stopped a task's agent (seed 000's `kill_reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum KillReason {
+    /// The stage or agent timeout fired.
+    Timeout,
+    /// The agent's context window filled past the kill threshold (or compaction failed).
+    ContextLimit,
+}
+
+impl fmt::Display for KillReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KillReason::Timeout => "timeout",
+            KillReason::ContextLimit => "context_limit",
+        })
+    }
+}
+
+/// A record of one failed round of a task: a verifier rejection or a kill.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tombstone {
+    /// Why the round failed, in words meant for the next prompt.
+    pub reason: String,
+    /// RFC 3339 time of the failure.
+    pub at: String,
+}
+
+/// A verifier's answer about one done task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// `true` to accept the task, `false` to reject it.
+    pub accepted: bool,
+    /// Why.
+    pub reason: String,
+    /// Spec gaps the verifier noticed while checking this task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<String>,
+}
+
+/// One unit of work for one fresh agent session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Task {
+    /// Its id, unique on the board.
+    pub id: TaskId,
+    /// A one-line description.
+    pub name: String,
+    /// Lifecycle state.
+    #[serde(rename = "s")]
+    pub status: TaskStatus,
+    /// Acceptance criteria, in words.
+    #[serde(rename = "accept", default, skip_serializing_if = "String::is_empty")]
+    pub acceptance: String,
+    /// Free-form notes for the agent (context, output to suppress, hints).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub notes: String,
+    /// Tasks that must be done first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deps: Vec<TaskId>,
+    /// An explicit priority; the prioritizer keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// The priority the prioritizer computed when there is no explicit one.
+    #[serde(rename = "prio", default, skip_serializing_if = "Option::is_none")]
+    pub computed_priority: Option<Priority>,
+    /// Position in the prioritizer's order (lower runs first among equal priorities).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// An explicit size estimate; otherwise the prioritizer estimates one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complexity: Option<Complexity>,
+    /// The issue or task this one came from (`i-1`, `t-3`, `verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// The task this one was decomposed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<TaskId>,
+    /// Build attempts ever made (never reset; the attempt number an agent run sees).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// `attempts` when the current round began; retries are counted from here.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry_base: u32,
+    /// Verifier runs ever made for this task.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub verifications: u32,
+    /// The previous attempt's failure (gate output, missing marker), for the retry prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// Rejections and kills, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tombstones: Vec<Tombstone>,
+    /// Why the task's agent was killed; a pending task with one goes to DECOMPOSE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_reason: Option<KillReason>,
+    /// The killed run's log, of which DECOMPOSE reads only the head and tail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_log: Option<PathBuf>,
+    /// Why the task is blocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+    /// The verifier's verdict, recorded before VERIFY applies it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Task {
+    /// A new pending task.
+    pub fn new(id: impl Into<TaskId>, name: impl Into<String>) -> Self {
+        Task {
+            id: id.into(),
+            name: name.into(),
+            status: TaskStatus::Pending,
+            acceptance: String::new(),
+            notes: String::new(),
+            deps: Vec::new(),
+            priority: None,
+            computed_priority: None,
+            rank: None,
+            complexity: None,
+            origin: None,
+            parent: None,
+            attempts: 0,
+            retry_base: 0,
+            verifications: 0,
+            last_failure: None,
+            tombstones: Vec::new(),
+            kill_reason: None,
+            kill_log: None,
+            blocked_reason: None,
+            verdict: None,
+        }
+    }
+
+    /// Sets the acceptance criteria.
+    #[must_use]
+    pub fn with_acceptance(mut self, acceptance: impl Into<String>) -> Self {
+        self.acceptance = acceptance.into();
+        self
+    }
+
+    /// Sets the notes.
+    #[must_use]
+    pub fn with_notes(mut self, notes: impl Into<String>) -> Self {
+        self.notes = notes.into();
+        self
+    }
+
+    /// Sets the dependencies.
+    #[must_use]
+    pub fn with_deps<I, T>(mut self, deps: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<TaskId>,
+    {
+        self.deps = deps.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets an explicit priority.
+    #[must_use]
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets an explicit complexity.
+    #[must_use]
+    pub fn with_complexity(mut self, complexity: Complexity) -> Self {
+        self.complexity = Some(complexity);
+        self
+    }
+
+    /// Sets the status.
+    #[must_use]
+    pub fn with_status(mut self, status: TaskStatus) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// The explicit priority, else the computed one, else medium.
+    pub fn effective_priority(&self) -> Priority {
+        self.priority.or(self.computed_priority).unwrap_or(Priority::Medium)
+    }
+
+    /// Pending and not waiting for DECOMPOSE.
+    pub fn is_buildable(&self) -> bool {
+        self.status == TaskStatus::Pending && self.kill_reason.is_none()
+    }
+
+    /// Pending with a `kill_reason`: seed 000's "rejected task with kill_reason".
+    pub fn is_killed(&self) -> bool {
+        self.status == TaskStatus::Pending && self.kill_reason.is_some()
+    }
+
+    /// Done or accepted: satisfies the dependencies of other tasks.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.status, TaskStatus::Done | TaskStatus::Accepted)
+    }
+
+    /// Still part of the work: not accepted and not replaced by subtasks.
+    pub fn is_remaining(&self) -> bool {
+        !matches!(self.status, TaskStatus::Accepted | TaskStatus::Decomposed)
+    }
+
+    /// Build attempts made in the current round (since the last rejection or kill).
+    pub fn round_attempts(&self) -> u32 {
+        self.attempts.saturating_sub(self.retry_base)
+    }
+}
+
+/// Where an issue is in its lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum IssueStatus {
+    /// Waiting for INVESTIGATE.
+    #[serde(rename = "o", alias = "open")]
+    Open,
+    /// Turned into tasks.
+    #[serde(rename = "r", alias = "resolved")]
+    Resolved,
+    /// Judged out of scope for the spec.
+    #[serde(rename = "n", alias = "out_of_scope")]
+    OutOfScope,
+    /// Investigation failed past the retry limit.
+    #[serde(rename = "b", alias = "blocked")]
+    Blocked,
+}
+
+/// A question, bug or gap that INVESTIGATE turns into tasks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Issue {
+    /// Its id, unique on the board.
+    pub id: IssueId,
+    /// What the issue is about.
+    pub text: String,
+    /// Lifecycle state.
+    #[serde(rename = "s")]
+    pub status: IssueStatus,
+    /// An explicit priority, inherited by the tasks made from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// Where it came from (`spec`, `verify`, `user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// Investigation attempts made.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// Tasks created from it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskId>,
+    /// Why it is out of scope or blocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Issue {
+    /// A new open issue.
+    pub fn new(id: impl Into<IssueId>, text: impl Into<String>) -> Self {
+        Issue {
+            id: id.into(),
+            text: text.into(),
+            status: IssueStatus::Open,
+            priority: None,
+            origin: None,
+            attempts: 0,
+            tasks: Vec::new(),
+            reason: None,
+        }
+    }
+
+    /// Sets an explicit priority.
+    #[must_use]
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets where the issue came from.
+    #[must_use]
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = Some(origin.into());
+        self
+    }
+}
+
+/// Bookkeeping of the construct loop itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunState {
+    /// The current iteration, starting at 1 (0 before the first run).
+    #[serde(default)]
+    pub iteration: u32,
+    /// The spec being constructed, relative to the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    /// Whether the spec was turned into the board's first issue.
+    #[serde(default)]
+    pub seeded: bool,
+    /// The number in the next generated task id (`t-<n>`).
+    #[serde(default)]
+    pub next_task: u64,
+    /// The number in the next generated issue id (`i-<n>`).
+    #[serde(default)]
+    pub next_issue: u64,
+}
+
+/// One persisted change to a [`Board`]: a whole record that replaces the one with its id.
+///
+/// Serialized as a `plan.jsonl` line: `{"t":"task",…}`, `{"t":"issue",…}`, `{"t":"run",…}`,
+/// `{"t":"config",…}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Change {
+    /// Insert or replace a task.
+    Task(Task),
+    /// Insert or replace an issue.
+    Issue(Issue),
+    /// Replace the run bookkeeping.
+    Run(RunState),
+    /// Record the limits a run used (seed 000's config line; informational).
+    Config(serde_json::Map<String, serde_json::Value>),
+}
+
+/// The stage of the construct loop, derived from the board (seed 000's "Stage Transitions").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum Stage {
+    /// Open issues exist.
+    Investigate,
+    /// Buildable tasks exist.
+    Build,
+    /// Done tasks wait for the verifier and nothing is buildable.
+    Verify,
+    /// A task was killed (timeout or context limit) and waits to be split.
+    Decompose,
+    /// Nothing remains.
+    Complete,
+    /// Work remains, but all of it is blocked or waits on blocked tasks.
+    Blocked,
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stage::Investigate => "INVESTIGATE",
+            Stage::Build => "BUILD",
+            Stage::Verify => "VERIFY",
+            Stage::Decompose => "DECOMPOSE",
+            Stage::Complete => "COMPLETE",
+            Stage::Blocked => "BLOCKED",
+        })
+    }
+}
+
+impl Stage {
+    /// The lower-case name used in log file names (`build`).
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Stage::Investigate => "investigate",
+            Stage::Build => "build",
+            Stage::Verify => "verify",
+            Stage::Decompose => "decompose",
+            Stage::Complete => "complete",
+            Stage::Blocked => "blocked",
+        }
+    }
+}
+
+/// The whole work state.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Board {
+    /// Every task ever created, in creation order.
+    pub tasks: IndexMap<TaskId, Task>,
+    /// Every issue ever created, in creation order.
+    pub issues: IndexMap<IssueId, Issue>,
+    /// Loop bookkeeping.
+    pub run: RunState,
+    /// The last recorded config line, if any.
+    pub config: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Board {
+    /// An empty board.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one change in memory.
+    pub fn apply(&mut self, change: Change) {
+        match change {
+            Change::Task(task) => {
+                self.tasks.insert(task.id.clone(), task);
+            }
+            Change::Issue(issue) => {
+                self.issues.insert(issue.id.clone(), issue);
+            }
+            Change::Run(run) => self.run = run,
+            Change::Config(config) => self.config = Some(config),
+        }
+    }
+
+    /// Applies changes in order.
+    pub fn apply_all(&mut self, changes: impl IntoIterator<Item = Change>) {
+        for change in changes {
+            self.apply(change);
+        }
+    }
+
+    /// Every record of the board as changes, in a stable order; replaying them into an
+    /// empty board rebuilds this one. Stores use it to compact.
+    pub fn snapshot(&self) -> Vec<Change> {
+        let mut out = Vec::with_capacity(self.tasks.len() + self.issues.len() + 2);
+        if let Some(config) = &self.config {
+            out.push(Change::Config(config.clone()));
+        }
+        out.push(Change::Run(self.run.clone()));
+        out.extend(self.issues.values().cloned().map(Change::Issue));
+        out.extend(self.tasks.values().cloned().map(Change::Task));
+        out
+    }
+
+    /// Open issues, in creation order.
+    pub fn open_issues(&self) -> impl Iterator<Item = &Issue> {
+        self.issues.values().filter(|i| i.status == IssueStatus::Open)
+    }
+
+    /// Tasks that are not accepted and not decomposed.
+    pub fn remaining_tasks(&self) -> impl Iterator<Item = &Task> {
+        self.tasks.values().filter(|t| t.is_remaining())
+    }
+
+    /// Whether every dependency of `task` is done or accepted.
+    ///
+    /// A dependency on a decomposed task is satisfied once all of its subtasks are
+    /// (the engine rewrites such dependencies when it decomposes); an unknown id never is.
+    pub fn deps_satisfied(&self, task: &Task) -> bool {
+        task.deps
+            .iter()
+            .all(|d| self.tasks.get(d).is_some_and(Task::is_finished))
+    }
+
+    /// The stage this board is in (seed 000's table, with DECOMPOSE first so a kill is
+    /// handled before anything else, and `Blocked` when only blocked work remains).
+    pub fn stage(&self) -> Stage {
+        let tasks = || self.tasks.values();
+        if tasks().any(Task::is_killed) {
+            Stage::Decompose
+        } else if self.open_issues().next().is_some() {
+            Stage::Investigate
+        } else if tasks().any(|t| t.is_buildable() && self.deps_satisfied(t)) {
+            Stage::Build
+        } else if tasks().any(|t| t.status == TaskStatus::Done) {
+            Stage::Verify
+        } else if tasks().any(Task::is_remaining)
+            || self.issues.values().any(|i| i.status == IssueStatus::Blocked)
+        {
+            Stage::Blocked
+        } else {
+            Stage::Complete
+        }
+    }
+
+    /// A fresh task id (`t-<n>`), advancing the counter in `run`.
+    pub fn next_task_id(&mut self) -> TaskId {
+        loop {
+            self.run.next_task += 1;
+            let id = TaskId(format!("t-{}", self.run.next_task));
+            if !self.tasks.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// A fresh issue id (`i-<n>`), advancing the counter in `run`.
+    pub fn next_issue_id(&mut self) -> IssueId {
+        loop {
+            self.run.next_issue += 1;
+            let id = IssueId(format!("i-{}", self.run.next_issue));
+            if !self.issues.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Task ids for the subtasks of `parent`: `t-3a`, `t-3b`, … (`t-3aa` after `z`).
+    pub fn subtask_ids(&self, parent: &TaskId, count: usize) -> Vec<TaskId> {
+        let mut ids = Vec::with_capacity(count);
+        let mut n = 0usize;
+        while ids.len() < count {
+            let id = TaskId(format!("{parent}{}", alpha_suffix(n)));
+            if !self.tasks.contains_key(&id) {
+                ids.push(id);
+            }
+            n += 1;
+        }
+        ids
+    }
+}
+
+/// `0 → a`, `25 → z`, `26 → aa`, …
+fn alpha_suffix(mut n: usize) -> String {
+    let mut out = Vec::new();
+    loop {
+        out.push(b'a' + (n % 26) as u8);
+        if n < 26 {
+            break;
+        }
+        n = n / 26 - 1;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn board(tasks: Vec<Task>, issues: Vec<Issue>) -> Board {
+        let mut b = Board::new();
+        b.apply_all(tasks.into_iter().map(Change::Task));
+        b.apply_all(issues.into_iter().map(Change::Issue));
+        b
+    }
+
+    #[test]
+    fn empty_board_is_complete() {
+        assert_eq!(Board::new().stage(), Stage::Complete);
+    }
+
+    #[test]
+    fn stage_table() {
+        let pending = Task::new("t-1", "a");
+        let done = Task::new("t-2", "b").with_status(TaskStatus::Done);
+        let mut killed = Task::new("t-3", "c");
+        killed.kill_reason = Some(KillReason::Timeout);
+        let issue = Issue::new("i-1", "q");
+
+        assert_eq!(board(vec![], vec![issue.clone()]).stage(), Stage::Investigate);
+        assert_eq!(board(vec![pending.clone()], vec![]).stage(), Stage::Build);
+        assert_eq!(
+            board(vec![pending.clone(), done.clone()], vec![]).stage(),
+            Stage::Build
+        );
+        assert_eq!(board(vec![done.clone()], vec![]).stage(), Stage::Verify);
+        assert_eq!(
+            board(vec![killed, pending, done], vec![issue]).stage(),
+            Stage::Decompose
+        );
+        let accepted = Task::new("t-9", "z").with_status(TaskStatus::Accepted);
+        assert_eq!(board(vec![accepted], vec![]).stage(), Stage::Complete);
+    }
+
+    #[test]
+    fn blocked_work_and_tasks_waiting_on_it_give_blocked() {
+        let mut blocked = Task::new("t-1", "a").with_status(TaskStatus::Blocked);
+        blocked.blocked_reason = Some("no credentials".into());
+        let waiting = Task::new("t-2", "b").with_deps(["t-1"]);
+        assert_eq!(board(vec![blocked, waiting], vec![]).stage(), Stage::Blocked);
+    }
+
+    #[test]
+    fn done_deps_unblock() {
+        let done = Task::new("t-1", "a").with_status(TaskStatus::Done);
+        let waiting = Task::new("t-2", "b").with_deps(["t-1"]);
+        assert_eq!(board(vec![done, waiting], vec![]).stage(), Stage::Build);
+    }
+
+    #[test]
+    fn subtask_ids_skip_taken_and_roll_over() {
+        let b = board(vec![Task::new("t-3a", "x")], vec![]);
+        let ids = b.subtask_ids(&TaskId::new("t-3"), 2);
+        assert_eq!(ids, vec![TaskId::new("t-3b"), TaskId::new("t-3c")]);
+        assert_eq!(alpha_suffix(25), "z");
+        assert_eq!(alpha_suffix(26), "aa");
+    }
+
+    #[test]
+    fn change_lines_use_seed_format() {
+        let line = serde_json::to_string(&Change::Task(Task::new("t-abc", "x"))).unwrap();
+        assert_eq!(line, r#"{"t":"task","id":"t-abc","name":"x","s":"p"}"#);
+        let back: Change = serde_json::from_str(
+            r#"{"t": "task", "id": "t-abc", "name": "...", "s": "p", "kill_reason": "timeout", "kill_log": "build/ralph-logs/ralph-20260119-build.log"}"#,
+        )
+        .unwrap();
+        let Change::Task(task) = back else {
+            panic!("not a task")
+        };
+        assert!(task.is_killed());
+    }
+}

@@ -1,0 +1,104 @@
+//! How a construct run ended.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// A task or issue that cannot proceed, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct BlockedItem {
+    /// The task or issue id.
+    pub id: String,
+    /// Why it is blocked.
+    pub reason: String,
+}
+
+impl BlockedItem {
+    /// A blocked item.
+    pub fn new(id: impl Into<String>, reason: impl Into<String>) -> Self {
+        BlockedItem {
+            id: id.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// How a construct run ended. Running out of a limit is an outcome, not an error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Every task was accepted and no issue is open: the spec is complete.
+    Complete {
+        /// Iterations used.
+        iterations: u32,
+        /// Tasks accepted over the whole run.
+        accepted: usize,
+    },
+    /// The iteration limit was reached with work remaining.
+    MaxIterations {
+        /// The limit.
+        limit: u32,
+        /// Tasks not yet accepted (pending, done, blocked).
+        remaining: usize,
+    },
+    /// Work remains but all of it is blocked.
+    Blocked {
+        /// What is blocked and why.
+        items: Vec<BlockedItem>,
+    },
+    /// Stopped by [`Ralph::stop_token`](crate::Ralph::stop_token) (Ctrl+C); the state is saved and
+    /// the same call resumes.
+    Interrupted,
+}
+
+impl Outcome {
+    /// The exit code the `construct` example uses: 0 complete, 2 limit, 3 blocked, 130 interrupted.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Outcome::Complete { .. } => 0,
+            Outcome::MaxIterations { .. } => 2,
+            Outcome::Blocked { .. } => 3,
+            Outcome::Interrupted => 130,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Complete {
+                iterations,
+                accepted,
+            } => write!(
+                f,
+                "Spec complete: {accepted} tasks accepted in {iterations} iterations."
+            ),
+            Outcome::MaxIterations { limit, remaining } => write!(
+                f,
+                "Stopped: max iterations ({limit}) reached. Tasks remaining: {remaining}"
+            ),
+            Outcome::Blocked { items } => {
+                write!(f, "Blocked: {} item(s) cannot proceed", items.len())?;
+                for item in items {
+                    write!(f, "\n  {}: {}", item.id, item.reason)?;
+                }
+                Ok(())
+            }
+            Outcome::Interrupted => f.write_str("Interrupted: state saved; run the same command to resume."),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_message_matches_seed_003() {
+        let o = Outcome::MaxIterations { limit: 20, remaining: 4 };
+        assert_eq!(o.to_string(), "Stopped: max iterations (20) reached. Tasks remaining: 4");
+        assert_eq!(o.exit_code(), 2);
+    }
+}

@@ -1,0 +1,105 @@
+//! The `Store` seam: load the [`Board`] and persist [`Change`]s to it.
+//!
+//! The engine persists every transition before the next agent or gate runs, so a store must
+//! make each [`persist`](Store::persist) durable before it returns.
+
+pub mod jsonl;
+pub mod memory;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::model::{Board, Change};
+
+pub use jsonl::JsonlStore;
+pub use memory::MemoryStore;
+
+/// A store could not load or save.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// An I/O error on a state file.
+    #[error("i/o error on {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A state file holds something that is not a valid record.
+    #[error("{path}:{line}: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// Another orchestrator holds the state's lock.
+    #[error(
+        "{path} is locked by another ralph process{holder}; stop it first, or use another workspace",
+        holder = .holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default()
+    )]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+        /// What the lock file says about its holder, if anything.
+        holder: Option<String>,
+    },
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Loads and persists the work state. Usable as `dyn Store`.
+#[cfg_attr(feature = "test-util", mockall::automock)]
+#[async_trait]
+#[diagnostic::on_unimplemented(
+    note = "implement `ralph::Store`, or use `ralph::JsonlStore` / `ralph::MemoryStore`"
+)]
+pub trait Store: Send + Sync {
+    /// Loads the whole board.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the state cannot be read or is malformed (naming file and line).
+    async fn load(&self) -> Result<Board, StoreError>;
+
+    /// Durably records `changes`, in order, before returning.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the changes could not be made durable; nothing may then be assumed
+    /// saved.
+    async fn persist(&self, changes: &[Change]) -> Result<(), StoreError>;
+}
+
+#[async_trait]
+impl<T: Store + ?Sized> Store for Box<T> {
+    async fn load(&self) -> Result<Board, StoreError> {
+        (**self).load().await
+    }
+
+    async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
+        (**self).persist(changes).await
+    }
+}
+
+#[async_trait]
+impl<T: Store + ?Sized> Store for Arc<T> {
+    async fn load(&self) -> Result<Board, StoreError> {
+        (**self).load().await
+    }
+
+    async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
+        (**self).persist(changes).await
+    }
+}
+
+/// Breaks the build if `Store` stops being usable as `dyn`.
+#[allow(dead_code)]
+fn _assert_store_object_safe(_: &dyn Store, _: Box<dyn Store>, _: Arc<dyn Store>) {}
