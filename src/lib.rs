@@ -6,6 +6,8 @@ pub mod config;
 pub mod context;
 pub mod event;
 pub mod gate;
+#[cfg(feature = "test-util")]
+pub mod mock;
 pub mod model;
 pub mod outcome;
 pub mod output;

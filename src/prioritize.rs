@@ -82,7 +82,6 @@ fn join_ids(ids: &[TaskId]) -> String {
 ///
 /// The input is the set of tasks to order (the engine passes the pending ones); a dependency
 /// on a task outside that set counts as already satisfied.
-#[cfg_attr(feature = "test-util", mockall::automock)]
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Prioritizer`, or use `ralph::CriticalPath`"
 )]

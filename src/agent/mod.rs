@@ -448,11 +448,10 @@ pub enum AgentError {
 ///
 /// Dropping the future of [`run`](Agent::run) must not leave processes behind: implementations
 /// that spawn processes kill them on drop. The graceful path is [`AgentRequest::stop`].
-#[cfg_attr(feature = "test-util", mockall::automock)]
-#[async_trait]
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Agent` for your type, or use `ralph::FakeAgent` in tests"
 )]
+#[async_trait]
 pub trait Agent: Send + Sync {
     /// A short name for logs and events (`claude`, `fake`).
     fn name(&self) -> &str {

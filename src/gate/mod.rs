@@ -168,11 +168,10 @@ pub enum GateError {
 }
 
 /// A quality check. Usable as `dyn Gate`, so a mixed list of gates is one `Vec`.
-#[cfg_attr(feature = "test-util", mockall::automock)]
-#[async_trait]
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Gate` for your check, or use `ralph::ShellGate` for a shell command"
 )]
+#[async_trait]
 pub trait Gate: Send + Sync {
     /// The gate's name (`test`, `lint`).
     fn name(&self) -> &str;

@@ -56,11 +56,10 @@ pub enum StoreError {
 }
 
 /// Loads and persists the work state. Usable as `dyn Store`.
-#[cfg_attr(feature = "test-util", mockall::automock)]
-#[async_trait]
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Store`, or use `ralph::JsonlStore` / `ralph::MemoryStore`"
 )]
+#[async_trait]
 pub trait Store: Send + Sync {
     /// Loads the whole board.
     ///
