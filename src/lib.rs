@@ -1,11 +1,63 @@
 //! ralph drives autonomous coding agents through a written spec until it is implemented,
-//! checked by real quality gates, verified and committed.
+//! checked by real quality gates and verified.
+//!
+//! One fresh agent process per unit of work; the library, not the agent, owns the state,
+//! the order, the limits, the gates and the verdict of "done". The construct loop of
+//! [`Ralph::construct`] runs INVESTIGATE → BUILD → VERIFY (and DECOMPOSE when a task is
+//! killed) with the stage derived from the persisted [`Board`](model::Board), so a killed
+//! process resumes where the work stood.
+//!
+//! Four seams, each usable as `dyn`: [`Agent`] (the real Claude CLI, or the deterministic
+//! [`FakeAgent`]), [`Gate`] ([`ShellGate`]), [`Store`] ([`JsonlStore`], [`MemoryStore`]) and
+//! [`Prioritizer`] ([`CriticalPath`]). Observers receive an [`Event`] stream.
+//!
+//! # Example
+//!
+//! A spec, one real shell gate, and a scripted agent: the spec becomes an issue, the issue
+//! becomes a task, the task is built (the fake writes a file the gate checks), verified and
+//! accepted.
+//!
+//! ```
+//! use ralph::{FakeAgent, MemoryStore, Outcome, Ralph, Role, ShellGate, agent::Script};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! std::fs::write(dir.path().join("spec.md"), "# Greeter\nWrite hello.txt.\n")?;
+//!
+//! let agent = FakeAgent::new()
+//!     .on(Role::Investigate, "i-1", Script::new().json(json!({
+//!         "tasks": [{"name": "Write hello.txt", "accept": "hello.txt says hello"}]
+//!     })))
+//!     .on(Role::Build, "t-1", Script::new()
+//!         .write("hello.txt", "hello\n")
+//!         .answer("Wrote the file.\n<TASK_DONE>"))
+//!     .on(Role::Verify, "t-1", Script::new().json(json!({"verdict": "accept", "reason": "says hello"})))
+//!     .always(Role::GapAnalysis, Script::new().json(json!({"tasks": [], "issues": []})));
+//!
+//! let ralph = Ralph::builder()
+//!     .workspace(dir.path())
+//!     .agent(agent)
+//!     .gate(ShellGate::new("hello", "grep -q hello hello.txt"))
+//!     .store(MemoryStore::new())
+//!     .build()?;
+//!
+//! let outcome = ralph.construct("spec.md").await?;
+//! assert_eq!(outcome, Outcome::Complete { iterations: 1, accepted: 1 });
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod agent;
+pub mod answer;
 pub mod config;
 pub mod context;
+mod engine;
+mod error;
 pub mod event;
 pub mod gate;
+pub mod logfile;
 #[cfg(feature = "test-util")]
 pub mod mock;
 pub mod model;
@@ -13,13 +65,17 @@ pub mod outcome;
 pub mod output;
 pub mod prioritize;
 pub mod process;
+pub mod prompt;
+mod ralph;
 pub mod signal;
 pub mod store;
 
 pub use agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FakeAgent, Role};
 pub use config::Config;
+pub use error::{BuildError, Error};
 pub use event::{Event, Observer};
 pub use gate::{Gate, GateReport, GateStatus, ShellGate};
 pub use outcome::Outcome;
 pub use prioritize::{CriticalPath, Prioritizer};
+pub use ralph::{Ralph, RalphBuilder};
 pub use store::{JsonlStore, MemoryStore, Store};

@@ -8,6 +8,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 macro_rules! id_type {
@@ -77,7 +78,9 @@ id_type!(
 );
 
 /// How urgent a task is. Ordered: `Low < Medium < High`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     /// Nice-to-have, documentation, cleanup.
@@ -99,7 +102,9 @@ impl fmt::Display for Priority {
 }
 
 /// A task's estimated size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Complexity {
     /// A few lines in one place.
@@ -448,6 +453,30 @@ pub struct RunState {
     pub next_issue: u64,
 }
 
+impl RunState {
+    /// The next task id (`t-<n>`) for which `taken` is false, advancing the counter.
+    pub fn next_task_id(&mut self, taken: impl Fn(&TaskId) -> bool) -> TaskId {
+        loop {
+            self.next_task += 1;
+            let id = TaskId(format!("t-{}", self.next_task));
+            if !taken(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// The next issue id (`i-<n>`) for which `taken` is false, advancing the counter.
+    pub fn next_issue_id(&mut self, taken: impl Fn(&IssueId) -> bool) -> IssueId {
+        loop {
+            self.next_issue += 1;
+            let id = IssueId(format!("i-{}", self.next_issue));
+            if !taken(&id) {
+                return id;
+            }
+        }
+    }
+}
+
 /// One persisted change to a [`Board`]: a whole record that replaces the one with its id.
 ///
 /// Serialized as a `plan.jsonl` line: `{"t":"task",…}`, `{"t":"issue",…}`, `{"t":"run",…}`,
@@ -609,24 +638,14 @@ impl Board {
 
     /// A fresh task id (`t-<n>`), advancing the counter in `run`.
     pub fn next_task_id(&mut self) -> TaskId {
-        loop {
-            self.run.next_task += 1;
-            let id = TaskId(format!("t-{}", self.run.next_task));
-            if !self.tasks.contains_key(&id) {
-                return id;
-            }
-        }
+        let tasks = &self.tasks;
+        self.run.next_task_id(|id| tasks.contains_key(id))
     }
 
     /// A fresh issue id (`i-<n>`), advancing the counter in `run`.
     pub fn next_issue_id(&mut self) -> IssueId {
-        loop {
-            self.run.next_issue += 1;
-            let id = IssueId(format!("i-{}", self.run.next_issue));
-            if !self.issues.contains_key(&id) {
-                return id;
-            }
-        }
+        let issues = &self.issues;
+        self.run.next_issue_id(|id| issues.contains_key(id))
     }
 
     /// Task ids for the subtasks of `parent`: `t-3a`, `t-3b`, … (`t-3aa` after `z`).

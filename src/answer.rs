@@ -1,0 +1,289 @@
+//! Structured answers: the JSON that investigate, verify, gap-analysis and decompose runs
+//! return, with the JSON Schema each is checked against.
+//!
+//! The schema is generated from these types (and sent to agents that can enforce it, like the
+//! Claude CLI's `--json-schema`); the answer is then deserialized strictly (unknown fields are
+//! errors) and checked for what a schema cannot say well (non-empty names, dependency
+//! references). An invalid answer is retried once with the error shown to the agent.
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::AgentRun;
+use crate::model::{Complexity, Priority};
+
+/// A dependency of a proposed task: the index of an earlier task in the same answer, or
+/// the id of a task already on the board.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum DepRef {
+    /// 0-based index of an earlier task in the same list.
+    Index(usize),
+    /// An existing task id, e.g. `t-2`.
+    Id(String),
+}
+
+/// A task an agent proposes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProposedTask {
+    /// One-line description.
+    pub name: String,
+    /// Acceptance criteria: how a verifier can tell it is done.
+    pub accept: String,
+    /// Context, hints, output to suppress.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub notes: String,
+    /// Tasks this one needs first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deps: Vec<DepRef>,
+    /// An explicit priority, if the agent is sure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// An explicit size estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complexity: Option<Complexity>,
+}
+
+/// INVESTIGATE: an issue becomes tasks, or is out of scope.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InvestigateAnswer {
+    /// True when the issue is not part of the spec's work.
+    #[serde(default)]
+    pub out_of_scope: bool,
+    /// Why (required when out of scope).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The tasks that resolve the issue (at least one unless out of scope).
+    #[serde(default)]
+    pub tasks: Vec<ProposedTask>,
+}
+
+/// `accept` or `reject`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VerdictKind {
+    /// The task meets its acceptance criteria.
+    Accept,
+    /// It does not.
+    Reject,
+}
+
+/// VERIFY: one done task judged against its acceptance criteria (seed 000's verifier JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyAnswer {
+    /// The task judged (optional; checked when present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The verdict.
+    pub verdict: VerdictKind,
+    /// Why.
+    pub reason: String,
+    /// Spec gaps noticed while checking.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<String>,
+}
+
+/// VERIFY's gap analysis: work the spec still needs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GapAnswer {
+    /// Missing work, as tasks.
+    #[serde(default)]
+    pub tasks: Vec<ProposedTask>,
+    /// Problems needing investigation (bugs, ambiguities), as issue texts.
+    #[serde(default)]
+    pub issues: Vec<String>,
+}
+
+/// DECOMPOSE: a killed task split into smaller ones.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecomposeAnswer {
+    /// 2–5 subtasks, each completable in one iteration.
+    #[schemars(length(min = 2, max = 5))]
+    pub subtasks: Vec<ProposedTask>,
+}
+
+/// A structured answer type: its schema and the checks beyond it.
+pub trait Answer: DeserializeOwned + JsonSchema {
+    /// Checks what the schema cannot express.
+    ///
+    /// # Errors
+    ///
+    /// A message for the agent saying what to fix.
+    fn check(&self) -> Result<(), String>;
+
+    /// The JSON Schema sent to the agent.
+    fn schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(Self)).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Answer for InvestigateAnswer {
+    fn check(&self) -> Result<(), String> {
+        if self.out_of_scope {
+            return match self.reason.as_deref().map(str::trim) {
+                Some(r) if !r.is_empty() => Ok(()),
+                _ => Err("`reason` is required when `out_of_scope` is true".into()),
+            };
+        }
+        if self.tasks.is_empty() {
+            return Err("give at least one task, or set `out_of_scope` with a `reason`".into());
+        }
+        check_tasks("tasks", &self.tasks)
+    }
+}
+
+impl Answer for VerifyAnswer {
+    fn check(&self) -> Result<(), String> {
+        if self.reason.trim().is_empty() {
+            return Err("`reason` must say why".into());
+        }
+        Ok(())
+    }
+}
+
+impl Answer for GapAnswer {
+    fn check(&self) -> Result<(), String> {
+        if let Some(i) = self.issues.iter().position(|t| t.trim().is_empty()) {
+            return Err(format!("issues[{i}] is empty"));
+        }
+        check_tasks("tasks", &self.tasks)
+    }
+}
+
+impl Answer for DecomposeAnswer {
+    fn check(&self) -> Result<(), String> {
+        if !(2..=5).contains(&self.subtasks.len()) {
+            return Err(format!(
+                "give 2 to 5 subtasks, not {}",
+                self.subtasks.len()
+            ));
+        }
+        check_tasks("subtasks", &self.subtasks)
+    }
+}
+
+fn check_tasks(field: &str, tasks: &[ProposedTask]) -> Result<(), String> {
+    for (i, task) in tasks.iter().enumerate() {
+        if task.name.trim().is_empty() {
+            return Err(format!("{field}[{i}].name is empty"));
+        }
+        for dep in &task.deps {
+            if let DepRef::Index(d) = dep
+                && *d >= i
+            {
+                return Err(format!(
+                    "{field}[{i}].deps refers to index {d}; an index must name an earlier task in the list"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads a structured answer from a run: its structured output, else a final text that is
+/// exactly one JSON object. Prose is never parsed as an answer.
+///
+/// # Errors
+///
+/// A message for the agent: what was missing or wrong, with serde's line and column.
+pub fn parse<T: Answer>(run: &AgentRun) -> Result<T, String> {
+    let value = match &run.structured {
+        Some(value) => value.clone(),
+        None => {
+            let text = run.final_text.trim();
+            if !text.starts_with('{') {
+                return Err("no structured answer: reply with only a JSON object matching the schema".into());
+            }
+            serde_json::from_str(text).map_err(|e| format!("the answer is not valid JSON: {e}"))?
+        }
+    };
+    let answer: T =
+        serde_json::from_value(value).map_err(|e| format!("the answer does not match the schema: {e}"))?;
+    answer.check()?;
+    Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run_with(value: serde_json::Value) -> AgentRun {
+        AgentRun::completed("").with_structured(value)
+    }
+
+    #[test]
+    fn verify_answer_parses_seed_format() {
+        let v: VerifyAnswer = parse(&run_with(json!({
+            "task_id": "t-1", "verdict": "reject", "reason": "edge case", "gaps": ["error handling"]
+        })))
+        .unwrap();
+        assert_eq!(v.verdict, VerdictKind::Reject);
+        assert_eq!(v.gaps, ["error handling"]);
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_named() {
+        let e = parse::<VerifyAnswer>(&run_with(json!({"verdict": "maybe", "reason": "x"}))).unwrap_err();
+        assert!(e.contains("maybe"), "{e}");
+        let e = parse::<VerifyAnswer>(&run_with(json!({"verdict": "accept", "reason": "x", "score": 3}))).unwrap_err();
+        assert!(e.contains("score"), "{e}");
+    }
+
+    #[test]
+    fn prose_is_not_an_answer_but_a_bare_json_text_is() {
+        let e = parse::<VerifyAnswer>(&AgentRun::completed("I accept this task.")).unwrap_err();
+        assert!(e.contains("no structured answer"), "{e}");
+        let v: VerifyAnswer =
+            parse(&AgentRun::completed(r#" {"verdict":"accept","reason":"ok"} "#)).unwrap();
+        assert_eq!(v.verdict, VerdictKind::Accept);
+        let e = parse::<VerifyAnswer>(&AgentRun::completed("{\"verdict\":")).unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn decompose_needs_two_to_five() {
+        let one = json!({"subtasks": [{"name": "a", "accept": "x"}]});
+        assert!(parse::<DecomposeAnswer>(&run_with(one)).unwrap_err().contains("2 to 5"));
+        let two = json!({"subtasks": [{"name": "a", "accept": "x"}, {"name": "b", "accept": "y", "deps": [0]}]});
+        assert_eq!(parse::<DecomposeAnswer>(&run_with(two)).unwrap().subtasks.len(), 2);
+    }
+
+    #[test]
+    fn forward_index_deps_are_refused() {
+        let a = json!({"tasks": [{"name": "a", "accept": "x", "deps": [1]}, {"name": "b", "accept": "y"}]});
+        let e = parse::<InvestigateAnswer>(&run_with(a)).unwrap_err();
+        assert!(e.contains("tasks[0].deps"), "{e}");
+        let ids = json!({"tasks": [{"name": "a", "accept": "x", "deps": ["t-9"]}]});
+        let ok = parse::<InvestigateAnswer>(&run_with(ids)).unwrap();
+        assert_eq!(ok.tasks[0].deps, [DepRef::Id("t-9".into())]);
+    }
+
+    #[test]
+    fn out_of_scope_needs_a_reason() {
+        let e = parse::<InvestigateAnswer>(&run_with(json!({"out_of_scope": true}))).unwrap_err();
+        assert!(e.contains("reason"), "{e}");
+        let empty = parse::<InvestigateAnswer>(&run_with(json!({}))).unwrap_err();
+        assert!(empty.contains("at least one task"), "{empty}");
+    }
+
+    #[test]
+    fn schemas_are_objects() {
+        for schema in [
+            InvestigateAnswer::schema(),
+            VerifyAnswer::schema(),
+            GapAnswer::schema(),
+            DecomposeAnswer::schema(),
+        ] {
+            assert_eq!(schema["type"], "object", "{schema}");
+        }
+        let d = DecomposeAnswer::schema();
+        assert_eq!(d["properties"]["subtasks"]["minItems"], 2, "{d}");
+    }
+}

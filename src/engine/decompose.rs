@@ -1,0 +1,125 @@
+//! DECOMPOSE (seed 000): a killed task is replaced by 2–5 subtasks, designed by an agent that
+//! sees only the head and tail of the killed run's log (the whole log is what overflowed).
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::call::{Call, Structured};
+use super::{Engine, Flow};
+use crate::agent::Role;
+use crate::answer::DecomposeAnswer;
+use crate::error::Error;
+use crate::event::Event;
+use crate::logfile;
+use crate::model::{Change, Task, TaskStatus};
+
+/// Lines of the kill log the decomposer sees from the start and from the end (seed 000).
+pub(crate) const LOG_HEAD_LINES: usize = 50;
+/// See [`LOG_HEAD_LINES`].
+pub(crate) const LOG_TAIL_LINES: usize = 100;
+
+impl Engine {
+    pub(super) async fn decompose(&mut self) -> Result<Flow, Error> {
+        let killed: Vec<Task> = self.board.tasks.values().filter(|t| t.is_killed()).cloned().collect();
+        for task in killed {
+            if self.stopped() {
+                return Ok(Flow::Interrupted);
+            }
+            if self.decompose_task(task).await? == Flow::Interrupted {
+                return Ok(Flow::Interrupted);
+            }
+        }
+        // Seed 000: after decomposition, the next iteration starts at once.
+        let iteration = self.board.run.iteration;
+        let run = self.next_iteration();
+        self.commit(vec![Change::Run(run)]).await?;
+        self.emit(Event::IterationFinished { iteration });
+        Ok(Flow::Continue)
+    }
+
+    async fn decompose_task(&mut self, task: Task) -> Result<Flow, Error> {
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            task: &'a Task,
+            log: String,
+            head: usize,
+            tail: usize,
+        }
+        let log = match &task.kill_log {
+            Some(path) => match logfile::excerpt(&self.caller.logs.resolve(path), LOG_HEAD_LINES, LOG_TAIL_LINES) {
+                Ok(excerpt) => excerpt.to_string(),
+                Err(e) => format!("(the log {} cannot be read: {e})", path.display()),
+            },
+            None => "(no log was recorded)".to_owned(),
+        };
+        let ctx = Ctx {
+            task: &task,
+            log,
+            head: LOG_HEAD_LINES,
+            tail: LOG_TAIL_LINES,
+        };
+        let call = Call {
+            role: Role::Decompose,
+            subject: Some(task.id.to_string()),
+            attempt: 1,
+            prompt: self.inner.prompts.render("decompose", &ctx)?,
+            deadline: Instant::now() + self.config().stage_timeout,
+        };
+        let (result, _) = self
+            .caller
+            .structured::<DecomposeAnswer>(call, |a| self.check_dep_ids(&a.subtasks))
+            .await?;
+        match result {
+            Structured::Interrupted => Ok(Flow::Interrupted),
+            Structured::Answer(answer) => {
+                self.replace_with_subtasks(task, &answer).await?;
+                Ok(Flow::Continue)
+            }
+            Structured::Unusable(reason) => {
+                let mut blocked = task;
+                blocked.status = TaskStatus::Blocked;
+                blocked.blocked_reason = Some(format!("could not be decomposed: {reason}"));
+                let (id, reason) = (blocked.id.clone(), blocked.blocked_reason.clone().unwrap_or_default());
+                self.commit(vec![Change::Task(blocked)]).await?;
+                self.emit(Event::TaskBlocked { task: id, reason });
+                Ok(Flow::Continue)
+            }
+        }
+    }
+
+    /// One batch: the subtasks (`t-3a`, `t-3b`, …, inheriting the parent's priority and
+    /// dependencies), the parent marked decomposed, and dependents of the parent rewired to
+    /// wait for all subtasks.
+    async fn replace_with_subtasks(&mut self, parent: Task, answer: &DecomposeAnswer) -> Result<(), Error> {
+        let ids = self.board.subtask_ids(&parent.id, answer.subtasks.len());
+        let mut run = self.board.run.clone();
+        let mut subtasks = self.materialize(&answer.subtasks, Some(ids.clone()), &mut run, parent.id.as_str());
+        for sub in &mut subtasks {
+            sub.parent = Some(parent.id.clone());
+            sub.priority = sub.priority.or(parent.priority);
+            sub.computed_priority = parent.computed_priority;
+            sub.rank = parent.rank;
+            for dep in &parent.deps {
+                if !sub.deps.contains(dep) {
+                    sub.deps.push(dep.clone());
+                }
+            }
+        }
+        let mut changes: Vec<Change> = subtasks.into_iter().map(Change::Task).collect();
+        let mut replaced = parent.clone();
+        replaced.status = TaskStatus::Decomposed;
+        changes.push(Change::Task(replaced));
+        for dependent in self.board.tasks.values().filter(|t| t.deps.contains(&parent.id)) {
+            let mut rewired = dependent.clone();
+            rewired.deps.retain(|d| *d != parent.id);
+            rewired.deps.extend(ids.iter().cloned());
+            changes.push(Change::Task(rewired));
+        }
+        self.commit(changes).await?;
+        self.emit(Event::Decomposed {
+            task: parent.id,
+            into: ids,
+        });
+        Ok(())
+    }
+}

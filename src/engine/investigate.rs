@@ -1,0 +1,111 @@
+//! INVESTIGATE (seed 000): each open issue becomes tasks, or is judged out of scope.
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::call::{Call, Structured};
+use super::{Engine, Flow, SpecDoc};
+use crate::agent::Role;
+use crate::answer::InvestigateAnswer;
+use crate::error::Error;
+use crate::event::Event;
+use crate::model::{Change, Issue, IssueStatus, Task};
+
+/// How many planned tasks the investigate prompt lists.
+const PLANNED_IN_PROMPT: usize = 100;
+
+impl Engine {
+    pub(super) async fn investigate(&mut self) -> Result<Flow, Error> {
+        let issues: Vec<Issue> = self.board.open_issues().cloned().collect();
+        for issue in issues {
+            if self.stopped() {
+                return Ok(Flow::Interrupted);
+            }
+            if self.investigate_issue(issue).await? == Flow::Interrupted {
+                return Ok(Flow::Interrupted);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    async fn investigate_issue(&mut self, issue: Issue) -> Result<Flow, Error> {
+        #[derive(Serialize)]
+        struct Planned<'a> {
+            id: &'a str,
+            name: &'a str,
+        }
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            spec: &'a SpecDoc,
+            issue: &'a Issue,
+            tasks: Vec<Planned<'a>>,
+        }
+        let ctx = Ctx {
+            spec: &self.spec,
+            issue: &issue,
+            tasks: self
+                .board
+                .remaining_tasks()
+                .take(PLANNED_IN_PROMPT)
+                .map(|t| Planned {
+                    id: t.id.as_str(),
+                    name: &t.name,
+                })
+                .collect(),
+        };
+        let call = Call {
+            role: Role::Investigate,
+            subject: Some(issue.id.to_string()),
+            attempt: issue.attempts + 1,
+            prompt: self.inner.prompts.render("investigate", &ctx)?,
+            deadline: Instant::now() + self.config().stage_timeout,
+        };
+        let (result, runs) = self
+            .caller
+            .structured::<InvestigateAnswer>(call, |a| self.check_dep_ids(&a.tasks))
+            .await?;
+        let mut issue = issue;
+        issue.attempts += runs;
+        match result {
+            Structured::Interrupted => return Ok(Flow::Interrupted),
+            Structured::Answer(answer) if answer.out_of_scope => {
+                issue.status = IssueStatus::OutOfScope;
+                issue.reason = answer.reason;
+                self.settle_issue(issue, Vec::new()).await?;
+            }
+            Structured::Answer(answer) => {
+                let mut run = self.board.run.clone();
+                let mut tasks = self.materialize(&answer.tasks, None, &mut run, issue.id.as_str());
+                for task in &mut tasks {
+                    // Seed 000: tasks inherit the issue's priority.
+                    task.priority = task.priority.or(issue.priority);
+                }
+                issue.status = IssueStatus::Resolved;
+                issue.tasks = tasks.iter().map(|t| t.id.clone()).collect();
+                let mut changes = vec![Change::Run(run)];
+                changes.extend(tasks.iter().cloned().map(Change::Task));
+                self.commit(changes).await?;
+                self.settle_issue(issue, tasks).await?;
+            }
+            Structured::Unusable(reason) => {
+                if issue.attempts > self.config().retries {
+                    issue.status = IssueStatus::Blocked;
+                }
+                issue.reason = Some(reason);
+                self.settle_issue(issue, Vec::new()).await?;
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    async fn settle_issue(&mut self, issue: Issue, tasks: Vec<Task>) -> Result<(), Error> {
+        let event = Event::IssueInvestigated {
+            issue: issue.id.clone(),
+            tasks: tasks.into_iter().map(|t| t.id).collect(),
+            reason: issue.reason.clone(),
+        };
+        self.commit(vec![Change::Issue(issue)]).await?;
+        self.emit(event);
+        Ok(())
+    }
+}

@@ -1,0 +1,280 @@
+//! VERIFY (seed 000): one verifier per done task, concurrently (fork/join, bounded); each
+//! verdict is recorded as it arrives; then gap analysis; then, in one persisted batch, the
+//! verdicts are applied, new tasks and issues added, pending work re-prioritized, and the
+//! iteration ends.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::call::{Call, Caller, Structured};
+use super::{Engine, Flow, SpecDoc, bounded_failure};
+use crate::agent::Role;
+use crate::answer::{GapAnswer, VerdictKind, VerifyAnswer};
+use crate::error::Error;
+use crate::event::Event;
+use crate::model::{Change, Issue, IssueId, RunState, Task, TaskId, TaskStatus, Tombstone, Verdict};
+
+/// What a verifier job returns: the task, and its verdict with the runs used, or nothing if
+/// the run was interrupted.
+type JobResult = (TaskId, Result<Option<(Verdict, u32)>, Error>);
+
+impl Engine {
+    pub(super) async fn verify(&mut self) -> Result<Flow, Error> {
+        let deadline = Instant::now() + self.config().stage_timeout;
+        if self.verify_done_tasks(deadline).await? == Flow::Interrupted {
+            return Ok(Flow::Interrupted);
+        }
+        let Some(gaps) = self.gap_analysis(deadline).await? else {
+            return Ok(Flow::Interrupted);
+        };
+        self.apply_verification(gaps).await?;
+        Ok(Flow::Continue)
+    }
+
+    /// Runs the verifiers, at most `verify_concurrency` at once, persisting each verdict.
+    async fn verify_done_tasks(&mut self, deadline: Instant) -> Result<Flow, Error> {
+        let mut todo = self
+            .board
+            .tasks
+            .values()
+            .filter(|t| t.status == TaskStatus::Done && t.verdict.is_none())
+            .cloned()
+            .collect::<Vec<_>>()
+            .into_iter();
+        let mut jobs = JoinSet::new();
+        for task in todo.by_ref().take(self.config().verify_concurrency) {
+            self.spawn_verifier(&mut jobs, task, deadline)?;
+        }
+        let mut interrupted = false;
+        while let Some(joined) = jobs.join_next().await {
+            let (id, result) = joined.map_err(|e| {
+                Error::Agent(crate::agent::AgentError::Other(format!("a verifier job failed: {e}")))
+            })?;
+            match result? {
+                Some((verdict, runs)) => self.record_verdict(&id, verdict, runs).await?,
+                None => interrupted = true,
+            }
+            if !interrupted && let Some(task) = todo.next() {
+                self.spawn_verifier(&mut jobs, task, deadline)?;
+            }
+        }
+        Ok(if interrupted { Flow::Interrupted } else { Flow::Continue })
+    }
+
+    fn spawn_verifier(&self, jobs: &mut JoinSet<JobResult>, task: Task, deadline: Instant) -> Result<(), Error> {
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            spec: &'a SpecDoc,
+            task: &'a Task,
+        }
+        let prompt = self.inner.prompts.render("verify", &Ctx { spec: &self.spec, task: &task })?;
+        let call = Call {
+            role: Role::Verify,
+            subject: Some(task.id.to_string()),
+            attempt: task.verifications + 1,
+            prompt,
+            deadline,
+        };
+        let caller = self.caller.clone();
+        jobs.spawn(async move { (task.id.clone(), verify_one(caller, call).await) });
+        Ok(())
+    }
+
+    async fn record_verdict(&mut self, id: &TaskId, verdict: Verdict, runs: u32) -> Result<(), Error> {
+        let mut task = self.task(id);
+        task.verifications += runs;
+        task.verdict = Some(verdict.clone());
+        self.commit(vec![Change::Task(task)]).await?;
+        self.emit(Event::Verdict {
+            task: id.clone(),
+            accepted: verdict.accepted,
+            reason: verdict.reason,
+        });
+        Ok(())
+    }
+
+    /// Asks what the spec still needs. `None` if interrupted; an unusable answer is a
+    /// warning and counts as "no gaps found".
+    async fn gap_analysis(&mut self, deadline: Instant) -> Result<Option<GapAnswer>, Error> {
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            spec: &'a SpecDoc,
+            done: Vec<String>,
+            remaining: Vec<String>,
+            gaps: Vec<&'a str>,
+        }
+        let summary = |t: &Task| format!("{}: {}", t.id, t.name);
+        let tasks = self.board.tasks.values();
+        let ctx = Ctx {
+            spec: &self.spec,
+            done: tasks.clone().filter(|t| t.is_finished()).map(summary).take(200).collect(),
+            remaining: tasks
+                .clone()
+                .filter(|t| t.is_remaining() && !t.is_finished())
+                .map(summary)
+                .take(200)
+                .collect(),
+            gaps: tasks
+                .filter_map(|t| t.verdict.as_ref())
+                .flat_map(|v| v.gaps.iter().map(String::as_str))
+                .collect(),
+        };
+        let call = Call {
+            role: Role::GapAnalysis,
+            subject: Some(format!("iteration-{}", self.board.run.iteration)),
+            attempt: 1,
+            prompt: self.inner.prompts.render("gap_analysis", &ctx)?,
+            deadline,
+        };
+        let (result, _) = self
+            .caller
+            .structured::<GapAnswer>(call, |a| self.check_dep_ids(&a.tasks))
+            .await?;
+        Ok(match result {
+            Structured::Answer(answer) => Some(answer),
+            Structured::Interrupted => None,
+            Structured::Unusable(reason) => {
+                self.emit(Event::Warning {
+                    message: format!("gap analysis gave no usable answer ({reason}); no gaps recorded"),
+                });
+                Some(GapAnswer::default())
+            }
+        })
+    }
+
+    /// The final batch: verdicts, gap tasks and issues, priorities, next iteration.
+    async fn apply_verification(&mut self, gaps: GapAnswer) -> Result<(), Error> {
+        let mut changed: HashMap<TaskId, Task> = HashMap::new();
+        let mut order: Vec<TaskId> = Vec::new();
+        for task in self.board.tasks.values().filter(|t| t.status == TaskStatus::Done) {
+            if let Some(verdict) = &task.verdict {
+                order.push(task.id.clone());
+                changed.insert(task.id.clone(), apply_verdict(task.clone(), verdict));
+            }
+        }
+        let mut run = self.next_iteration();
+        let new_tasks = self.materialize(&gaps.tasks, None, &mut run, "verify");
+        let new_issues = self.new_issues(&gaps.issues, &mut run);
+        let task_ids: Vec<TaskId> = new_tasks.iter().map(|t| t.id.clone()).collect();
+        for task in new_tasks {
+            order.push(task.id.clone());
+            changed.insert(task.id.clone(), task);
+        }
+        let prioritized = self.prioritize(&mut changed, &mut order)?;
+
+        let mut changes: Vec<Change> = order
+            .iter()
+            .filter_map(|id| changed.remove(id))
+            .map(Change::Task)
+            .collect();
+        let issue_ids: Vec<IssueId> = new_issues.iter().map(|i| i.id.clone()).collect();
+        changes.extend(new_issues.into_iter().map(Change::Issue));
+        changes.push(Change::Run(run));
+        let iteration = self.board.run.iteration;
+        self.commit(changes).await?;
+
+        if !task_ids.is_empty() || !issue_ids.is_empty() {
+            self.emit(Event::GapsFound {
+                tasks: task_ids,
+                issues: issue_ids,
+            });
+        }
+        self.emit(prioritized);
+        self.emit(Event::IterationFinished { iteration });
+        Ok(())
+    }
+
+    fn new_issues(&self, texts: &[String], run: &mut RunState) -> Vec<Issue> {
+        texts
+            .iter()
+            .map(|text| {
+                let id = run.next_issue_id(|id| self.board.issues.contains_key(id));
+                Issue::new(id, text.trim()).with_origin("verify")
+            })
+            .collect()
+    }
+
+    /// Re-prioritizes every buildable task (as it will be after `changed`), adding the tasks
+    /// whose priority or rank moved to `changed`. Returns the event to report.
+    fn prioritize(&self, changed: &mut HashMap<TaskId, Task>, order: &mut Vec<TaskId>) -> Result<Event, Error> {
+        let current = |id: &TaskId| changed.get(id).or_else(|| self.board.tasks.get(id));
+        let pending: Vec<Task> = self
+            .board
+            .tasks
+            .keys()
+            .chain(order.iter().filter(|id| !self.board.tasks.contains_key(*id)))
+            .filter_map(current)
+            .filter(|t| t.is_buildable())
+            .cloned()
+            .collect();
+        let result = self.inner.prioritizer.prioritize(&pending)?;
+        let mut labels = Vec::with_capacity(result.order.len());
+        for (rank, assignment) in result.order.iter().enumerate() {
+            labels.push(format!("{}:{}", assignment.id, assignment.priority));
+            let found = changed
+                .get(&assignment.id)
+                .or_else(|| self.board.tasks.get(&assignment.id));
+            let Some(before) = found.cloned() else {
+                continue;
+            };
+            let mut task = before.clone();
+            if task.priority.is_none() {
+                task.computed_priority = Some(assignment.priority);
+            }
+            task.rank = Some(rank as u32);
+            if task != before {
+                if !changed.contains_key(&task.id) {
+                    order.push(task.id.clone());
+                }
+                changed.insert(task.id.clone(), task);
+            }
+        }
+        Ok(Event::Prioritized {
+            report: result.report,
+            order: labels,
+        })
+    }
+}
+
+/// Accepted → out of the plan; rejected → pending again, with a tombstone and a fresh
+/// retry budget, the verifier's reason carried into the next prompt.
+fn apply_verdict(mut task: Task, verdict: &Verdict) -> Task {
+    if verdict.accepted {
+        task.status = TaskStatus::Accepted;
+        return task;
+    }
+    task.status = TaskStatus::Pending;
+    task.tombstones.push(Tombstone {
+        reason: format!("rejected by the verifier: {}", verdict.reason),
+        at: super::logs::now_rfc3339(),
+    });
+    task.retry_base = task.attempts;
+    task.last_failure = Some(bounded_failure(&format!(
+        "The verifier rejected the previous round: {}",
+        verdict.reason
+    )));
+    task.verdict = None;
+    task
+}
+
+/// One verifier: a verdict from a valid answer; a rejection naming why when there is none.
+async fn verify_one(caller: Caller, call: Call) -> Result<Option<(Verdict, u32)>, Error> {
+    let (result, runs) = caller.structured::<VerifyAnswer>(call, |_| Ok(())).await?;
+    let verdict = match result {
+        Structured::Interrupted => return Ok(None),
+        Structured::Answer(answer) => Verdict {
+            accepted: answer.verdict == VerdictKind::Accept,
+            reason: answer.reason,
+            gaps: answer.gaps,
+        },
+        Structured::Unusable(reason) => Verdict {
+            accepted: false,
+            reason: format!("no usable verdict: {reason}"),
+            gaps: Vec::new(),
+        },
+    };
+    Ok(Some((verdict, runs)))
+}

@@ -1,0 +1,104 @@
+//! The crate's top-level error.
+
+use std::path::PathBuf;
+
+use crate::agent::AgentError;
+use crate::config::ConfigError;
+use crate::gate::GateError;
+use crate::prioritize::PrioritizeError;
+use crate::prompt::PromptError;
+use crate::store::StoreError;
+
+/// [`RalphBuilder::build`](crate::RalphBuilder::build) found something wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No workspace was given.
+    #[error("no workspace: call `.workspace(dir)`")]
+    MissingWorkspace,
+    /// No agent was given.
+    #[error("no agent: call `.agent(…)` (e.g. `FakeAgent` in tests)")]
+    MissingAgent,
+    /// The workspace is not a usable directory.
+    #[error("workspace {path}: {reason}")]
+    Workspace {
+        /// The path given.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two gates share a name.
+    #[error("two gates are named {0:?}; gate names must be unique")]
+    DuplicateGate(String),
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store could not be opened (e.g. another ralph holds its lock).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A prompt template override is unusable.
+    #[error(transparent)]
+    Prompt(#[from] PromptError),
+}
+
+/// A construct run failed. Running out of a limit is not an error but an
+/// [`Outcome`](crate::Outcome).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Building failed.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The state could not be loaded or saved.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The agent could not run.
+    #[error("agent could not run: {0}")]
+    Agent(#[from] AgentError),
+    /// The agent reported a failure no retry can fix (e.g. bad credentials).
+    #[error("agent failed and cannot recover: {0}")]
+    AgentFatal(String),
+    /// A gate could not run.
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    /// The tasks' dependencies form a cycle.
+    #[error(transparent)]
+    Prioritize(#[from] PrioritizeError),
+    /// A prompt could not be rendered.
+    #[error(transparent)]
+    Prompt(#[from] PromptError),
+    /// The spec file could not be read.
+    #[error("spec {path}")]
+    Spec {
+        /// The spec.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The workspace's state belongs to another spec.
+    #[error(
+        "the state in this workspace is constructing {recorded}, not {given}; use another workspace or the same spec"
+    )]
+    SpecMismatch {
+        /// The spec on record.
+        recorded: String,
+        /// The spec asked for.
+        given: String,
+    },
+    /// No spec was given and none is on record.
+    #[error("no spec on record in this workspace: pass one to `construct`")]
+    NoSpec,
+    /// `construct` is already running on this `Ralph`.
+    #[error("a construct run is already in progress on this Ralph")]
+    AlreadyRunning,
+    /// An I/O error on a file ralph manages (logs).
+    #[error("i/o error on {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}

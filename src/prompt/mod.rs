@@ -1,0 +1,233 @@
+//! Prompt templates: minijinja templates embedded in the crate, each replaceable by a file
+//! named in `[prompts]` of the config.
+//!
+//! Every template gets `spec` (`name`, `path`, `text`). Then:
+//!
+//! | template | variables |
+//! |---|---|
+//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (recent task names), `gates` (names) |
+//! | `retry` | as `build`, plus `attempt` (this attempt's number in the round) and `failure` (the previous attempt's failure, bounded) |
+//! | `investigate` | `issue` (`id`, `text`), `tasks` (planned tasks: `id`, `name`) |
+//! | `verify` | `task` |
+//! | `gap_analysis` | `done`, `remaining` (task summaries), `gaps` (verifier notes) |
+//! | `decompose` | `task`, `log` (head and tail of the killed run's log), `head`, `tail` (line counts) |
+
+use std::path::Path;
+
+use minijinja::Environment;
+use serde::Serialize;
+
+use crate::config::PromptPaths;
+
+/// The built-in templates, by name.
+pub const DEFAULTS: &[(&str, &str)] = &[
+    ("build", include_str!("templates/build.md")),
+    ("retry", include_str!("templates/retry.md")),
+    ("investigate", include_str!("templates/investigate.md")),
+    ("verify", include_str!("templates/verify.md")),
+    ("gap_analysis", include_str!("templates/gap_analysis.md")),
+    ("decompose", include_str!("templates/decompose.md")),
+];
+
+/// A template could not be loaded or rendered.
+#[derive(Debug, thiserror::Error)]
+#[error("prompt template {name}{}: {message}", origin.as_ref().map(|p| format!(" ({p})")).unwrap_or_default())]
+#[non_exhaustive]
+pub struct PromptError {
+    /// The template's name (`build`).
+    pub name: String,
+    /// The override file it came from, if any.
+    pub origin: Option<String>,
+    /// What is wrong, with the line when minijinja knows it.
+    pub message: String,
+}
+
+/// The loaded templates.
+#[derive(Debug)]
+pub struct Prompts {
+    env: Environment<'static>,
+    origins: Vec<(String, String)>,
+}
+
+impl Prompts {
+    /// The built-in templates.
+    pub fn builtin() -> Self {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);
+        env.set_keep_trailing_newline(true);
+        for (name, source) in DEFAULTS {
+            // The built-in templates are tested to compile; see `builtin_templates_compile`.
+            let _ = env.add_template(name, source);
+        }
+        Prompts {
+            env,
+            origins: Vec::new(),
+        }
+    }
+
+    /// The built-in templates, with the overrides named in `paths` (relative to `workspace`).
+    ///
+    /// # Errors
+    ///
+    /// [`PromptError`] naming the file that cannot be read or does not compile (with its line).
+    pub fn load(workspace: &Path, paths: &PromptPaths) -> Result<Self, PromptError> {
+        let mut prompts = Self::builtin();
+        let overrides = [
+            ("build", &paths.build),
+            ("retry", &paths.retry),
+            ("investigate", &paths.investigate),
+            ("verify", &paths.verify),
+            ("gap_analysis", &paths.gap_analysis),
+            ("decompose", &paths.decompose),
+        ];
+        for (name, path) in overrides {
+            if let Some(path) = path {
+                prompts.replace(name, &workspace.join(path))?;
+            }
+        }
+        Ok(prompts)
+    }
+
+    fn replace(&mut self, name: &'static str, path: &Path) -> Result<(), PromptError> {
+        let origin = path.display().to_string();
+        let error = |message: String| PromptError {
+            name: name.to_owned(),
+            origin: Some(origin.clone()),
+            message,
+        };
+        let source = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+        self.env
+            .add_template_owned(name, source)
+            .map_err(|e| error(describe(&e)))?;
+        self.origins.push((name.to_owned(), origin));
+        Ok(())
+    }
+
+    /// Renders template `name` with `ctx`.
+    ///
+    /// # Errors
+    ///
+    /// [`PromptError`] when the template fails at render time.
+    pub fn render(&self, name: &str, ctx: &impl Serialize) -> Result<String, PromptError> {
+        let origin = self
+            .origins
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, o)| o.clone());
+        let error = |message: String| PromptError {
+            name: name.to_owned(),
+            origin: origin.clone(),
+            message,
+        };
+        let template = self.env.get_template(name).map_err(|e| error(describe(&e)))?;
+        template
+            .render(ctx)
+            .map(|text| text.trim_end().to_owned() + "\n")
+            .map_err(|e| error(describe(&e)))
+    }
+}
+
+fn describe(e: &minijinja::Error) -> String {
+    match e.line() {
+        Some(line) => format!("line {line}: {e}"),
+        None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec() -> serde_json::Value {
+        json!({"name": "Greeter", "path": "specs/greeter.md", "text": "Say hello."})
+    }
+
+    #[test]
+    fn builtin_templates_compile() {
+        let env_check = {
+            let mut env = Environment::new();
+            DEFAULTS
+                .iter()
+                .map(|(n, s)| env.add_template(n, s).map_err(|e| format!("{n}: {e}")))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        env_check.unwrap();
+    }
+
+    #[test]
+    fn build_prompt_follows_seed_004() {
+        let p = Prompts::builtin();
+        let text = p
+            .render(
+                "build",
+                &json!({
+                    "spec": spec(),
+                    "task": {"id": "t-1", "name": "Add greeting", "accept": "prints hello"},
+                    "completed": ["Create project"],
+                    "gates": ["test"],
+                }),
+            )
+            .unwrap();
+        for part in [
+            "# Task: Add greeting",
+            "You are working on: **Greeter**",
+            "- [x] Create project",
+            "Complete ONLY this task:",
+            "- [ ] prints hello",
+            "Do NOT commit",
+            "<TASK_DONE>",
+        ] {
+            assert!(text.contains(part), "missing {part:?} in\n{text}");
+        }
+        // The marker is never a whole line of the prompt, so an echoed prompt is not a claim.
+        assert!(text.lines().all(|l| l.trim() != "<TASK_DONE>"));
+    }
+
+    #[test]
+    fn retry_prompt_carries_the_failure() {
+        let p = Prompts::builtin();
+        let text = p
+            .render(
+                "retry",
+                &json!({"spec": spec(), "task": {"id": "t-1", "name": "x"}, "attempt": 2,
+                        "failure": "Gate `test` failed (exit 1): assertion failed"}),
+            )
+            .unwrap();
+        assert!(text.contains("# Task: x"));
+        assert!(text.contains("Attempt 1 of this task did not pass"));
+        assert!(text.contains("assertion failed"));
+    }
+
+    #[test]
+    fn overrides_replace_templates_and_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b.md"), "Custom {{ task.name }}").unwrap();
+        std::fs::write(dir.path().join("bad.md"), "line one\n{% if %}").unwrap();
+        let paths = PromptPaths {
+            build: Some("b.md".into()),
+            ..PromptPaths::default()
+        };
+        let p = Prompts::load(dir.path(), &paths).unwrap();
+        let text = p.render("build", &json!({"task": {"name": "T"}})).unwrap();
+        assert_eq!(text, "Custom T\n");
+        // retry includes the overridden build template
+        let retry = p
+            .render("retry", &json!({"task": {"name": "T"}, "attempt": 2, "failure": "f"}))
+            .unwrap();
+        assert!(retry.starts_with("Custom T"));
+
+        let bad = PromptPaths {
+            verify: Some("bad.md".into()),
+            ..PromptPaths::default()
+        };
+        let msg = Prompts::load(dir.path(), &bad).unwrap_err().to_string();
+        assert!(msg.contains("bad.md") && msg.contains("line 2"), "{msg}");
+        let missing = PromptPaths {
+            verify: Some("nope.md".into()),
+            ..PromptPaths::default()
+        };
+        let msg = Prompts::load(dir.path(), &missing).unwrap_err().to_string();
+        assert!(msg.contains("nope.md"), "{msg}");
+    }
+}

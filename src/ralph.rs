@@ -1,0 +1,431 @@
+//! [`Ralph`] and its builder.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::config::{Config, ConfigError, Overrides, StoreKind};
+use crate::engine::Engine;
+use crate::error::{BuildError, Error};
+use crate::event::Observer;
+use crate::gate::{Gate, ShellGate};
+use crate::model::{Board, Change, Issue, Task};
+use crate::outcome::Outcome;
+use crate::prioritize::{CriticalPath, Prioritizer};
+use crate::prompt::Prompts;
+use crate::store::{JsonlStore, MemoryStore, Store};
+
+/// The orchestrator: a workspace, an agent, gates, a store, a prioritizer and observers,
+/// with a validated [`Config`]. Build one with [`Ralph::builder`].
+///
+/// ```
+/// use ralph::{Ralph, FakeAgent, MemoryStore};
+///
+/// let dir = tempfile::tempdir()?;
+/// let ralph = Ralph::builder()
+///     .workspace(dir.path())
+///     .agent(FakeAgent::new())
+///     .store(MemoryStore::new())
+///     .max_iterations(3)
+///     .build()?;
+/// assert_eq!(ralph.config().max_iterations, 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Ralph {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// What every stage of a run shares.
+pub(crate) struct Inner {
+    pub(crate) workspace: PathBuf,
+    pub(crate) config: Config,
+    pub(crate) agent: Arc<dyn Agent>,
+    pub(crate) gates: Vec<Arc<dyn Gate>>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) prioritizer: Arc<dyn Prioritizer>,
+    pub(crate) observers: Vec<Arc<dyn Observer>>,
+    pub(crate) prompts: Prompts,
+    pub(crate) stop: CancellationToken,
+    running: AtomicBool,
+}
+
+impl fmt::Debug for Ralph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.inner;
+        f.debug_struct("Ralph")
+            .field("workspace", &inner.workspace)
+            .field("agent", &inner.agent.name())
+            .field(
+                "gates",
+                &inner.gates.iter().map(|g| g.name()).collect::<Vec<_>>(),
+            )
+            .field("config", &inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ralph {
+    /// Starts a builder.
+    pub fn builder() -> RalphBuilder {
+        RalphBuilder::default()
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The workspace (canonical path).
+    pub fn workspace(&self) -> &Path {
+        &self.inner.workspace
+    }
+
+    /// The token that stops a run: cancel it (e.g. on Ctrl+C) and the running agent or gate is
+    /// stopped cleanly, the state saved, and [`construct`](Self::construct) returns
+    /// [`Outcome::Interrupted`]. A stopped `Ralph` stays stopped; build a new one to resume.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.inner.stop.clone()
+    }
+
+    /// The current board, as the store has it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when it cannot be loaded.
+    pub async fn board(&self) -> Result<Board, Error> {
+        Ok(self.inner.store.load().await?)
+    }
+
+    /// Adds an issue for INVESTIGATE, with the next free id (`i-<n>`). Returns its id.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when it cannot be saved.
+    pub async fn add_issue(&self, text: impl Into<String>) -> Result<crate::model::IssueId, Error> {
+        let mut board = self.inner.store.load().await?;
+        let id = board.next_issue_id();
+        let issue = Issue::new(id.clone(), text).with_origin("user");
+        self.inner
+            .store
+            .persist(&[Change::Issue(issue), Change::Run(board.run.clone())])
+            .await?;
+        Ok(id)
+    }
+
+    /// Adds a task as given (its id must be unused). Returns its id.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when it cannot be saved.
+    pub async fn add_task(&self, task: Task) -> Result<crate::model::TaskId, Error> {
+        let id = task.id.clone();
+        self.inner.store.persist(&[Change::Task(task)]).await?;
+        Ok(id)
+    }
+
+    /// Runs the construct loop on `spec` (a path relative to the workspace, or absolute
+    /// inside it) until the spec is complete, a limit is reached, everything left is
+    /// blocked, or the run is stopped.
+    ///
+    /// On a fresh workspace the spec becomes the board's first issue; on a workspace with
+    /// state the run resumes where the work stood (the stage is derived from the board).
+    ///
+    /// # Errors
+    ///
+    /// [`Error`] when the state cannot be loaded or saved, the agent or a gate cannot run,
+    /// or the spec cannot be read. Limits, blocks and interrupts are [`Outcome`]s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Every transition is persisted before the next agent or gate runs, so dropping this
+    /// future loses at most the step in progress (which is then run again on resume). Agents
+    /// and gates kill their processes when dropped. Prefer [`stop_token`](Self::stop_token)
+    /// for a clean stop.
+    pub async fn construct(&self, spec: impl AsRef<Path>) -> Result<Outcome, Error> {
+        self.run(Some(spec.as_ref())).await
+    }
+
+    /// Resumes the construct loop on the spec on record in the workspace's state.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoSpec`] if no run was ever started here; otherwise as
+    /// [`construct`](Self::construct).
+    pub async fn resume(&self) -> Result<Outcome, Error> {
+        self.run(None).await
+    }
+
+    async fn run(&self, spec: Option<&Path>) -> Result<Outcome, Error> {
+        if self.inner.running.swap(true, Ordering::SeqCst) {
+            return Err(Error::AlreadyRunning);
+        }
+        let _reset = ResetOnDrop(&self.inner.running);
+        let mut engine = Engine::start(self.inner.clone(), spec).await?;
+        engine.run().await
+    }
+}
+
+struct ResetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ResetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Builds a [`Ralph`]. Consuming: each method takes and returns the builder; validation
+/// happens once, in [`build`](Self::build).
+#[must_use]
+#[derive(Default)]
+pub struct RalphBuilder {
+    workspace: Option<PathBuf>,
+    agent: Option<Arc<dyn Agent>>,
+    gates: Vec<Arc<dyn Gate>>,
+    store: Option<Arc<dyn Store>>,
+    prioritizer: Option<Arc<dyn Prioritizer>>,
+    observers: Vec<Arc<dyn Observer>>,
+    overrides: Overrides,
+    override_error: Option<ConfigError>,
+    stop: Option<CancellationToken>,
+}
+
+impl fmt::Debug for RalphBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RalphBuilder")
+            .field("workspace", &self.workspace)
+            .field("agent", &self.agent.as_ref().map(|a| a.name().to_owned()))
+            .field("gates", &self.gates.len())
+            .field("overrides", &self.overrides)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RalphBuilder {
+    /// The directory the agent works in; `ralph.toml` is read from it. Required.
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// The agent. Required. Pass an `Arc` to keep a handle (e.g. to a `FakeAgent`).
+    pub fn agent(mut self, agent: impl Agent + 'static) -> Self {
+        self.agent = Some(Arc::new(agent));
+        self
+    }
+
+    /// Adds a gate, run after the gates of the config.
+    pub fn gate(mut self, gate: impl Gate + 'static) -> Self {
+        self.gates.push(Arc::new(gate));
+        self
+    }
+
+    /// The store. Default: from `[store]` in the config (`.ralph/plan.jsonl`).
+    pub fn store(mut self, store: impl Store + 'static) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// The prioritizer. Default: [`CriticalPath`].
+    pub fn prioritizer(mut self, prioritizer: impl Prioritizer + 'static) -> Self {
+        self.prioritizer = Some(Arc::new(prioritizer));
+        self
+    }
+
+    /// Adds an observer of [`Event`](crate::Event)s.
+    pub fn observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observers.push(Arc::new(observer));
+        self
+    }
+
+    /// Overrides one config key (dotted: `context.warn`), above `ralph.toml` and `RALPH_*`.
+    pub fn config(mut self, key: &str, value: impl Serialize) -> Self {
+        if let Err(e) = self.overrides.set(key, value) {
+            self.override_error.get_or_insert(e);
+        }
+        self
+    }
+
+    /// Overrides `max_iterations`.
+    pub fn max_iterations(self, n: u32) -> Self {
+        self.config("max_iterations", n)
+    }
+
+    /// Overrides `stage_timeout`.
+    pub fn stage_timeout(self, d: Duration) -> Self {
+        self.config("stage_timeout", humantime::format_duration(d).to_string())
+    }
+
+    /// Overrides `agent_timeout`.
+    pub fn agent_timeout(self, d: Duration) -> Self {
+        self.config("agent_timeout", humantime::format_duration(d).to_string())
+    }
+
+    /// Overrides `retries`.
+    pub fn retries(self, n: u32) -> Self {
+        self.config("retries", n)
+    }
+
+    /// Overrides `verify_concurrency`.
+    pub fn verify_concurrency(self, n: usize) -> Self {
+        self.config("verify_concurrency", n)
+    }
+
+    /// Uses `token` as the stop token (see [`Ralph::stop_token`]).
+    pub fn stop_token(mut self, token: CancellationToken) -> Self {
+        self.stop = Some(token);
+        self
+    }
+
+    /// Validates everything and builds the [`Ralph`].
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] saying what is missing or wrong: no workspace or agent, a workspace
+    /// that is not a directory, an invalid config (naming the key and the file), duplicate
+    /// gate names, an unreadable prompt override, or a store that cannot be opened (another
+    /// ralph holds its lock).
+    pub fn build(self) -> Result<Ralph, BuildError> {
+        let workspace = canonical_workspace(self.workspace.ok_or(BuildError::MissingWorkspace)?)?;
+        let agent = self.agent.ok_or(BuildError::MissingAgent)?;
+        if let Some(e) = self.override_error {
+            return Err(e.into());
+        }
+        let config = Config::load(&workspace, &self.overrides)?;
+        let gates = collect_gates(&config, self.gates)?;
+        let prompts = Prompts::load(&workspace, &config.prompts)?;
+        let store = match self.store {
+            Some(store) => store,
+            None => open_store(&workspace, &config)?,
+        };
+        Ok(Ralph {
+            inner: Arc::new(Inner {
+                workspace,
+                config,
+                agent,
+                gates,
+                store,
+                prioritizer: self
+                    .prioritizer
+                    .unwrap_or_else(|| Arc::new(CriticalPath::new())),
+                observers: self.observers,
+                prompts,
+                stop: self.stop.unwrap_or_default(),
+                running: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+fn canonical_workspace(path: PathBuf) -> Result<PathBuf, BuildError> {
+    let canonical = path.canonicalize().map_err(|e| BuildError::Workspace {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    if !canonical.is_dir() {
+        return Err(BuildError::Workspace {
+            path,
+            reason: "is not a directory".into(),
+        });
+    }
+    Ok(canonical)
+}
+
+fn collect_gates(config: &Config, extra: Vec<Arc<dyn Gate>>) -> Result<Vec<Arc<dyn Gate>>, BuildError> {
+    let mut gates: Vec<Arc<dyn Gate>> = config
+        .gates
+        .iter()
+        .map(|g| {
+            Arc::new(
+                ShellGate::new(&g.name, &g.command)
+                    .required(g.required)
+                    .timeout(g.timeout)
+                    .grace(config.grace),
+            ) as Arc<dyn Gate>
+        })
+        .collect();
+    gates.extend(extra);
+    let mut seen = std::collections::HashSet::new();
+    for gate in &gates {
+        if !seen.insert(gate.name().to_owned()) {
+            return Err(BuildError::DuplicateGate(gate.name().to_owned()));
+        }
+    }
+    Ok(gates)
+}
+
+fn open_store(workspace: &Path, config: &Config) -> Result<Arc<dyn Store>, BuildError> {
+    Ok(match config.store.kind {
+        StoreKind::Memory => Arc::new(MemoryStore::new()),
+        _ => Arc::new(JsonlStore::open(workspace.join(&config.store.path))?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FakeAgent;
+
+    #[test]
+    fn build_says_what_is_missing() {
+        let err = Ralph::builder().agent(FakeAgent::new()).build().unwrap_err();
+        assert!(err.to_string().contains("workspace"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let err = Ralph::builder().workspace(dir.path()).build().unwrap_err();
+        assert!(err.to_string().contains("agent"), "{err}");
+        let err = Ralph::builder()
+            .workspace(dir.path().join("missing"))
+            .agent(FakeAgent::new())
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("missing"), "{err}");
+    }
+
+    #[test]
+    fn build_validates_config_and_gates() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Ralph::builder()
+            .workspace(dir.path())
+            .agent(FakeAgent::new())
+            .store(MemoryStore::new())
+            .config("context.warn", 0.99)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("context"), "{err}");
+        std::fs::write(
+            dir.path().join("ralph.toml"),
+            "[[gates]]\nname = \"test\"\ncommand = \"true\"\n",
+        )
+        .unwrap();
+        let err = Ralph::builder()
+            .workspace(dir.path())
+            .agent(FakeAgent::new())
+            .store(MemoryStore::new())
+            .gate(ShellGate::new("test", "false"))
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("\"test\""), "{err}");
+    }
+
+    #[test]
+    fn builder_overrides_beat_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ralph.toml"), "max_iterations = 7\nretries = 4\n").unwrap();
+        let ralph = Ralph::builder()
+            .workspace(dir.path())
+            .agent(FakeAgent::new())
+            .store(MemoryStore::new())
+            .max_iterations(2)
+            .stage_timeout(Duration::from_millis(1500))
+            .build()
+            .unwrap();
+        assert_eq!(ralph.config().max_iterations, 2);
+        assert_eq!(ralph.config().retries, 4);
+        assert_eq!(ralph.config().stage_timeout, Duration::from_millis(1500));
+    }
+}
