@@ -6,6 +6,7 @@ pub mod config;
 pub mod context;
 pub mod event;
 pub mod gate;
+pub mod logfile;
 #[cfg(feature = "test-util")]
 pub mod mock;
 pub mod model;
