@@ -159,10 +159,7 @@ impl Answer for GapAnswer {
 impl Answer for DecomposeAnswer {
     fn check(&self) -> Result<(), String> {
         if !(2..=5).contains(&self.subtasks.len()) {
-            return Err(format!(
-                "give 2 to 5 subtasks, not {}",
-                self.subtasks.len()
-            ));
+            return Err(format!("give 2 to 5 subtasks, not {}", self.subtasks.len()));
         }
         check_tasks("subtasks", &self.subtasks)
     }
@@ -198,13 +195,16 @@ pub fn parse<T: Answer>(run: &AgentRun) -> Result<T, String> {
         None => {
             let text = run.final_text.trim();
             if !text.starts_with('{') {
-                return Err("no structured answer: reply with only a JSON object matching the schema".into());
+                return Err(
+                    "no structured answer: reply with only a JSON object matching the schema"
+                        .into(),
+                );
             }
             serde_json::from_str(text).map_err(|e| format!("the answer is not valid JSON: {e}"))?
         }
     };
-    let answer: T =
-        serde_json::from_value(value).map_err(|e| format!("the answer does not match the schema: {e}"))?;
+    let answer: T = serde_json::from_value(value)
+        .map_err(|e| format!("the answer does not match the schema: {e}"))?;
     answer.check()?;
     Ok(answer)
 }
@@ -230,9 +230,13 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_bad_values_are_named() {
-        let e = parse::<VerifyAnswer>(&run_with(json!({"verdict": "maybe", "reason": "x"}))).unwrap_err();
+        let e = parse::<VerifyAnswer>(&run_with(json!({"verdict": "maybe", "reason": "x"})))
+            .unwrap_err();
         assert!(e.contains("maybe"), "{e}");
-        let e = parse::<VerifyAnswer>(&run_with(json!({"verdict": "accept", "reason": "x", "score": 3}))).unwrap_err();
+        let e = parse::<VerifyAnswer>(&run_with(
+            json!({"verdict": "accept", "reason": "x", "score": 3}),
+        ))
+        .unwrap_err();
         assert!(e.contains("score"), "{e}");
     }
 
@@ -240,8 +244,10 @@ mod tests {
     fn prose_is_not_an_answer_but_a_bare_json_text_is() {
         let e = parse::<VerifyAnswer>(&AgentRun::completed("I accept this task.")).unwrap_err();
         assert!(e.contains("no structured answer"), "{e}");
-        let v: VerifyAnswer =
-            parse(&AgentRun::completed(r#" {"verdict":"accept","reason":"ok"} "#)).unwrap();
+        let v: VerifyAnswer = parse(&AgentRun::completed(
+            r#" {"verdict":"accept","reason":"ok"} "#,
+        ))
+        .unwrap();
         assert_eq!(v.verdict, VerdictKind::Accept);
         let e = parse::<VerifyAnswer>(&AgentRun::completed("{\"verdict\":")).unwrap_err();
         assert!(e.contains("line 1"), "{e}");
@@ -250,9 +256,19 @@ mod tests {
     #[test]
     fn decompose_needs_two_to_five() {
         let one = json!({"subtasks": [{"name": "a", "accept": "x"}]});
-        assert!(parse::<DecomposeAnswer>(&run_with(one)).unwrap_err().contains("2 to 5"));
+        assert!(
+            parse::<DecomposeAnswer>(&run_with(one))
+                .unwrap_err()
+                .contains("2 to 5")
+        );
         let two = json!({"subtasks": [{"name": "a", "accept": "x"}, {"name": "b", "accept": "y", "deps": [0]}]});
-        assert_eq!(parse::<DecomposeAnswer>(&run_with(two)).unwrap().subtasks.len(), 2);
+        assert_eq!(
+            parse::<DecomposeAnswer>(&run_with(two))
+                .unwrap()
+                .subtasks
+                .len(),
+            2
+        );
     }
 
     #[test]

@@ -421,6 +421,8 @@ pub mod duration {
 }
 
 #[cfg(test)]
+// `Jail` closures return figment's own (large) error type.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
     use figment::Jail;
@@ -456,7 +458,11 @@ mod tests {
             let c = Config::load(jail.directory(), &overrides).unwrap();
             assert_eq!(c.max_iterations, 3, "builder beats file");
             assert_eq!(c.retries, 1, "env beats file");
-            assert_eq!(c.stage_timeout, Duration::from_secs(90), "file beats default");
+            assert_eq!(
+                c.stage_timeout,
+                Duration::from_secs(90),
+                "file beats default"
+            );
             assert_eq!(c.context, ContextThresholds::new(0.5, 0.8, 0.9));
             Ok(())
         });
@@ -506,7 +512,10 @@ mod tests {
         Jail::expect_with(|jail| {
             jail.create_file("ralph.toml", "stage_timeout = 300\n")?;
             let msg = load_in(jail).unwrap_err().to_string();
-            assert!(msg.contains("stage_timeout") && msg.contains("needs a unit"), "{msg}");
+            assert!(
+                msg.contains("stage_timeout") && msg.contains("needs a unit"),
+                "{msg}"
+            );
             Ok(())
         });
     }

@@ -327,7 +327,9 @@ impl Task {
 
     /// The explicit priority, else the computed one, else medium.
     pub fn effective_priority(&self) -> Priority {
-        self.priority.or(self.computed_priority).unwrap_or(Priority::Medium)
+        self.priority
+            .or(self.computed_priority)
+            .unwrap_or(Priority::Medium)
     }
 
     /// Pending and not waiting for DECOMPOSE.
@@ -484,6 +486,8 @@ impl RunState {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
 #[non_exhaustive]
+// Changes are built, persisted and applied once; boxing the task would cost every caller.
+#[allow(clippy::large_enum_variant)]
 pub enum Change {
     /// Insert or replace a task.
     Task(Task),
@@ -597,7 +601,9 @@ impl Board {
 
     /// Open issues, in creation order.
     pub fn open_issues(&self) -> impl Iterator<Item = &Issue> {
-        self.issues.values().filter(|i| i.status == IssueStatus::Open)
+        self.issues
+            .values()
+            .filter(|i| i.status == IssueStatus::Open)
     }
 
     /// Tasks that are not accepted and not decomposed.
@@ -628,7 +634,10 @@ impl Board {
         } else if tasks().any(|t| t.status == TaskStatus::Done) {
             Stage::Verify
         } else if tasks().any(Task::is_remaining)
-            || self.issues.values().any(|i| i.status == IssueStatus::Blocked)
+            || self
+                .issues
+                .values()
+                .any(|i| i.status == IssueStatus::Blocked)
         {
             Stage::Blocked
         } else {
@@ -701,7 +710,10 @@ mod tests {
         killed.kill_reason = Some(KillReason::Timeout);
         let issue = Issue::new("i-1", "q");
 
-        assert_eq!(board(vec![], vec![issue.clone()]).stage(), Stage::Investigate);
+        assert_eq!(
+            board(vec![], vec![issue.clone()]).stage(),
+            Stage::Investigate
+        );
         assert_eq!(board(vec![pending.clone()], vec![]).stage(), Stage::Build);
         assert_eq!(
             board(vec![pending.clone(), done.clone()], vec![]).stage(),
@@ -721,7 +733,10 @@ mod tests {
         let mut blocked = Task::new("t-1", "a").with_status(TaskStatus::Blocked);
         blocked.blocked_reason = Some("no credentials".into());
         let waiting = Task::new("t-2", "b").with_deps(["t-1"]);
-        assert_eq!(board(vec![blocked, waiting], vec![]).stage(), Stage::Blocked);
+        assert_eq!(
+            board(vec![blocked, waiting], vec![]).stage(),
+            Stage::Blocked
+        );
     }
 
     #[test]

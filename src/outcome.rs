@@ -86,7 +86,9 @@ impl fmt::Display for Outcome {
                 }
                 Ok(())
             }
-            Outcome::Interrupted => f.write_str("Interrupted: state saved; run the same command to resume."),
+            Outcome::Interrupted => {
+                f.write_str("Interrupted: state saved; run the same command to resume.")
+            }
         }
     }
 }
@@ -97,8 +99,14 @@ mod tests {
 
     #[test]
     fn limit_message_matches_seed_003() {
-        let o = Outcome::MaxIterations { limit: 20, remaining: 4 };
-        assert_eq!(o.to_string(), "Stopped: max iterations (20) reached. Tasks remaining: 4");
+        let o = Outcome::MaxIterations {
+            limit: 20,
+            remaining: 4,
+        };
+        assert_eq!(
+            o.to_string(),
+            "Stopped: max iterations (20) reached. Tasks remaining: 4"
+        );
         assert_eq!(o.exit_code(), 2);
     }
 }

@@ -116,7 +116,7 @@ impl fmt::Display for BoundedOutput {
             if !self.head.ends_with(b"\n") {
                 f.write_str("\n")?;
             }
-            write!(f, "[… {omitted} bytes omitted …]\n")?;
+            writeln!(f, "[… {omitted} bytes omitted …]")?;
         }
         f.write_str(&self.tail())
     }

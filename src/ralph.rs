@@ -336,7 +336,10 @@ fn canonical_workspace(path: PathBuf) -> Result<PathBuf, BuildError> {
     Ok(canonical)
 }
 
-fn collect_gates(config: &Config, extra: Vec<Arc<dyn Gate>>) -> Result<Vec<Arc<dyn Gate>>, BuildError> {
+fn collect_gates(
+    config: &Config,
+    extra: Vec<Arc<dyn Gate>>,
+) -> Result<Vec<Arc<dyn Gate>>, BuildError> {
     let mut gates: Vec<Arc<dyn Gate>> = config
         .gates
         .iter()
@@ -373,7 +376,10 @@ mod tests {
 
     #[test]
     fn build_says_what_is_missing() {
-        let err = Ralph::builder().agent(FakeAgent::new()).build().unwrap_err();
+        let err = Ralph::builder()
+            .agent(FakeAgent::new())
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains("workspace"), "{err}");
         let dir = tempfile::tempdir().unwrap();
         let err = Ralph::builder().workspace(dir.path()).build().unwrap_err();
@@ -415,7 +421,11 @@ mod tests {
     #[test]
     fn builder_overrides_beat_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ralph.toml"), "max_iterations = 7\nretries = 4\n").unwrap();
+        std::fs::write(
+            dir.path().join("ralph.toml"),
+            "max_iterations = 7\nretries = 4\n",
+        )
+        .unwrap();
         let ralph = Ralph::builder()
             .workspace(dir.path())
             .agent(FakeAgent::new())

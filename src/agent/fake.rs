@@ -259,10 +259,7 @@ impl Entry {
     fn matches(&self, role: Role, subject: Option<&str>, attempt: u32) -> bool {
         (self.repeat || !self.consumed)
             && self.role.is_none_or(|r| r == role)
-            && self
-                .subject
-                .as_deref()
-                .is_none_or(|s| Some(s) == subject)
+            && self.subject.as_deref().is_none_or(|s| Some(s) == subject)
             && self.attempt.is_none_or(|a| a == attempt)
     }
 
@@ -388,7 +385,12 @@ impl FakeAgent {
         self
     }
 
-    fn entry(role: Option<Role>, subject: Option<&str>, attempt: Option<u32>, script: Script) -> Entry {
+    fn entry(
+        role: Option<Role>,
+        subject: Option<&str>,
+        attempt: Option<u32>,
+        script: Script,
+    ) -> Entry {
         Entry {
             role,
             subject: subject.map(str::to_owned),
@@ -408,7 +410,12 @@ impl FakeAgent {
     /// Answers the `role` request about `subject` at `attempt` with `script`.
     #[must_use]
     pub fn on_attempt(self, role: Role, subject: &str, attempt: u32, script: Script) -> Self {
-        self.push(Self::entry(Some(role), Some(subject), Some(attempt), script))
+        self.push(Self::entry(
+            Some(role),
+            Some(subject),
+            Some(attempt),
+            script,
+        ))
     }
 
     /// Answers the next `role` request, whatever its subject.
@@ -612,7 +619,11 @@ impl FakeRun {
         }
     }
 
-    async fn execute(&mut self, request: &AgentRequest, steps: &[Step]) -> Result<AgentExit, AgentError> {
+    async fn execute(
+        &mut self,
+        request: &AgentRequest,
+        steps: &[Step],
+    ) -> Result<AgentExit, AgentError> {
         self.log(&format!(
             "[fake] {} {} attempt {}",
             request.role,
@@ -628,7 +639,11 @@ impl FakeRun {
     }
 
     /// Runs one step; `Some(exit)` ends the run.
-    async fn step(&mut self, request: &AgentRequest, step: &Step) -> Result<Option<AgentExit>, AgentError> {
+    async fn step(
+        &mut self,
+        request: &AgentRequest,
+        step: &Step,
+    ) -> Result<Option<AgentExit>, AgentError> {
         match step {
             Step::Answer(text) => {
                 self.log(text);
@@ -640,18 +655,27 @@ impl FakeRun {
             }
             Step::Write { path, content } => {
                 let full = workspace_path(&request.workspace, path)?;
-                self.log(&format!("[fake] write {} ({} bytes)", path.display(), content.len()));
+                self.log(&format!(
+                    "[fake] write {} ({} bytes)",
+                    path.display(),
+                    content.len()
+                ));
                 write_file(&full, content, false)?;
             }
             Step::Append { path, content } => {
                 let full = workspace_path(&request.workspace, path)?;
-                self.log(&format!("[fake] append {} ({} bytes)", path.display(), content.len()));
+                self.log(&format!(
+                    "[fake] append {} ({} bytes)",
+                    path.display(),
+                    content.len()
+                ));
                 write_file(&full, content, true)?;
             }
             Step::Remove(path) => {
                 let full = workspace_path(&request.workspace, path)?;
                 self.log(&format!("[fake] remove {}", path.display()));
-                std::fs::remove_file(&full).map_err(|source| AgentError::Io { path: full, source })?;
+                std::fs::remove_file(&full)
+                    .map_err(|source| AgentError::Io { path: full, source })?;
             }
             Step::Print { line, times } => {
                 for _ in 0..*times {
@@ -690,7 +714,11 @@ impl FakeRun {
     }
 
     /// Waits for `duration` (forever if `None`); returns why it ended early, if it did.
-    async fn wait(&self, request: &AgentRequest, duration: Option<Duration>) -> Option<Interrupted> {
+    async fn wait(
+        &self,
+        request: &AgentRequest,
+        duration: Option<Duration>,
+    ) -> Option<Interrupted> {
         let sleep = async {
             match duration {
                 Some(d) => tokio::time::sleep(d).await,
@@ -771,7 +799,10 @@ impl FakeRun {
     }
 
     fn context_kill(&mut self, request: &AgentRequest, ratio: f64) -> AgentExit {
-        self.log(&format!("[fake] context limit {:.0}%: stopping", ratio * 100.0));
+        self.log(&format!(
+            "[fake] context limit {:.0}%: stopping",
+            ratio * 100.0
+        ));
         emit_pressure(request, ratio, "kill");
         AgentExit::ContextLimit
     }
@@ -869,12 +900,25 @@ mod tests {
         let agent = FakeAgent::new()
             .on_role(Role::Build, Script::new().answer("generic"))
             .on(Role::Build, "t-1", Script::new().answer("specific"));
-        let run = agent.run(request(Role::Build, "t-1", dir.path())).await.unwrap();
+        let run = agent
+            .run(request(Role::Build, "t-1", dir.path()))
+            .await
+            .unwrap();
         assert_eq!(run.final_text, "specific");
-        let run = agent.run(request(Role::Build, "t-1", dir.path())).await.unwrap();
+        let run = agent
+            .run(request(Role::Build, "t-1", dir.path()))
+            .await
+            .unwrap();
         assert_eq!(run.final_text, "generic");
-        let err = agent.run(request(Role::Build, "t-1", dir.path())).await.unwrap_err();
-        assert!(err.to_string().contains("no script for build t-1 attempt 1"), "{err}");
+        let err = agent
+            .run(request(Role::Build, "t-1", dir.path()))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("no script for build t-1 attempt 1"),
+            "{err}"
+        );
         assert_eq!(agent.requests().len(), 3);
         agent.verify().unwrap();
     }
@@ -891,7 +935,13 @@ mod tests {
             .unwrap();
         assert_eq!(second.final_text, "second");
         assert_eq!(agent.unconsumed(), vec!["build t-1 attempt 1".to_owned()]);
-        assert!(agent.verify().unwrap_err().to_string().contains("attempt 1"));
+        assert!(
+            agent
+                .verify()
+                .unwrap_err()
+                .to_string()
+                .contains("attempt 1")
+        );
     }
 
     #[tokio::test]
@@ -900,9 +950,18 @@ mod tests {
         let agent = FakeAgent::new()
             .then(Script::new().answer("one"))
             .then(Script::new().answer("two"));
-        let a = agent.run(request(Role::Verify, "x", dir.path())).await.unwrap();
-        let b = agent.run(request(Role::Build, "y", dir.path())).await.unwrap();
-        assert_eq!((a.final_text.as_str(), b.final_text.as_str()), ("one", "two"));
+        let a = agent
+            .run(request(Role::Verify, "x", dir.path()))
+            .await
+            .unwrap();
+        let b = agent
+            .run(request(Role::Build, "y", dir.path()))
+            .await
+            .unwrap();
+        assert_eq!(
+            (a.final_text.as_str(), b.final_text.as_str()),
+            ("one", "two")
+        );
     }
 
     #[tokio::test]
@@ -911,9 +970,18 @@ mod tests {
         let agent = FakeAgent::new()
             .then(Script::new().write("a/b.txt", "x").append("a/b.txt", "y"))
             .then(Script::new().write("../evil", "x"));
-        agent.run(request(Role::Build, "t", dir.path())).await.unwrap();
-        assert_eq!(std::fs::read_to_string(dir.path().join("a/b.txt")).unwrap(), "xy");
-        let err = agent.run(request(Role::Build, "t", dir.path())).await.unwrap_err();
+        agent
+            .run(request(Role::Build, "t", dir.path()))
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a/b.txt")).unwrap(),
+            "xy"
+        );
+        let err = agent
+            .run(request(Role::Build, "t", dir.path()))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("inside the workspace"), "{err}");
     }
 
@@ -941,7 +1009,12 @@ mod tests {
         let sink = seen.clone();
         let events = AgentEvents::new(move |e| sink.lock().unwrap().push(e));
         let agent = FakeAgent::new()
-            .then(Script::new().usage(75, 100, None).usage(90, 100, Some(40)).answer("ok"))
+            .then(
+                Script::new()
+                    .usage(75, 100, None)
+                    .usage(90, 100, Some(40))
+                    .answer("ok"),
+            )
             .then(Script::new().usage(90, 100, Some(85)).answer("never"));
         let ok = agent
             .run(request(Role::Build, "t", dir.path()).events(events.clone()))
@@ -1002,10 +1075,22 @@ mod tests {
         )
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let v = agent.run(request(Role::Verify, "t-1", dir.path())).await.unwrap();
+        let v = agent
+            .run(request(Role::Verify, "t-1", dir.path()))
+            .await
+            .unwrap();
         assert_eq!(v.structured.unwrap()["verdict"], "accept");
-        let b = agent.run(request(Role::Build, "t-9", dir.path())).await.unwrap();
-        assert!(matches!(b.exit, AgentExit::Failed { kind: FailureKind::Transient, .. }));
+        let b = agent
+            .run(request(Role::Build, "t-9", dir.path()))
+            .await
+            .unwrap();
+        assert!(matches!(
+            b.exit,
+            AgentExit::Failed {
+                kind: FailureKind::Transient,
+                ..
+            }
+        ));
 
         let err = FakeAgent::from_toml("[[run]]\nrole = \"builder\"\n", "bad.toml").unwrap_err();
         let msg = err.to_string();

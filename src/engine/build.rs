@@ -1,8 +1,8 @@
 //! BUILD (seeds 000 and 004): the next unblocked task by priority, in a fresh agent session;
 //! the signal from its final answer; the required gates; retries that carry the failure.
 
-use std::collections::{BinaryHeap, HashMap};
 use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
@@ -106,7 +106,12 @@ impl Engine {
     }
 
     /// One agent run and, if it claims done, the gates.
-    async fn attempt(&mut self, task: &Task, round: u32, deadline: Instant) -> Result<Attempt, Error> {
+    async fn attempt(
+        &mut self,
+        task: &Task,
+        round: u32,
+        deadline: Instant,
+    ) -> Result<Attempt, Error> {
         let call = Call {
             role: Role::Build,
             subject: Some(task.id.to_string()),
@@ -126,12 +131,19 @@ impl Engine {
             Ending::Failed {
                 reason,
                 kind: FailureKind::Transient,
-            } => return Ok(Attempt::Transient(format!("The agent run failed: {reason}"))),
+            } => {
+                return Ok(Attempt::Transient(format!(
+                    "The agent run failed: {reason}"
+                )));
+            }
             Ending::Failed { reason, .. } => {
                 return Ok(Attempt::Failed(format!("The agent run failed: {reason}")));
             }
         };
-        let killed_log = run.log_path.as_deref().map(|p| self.caller.logs.relative(p));
+        let killed_log = run
+            .log_path
+            .as_deref()
+            .map(|p| self.caller.logs.relative(p));
         match signal::parse(&run.final_text).task {
             TaskSignal::Done => self.run_gates(task, call.attempt, deadline, killed_log).await,
             TaskSignal::Blocked { reason } if reason.trim().is_empty() => {
@@ -157,15 +169,17 @@ impl Engine {
     ) -> Result<Attempt, Error> {
         for gate in &self.inner.gates {
             let token = self.inner.stop.child_token();
-            let log = self
-                .caller
-                .logs
-                .run_log(&format!("gate-{}", gate.name()), task.id.as_str(), attempt);
+            let log = self.caller.logs.run_log(
+                &format!("gate-{}", gate.name()),
+                task.id.as_str(),
+                attempt,
+            );
             let ctx = GateContext::new(&self.inner.workspace)
                 .stop(token.clone())
                 .log_path(&log);
             let backstop = self.config().grace + Duration::from_secs(5);
-            let Some(report) = until_deadline(deadline, &token, backstop, gate.check(ctx)).await else {
+            let Some(report) = until_deadline(deadline, &token, backstop, gate.check(ctx)).await
+            else {
                 return Ok(Attempt::Killed(KillReason::Timeout, agent_log));
             };
             let report = report?;
@@ -230,7 +244,12 @@ impl Engine {
         Ok(TaskEnd::Blocked)
     }
 
-    async fn retry_task(&mut self, mut task: Task, round: u32, failure: String) -> Result<(), Error> {
+    async fn retry_task(
+        &mut self,
+        mut task: Task,
+        round: u32,
+        failure: String,
+    ) -> Result<(), Error> {
         task.last_failure = Some(bounded_failure(&failure));
         let id = task.id.clone();
         self.commit(vec![Change::Task(task)]).await?;
@@ -252,9 +271,14 @@ impl Engine {
         let limit = match reason {
             KillReason::Timeout => format!(
                 "stopped by the timeout ({})",
-                humantime::format_duration(self.config().stage_timeout.min(self.config().agent_timeout))
+                humantime::format_duration(
+                    self.config().stage_timeout.min(self.config().agent_timeout)
+                )
             ),
-            _ => format!("stopped at the context limit ({:.0}%)", self.config().context.kill * 100.0),
+            _ => format!(
+                "stopped at the context limit ({:.0}%)",
+                self.config().context.kill * 100.0
+            ),
         };
         task.kill_reason = Some(reason);
         task.kill_log = log.clone();
@@ -366,7 +390,9 @@ mod tests {
         b.rank = Some(2);
         let mut c = Task::new("t-3", "c");
         c.rank = Some(1);
-        let waits = Task::new("t-4", "d").with_deps(["t-1"]).with_priority(Priority::High);
+        let waits = Task::new("t-4", "d")
+            .with_deps(["t-1"])
+            .with_priority(Priority::High);
         let done = Task::new("t-5", "e").with_status(TaskStatus::Done);
         board.apply_all([low, b, c, waits, done].into_iter().map(Change::Task));
         let mut q = ReadyQueue::new(&board);

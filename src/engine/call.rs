@@ -22,14 +22,12 @@ const BACKSTOP_EXTRA: Duration = Duration::from_secs(5);
 
 /// How one agent call ended, from the engine's point of view.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per agent call, moved once
 pub(crate) enum Ending {
     /// The agent completed and gave a final answer.
     Answer(AgentRun),
     /// The agent ran and failed.
-    Failed {
-        reason: String,
-        kind: FailureKind,
-    },
+    Failed { reason: String, kind: FailureKind },
     /// Stopped by a limit: the stage deadline, the agent timeout, or the context limit.
     Killed {
         reason: KillReason,
@@ -71,7 +69,11 @@ pub(crate) struct Caller {
 impl Caller {
     /// Runs one call: agent timeout = min(agent_timeout, time to the deadline); at the
     /// deadline the agent is asked to stop, and dropped if it does not within the grace.
-    pub(crate) async fn call(&self, call: &Call, schema: Option<serde_json::Value>) -> Result<Ending, Error> {
+    pub(crate) async fn call(
+        &self,
+        call: &Call,
+        schema: Option<serde_json::Value>,
+    ) -> Result<Ending, Error> {
         let config = &self.inner.config;
         let subject = call.subject.clone().unwrap_or_else(|| "-".into());
         let log = self
@@ -179,7 +181,10 @@ impl Caller {
                     kind: FailureKind::Fatal,
                 } => return Err(Error::AgentFatal(reason)),
                 Ending::Failed { reason, .. } => {
-                    return Ok((Structured::Unusable(format!("the agent failed: {reason}")), runs));
+                    return Ok((
+                        Structured::Unusable(format!("the agent failed: {reason}")),
+                        runs,
+                    ));
                 }
                 Ending::Killed { reason, .. } => {
                     return Ok((

@@ -20,7 +20,13 @@ pub(crate) const LOG_TAIL_LINES: usize = 100;
 
 impl Engine {
     pub(super) async fn decompose(&mut self) -> Result<Flow, Error> {
-        let killed: Vec<Task> = self.board.tasks.values().filter(|t| t.is_killed()).cloned().collect();
+        let killed: Vec<Task> = self
+            .board
+            .tasks
+            .values()
+            .filter(|t| t.is_killed())
+            .cloned()
+            .collect();
         for task in killed {
             if self.stopped() {
                 return Ok(Flow::Interrupted);
@@ -46,7 +52,11 @@ impl Engine {
             tail: usize,
         }
         let log = match &task.kill_log {
-            Some(path) => match logfile::excerpt(&self.caller.logs.resolve(path), LOG_HEAD_LINES, LOG_TAIL_LINES) {
+            Some(path) => match logfile::excerpt(
+                &self.caller.logs.resolve(path),
+                LOG_HEAD_LINES,
+                LOG_TAIL_LINES,
+            ) {
                 Ok(excerpt) => excerpt.to_string(),
                 Err(e) => format!("(the log {} cannot be read: {e})", path.display()),
             },
@@ -79,7 +89,10 @@ impl Engine {
                 let mut blocked = task;
                 blocked.status = TaskStatus::Blocked;
                 blocked.blocked_reason = Some(format!("could not be decomposed: {reason}"));
-                let (id, reason) = (blocked.id.clone(), blocked.blocked_reason.clone().unwrap_or_default());
+                let (id, reason) = (
+                    blocked.id.clone(),
+                    blocked.blocked_reason.clone().unwrap_or_default(),
+                );
                 self.commit(vec![Change::Task(blocked)]).await?;
                 self.emit(Event::TaskBlocked { task: id, reason });
                 Ok(Flow::Continue)
@@ -90,10 +103,19 @@ impl Engine {
     /// One batch: the subtasks (`t-3a`, `t-3b`, …, inheriting the parent's priority and
     /// dependencies), the parent marked decomposed, and dependents of the parent rewired to
     /// wait for all subtasks.
-    async fn replace_with_subtasks(&mut self, parent: Task, answer: &DecomposeAnswer) -> Result<(), Error> {
+    async fn replace_with_subtasks(
+        &mut self,
+        parent: Task,
+        answer: &DecomposeAnswer,
+    ) -> Result<(), Error> {
         let ids = self.board.subtask_ids(&parent.id, answer.subtasks.len());
         let mut run = self.board.run.clone();
-        let mut subtasks = self.materialize(&answer.subtasks, Some(ids.clone()), &mut run, parent.id.as_str());
+        let mut subtasks = self.materialize(
+            &answer.subtasks,
+            Some(ids.clone()),
+            &mut run,
+            parent.id.as_str(),
+        );
         for sub in &mut subtasks {
             sub.parent = Some(parent.id.clone());
             sub.priority = sub.priority.or(parent.priority);
@@ -109,7 +131,12 @@ impl Engine {
         let mut replaced = parent.clone();
         replaced.status = TaskStatus::Decomposed;
         changes.push(Change::Task(replaced));
-        for dependent in self.board.tasks.values().filter(|t| t.deps.contains(&parent.id)) {
+        for dependent in self
+            .board
+            .tasks
+            .values()
+            .filter(|t| t.deps.contains(&parent.id))
+        {
             let mut rewired = dependent.clone();
             rewired.deps.retain(|d| *d != parent.id);
             rewired.deps.extend(ids.iter().cloned());

@@ -177,9 +177,15 @@ mod tests {
         let b = logs.enter(Stage::Build, &emitter).unwrap();
         assert_ne!(a, b);
         let name = a.file_name().unwrap().to_str().unwrap();
-        assert!(name.starts_with("ralph-20") && name.ends_with("-build.log"), "{name}");
+        assert!(
+            name.starts_with("ralph-20") && name.ends_with("-build.log"),
+            "{name}"
+        );
         assert!(a.starts_with("build/ralph-logs"));
         let run = logs.run_log("agent", "t/1 x", 2);
-        assert!(run.to_str().unwrap().ends_with("-build-agent-t_1_x-a2.log"), "{run:?}");
+        assert!(
+            run.to_str().unwrap().ends_with("-build-agent-t_1_x-a2.log"),
+            "{run:?}"
+        );
     }
 }

@@ -115,7 +115,10 @@ impl Engine {
             .filter(|t| t.is_finished())
             .map(|t| t.name.clone())
             .collect::<Vec<_>>();
-        let recent = recent[recent.len().saturating_sub(RECENT_TASKS)..].iter().cloned().collect();
+        let recent = recent[recent.len().saturating_sub(RECENT_TASKS)..]
+            .iter()
+            .cloned()
+            .collect();
         let mut engine = Engine {
             inner,
             board,
@@ -231,7 +234,11 @@ impl Engine {
     }
 
     fn task(&self, id: &TaskId) -> Task {
-        self.board.tasks.get(id).cloned().unwrap_or_else(|| Task::new(id.clone(), ""))
+        self.board
+            .tasks
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| Task::new(id.clone(), ""))
     }
 
     /// The run bookkeeping advanced to the next iteration.
@@ -343,7 +350,11 @@ fn config_line(config: &Config) -> serde_json::Map<String, serde_json::Value> {
 /// What blocks the board: blocked tasks and issues, and tasks waiting on them.
 fn blocked_items(board: &Board) -> Vec<BlockedItem> {
     let mut items = Vec::new();
-    for issue in board.issues.values().filter(|i| i.status == IssueStatus::Blocked) {
+    for issue in board
+        .issues
+        .values()
+        .filter(|i| i.status == IssueStatus::Blocked)
+    {
         items.push(BlockedItem::new(
             issue.id.as_str(),
             issue.reason.clone().unwrap_or_default(),

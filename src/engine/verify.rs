@@ -15,7 +15,9 @@ use crate::agent::Role;
 use crate::answer::{GapAnswer, VerdictKind, VerifyAnswer};
 use crate::error::Error;
 use crate::event::Event;
-use crate::model::{Change, Issue, IssueId, RunState, Task, TaskId, TaskStatus, Tombstone, Verdict};
+use crate::model::{
+    Change, Issue, IssueId, RunState, Task, TaskId, TaskStatus, Tombstone, Verdict,
+};
 
 /// What a verifier job returns: the task, and its verdict with the runs used, or nothing if
 /// the run was interrupted.
@@ -51,7 +53,9 @@ impl Engine {
         let mut interrupted = false;
         while let Some(joined) = jobs.join_next().await {
             let (id, result) = joined.map_err(|e| {
-                Error::Agent(crate::agent::AgentError::Other(format!("a verifier job failed: {e}")))
+                Error::Agent(crate::agent::AgentError::Other(format!(
+                    "a verifier job failed: {e}"
+                )))
             })?;
             match result? {
                 Some((verdict, runs)) => self.record_verdict(&id, verdict, runs).await?,
@@ -61,16 +65,31 @@ impl Engine {
                 self.spawn_verifier(&mut jobs, task, deadline)?;
             }
         }
-        Ok(if interrupted { Flow::Interrupted } else { Flow::Continue })
+        Ok(if interrupted {
+            Flow::Interrupted
+        } else {
+            Flow::Continue
+        })
     }
 
-    fn spawn_verifier(&self, jobs: &mut JoinSet<JobResult>, task: Task, deadline: Instant) -> Result<(), Error> {
+    fn spawn_verifier(
+        &self,
+        jobs: &mut JoinSet<JobResult>,
+        task: Task,
+        deadline: Instant,
+    ) -> Result<(), Error> {
         #[derive(Serialize)]
         struct Ctx<'a> {
             spec: &'a SpecDoc,
             task: &'a Task,
         }
-        let prompt = self.inner.prompts.render("verify", &Ctx { spec: &self.spec, task: &task })?;
+        let prompt = self.inner.prompts.render(
+            "verify",
+            &Ctx {
+                spec: &self.spec,
+                task: &task,
+            },
+        )?;
         let call = Call {
             role: Role::Verify,
             subject: Some(task.id.to_string()),
@@ -83,7 +102,12 @@ impl Engine {
         Ok(())
     }
 
-    async fn record_verdict(&mut self, id: &TaskId, verdict: Verdict, runs: u32) -> Result<(), Error> {
+    async fn record_verdict(
+        &mut self,
+        id: &TaskId,
+        verdict: Verdict,
+        runs: u32,
+    ) -> Result<(), Error> {
         let mut task = self.task(id);
         task.verifications += runs;
         task.verdict = Some(verdict.clone());
@@ -110,7 +134,12 @@ impl Engine {
         let tasks = self.board.tasks.values();
         let ctx = Ctx {
             spec: &self.spec,
-            done: tasks.clone().filter(|t| t.is_finished()).map(summary).take(200).collect(),
+            done: tasks
+                .clone()
+                .filter(|t| t.is_finished())
+                .map(summary)
+                .take(200)
+                .collect(),
             remaining: tasks
                 .clone()
                 .filter(|t| t.is_remaining() && !t.is_finished())
@@ -138,7 +167,9 @@ impl Engine {
             Structured::Interrupted => None,
             Structured::Unusable(reason) => {
                 self.emit(Event::Warning {
-                    message: format!("gap analysis gave no usable answer ({reason}); no gaps recorded"),
+                    message: format!(
+                        "gap analysis gave no usable answer ({reason}); no gaps recorded"
+                    ),
                 });
                 Some(GapAnswer::default())
             }
@@ -149,7 +180,12 @@ impl Engine {
     async fn apply_verification(&mut self, gaps: GapAnswer) -> Result<(), Error> {
         let mut changed: HashMap<TaskId, Task> = HashMap::new();
         let mut order: Vec<TaskId> = Vec::new();
-        for task in self.board.tasks.values().filter(|t| t.status == TaskStatus::Done) {
+        for task in self
+            .board
+            .tasks
+            .values()
+            .filter(|t| t.status == TaskStatus::Done)
+        {
             if let Some(verdict) = &task.verdict {
                 order.push(task.id.clone());
                 changed.insert(task.id.clone(), apply_verdict(task.clone(), verdict));
@@ -199,13 +235,21 @@ impl Engine {
 
     /// Re-prioritizes every buildable task (as it will be after `changed`), adding the tasks
     /// whose priority or rank moved to `changed`. Returns the event to report.
-    fn prioritize(&self, changed: &mut HashMap<TaskId, Task>, order: &mut Vec<TaskId>) -> Result<Event, Error> {
+    fn prioritize(
+        &self,
+        changed: &mut HashMap<TaskId, Task>,
+        order: &mut Vec<TaskId>,
+    ) -> Result<Event, Error> {
         let current = |id: &TaskId| changed.get(id).or_else(|| self.board.tasks.get(id));
         let pending: Vec<Task> = self
             .board
             .tasks
             .keys()
-            .chain(order.iter().filter(|id| !self.board.tasks.contains_key(*id)))
+            .chain(
+                order
+                    .iter()
+                    .filter(|id| !self.board.tasks.contains_key(*id)),
+            )
             .filter_map(current)
             .filter(|t| t.is_buildable())
             .cloned()

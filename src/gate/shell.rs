@@ -72,11 +72,17 @@ impl Gate for ShellGate {
             .current_dir(&ctx.workspace)
             .output()
             .await
-            .map_err(|source| GateError::Spawn { gate: self.name.clone(), source })?;
+            .map_err(|source| GateError::Spawn {
+                gate: self.name.clone(),
+                source,
+            })?;
         let status = if out.status.success() {
             GateStatus::Passed
         } else {
-            GateStatus::Failed { code: out.status.code(), signal: None }
+            GateStatus::Failed {
+                code: out.status.code(),
+                signal: None,
+            }
         };
         let mut output = crate::output::BoundedOutput::with_defaults();
         output.push(&out.stdout);

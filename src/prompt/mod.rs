@@ -119,7 +119,10 @@ impl Prompts {
             origin: origin.clone(),
             message,
         };
-        let template = self.env.get_template(name).map_err(|e| error(describe(&e)))?;
+        let template = self
+            .env
+            .get_template(name)
+            .map_err(|e| error(describe(&e)))?;
         template
             .render(ctx)
             .map(|text| text.trim_end().to_owned() + "\n")
@@ -213,7 +216,10 @@ mod tests {
         assert_eq!(text, "Custom T\n");
         // retry includes the overridden build template
         let retry = p
-            .render("retry", &json!({"task": {"name": "T"}, "attempt": 2, "failure": "f"}))
+            .render(
+                "retry",
+                &json!({"task": {"name": "T"}, "attempt": 2, "failure": "f"}),
+            )
             .unwrap();
         assert!(retry.starts_with("Custom T"));
 

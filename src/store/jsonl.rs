@@ -20,7 +20,9 @@ impl JsonlStore {
     ///
     /// [`StoreError`] when the file cannot be opened or is locked.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        Ok(JsonlStore { path: path.as_ref().to_path_buf() })
+        Ok(JsonlStore {
+            path: path.as_ref().to_path_buf(),
+        })
     }
 
     /// The file.
