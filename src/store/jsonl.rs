@@ -1,43 +1,502 @@
-//! `JsonlStore`: seed 000's `plan.jsonl`. Placeholder.
+//! `JsonlStore`: the board as seed 000's `plan.jsonl`, one [`Change`] per line.
+//!
+//! # Format
+//!
+//! Each line is a whole record (`{"t":"task",…}`, `{"t":"issue",…}`, `{"t":"run",…}`,
+//! `{"t":"config",…}`); a later line for the same id supersedes earlier ones, so the board is
+//! the file's lines replayed in order through [`Board::apply`]. Blank lines are ignored.
+//!
+//! # Durability
+//!
+//! [`persist`](Store::persist) appends the changes' lines with one write and `fdatasync`s
+//! before returning, so a persist costs O(changes), not O(board). A crash mid-write can only
+//! leave a torn last line; the next load drops it (see [`JsonlStore::recovered`]) and cuts
+//! it off before appending again. Any other malformed line is an error, never skipped.
+//!
+//! # Compaction
+//!
+//! Superseded lines pile up. When they outnumber both 1000 and twice the live records, the
+//! persist that crosses the line rewrites the file as [`Board::snapshot`] instead of
+//! appending (temp file, fsync, rename, fsync the directory). Each rewrite costs O(board)
+//! but follows at least as many appends, so a persist stays O(1) amortized.
+//!
+//! # Locking
+//!
+//! The store holds an exclusive lock on `<path>.lock` for its lifetime, so two ralphs cannot
+//! interleave writes to one state. The lock is an OS file lock: it dies with its process,
+//! and a lock file left by a dead process does not block.
 
+use std::fmt;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, atomic};
 use crate::model::{Board, Change};
 
-/// The board as `plan.jsonl` lines.
-#[derive(Debug)]
+/// Superseded lines always tolerated before compacting, however small the board.
+const MIN_SUPERSEDED: usize = 1000;
+
+/// The board as `plan.jsonl` lines: append-only, fsynced, compacted, locked.
+///
+/// The file is read once, on the first [`load`](Store::load) or
+/// [`persist`](Store::persist); afterwards the store answers from an in-memory board it
+/// keeps in step with every persist. Edits made to the file by hand while the store is open
+/// are therefore not seen (and the lock says no other ralph may make them).
+///
+/// File I/O runs on tokio's blocking pool, so the store must be used inside a tokio runtime.
+///
+/// ```
+/// # tokio_test_block_on(async {
+/// use ralph::{JsonlStore, Store, model::{Change, Task}};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join(".ralph/plan.jsonl");
+///
+/// let store = JsonlStore::open(&path)?;
+/// store.persist(&[Change::Task(Task::new("t-1", "write docs"))]).await?;
+/// // One ralph per state: a second open is refused while the first is alive…
+/// assert!(JsonlStore::open(&path).is_err());
+/// drop(store);
+///
+/// // …and the next start resumes from the file.
+/// let store = JsonlStore::open(&path)?;
+/// assert_eq!(store.load().await?.tasks.len(), 1);
+/// assert_eq!(std::fs::read_to_string(&path)?, "{\"t\":\"task\",\"id\":\"t-1\",\"name\":\"write docs\",\"s\":\"p\"}\n");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
 pub struct JsonlStore {
+    shared: Arc<Shared>,
+}
+
+/// What the blocking tasks share with the store handle.
+struct Shared {
     path: PathBuf,
+    /// Holds the lock on `<path>.lock`; closing it when the store drops releases the lock.
+    _lock: File,
+    /// `None` until the file is read, and again after a failed write, so that the next call
+    /// re-reads what is really on disk instead of trusting a board that may have drifted.
+    log: Mutex<Option<Log>>,
+    /// Kept apart from `log` so that asking does not wait behind an fsync.
+    recovered: Mutex<Option<String>>,
+}
+
+/// The open file and what it holds.
+struct Log {
+    /// Opened for appending.
+    file: File,
+    board: Board,
+    /// Record lines in the file, superseded or not.
+    lines: usize,
+    /// Length of the good part of the file: everything up to the end of the last record.
+    end: u64,
+    tail: Tail,
+}
+
+/// How the file ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tail {
+    /// With a newline (or empty).
+    Clean,
+    /// With a good record that lacks its newline (a hand-edited file).
+    Unterminated,
+    /// With a torn line past `end`, to cut off before the next append.
+    Torn,
 }
 
 impl JsonlStore {
-    /// Opens (creating if needed) the store at `path`.
+    /// Opens the store at `path`, creating missing parent directories, and takes the lock on
+    /// `<path>.lock` until the store is dropped. The file itself is read (and created if
+    /// missing) on the first load or persist.
     ///
     /// # Errors
     ///
-    /// [`StoreError`] when the file cannot be opened or is locked.
+    /// [`StoreError::Locked`] when another store, in this or another process, holds the
+    /// lock; [`StoreError::Io`] when the directory or lock file cannot be created.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let dir = atomic::dir_of(&path);
+        fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        let lock = lock(&path)?;
+        // Only the lock holder compacts, so temp files seen now are from a crashed one.
+        atomic::remove_stale_temps(&path);
+        let shared = Shared {
+            path,
+            _lock: lock,
+            log: Mutex::new(None),
+            recovered: Mutex::new(None),
+        };
         Ok(JsonlStore {
-            path: path.as_ref().to_path_buf(),
+            shared: Arc::new(shared),
         })
     }
 
-    /// The file.
+    /// The `plan.jsonl` file.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared.path
+    }
+
+    /// What the last read of the file had to repair, if anything: a torn final line, left by
+    /// a write that a crash interrupted, was dropped. The changes on it were never reported
+    /// as persisted, so nothing acknowledged is lost; callers may want to log the note.
+    pub fn recovered(&self) -> Option<String> {
+        lock_ignoring_poison(&self.shared.recovered).clone()
+    }
+
+    /// Runs `f` on the blocking pool: file I/O and fsync must not stall the runtime.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
+    {
+        let shared = Arc::clone(&self.shared);
+        match tokio::task::spawn_blocking(move || f(&shared)).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(StoreError::Other(format!("store task did not finish: {e}"))),
+        }
+    }
+}
+
+impl fmt::Debug for JsonlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JsonlStore")
+            .field("path", &self.shared.path)
+            .finish_non_exhaustive()
     }
 }
 
 #[async_trait]
 impl Store for JsonlStore {
     async fn load(&self) -> Result<Board, StoreError> {
-        Ok(Board::new())
+        self.blocking(Shared::load).await
     }
 
-    async fn persist(&self, _changes: &[Change]) -> Result<(), StoreError> {
+    async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let changes = changes.to_vec();
+        self.blocking(move |shared| shared.persist(changes)).await
+    }
+}
+
+impl Shared {
+    fn load(&self) -> Result<Board, StoreError> {
+        let mut slot = self.slot();
+        Ok(self.loaded(&mut slot)?.board.clone())
+    }
+
+    fn persist(&self, changes: Vec<Change>) -> Result<(), StoreError> {
+        // Encode first: a record that cannot be written must not reach the board either.
+        let bytes = encode(&changes).map_err(unencodable)?;
+        let mut slot = self.slot();
+        let log = self.loaded(&mut slot)?;
+        log.lines += changes.len();
+        log.board.apply_all(changes);
+        let written = if log.should_compact() {
+            log.compact(&self.path)
+        } else {
+            log.append(&self.path, bytes)
+        };
+        if written.is_err() {
+            *slot = None;
+        }
+        written
+    }
+
+    /// The log, reading the file if it is not in memory.
+    fn loaded<'a>(&self, slot: &'a mut Option<Log>) -> Result<&'a mut Log, StoreError> {
+        let log = match slot.take() {
+            Some(log) => log,
+            None => {
+                let (log, note) = Log::read(&self.path)?;
+                *lock_ignoring_poison(&self.recovered) = note;
+                log
+            }
+        };
+        Ok(slot.insert(log))
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<Log>> {
+        self.log.lock().unwrap_or_else(|poisoned| {
+            // A panic mid-persist may have applied changes in memory that never reached the
+            // file: forget the board so the next call re-reads the truth.
+            let mut slot = poisoned.into_inner();
+            *slot = None;
+            self.log.clear_poison();
+            slot
+        })
+    }
+}
+
+impl Log {
+    /// Reads the whole file, creating it if missing. Returns a note if a torn tail was dropped.
+    fn read(path: &Path) -> Result<(Log, Option<String>), StoreError> {
+        let file = open_data(path).map_err(|e| io_error(path, e))?;
+        let mut log = Log {
+            file: file.try_clone().map_err(|e| io_error(path, e))?,
+            board: Board::new(),
+            lines: 0,
+            end: 0,
+            tail: Tail::Clean,
+        };
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        for number in 1.. {
+            line.clear();
+            let len = reader
+                .read_until(b'\n', &mut line)
+                .map_err(|e| io_error(path, e))?;
+            if len == 0 {
+                break;
+            }
+            let terminated = line.last() == Some(&b'\n');
+            match parse_line(&line) {
+                Ok(change) => log.keep_line(change, len, terminated),
+                // Only a write that a crash cut short leaves a line without its newline.
+                Err(_) if !terminated => return Ok((log.torn(), Some(torn_note(number, len)))),
+                Err(message) => {
+                    let path = path.to_path_buf();
+                    return Err(StoreError::Malformed {
+                        path,
+                        line: number,
+                        message,
+                    });
+                }
+            }
+        }
+        Ok((log, None))
+    }
+
+    /// Accounts for one good (or blank) line of `len` bytes.
+    fn keep_line(&mut self, change: Option<Change>, len: usize, terminated: bool) {
+        if let Some(change) = change {
+            self.board.apply(change);
+            self.lines += 1;
+        }
+        self.end += len as u64;
+        self.tail = if terminated {
+            Tail::Clean
+        } else {
+            Tail::Unterminated
+        };
+    }
+
+    fn torn(mut self) -> Log {
+        self.tail = Tail::Torn;
+        self
+    }
+
+    fn should_compact(&self) -> bool {
+        let live = live_records(&self.board);
+        self.lines.saturating_sub(live) > MIN_SUPERSEDED.max(2 * live)
+    }
+
+    /// Appends `bytes` (whole lines) with one write, then fsyncs.
+    fn append(&mut self, path: &Path, mut bytes: Vec<u8>) -> Result<(), StoreError> {
+        let io = |e| io_error(path, e);
+        match self.tail {
+            Tail::Clean => {}
+            Tail::Unterminated => bytes.insert(0, b'\n'),
+            Tail::Torn => self.file.set_len(self.end).map_err(io)?,
+        }
+        self.file.write_all(&bytes).map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        self.end += bytes.len() as u64;
+        self.tail = Tail::Clean;
         Ok(())
+    }
+
+    /// Replaces the file with the board's snapshot.
+    fn compact(&mut self, path: &Path) -> Result<(), StoreError> {
+        let snapshot = self.board.snapshot();
+        let bytes = encode(&snapshot).map_err(unencodable)?;
+        atomic::replace(path, &bytes).map_err(|e| io_error(path, e))?;
+        // The old handle still points at the replaced file; appends must go to the new one.
+        self.file = open_data(path).map_err(|e| io_error(path, e))?;
+        self.lines = snapshot.len();
+        self.end = bytes.len() as u64;
+        self.tail = Tail::Clean;
+        Ok(())
+    }
+}
+
+/// A line's record, `None` for a blank line, or what is wrong with it.
+fn parse_line(line: &[u8]) -> Result<Option<Change>, String> {
+    let text = std::str::from_utf8(line).map_err(|e| format!("not UTF-8: {e}"))?;
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(text)
+        .map(Some)
+        .map_err(|e| format!("not a plan record: {e}"))
+}
+
+fn torn_note(line: usize, len: usize) -> String {
+    format!(
+        "dropped a torn final line (line {line}, {len} bytes without a newline) left by an \
+         interrupted write; it is cut off before the next write"
+    )
+}
+
+/// The changes as lines, ready for one write.
+fn encode(changes: &[Change]) -> serde_json::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    for change in changes {
+        serde_json::to_writer(&mut bytes, change)?;
+        bytes.push(b'\n');
+    }
+    Ok(bytes)
+}
+
+/// How many lines [`Board::snapshot`] would write, without building it.
+fn live_records(board: &Board) -> usize {
+    board.tasks.len() + board.issues.len() + 1 + usize::from(board.config.is_some())
+}
+
+/// Opens `path` for reading and appending, creating it (durably) if missing.
+fn open_data(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).append(true);
+    match options.clone().create_new(true).open(path) {
+        Ok(file) => {
+            // A new file's directory entry is not durable until its directory is synced.
+            atomic::sync_dir(&atomic::dir_of(path))?;
+            Ok(file)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => options.open(path),
+        Err(e) => Err(e),
+    }
+}
+
+/// Takes the exclusive lock on `<data>.lock` and records who holds it.
+fn lock(data: &Path) -> Result<File, StoreError> {
+    let mut name = data.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    // No truncate: the holder's note must survive for whoever finds the lock taken.
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io_error(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            let holder = holder(&mut file);
+            return Err(StoreError::Locked { path, holder });
+        }
+        Err(TryLockError::Error(e)) => return Err(io_error(&path, e)),
+    }
+    stamp(&mut file).map_err(|e| io_error(&path, e))?;
+    Ok(file)
+}
+
+/// Writes who holds the lock into the lock file, for the error another ralph will show.
+fn stamp(file: &mut File) -> io::Result<()> {
+    file.set_len(0)?;
+    let note = format!(
+        "pid {}, since {}\n",
+        std::process::id(),
+        jiff::Timestamp::now()
+    );
+    file.write_all(note.as_bytes())
+}
+
+/// The lock holder's note, if it wrote one.
+fn holder(file: &mut File) -> Option<String> {
+    let mut note = String::new();
+    file.read_to_string(&mut note).ok()?;
+    let note = note.trim();
+    (!note.is_empty()).then(|| note.to_owned())
+}
+
+fn unencodable(e: serde_json::Error) -> StoreError {
+    StoreError::Other(format!("cannot write a change as JSON: {e}"))
+}
+
+fn io_error(path: &Path, source: io::Error) -> StoreError {
+    StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Only ever assigned whole, so a panic cannot leave it half-written.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Task;
+
+    fn task(id: &str) -> Change {
+        Change::Task(Task::new(id, "x"))
+    }
+
+    #[test]
+    fn blank_lines_are_skipped_and_bad_ones_explained() {
+        assert_eq!(parse_line(b"  \r\n").unwrap(), None);
+        assert!(
+            parse_line(b"{\"t\":\"task\"}\n")
+                .unwrap_err()
+                .contains("not a plan record")
+        );
+        assert!(parse_line(b"\xff\n").unwrap_err().contains("not UTF-8"));
+    }
+
+    #[test]
+    fn compaction_waits_for_max_of_floor_and_twice_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = Log::read(&dir.path().join("plan.jsonl")).unwrap();
+        log.board
+            .apply_all((0..10).map(|i| task(&format!("t-{i}"))));
+        let live = live_records(&log.board);
+        log.lines = live + MIN_SUPERSEDED;
+        assert!(!log.should_compact());
+        log.lines += 1;
+        assert!(log.should_compact());
+
+        log.board
+            .apply_all((0..1000).map(|i| task(&format!("u-{i}"))));
+        let live = live_records(&log.board);
+        log.lines = 3 * live;
+        assert!(!log.should_compact());
+        log.lines += 1;
+        assert!(log.should_compact());
+    }
+
+    #[test]
+    fn live_records_match_snapshot() {
+        let mut board = Board::new();
+        assert_eq!(live_records(&board), board.snapshot().len());
+        board.apply(task("t-1"));
+        board.apply(Change::Config(serde_json::Map::new()));
+        assert_eq!(live_records(&board), board.snapshot().len());
+    }
+
+    #[test]
+    fn unterminated_good_line_gets_its_newline_on_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plan.jsonl");
+        fs::write(&path, r#"{"t":"task","id":"t-1","name":"x","s":"p"}"#).unwrap();
+        let (mut log, note) = Log::read(&path).unwrap();
+        assert_eq!((note, log.tail, log.lines), (None, Tail::Unterminated, 1));
+        log.append(&path, encode(&[task("t-2")]).unwrap()).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        assert!(text.ends_with("\"t-2\",\"name\":\"x\",\"s\":\"p\"}\n"));
     }
 }

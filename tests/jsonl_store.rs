@@ -1,0 +1,469 @@
+//! `JsonlStore` against real files: format, recovery, locking, compaction, append costs.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use ralph::model::{
+    Board, Change, Issue, IssueId, IssueStatus, KillReason, RunState, Task, TaskId, TaskStatus,
+};
+use ralph::store::StoreError;
+use ralph::{JsonlStore, Store};
+
+fn plan(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join(".ralph").join("plan.jsonl")
+}
+
+fn task(id: &str, name: &str) -> Change {
+    Change::Task(Task::new(id, name))
+}
+
+fn line_of(change: &Change) -> String {
+    serde_json::to_string(change).expect("serializable") + "\n"
+}
+
+/// Opens, loads and closes, as the next start of ralph would.
+async fn reopen(path: &Path) -> Board {
+    JsonlStore::open(path)
+        .expect("unlocked")
+        .load()
+        .await
+        .expect("loads")
+}
+
+async fn load_err(path: &Path) -> StoreError {
+    JsonlStore::open(path)
+        .expect("unlocked")
+        .load()
+        .await
+        .expect_err("should not load")
+}
+
+fn write_plan(path: &Path, text: impl AsRef<[u8]>) {
+    fs::create_dir_all(path.parent().expect("in a dir")).expect("dir created");
+    fs::write(path, text).expect("written");
+}
+
+#[tokio::test]
+async fn creates_missing_dirs_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let store = JsonlStore::open(&path).unwrap();
+    assert_eq!(store.path(), path);
+    assert_eq!(store.load().await.unwrap(), Board::new());
+    assert_eq!(fs::read(&path).unwrap(), b"");
+    assert_eq!(store.recovered(), None);
+}
+
+#[tokio::test]
+async fn round_trips_tasks_issues_run_and_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let mut killed = Task::new("t-2", "parse the spec")
+        .with_acceptance("parses seed 000")
+        .with_deps(["t-1"])
+        .with_status(TaskStatus::Pending);
+    killed.kill_reason = Some(KillReason::ContextLimit);
+    killed.kill_log = Some("build/ralph-logs/ralph-20260119-build.log".into());
+    killed.attempts = 3;
+    let mut issue = Issue::new("i-1", "flaky test").with_origin("verify");
+    issue.status = IssueStatus::Resolved;
+    let mut run = RunState::default();
+    run.iteration = 4;
+    run.spec = Some("specs/construct.md".into());
+    run.next_task = 2;
+    let config = serde_json::json!({"timeout_ms": 300000, "context_kill": 0.95});
+    let changes = vec![
+        Change::Config(config.as_object().unwrap().clone()),
+        Change::Run(run),
+        Change::Issue(issue),
+        task("t-1", "scaffold"),
+        Change::Task(killed),
+    ];
+
+    let store = JsonlStore::open(&path).unwrap();
+    store.persist(&changes).await.unwrap();
+    let mut expected = Board::new();
+    expected.apply_all(changes);
+    assert_eq!(store.load().await.unwrap(), expected);
+    drop(store);
+    assert_eq!(reopen(&path).await, expected);
+}
+
+#[tokio::test]
+async fn later_lines_supersede_earlier_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    write_plan(
+        &path,
+        "{\"t\":\"task\",\"id\":\"t-1\",\"name\":\"old\",\"s\":\"p\"}\n\
+         {\"t\":\"task\",\"id\":\"t-2\",\"name\":\"other\",\"s\":\"p\"}\n\
+         \n\
+         {\"t\":\"task\",\"id\":\"t-1\",\"name\":\"new\",\"s\":\"d\"}\n",
+    );
+    let board = reopen(&path).await;
+    let names: Vec<_> = board.tasks.values().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["new", "other"],
+        "creation order kept, content replaced"
+    );
+    assert_eq!(board.tasks[&TaskId::new("t-1")].status, TaskStatus::Done);
+}
+
+#[tokio::test]
+async fn hand_written_seed_lines_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    write_plan(
+        &path,
+        r#"{"t": "config", "timeout_ms": 300000, "max_iterations": 10, "context_warn": 0.7, "context_compact": 0.85, "context_kill": 0.95}
+{"t": "issue", "id": "i-1", "text": "flaky test discovered", "s": "open"}
+{"t": "task", "id": "t-1", "name": "scaffold", "s": "pending"}
+{"t": "task", "id": "t-abc", "name": "...", "s": "p", "kill_reason": "timeout", "kill_log": "build/ralph-logs/ralph-20260119-build.log"}
+"#,
+    );
+    let board = reopen(&path).await;
+    assert_eq!(board.config.unwrap()["max_iterations"], 10);
+    assert_eq!(board.issues[&IssueId::new("i-1")].status, IssueStatus::Open);
+    assert!(board.tasks[&TaskId::new("t-1")].is_buildable());
+    let killed = &board.tasks[&TaskId::new("t-abc")];
+    assert!(killed.is_killed());
+    assert_eq!(
+        killed.kill_log.as_deref(),
+        Some(Path::new("build/ralph-logs/ralph-20260119-build.log"))
+    );
+}
+
+#[tokio::test]
+async fn malformed_line_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let good = line_of(&task("t-1", "a"));
+    write_plan(
+        &path,
+        format!("{good}\n{{\"t\":\"task\",\"id\":\"t-2\"}}\n{good}"),
+    );
+    let err = load_err(&path).await;
+    let StoreError::Malformed {
+        path: file,
+        line,
+        message,
+    } = &err
+    else {
+        panic!("not malformed: {err:?}")
+    };
+    assert_eq!((file, *line), (&path, 3), "blank lines still count");
+    assert!(
+        message.contains("missing field"),
+        "serde's reason kept: {message}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}:3: ", path.display()))
+    );
+}
+
+#[tokio::test]
+async fn malformed_last_line_with_newline_is_an_error_not_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    write_plan(
+        &path,
+        format!("{}{{\"t\":\"ta\n", line_of(&task("t-1", "a"))),
+    );
+    assert!(matches!(
+        load_err(&path).await,
+        StoreError::Malformed { line: 2, .. }
+    ));
+    // A store that cannot read the file refuses to write to it.
+    let store = JsonlStore::open(&path).unwrap();
+    assert!(store.persist(&[task("t-2", "b")]).await.is_err());
+}
+
+#[tokio::test]
+async fn non_utf8_line_is_malformed_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let mut bytes = line_of(&task("t-1", "a")).into_bytes();
+    bytes.extend_from_slice(b"{\"t\":\"task\",\"id\":\"t-\xff\",\"name\":\"x\",\"s\":\"p\"}\n");
+    write_plan(&path, bytes);
+    let err = load_err(&path).await;
+    let StoreError::Malformed { line, message, .. } = err else {
+        panic!("not malformed: {err:?}")
+    };
+    assert_eq!(line, 2);
+    assert!(message.contains("UTF-8"), "{message}");
+}
+
+#[tokio::test]
+async fn huge_line_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let notes = "gate output ".repeat(400_000);
+    let big = Change::Task(Task::new("t-1", "noisy").with_notes(notes.clone()));
+    let store = JsonlStore::open(&path).unwrap();
+    store.persist(&[big, task("t-2", "after")]).await.unwrap();
+    drop(store);
+    let board = reopen(&path).await;
+    assert_eq!(board.tasks[&TaskId::new("t-1")].notes, notes);
+    assert_eq!(board.tasks.len(), 2);
+}
+
+#[tokio::test]
+async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let good = line_of(&task("t-1", "a")) + &line_of(&task("t-2", "b"));
+    write_plan(&path, format!("{good}{{\"t\":\"task\",\"id\":\"t-3\",\"na"));
+
+    let store = JsonlStore::open(&path).unwrap();
+    assert_eq!(store.load().await.unwrap().tasks.len(), 2);
+    let note = store.recovered().expect("recovery reported");
+    assert!(note.contains("torn") && note.contains("line 3"), "{note}");
+
+    let next = task("t-4", "d");
+    store.persist(std::slice::from_ref(&next)).await.unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), good + &line_of(&next));
+    drop(store);
+
+    let store = JsonlStore::open(&path).unwrap();
+    assert_eq!(store.load().await.unwrap().tasks.len(), 3);
+    assert_eq!(store.recovered(), None);
+}
+
+/// A crash can stop a write after any byte; every such file must load as the last whole
+/// persist, or (for a line complete but for its newline) the one being written.
+#[tokio::test]
+async fn every_crash_point_of_an_append_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let before = line_of(&task("t-1", "a")) + &line_of(&task("t-2", "b"));
+    let appended = line_of(&task("t-2", "changed")) + &line_of(&task("t-3", "c"));
+    let full = before.clone() + &appended;
+    for cut in before.len()..full.len() {
+        write_plan(&path, &full[..cut]);
+        let store = JsonlStore::open(&path).unwrap();
+        let board = store.load().await.unwrap();
+        let whole_lines = full[..cut].matches('\n').count();
+        let torn = !full[..cut].ends_with('\n');
+        let parsed = if cut == full.len() - 1 || cut == before.len() + appended.find('\n').unwrap()
+        {
+            1 // complete JSON missing only its newline
+        } else {
+            0
+        };
+        assert_eq!(
+            store.recovered().is_some(),
+            torn && parsed == 0,
+            "cut at {cut}"
+        );
+        let expected = match whole_lines + parsed {
+            2 => ["a", "b"].as_slice(),
+            3 => ["a", "changed"].as_slice(),
+            _ => ["a", "changed", "c"].as_slice(),
+        };
+        let names: Vec<_> = board.tasks.values().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, expected, "cut at {cut}");
+        // Writing on is always possible and leaves a clean file.
+        store.persist(&[task("t-9", "z")]).await.unwrap();
+        drop(store);
+        assert_eq!(
+            reopen(&path).await.tasks.len(),
+            expected.len() + 1,
+            "cut at {cut}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn one_change_appends_exactly_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let store = JsonlStore::open(&path).unwrap();
+    store
+        .persist(&[task("t-1", "a"), task("t-2", "b")])
+        .await
+        .unwrap();
+    let before = fs::read(&path).unwrap();
+
+    let change = task("t-1", "a, again");
+    store.persist(std::slice::from_ref(&change)).await.unwrap();
+    let after = fs::read(&path).unwrap();
+    assert_eq!(&after[..before.len()], before, "earlier bytes unchanged");
+    assert_eq!(after[before.len()..], *line_of(&change).as_bytes());
+}
+
+#[tokio::test]
+async fn lock_refuses_a_second_open_and_is_released_on_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let first = JsonlStore::open(&path).unwrap();
+
+    let err = JsonlStore::open(&path).unwrap_err();
+    let StoreError::Locked { path: lock, holder } = &err else {
+        panic!("not locked: {err:?}")
+    };
+    assert_eq!(lock.file_name().unwrap(), "plan.jsonl.lock");
+    let holder = holder.as_deref().unwrap();
+    assert!(
+        holder.starts_with(&format!("pid {},", std::process::id())),
+        "{holder}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("locked by another ralph process"),
+        "{message}"
+    );
+    assert!(message.contains(holder), "{message}");
+
+    drop(first);
+    JsonlStore::open(&path).expect("lock released on drop");
+}
+
+#[tokio::test]
+async fn stale_lock_file_from_a_dead_process_does_not_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    write_plan(
+        &path.with_extension("jsonl.lock"),
+        "pid 999999, since 2026-01-19T00:00:00Z\n",
+    );
+    let store = JsonlStore::open(&path).expect("no process holds the lock");
+    store.persist(&[task("t-1", "a")]).await.unwrap();
+}
+
+#[tokio::test]
+async fn compaction_bounds_the_file_and_preserves_the_board() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let store = JsonlStore::open(&path).unwrap();
+    let mut expected = Board::new();
+    // One persist per round keeps the test to 500 fsyncs; the compaction check runs on
+    // every persist either way.
+    for round in 0..500 {
+        let changes: Vec<_> = (0..10)
+            .map(|n| {
+                let mut t = Task::new(format!("t-{n}"), format!("task {n}"));
+                t.attempts = round;
+                Change::Task(t)
+            })
+            .collect();
+        store.persist(&changes).await.unwrap();
+        expected.apply_all(changes);
+    }
+    let lines = fs::read_to_string(&path).unwrap().lines().count();
+    // 11 live records (10 tasks + run) plus at most 1000 superseded lines.
+    assert!(lines <= 1011, "{lines} lines after 5000 updates");
+    assert_eq!(store.load().await.unwrap(), expected);
+    let stray = fs::read_dir(path.parent().unwrap()).unwrap().count();
+    assert_eq!(stray, 2, "only plan.jsonl and its lock remain");
+    drop(store);
+
+    let store = JsonlStore::open(&path).unwrap();
+    assert_eq!(
+        store.load().await.unwrap(),
+        expected,
+        "reopened after compaction"
+    );
+    let before = fs::read(&path).unwrap();
+    let change = task("t-10", "new");
+    store.persist(std::slice::from_ref(&change)).await.unwrap();
+    let after = fs::read(&path).unwrap();
+    assert_eq!(
+        after,
+        [before, line_of(&change).into_bytes()].concat(),
+        "appends after reopen"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_persists_all_land() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let store = std::sync::Arc::new(JsonlStore::open(&path).unwrap());
+    let writers = (0..32).map(|n| {
+        let store = store.clone();
+        tokio::spawn(async move { store.persist(&[task(&format!("t-{n}"), "x")]).await })
+    });
+    for writer in writers.collect::<Vec<_>>() {
+        writer.await.unwrap().unwrap();
+    }
+    drop(store);
+    assert_eq!(reopen(&path).await.tasks.len(), 32);
+}
+
+/// Names the plan that [`hold_lock_in_child`] should lock, in the child process only.
+const HOLD_ENV: &str = "RALPH_TEST_HOLD_LOCK";
+const HOLDING: &str = "HOLDING-THE-LOCK";
+
+/// Not run on its own: the child process of `another_process_holds_the_lock_until_killed`.
+#[test]
+#[ignore = "child process of another_process_holds_the_lock_until_killed"]
+fn hold_lock_in_child() {
+    let Some(path) = std::env::var_os(HOLD_ENV) else {
+        return;
+    };
+    let _store = JsonlStore::open(path).unwrap();
+    println!("{HOLDING}");
+    // Hold until killed, or until the parent exits and closes our stdin.
+    let _ = std::io::stdin().read_line(&mut String::new());
+}
+
+#[tokio::test]
+async fn another_process_holds_the_lock_until_killed() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "hold_lock_in_child", "--ignored", "--nocapture"])
+        .env(HOLD_ENV, &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains(HOLDING) {
+        line.clear();
+        assert_ne!(out.read_line(&mut line).unwrap(), 0, "child exited early");
+    }
+
+    let err = JsonlStore::open(&path).unwrap_err();
+    let StoreError::Locked { holder, .. } = &err else {
+        panic!("not locked: {err:?}")
+    };
+    let expected = format!("pid {},", child.id());
+    assert!(holder.as_deref().unwrap().starts_with(&expected), "{err}");
+
+    // SIGKILL: no destructor runs, the lock file stays, and still the lock is gone.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    JsonlStore::open(&path).expect("the lock died with its process");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_change_that_cannot_be_written_changes_nothing() {
+    use std::os::unix::ffi::OsStrExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let store = JsonlStore::open(&path).unwrap();
+    store.persist(&[task("t-1", "a")]).await.unwrap();
+    let mut bad = Task::new("t-2", "b");
+    bad.kill_log = Some(std::ffi::OsStr::from_bytes(b"log-\xff").into());
+
+    let err = store.persist(&[task("t-1", "a2"), Change::Task(bad)]).await;
+    assert!(matches!(err, Err(StoreError::Other(_))), "{err:?}");
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        line_of(&task("t-1", "a")).as_bytes()
+    );
+    assert_eq!(
+        store.load().await.unwrap().tasks[&TaskId::new("t-1")].name,
+        "a"
+    );
+}
