@@ -467,3 +467,74 @@ async fn a_change_that_cannot_be_written_changes_nothing() {
         "a"
     );
 }
+
+/// A multi-change persist is all-or-nothing: wherever a crash cuts its write, the next
+/// load shows either none of it or all of it (a decomposed task never loses its subtasks).
+#[tokio::test]
+async fn a_batch_cut_anywhere_loads_as_none_or_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let store = JsonlStore::open(&path).unwrap();
+    store.persist(&[task("t-1", "a")]).await.unwrap();
+    let before = fs::read_to_string(&path).unwrap();
+    store
+        .persist(&[
+            task("t-1", "decomposed"),
+            task("t-1a", "x"),
+            task("t-1b", "y"),
+        ])
+        .await
+        .unwrap();
+    drop(store);
+    let full = fs::read_to_string(&path).unwrap();
+    assert!(
+        full[before.len()..].starts_with(r#"{"t":"batch","n":3}"#),
+        "{full}"
+    );
+    for cut in before.len()..=full.len() {
+        write_plan(&path, &full[..cut]);
+        let store = JsonlStore::open(&path).unwrap();
+        let board = store.load().await.unwrap();
+        let names: Vec<_> = board.tasks.values().map(|t| t.name.as_str()).collect();
+        // The last cut leaves every record whole, only the final newline missing.
+        if cut >= full.len() - 1 {
+            assert_eq!(names, ["decomposed", "x", "y"], "cut at {cut}");
+            assert_eq!(store.recovered(), None);
+        } else {
+            assert_eq!(names, ["a"], "cut at {cut}");
+            assert_eq!(
+                store.recovered().is_some(),
+                cut > before.len(),
+                "cut at {cut}"
+            );
+        }
+        store.persist(&[task("t-9", "z")]).await.unwrap();
+        drop(store);
+        assert_eq!(
+            reopen(&path).await.tasks.len(),
+            names.len() + 1,
+            "cut at {cut}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_header_without_records_or_nested_is_malformed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = plan(&dir);
+    let t = line_of(&task("t-1", "a"));
+    for (text, bad_line) in [
+        (format!("{{\"t\":\"batch\",\"n\":0}}\n{t}"), 1),
+        (
+            format!("{{\"t\":\"batch\",\"n\":2}}\n{{\"t\":\"batch\",\"n\":1}}\n{t}{t}"),
+            2,
+        ),
+    ] {
+        write_plan(&path, &text);
+        let err = JsonlStore::open(&path).unwrap().load().await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Malformed { line, .. } if line == bad_line),
+            "{err}"
+        );
+    }
+}

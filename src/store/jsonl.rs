@@ -6,6 +6,10 @@
 //! `{"t":"config",…}`); a later line for the same id supersedes earlier ones, so the board is
 //! the file's lines replayed in order through [`Board::apply`]. Blank lines are ignored.
 //!
+//! A persist of several changes is one transaction: its lines follow a header line
+//! `{"t":"batch","n":<count>}`, and a batch cut short by a crash is dropped whole, so the
+//! board never shows half of a transition (a decomposed task without its subtasks).
+//!
 //! # Durability
 //!
 //! [`persist`](Store::persist) appends the changes' lines with one write and `fdatasync`s
@@ -199,7 +203,7 @@ impl Shared {
         let bytes = encode(&changes).map_err(unencodable)?;
         let mut slot = self.slot();
         let log = self.loaded(&mut slot)?;
-        log.lines += changes.len();
+        log.lines += changes.len() + usize::from(changes.len() > 1);
         log.board.apply_all(changes);
         let written = if log.should_compact() {
             log.compact(&self.path)
@@ -250,6 +254,7 @@ impl Log {
         };
         let mut reader = BufReader::new(file);
         let mut line = Vec::new();
+        let mut batch: Option<Batch> = None;
         for number in 1.. {
             line.clear();
             let len = reader
@@ -259,21 +264,54 @@ impl Log {
                 break;
             }
             let terminated = line.last() == Some(&b'\n');
-            match parse_line(&line) {
-                Ok(change) => log.keep_line(change, len, terminated),
+            let parsed = match parse_line(&line) {
+                Ok(parsed) => parsed,
                 // Only a write that a crash cut short leaves a line without its newline.
-                Err(_) if !terminated => return Ok((log.torn(), Some(torn_note(number, len)))),
-                Err(message) => {
-                    let path = path.to_path_buf();
-                    return Err(StoreError::Malformed {
-                        path,
-                        line: number,
-                        message,
-                    });
+                Err(_) if !terminated => {
+                    return Ok((log.torn(batch.as_ref()), Some(torn_note(number, len))));
                 }
+                Err(message) => return Err(malformed(path, number, message)),
+            };
+            match (parsed, &mut batch) {
+                (Line::Batch(_), Some(_)) => {
+                    return Err(malformed(
+                        path,
+                        number,
+                        "a batch header inside a batch".into(),
+                    ));
+                }
+                (Line::Batch(count), None) => {
+                    batch = Some(Batch::new(count, log.end, number));
+                    log.keep_line(None, len, terminated);
+                    log.lines += 1;
+                }
+                (Line::Record(change), Some(open)) => {
+                    open.changes.push(change);
+                    log.keep_line(None, len, terminated);
+                    log.lines += 1;
+                    if open.changes.len() == open.count {
+                        log.board.apply_all(std::mem::take(&mut open.changes));
+                        batch = None;
+                    }
+                }
+                (Line::Record(change), None) => log.keep_line(Some(change), len, terminated),
+                (Line::Blank, _) => log.keep_line(None, len, terminated),
             }
         }
-        Ok((log, None))
+        Ok(match batch {
+            // Fewer lines than the header promised: the write was cut after a newline.
+            Some(open) => {
+                let note = format!(
+                    "dropped an incomplete batch (line {}: {} of {} records) left by an \
+                     interrupted write; it is cut off before the next write",
+                    open.line,
+                    open.changes.len(),
+                    open.count
+                );
+                (log.torn(Some(&open)), Some(note))
+            }
+            None => (log, None),
+        })
     }
 
     /// Accounts for one good (or blank) line of `len` bytes.
@@ -290,7 +328,11 @@ impl Log {
         };
     }
 
-    fn torn(mut self) -> Log {
+    /// Marks the file as ending in a torn write, which starts at the open batch if any.
+    fn torn(mut self, batch: Option<&Batch>) -> Log {
+        if let Some(open) = batch {
+            self.end = open.start;
+        }
         self.tail = Tail::Torn;
         self
     }
@@ -318,7 +360,7 @@ impl Log {
     /// Replaces the file with the board's snapshot.
     fn compact(&mut self, path: &Path) -> Result<(), StoreError> {
         let snapshot = self.board.snapshot();
-        let bytes = encode(&snapshot).map_err(unencodable)?;
+        let bytes = encode_lines(&snapshot).map_err(unencodable)?;
         atomic::replace(path, &bytes).map_err(|e| io_error(path, e))?;
         // The old handle still points at the replaced file; appends must go to the new one.
         self.file = open_data(path).map_err(|e| io_error(path, e))?;
@@ -329,15 +371,72 @@ impl Log {
     }
 }
 
-/// A line's record, `None` for a blank line, or what is wrong with it.
-fn parse_line(line: &[u8]) -> Result<Option<Change>, String> {
+/// What one line of the file holds.
+enum Line {
+    Blank,
+    Batch(usize),
+    Record(Change),
+}
+
+/// The header of a multi-change persist: `{"t":"batch","n":3}`.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchHeader {
+    t: String,
+    n: usize,
+}
+
+impl BatchHeader {
+    const TAG: &str = "batch";
+}
+
+/// A batch being read: its records are applied only once all have been read.
+struct Batch {
+    count: usize,
+    changes: Vec<Change>,
+    /// Offset of the header: where a torn batch is cut off.
+    start: u64,
+    /// Line number of the header, for the recovery note.
+    line: usize,
+}
+
+impl Batch {
+    fn new(count: usize, start: u64, line: usize) -> Self {
+        Batch {
+            count,
+            changes: Vec::with_capacity(count.min(4096)),
+            start,
+            line,
+        }
+    }
+}
+
+/// A line's record or batch header, or what is wrong with it.
+fn parse_line(line: &[u8]) -> Result<Line, String> {
     let text = std::str::from_utf8(line).map_err(|e| format!("not UTF-8: {e}"))?;
     if text.trim().is_empty() {
-        return Ok(None);
+        return Ok(Line::Blank);
+    }
+    if text.contains(r#""batch""#)
+        && let Ok(header) = serde_json::from_str::<BatchHeader>(text)
+        && header.t == BatchHeader::TAG
+    {
+        return match header.n {
+            0 => Err("a batch header with no records".into()),
+            n => Ok(Line::Batch(n)),
+        };
     }
     serde_json::from_str(text)
-        .map(Some)
+        .map(Line::Record)
         .map_err(|e| format!("not a plan record: {e}"))
+}
+
+fn malformed(path: &Path, line: usize, message: String) -> StoreError {
+    StoreError::Malformed {
+        path: path.to_path_buf(),
+        line,
+        message,
+    }
 }
 
 fn torn_note(line: usize, len: usize) -> String {
@@ -347,8 +446,23 @@ fn torn_note(line: usize, len: usize) -> String {
     )
 }
 
-/// The changes as lines, ready for one write.
+/// The changes as lines, ready for one write; several changes get a batch header.
 fn encode(changes: &[Change]) -> serde_json::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    if changes.len() > 1 {
+        let header = BatchHeader {
+            t: BatchHeader::TAG.to_owned(),
+            n: changes.len(),
+        };
+        serde_json::to_writer(&mut bytes, &header)?;
+        bytes.push(b'\n');
+    }
+    bytes.extend(encode_lines(changes)?);
+    Ok(bytes)
+}
+
+/// The changes as bare lines (a snapshot needs no header: it replaces the file atomically).
+fn encode_lines(changes: &[Change]) -> serde_json::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     for change in changes {
         serde_json::to_writer(&mut bytes, change)?;
