@@ -48,6 +48,14 @@ macro_rules! id_type {
             }
         }
 
+        // Hash and Eq are those of the inner string, so maps keyed by ids can be
+        // indexed with a `&str`.
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl AsRef<str> for $name {
             fn as_ref(&self) -> &str {
                 &self.0

@@ -1,0 +1,86 @@
+//! Helpers shared by the integration tests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use ralph::agent::Script;
+use ralph::{Event, Observer};
+use serde_json::{Value, json};
+
+/// Collects every event.
+#[derive(Clone, Default)]
+pub struct Recorder(Arc<Mutex<Vec<Event>>>);
+
+impl Recorder {
+    pub fn events(&self) -> Vec<Event> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// `(iteration, STAGE)` of every stage entered.
+    pub fn stages(&self) -> Vec<(u32, String)> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::StageEntered {
+                    iteration, stage, ..
+                } => Some((iteration, stage.to_string())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Events as JSON values whose `event` is `kind`.
+    pub fn of_kind(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .filter(|v| v["event"] == kind)
+            .collect()
+    }
+}
+
+impl Observer for Recorder {
+    fn on_event(&self, event: &Event) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+/// A workspace with a spec file.
+pub fn workspace(spec: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.md"), spec).unwrap();
+    dir
+}
+
+pub fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// An investigate answer with tasks `(name, accept)`.
+pub fn tasks(list: &[(&str, &str)]) -> Script {
+    let tasks: Vec<Value> = list
+        .iter()
+        .map(|(name, accept)| json!({"name": name, "accept": accept}))
+        .collect();
+    Script::new().json(json!({ "tasks": tasks }))
+}
+
+pub fn accept(reason: &str) -> Script {
+    Script::new().json(json!({"verdict": "accept", "reason": reason}))
+}
+
+pub fn reject(reason: &str) -> Script {
+    Script::new().json(json!({"verdict": "reject", "reason": reason}))
+}
+
+pub fn no_gaps() -> Script {
+    Script::new().json(json!({"tasks": [], "issues": []}))
+}
+
+pub fn done() -> Script {
+    Script::new().answer("Implemented.\n<TASK_DONE>")
+}
