@@ -3,7 +3,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -291,9 +291,9 @@ pub fn estimate_complexity(task: &Task) -> Complexity {
         return complexity;
     }
     let by_name = with_words(&task.name, |name| {
-        if matches_any(name, LARGE_PATTERNS) {
+        if LARGE.any_in(name) {
             Some(Complexity::Large)
-        } else if matches_any(name, SMALL_PATTERNS) {
+        } else if SMALL.any_in(name) {
             Some(Complexity::Small)
         } else {
             None
@@ -318,7 +318,7 @@ fn complexity_by_length(task: &Task) -> Complexity {
 
 /// Whether the task's name marks it as documentation, cleanup, polish or nice-to-have.
 fn is_low_value(task: &Task) -> bool {
-    with_words(&task.name, |name| matches_any(name, LOW_PATTERNS))
+    with_words(&task.name, |name| LOW.any_in(name))
 }
 
 /// The computed priority of a task without an explicit one (rules 1–5 of [`CriticalPath`]).
@@ -350,30 +350,40 @@ fn with_words<R>(text: &str, f: impl FnOnce(&[&str]) -> R) -> R {
     f(&words)
 }
 
-fn matches_any(words: &[&str], patterns: &[&str]) -> bool {
-    patterns.iter().any(|p| matches_pattern(words, p))
+/// Name patterns split once into phrases of adjacent words, not on every task: splitting
+/// per task cost most of the running time on large inputs.
+struct Patterns(Vec<Vec<Vec<&'static str>>>);
+
+static SMALL: LazyLock<Patterns> = LazyLock::new(|| Patterns::parse(SMALL_PATTERNS));
+static LARGE: LazyLock<Patterns> = LazyLock::new(|| Patterns::parse(LARGE_PATTERNS));
+static LOW: LazyLock<Patterns> = LazyLock::new(|| Patterns::parse(LOW_PATTERNS));
+
+impl Patterns {
+    /// Space-separated words must be adjacent; ` … ` separates phrases with anything between.
+    fn parse(patterns: &[&'static str]) -> Self {
+        let phrases = |p: &'static str| p.split(" … ").map(|ph| ph.split(' ').collect()).collect();
+        Patterns(patterns.iter().map(|p| phrases(p)).collect())
+    }
+
+    /// Whether any pattern occurs in `words`.
+    fn any_in(&self, words: &[&str]) -> bool {
+        self.0.iter().any(|pattern| occurs(words, pattern))
+    }
 }
 
-/// Whether `words` contain `pattern`: its space-separated words adjacent, its ` … `-separated
-/// phrases in order with anything between.
-fn matches_pattern(words: &[&str], pattern: &str) -> bool {
+/// Whether the phrases of `pattern` occur in `words` in order.
+fn occurs(words: &[&str], pattern: &[Vec<&str>]) -> bool {
     let mut rest = words;
-    for phrase in pattern.split(" … ") {
-        match find_phrase(rest, phrase) {
-            Some(end) => rest = &rest[end..],
+    for phrase in pattern {
+        match rest
+            .windows(phrase.len())
+            .position(|w| w == phrase.as_slice())
+        {
+            Some(i) => rest = &rest[i + phrase.len()..],
             None => return false,
         }
     }
     true
-}
-
-/// The index just past the first occurrence of `phrase` in `words`.
-fn find_phrase(words: &[&str], phrase: &str) -> Option<usize> {
-    let len = phrase.split(' ').count();
-    let last = words.len().checked_sub(len)?;
-    (0..=last)
-        .find(|&i| words[i..i + len].iter().copied().eq(phrase.split(' ')))
-        .map(|i| i + len)
 }
 
 /// Adjacency lists packed into one buffer (compressed sparse rows): two allocations however
@@ -426,9 +436,11 @@ impl Graph {
     /// Resolves ids to indices, dropping unknown and repeated dependencies. With duplicate
     /// task ids, dependencies resolve to the first.
     fn new(tasks: &[Task]) -> Self {
-        let mut index: HashMap<&TaskId, usize> = HashMap::with_capacity(tasks.len());
+        // Keyed by `&str`, not `&TaskId`: the length then sits in the table, and a probe only
+        // follows the pointer to the id's bytes when the lengths agree.
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(tasks.len());
         for (v, task) in tasks.iter().enumerate() {
-            index.entry(&task.id).or_insert(v);
+            index.entry(task.id.as_str()).or_insert(v);
         }
         // `added_by[u] == v + 1` once `v`'s edge to `u` is in: dedup without sorting.
         let mut added_by = vec![0; tasks.len()];
@@ -436,7 +448,11 @@ impl Graph {
         let mut targets = Vec::new();
         starts.push(0);
         for (v, task) in tasks.iter().enumerate() {
-            for u in task.deps.iter().filter_map(|d| index.get(d).copied()) {
+            for u in task
+                .deps
+                .iter()
+                .filter_map(|d| index.get(d.as_str()).copied())
+            {
                 if added_by[u] != v + 1 {
                     added_by[u] = v + 1;
                     targets.push(u);
