@@ -1,11 +1,13 @@
 //! The `Prioritizer` seam and the default [`CriticalPath`] algorithm (seed 000).
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Priority, Task, TaskId};
+use crate::model::{Complexity, Priority, Task, TaskId};
 
 /// Counts reported after a prioritization (seed 000: `{"prioritized":5,"high":2,…}`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +65,8 @@ impl Prioritized {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PrioritizeError {
-    /// A dependency cycle; `tasks` lists it in order, the first repeated at the end.
+    /// A dependency cycle; `tasks` lists it in order, each depending on the next, the first
+    /// repeated at the end. A task depending on itself is a cycle of one: `t-1 -> t-1`.
     #[error("dependency cycle: {}", join_ids(.tasks))]
     Cycle {
         /// The cycle, e.g. `t-1 -> t-2 -> t-1`.
@@ -117,11 +120,50 @@ fn _assert_prioritizer_object_safe(
 
 /// Seed 000's algorithm: dependency graph, unblock counts, critical path, complexity.
 ///
-/// - explicit priorities are kept;
-/// - HIGH: small tasks that unblock many others, and tasks on the critical path;
-/// - LOW: documentation, cleanup, nice-to-have;
-/// - MEDIUM: everything else;
-/// - order: priority descending, never before a dependency; ties keep the input order.
+/// Explicit priorities are kept. Every other task gets the first rule that applies:
+///
+/// 1. **HIGH** when at least 3 tasks depend on it directly;
+/// 2. **HIGH** when it is [small](estimate_complexity) and at least 2 tasks depend on it
+///    directly;
+/// 3. **LOW** when nothing depends on it and its name marks it as documentation, cleanup,
+///    polish or nice-to-have (`docs`, `readme`, `changelog`, `cleanup`, `clean up`, `tidy`,
+///    `polish`, `cosmetic`, `nice to have`, …);
+/// 4. **HIGH** when it lies on a longest dependency chain and that chain has at least 2
+///    tasks (so a set of independent tasks has no critical path);
+/// 5. **MEDIUM** otherwise.
+///
+/// Dependents are counted directly, not transitively: the transitive count costs more than
+/// linear time in general, and deep chains are already caught by rule 4. Rule 3 comes
+/// before rule 4 because a leaf of the longest chain blocks nothing: running its docs early
+/// does not bring any other task closer.
+///
+/// The order is priority descending, never before a task it depends on; ties keep the input
+/// order. A dependency on an id outside the input counts as satisfied; a repeated dependency
+/// counts once. The whole computation is `O((tasks + dependencies) · log tasks)` and uses no
+/// recursion, so long chains cannot overflow the stack.
+///
+/// # Examples
+///
+/// ```
+/// use ralph::model::{Priority, Task};
+/// use ralph::{CriticalPath, Prioritizer};
+///
+/// let tasks = vec![
+///     Task::new("t-1", "Update the README"),
+///     Task::new("t-2", "Implement the config loader"),
+///     Task::new("t-3", "Implement the CLI on top of the loader").with_deps(["t-2"]),
+/// ];
+/// let out = CriticalPath::new().prioritize(&tasks)?;
+///
+/// // t-2 -> t-3 is the critical path; the README can wait.
+/// let order: Vec<_> = out.order.iter().map(|a| (a.id.as_str(), a.priority)).collect();
+/// assert_eq!(
+///     order,
+///     [("t-2", Priority::High), ("t-3", Priority::High), ("t-1", Priority::Low)]
+/// );
+/// assert_eq!((out.report.high, out.report.low), (2, 1));
+/// # Ok::<(), ralph::prioritize::PrioritizeError>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct CriticalPath {}
@@ -141,15 +183,734 @@ impl fmt::Display for CriticalPath {
 
 impl Prioritizer for CriticalPath {
     fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
-        // Placeholder until the real algorithm lands: explicit priority or medium, input order.
-        Ok(Prioritized::from_order(
-            tasks
+        let graph = Graph::new(tasks);
+        let topo = graph
+            .topological_order()
+            .map_err(|cycle| cycle_error(tasks, &cycle))?;
+        let critical = graph.critical(&topo);
+        let priorities: Vec<Priority> = tasks
+            .iter()
+            .enumerate()
+            .map(|(v, task)| {
+                task.priority
+                    .unwrap_or_else(|| classify(task, graph.dependents.of(v).len(), critical[v]))
+            })
+            .collect();
+        let order = graph
+            .order_by(&priorities)
+            .into_iter()
+            .map(|v| Assignment {
+                id: tasks[v].id.clone(),
+                priority: priorities[v],
+            })
+            .collect();
+        Ok(Prioritized::from_order(order))
+    }
+}
+
+/// Rule 1: this many direct dependents make any task HIGH.
+const MANY_DEPENDENTS: usize = 3;
+/// Rule 2: this many direct dependents make a small task HIGH.
+const SMALL_UNBLOCKS: usize = 2;
+/// Rule 4: a longest chain shorter than this is no critical path.
+const MIN_CRITICAL_CHAIN: u32 = 2;
+/// Text (name, notes and acceptance) of at most this many words is small work.
+const SHORT_TEXT_WORDS: usize = 8;
+/// Text of at least this many words is large work.
+const LONG_TEXT_WORDS: usize = 150;
+
+/// Name patterns of small work. ` … ` allows any words in between.
+const SMALL_PATTERNS: &[&str] = &[
+    "rename",
+    "renames",
+    "renaming",
+    "typo",
+    "typos",
+    "bump",
+    "bumps",
+    "tweak",
+    "add … field",
+    "add … fields",
+];
+/// Name patterns of large work; they win over the small ones ("rename and refactor …").
+const LARGE_PATTERNS: &[&str] = &[
+    "refactor",
+    "refactors",
+    "refactoring",
+    "migrate",
+    "migrates",
+    "migration",
+    "redesign",
+    "rewrite",
+    "overhaul",
+    "implement … system",
+    "implement … subsystem",
+];
+/// Name patterns of low-value work (rule 3). Bare `document` and `comment` are left out:
+/// "document store" and "comment API" are features.
+const LOW_PATTERNS: &[&str] = &[
+    "doc",
+    "docs",
+    "documentation",
+    "rustdoc",
+    "docstring",
+    "docstrings",
+    "readme",
+    "changelog",
+    "cleanup",
+    "clean up",
+    "tidy",
+    "polish",
+    "cosmetic",
+    "cosmetics",
+    "nice to have",
+];
+
+/// A task's size: its explicit complexity, else an estimate from its text.
+///
+/// The estimate looks for keywords in the name first, large before small:
+///
+/// - large: `refactor`, `migrate`/`migration`, `redesign`, `rewrite`, `overhaul`,
+///   `implement … system`;
+/// - small: `rename`, `typo`, `bump`, `tweak`, `add … field`.
+///
+/// Without a keyword it goes by the length of name, notes and acceptance together:
+/// at most 8 words is small, at least 150 is large, anything between is medium. Keywords
+/// are not looked for in notes and acceptance, which often say what *not* to do ("no need
+/// to refactor the parser").
+///
+/// ```
+/// use ralph::model::{Complexity, Task};
+/// use ralph::prioritize::estimate_complexity;
+///
+/// assert_eq!(estimate_complexity(&Task::new("t-1", "Rename Config::load")), Complexity::Small);
+/// assert_eq!(estimate_complexity(&Task::new("t-2", "Migrate the store to SQLite")), Complexity::Large);
+/// ```
+pub fn estimate_complexity(task: &Task) -> Complexity {
+    if let Some(complexity) = task.complexity {
+        return complexity;
+    }
+    let by_name = with_words(&task.name, |name| {
+        if LARGE.any_in(name) {
+            Some(Complexity::Large)
+        } else if SMALL.any_in(name) {
+            Some(Complexity::Small)
+        } else {
+            None
+        }
+    });
+    by_name.unwrap_or_else(|| complexity_by_length(task))
+}
+
+fn complexity_by_length(task: &Task) -> Complexity {
+    let words = [&task.name, &task.notes, &task.acceptance]
+        .into_iter()
+        .map(|text| words(text).count())
+        .sum::<usize>();
+    if words <= SHORT_TEXT_WORDS {
+        Complexity::Small
+    } else if words >= LONG_TEXT_WORDS {
+        Complexity::Large
+    } else {
+        Complexity::Medium
+    }
+}
+
+/// Whether the task's name marks it as documentation, cleanup, polish or nice-to-have.
+fn is_low_value(task: &Task) -> bool {
+    with_words(&task.name, |name| LOW.any_in(name))
+}
+
+/// The computed priority of a task without an explicit one (rules 1–5 of [`CriticalPath`]).
+fn classify(task: &Task, dependents: usize, critical: bool) -> Priority {
+    // Rules 1 and 2; the size estimate is only needed, and only paid for, in the 2 case.
+    let unblocks_many = dependents >= MANY_DEPENDENTS
+        || (dependents >= SMALL_UNBLOCKS && estimate_complexity(task) == Complexity::Small);
+    if unblocks_many {
+        Priority::High
+    } else if dependents == 0 && is_low_value(task) {
+        Priority::Low
+    } else if critical {
+        Priority::High
+    } else {
+        Priority::Medium
+    }
+}
+
+/// The words of `text`: runs of letters and digits, so `nice-to-have` is three words.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+}
+
+/// Runs `f` on the lower-cased words of `text`.
+fn with_words<R>(text: &str, f: impl FnOnce(&[&str]) -> R) -> R {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = words(&lower).collect();
+    f(&words)
+}
+
+/// Name patterns split once into phrases of adjacent words, not on every task: splitting
+/// per task cost most of the running time on large inputs.
+struct Patterns(Vec<Vec<Vec<&'static str>>>);
+
+static SMALL: LazyLock<Patterns> = LazyLock::new(|| Patterns::parse(SMALL_PATTERNS));
+static LARGE: LazyLock<Patterns> = LazyLock::new(|| Patterns::parse(LARGE_PATTERNS));
+static LOW: LazyLock<Patterns> = LazyLock::new(|| Patterns::parse(LOW_PATTERNS));
+
+impl Patterns {
+    /// Space-separated words must be adjacent; ` … ` separates phrases with anything between.
+    fn parse(patterns: &[&'static str]) -> Self {
+        let phrases = |p: &'static str| p.split(" … ").map(|ph| ph.split(' ').collect()).collect();
+        Patterns(patterns.iter().map(|p| phrases(p)).collect())
+    }
+
+    /// Whether any pattern occurs in `words`.
+    fn any_in(&self, words: &[&str]) -> bool {
+        self.0.iter().any(|pattern| occurs(words, pattern))
+    }
+}
+
+/// Whether the phrases of `pattern` occur in `words` in order.
+fn occurs(words: &[&str], pattern: &[Vec<&str>]) -> bool {
+    let mut rest = words;
+    for phrase in pattern {
+        match rest
+            .windows(phrase.len())
+            .position(|w| w == phrase.as_slice())
+        {
+            Some(i) => rest = &rest[i + phrase.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Adjacency lists packed into one buffer (compressed sparse rows): two allocations however
+/// many tasks, and each list is a contiguous slice.
+struct Adjacency {
+    starts: Vec<usize>,
+    targets: Vec<usize>,
+}
+
+impl Adjacency {
+    fn of(&self, v: usize) -> &[usize] {
+        &self.targets[self.starts[v]..self.starts[v + 1]]
+    }
+
+    fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    /// The same edges pointing the other way; each reversed list is in ascending order.
+    fn reversed(&self) -> Adjacency {
+        let n = self.len();
+        let mut starts = vec![0; n + 1];
+        for &u in &self.targets {
+            starts[u + 1] += 1;
+        }
+        for v in 0..n {
+            starts[v + 1] += starts[v];
+        }
+        let mut next = starts.clone();
+        let mut targets = vec![0; self.targets.len()];
+        for v in 0..n {
+            for &u in self.of(v) {
+                targets[next[u]] = v;
+                next[u] += 1;
+            }
+        }
+        Adjacency { starts, targets }
+    }
+}
+
+/// The dependency graph over task indices (input positions).
+struct Graph {
+    /// `deps.of(v)`: the tasks `v` waits for.
+    deps: Adjacency,
+    /// `dependents.of(v)`: the tasks waiting for `v`.
+    dependents: Adjacency,
+}
+
+impl Graph {
+    /// Resolves ids to indices, dropping unknown and repeated dependencies. With duplicate
+    /// task ids, dependencies resolve to the first.
+    fn new(tasks: &[Task]) -> Self {
+        // Keyed by `&str`, not `&TaskId`: the length then sits in the table, and a probe only
+        // follows the pointer to the id's bytes when the lengths agree.
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(tasks.len());
+        for (v, task) in tasks.iter().enumerate() {
+            index.entry(task.id.as_str()).or_insert(v);
+        }
+        // `added_by[u] == v + 1` once `v`'s edge to `u` is in: dedup without sorting.
+        let mut added_by = vec![0; tasks.len()];
+        let mut starts = Vec::with_capacity(tasks.len() + 1);
+        let mut targets = Vec::new();
+        starts.push(0);
+        for (v, task) in tasks.iter().enumerate() {
+            for u in task
+                .deps
                 .iter()
-                .map(|t| Assignment {
-                    id: t.id.clone(),
-                    priority: t.priority.unwrap_or(Priority::Medium),
-                })
-                .collect(),
-        ))
+                .filter_map(|d| index.get(d.as_str()).copied())
+            {
+                if added_by[u] != v + 1 {
+                    added_by[u] = v + 1;
+                    targets.push(u);
+                }
+            }
+            starts.push(targets.len());
+        }
+        let deps = Adjacency { starts, targets };
+        let dependents = deps.reversed();
+        Graph { deps, dependents }
+    }
+
+    fn in_degrees(&self) -> Vec<usize> {
+        (0..self.deps.len())
+            .map(|v| self.deps.of(v).len())
+            .collect()
+    }
+
+    /// Kahn's algorithm; on a cycle, the indices of one cycle instead.
+    fn topological_order(&self) -> Result<Vec<usize>, Vec<usize>> {
+        let mut waiting = self.in_degrees();
+        let mut order: Vec<usize> = (0..waiting.len()).filter(|&v| waiting[v] == 0).collect();
+        // `order` doubles as the FIFO queue: everything before `next` is processed.
+        let mut next = 0;
+        while let Some(&v) = order.get(next) {
+            next += 1;
+            for &w in self.dependents.of(v) {
+                waiting[w] -= 1;
+                if waiting[w] == 0 {
+                    order.push(w);
+                }
+            }
+        }
+        if order.len() == waiting.len() {
+            Ok(order)
+        } else {
+            Err(self.find_cycle(&waiting))
+        }
+    }
+
+    /// One cycle among the tasks Kahn's algorithm could not release (`waiting > 0`), each
+    /// depending on the next, starting at its lowest index.
+    ///
+    /// A stuck task always has a stuck dependency, so walking from one stuck task to a stuck
+    /// dependency must revisit a task; the walk from the revisit on is the cycle. Iterative
+    /// and linear, unlike a recursive DFS.
+    fn find_cycle(&self, waiting: &[usize]) -> Vec<usize> {
+        const UNSEEN: usize = usize::MAX;
+        let stuck = |v: usize| waiting[v] > 0;
+        let mut seen_at = vec![UNSEEN; waiting.len()];
+        let mut path = Vec::new();
+        let mut v = (0..waiting.len()).find(|&v| stuck(v)).unwrap_or_default();
+        while seen_at[v] == UNSEEN {
+            seen_at[v] = path.len();
+            path.push(v);
+            v = self
+                .deps
+                .of(v)
+                .iter()
+                .copied()
+                .find(|&u| stuck(u))
+                .expect("a task Kahn's algorithm left waiting has a dependency left waiting");
+        }
+        let mut cycle = path.split_off(seen_at[v]);
+        let lowest = (0..cycle.len())
+            .min_by_key(|&i| cycle[i])
+            .unwrap_or_default();
+        cycle.rotate_left(lowest);
+        cycle
+    }
+
+    /// Whether each task lies on a longest chain of at least [`MIN_CRITICAL_CHAIN`] tasks.
+    ///
+    /// `depth` is the longest chain ending at a task, `height` the longest starting at it;
+    /// a task is on a longest chain exactly when the two together (counting it once) reach
+    /// the overall longest.
+    fn critical(&self, topo: &[usize]) -> Vec<bool> {
+        let n = topo.len();
+        let mut depth = vec![1u32; n];
+        for &v in topo {
+            depth[v] += self.deps.of(v).iter().map(|&u| depth[u]).max().unwrap_or(0);
+        }
+        let mut height = vec![1u32; n];
+        for &v in topo.iter().rev() {
+            height[v] += self
+                .dependents
+                .of(v)
+                .iter()
+                .map(|&w| height[w])
+                .max()
+                .unwrap_or(0);
+        }
+        let longest = depth.iter().copied().max().unwrap_or(0);
+        if longest < MIN_CRITICAL_CHAIN {
+            return vec![false; n];
+        }
+        (0..n)
+            .map(|v| depth[v] + height[v] - 1 == longest)
+            .collect()
+    }
+
+    /// Kahn's algorithm with a heap of ready tasks: the highest priority goes first, then
+    /// the lowest input index. The graph is known to be acyclic.
+    fn order_by(&self, priorities: &[Priority]) -> Vec<usize> {
+        let mut waiting = self.in_degrees();
+        let mut ready: BinaryHeap<(Priority, Reverse<usize>)> = (0..waiting.len())
+            .filter(|&v| waiting[v] == 0)
+            .map(|v| (priorities[v], Reverse(v)))
+            .collect();
+        let mut order = Vec::with_capacity(waiting.len());
+        while let Some((_, Reverse(v))) = ready.pop() {
+            order.push(v);
+            for &w in self.dependents.of(v) {
+                waiting[w] -= 1;
+                if waiting[w] == 0 {
+                    ready.push((priorities[w], Reverse(w)));
+                }
+            }
+        }
+        order
+    }
+}
+
+fn cycle_error(tasks: &[Task], cycle: &[usize]) -> PrioritizeError {
+    let mut ids: Vec<TaskId> = cycle.iter().map(|&v| tasks[v].id.clone()).collect();
+    if let Some(first) = ids.first().cloned() {
+        ids.push(first);
+    }
+    PrioritizeError::Cycle { tasks: ids }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    /// A task with a medium-sized name (9–149 words), so no size rule fires by accident.
+    fn task(id: &str, name: &str) -> Task {
+        Task::new(id, name)
+            .with_acceptance("the behaviour is covered by tests and documented where it matters")
+    }
+
+    fn run(tasks: &[Task]) -> Prioritized {
+        CriticalPath::new().prioritize(tasks).expect("no cycle")
+    }
+
+    fn priority_of(out: &Prioritized, id: &str) -> Priority {
+        out.order
+            .iter()
+            .find(|a| a.id == id)
+            .map(|a| a.priority)
+            .expect("task in the order")
+    }
+
+    fn ids(out: &Prioritized) -> Vec<&str> {
+        out.order.iter().map(|a| a.id.as_str()).collect()
+    }
+
+    fn cycle_of(tasks: &[Task]) -> Vec<String> {
+        match CriticalPath::new().prioritize(tasks) {
+            Err(PrioritizeError::Cycle { tasks }) => {
+                tasks.iter().map(ToString::to_string).collect()
+            }
+            Ok(out) => panic!("expected a cycle, got {:?}", ids(&out)),
+        }
+    }
+
+    /// A chain `c-1 <- c-2 <- … <- c-len` of ordinary tasks, to give the graph a critical
+    /// path that the tasks under test are not on.
+    fn chain(len: usize) -> Vec<Task> {
+        (1..=len)
+            .map(|i| {
+                let t = task(&format!("c-{i}"), "Implement a step of the pipeline");
+                if i == 1 {
+                    t
+                } else {
+                    t.with_deps([format!("c-{}", i - 1)])
+                }
+            })
+            .collect()
+    }
+
+    #[rstest]
+    #[case::low(Priority::Low)]
+    #[case::medium(Priority::Medium)]
+    #[case::high(Priority::High)]
+    fn explicit_priority_is_kept(#[case] explicit: Priority) {
+        // Computed, this task would be HIGH (three dependents) or LOW (docs).
+        let tasks = vec![
+            task("t-1", "Write the docs").with_priority(explicit),
+            task("t-2", "Implement parsing").with_deps(["t-1"]),
+            task("t-3", "Implement checking").with_deps(["t-1"]),
+            task("t-4", "Implement output").with_deps(["t-1"]),
+        ];
+        assert_eq!(priority_of(&run(&tasks), "t-1"), explicit);
+    }
+
+    #[test]
+    fn small_task_unblocking_two_is_high_and_a_medium_one_is_not() {
+        let mut tasks = chain(4);
+        tasks.extend([
+            task("s", "Rename Settings to Config"),
+            task("s-1", "Implement loading").with_deps(["s"]),
+            task("s-2", "Implement saving").with_deps(["s"]),
+            task("m", "Implement the settings dialog"),
+            task("m-1", "Implement theming").with_deps(["m"]),
+            task("m-2", "Implement shortcuts").with_deps(["m"]),
+        ]);
+        let out = run(&tasks);
+        assert_eq!(priority_of(&out, "s"), Priority::High);
+        assert_eq!(priority_of(&out, "m"), Priority::Medium);
+        assert_eq!(priority_of(&out, "s-1"), Priority::Medium);
+    }
+
+    #[test]
+    fn three_dependents_make_even_a_large_task_high() {
+        let mut tasks = chain(4);
+        tasks.extend([
+            task("big", "Refactor the storage layer"),
+            task("d-1", "Implement a").with_deps(["big"]),
+            task("d-2", "Implement b").with_deps(["big"]),
+            task("d-3", "Implement c").with_deps(["big"]),
+        ]);
+        assert_eq!(priority_of(&run(&tasks), "big"), Priority::High);
+    }
+
+    #[test]
+    fn critical_path_chain_is_high() {
+        let tasks = vec![
+            task("t-1", "Implement the lexer"),
+            task("t-2", "Implement the parser").with_deps(["t-1"]),
+            task("t-3", "Implement the evaluator").with_deps(["t-2"]),
+            task("t-4", "Implement the pretty printer").with_deps(["t-1"]),
+            task("t-5", "Implement the config file"),
+        ];
+        let out = run(&tasks);
+        for id in ["t-1", "t-2", "t-3"] {
+            assert_eq!(priority_of(&out, id), Priority::High, "{id}");
+        }
+        assert_eq!(priority_of(&out, "t-4"), Priority::Medium);
+        assert_eq!(priority_of(&out, "t-5"), Priority::Medium);
+    }
+
+    #[rstest]
+    #[case("Update the README")]
+    #[case("Write documentation for the config options")]
+    #[case("Fix typo in docs")]
+    #[case("Cleanup unused imports")]
+    #[case("Clean up the test helpers")]
+    #[case("Polish CLI output")]
+    #[case("Nice-to-have: coloured log lines")]
+    #[case("Add CHANGELOG entry")]
+    fn docs_and_cleanup_blocking_nothing_are_low(#[case] name: &str) {
+        let tasks = vec![task("t-1", "Implement the parser"), task("t-2", name)];
+        assert_eq!(priority_of(&run(&tasks), "t-2"), Priority::Low);
+    }
+
+    #[test]
+    fn docs_task_that_blocks_something_is_not_low() {
+        let tasks = vec![
+            task("t-1", "Write the API docs"),
+            task("t-2", "Implement the client").with_deps(["t-1"]),
+        ];
+        assert_eq!(priority_of(&run(&tasks), "t-1"), Priority::High);
+    }
+
+    #[test]
+    fn docs_leaf_of_the_critical_path_stays_low() {
+        let tasks = vec![
+            task("t-1", "Implement the API"),
+            task("t-2", "Write the API docs").with_deps(["t-1"]),
+        ];
+        let out = run(&tasks);
+        assert_eq!(priority_of(&out, "t-1"), Priority::High);
+        assert_eq!(priority_of(&out, "t-2"), Priority::Low);
+    }
+
+    #[rstest]
+    #[case("Implement the parser")]
+    #[case("Add a retry to the HTTP client")]
+    #[case("Support a document store backend")]
+    #[case("Rename the binary")]
+    fn independent_tasks_are_medium(#[case] name: &str) {
+        let tasks = vec![task("t-1", "Implement the lexer"), task("t-2", name)];
+        let out = run(&tasks);
+        assert_eq!(priority_of(&out, "t-1"), Priority::Medium);
+        assert_eq!(priority_of(&out, "t-2"), Priority::Medium);
+    }
+
+    #[rstest]
+    #[case::explicit(Task::new("t", "Refactor everything").with_complexity(Complexity::Small), Complexity::Small)]
+    #[case::rename(task("t", "Rename Foo to Bar"), Complexity::Small)]
+    #[case::typo(task("t", "Fix a typo in the error message"), Complexity::Small)]
+    #[case::add_field(task("t", "Add a timeout field to Config"), Complexity::Small)]
+    #[case::bump(task("t", "Bump tokio"), Complexity::Small)]
+    #[case::refactor(task("t", "Refactor the store"), Complexity::Large)]
+    #[case::migrate(task("t", "Migrate to the new API"), Complexity::Large)]
+    #[case::large_beats_small(task("t", "Rename and redesign the engine"), Complexity::Large)]
+    #[case::implement_system(task("t", "Implement the plugin system"), Complexity::Large)]
+    #[case::short_text(Task::new("t", "Add retries"), Complexity::Small)]
+    #[case::long_text(Task::new("t", "Add retries").with_notes("word ".repeat(150)), Complexity::Large)]
+    #[case::ordinary(task("t", "Add retries to the client"), Complexity::Medium)]
+    #[case::keyword_only_in_notes(task("t", "Add retries").with_notes("do not refactor"), Complexity::Medium)]
+    fn complexity_estimate(#[case] t: Task, #[case] expected: Complexity) {
+        assert_eq!(estimate_complexity(&t), expected);
+    }
+
+    #[test]
+    fn order_never_puts_a_task_before_its_dependency() {
+        let tasks = vec![
+            task("t-1", "Implement a").with_priority(Priority::Low),
+            task("t-2", "Implement b")
+                .with_deps(["t-1"])
+                .with_priority(Priority::High),
+            task("t-3", "Implement c").with_priority(Priority::Medium),
+        ];
+        assert_eq!(ids(&run(&tasks)), ["t-3", "t-1", "t-2"]);
+    }
+
+    #[test]
+    fn order_is_priority_descending() {
+        let tasks = vec![
+            task("t-1", "a").with_priority(Priority::Low),
+            task("t-2", "b").with_priority(Priority::Medium),
+            task("t-3", "c").with_priority(Priority::High),
+        ];
+        assert_eq!(ids(&run(&tasks)), ["t-3", "t-2", "t-1"]);
+    }
+
+    #[test]
+    fn ties_keep_input_order() {
+        let tasks: Vec<Task> = ["t-4", "t-2", "t-9", "t-1"]
+            .into_iter()
+            .map(|id| task(id, "Implement something"))
+            .collect();
+        assert_eq!(ids(&run(&tasks)), ["t-4", "t-2", "t-9", "t-1"]);
+    }
+
+    #[test]
+    fn dependency_on_unknown_id_is_ignored() {
+        let tasks = vec![task("t-1", "Implement a").with_deps(["t-99"])];
+        let out = run(&tasks);
+        assert_eq!(ids(&out), ["t-1"]);
+        // No chain of two, so no critical path.
+        assert_eq!(priority_of(&out, "t-1"), Priority::Medium);
+    }
+
+    #[test]
+    fn repeated_dependency_counts_once() {
+        let mut tasks = chain(4);
+        tasks.extend([
+            task("t-1", "Implement a"),
+            task("t-2", "Implement b").with_deps(["t-1", "t-1", "t-1"]),
+        ]);
+        assert_eq!(priority_of(&run(&tasks), "t-1"), Priority::Medium);
+    }
+
+    #[test]
+    fn cycle_of_three_is_named_in_order() {
+        let tasks = vec![
+            task("t-0", "Implement entry").with_deps(["t-2"]),
+            task("t-1", "Implement a").with_deps(["t-2"]),
+            task("t-2", "Implement b").with_deps(["t-3"]),
+            task("t-3", "Implement c").with_deps(["t-1"]),
+            task("t-4", "Implement d"),
+        ];
+        assert_eq!(cycle_of(&tasks), ["t-1", "t-2", "t-3", "t-1"]);
+        let err = CriticalPath::new().prioritize(&tasks).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "dependency cycle: t-1 -> t-2 -> t-3 -> t-1"
+        );
+    }
+
+    #[test]
+    fn self_dependency_is_a_cycle_of_one() {
+        let tasks = vec![
+            task("t-1", "Implement a"),
+            task("t-2", "Implement b").with_deps(["t-1", "t-2"]),
+        ];
+        assert_eq!(cycle_of(&tasks), ["t-2", "t-2"]);
+    }
+
+    /// `t-i` depends on `t-(i-1)`, listed last to first so the order has to be rebuilt.
+    fn long_chain(len: usize) -> Vec<Task> {
+        (0..len)
+            .rev()
+            .map(|i| {
+                let t = Task::new(format!("t-{i}"), "step");
+                if i == 0 {
+                    t
+                } else {
+                    t.with_deps([format!("t-{}", i - 1)])
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn chain_of_100k_does_not_overflow() {
+        let out = run(&long_chain(100_000));
+        assert_eq!(out.report.high, 100_000);
+        let in_order = out
+            .order
+            .iter()
+            .enumerate()
+            .all(|(i, a)| a.id.as_str() == format!("t-{i}"));
+        assert!(in_order);
+    }
+
+    #[test]
+    fn cycle_of_100k_does_not_overflow() {
+        let mut tasks = long_chain(100_000);
+        tasks[99_999].deps.push(TaskId::new("t-99999"));
+        let cycle = cycle_of(&tasks);
+        assert_eq!(cycle.len(), 100_001);
+        assert_eq!(
+            (cycle[0].as_str(), cycle[1].as_str()),
+            ("t-99999", "t-99998")
+        );
+    }
+
+    #[test]
+    fn report_counts_every_task() {
+        let tasks = vec![
+            task("t-1", "Implement a"),
+            task("t-2", "Implement b").with_deps(["t-1"]),
+            task("t-3", "Update the README"),
+            task("t-4", "Implement c").with_priority(Priority::Low),
+        ];
+        let report = run(&tasks).report;
+        let expected = PriorityReport {
+            prioritized: 4,
+            high: 2,
+            medium: 0,
+            low: 2,
+        };
+        assert_eq!(report, expected);
+    }
+
+    #[test]
+    fn empty_input_gives_empty_order() {
+        assert_eq!(run(&[]), Prioritized::default());
+    }
+
+    #[test]
+    fn same_input_gives_same_output() {
+        let names = ["Rename x", "Implement y", "Update docs", "Refactor z"];
+        let tasks: Vec<Task> = (0..500)
+            .map(|i: usize| {
+                let deps = [i / 2, i / 3, i.saturating_sub(7)]
+                    .into_iter()
+                    .filter(|&d| d < i)
+                    .map(|d| format!("t-{d}"));
+                Task::new(format!("t-{i}"), names[i % names.len()]).with_deps(deps)
+            })
+            .collect();
+        assert_eq!(run(&tasks), run(&tasks));
     }
 }
