@@ -28,10 +28,30 @@ use serde_json::json;
 fn script() -> FakeAgent {
     FakeAgent::new()
         // Iteration 1
-        .on(Role::Investigate, "i-1", tasks(&[("Parse config", "parses"), ("Load data", "loads")]))
-        .on(Role::Investigate, "i-2", tasks(&[("Render report", "renders")]))
-        .on(Role::Build, "t-1", Script::new().write("src/config.rs", "// parse\n").answer("Done.\n<TASK_DONE>"))
-        .on(Role::Build, "t-2", Script::new().write("src/data.rs", "// load\n").answer("Done.\n<TASK_DONE>"))
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("Parse config", "parses"), ("Load data", "loads")]),
+        )
+        .on(
+            Role::Investigate,
+            "i-2",
+            tasks(&[("Render report", "renders")]),
+        )
+        .on(
+            Role::Build,
+            "t-1",
+            Script::new()
+                .write("src/config.rs", "// parse\n")
+                .answer("Done.\n<TASK_DONE>"),
+        )
+        .on(
+            Role::Build,
+            "t-2",
+            Script::new()
+                .write("src/data.rs", "// load\n")
+                .answer("Done.\n<TASK_DONE>"),
+        )
         .on(
             Role::Build,
             "t-3",
@@ -51,12 +71,30 @@ fn script() -> FakeAgent {
             ]})),
         )
         // Iteration 2
-        .on(Role::Build, "t-3a", Script::new().write("src/header.rs", "// header\n").answer("Done.\n<TASK_DONE>"))
-        .on_attempt(Role::Build, "t-3b", 1, Script::new().write("src/rows.rs", "// rows\n").answer("Done.\n<TASK_DONE>"))
+        .on(
+            Role::Build,
+            "t-3a",
+            Script::new()
+                .write("src/header.rs", "// header\n")
+                .answer("Done.\n<TASK_DONE>"),
+        )
+        .on_attempt(
+            Role::Build,
+            "t-3b",
+            1,
+            Script::new()
+                .write("src/rows.rs", "// rows\n")
+                .answer("Done.\n<TASK_DONE>"),
+        )
         .on(Role::Verify, "t-1", accept("parses"))
         .on(Role::Verify, "t-2", accept("loads"))
         .on(Role::Verify, "t-3a", accept("meets criteria"))
-        .on_attempt(Role::Verify, "t-3b", 1, reject("incomplete edge case: empty input"))
+        .on_attempt(
+            Role::Verify,
+            "t-3b",
+            1,
+            reject("incomplete edge case: empty input"),
+        )
         .on(
             Role::GapAnalysis,
             "iteration-2",
@@ -66,10 +104,33 @@ fn script() -> FakeAgent {
             })),
         )
         // Iteration 3
-        .on(Role::Investigate, "i-3", tasks(&[("Stabilize the flaky test", "passes 100 times")]))
-        .on_attempt(Role::Build, "t-3b", 2, Script::new().append("src/rows.rs", "// empty input\n").answer("Fixed.\n<TASK_DONE>"))
-        .on(Role::Build, "t-4", Script::new().write("src/errors.rs", "// errors\n").answer("Done.\n<TASK_DONE>"))
-        .on(Role::Build, "t-5", Script::new().write("tests/flaky.rs", "// stable\n").answer("Done.\n<TASK_DONE>"))
+        .on(
+            Role::Investigate,
+            "i-3",
+            tasks(&[("Stabilize the flaky test", "passes 100 times")]),
+        )
+        .on_attempt(
+            Role::Build,
+            "t-3b",
+            2,
+            Script::new()
+                .append("src/rows.rs", "// empty input\n")
+                .answer("Fixed.\n<TASK_DONE>"),
+        )
+        .on(
+            Role::Build,
+            "t-4",
+            Script::new()
+                .write("src/errors.rs", "// errors\n")
+                .answer("Done.\n<TASK_DONE>"),
+        )
+        .on(
+            Role::Build,
+            "t-5",
+            Script::new()
+                .write("tests/flaky.rs", "// stable\n")
+                .answer("Done.\n<TASK_DONE>"),
+        )
         .on_attempt(Role::Verify, "t-3b", 2, accept("edge case handled"))
         .on(Role::Verify, "t-4", accept("errors reported"))
         .on(Role::Verify, "t-5", accept("stable"))
@@ -91,7 +152,10 @@ async fn seed_000_example_flow() {
         .stage_timeout(Duration::from_millis(1500))
         .build()
         .unwrap();
-    ralph.add_issue("Users need a config parser and a data loader").await.unwrap();
+    ralph
+        .add_issue("Users need a config parser and a data loader")
+        .await
+        .unwrap();
     ralph.add_issue("Users need a report").await.unwrap();
 
     let outcome = ralph.construct("spec.md").await.unwrap();
@@ -130,23 +194,46 @@ async fn seed_000_example_flow() {
 
     // t-1, t-2 done; t-3 killed by the timeout, with its log. In iteration 2, t-3b (high, as
     // the decomposer marked it) is built before t-3a.
-    let done: Vec<_> = events.of_kind("task_done").iter().map(|e| e["task"].clone()).collect();
-    assert_eq!(done, json!(["t-1", "t-2", "t-3b", "t-3a", "t-3b", "t-4", "t-5"]).as_array().unwrap().clone());
+    let done: Vec<_> = events
+        .of_kind("task_done")
+        .iter()
+        .map(|e| e["task"].clone())
+        .collect();
+    assert_eq!(
+        done,
+        json!(["t-1", "t-2", "t-3b", "t-3a", "t-3b", "t-4", "t-5"])
+            .as_array()
+            .unwrap()
+            .clone()
+    );
     let killed = events.of_kind("task_killed");
     assert_eq!(killed.len(), 1);
     assert_eq!(killed[0]["task"], "t-3");
     assert_eq!(killed[0]["reason"], "timeout");
     let kill_log = killed[0]["log"].as_str().unwrap().to_owned();
-    assert!(kill_log.starts_with("build/ralph-logs/ralph-"), "{kill_log}");
+    assert!(
+        kill_log.starts_with("build/ralph-logs/ralph-"),
+        "{kill_log}"
+    );
     assert!(dir.path().join(&kill_log).exists());
 
     // DECOMPOSE saw only the log's head and tail.
-    let decompose = agent.requests().into_iter().find(|r| r.role == Role::Decompose).unwrap();
+    let decompose = agent
+        .requests()
+        .into_iter()
+        .find(|r| r.role == Role::Decompose)
+        .unwrap();
     assert!(decompose.prompt.contains("HEAD: starting the report"));
     assert!(decompose.prompt.contains("TAIL: still rendering"));
     assert!(decompose.prompt.contains("omitted"));
-    let middle_lines = decompose.prompt.matches("MIDDLE: verbose compiler output").count();
-    assert!(middle_lines <= 150, "{middle_lines} middle lines reached the decomposer");
+    let middle_lines = decompose
+        .prompt
+        .matches("MIDDLE: verbose compiler output")
+        .count();
+    assert!(
+        middle_lines <= 150,
+        "{middle_lines} middle lines reached the decomposer"
+    );
     assert_eq!(
         events.of_kind("decomposed")[0]["into"],
         json!(["t-3a", "t-3b"])
@@ -156,7 +243,12 @@ async fn seed_000_example_flow() {
     let verdicts: Vec<(String, bool)> = events
         .of_kind("verdict")
         .iter()
-        .map(|v| (v["task"].as_str().unwrap().to_owned(), v["accepted"].as_bool().unwrap()))
+        .map(|v| {
+            (
+                v["task"].as_str().unwrap().to_owned(),
+                v["accepted"].as_bool().unwrap(),
+            )
+        })
         .collect();
     let mut round2: Vec<_> = verdicts[..4].to_vec();
     round2.sort();
@@ -189,7 +281,11 @@ async fn seed_000_example_flow() {
     round3.sort();
     assert_eq!(
         round3,
-        [("t-3b".into(), true), ("t-4".into(), true), ("t-5".into(), true)]
+        [
+            ("t-3b".into(), true),
+            ("t-4".into(), true),
+            ("t-5".into(), true)
+        ]
     );
     let iterations: Vec<_> = events
         .of_kind("iteration_finished")
@@ -214,7 +310,10 @@ async fn seed_000_example_flow() {
             })
             .collect()
     };
-    assert_eq!(history("t-3"), ["Pending", "Pending+timeout", "Decomposed+timeout"]);
+    assert_eq!(
+        history("t-3"),
+        ["Pending", "Pending+timeout", "Decomposed+timeout"]
+    );
     assert_eq!(
         history("t-3b"),
         [
@@ -230,7 +329,20 @@ async fn seed_000_example_flow() {
     let board = store.board();
     assert_eq!(board.tasks["t-3"].kill_reason, Some(KillReason::Timeout));
     assert_eq!(board.tasks["t-3b"].tombstones.len(), 1);
-    assert!(board.tasks.values().all(|t| matches!(t.status, TaskStatus::Accepted | TaskStatus::Decomposed)));
-    assert!(board.issues.values().all(|i| i.status == IssueStatus::Resolved));
-    assert_eq!(events.of_kind("finished")[0]["outcome"]["outcome"], "complete");
+    assert!(
+        board
+            .tasks
+            .values()
+            .all(|t| matches!(t.status, TaskStatus::Accepted | TaskStatus::Decomposed))
+    );
+    assert!(
+        board
+            .issues
+            .values()
+            .all(|i| i.status == IssueStatus::Resolved)
+    );
+    assert_eq!(
+        events.of_kind("finished")[0]["outcome"]["outcome"],
+        "complete"
+    );
 }

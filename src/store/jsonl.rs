@@ -372,6 +372,7 @@ impl Log {
 }
 
 /// What one line of the file holds.
+#[derive(Debug, PartialEq)]
 enum Line {
     Blank,
     Batch(usize),
@@ -562,7 +563,7 @@ mod tests {
 
     #[test]
     fn blank_lines_are_skipped_and_bad_ones_explained() {
-        assert_eq!(parse_line(b"  \r\n").unwrap(), None);
+        assert_eq!(parse_line(b"  \r\n").unwrap(), Line::Blank);
         assert!(
             parse_line(b"{\"t\":\"task\"}\n")
                 .unwrap_err()
