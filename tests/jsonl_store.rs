@@ -21,13 +21,28 @@ fn line_of(change: &Change) -> String {
     serde_json::to_string(change).expect("serializable") + "\n"
 }
 
+/// Opens a store whose previous holder in this process was just dropped.
+///
+/// Retries briefly: while another test of this binary spawns a child, the child holds
+/// duplicates of every descriptor between its fork and its exec (they are close-on-exec),
+/// lock files included, for a moment.
+fn open_unlocked(path: &Path) -> JsonlStore {
+    let mut tries = 0;
+    loop {
+        match JsonlStore::open(path) {
+            Ok(store) => return store,
+            Err(StoreError::Locked { .. }) if tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("cannot open {}: {e}", path.display()),
+        }
+    }
+}
+
 /// Opens, loads and closes, as the next start of ralph would.
 async fn reopen(path: &Path) -> Board {
-    JsonlStore::open(path)
-        .expect("unlocked")
-        .load()
-        .await
-        .expect("loads")
+    open_unlocked(path).load().await.expect("loads")
 }
 
 async fn load_err(path: &Path) -> StoreError {
@@ -47,7 +62,7 @@ fn write_plan(path: &Path, text: impl AsRef<[u8]>) {
 async fn creates_missing_dirs_and_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     assert_eq!(store.path(), path);
     assert_eq!(store.load().await.unwrap(), Board::new());
     assert_eq!(fs::read(&path).unwrap(), b"");
@@ -80,7 +95,7 @@ async fn round_trips_tasks_issues_run_and_config() {
         Change::Task(killed),
     ];
 
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     store.persist(&changes).await.unwrap();
     let mut expected = Board::new();
     expected.apply_all(changes);
@@ -176,7 +191,7 @@ async fn malformed_last_line_with_newline_is_an_error_not_a_torn_tail() {
         StoreError::Malformed { line: 2, .. }
     ));
     // A store that cannot read the file refuses to write to it.
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     assert!(store.persist(&[task("t-2", "b")]).await.is_err());
 }
 
@@ -201,7 +216,7 @@ async fn huge_line_round_trips() {
     let path = plan(&dir);
     let notes = "gate output ".repeat(400_000);
     let big = Change::Task(Task::new("t-1", "noisy").with_notes(notes.clone()));
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     store.persist(&[big, task("t-2", "after")]).await.unwrap();
     drop(store);
     let board = reopen(&path).await;
@@ -216,7 +231,7 @@ async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
     let good = line_of(&task("t-1", "a")) + &line_of(&task("t-2", "b"));
     write_plan(&path, format!("{good}{{\"t\":\"task\",\"id\":\"t-3\",\"na"));
 
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     assert_eq!(store.load().await.unwrap().tasks.len(), 2);
     let note = store.recovered().expect("recovery reported");
     assert!(note.contains("torn") && note.contains("line 3"), "{note}");
@@ -226,7 +241,7 @@ async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
     assert_eq!(fs::read_to_string(&path).unwrap(), good + &line_of(&next));
     drop(store);
 
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     assert_eq!(store.load().await.unwrap().tasks.len(), 3);
     assert_eq!(store.recovered(), None);
 }
@@ -242,7 +257,7 @@ async fn every_crash_point_of_an_append_loads() {
     let full = before.clone() + &appended;
     for cut in before.len()..full.len() {
         write_plan(&path, &full[..cut]);
-        let store = JsonlStore::open(&path).unwrap();
+        let store = open_unlocked(&path);
         let board = store.load().await.unwrap();
         let whole_lines = full[..cut].matches('\n').count();
         let torn = !full[..cut].ends_with('\n');
@@ -279,7 +294,7 @@ async fn every_crash_point_of_an_append_loads() {
 async fn one_change_appends_exactly_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     store
         .persist(&[task("t-1", "a"), task("t-2", "b")])
         .await
@@ -297,7 +312,7 @@ async fn one_change_appends_exactly_one_line() {
 async fn lock_refuses_a_second_open_and_is_released_on_drop() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let first = JsonlStore::open(&path).unwrap();
+    let first = open_unlocked(&path);
 
     let err = JsonlStore::open(&path).unwrap_err();
     let StoreError::Locked { path: lock, holder } = &err else {
@@ -336,7 +351,7 @@ async fn stale_lock_file_from_a_dead_process_does_not_block() {
 async fn compaction_bounds_the_file_and_preserves_the_board() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     let mut expected = Board::new();
     // One persist per round keeps the test to 500 fsyncs; the compaction check runs on
     // every persist either way.
@@ -359,7 +374,7 @@ async fn compaction_bounds_the_file_and_preserves_the_board() {
     assert_eq!(stray, 2, "only plan.jsonl and its lock remain");
     drop(store);
 
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     assert_eq!(
         store.load().await.unwrap(),
         expected,
@@ -380,7 +395,7 @@ async fn compaction_bounds_the_file_and_preserves_the_board() {
 async fn concurrent_persists_all_land() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let store = std::sync::Arc::new(JsonlStore::open(&path).unwrap());
+    let store = std::sync::Arc::new(open_unlocked(&path));
     let writers = (0..32).map(|n| {
         let store = store.clone();
         tokio::spawn(async move { store.persist(&[task(&format!("t-{n}"), "x")]).await })
@@ -451,7 +466,7 @@ async fn a_change_that_cannot_be_written_changes_nothing() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     store.persist(&[task("t-1", "a")]).await.unwrap();
     let mut bad = Task::new("t-2", "b");
     bad.kill_log = Some(std::ffi::OsStr::from_bytes(b"log-\xff").into());
@@ -474,7 +489,7 @@ async fn a_change_that_cannot_be_written_changes_nothing() {
 async fn a_batch_cut_anywhere_loads_as_none_or_all() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let store = JsonlStore::open(&path).unwrap();
+    let store = open_unlocked(&path);
     store.persist(&[task("t-1", "a")]).await.unwrap();
     let before = fs::read_to_string(&path).unwrap();
     store
@@ -493,7 +508,7 @@ async fn a_batch_cut_anywhere_loads_as_none_or_all() {
     );
     for cut in before.len()..=full.len() {
         write_plan(&path, &full[..cut]);
-        let store = JsonlStore::open(&path).unwrap();
+        let store = open_unlocked(&path);
         let board = store.load().await.unwrap();
         let names: Vec<_> = board.tasks.values().map(|t| t.name.as_str()).collect();
         // The last cut leaves every record whole, only the final newline missing.
@@ -531,7 +546,7 @@ async fn a_batch_header_without_records_or_nested_is_malformed() {
         ),
     ] {
         write_plan(&path, &text);
-        let err = JsonlStore::open(&path).unwrap().load().await.unwrap_err();
+        let err = open_unlocked(&path).load().await.unwrap_err();
         assert!(
             matches!(err, StoreError::Malformed { line, .. } if line == bad_line),
             "{err}"

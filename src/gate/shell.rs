@@ -1,12 +1,31 @@
-//! `ShellGate`: a shell command as a quality gate. Placeholder.
+//! `ShellGate`: a shell command as a quality gate, run under [`crate::process`] supervision.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use super::{Gate, GateContext, GateError, GateReport, GateStatus};
+use crate::process::{ProcessError, ProcessReport, ProcessSpec};
 
 /// Runs `sh -c <command>` in the workspace.
+///
+/// Exit 0 passes, any other exit fails; the timeout and the context's stop token
+/// terminate the command (SIGTERM, grace, SIGKILL). Everything the command started is
+/// killed when it ends, and counted in [`GateReport::leaked`] if it outlived it.
+///
+/// ```
+/// use std::time::Duration;
+/// use ralph::gate::{Gate, GateContext, GateStatus, ShellGate};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ralph::gate::GateError> {
+/// let gate = ShellGate::new("lint", "echo checking; exit 2").timeout(Duration::from_secs(10));
+/// let report = gate.check(GateContext::new(".")).await?;
+/// assert_eq!(report.status, GateStatus::Failed { code: Some(2), signal: None });
+/// assert_eq!(report.output.to_string(), "checking\n");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct ShellGate {
     name: String,
@@ -65,28 +84,57 @@ impl Gate for ShellGate {
         self.required
     }
 
+    /// Runs the command; see [`ProcessSpec::run`] for how it is supervised.
     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
-        let out = tokio::process::Command::new("sh")
+        let report = self.spec(ctx).run().await.map_err(|err| self.error(err))?;
+        let mut gate = GateReport::new(&self.name, self.required, status(&report));
+        gate.duration = report.duration;
+        gate.leaked = report.leaked;
+        Ok(gate.with_output(report.output))
+    }
+}
+
+impl ShellGate {
+    fn spec(&self, ctx: GateContext) -> ProcessSpec {
+        let spec = ProcessSpec::new("sh")
             .arg("-c")
             .arg(&self.command)
-            .current_dir(&ctx.workspace)
-            .output()
-            .await
-            .map_err(|source| GateError::Spawn {
-                gate: self.name.clone(),
-                source,
-            })?;
-        let status = if out.status.success() {
-            GateStatus::Passed
-        } else {
-            GateStatus::Failed {
-                code: out.status.code(),
-                signal: None,
-            }
-        };
-        let mut output = crate::output::BoundedOutput::with_defaults();
-        output.push(&out.stdout);
-        output.push(&out.stderr);
-        Ok(GateReport::new(&self.name, self.required, status).with_output(output))
+            .cwd(ctx.workspace)
+            .timeout(self.timeout)
+            .grace(self.grace)
+            .stop(ctx.stop);
+        match ctx.log_path {
+            Some(path) => spec.log_path(path),
+            None => spec,
+        }
+    }
+
+    fn error(&self, err: ProcessError) -> GateError {
+        let gate = self.name.clone();
+        match err {
+            ProcessError::Spawn { .. } | ProcessError::Cwd { .. } => GateError::Spawn {
+                gate,
+                source: err.into(),
+            },
+            ProcessError::Log { .. } | ProcessError::Io { .. } => GateError::Io {
+                gate,
+                source: err.into(),
+            },
+        }
+    }
+}
+
+fn status(report: &ProcessReport) -> GateStatus {
+    if report.timed_out {
+        GateStatus::TimedOut
+    } else if report.stopped {
+        GateStatus::Stopped
+    } else if report.success() {
+        GateStatus::Passed
+    } else {
+        GateStatus::Failed {
+            code: report.code(),
+            signal: report.signal(),
+        }
     }
 }

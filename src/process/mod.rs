@@ -1,1 +1,197 @@
-//! Supervised child processes.
+//! Supervised child processes: nothing a run starts may outlive it.
+//!
+//! Every process is started in a process group of its own and with a per-run cookie in
+//! its environment ([`COOKIE_VAR`]), which its descendants inherit. When a run ends — the
+//! main process exits, times out, is stopped, or its handle is dropped — ralph kills the
+//! group and then *sweeps*: on Linux it scans `/proc` for processes carrying the cookie
+//! and kills them too, which catches descendants that left the group with `setsid` and
+//! daemons reparented to pid 1. On other unix systems only the group is killed.
+//!
+//! Two levels:
+//!
+//! - [`ProcessSpec::run`] runs to completion and returns a [`ProcessReport`] with the
+//!   exit, timing, bounded interleaved output and the number of leaked processes killed.
+//! - [`ProcessSpec::spawn`] returns a [`SupervisedChild`] for streaming consumers; it
+//!   kills everything left when dropped.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ralph::process::ProcessSpec;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ralph::process::ProcessError> {
+//! let report = ProcessSpec::new("sh")
+//!     .args(["-c", "echo hello; echo oops >&2; exit 3"])
+//!     .timeout(Duration::from_secs(10))
+//!     .run()
+//!     .await?;
+//! assert_eq!(report.code(), Some(3));
+//! assert_eq!(report.output.to_string(), "hello\noops\n");
+//! assert_eq!(report.leaked, 0);
+//! # Ok(())
+//! # }
+//! ```
+
+#[cfg(not(unix))]
+compile_error!("ralph::process supports unix systems only");
+
+mod child;
+mod run;
+mod spec;
+mod sys;
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+
+pub use child::{SupervisedChild, Termination};
+pub use run::ProcessReport;
+pub use spec::ProcessSpec;
+
+/// The environment variable carrying the run cookies of every supervised ancestor.
+///
+/// Its value is a `:`-separated list, so a supervised process that itself supervises
+/// processes (ralph running its own test suite as a gate) keeps its ancestors' cookies
+/// and stays reachable by their sweeps. Reserved: a value given in [`ProcessSpec::env`]
+/// is replaced.
+pub const COOKIE_VAR: &str = "RALPH_RUN_COOKIE";
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The exit code, if it exited.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            Exit::Code(code) => Some(code),
+            Exit::Signal(_) => None,
+        }
+    }
+
+    /// The signal that killed it, if one did.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            Exit::Code(_) => None,
+            Exit::Signal(signal) => Some(signal),
+        }
+    }
+
+    /// Whether it exited with code 0.
+    pub fn success(self) -> bool {
+        self == Exit::Code(0)
+    }
+}
+
+impl From<ExitStatus> for Exit {
+    fn from(status: ExitStatus) -> Self {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(signal)) => Exit::Signal(signal),
+            // wait(2) reports only exits and kills for a reaped child; keep a marker value
+            // rather than panic should a platform ever report something else.
+            (None, None) => Exit::Code(-1),
+        }
+    }
+}
+
+/// A supervised process could not be started or watched.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessError {
+    /// The program could not be started.
+    #[error("could not start `{program}`")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The working directory is missing or not a directory.
+    #[error("working directory {} is not usable", cwd.display())]
+    Cwd {
+        /// The directory.
+        cwd: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The log file could not be opened or written.
+    #[error("could not write log file {}", path.display())]
+    Log {
+        /// The log file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Waiting for the process or reading its output failed.
+    #[error("i/o error while supervising `{program}`")]
+    Io {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ProcessError {
+    fn io_source(&self) -> &io::Error {
+        match self {
+            ProcessError::Spawn { source, .. }
+            | ProcessError::Cwd { source, .. }
+            | ProcessError::Log { source, .. }
+            | ProcessError::Io { source, .. } => source,
+        }
+    }
+}
+
+impl From<ProcessError> for io::Error {
+    /// Keeps the kind of the underlying error; the message names what failed.
+    fn from(err: ProcessError) -> Self {
+        io::Error::new(err.io_source().kind(), err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn exit_accessors() {
+        assert!(Exit::Code(0).success());
+        assert!(!Exit::Code(1).success());
+        assert!(!Exit::Signal(9).success());
+        assert_eq!(Exit::Code(3).code(), Some(3));
+        assert_eq!(Exit::Signal(15).signal(), Some(15));
+        assert_eq!(Exit::Signal(15).code(), None);
+    }
+
+    #[test]
+    fn exit_from_std_status() {
+        assert_eq!(Exit::from(ExitStatus::from_raw(3 << 8)), Exit::Code(3));
+        assert_eq!(Exit::from(ExitStatus::from_raw(9)), Exit::Signal(9));
+    }
+
+    #[test]
+    fn io_error_keeps_kind_message_and_chain() {
+        let err = ProcessError::Spawn {
+            program: "nope".into(),
+            source: io::Error::from(io::ErrorKind::NotFound),
+        };
+        let io = io::Error::from(err);
+        assert_eq!(io.kind(), io::ErrorKind::NotFound);
+        assert_eq!(io.to_string(), "could not start `nope`");
+        assert!(io.source().is_some());
+    }
+}

@@ -1,0 +1,119 @@
+//! The operating-system side of supervision: process groups, cookies and the sweep.
+//!
+//! `nix` types stay in here; the rest of `process` sees plain pids and methods.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as imp;
+#[cfg(all(unix, not(target_os = "linux")))]
+mod other;
+#[cfg(all(unix, not(target_os = "linux")))]
+use other as imp;
+
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+#[cfg(target_os = "linux")]
+pub(super) use linux::peek_exit;
+
+use super::COOKIE_VAR;
+
+/// One supervised run's process group and cookie.
+#[derive(Clone, Debug)]
+pub(super) struct Group {
+    /// The main process's pid, which is also the group id.
+    leader: i32,
+    cookie: Arc<str>,
+}
+
+/// What a sweep did.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Sweep {
+    /// Live processes other than the leader that were killed.
+    pub(super) killed: usize,
+    /// Whether the last scan found nothing left alive.
+    pub(super) clean: bool,
+}
+
+impl Group {
+    pub(super) fn new(leader: u32, cookie: Arc<str>) -> Self {
+        // Pids fit in an i32 on every unix. The fallback is above any pid_max, so it
+        // addresses nobody (0 or -1 would address our own group or everyone).
+        let leader = i32::try_from(leader).unwrap_or(i32::MAX);
+        Group { leader, cookie }
+    }
+
+    pub(super) fn cookie(&self) -> &str {
+        &self.cookie
+    }
+
+    /// Asks the whole group to exit.
+    pub(super) fn terminate(&self) {
+        self.signal(Signal::SIGTERM);
+    }
+
+    /// Kills the whole group, without the sweep.
+    pub(super) fn kill(&self) {
+        self.signal(Signal::SIGKILL);
+    }
+
+    fn signal(&self, signal: Signal) {
+        // ESRCH (nobody left) is the common, good case; nothing else can be done about
+        // EPERM, and the sweep follows anyway.
+        let _ = killpg(Pid::from_raw(self.leader), signal);
+    }
+
+    /// Kills the group and, where the platform allows, every process carrying the
+    /// cookie. Blocks for a few milliseconds.
+    pub(super) fn kill_all(&self) -> Sweep {
+        imp::sweep(self)
+    }
+}
+
+/// A cookie no other run, in this process or any other, has used.
+pub(super) fn new_cookie() -> Arc<str> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}.{seq:x}.{nanos:x}", std::process::id()).into()
+}
+
+/// The value of [`COOKIE_VAR`] for a child: our own ancestors' cookies plus `cookie`.
+pub(super) fn cookie_chain(cookie: &str) -> OsString {
+    match std::env::var_os(COOKIE_VAR) {
+        Some(mut chain) if !chain.is_empty() => {
+            chain.push(":");
+            chain.push(cookie);
+            chain
+        }
+        _ => cookie.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_unique_and_separator_free() {
+        let a = new_cookie();
+        let b = new_cookie();
+        assert_ne!(a, b);
+        assert!(!a.contains(':') && !a.contains('='));
+    }
+
+    #[test]
+    fn chain_ends_with_the_new_cookie() {
+        let chain = cookie_chain("abc");
+        let chain = chain.to_string_lossy();
+        assert!(chain == "abc" || chain.ends_with(":abc"), "{chain}");
+    }
+}

@@ -1,0 +1,18 @@
+//! Unix systems other than Linux: no `/proc` to scan, so only the group is killed.
+//!
+//! Descendants that left the group (`setsid`, daemons) are out of reach here.
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use super::{Group, Sweep};
+
+/// Kills the group. Processes cannot be counted without `/proc`: a group that still had
+/// a member counts as one.
+pub(super) fn sweep(group: &Group) -> Sweep {
+    let hit = killpg(Pid::from_raw(group.leader), Signal::SIGKILL).is_ok();
+    Sweep {
+        killed: usize::from(hit),
+        clean: true,
+    }
+}

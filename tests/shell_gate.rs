@@ -1,0 +1,174 @@
+//! `ShellGate` with real shell commands. Linux: checks use `/proc`.
+#![cfg(target_os = "linux")]
+
+use std::error::Error as _;
+use std::fs;
+use std::time::Duration;
+
+use ralph::gate::{Gate, GateContext, GateError, GateStatus, ShellGate};
+use ralph::output::{DEFAULT_HEAD, DEFAULT_TAIL};
+use tokio_util::sync::CancellationToken;
+
+fn gate(command: &str) -> ShellGate {
+    ShellGate::new("test", command)
+        .timeout(Duration::from_secs(10))
+        .grace(Duration::from_millis(200))
+}
+
+fn ctx() -> (tempfile::TempDir, GateContext) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let ctx = GateContext::new(dir.path());
+    (dir, ctx)
+}
+
+/// Gone, or a zombie waiting for init.
+fn is_dead(pid: i32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The state follows the command name, which ends at the last ')'.
+    let state = stat.rsplit(')').next().unwrap_or_default();
+    state.trim_start().starts_with('Z')
+}
+
+#[tokio::test]
+async fn exit_zero_passes() {
+    let (_dir, ctx) = ctx();
+    let report = gate("echo ok").check(ctx).await.unwrap();
+    assert_eq!(report.name, "test");
+    assert!(report.required);
+    assert_eq!(report.status, GateStatus::Passed);
+    assert!(!report.blocks());
+    assert_eq!(report.output.to_string(), "ok\n");
+    assert_eq!(report.leaked, 0);
+    assert!(report.duration > Duration::ZERO);
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_fails_with_its_code() {
+    let (_dir, ctx) = ctx();
+    let report = gate("echo broken >&2; exit 7").check(ctx).await.unwrap();
+    assert_eq!(
+        report.status,
+        GateStatus::Failed {
+            code: Some(7),
+            signal: None
+        }
+    );
+    assert!(report.blocks());
+    assert_eq!(report.output.to_string(), "broken\n");
+}
+
+#[tokio::test]
+async fn death_by_signal_fails_with_the_signal() {
+    let (_dir, ctx) = ctx();
+    let report = gate("kill -9 $$").check(ctx).await.unwrap();
+    assert_eq!(
+        report.status,
+        GateStatus::Failed {
+            code: None,
+            signal: Some(9)
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_slow_command_times_out() {
+    let (_dir, ctx) = ctx();
+    let report = gate("sleep 30")
+        .timeout(Duration::from_millis(300))
+        .check(ctx)
+        .await
+        .unwrap();
+    assert_eq!(report.status, GateStatus::TimedOut);
+    assert!(report.blocks());
+    assert!(report.duration < Duration::from_secs(2), "{report:?}");
+}
+
+#[tokio::test]
+async fn the_stop_token_stops_it() {
+    let (_dir, ctx) = ctx();
+    let stop = CancellationToken::new();
+    let trigger = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let report = gate("sleep 30").check(ctx.stop(stop)).await.unwrap();
+    assert_eq!(report.status, GateStatus::Stopped);
+    assert!(report.duration < Duration::from_secs(1), "{report:?}");
+}
+
+#[tokio::test]
+async fn an_optional_gate_fails_without_blocking() {
+    let (_dir, ctx) = ctx();
+    let gate = gate("exit 1").required(false);
+    assert!(!Gate::required(&gate));
+    let report = gate.check(ctx).await.unwrap();
+    assert!(!report.required);
+    assert!(!report.status.passed());
+    assert!(!report.blocks());
+}
+
+#[tokio::test]
+async fn output_is_bounded() {
+    let (_dir, ctx) = ctx();
+    let report = gate("yes | head -c 20000000").check(ctx).await.unwrap();
+    assert_eq!(report.status, GateStatus::Passed);
+    assert_eq!(report.output.total(), 20_000_000);
+    assert_eq!(
+        report.output.omitted(),
+        20_000_000 - (DEFAULT_HEAD + DEFAULT_TAIL) as u64
+    );
+}
+
+#[tokio::test]
+async fn it_runs_in_the_workspace_and_logs_everything() {
+    let (dir, ctx) = ctx();
+    let log = dir.path().join("gate.log");
+    let report = gate("pwd -P; echo to-stderr >&2")
+        .check(ctx.log_path(&log))
+        .await
+        .unwrap();
+    let expected = format!(
+        "{}\nto-stderr\n",
+        dir.path().canonicalize().unwrap().display()
+    );
+    assert_eq!(report.output.to_string(), expected);
+    assert_eq!(fs::read_to_string(&log).unwrap(), expected);
+}
+
+#[tokio::test]
+async fn leftover_processes_are_killed_and_reported() {
+    let (_dir, ctx) = ctx();
+    let report = gate("sleep 1000 & echo $!").check(ctx).await.unwrap();
+    assert_eq!(report.status, GateStatus::Passed);
+    assert_eq!(report.leaked, 1);
+    let pid: i32 = report.output.to_string().trim().parse().unwrap();
+    assert!(is_dead(pid));
+}
+
+#[tokio::test]
+async fn a_missing_workspace_is_a_spawn_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let err = gate("true")
+        .check(GateContext::new(&missing))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GateError::Spawn { gate, .. } if gate == "test"),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), "could not start gate test");
+    let cause = err.source().unwrap().to_string();
+    assert!(cause.contains(&*missing.to_string_lossy()), "{cause}");
+}
+
+#[test]
+fn the_builder_keeps_the_command() {
+    assert_eq!(
+        ShellGate::new("lint", "cargo clippy").command(),
+        "cargo clippy"
+    );
+}
