@@ -373,6 +373,7 @@ impl Log {
 
 /// What one line of the file holds.
 #[derive(Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // one per line read, consumed at once
 enum Line {
     Blank,
     Batch(usize),
