@@ -1,2 +1,268 @@
-//! Placeholder.
-fn main() {}
+//! `construct`: ralph's construct loop as a ready binary.
+//!
+//! With no arguments it runs the bundled demo (`fixtures/demo/`: a small spec, a `ralph.toml`
+//! with real shell gates, and a FakeAgent script) in a fresh temporary workspace, showing each
+//! stage and task live and a summary at the end:
+//!
+//! ```text
+//! cargo run --example construct
+//! cargo run --example construct -- --workspace /tmp/ws      # use, or resume, that workspace
+//! cargo run --example construct -- --json                    # NDJSON events on stdout
+//! ```
+//!
+//! Exit codes: 0 spec complete, 2 stopped at a limit, 3 blocked, 1 error, 130 interrupted
+//! (Ctrl+C stops the running agent or gate cleanly and saves the state; the same command
+//! resumes).
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use ralph::model::TaskStatus;
+use ralph::{Event, FakeAgent, Observer, Outcome, Ralph};
+
+/// Where the bundled demo lives.
+const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo");
+
+/// Run ralph's construct loop on a spec.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// The workspace to use, or resume. Default: a fresh temporary copy of the bundled demo.
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    /// The spec, relative to the workspace. Default: the one on record, else `spec.md`.
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// The FakeAgent script (TOML). Default: the bundled demo's.
+    #[arg(long)]
+    script: Option<PathBuf>,
+    /// Stop after this many iterations (overrides ralph.toml).
+    #[arg(long)]
+    max_iterations: Option<u32>,
+    /// Print events as NDJSON on stdout instead of the live display.
+    #[arg(long)]
+    json: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(outcome) => ExitCode::from(outcome.exit_code() as u8),
+        Err(e) => {
+            eprintln!("error: {}", chain(&*e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<Outcome, Box<dyn std::error::Error>> {
+    let workspace = prepare_workspace(args.workspace.as_deref())?;
+    let script = args
+        .script
+        .unwrap_or_else(|| Path::new(DEMO).join("script.toml"));
+    let agent =
+        FakeAgent::from_toml_file(&script)?.record_to(workspace.join(".ralph/fake-requests.jsonl"));
+    let agent = Arc::new(agent);
+
+    let observer: Arc<dyn Observer> = if args.json {
+        Arc::new(Ndjson)
+    } else {
+        Arc::new(Display)
+    };
+    let mut builder = Ralph::builder()
+        .workspace(&workspace)
+        .agent(agent.clone())
+        .observer(observer);
+    if let Some(n) = args.max_iterations {
+        builder = builder.max_iterations(n);
+    }
+    let ralph = builder.build()?;
+
+    let stop = ralph.stop_token();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\ninterrupt: stopping the running agent or gate and saving the state…");
+            stop.cancel();
+        }
+    });
+
+    let started = Instant::now();
+    let board = ralph.board().await?;
+    if !args.json {
+        println!("ralph construct · workspace {}", workspace.display());
+    }
+    let outcome = match (&args.spec, &board.run.spec) {
+        (None, Some(_)) => ralph.resume().await?,
+        (spec, _) => {
+            let spec = spec.clone().unwrap_or_else(|| PathBuf::from("spec.md"));
+            ralph.construct(spec).await?
+        }
+    };
+    if !args.json {
+        summary(&ralph, &outcome, started).await?;
+    }
+    // A fresh run to completion should have used the whole script; a resumed one cannot.
+    let fresh = board.tasks.is_empty();
+    if matches!(outcome, Outcome::Complete { .. })
+        && fresh
+        && let Err(e) = agent.verify()
+    {
+        eprintln!("note: {e}");
+    }
+    Ok(outcome)
+}
+
+/// The workspace: the given one (seeded with the demo's spec and config if it has neither),
+/// or a fresh temporary copy of the demo that is kept for inspection.
+fn prepare_workspace(given: Option<&Path>) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let dir = match given {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            dir.to_path_buf()
+        }
+        None => tempfile::Builder::new()
+            .prefix("ralph-demo-")
+            .tempdir()?
+            .keep(),
+    };
+    for file in ["spec.md", "ralph.toml"] {
+        let target = dir.join(file);
+        if !target.exists() && !dir.join(".ralph").exists() {
+            std::fs::copy(Path::new(DEMO).join(file), &target)?;
+        }
+    }
+    Ok(dir)
+}
+
+async fn summary(ralph: &Ralph, outcome: &Outcome, started: Instant) -> Result<(), ralph::Error> {
+    let board = ralph.board().await?;
+    let count = |s: TaskStatus| board.tasks.values().filter(|t| t.status == s).count();
+    println!();
+    println!("── summary ──");
+    println!("  {outcome}");
+    println!(
+        "  tasks: {} accepted, {} decomposed, {} blocked, {} pending, {} done",
+        count(TaskStatus::Accepted),
+        count(TaskStatus::Decomposed),
+        count(TaskStatus::Blocked),
+        count(TaskStatus::Pending),
+        count(TaskStatus::Done)
+    );
+    println!(
+        "  logs: {}   state: {}",
+        ralph.workspace().join(&ralph.config().log_dir).display(),
+        ralph.workspace().join(&ralph.config().store.path).display()
+    );
+    println!("  time: {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+/// Events as NDJSON on stdout, flushed per line so a reader sees them as they happen.
+struct Ndjson;
+
+impl Observer for Ndjson {
+    fn on_event(&self, event: &Event) {
+        if let Ok(line) = serde_json::to_string(event) {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// The live display.
+struct Display;
+
+impl Observer for Display {
+    fn on_event(&self, event: &Event) {
+        if let Some(line) = describe(event) {
+            println!("{line}");
+        }
+    }
+}
+
+fn describe(event: &Event) -> Option<String> {
+    Some(match event {
+        Event::StageEntered {
+            iteration, stage, ..
+        } => format!("\n── iteration {iteration} · {stage} ──"),
+        Event::IssueInvestigated {
+            issue,
+            tasks,
+            reason,
+        } => match reason {
+            Some(reason) if tasks.is_empty() => format!("  {issue}: {reason}"),
+            _ => format!("  {issue} → {}", join(tasks)),
+        },
+        Event::TaskStarted {
+            task,
+            name,
+            attempt,
+        } => format!("  ▸ {task} {name} (attempt {attempt})"),
+        Event::GateFinished {
+            gate,
+            status,
+            required,
+            ..
+        } => format!(
+            "      gate {gate}{}: {status}",
+            if *required { "" } else { " (optional)" }
+        ),
+        Event::TaskRetry { reason, .. } => format!("      retry: {reason}"),
+        Event::TaskDone { task } => format!("    ✓ {task} done"),
+        Event::TaskBlocked { task, reason } => format!("    ⨯ {task} blocked: {reason}"),
+        Event::TaskKilled { task, reason, log } => format!(
+            "    ✗ {task} killed ({reason}); log {}",
+            log.as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        ),
+        Event::Decomposed { task, into } => format!("  {task} → {}", join(into)),
+        Event::Verdict {
+            task,
+            accepted,
+            reason,
+        } => format!(
+            "  {} {task} {}: {reason}",
+            if *accepted { "✓" } else { "✗" },
+            if *accepted { "accepted" } else { "rejected" }
+        ),
+        Event::GapsFound { tasks, issues } => {
+            format!("  gaps: tasks {} · issues {}", join(tasks), join(issues))
+        }
+        Event::Prioritized { order, .. } if !order.is_empty() => {
+            format!("  priorities: {}", order.join(", "))
+        }
+        Event::RateLimited { wait_secs } => format!("  rate limited: waiting {wait_secs}s"),
+        Event::Warning { message } => format!("  warning: {message}"),
+        _ => return None,
+    })
+}
+
+fn join<T: std::fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".into();
+    }
+    items
+        .iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

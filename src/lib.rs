@@ -70,6 +70,11 @@ mod ralph;
 pub mod signal;
 pub mod store;
 
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FakeAgent, Role};
 pub use config::Config;
 pub use error::{BuildError, Error};

@@ -297,12 +297,26 @@ impl Engine {
     }
 }
 
+/// The failure for the retry prompt: a headline with the output's last line (usually the
+/// error), then the bounded output itself.
 fn gate_failure(report: &GateReport) -> String {
+    let output = report.output.to_string();
+    let last = output.lines().rev().find(|l| !l.trim().is_empty());
+    let headline = match last {
+        Some(line) => format!(
+            "Quality gate `{}` {}: {}",
+            report.name,
+            report.status,
+            line.trim()
+        ),
+        None => format!(
+            "Quality gate `{}` {} with no output.",
+            report.name, report.status
+        ),
+    };
     format!(
-        "Quality gate `{}` {}. Its output:\n\n```\n{}\n```",
-        report.name,
-        report.status,
-        report.output.to_string().trim_end()
+        "{headline}\n\nIts output:\n\n```\n{}\n```",
+        output.trim_end()
     )
 }
 

@@ -78,7 +78,7 @@ impl Caller {
         let subject = call.subject.clone().unwrap_or_else(|| "-".into());
         let log = self
             .logs
-            .run_log(call.role.as_str(), &subject, call.attempt);
+            .run_log(&subject, call.role.as_str(), call.attempt);
         let token = self.inner.stop.child_token();
         let remaining = call.deadline.saturating_duration_since(Instant::now());
         let mut request = AgentRequest::new(call.role, call.prompt.clone(), &self.inner.workspace)

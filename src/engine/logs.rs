@@ -80,13 +80,19 @@ impl Logs {
         Ok(self.relative(&path))
     }
 
-    /// A fresh path for one agent or gate run of the current stage.
-    pub(crate) fn run_log(&self, kind: &str, subject: &str, attempt: u32) -> PathBuf {
+    /// A fresh path for one agent or gate run of the current stage:
+    /// `ralph-<stamp>-<stage>-<subject>[-<kind>]-a<attempt>.log`, the kind left out when it
+    /// is the stage's own agent role (`build`, `verify`, `decompose`, `investigate`).
+    pub(crate) fn run_log(&self, subject: &str, kind: &str, attempt: u32) -> PathBuf {
+        let stage = self.stage.file_name();
+        let kind = if kind == stage {
+            String::new()
+        } else {
+            format!("-{}", sanitize(kind))
+        };
         let base = format!(
-            "ralph-{}-{}-{}-{}-a{attempt}",
+            "ralph-{}-{stage}-{}{kind}-a{attempt}",
             self.stamp,
-            self.stage.file_name(),
-            sanitize(kind),
             sanitize(subject)
         );
         unique_path(&self.dir, &base)
