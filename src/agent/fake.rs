@@ -552,13 +552,13 @@ impl FakeAgent {
             "attempt": request.attempt,
         });
         // Best effort: the record is a test aid, and a failure to write it must not change
-        // the run being recorded.
+        // the run being recorded. One write per line, so a kill cannot split a line.
         if let Ok(mut file) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
         {
-            let _ = writeln!(file, "{line}");
+            let _ = file.write_all(format!("{line}\n").as_bytes());
         }
     }
 }

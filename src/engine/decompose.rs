@@ -27,23 +27,30 @@ impl Engine {
             .filter(|t| t.is_killed())
             .cloned()
             .collect();
-        for task in killed {
+        let iteration = self.board.run.iteration;
+        let last = killed.len().saturating_sub(1);
+        for (i, task) in killed.into_iter().enumerate() {
             if self.stopped() {
                 return Ok(Flow::Interrupted);
             }
-            if self.decompose_task(task).await? == Flow::Interrupted {
+            let Some((mut changes, event)) = self.decompose_task(task).await? else {
                 return Ok(Flow::Interrupted);
+            };
+            // Seed 000: after decomposition, the next iteration starts at once. The increment
+            // rides in the last task's batch, so a crash cannot separate the two.
+            if i == last {
+                changes.push(Change::Run(self.next_iteration()));
             }
+            self.commit(changes).await?;
+            self.emit(event);
         }
-        // Seed 000: after decomposition, the next iteration starts at once.
-        let iteration = self.board.run.iteration;
-        let run = self.next_iteration();
-        self.commit(vec![Change::Run(run)]).await?;
         self.emit(Event::IterationFinished { iteration });
         Ok(Flow::Continue)
     }
 
-    async fn decompose_task(&mut self, task: Task) -> Result<Flow, Error> {
+    /// The changes that replace (or block) one killed task, and the event to report; `None`
+    /// if the run was interrupted.
+    async fn decompose_task(&mut self, task: Task) -> Result<Option<(Vec<Change>, Event)>, Error> {
         #[derive(Serialize)]
         struct Ctx<'a> {
             task: &'a Task,
@@ -79,35 +86,31 @@ impl Engine {
             .caller
             .structured::<DecomposeAnswer>(call, |a| self.check_dep_ids(&a.subtasks))
             .await?;
-        match result {
-            Structured::Interrupted => Ok(Flow::Interrupted),
-            Structured::Answer(answer) => {
-                self.replace_with_subtasks(task, &answer).await?;
-                Ok(Flow::Continue)
-            }
+        Ok(match result {
+            Structured::Interrupted => None,
+            Structured::Answer(answer) => Some(self.replace_with_subtasks(task, &answer)),
             Structured::Unusable(reason) => {
+                let reason = format!("could not be decomposed: {reason}");
                 let mut blocked = task;
                 blocked.status = TaskStatus::Blocked;
-                blocked.blocked_reason = Some(format!("could not be decomposed: {reason}"));
-                let (id, reason) = (
-                    blocked.id.clone(),
-                    blocked.blocked_reason.clone().unwrap_or_default(),
-                );
-                self.commit(vec![Change::Task(blocked)]).await?;
-                self.emit(Event::TaskBlocked { task: id, reason });
-                Ok(Flow::Continue)
+                blocked.blocked_reason = Some(reason.clone());
+                let event = Event::TaskBlocked {
+                    task: blocked.id.clone(),
+                    reason,
+                };
+                Some((vec![Change::Task(blocked)], event))
             }
-        }
+        })
     }
 
     /// One batch: the subtasks (`t-3a`, `t-3b`, …, inheriting the parent's priority and
     /// dependencies), the parent marked decomposed, and dependents of the parent rewired to
     /// wait for all subtasks.
-    async fn replace_with_subtasks(
-        &mut self,
+    fn replace_with_subtasks(
+        &self,
         parent: Task,
         answer: &DecomposeAnswer,
-    ) -> Result<(), Error> {
+    ) -> (Vec<Change>, Event) {
         let ids = self.board.subtask_ids(&parent.id, answer.subtasks.len());
         let mut run = self.board.run.clone();
         let mut subtasks = self.materialize(
@@ -142,11 +145,10 @@ impl Engine {
             rewired.deps.extend(ids.iter().cloned());
             changes.push(Change::Task(rewired));
         }
-        self.commit(changes).await?;
-        self.emit(Event::Decomposed {
+        let event = Event::Decomposed {
             task: parent.id,
             into: ids,
-        });
-        Ok(())
+        };
+        (changes, event)
     }
 }

@@ -1,0 +1,188 @@
+//! Crash and resume: the `construct` example is killed with SIGKILL at several points of the
+//! bundled demo, then run again on the same workspace until it finishes. No task may be lost,
+//! and no task may be run again after it was accepted.
+
+#![cfg(unix)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// The example binary, built once per test run (a no-op when `cargo test` already built it;
+/// needed when only this test target was selected, or the binary would be stale).
+fn example() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "--example", "construct"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "cargo build --example construct failed");
+            let exe = std::env::current_exe().expect("test binary path");
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile>/deps");
+            profile_dir.join("examples").join("construct")
+        })
+        .clone()
+}
+
+/// How one run of the example ended.
+struct Run {
+    code: Option<i32>,
+    events: Vec<Value>,
+}
+
+/// Runs the example on `workspace` with `--json`; kills it with SIGKILL right after the
+/// first event for which `kill_at` is true, if any.
+fn run(workspace: &Path, kill_at: Option<&dyn Fn(&Value) -> bool>) -> Run {
+    let mut child = Command::new(example())
+        .arg("--workspace")
+        .arg(workspace)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the example");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut events = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("utf-8 line");
+        let event: Value = serde_json::from_str(&line).expect("an NDJSON event");
+        let kill = kill_at.is_some_and(|f| f(&event));
+        events.push(event);
+        if kill {
+            child.kill().expect("SIGKILL");
+            break;
+        }
+    }
+    let status = child.wait().expect("wait");
+    Run {
+        code: status.code(),
+        events,
+    }
+}
+
+/// The demo's final board: every task accepted but the decomposed one.
+fn assert_complete(workspace: &Path) {
+    let text = std::fs::read_to_string(workspace.join(".ralph/plan.jsonl")).expect("plan.jsonl");
+    let mut status: HashMap<String, String> = HashMap::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).expect("a plan line");
+        if v["t"] == "task" {
+            status.insert(
+                v["id"].as_str().unwrap().into(),
+                v["s"].as_str().unwrap().into(),
+            );
+        }
+    }
+    let mut got: Vec<_> = status.into_iter().collect();
+    got.sort();
+    let expected: Vec<(String, String)> = [
+        ("t-1", "a"),
+        ("t-2", "a"),
+        ("t-3", "x"),
+        ("t-3a", "a"),
+        ("t-3b", "a"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(got, expected, "the board after resuming");
+}
+
+/// After the verify run that accepted a task, no agent run is about that task again.
+fn assert_nothing_after_acceptance(workspace: &Path, runs: &[Run]) {
+    let accepted: Vec<String> = runs
+        .iter()
+        .flat_map(|r| &r.events)
+        .filter(|e| e["event"] == "verdict" && e["accepted"] == true)
+        .map(|e| e["task"].as_str().unwrap().to_owned())
+        .collect();
+    let log =
+        std::fs::read_to_string(workspace.join(".ralph/fake-requests.jsonl")).expect("requests");
+    let requests: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for task in accepted {
+        let about: Vec<&Value> = requests
+            .iter()
+            .filter(|r| r["subject"] == task.as_str())
+            .collect();
+        let last = about.last().expect("requests about an accepted task");
+        assert_eq!(
+            last["role"], "verify",
+            "{task}: the last run about it must be its accepting verifier: {about:?}"
+        );
+    }
+}
+
+fn crash_then_resume(kill_at: &dyn Fn(&Value) -> bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workspace = dir.path();
+    let first = run(workspace, Some(kill_at));
+    assert_eq!(first.code, None, "the first run is killed by SIGKILL");
+    let mut runs = vec![first];
+    for _ in 0..3 {
+        let again = run(workspace, None);
+        let code = again.code;
+        runs.push(again);
+        if code == Some(0) {
+            break;
+        }
+    }
+    assert_eq!(
+        runs.last().unwrap().code,
+        Some(0),
+        "resumed runs finish the spec"
+    );
+    assert_complete(workspace);
+    assert_nothing_after_acceptance(workspace, &runs);
+}
+
+fn is(event: &'static str) -> impl Fn(&Value) -> bool {
+    move |e: &Value| e["event"] == event
+}
+
+#[test]
+fn killed_while_investigating() {
+    crash_then_resume(&is("stage_entered"));
+}
+
+#[test]
+fn killed_in_the_middle_of_a_retry() {
+    crash_then_resume(&|e| e["event"] == "task_started" && e["task"] == "t-1" && e["attempt"] == 2);
+}
+
+#[test]
+fn killed_after_a_task_was_done() {
+    crash_then_resume(&|e| e["event"] == "task_done" && e["task"] == "t-2");
+}
+
+#[test]
+fn killed_while_the_hanging_task_runs() {
+    crash_then_resume(&|e| e["event"] == "task_started" && e["task"] == "t-3");
+}
+
+#[test]
+fn killed_right_after_decomposition() {
+    crash_then_resume(&is("decomposed"));
+}
+
+#[test]
+fn killed_between_verdicts() {
+    crash_then_resume(&is("verdict"));
+}
+
+#[test]
+fn killed_after_the_first_acceptance_round() {
+    crash_then_resume(&|e| e["event"] == "iteration_finished" && e["iteration"] == 2);
+}
