@@ -3,6 +3,7 @@
 //! and no task may be run again after it was accepted.
 
 #![cfg(unix)]
+#![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
