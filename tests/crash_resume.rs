@@ -7,33 +7,13 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
+use common::example;
 use serde_json::Value;
 
-/// The example binary, built once per test run (a no-op when `cargo test` already built it;
-/// needed when only this test target was selected, or the binary would be stale).
-fn example() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "--quiet", "--example", "construct"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "cargo build --example construct failed");
-            let exe = std::env::current_exe().expect("test binary path");
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("target/<profile>/deps");
-            profile_dir.join("examples").join("construct")
-        })
-        .clone()
-}
+mod common;
 
 /// How one run of the example ended.
 struct Run {

@@ -2,8 +2,9 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ralph::agent::Script;
 use ralph::{Event, Observer};
@@ -83,4 +84,26 @@ pub fn no_gaps() -> Script {
 
 pub fn done() -> Script {
     Script::new().answer("Implemented.\n<TASK_DONE>")
+}
+
+/// The example binary, built once per test run (a no-op when `cargo test` already built it;
+/// needed when only this test target was selected, or the binary would be stale).
+pub fn example() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "--example", "construct"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "cargo build --example construct failed");
+            let exe = std::env::current_exe().expect("test binary path");
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile>/deps");
+            profile_dir.join("examples").join("construct")
+        })
+        .clone()
 }
