@@ -139,8 +139,41 @@ fn script() -> FakeAgent {
 
 #[tokio::test]
 async fn seed_000_example_flow() {
+    example_flow(script()).await;
+}
+
+#[tokio::test]
+async fn seed_000_example_flow_from_a_toml_script() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/scripts/example-flow.toml"
+    );
+    example_flow(FakeAgent::from_toml_file(path).unwrap()).await;
+}
+
+/// Every TOML script under `fixtures/scripts/` loads.
+#[test]
+fn every_fixture_script_loads() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/scripts");
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            FakeAgent::from_toml_file(&path).unwrap();
+            count += 1;
+        }
+    }
+    assert!(count > 0);
+    FakeAgent::from_toml_file(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/demo/script.toml"
+    ))
+    .unwrap();
+}
+
+async fn example_flow(agent: FakeAgent) {
     let dir = workspace("# Report tool\nParse config, load data, render a report.\n");
-    let agent = Arc::new(script());
+    let agent = Arc::new(agent);
     let store = MemoryStore::new();
     let events = Recorder::default();
     let ralph = Ralph::builder()
