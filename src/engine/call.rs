@@ -216,8 +216,9 @@ impl Caller {
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO)
             .min(Duration::from_secs(24 * 3600));
+        // Rounded up: a wait of 0.9s is reported as 1s, never as "0 seconds".
         self.emitter.emit(&Event::RateLimited {
-            wait_secs: wait.as_secs(),
+            wait_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
         });
         self.pause(wait).await
     }
