@@ -170,9 +170,12 @@ impl Caller {
                 Ending::Answer(run) => run,
                 Ending::Interrupted => return Ok((Structured::Interrupted, runs)),
                 Ending::RateLimited { until } => {
+                    let waited = Instant::now();
                     if !self.wait_for_rate_limit(until).await {
                         return Ok((Structured::Interrupted, runs));
                     }
+                    // The wait is not the call's time (as in BUILD).
+                    call.deadline += waited.elapsed();
                     runs -= 1;
                     continue;
                 }
