@@ -11,7 +11,7 @@ use crate::answer::DecomposeAnswer;
 use crate::error::Error;
 use crate::event::Event;
 use crate::logfile;
-use crate::model::{Change, Task, TaskStatus};
+use crate::model::{Change, RunState, Task, TaskStatus};
 
 /// Lines of the kill log the decomposer sees from the start and from the end (seed 000).
 pub(crate) const LOG_HEAD_LINES: usize = 50;
@@ -27,23 +27,25 @@ impl Engine {
             .filter(|t| t.is_killed())
             .cloned()
             .collect();
-        for task in killed {
+        let iteration = self.board.run.iteration;
+        let last = killed.len().saturating_sub(1);
+        for (i, task) in killed.into_iter().enumerate() {
             if self.stopped() {
                 return Ok(Flow::Interrupted);
             }
-            if self.decompose_task(task).await? == Flow::Interrupted {
+            // Seed 000: after decomposition, the next iteration starts at once. It is
+            // persisted in the batch of the last decomposition, so a crash cannot lose it.
+            let next = (i == last).then(|| self.next_iteration());
+            if self.decompose_task(task, next).await? == Flow::Interrupted {
                 return Ok(Flow::Interrupted);
             }
         }
-        // Seed 000: after decomposition, the next iteration starts at once.
-        let iteration = self.board.run.iteration;
-        let run = self.next_iteration();
-        self.commit(vec![Change::Run(run)]).await?;
         self.emit(Event::IterationFinished { iteration });
         Ok(Flow::Continue)
     }
 
-    async fn decompose_task(&mut self, task: Task) -> Result<Flow, Error> {
+    /// Decomposes one task (or blocks it); `next`, if given, is persisted with the result.
+    async fn decompose_task(&mut self, task: Task, next: Option<RunState>) -> Result<Flow, Error> {
         #[derive(Serialize)]
         struct Ctx<'a> {
             task: &'a Task,
@@ -82,7 +84,7 @@ impl Engine {
         match result {
             Structured::Interrupted => Ok(Flow::Interrupted),
             Structured::Answer(answer) => {
-                self.replace_with_subtasks(task, &answer).await?;
+                self.replace_with_subtasks(task, &answer, next).await?;
                 Ok(Flow::Continue)
             }
             Structured::Unusable(reason) => {
@@ -93,7 +95,9 @@ impl Engine {
                     blocked.id.clone(),
                     blocked.blocked_reason.clone().unwrap_or_default(),
                 );
-                self.commit(vec![Change::Task(blocked)]).await?;
+                let mut changes = vec![Change::Task(blocked)];
+                changes.extend(next.map(Change::Run));
+                self.commit(changes).await?;
                 self.emit(Event::TaskBlocked { task: id, reason });
                 Ok(Flow::Continue)
             }
@@ -107,6 +111,7 @@ impl Engine {
         &mut self,
         parent: Task,
         answer: &DecomposeAnswer,
+        next: Option<RunState>,
     ) -> Result<(), Error> {
         let ids = self.board.subtask_ids(&parent.id, answer.subtasks.len());
         let mut run = self.board.run.clone();
@@ -142,6 +147,7 @@ impl Engine {
             rewired.deps.extend(ids.iter().cloned());
             changes.push(Change::Task(rewired));
         }
+        changes.extend(next.map(Change::Run));
         self.commit(changes).await?;
         self.emit(Event::Decomposed {
             task: parent.id,
