@@ -1531,7 +1531,7 @@ fn same_answers_every_time() -> FakeAgent {
         "#,
         "same_answers_every_time",
     )
-    .unwrap()
+    .expect("the script parses")
 }
 
 #[tokio::test]
@@ -1712,13 +1712,14 @@ impl Agent for Gauge {
 }
 
 #[rstest]
-#[case::one_at_a_time(1, 1)]
-#[case::three_at_once(3, 3)]
-#[case::more_slots_than_tasks(8, 6)]
+#[case::one_at_a_time(1, 1, 100)]
+#[case::three_at_once(3, 3, 300)]
+#[case::more_slots_than_tasks(8, 6, 300)]
 #[tokio::test]
 async fn verifiers_run_concurrently_up_to_the_limit(
     #[case] concurrency: usize,
     #[case] expected_max: usize,
+    #[case] verifier_millis: u64,
 ) {
     let dir = workspace(SPEC);
     let gauge = Arc::new(Gauge {
@@ -1726,7 +1727,7 @@ async fn verifiers_run_concurrently_up_to_the_limit(
             .always(
                 Role::Verify,
                 Script::new()
-                    .delay(Duration::from_millis(300))
+                    .delay(Duration::from_millis(verifier_millis))
                     .json(json!({"verdict": "accept", "reason": "fine"})),
             )
             .always(Role::GapAnalysis, no_gaps()),
