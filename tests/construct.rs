@@ -1604,6 +1604,186 @@ async fn a_crash_at_any_persist_loses_nothing_and_duplicates_nothing() {
     assert!(crash_points >= 8, "only {crash_points} persists");
 }
 
+/// Waits (at most a few seconds) until `ready` holds.
+async fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !ready() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never happened: {what}"));
+}
+
+#[tokio::test]
+async fn an_interrupt_during_verify_keeps_the_verdicts_in_and_resumes_the_rest() {
+    let dir = workspace(SPEC);
+    let first = Arc::new(
+        FakeAgent::new()
+            .on(Role::Verify, "t-1", accept("greets"))
+            .on(Role::Verify, "t-2", Script::new().hang()),
+    );
+    let events = Recorder::default();
+    let ralph = Arc::new(
+        Ralph::builder()
+            .workspace(dir.path())
+            .agent(first.clone())
+            .observer(events.clone())
+            .build()
+            .unwrap(),
+    );
+    for (id, name) in [("t-1", "Greet"), ("t-2", "Wave")] {
+        ralph
+            .add_task(Task::new(id, name).with_status(TaskStatus::Done))
+            .await
+            .unwrap();
+    }
+    let running = tokio::spawn({
+        let ralph = ralph.clone();
+        async move { ralph.construct("spec.md").await }
+    });
+    wait_until("t-1's verdict and t-2's verifier", || {
+        !events.of_kind("verdict").is_empty()
+            && first
+                .requests()
+                .iter()
+                .any(|r| r.subject.as_deref() == Some("t-2"))
+    })
+    .await;
+
+    ralph.stop_token().cancel();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("the stop is prompt")
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(outcome, Outcome::Interrupted);
+    first.verify().unwrap();
+    drop(ralph);
+    let saved = open_unlocked(dir.path()).load().await.unwrap();
+    assert!(saved.tasks["t-1"].verdict.as_ref().unwrap().accepted);
+    assert_eq!(saved.tasks["t-2"].verdict, None);
+    assert_eq!(saved.tasks["t-2"].verifications, 0);
+
+    let second = Arc::new(
+        FakeAgent::new()
+            .on_attempt(Role::Verify, "t-2", 1, accept("waves"))
+            .on(Role::GapAnalysis, "iteration-1", no_gaps()),
+    );
+    let ralph = build_unlocked(|| Ralph::builder().workspace(dir.path()).agent(second.clone()));
+    let outcome = ralph.resume().await.unwrap();
+
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 1,
+            accepted: 2
+        }
+    );
+    // t-1's verdict was not asked for again.
+    second.verify().unwrap();
+    assert_eq!(second.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn an_interrupt_during_a_gate_stops_it_and_the_attempt_runs_again() {
+    let h = Harness::new(one_task().always(Role::Build, done()));
+    let slow = ShellGate::new("slow", "echo $$ >> gate.pids; exec sleep 30")
+        .grace(Duration::from_millis(100));
+    let ralph = Arc::new(h.ralph(|b| b.gate(slow)));
+    let running = tokio::spawn({
+        let ralph = ralph.clone();
+        async move { ralph.construct("spec.md").await }
+    });
+    let pids = h.path().join("gate.pids");
+    wait_until("the gate started", || {
+        std::fs::read_to_string(&pids).is_ok_and(|t| t.ends_with('\n'))
+    })
+    .await;
+
+    ralph.stop_token().cancel();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("the stop is prompt")
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(outcome, Outcome::Interrupted);
+    assert_eq!(h.gate_statuses(), [GateStatus::Stopped]);
+    let pid: u32 = std::fs::read_to_string(&pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!sleep_alive(pid), "the gate's sleep {pid} survived");
+    let task = h.task("t-1");
+    assert_eq!((task.status, task.attempts), (TaskStatus::Pending, 0));
+    assert_eq!(task.kill_reason, None);
+}
+
+#[tokio::test]
+async fn the_stage_timeout_during_a_gate_kills_the_task_and_the_gate() {
+    let h = Harness::new(
+        one_task()
+            .on(
+                Role::Build,
+                "t-1",
+                Script::new()
+                    .print("built the greeter", 1)
+                    .answer("<TASK_DONE>"),
+            )
+            .on(
+                Role::Decompose,
+                "t-1",
+                Script::new().json(json!({"subtasks": [
+                    {"name": "Write the greeting", "accept": "greets"},
+                    {"name": "Write the farewell", "accept": "says bye"}
+                ]})),
+            )
+            .always(Role::Build, writes_done()),
+    );
+    // Passes at once when done.txt exists; otherwise outlasts the stage.
+    let slow = ShellGate::new(
+        "slow",
+        "test -f done.txt && exit 0; echo $$ >> gate.pids; exec sleep 30",
+    )
+    .grace(Duration::from_millis(100));
+
+    let outcome = h
+        .run(|b| b.gate(slow).stage_timeout(Duration::from_millis(400)))
+        .await;
+
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 2,
+            accepted: 2
+        }
+    );
+    h.agent.verify().unwrap();
+    let killed = h.events.of_kind("task_killed");
+    assert_eq!(killed.len(), 1);
+    assert_eq!(killed[0]["task"], "t-1");
+    assert_eq!(killed[0]["reason"], "timeout");
+    assert_eq!(h.gate_statuses()[0], GateStatus::Stopped);
+    // The kill log is the agent's transcript, which DECOMPOSE then saw.
+    let board = h.store.board();
+    let log = board.tasks["t-1"].kill_log.clone().unwrap();
+    let text = std::fs::read_to_string(h.path().join(log)).unwrap();
+    assert!(text.contains("built the greeter"), "{text}");
+    assert!(
+        h.requests(Role::Decompose, "t-1")[0]
+            .prompt
+            .contains("built the greeter")
+    );
+    let pids = std::fs::read_to_string(h.path().join("gate.pids")).unwrap();
+    for pid in pids.lines() {
+        let pid: u32 = pid.trim().parse().unwrap();
+        assert!(!sleep_alive(pid), "the gate's sleep {pid} survived");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 13. Dependency order.
 // ---------------------------------------------------------------------------------------
