@@ -54,7 +54,8 @@ pub struct Config {
     /// Iterations (INVESTIGATE → BUILD → VERIFY) before the loop stops. Default 10.
     pub max_iterations: u32,
     /// Wall-clock limit of one stage step: investigating one issue, building one task (all
-    /// its attempts, agent and gates), one VERIFY fork/join, decomposing one task. Default 5m.
+    /// its attempts, agent and gates), one VERIFY fork/join, one gap analysis, decomposing
+    /// one task. Time spent waiting out a rate limit does not count. Default 5m.
     #[serde(with = "duration")]
     pub stage_timeout: Duration,
     /// Wall-clock limit of one agent run. Default 5m.

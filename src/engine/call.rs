@@ -170,9 +170,12 @@ impl Caller {
                 Ending::Answer(run) => run,
                 Ending::Interrupted => return Ok((Structured::Interrupted, runs)),
                 Ending::RateLimited { until } => {
+                    let waited = Instant::now();
                     if !self.wait_for_rate_limit(until).await {
                         return Ok((Structured::Interrupted, runs));
                     }
+                    // The wait is not the call's time (as in BUILD).
+                    call.deadline += waited.elapsed();
                     runs -= 1;
                     continue;
                 }
@@ -216,8 +219,9 @@ impl Caller {
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO)
             .min(Duration::from_secs(24 * 3600));
+        // Rounded up: a wait of 0.9s is reported as 1s, never as "0 seconds".
         self.emitter.emit(&Event::RateLimited {
-            wait_secs: wait.as_secs(),
+            wait_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
         });
         self.pause(wait).await
     }

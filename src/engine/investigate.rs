@@ -71,7 +71,7 @@ impl Engine {
             Structured::Answer(answer) if answer.out_of_scope => {
                 issue.status = IssueStatus::OutOfScope;
                 issue.reason = answer.reason;
-                self.settle_issue(issue, Vec::new()).await?;
+                self.settle_issue(issue, Vec::new(), Vec::new()).await?;
             }
             Structured::Answer(answer) => {
                 let mut run = self.board.run.clone();
@@ -84,27 +84,35 @@ impl Engine {
                 issue.tasks = tasks.iter().map(|t| t.id.clone()).collect();
                 let mut changes = vec![Change::Run(run)];
                 changes.extend(tasks.iter().cloned().map(Change::Task));
-                self.commit(changes).await?;
-                self.settle_issue(issue, tasks).await?;
+                self.settle_issue(issue, tasks, changes).await?;
             }
             Structured::Unusable(reason) => {
                 if issue.attempts > self.config().retries {
                     issue.status = IssueStatus::Blocked;
                 }
                 issue.reason = Some(reason);
-                self.settle_issue(issue, Vec::new()).await?;
+                self.settle_issue(issue, Vec::new(), Vec::new()).await?;
             }
         }
         Ok(Flow::Continue)
     }
 
-    async fn settle_issue(&mut self, issue: Issue, tasks: Vec<Task>) -> Result<(), Error> {
+    /// Persists the issue's new state in one batch with `changes` (the tasks made from it):
+    /// a crash between the two would leave the tasks with the issue still open, and the
+    /// next run would investigate it again and duplicate them.
+    async fn settle_issue(
+        &mut self,
+        issue: Issue,
+        tasks: Vec<Task>,
+        mut changes: Vec<Change>,
+    ) -> Result<(), Error> {
         let event = Event::IssueInvestigated {
             issue: issue.id.clone(),
             tasks: tasks.into_iter().map(|t| t.id).collect(),
             reason: issue.reason.clone(),
         };
-        self.commit(vec![Change::Issue(issue)]).await?;
+        changes.push(Change::Issue(issue));
+        self.commit(changes).await?;
         self.emit(event);
         Ok(())
     }

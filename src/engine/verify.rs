@@ -29,7 +29,11 @@ impl Engine {
         if self.verify_done_tasks(deadline).await? == Flow::Interrupted {
             return Ok(Flow::Interrupted);
         }
-        let Some(gaps) = self.gap_analysis(deadline).await? else {
+        // Gap analysis is a step of its own: verifiers that used up the fork/join's time
+        // (or waited out a rate limit) must not leave it none, which would skip it with a
+        // warning and could end the run as complete without it.
+        let gap_deadline = Instant::now() + self.config().stage_timeout;
+        let Some(gaps) = self.gap_analysis(gap_deadline).await? else {
             return Ok(Flow::Interrupted);
         };
         self.apply_verification(gaps).await?;
