@@ -8,6 +8,8 @@
 //! agent_timeout = "5m"
 //! retries = 2
 //! verify_concurrency = 4
+//! transient_retries = 4
+//! transient_backoff = "2s"
 //! log_dir = "build/ralph-logs"
 //!
 //! [context]
@@ -68,6 +70,12 @@ pub struct Config {
     pub retries: u32,
     /// Verifier runs at once in VERIFY. Default 4.
     pub verify_concurrency: usize,
+    /// Retries of an agent run that failed transiently (overloaded, 5xx), on top of the task's
+    /// own retries: they do not count as attempts. Default 4.
+    pub transient_retries: u32,
+    /// The first wait before such a retry; it doubles each time, up to a minute. Default 2s.
+    #[serde(with = "duration")]
+    pub transient_backoff: Duration,
     /// Context-pressure tiers.
     pub context: ContextThresholds,
     /// Quality gates, run in order after an agent claims a task done.
@@ -89,6 +97,8 @@ impl Default for Config {
             grace: Duration::from_secs(5),
             retries: 2,
             verify_concurrency: 4,
+            transient_retries: 4,
+            transient_backoff: Duration::from_secs(2),
             context: ContextThresholds::default(),
             gates: Vec::new(),
             store: StoreConfig::default(),
@@ -372,6 +382,8 @@ fn is_config_key(key: &str) -> bool {
         "grace",
         "retries",
         "verify_concurrency",
+        "transient_retries",
+        "transient_backoff",
         "context",
         "store",
         "log_dir",

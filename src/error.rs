@@ -86,6 +86,9 @@ pub enum Error {
         /// The spec asked for.
         given: String,
     },
+    /// A task with this id is already on the board.
+    #[error("task {0} already exists")]
+    DuplicateTask(crate::model::TaskId),
     /// No spec was given and none is on record.
     #[error("no spec on record in this workspace: pass one to `construct`")]
     NoSpec,

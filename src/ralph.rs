@@ -118,13 +118,17 @@ impl Ralph {
         Ok(id)
     }
 
-    /// Adds a task as given (its id must be unused). Returns its id.
+    /// Adds a task as given. Returns its id.
     ///
     /// # Errors
     ///
-    /// [`Error::Store`] when it cannot be saved.
+    /// [`Error::DuplicateTask`] when a task with its id exists (replacing it could undo an
+    /// acceptance); [`Error::Store`] when it cannot be saved.
     pub async fn add_task(&self, task: Task) -> Result<crate::model::TaskId, Error> {
         let id = task.id.clone();
+        if self.inner.store.load().await?.tasks.contains_key(&id) {
+            return Err(Error::DuplicateTask(id));
+        }
         self.inner.store.persist(&[Change::Task(task)]).await?;
         Ok(id)
     }

@@ -1245,8 +1245,105 @@ async fn a_rate_limit_is_waited_out_and_the_attempt_is_not_counted(
         .into_iter()
         .filter(|(id, _)| id == "t-1a")
         .collect::<Vec<_>>();
-    let starts = if role == Role::Build { 2 } else { 1 };
-    assert_eq!(started_1a, vec![("t-1a".to_owned(), 1); starts]);
+    // The wait happens inside the attempt: one start, two agent runs.
+    assert_eq!(started_1a, vec![("t-1a".to_owned(), 1)]);
+}
+
+// Transient failures (overload, 5xx) are retried after a backoff and not counted; past
+// `transient_retries` they count as an ordinary failed attempt.
+#[rstest]
+#[case::investigate(Role::Investigate, "i-1")]
+#[case::build(Role::Build, "t-1a")]
+#[case::decompose(Role::Decompose, "t-1")]
+#[case::verify(Role::Verify, "t-1a")]
+#[case::gap_analysis(Role::GapAnalysis, "iteration-2")]
+#[tokio::test]
+async fn a_transient_failure_is_retried_after_a_backoff_and_not_counted(
+    #[case] role: Role,
+    #[case] subject: &str,
+) {
+    let overloaded = || Script::new().fail_with("overloaded (529)", FailureKind::Transient);
+    let h = Harness::new(
+        every_role_taking(Duration::from_millis(10))
+            .on_attempt(role, subject, 1, overloaded())
+            .on_attempt(role, subject, 1, overloaded()),
+    );
+
+    let outcome = h
+        .run(|b| {
+            b.stage_timeout(Duration::from_millis(500))
+                .config("transient_backoff", "10ms")
+        })
+        .await;
+
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 2,
+            accepted: 2
+        }
+    );
+    h.agent.verify().unwrap();
+    assert_eq!(attempts(&h.requests(role, subject)), [1, 1, 1]);
+    let warnings = h.events.of_kind("warning");
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("overloaded (529); retrying in 10ms")
+    );
+    assert!(
+        warnings[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("retrying in 20ms")
+    );
+    assert!(h.events.of_kind("task_retry").is_empty());
+    let board = h.store.board();
+    assert_eq!(board.issues["i-1"].attempts, 1);
+    assert_eq!(board.tasks["t-1a"].attempts, 1);
+    assert_eq!(board.tasks["t-1a"].verifications, 1);
+}
+
+#[tokio::test]
+async fn a_transient_failure_past_the_limit_is_a_failed_attempt() {
+    let overloaded = || Script::new().fail_with("overloaded (529)", FailureKind::Transient);
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                tasks(&[("Write done.txt", "greets")]),
+            )
+            .on_attempt(Role::Build, "t-1", 1, overloaded())
+            .on_attempt(Role::Build, "t-1", 1, overloaded())
+            .on_attempt(Role::Build, "t-1", 2, done())
+            .on(Role::Verify, "t-1", accept("fine"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+
+    let outcome = h
+        .run(|b| {
+            b.config("transient_backoff", "1ms")
+                .config("transient_retries", 1)
+        })
+        .await;
+
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 1, .. }),
+        "{outcome:?}"
+    );
+    let retry = h.events.of_kind("task_retry");
+    assert_eq!(retry.len(), 1);
+    assert!(
+        retry[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("overloaded (529) (still failing after 1 retries)"),
+        "{retry:?}"
+    );
+    h.agent.verify().unwrap();
 }
 
 #[tokio::test]

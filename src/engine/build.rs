@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -32,8 +32,6 @@ enum Attempt {
     Blocked(String),
     Failed(String),
     Killed(KillReason, Option<PathBuf>),
-    RateLimited(SystemTime),
-    Transient(String),
     Interrupted,
 }
 
@@ -55,7 +53,6 @@ impl Engine {
     /// Runs attempts of one task until it is done, blocked, killed or interrupted.
     async fn build_task(&mut self, id: &TaskId) -> Result<TaskEnd, Error> {
         let mut deadline = Instant::now() + self.config().stage_timeout;
-        let mut transient = 0u32;
         loop {
             if self.stopped() {
                 return Ok(TaskEnd::Interrupted);
@@ -76,7 +73,7 @@ impl Engine {
                 name: task.name.clone(),
                 attempt: round,
             });
-            let attempt = self.attempt(&task, round, deadline).await?;
+            let attempt = self.attempt(&task, round, &mut deadline).await?;
             let mut after = task.clone();
             after.attempts += 1;
             match attempt {
@@ -84,58 +81,36 @@ impl Engine {
                 Attempt::Blocked(reason) => return self.block_task(after, reason).await,
                 Attempt::Killed(reason, log) => return self.kill_task(after, reason, log).await,
                 Attempt::Interrupted => return Ok(TaskEnd::Interrupted),
-                Attempt::RateLimited(until) => {
-                    let waited = Instant::now();
-                    if !self.caller.wait_for_rate_limit(until).await {
-                        return Ok(TaskEnd::Interrupted);
-                    }
-                    // The wait is not the task's time.
-                    deadline += waited.elapsed();
-                }
-                Attempt::Transient(failure) => {
-                    transient += 1;
-                    self.retry_task(after, round, failure).await?;
-                    let backoff = Duration::from_secs(1 << transient.min(6));
-                    if !self.caller.pause(backoff).await {
-                        return Ok(TaskEnd::Interrupted);
-                    }
-                }
                 Attempt::Failed(failure) => self.retry_task(after, round, failure).await?,
             }
         }
     }
 
-    /// One agent run and, if it claims done, the gates.
+    /// One agent run and, if it claims done, the gates. Time spent waiting out rate limits
+    /// and transient failures moves `deadline`.
     async fn attempt(
         &mut self,
         task: &Task,
         round: u32,
-        deadline: Instant,
+        deadline: &mut Instant,
     ) -> Result<Attempt, Error> {
-        let call = Call {
+        let mut call = Call {
             role: Role::Build,
             subject: Some(task.id.to_string()),
             attempt: task.attempts + 1,
             prompt: self.build_prompt(task, round)?,
-            deadline,
+            deadline: *deadline,
         };
-        let run = match self.caller.call(&call, None).await? {
+        let ending = self.caller.call(&mut call, None).await?;
+        *deadline = call.deadline;
+        let run = match ending {
             Ending::Answer(run) => run,
             Ending::Interrupted => return Ok(Attempt::Interrupted),
             Ending::Killed { reason, log } => return Ok(Attempt::Killed(reason, log)),
-            Ending::RateLimited { until } => return Ok(Attempt::RateLimited(until)),
             Ending::Failed {
                 reason,
                 kind: FailureKind::Fatal,
             } => return Err(Error::AgentFatal(reason)),
-            Ending::Failed {
-                reason,
-                kind: FailureKind::Transient,
-            } => {
-                return Ok(Attempt::Transient(format!(
-                    "The agent run failed: {reason}"
-                )));
-            }
             Ending::Failed { reason, .. } => {
                 return Ok(Attempt::Failed(format!("The agent run failed: {reason}")));
             }
@@ -145,7 +120,7 @@ impl Engine {
             .as_deref()
             .map(|p| self.caller.logs.relative(p));
         match signal::parse(&run.final_text).task {
-            TaskSignal::Done => self.run_gates(task, call.attempt, deadline, killed_log).await,
+            TaskSignal::Done => self.run_gates(task, call.attempt, *deadline, killed_log).await,
             TaskSignal::Blocked { reason } if reason.trim().is_empty() => {
                 Ok(Attempt::Blocked("the agent gave no reason".into()))
             }

@@ -33,10 +33,15 @@ pub(crate) enum Ending {
         reason: KillReason,
         log: Option<PathBuf>,
     },
-    /// A rate limit: wait until `until`, then call again (not the task's fault).
-    RateLimited { until: SystemTime },
     /// The user stopped the run.
     Interrupted,
+}
+
+/// What one agent run gives before rate limits are ridden out.
+#[allow(clippy::large_enum_variant)] // one per agent run, matched at once
+enum Once {
+    Ended(Ending),
+    RateLimited(SystemTime),
 }
 
 /// One agent call's parameters.
@@ -69,11 +74,61 @@ pub(crate) struct Caller {
 impl Caller {
     /// Runs one call: agent timeout = min(agent_timeout, time to the deadline); at the
     /// deadline the agent is asked to stop, and dropped if it does not within the grace.
+    /// Runs one call, riding out rate limits (waited until they reset) and transient
+    /// failures (backed off `transient_backoff`, doubling, at most `transient_retries`
+    /// times). Neither counts as an attempt, and the time waited extends the call's deadline:
+    /// it is not the task's time.
     pub(crate) async fn call(
+        &self,
+        call: &mut Call,
+        schema: Option<serde_json::Value>,
+    ) -> Result<Ending, Error> {
+        let config = &self.inner.config;
+        let mut transient = 0u32;
+        loop {
+            let wait = match self.call_once(call, schema.clone()).await? {
+                Once::RateLimited(until) => self.rate_limit_wait(until),
+                Once::Ended(Ending::Failed {
+                    reason,
+                    kind: FailureKind::Transient,
+                }) if transient < config.transient_retries => {
+                    let backoff = backoff(config.transient_backoff, transient);
+                    transient += 1;
+                    self.emitter.emit(&Event::Warning {
+                        message: format!(
+                            "{} {}: {reason}; retrying in {}",
+                            call.role,
+                            call.subject.as_deref().unwrap_or("-"),
+                            humantime::format_duration(backoff)
+                        ),
+                    });
+                    backoff
+                }
+                Once::Ended(Ending::Failed {
+                    reason,
+                    kind: FailureKind::Transient,
+                }) => {
+                    return Ok(Ending::Failed {
+                        reason: format!("{reason} (still failing after {transient} retries)"),
+                        kind: FailureKind::Attempt,
+                    });
+                }
+                Once::Ended(ending) => return Ok(ending),
+            };
+            let started = Instant::now();
+            if !self.pause(wait).await {
+                return Ok(Ending::Interrupted);
+            }
+            call.deadline += started.elapsed();
+        }
+    }
+
+    /// One agent run under the deadline.
+    async fn call_once(
         &self,
         call: &Call,
         schema: Option<serde_json::Value>,
-    ) -> Result<Ending, Error> {
+    ) -> Result<Once, Error> {
         let config = &self.inner.config;
         let subject = call.subject.clone().unwrap_or_else(|| "-".into());
         let log = self
@@ -113,15 +168,17 @@ impl Caller {
         Ok(self.classify(run, call.deadline))
     }
 
-    fn classify(&self, run: AgentRun, deadline: Instant) -> Ending {
+    fn classify(&self, run: AgentRun, deadline: Instant) -> Once {
         let log = run.log_path.as_deref().map(|p| self.logs.relative(p));
         if self.inner.stop.is_cancelled() {
-            return Ending::Interrupted;
+            return Once::Ended(Ending::Interrupted);
         }
-        match run.exit {
+        if let AgentExit::RateLimited { until } = run.exit {
+            return Once::RateLimited(until);
+        }
+        Once::Ended(match run.exit {
             AgentExit::Completed => Ending::Answer(run),
             AgentExit::Failed { reason, kind } => Ending::Failed { reason, kind },
-            AgentExit::RateLimited { until } => Ending::RateLimited { until },
             AgentExit::ContextLimit => Ending::Killed {
                 reason: KillReason::ContextLimit,
                 log,
@@ -140,7 +197,7 @@ impl Caller {
                 reason: "the agent stopped without an answer".into(),
                 kind: FailureKind::Attempt,
             },
-        }
+        })
     }
 
     fn forward_events(&self, subject: Option<String>) -> AgentEvents {
@@ -165,20 +222,10 @@ impl Caller {
         let mut last_error = String::new();
         while runs < 2 {
             runs += 1;
-            let ending = self.call(&call, Some(T::schema())).await?;
+            let ending = self.call(&mut call, Some(T::schema())).await?;
             let run = match ending {
                 Ending::Answer(run) => run,
                 Ending::Interrupted => return Ok((Structured::Interrupted, runs)),
-                Ending::RateLimited { until } => {
-                    let waited = Instant::now();
-                    if !self.wait_for_rate_limit(until).await {
-                        return Ok((Structured::Interrupted, runs));
-                    }
-                    // The wait is not the call's time (as in BUILD).
-                    call.deadline += waited.elapsed();
-                    runs -= 1;
-                    continue;
-                }
                 Ending::Failed {
                     reason,
                     kind: FailureKind::Fatal,
@@ -212,9 +259,8 @@ impl Caller {
         ))
     }
 
-    /// Waits until a rate limit resets (at most a day), reporting it. Returns false if the
-    /// run was stopped meanwhile.
-    pub(crate) async fn wait_for_rate_limit(&self, until: SystemTime) -> bool {
+    /// How long to wait for a rate limit to reset (at most a day), reported as an event.
+    fn rate_limit_wait(&self, until: SystemTime) -> Duration {
         let wait = until
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO)
@@ -223,7 +269,7 @@ impl Caller {
         self.emitter.emit(&Event::RateLimited {
             wait_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
         });
-        self.pause(wait).await
+        wait
     }
 
     /// Sleeps `wait` unless the run is stopped first (then returns false).
@@ -233,6 +279,12 @@ impl Caller {
             () = self.inner.stop.cancelled() => false,
         }
     }
+}
+
+/// `base` doubled `n` times, at most a minute.
+fn backoff(base: Duration, n: u32) -> Duration {
+    base.saturating_mul(1 << n.min(16))
+        .min(Duration::from_secs(60))
 }
 
 /// Runs `fut` until it finishes. At `deadline` (or when `token` is cancelled from above) it
