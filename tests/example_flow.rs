@@ -14,6 +14,8 @@
 //! (t-1 and t-2, done in iteration 1, are verified and accepted in iteration 2: the kill ended
 //! iteration 1 before its VERIFY.)
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::sync::Arc;
