@@ -40,7 +40,8 @@ pub enum Outcome {
     MaxIterations {
         /// The limit.
         limit: u32,
-        /// Tasks not yet accepted (pending, done, blocked).
+        /// Work not yet accepted: pending, done and blocked tasks, plus open issues (each of
+        /// which becomes tasks).
         remaining: usize,
     },
     /// Work remains but all of it is blocked.
