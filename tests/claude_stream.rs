@@ -554,7 +554,7 @@ async fn unknown_lines_fields_and_garbage_are_skipped() {
     // A wrongly typed counter reads as absent; the line still counts.
     assert_eq!(contexts(&events), [50_000]);
     assert_eq!(texts(&events), ["hi"]);
-    assert_eq!(summary.bad_lines, 5);
+    assert_eq!(summary.bad_lines, 6);
     assert_eq!(summary.bad_line_heads[0], "this is not json");
     assert!(summary.bad_line_heads[1].starts_with("{\"type\": \"assistant\"}\u{fffd}"));
     let notes = events

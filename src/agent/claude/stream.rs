@@ -80,9 +80,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::agent::{AgentEvent, AgentExit, Usage};
 
-use lenient::{Status, StrOrObj};
+use lenient::{Obj, Status, StrOrObj};
 use shrink::{Limits, Shrinker, Shrunk};
-use wire::{Line, Message, TokenUsage};
+use wire::{Block, Line, TokenUsage};
 
 pub use outcome::{Failure, FailureCause, RunOutcome};
 pub use reader::{DEFAULT_MAX_LINE, LineReader, Piece};
@@ -531,7 +531,7 @@ impl StreamParser {
             emit(AgentEvent::Session { id });
         }
         match (line.kind.get(), line.subtype.get()) {
-            (Some("assistant"), _) => self.assistant(&line, emit),
+            (Some("assistant"), _) => self.assistant(line, emit),
             (Some("result"), _) => self.result(line, cuts),
             (Some("rate_limit_event"), _) => self.rate_limit(&line, emit),
             (Some("system"), Some("init")) => self.init(&line),
@@ -548,11 +548,11 @@ impl StreamParser {
         self.init_model = line.model.owned();
     }
 
-    fn assistant(&mut self, line: &Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
-        let StrOrObj::Obj(message) = &line.message else {
+    fn assistant(&mut self, line: Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
+        let StrOrObj::Obj(mut message) = line.message else {
             return;
         };
-        self.blocks(message, emit);
+        self.blocks(std::mem::take(&mut message.content.0), emit);
         let synthetic =
             line.is_api_error_message.0 == Some(true) || message.model.get() == Some("<synthetic>");
         if synthetic {
@@ -572,9 +572,10 @@ impl StreamParser {
         }
     }
 
-    fn blocks(&self, message: &Message<'_>, emit: &mut dyn FnMut(AgentEvent)) {
-        for block in message.content.0.iter().filter_map(|b| b.0.as_ref()) {
-            match (block.kind.get(), block.text.get(), block.name.get()) {
+    /// Text and tool-use events; blocks are taken by value so an escaped (owned) text moves.
+    fn blocks(&self, blocks: Vec<Obj<Block<'_>>>, emit: &mut dyn FnMut(AgentEvent)) {
+        for block in blocks.into_iter().filter_map(|b| b.0) {
+            match (block.kind.get(), block.text.0, block.name.get()) {
                 (Some("text"), Some(text), _) => emit(AgentEvent::Text {
                     text: bounded(text, self.options.event_text),
                 }),
@@ -634,7 +635,7 @@ impl StreamParser {
     fn permission_denied(&mut self, line: &Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
         let tool = line.tool_name.owned().unwrap_or_default();
         let message = match &line.message {
-            StrOrObj::Str(text) => Some(bounded(text, Failure::MAX_MESSAGE)),
+            StrOrObj::Str(text) => Some(bounded(text.as_ref(), Failure::MAX_MESSAGE)),
             _ => None,
         };
         emit(AgentEvent::PermissionDenied { tool: tool.clone() });
@@ -814,10 +815,11 @@ fn epoch_seconds(seconds: f64) -> Option<SystemTime> {
 }
 
 /// `text` if it has at most `limit` bytes, else its head and tail around an omission line.
-fn bounded(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_owned();
+fn bounded(text: impl AsRef<str> + Into<String>, limit: usize) -> String {
+    if text.as_ref().len() <= limit {
+        return text.into();
     }
+    let text = text.as_ref();
     let mut head = limit / 2;
     while !text.is_char_boundary(head) {
         head -= 1;

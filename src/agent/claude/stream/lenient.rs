@@ -94,6 +94,96 @@ fn scalar<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Scalar<'de>, D::
     deserializer.deserialize_any(ScalarVisitor)
 }
 
+/// Reads an object key as raw bytes and maps it with `F`.
+///
+/// serde's derive reads keys as `&str`, which makes serde_json validate the UTF-8 of every
+/// key of every object it descends into; as bytes they are only scanned (see [`wire!`]).
+pub(super) struct Key<F>(pub(super) F);
+
+impl<'de, T, F: FnOnce(&[u8]) -> T> Visitor<'de> for Key<F> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<T, E> {
+        Ok((self.0)(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<T, E> {
+        Ok((self.0)(v.as_bytes()))
+    }
+}
+
+/// Declares a wire struct: every field defaults to absent, known keys (byte strings) fill
+/// their field (a repeated key: the last one wins), unknown keys are skipped unbuilt. Use it
+/// with lenient field types only, so that no value can reject the object.
+macro_rules! wire {
+    (
+        $(#[$meta:meta])*
+        struct $name:ident $(<$lt:lifetime>)? {
+            $( $(#[$field_meta:meta])* $field:ident: $ty:ty = $key:literal, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Default)]
+        pub(super) struct $name $(<$lt>)? {
+            $( $(#[$field_meta])* pub(super) $field: $ty, )*
+        }
+
+        const _: () = {
+            use std::marker::PhantomData;
+            use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+            #[allow(non_camel_case_types)]
+            enum Field { $($field,)* Unknown }
+
+            impl<'de> Deserialize<'de> for Field {
+                fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                    deserializer.deserialize_bytes($crate::agent::claude::stream::lenient::Key(
+                        |key: &[u8]| match key {
+                            $( $key => Field::$field, )*
+                            _ => Field::Unknown,
+                        },
+                    ))
+                }
+            }
+
+            struct StructVisitor $(<$lt>)? (PhantomData<fn() -> $name $(<$lt>)?>);
+
+            impl<'de $(: $lt, $lt)?> Visitor<'de> for StructVisitor $(<$lt>)? {
+                type Value = $name $(<$lt>)?;
+
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str(concat!("a ", stringify!($name), " object"))
+                }
+
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    let mut out = Self::Value::default();
+                    while let Some(field) = map.next_key::<Field>()? {
+                        match field {
+                            $( Field::$field => out.$field = map.next_value()?, )*
+                            Field::Unknown => {
+                                map.next_value::<IgnoredAny>()?;
+                            }
+                        }
+                    }
+                    Ok(out)
+                }
+            }
+
+            impl<'de $(: $lt, $lt)?> Deserialize<'de> for $name $(<$lt>)? {
+                fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                    deserializer.deserialize_map(StructVisitor(PhantomData))
+                }
+            }
+        };
+    };
+}
+
+pub(super) use wire;
+
 /// A string field, borrowed from the line when it has no escapes.
 #[derive(Debug, Default)]
 pub(super) struct Str<'a>(pub(super) Option<Cow<'a, str>>);

@@ -6,154 +6,121 @@
 //! Unknown fields are skipped by serde without being built, and every field is lenient (see
 //! [`lenient`](super::lenient)), so drift in the CLI's output never rejects a line.
 
-use serde::Deserialize;
+use super::lenient::{Entries, Flag, Float, List, Num, Obj, Status, Str, StrOrObj, wire};
 
-use super::lenient::{Entries, Flag, Float, List, Num, Obj, Status, Str, StrOrObj};
-
-/// Every field ralph reads, of every line kind.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct Line<'a> {
-    /// `system`, `assistant`, `user`, `result`, `stream_event`, `rate_limit_event`, …
-    #[serde(borrow, rename = "type")]
-    pub(super) kind: Str<'a>,
-    #[serde(borrow)]
-    pub(super) subtype: Str<'a>,
-    #[serde(borrow)]
-    pub(super) session_id: Str<'a>,
-    /// `system/init`: the model in use.
-    #[serde(borrow)]
-    pub(super) model: Str<'a>,
-    /// `assistant`/`user`: the API message; `permission_denied`: the refusal's text.
-    #[serde(borrow)]
-    pub(super) message: StrOrObj<'a, Message<'a>>,
-    /// Set on lines of a subagent; its usage is not the session's context.
-    #[serde(borrow)]
-    pub(super) parent_tool_use_id: Str<'a>,
-    /// A synthetic `assistant` line that reports an API error.
-    pub(super) is_api_error_message: Flag,
-    /// The error class: of a synthetic API-error message, or of an `api_retry`.
-    #[serde(borrow)]
-    pub(super) error: Str<'a>,
-    /// `result` and API-error messages: the HTTP status (null for network errors).
-    pub(super) api_error_status: Status,
-    /// `api_retry`.
-    pub(super) attempt: Num,
-    /// `permission_denied`.
-    #[serde(borrow)]
-    pub(super) tool_name: Str<'a>,
-    #[serde(borrow)]
-    pub(super) tool_use_id: Str<'a>,
-    /// `system/status`: `compacting`, `requesting`, or null.
-    #[serde(borrow)]
-    pub(super) status: Str<'a>,
-    #[serde(borrow)]
-    pub(super) compact_result: Str<'a>,
-    #[serde(borrow)]
-    pub(super) compact_error: Str<'a>,
-    /// `compact_boundary`.
-    pub(super) compact_metadata: Obj<CompactMetadata>,
-    /// `rate_limit_event`.
-    #[serde(borrow)]
-    pub(super) rate_limit_info: Obj<RateLimitInfo<'a>>,
-    /// `result`: the outcome.
-    pub(super) is_error: Flag,
-    #[serde(borrow)]
-    pub(super) result: Str<'a>,
-    #[serde(borrow)]
-    pub(super) terminal_reason: Str<'a>,
-    #[serde(borrow)]
-    pub(super) errors: List<Str<'a>>,
-    pub(super) num_turns: Num,
-    pub(super) duration_ms: Num,
-    pub(super) total_cost_usd: Float,
-    /// `result`: token sums over every call.
-    pub(super) usage: Obj<TokenUsage>,
-    #[serde(borrow, rename = "modelUsage")]
-    pub(super) model_usage: Entries<'a, Obj<ModelUsage>>,
-    #[serde(borrow)]
-    pub(super) permission_denials: List<Obj<Denial<'a>>>,
-    /// `result` of a `--json-schema` run. Any JSON is a valid value, so this is lenient too.
-    pub(super) structured_output: Option<serde_json::Value>,
+wire! {
+    /// Every field ralph reads, of every line kind.
+    struct Line<'a> {
+        /// `system`, `assistant`, `user`, `result`, `stream_event`, `rate_limit_event`, …
+        kind: Str<'a> = b"type",
+        subtype: Str<'a> = b"subtype",
+        session_id: Str<'a> = b"session_id",
+        /// `system/init`: the model in use.
+        model: Str<'a> = b"model",
+        /// `assistant`/`user`: the API message; `permission_denied`: the refusal's text.
+        message: StrOrObj<'a, Message<'a>> = b"message",
+        /// Set on lines of a subagent; its usage is not the session's context.
+        parent_tool_use_id: Str<'a> = b"parent_tool_use_id",
+        /// A synthetic `assistant` line that reports an API error.
+        is_api_error_message: Flag = b"is_api_error_message",
+        /// The error class: of a synthetic API-error message, or of an `api_retry`.
+        error: Str<'a> = b"error",
+        /// `result` and API-error messages: the HTTP status (null for network errors).
+        api_error_status: Status = b"api_error_status",
+        /// `api_retry`.
+        attempt: Num = b"attempt",
+        /// `permission_denied`.
+        tool_name: Str<'a> = b"tool_name",
+        tool_use_id: Str<'a> = b"tool_use_id",
+        /// `system/status`: `compacting`, `requesting`, or null.
+        status: Str<'a> = b"status",
+        compact_result: Str<'a> = b"compact_result",
+        compact_error: Str<'a> = b"compact_error",
+        /// `compact_boundary`.
+        compact_metadata: Obj<CompactMetadata> = b"compact_metadata",
+        /// `rate_limit_event`.
+        rate_limit_info: Obj<RateLimitInfo<'a>> = b"rate_limit_info",
+        /// `result`: the outcome.
+        is_error: Flag = b"is_error",
+        result: Str<'a> = b"result",
+        terminal_reason: Str<'a> = b"terminal_reason",
+        errors: List<Str<'a>> = b"errors",
+        num_turns: Num = b"num_turns",
+        duration_ms: Num = b"duration_ms",
+        total_cost_usd: Float = b"total_cost_usd",
+        /// `result`: token sums over every call.
+        usage: Obj<TokenUsage> = b"usage",
+        model_usage: Entries<'a, Obj<ModelUsage>> = b"modelUsage",
+        permission_denials: List<Obj<Denial<'a>>> = b"permission_denials",
+        /// `result` of a `--json-schema` run. Any JSON is a valid value, so this is lenient too.
+        structured_output: Option<serde_json::Value> = b"structured_output",
+    }
 }
 
-/// An API message (`assistant`) or a user turn (`user`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct Message<'a> {
-    #[serde(borrow)]
-    pub(super) id: Str<'a>,
-    #[serde(borrow)]
-    pub(super) model: Str<'a>,
-    /// One block per `assistant` line; a string on some `user` lines (then empty here).
-    #[serde(borrow)]
-    pub(super) content: List<Obj<Block<'a>>>,
-    /// The `message_start` usage: input and cache counts are final, output is not.
-    pub(super) usage: Obj<TokenUsage>,
+wire! {
+    /// An API message (`assistant`) or a user turn (`user`).
+    struct Message<'a> {
+        id: Str<'a> = b"id",
+        model: Str<'a> = b"model",
+        /// One block per `assistant` line; a string on some `user` lines (then empty here).
+        content: List<Obj<Block<'a>>> = b"content",
+        /// The `message_start` usage: input and cache counts are final, output is not.
+        usage: Obj<TokenUsage> = b"usage",
+    }
 }
 
-/// A content block: `text`, `tool_use`, `thinking`, `tool_result`, …
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct Block<'a> {
-    #[serde(borrow, rename = "type")]
-    pub(super) kind: Str<'a>,
-    #[serde(borrow)]
-    pub(super) text: Str<'a>,
-    /// The tool of a `tool_use` block.
-    #[serde(borrow)]
-    pub(super) name: Str<'a>,
+wire! {
+    /// A content block: `text`, `tool_use`, `thinking`, `tool_result`, …
+    struct Block<'a> {
+        kind: Str<'a> = b"type",
+        text: Str<'a> = b"text",
+        /// The tool of a `tool_use` block.
+        name: Str<'a> = b"name",
+    }
 }
 
-/// Token counts, as the API reports them.
-#[derive(Clone, Copy, Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct TokenUsage {
-    pub(super) input_tokens: Num,
-    pub(super) output_tokens: Num,
-    pub(super) cache_read_input_tokens: Num,
-    pub(super) cache_creation_input_tokens: Num,
+wire! {
+    /// Token counts, as the API reports them.
+    struct TokenUsage {
+        input_tokens: Num = b"input_tokens",
+        output_tokens: Num = b"output_tokens",
+        cache_read_input_tokens: Num = b"cache_read_input_tokens",
+        cache_creation_input_tokens: Num = b"cache_creation_input_tokens",
+    }
 }
 
-/// One model's entry of `result.modelUsage`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct ModelUsage {
-    #[serde(rename = "contextWindow")]
-    pub(super) context_window: Num,
-    #[serde(rename = "inputTokens")]
-    pub(super) input_tokens: Num,
+wire! {
+    /// One model's entry of `result.modelUsage`.
+    struct ModelUsage {
+        context_window: Num = b"contextWindow",
+        input_tokens: Num = b"inputTokens",
+    }
 }
 
-/// `compact_boundary.compact_metadata`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct CompactMetadata {
-    pub(super) pre_tokens: Num,
-    pub(super) post_tokens: Num,
+wire! {
+    /// `compact_boundary.compact_metadata`.
+    struct CompactMetadata {
+        pre_tokens: Num = b"pre_tokens",
+        post_tokens: Num = b"post_tokens",
+    }
 }
 
-/// `rate_limit_event.rate_limit_info`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct RateLimitInfo<'a> {
-    /// `allowed`, `allowed_warning`, `rejected`, …
-    #[serde(borrow)]
-    pub(super) status: Str<'a>,
-    /// Epoch seconds.
-    #[serde(rename = "resetsAt")]
-    pub(super) resets_at: Float,
-    /// `five_hour`, `seven_day`, …
-    #[serde(borrow, rename = "rateLimitType")]
-    pub(super) limit_type: Str<'a>,
+wire! {
+    /// `rate_limit_event.rate_limit_info`.
+    struct RateLimitInfo<'a> {
+        /// `allowed`, `allowed_warning`, `rejected`, …
+        status: Str<'a> = b"status",
+        /// Epoch seconds.
+        resets_at: Float = b"resetsAt",
+        /// `five_hour`, `seven_day`, …
+        limit_type: Str<'a> = b"rateLimitType",
+    }
 }
 
-/// One entry of `result.permission_denials`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct Denial<'a> {
-    #[serde(borrow)]
-    pub(super) tool_name: Str<'a>,
-    #[serde(borrow)]
-    pub(super) tool_use_id: Str<'a>,
+wire! {
+    /// One entry of `result.permission_denials`.
+    struct Denial<'a> {
+        tool_name: Str<'a> = b"tool_name",
+        tool_use_id: Str<'a> = b"tool_use_id",
+    }
 }
