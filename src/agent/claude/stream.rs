@@ -836,3 +836,27 @@ fn bounded(text: impl AsRef<str> + Into<String>, limit: usize) -> String {
 fn elide(head: &str, omitted: u64, tail: &str) -> String {
     format!("{head}\n[… {omitted} bytes omitted …]\n{tail}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_keeps_whole_characters() {
+        assert_eq!(bounded("short", 10), "short");
+        let text = "αβγδεζηθικ"; // 20 bytes
+        assert_eq!(bounded(text, 9), "αβ\n[… 12 bytes omitted …]\nικ");
+        assert_eq!(bounded(String::from("owned"), 5), "owned");
+    }
+
+    #[test]
+    fn epoch_seconds_rejects_what_is_not_a_time() {
+        assert_eq!(
+            epoch_seconds(1.5),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1500))
+        );
+        assert_eq!(epoch_seconds(-1.0), None);
+        assert_eq!(epoch_seconds(f64::NAN), None);
+        assert_eq!(epoch_seconds(f64::INFINITY), None);
+    }
+}

@@ -484,3 +484,88 @@ impl<'de: 'a, 'a, T: Deserialize<'de>> Visitor<'de> for StrOrObjVisitor<'a, T> {
         T::deserialize(MapAccessDeserializer::new(map)).map(StrOrObj::Obj)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    wire! {
+        /// A struct of every lenient type.
+        struct Probe<'a> {
+            text: Str<'a> = b"text",
+            num: Num = b"num",
+            float: Float = b"float",
+            flag: Flag = b"flag",
+            status: Status = b"status",
+            nested: Obj<Inner> = b"nested",
+            list: List<Num> = b"list",
+            entries: Entries<'a, Num> = b"entries",
+            either: StrOrObj<'a, Inner> = b"either",
+        }
+    }
+
+    wire! {
+        /// A nested struct.
+        struct Inner {
+            n: Num = b"n",
+        }
+    }
+
+    fn probe(json: &str) -> Probe<'_> {
+        serde_json::from_str(json).expect("never rejected")
+    }
+
+    #[test]
+    fn values_of_the_expected_type_are_kept() {
+        let p = probe(
+            r#"{"text":"hi","num":3.0,"float":1,"flag":true,"status":null,"nested":{"n":7},
+               "list":[1,"x",2],"entries":{"a":1,"b":2},"either":"s"}"#,
+        );
+        assert_eq!(p.text.get(), Some("hi"));
+        assert!(matches!(p.text.0, Some(Cow::Borrowed(_))));
+        assert_eq!(p.num.0, Some(3));
+        assert_eq!(p.float.0, Some(1.0));
+        assert_eq!(p.flag.0, Some(true));
+        assert_eq!(p.status, Status::Null);
+        assert_eq!(p.nested.0.and_then(|i| i.n.0), Some(7));
+        let list: Vec<_> = p.list.0.iter().map(|n| n.0).collect();
+        assert_eq!(list, [Some(1), None, Some(2)]);
+        let keys: Vec<_> = p.entries.0.iter().map(|(k, v)| (k.as_ref(), v.0)).collect();
+        assert_eq!(keys, [("a", Some(1)), ("b", Some(2))]);
+        assert!(matches!(p.either, StrOrObj::Str(s) if s == "s"));
+    }
+
+    #[test]
+    fn values_of_another_type_read_as_absent() {
+        let p = probe(
+            r#"{"text":{"a":[1]},"num":-1,"float":"1.5","flag":"yes","status":"500",
+               "nested":[{"n":1}],"list":{"a":1},"entries":[1],"either":7,"extra":{"deep":[{}]}}"#,
+        );
+        assert_eq!(p.text.get(), None);
+        assert_eq!(p.num.0, None);
+        assert_eq!(p.float.0, None);
+        assert_eq!(p.flag.0, None);
+        assert_eq!(p.status, Status::Other);
+        assert!(p.nested.0.is_none());
+        assert!(p.list.0.is_empty());
+        assert!(p.entries.0.is_empty());
+        assert!(matches!(p.either, StrOrObj::Neither));
+        assert_eq!(probe("{}").status, Status::Absent);
+        assert_eq!(probe(r#"{"status":429}"#).status, Status::Code(429));
+        assert_eq!(probe(r#"{"num":2.5}"#).num.0, None);
+    }
+
+    #[test]
+    fn escaped_strings_and_keys_are_decoded() {
+        let p = probe(r#"{"te\u0078t":"a\nb","either":{"n":1},"text":"last wins"}"#);
+        assert_eq!(p.text.get(), Some("last wins"));
+        assert!(matches!(p.either, StrOrObj::Obj(Inner { n: Num(Some(1)) })));
+        assert_eq!(probe(r#"{"text":"a\nb"}"#).text.get(), Some("a\nb"));
+    }
+
+    #[test]
+    fn a_non_object_line_is_rejected() {
+        assert!(serde_json::from_str::<Probe<'_>>("[1, 2]").is_err());
+        assert!(serde_json::from_str::<Probe<'_>>("\"text\"").is_err());
+    }
+}

@@ -229,3 +229,251 @@ fn by_error_class(class: Option<&str>) -> FailureCause {
         _ => FailureCause::Network,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use rstest::rstest;
+
+    use super::*;
+
+    #[rstest]
+    #[case::max_turns(
+        Some("max_turns"),
+        Some("error_max_turns"),
+        Status::Absent,
+        None,
+        FailureCause::MaxTurns
+    )]
+    #[case::max_turns_by_subtype(
+        None,
+        Some("error_max_turns"),
+        Status::Absent,
+        None,
+        FailureCause::MaxTurns
+    )]
+    #[case::budget(
+        Some("budget_exhausted"),
+        None,
+        Status::Absent,
+        None,
+        FailureCause::BudgetExhausted
+    )]
+    #[case::budget_by_subtype(
+        None,
+        Some("error_max_budget_usd"),
+        Status::Absent,
+        None,
+        FailureCause::BudgetExhausted
+    )]
+    #[case::prompt_too_long(
+        Some("prompt_too_long"),
+        Some("success"),
+        Status::Code(400),
+        None,
+        FailureCause::PromptTooLong
+    )]
+    #[case::sigint_streaming(
+        Some("aborted_streaming"),
+        None,
+        Status::Absent,
+        None,
+        FailureCause::Interrupted
+    )]
+    #[case::sigint_tools(
+        Some("aborted_tools"),
+        None,
+        Status::Absent,
+        None,
+        FailureCause::Interrupted
+    )]
+    #[case::unauthorized(
+        Some("api_error"),
+        Some("success"),
+        Status::Code(401),
+        None,
+        FailureCause::Authentication
+    )]
+    #[case::forbidden(
+        Some("api_error"),
+        None,
+        Status::Code(403),
+        None,
+        FailureCause::Authentication
+    )]
+    #[case::rate_limited(
+        Some("api_error"),
+        None,
+        Status::Code(429),
+        None,
+        FailureCause::RateLimited
+    )]
+    #[case::server(
+        Some("api_error"),
+        None,
+        Status::Code(500),
+        None,
+        FailureCause::ServerError
+    )]
+    #[case::overloaded(
+        Some("api_error"),
+        None,
+        Status::Code(529),
+        None,
+        FailureCause::ServerError
+    )]
+    #[case::bad_request(
+        Some("api_error"),
+        None,
+        Status::Code(400),
+        None,
+        FailureCause::Rejected
+    )]
+    #[case::not_found(
+        Some("api_error"),
+        None,
+        Status::Code(404),
+        None,
+        FailureCause::Rejected
+    )]
+    #[case::network(Some("api_error"), None, Status::Null, None, FailureCause::Network)]
+    #[case::null_but_auth_class(
+        Some("api_error"),
+        None,
+        Status::Null,
+        Some("authentication_failed"),
+        FailureCause::Authentication
+    )]
+    #[case::null_but_rate_class(
+        Some("api_error"),
+        None,
+        Status::Null,
+        Some("rate_limit"),
+        FailureCause::RateLimited
+    )]
+    #[case::absent_status_api_error(
+        Some("api_error"),
+        None,
+        Status::Absent,
+        None,
+        FailureCause::Network
+    )]
+    #[case::odd_status(
+        Some("api_error"),
+        None,
+        Status::Code(302),
+        None,
+        FailureCause::Unknown
+    )]
+    #[case::drifted_status(Some("api_error"), None, Status::Other, None, FailureCause::Unknown)]
+    #[case::during_execution(
+        None,
+        Some("error_during_execution"),
+        Status::Absent,
+        None,
+        FailureCause::Unknown
+    )]
+    #[case::nothing(None, None, Status::Absent, None, FailureCause::Unknown)]
+    fn classifies(
+        #[case] reason: Option<&str>,
+        #[case] subtype: Option<&str>,
+        #[case] status: Status,
+        #[case] class: Option<&str>,
+        #[case] expected: FailureCause,
+    ) {
+        assert_eq!(classify(reason, subtype, status, class), expected);
+    }
+
+    fn failed(cause: FailureCause) -> RunOutcome {
+        RunOutcome::Failed(Failure {
+            cause,
+            subtype: Some("success".to_owned()),
+            terminal_reason: Some("api_error".to_owned()),
+            api_error_status: None,
+            message: Some("API Error".to_owned()),
+        })
+    }
+
+    fn kind(exit: &AgentExit) -> Option<FailureKind> {
+        match exit {
+            AgentExit::Failed { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn maps_outcomes_to_exits() {
+        use FailureCause::*;
+        assert_eq!(RunOutcome::Completed.agent_exit(None), AgentExit::Completed);
+        assert_eq!(
+            kind(&RunOutcome::NoResult.agent_exit(None)),
+            Some(FailureKind::Attempt)
+        );
+        assert_eq!(
+            failed(PromptTooLong).agent_exit(None),
+            AgentExit::ContextLimit
+        );
+        for (cause, expected) in [
+            (MaxTurns, FailureKind::Attempt),
+            (BudgetExhausted, FailureKind::Attempt),
+            (Interrupted, FailureKind::Attempt),
+            (Authentication, FailureKind::Fatal),
+            (RateLimited, FailureKind::Transient),
+            (ServerError, FailureKind::Transient),
+            (Network, FailureKind::Transient),
+            (Rejected, FailureKind::Attempt),
+            (Unknown, FailureKind::Attempt),
+        ] {
+            assert_eq!(
+                kind(&failed(cause).agent_exit(None)),
+                Some(expected),
+                "{cause:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rejected_rate_limit_wins_unless_authentication_failed() {
+        let until = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let limited = AgentExit::RateLimited { until };
+        assert_eq!(
+            failed(FailureCause::RateLimited).agent_exit(Some(until)),
+            limited
+        );
+        assert_eq!(
+            failed(FailureCause::Unknown).agent_exit(Some(until)),
+            limited
+        );
+        assert_eq!(RunOutcome::NoResult.agent_exit(Some(until)), limited);
+        assert_eq!(
+            RunOutcome::Completed.agent_exit(Some(until)),
+            AgentExit::Completed
+        );
+        let auth = failed(FailureCause::Authentication).agent_exit(Some(until));
+        assert_eq!(kind(&auth), Some(FailureKind::Fatal));
+    }
+
+    #[test]
+    fn the_reason_names_cause_status_and_message() {
+        let failure = Failure {
+            cause: FailureCause::ServerError,
+            subtype: Some("success".to_owned()),
+            terminal_reason: Some("api_error".to_owned()),
+            api_error_status: Some(529),
+            message: Some("API Error: 529 overloaded".to_owned()),
+        };
+        assert_eq!(
+            failure.to_string(),
+            "API server error (HTTP 529): API Error: 529 overloaded"
+        );
+        let turns = Failure {
+            cause: FailureCause::MaxTurns,
+            subtype: Some("error_max_turns".to_owned()),
+            terminal_reason: Some("max_turns".to_owned()),
+            api_error_status: None,
+            message: None,
+        };
+        assert_eq!(turns.to_string(), "max turns reached (max_turns)");
+    }
+}

@@ -296,3 +296,86 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineReader<R, W> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn pieces(input: &[u8], max_line: usize) -> Vec<(String, Vec<u8>)> {
+        let mut reader = LineReader::new(input).max_line(max_line);
+        let mut out = Vec::new();
+        while let Some(piece) = reader.next().await.expect("read") {
+            out.push(match piece {
+                Piece::Line(b) => ("line".to_owned(), b.to_vec()),
+                Piece::Part(b) => ("part".to_owned(), b.to_vec()),
+                Piece::LastPart(b) => ("last".to_owned(), b.to_vec()),
+            });
+        }
+        out
+    }
+
+    fn expect(items: &[(&str, &[u8])]) -> Vec<(String, Vec<u8>)> {
+        items
+            .iter()
+            .map(|(kind, bytes)| ((*kind).to_owned(), bytes.to_vec()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_line_of_exactly_the_cap_is_a_line() {
+        let got = pieces(b"abcd\nabcde\n\n\r\n", 4).await;
+        let want = expect(&[
+            ("line", b"abcd"),
+            ("last", b"abcde"),
+            ("line", b""),
+            ("line", b"\r"),
+        ]);
+        assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn a_line_longer_than_the_buffer_comes_in_parts() {
+        let mut input = vec![b'x'; 3 * CHUNK];
+        input.extend_from_slice(b"\nend");
+        let got = pieces(&input, 10).await;
+        let total: usize = got
+            .iter()
+            .filter(|(k, _)| k != "line")
+            .map(|(_, b)| b.len())
+            .sum();
+        assert_eq!(total, 3 * CHUNK);
+        assert!(got.len() > 2);
+        assert!(got[..got.len() - 2].iter().all(|(k, _)| k == "part"));
+        assert_eq!(got[got.len() - 2].0, "last");
+        assert_eq!(got.last(), Some(&("line".to_owned(), b"end".to_vec())));
+    }
+
+    #[tokio::test]
+    async fn an_oversized_last_line_without_newline_ends_with_an_empty_last_part() {
+        let got = pieces(&[b'y'; 100], 10).await;
+        assert_eq!(got, expect(&[("part", &[b'y'; 100]), ("last", b"")]));
+    }
+
+    #[tokio::test]
+    async fn nothing_in_nothing_out() {
+        assert!(pieces(b"", 10).await.is_empty());
+        assert_eq!(pieces(b"\n", 10).await, expect(&[("line", b"")]));
+    }
+
+    #[tokio::test]
+    async fn the_buffer_shrinks_back_after_a_large_line() {
+        let mut input = vec![b'z'; 4 << 20];
+        input.extend_from_slice(b"\nsmall\nsmall\n");
+        let mut reader = LineReader::new(input.as_slice());
+        let mut largest = 0;
+        while reader.next().await.expect("read").is_some() {
+            largest = largest.max(reader.buffer_capacity());
+        }
+        assert!(largest >= 4 << 20);
+        assert!(
+            reader.buffer_capacity() <= SHRINK_ABOVE,
+            "{}",
+            reader.buffer_capacity()
+        );
+    }
+}

@@ -610,3 +610,167 @@ fn char_suffix(bytes: &[u8]) -> &[u8] {
         .count();
     &bytes[skip..]
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const ROOMY: Limits = Limits {
+        head: 1 << 20,
+        tail: 1 << 20,
+        budget: 1 << 20,
+    };
+
+    /// Shrinks `input` fed in pieces of `step` bytes.
+    fn shrink(input: &[u8], limits: Limits, step: usize) -> Option<Shrunk> {
+        let mut shrinker = Shrinker::new(limits);
+        for piece in input.chunks(step.max(1)) {
+            shrinker.feed(piece);
+        }
+        shrinker.finish()
+    }
+
+    fn value(shrunk: &Shrunk) -> Value {
+        serde_json::from_slice(&shrunk.json).expect("the copy is JSON")
+    }
+
+    #[test]
+    fn every_transcript_line_survives_unchanged_in_any_piece_size() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/claude/transcripts");
+        for entry in std::fs::read_dir(dir).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("transcript");
+            for line in text.lines() {
+                let original: Value = serde_json::from_str(line).expect("fixture is JSON");
+                for step in [1, 2, 3, 5, 64, 4096] {
+                    let shrunk = shrink(line.as_bytes(), ROOMY, step).expect("shrinks");
+                    assert_eq!(value(&shrunk), original, "{path:?} step {step}");
+                    assert!(shrunk.cuts.is_empty());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn escapes_and_surrogate_pairs_are_decoded_even_when_split() {
+        let input = br#"{"k\u0065y":"a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00 \ud800x \udc00"}"#;
+        for step in 1..8 {
+            let shrunk = shrink(input, ROOMY, step).expect("shrinks");
+            let expected = "a\"b\\c/d\u{8}\u{c}\n\r\té😀 \u{fffd}x \u{fffd}";
+            assert_eq!(value(&shrunk), json!({ "key": expected }), "step {step}");
+        }
+    }
+
+    #[test]
+    fn a_long_string_keeps_whole_characters_at_both_ends() {
+        let text = "é".repeat(1000); // 2000 bytes
+        let input = json!({"result": text, "is_error": false}).to_string();
+        let limits = Limits {
+            head: 5,
+            tail: 5,
+            budget: 1 << 20,
+        };
+        let shrunk = shrink(input.as_bytes(), limits, 7).expect("shrinks");
+        assert_eq!(shrunk.cut("result"), Some(1992));
+        assert_eq!(
+            value(&shrunk),
+            json!({"result": "éé\n[… 1992 bytes omitted …]\néé", "is_error": false})
+        );
+    }
+
+    #[test]
+    fn past_the_budget_members_are_dropped_but_late_top_level_scalars_stay() {
+        let numbers: Vec<u32> = (0..10_000).collect();
+        let input = json!({
+            "early": numbers,
+            "nested": {"a": 1, "b": [1, 2]},
+            "type": "result",
+            "result": "x".repeat(5000),
+            "is_error": false,
+        })
+        .to_string();
+        let limits = Limits {
+            head: 100,
+            tail: 100,
+            budget: 1000,
+        };
+        let shrunk = shrink(input.as_bytes(), limits, 333).expect("shrinks");
+        let copy = value(&shrunk);
+        assert!(shrunk.json.len() < 5000, "{}", shrunk.json.len());
+        assert!(copy["early"].as_array().is_some_and(|a| a.len() < 1000));
+        assert_eq!(copy["nested"], Value::Null);
+        assert_eq!(copy["type"], "result");
+        assert_eq!(copy["is_error"], false);
+        let result = copy["result"].as_str().expect("result");
+        assert!(result.starts_with("xxx") && result.ends_with("xxx") && result.len() < 2200);
+        for key in ["early", "nested", "result"] {
+            assert!(shrunk.cut(key).is_some(), "{key}");
+        }
+        assert_eq!(shrunk.cut("type"), None);
+    }
+
+    #[test]
+    fn a_huge_number_becomes_null() {
+        let input = format!(r#"{{"n":{},"m":2}}"#, "9".repeat(100));
+        let shrunk = shrink(input.as_bytes(), ROOMY, 10).expect("shrinks");
+        assert_eq!(value(&shrunk), json!({"n": null, "m": 2}));
+        assert_eq!(shrunk.cut("n"), Some(0));
+    }
+
+    #[test]
+    fn top_level_scalars_and_empty_containers_work() {
+        for (input, expected) in [
+            ("42", json!(42)),
+            ("  \"s\"  ", json!("s")),
+            ("[]", json!([])),
+            ("{}", json!({})),
+            (
+                r#"{"a":[{},[],[null,true,-1.5e3]]}"#,
+                json!({"a": [{}, [], [null, true, -1500.0]]}),
+            ),
+        ] {
+            let shrunk = shrink(input.as_bytes(), ROOMY, 1).expect(input);
+            assert_eq!(value(&shrunk), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn what_is_not_one_json_value_fails() {
+        let deep = "[".repeat(MAX_DEPTH + 1);
+        for input in [
+            "",
+            "{",
+            r#"{"a":1"#,
+            r#"{"a":}"#,
+            r#"{"a" 1}"#,
+            r#"{1:2}"#,
+            r#"[1,]"#,
+            r#"[1}"#,
+            r#"{"a":"\q"}"#,
+            r#"{"a":"\u12x4"}"#,
+            r#"{"a":"unterminated"#,
+            "{} {}",
+            "not json",
+            deep.as_str(),
+        ] {
+            assert!(shrink(input.as_bytes(), ROOMY, 3).is_none(), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_not_fatal() {
+        let shrunk = shrink(b"{\"a\":\"x\xff\xfey\"}", ROOMY, 1).expect("shrinks");
+        assert_eq!(value(&shrunk), json!({"a": "x\u{fffd}\u{fffd}y"}));
+    }
+
+    #[test]
+    fn control_characters_are_escaped_in_the_copy() {
+        let shrunk = shrink(br#"{"a":"\u0001\u001f"}"#, ROOMY, 4).expect("shrinks");
+        assert_eq!(shrunk.json, br#"{"a":"\u0001\u001f"}"#);
+    }
+}

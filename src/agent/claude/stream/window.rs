@@ -105,3 +105,40 @@ fn names(name: &str, model: &str) -> bool {
         .strip_prefix(name)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '[']))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_only_at_a_separator() {
+        let windows = ContextWindows::new();
+        assert_eq!(windows.window("claude-haiku-4-5"), 200_000);
+        assert_eq!(windows.window("claude-haiku-5-5-20260101"), 1_000_000);
+        assert_eq!(windows.window("claude-fable-5-2"), 1_000_000);
+        assert_eq!(windows.window("opus"), 1_000_000);
+        assert_eq!(windows.window("opus[1m]"), 1_000_000);
+        assert_eq!(
+            windows.window("claude-sonnet-4-50"),
+            ContextWindows::DEFAULT_WINDOW
+        );
+        assert_eq!(windows.window("opusx"), ContextWindows::DEFAULT_WINDOW);
+        assert_eq!(windows.window(""), ContextWindows::DEFAULT_WINDOW);
+    }
+
+    #[test]
+    fn overrides_come_first_and_the_longest_wins() {
+        let windows = ContextWindows::new()
+            .with("claude-sonnet-4-5", 150_000)
+            .with("claude-sonnet-4-5-custom", 50_000)
+            .with("claude-sonnet-4-5[1m]", 900_000)
+            .with_default(64_000);
+        assert_eq!(windows.window("claude-sonnet-4-5-20250929"), 150_000);
+        assert_eq!(windows.window("claude-sonnet-4-5-custom-x"), 50_000);
+        assert_eq!(windows.window("claude-sonnet-4-5[1m]"), 900_000);
+        assert_eq!(windows.window("claude-opus-5-5"), 1_000_000);
+        assert_eq!(windows.window("mystery"), 64_000);
+        assert_eq!(windows.overridden("mystery"), None);
+        assert_eq!(windows.overridden("claude-sonnet-4-5"), Some(150_000));
+    }
+}
