@@ -565,6 +565,49 @@ async fn unknown_lines_fields_and_garbage_are_skipped() {
 }
 
 #[tokio::test]
+async fn a_lone_surrogate_or_invalid_utf8_in_the_result_does_not_lose_it() {
+    let mut stdout = Vec::new();
+    stdout.extend_from_slice(
+        br#"{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"cut \ud83d"#,
+    );
+    stdout.extend_from_slice(b"\xff\"}],\"usage\":{\"input_tokens\":9}}}\n");
+    stdout.extend_from_slice(br#"{"type":"result","is_error":false,"result":"emoji \ud83d cut\n<TASK_DONE>","num_turns":1}"#);
+    stdout.push(b'\n');
+    let (summary, events) = parse(&stdout).await;
+    assert_eq!(summary.bad_lines, 0);
+    assert_eq!(summary.outcome, RunOutcome::Completed);
+    assert_eq!(
+        summary.final_text.as_deref(),
+        Some("emoji \u{fffd} cut\n<TASK_DONE>")
+    );
+    assert_eq!(final_signal(&summary), TaskSignal::Done);
+    assert_eq!(texts(&events), ["cut \u{fffd}\u{fffd}"]);
+    assert_eq!(contexts(&events), [9]);
+}
+
+#[tokio::test]
+async fn a_subagent_does_not_change_the_session_context_or_model() {
+    let mut sub = assistant("sub_1", text("exploring"), 50_000);
+    sub["parent_tool_use_id"] = json!("toolu_task");
+    sub["message"]["model"] = json!("claude-haiku-4-5");
+    let stdout = lines(&[assistant("msg_1", tool_use(), 2_000), sub]);
+    let (summary, events) = parse(&stdout).await;
+    assert_eq!(contexts(&events), [2_000]);
+    assert_eq!(summary.usage.context_tokens, 2_000);
+    assert_eq!(summary.usage.input_tokens, 52_000);
+    assert_eq!(summary.model.as_deref(), Some("claude-opus-5-5"));
+    assert_eq!(summary.usage.context_window, Some(1_000_000));
+}
+
+#[test]
+fn reading_is_send_so_it_can_be_spawned() {
+    fn send<T: Send>(_: &T) {}
+    let reader = LineReader::new(tokio::io::empty()).tee(tokio::io::sink());
+    let read = StreamParser::new(StreamOptions::default()).read(reader, |_| {});
+    send(&read);
+}
+
+#[tokio::test]
 async fn a_result_without_is_error_is_never_success() {
     let stdout = lines(&[json!({"type": "result", "subtype": "success", "result": "<TASK_DONE>"})]);
     let (summary, _) = parse(&stdout).await;
@@ -811,7 +854,6 @@ async fn pieces_of_an_oversized_line_never_exceed_the_buffer() {
                 kinds.push("last");
             }
             Piece::Line(bytes) => kinds.push(if bytes == b"short" { "short" } else { "line" }),
-            _ => kinds.push("?"),
         }
         assert!(reader.buffer_capacity() <= 1000 + (64 << 10));
     }

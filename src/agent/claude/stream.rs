@@ -207,7 +207,7 @@ pub struct StreamSummary {
     pub rate_limited_until: Option<SystemTime>,
     /// Lines read (blank ones included).
     pub lines: u64,
-    /// Bytes read.
+    /// Bytes read (set by [`StreamParser::read`]; 0 from [`StreamParser::finish`]).
     pub bytes: u64,
     /// Lines longer than the reader's cap (read through their compact copy).
     pub oversized_lines: u64,
@@ -215,9 +215,11 @@ pub struct StreamSummary {
     pub bad_lines: u64,
     /// The heads of the first bad lines (lossy UTF-8, at most 200 bytes each).
     pub bad_line_heads: Vec<String>,
-    /// The error that ended the reading early, if any (the outcome then is what was read).
+    /// The error that ended the reading early, if any (the outcome then is what was read; set
+    /// by [`StreamParser::read`]).
     pub read_error: Option<String>,
-    /// The first error of the tee (the log file), after which teeing stopped.
+    /// The first error of the tee (the log file), after which teeing stopped (set by
+    /// [`StreamParser::read`]).
     pub log_error: Option<String>,
 }
 
@@ -354,6 +356,45 @@ impl StreamParser {
 
     /// Reads `reader` to its end (or first read error), emitting events as lines arrive, then
     /// flushes the reader's tee and returns the summary.
+    ///
+    /// ```
+    /// use ralph::agent::{AgentEvent, AgentEvents, AgentExit, FailureKind};
+    /// use ralph::agent::claude::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// // The CLI's stdout (here: a run whose API calls failed with HTTP 500).
+    /// let stdout: &[u8] = br#"{"type":"system","subtype":"init","session_id":"s-2","model":"claude-opus-5-5"}
+    /// {"type":"system","subtype":"api_retry","attempt":1,"error_status":500,"error":"server_error","session_id":"s-2"}
+    /// {"type":"result","subtype":"success","is_error":true,"terminal_reason":"api_error","api_error_status":500,"result":"API Error: 500","session_id":"s-2"}
+    /// "#;
+    /// let dir = tempfile::tempdir()?;
+    /// let log = tokio::fs::File::create(dir.path().join("run.log")).await?;
+    /// let events = AgentEvents::new(|event| {
+    ///     if let AgentEvent::ApiRetry { attempt, .. } = event {
+    ///         assert_eq!(attempt, 1);
+    ///     }
+    /// });
+    ///
+    /// let reader = LineReader::new(stdout).tee(log);
+    /// let summary = StreamParser::new(StreamOptions::default())
+    ///     .read(reader, |event| events.emit(event))
+    ///     .await;
+    ///
+    /// // `subtype` says "success"; `is_error` says otherwise.
+    /// let failure = summary.outcome.failure().expect("failed");
+    /// assert_eq!(failure.cause, FailureCause::ServerError);
+    /// assert_eq!(failure.api_error_status, Some(500));
+    /// assert_eq!(summary.api_retries, 1);
+    /// assert!(matches!(
+    ///     summary.agent_exit(),
+    ///     AgentExit::Failed { kind: FailureKind::Transient, .. }
+    /// ));
+    /// // The whole transcript went to the log.
+    /// assert_eq!(std::fs::read(dir.path().join("run.log"))?, stdout);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -501,9 +542,15 @@ impl StreamParser {
         if bytes.trim_ascii().is_empty() {
             return;
         }
-        match serde_json::from_slice::<Line<'_>>(bytes) {
-            Ok(line) => self.dispatch(line, cuts, emit),
-            Err(_) => self.bad(bytes, emit),
+        if let Ok(line) = serde_json::from_slice::<Line<'_>>(bytes) {
+            return self.dispatch(line, cuts, emit);
+        }
+        match repaired(bytes) {
+            Some(copy) => match serde_json::from_slice::<Line<'_>>(&copy.json) {
+                Ok(line) => self.dispatch(line, cuts, emit),
+                Err(_) => self.bad(bytes, emit),
+            },
+            None => self.bad(bytes, emit),
         }
     }
 
@@ -560,14 +607,15 @@ impl StreamParser {
             self.error_class = line.error.owned();
             return;
         }
-        if let Some(model) = message.model.get()
+        // A subagent's messages (parent_tool_use_id set) have their own model and context.
+        let main = line.parent_tool_use_id.get().is_none();
+        if let Some(model) = message.model.get().filter(|_| main)
             && self.model.as_deref() != Some(model)
         {
             self.model = Some(model.to_owned());
         }
         let first = self.first_sighting(message.id.get());
         if let (true, Some(usage)) = (first, &message.usage.0) {
-            let main = line.parent_tool_use_id.get().is_none();
             self.count(Totals::of(usage), main, emit);
         }
     }
@@ -796,6 +844,20 @@ impl StreamParser {
             ),
         }
     }
+}
+
+/// A rejected line re-encoded by the scanner, which decodes leniently: serde_json refuses a
+/// lone surrogate escape (`\ud83d`, which a JavaScript string cut between the halves of an
+/// emoji produces) or invalid UTF-8 in a string it decodes, and a `result` line lost to that
+/// would read as "killed". The copy keeps everything, with U+FFFD for what was invalid.
+fn repaired(bytes: &[u8]) -> Option<Shrunk> {
+    let mut scanner = Shrinker::new(Limits {
+        head: bytes.len(),
+        tail: 0,
+        budget: usize::MAX,
+    });
+    scanner.feed(bytes);
+    scanner.finish()
 }
 
 /// The error text of a failed result: its `result` text, else its `errors`.

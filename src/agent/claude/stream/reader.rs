@@ -21,7 +21,6 @@ const SHRINK_ABOVE: usize = 16 * CHUNK;
 /// [`Part`](Piece::Part)s and a final [`LastPart`](Piece::LastPart) (possibly empty), so the
 /// consumer can scan it without holding it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Piece<'a> {
     /// A whole line of at most the cap. The last line of the stream may lack its `\n`.
     Line(&'a [u8]),
