@@ -440,6 +440,7 @@ impl StreamParser {
     pub fn finish(mut self) -> StreamSummary {
         if let Some((_, head)) = self.shrinker.take() {
             // The stream ended inside an oversized line: it was cut off.
+            self.lines += 1;
             self.bad(&head, &mut |_| {});
         }
         let outcome = self.outcome();
