@@ -4,6 +4,7 @@
 //! answer, usage, how it ended, where its log is. Whether a task is *done* is decided by the
 //! engine from those facts (see [`signal`](crate::signal)), never by the agent.
 
+pub mod claude;
 pub mod fake;
 
 use std::fmt;
@@ -153,6 +154,15 @@ pub enum AgentEvent {
     PermissionDenied {
         /// The tool.
         tool: String,
+    },
+    /// A rate limit rejected the agent's requests until `until` (a `rate_limit_event` with
+    /// status `rejected`): wait, do not retry.
+    #[non_exhaustive]
+    RateLimited {
+        /// When the limit resets.
+        until: SystemTime,
+        /// Which limit (`five_hour`, `seven_day`, …), when reported.
+        limit: Option<String>,
     },
     /// Something worth a line in the log.
     Note {

@@ -1,0 +1,3 @@
+//! The Claude Code CLI as an agent: the parser of its `--output-format stream-json` stdout.
+
+pub mod stream;
