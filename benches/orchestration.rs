@@ -191,7 +191,7 @@ fn per_task(bencher: Bencher<'_, '_>, kind: StoreKind, n: usize) {
 mod per_task {
     use super::*;
 
-    #[divan::bench(sample_count = 20)]
+    #[divan::bench(sample_count = 50)]
     fn jsonl_100(bencher: Bencher<'_, '_>) {
         per_task(bencher, StoreKind::Jsonl, 100);
     }
@@ -201,7 +201,7 @@ mod per_task {
         per_task(bencher, StoreKind::Jsonl, 10_000);
     }
 
-    #[divan::bench(sample_count = 20)]
+    #[divan::bench(sample_count = 50)]
     fn memory_100(bencher: Bencher<'_, '_>) {
         per_task(bencher, StoreKind::Memory, 100);
     }
@@ -213,7 +213,7 @@ mod per_task {
 }
 
 /// VERIFY of 16 done tasks whose verifier takes 50 ms, 8 at once: wall time of the run.
-#[divan::bench(args = [StoreKind::Jsonl, StoreKind::Memory], sample_count = 10, sample_size = 1)]
+#[divan::bench(args = [StoreKind::Jsonl, StoreKind::Memory], sample_count = 20, sample_size = 1)]
 fn verify_fork_join(bencher: Bencher<'_, '_>, kind: StoreKind) {
     let rt = runtime();
     bencher
