@@ -75,6 +75,7 @@ enum StoreKind {
 /// creates a log file per agent call (20,000 at 10,000 tasks), and on some file systems
 /// (ext4 without a journal) creating files just after many were deleted scans past every
 /// recently freed inode, which would charge the previous sample's cleanup to this one.
+/// The price is disk space until the end: about 80 MB per 10,000-task sample, under 1 GB.
 struct Fixture {
     ralph: Ralph,
     tasks: usize,
