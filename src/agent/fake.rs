@@ -615,7 +615,8 @@ impl FakeRun {
     fn log(&mut self, line: &str) {
         if let Some(file) = &mut self.log {
             // The transcript is a diagnostic copy; a full disk must not fail the run itself.
-            let _ = writeln!(file, "{line}");
+            // One write per line (`writeln!` would make two).
+            let _ = file.write_all(format!("{line}\n").as_bytes());
         }
     }
 

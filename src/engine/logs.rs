@@ -32,9 +32,14 @@ impl Emitter {
             .unwrap_or_else(|e| e.into_inner())
             .as_mut()
         {
+            // One write per line: `writeln!` on a `File` makes a syscall per formatted piece.
+            let line = format!(
+                "{} {}\n",
+                now_rfc3339(),
+                serde_json::to_string(event).unwrap_or_default()
+            );
             // Logs are for people; a full disk must not stop the run, whose state is in the store.
-            let line = serde_json::to_string(event).unwrap_or_default();
-            let _ = writeln!(file, "{} {line}", now_rfc3339());
+            let _ = file.write_all(line.as_bytes());
         }
         for observer in self.observers.iter() {
             observer.on_event(event);

@@ -1,5 +1,5 @@
-//! VERIFY (seed 000): one verifier per done task, concurrently (fork/join, bounded); each
-//! verdict is recorded as it arrives; then gap analysis; then, in one persisted batch, the
+//! VERIFY (seed 000): one verifier per done task, concurrently (fork/join, bounded); verdicts
+//! are recorded as they arrive (those that arrive together, in one batch); then gap analysis; then, in one persisted batch, the
 //! verdicts are applied, new tasks and issues added, pending work re-prioritized, and the
 //! iteration ends.
 
@@ -55,19 +55,29 @@ impl Engine {
             self.spawn_verifier(&mut jobs, task, deadline)?;
         }
         let mut interrupted = false;
-        while let Some(joined) = jobs.join_next().await {
-            let (id, result) = joined.map_err(|e| {
-                Error::Agent(crate::agent::AgentError::Other(format!(
-                    "a verifier job failed: {e}"
-                )))
-            })?;
-            match result? {
-                Some((verdict, runs)) => self.record_verdict(&id, verdict, runs).await?,
-                None => interrupted = true,
+        while let Some(first) = jobs.join_next().await {
+            // Verifiers that finished together are handled together: their slots are refilled
+            // before their verdicts are persisted, so the next verifiers run during the write,
+            // and the verdicts cost one durable write, not one each.
+            let mut verdicts = Vec::new();
+            for joined in std::iter::once(first).chain(std::iter::from_fn(|| jobs.try_join_next()))
+            {
+                let (id, result) = joined.map_err(|e| {
+                    Error::Agent(crate::agent::AgentError::Other(format!(
+                        "a verifier job failed: {e}"
+                    )))
+                })?;
+                match result? {
+                    Some((verdict, runs)) => verdicts.push((id, verdict, runs)),
+                    None => interrupted = true,
+                }
             }
-            if !interrupted && let Some(task) = todo.next() {
-                self.spawn_verifier(&mut jobs, task, deadline)?;
+            if !interrupted {
+                for task in todo.by_ref().take(verdicts.len()) {
+                    self.spawn_verifier(&mut jobs, task, deadline)?;
+                }
             }
+            self.record_verdicts(verdicts).await?;
         }
         Ok(if interrupted {
             Flow::Interrupted
@@ -106,21 +116,28 @@ impl Engine {
         Ok(())
     }
 
-    async fn record_verdict(
+    /// Records verdicts on their tasks, in one persisted batch, then reports them.
+    async fn record_verdicts(
         &mut self,
-        id: &TaskId,
-        verdict: Verdict,
-        runs: u32,
+        verdicts: Vec<(TaskId, Verdict, u32)>,
     ) -> Result<(), Error> {
-        let mut task = self.task(id);
-        task.verifications += runs;
-        task.verdict = Some(verdict.clone());
-        self.commit(vec![Change::Task(task)]).await?;
-        self.emit(Event::Verdict {
-            task: id.clone(),
-            accepted: verdict.accepted,
-            reason: verdict.reason,
-        });
+        let changes = verdicts
+            .iter()
+            .map(|(id, verdict, runs)| {
+                let mut task = self.task(id);
+                task.verifications += runs;
+                task.verdict = Some(verdict.clone());
+                Change::Task(task)
+            })
+            .collect();
+        self.commit(changes).await?;
+        for (id, verdict, _) in verdicts {
+            self.emit(Event::Verdict {
+                task: id,
+                accepted: verdict.accepted,
+                reason: verdict.reason,
+            });
+        }
         Ok(())
     }
 
@@ -325,4 +342,82 @@ async fn verify_one(caller: Caller, call: Call) -> Result<Option<(Verdict, u32)>
         },
     };
     Ok(Some((verdict, runs)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use crate::agent::Script;
+    use crate::model::{Board, Change, Task, TaskStatus};
+    use crate::store::{Store, StoreError};
+    use crate::{FakeAgent, MemoryStore, Outcome, Ralph, Role};
+
+    /// A memory store that remembers the size of every persisted batch.
+    #[derive(Clone, Default)]
+    struct Batches {
+        store: MemoryStore,
+        sizes: Arc<Mutex<Vec<usize>>>,
+    }
+
+    #[async_trait]
+    impl Store for Batches {
+        async fn load(&self) -> Result<Board, StoreError> {
+            self.store.load().await
+        }
+
+        async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
+            self.sizes.lock().unwrap().push(changes.len());
+            self.store.persist(changes).await
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn verdicts_that_arrive_together_are_persisted_together() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("spec.md"), "# S\n").unwrap();
+        let store = Batches::default();
+        let done = (1..=3)
+            .map(|i| Change::Task(Task::new(format!("t-{i}"), "x").with_status(TaskStatus::Done)));
+        store
+            .store
+            .persist(&done.collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let agent = FakeAgent::new()
+            .always(
+                Role::Verify,
+                Script::new().json(json!({"verdict": "accept", "reason": "ok"})),
+            )
+            .always(
+                Role::GapAnalysis,
+                Script::new().json(json!({"tasks": [], "issues": []})),
+            );
+        let ralph = Ralph::builder()
+            .workspace(dir.path())
+            .agent(agent)
+            .store(store.clone())
+            .verify_concurrency(3)
+            .build()
+            .unwrap();
+
+        let outcome = ralph.construct("spec.md").await.unwrap();
+
+        assert_eq!(
+            outcome,
+            Outcome::Complete {
+                iterations: 1,
+                accepted: 3
+            }
+        );
+        // The run's start (config, run), the three verdicts at once, the final batch
+        // (three tasks accepted, the next iteration).
+        let sizes = store.sizes.lock().unwrap().clone();
+        assert_eq!(sizes, vec![2, 3, 4], "{sizes:?}");
+        let board = store.store.board();
+        assert!(board.tasks.values().all(|t| t.verifications == 1));
+    }
 }
