@@ -1346,6 +1346,49 @@ async fn a_transient_failure_past_the_limit_is_a_failed_attempt() {
     h.agent.verify().unwrap();
 }
 
+/// Each verifier has the stage timeout from its own start: four verifiers one at a time, each
+/// within the limit but not all four together, all finish and accept.
+#[tokio::test]
+async fn each_verifier_gets_the_stage_timeout_from_its_own_start() {
+    let slow_accept = || {
+        Script::new()
+            .delay(Duration::from_millis(200))
+            .json(json!({"verdict": "accept", "reason": "fine"}))
+    };
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                tasks(&[("a", "a"), ("b", "b"), ("c", "c"), ("d", "d")]),
+            )
+            .always(Role::Build, done())
+            .always(Role::Verify, slow_accept())
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+
+    let outcome = h
+        .run(|b| {
+            b.verify_concurrency(1)
+                .stage_timeout(Duration::from_millis(500))
+        })
+        .await;
+
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 1,
+            accepted: 4
+        }
+    );
+    assert!(
+        h.events
+            .of_kind("verdict")
+            .iter()
+            .all(|v| v["accepted"] == true)
+    );
+}
+
 #[tokio::test]
 async fn gap_analysis_gets_its_own_time_after_slow_verifiers() {
     let step = Duration::from_millis(300);

@@ -25,13 +25,11 @@ type JobResult = (TaskId, Result<Option<(Verdict, u32)>, Error>);
 
 impl Engine {
     pub(super) async fn verify(&mut self) -> Result<Flow, Error> {
-        let deadline = Instant::now() + self.config().stage_timeout;
-        if self.verify_done_tasks(deadline).await? == Flow::Interrupted {
+        if self.verify_done_tasks().await? == Flow::Interrupted {
             return Ok(Flow::Interrupted);
         }
-        // Gap analysis is a step of its own: verifiers that used up the fork/join's time
-        // (or waited out a rate limit) must not leave it none, which would skip it with a
-        // warning and could end the run as complete without it.
+        // Gap analysis is a step of its own, with its own time: slow verifiers (or rate limits)
+        // must not leave it none, which would skip it and could end the run without it.
         let gap_deadline = Instant::now() + self.config().stage_timeout;
         let Some(gaps) = self.gap_analysis(gap_deadline).await? else {
             return Ok(Flow::Interrupted);
@@ -41,7 +39,9 @@ impl Engine {
     }
 
     /// Runs the verifiers, at most `verify_concurrency` at once, persisting each verdict.
-    async fn verify_done_tasks(&mut self, deadline: Instant) -> Result<Flow, Error> {
+    /// Each verifier gets `stage_timeout` from its own start, so a board with many done
+    /// tasks is verified in full however long the fork/join takes.
+    async fn verify_done_tasks(&mut self) -> Result<Flow, Error> {
         let mut todo = self
             .board
             .tasks
@@ -52,7 +52,7 @@ impl Engine {
             .into_iter();
         let mut jobs = JoinSet::new();
         for task in todo.by_ref().take(self.config().verify_concurrency) {
-            self.spawn_verifier(&mut jobs, task, deadline)?;
+            self.spawn_verifier(&mut jobs, task)?;
         }
         let mut interrupted = false;
         while let Some(first) = jobs.join_next().await {
@@ -74,7 +74,7 @@ impl Engine {
             }
             if !interrupted {
                 for task in todo.by_ref().take(verdicts.len()) {
-                    self.spawn_verifier(&mut jobs, task, deadline)?;
+                    self.spawn_verifier(&mut jobs, task)?;
                 }
             }
             self.record_verdicts(verdicts).await?;
@@ -86,12 +86,7 @@ impl Engine {
         })
     }
 
-    fn spawn_verifier(
-        &self,
-        jobs: &mut JoinSet<JobResult>,
-        task: Task,
-        deadline: Instant,
-    ) -> Result<(), Error> {
+    fn spawn_verifier(&self, jobs: &mut JoinSet<JobResult>, task: Task) -> Result<(), Error> {
         #[derive(Serialize)]
         struct Ctx<'a> {
             spec: &'a SpecDoc,
@@ -109,7 +104,7 @@ impl Engine {
             subject: Some(task.id.to_string()),
             attempt: task.verifications + 1,
             prompt,
-            deadline,
+            deadline: Instant::now() + self.config().stage_timeout,
         };
         let caller = self.caller.clone();
         jobs.spawn(async move { (task.id.clone(), verify_one(caller, call).await) });
@@ -167,9 +162,13 @@ impl Engine {
                 .map(summary)
                 .take(200)
                 .collect(),
+            // This round's verdicts only: accepted tasks keep theirs, and the prompt must not
+            // grow with the board's history.
             gaps: tasks
+                .filter(|t| t.status == TaskStatus::Done)
                 .filter_map(|t| t.verdict.as_ref())
                 .flat_map(|v| v.gaps.iter().map(String::as_str))
+                .take(200)
                 .collect(),
         };
         let call = Call {
