@@ -57,7 +57,7 @@ impl Engine {
             if self.stopped() {
                 return Ok(TaskEnd::Interrupted);
             }
-            let task = self.task(id);
+            let task = self.task(id)?;
             let round = task.round_attempts() + 1;
             if round > self.config().retries + 1 {
                 let last = task.last_failure.as_deref().map(first_line);

@@ -233,12 +233,13 @@ impl Engine {
         self.inner.stop.is_cancelled()
     }
 
-    fn task(&self, id: &TaskId) -> Task {
-        self.board
-            .tasks
-            .get(id)
-            .cloned()
-            .unwrap_or_else(|| Task::new(id.clone(), ""))
+    /// The task `id`, which the engine took from the board itself.
+    fn task(&self, id: &TaskId) -> Result<Task, Error> {
+        self.board.tasks.get(id).cloned().ok_or_else(|| {
+            Error::Store(crate::store::StoreError::Other(format!(
+                "task {id} is no longer on the board"
+            )))
+        })
     }
 
     /// The run bookkeeping advanced to the next iteration.

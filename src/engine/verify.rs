@@ -119,12 +119,12 @@ impl Engine {
         let changes = verdicts
             .iter()
             .map(|(id, verdict, runs)| {
-                let mut task = self.task(id);
+                let mut task = self.task(id)?;
                 task.verifications += runs;
                 task.verdict = Some(verdict.clone());
-                Change::Task(task)
+                Ok(Change::Task(task))
             })
-            .collect();
+            .collect::<Result<_, Error>>()?;
         self.commit(changes).await?;
         for (id, verdict, _) in verdicts {
             self.emit(Event::Verdict {
