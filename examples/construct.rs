@@ -10,6 +10,15 @@
 //! cargo run --example construct -- --json                    # NDJSON events on stdout
 //! ```
 //!
+//! With `--agent claude` it runs the real Claude Code CLI instead, in the current directory (or
+//! `--workspace`), on the spec you name, with your own credentials from the environment
+//! (`ANTHROPIC_API_KEY`; `[claude]` of the workspace's `ralph.toml` sets the model, limits and
+//! permissions):
+//!
+//! ```text
+//! cargo run --example construct -- --agent claude --spec SPEC.md
+//! ```
+//!
 //! Exit codes: 0 spec complete, 2 stopped at a limit, 3 blocked, 1 error, 130 interrupted
 //! (Ctrl+C stops the running agent or gate cleanly and saves the state; the same command
 //! resumes).
@@ -24,7 +33,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use ralph::model::TaskStatus;
-use ralph::{Event, FakeAgent, Observer, Outcome, Ralph};
+use ralph::{Agent, ClaudeCli, Event, FakeAgent, Observer, Outcome, Ralph};
 
 /// Where the bundled demo lives.
 const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo");
@@ -39,6 +48,9 @@ struct Args {
     /// The spec, relative to the workspace. Default: the one on record, else `spec.md`.
     #[arg(long)]
     spec: Option<PathBuf>,
+    /// The agent: the scripted `fake` of the demo, or the real `claude` CLI.
+    #[arg(long, value_enum, default_value_t = AgentKind::Fake)]
+    agent: AgentKind,
     /// The FakeAgent script (TOML). Default: the bundled demo's.
     #[arg(long)]
     script: Option<PathBuf>,
@@ -48,6 +60,14 @@ struct Args {
     /// Print events as NDJSON on stdout instead of the live display.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AgentKind {
+    /// The FakeAgent and its script.
+    Fake,
+    /// The Claude Code CLI (`claude.bin` in ralph.toml, else $RALPH_CLAUDE_BIN, else PATH).
+    Claude,
 }
 
 #[tokio::main]
@@ -63,13 +83,31 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<Outcome, Box<dyn std::error::Error>> {
-    let workspace = prepare_workspace(args.workspace.as_deref())?;
-    let script = args
-        .script
-        .unwrap_or_else(|| Path::new(DEMO).join("script.toml"));
-    let agent =
-        FakeAgent::from_toml_file(&script)?.record_to(workspace.join(".ralph/fake-requests.jsonl"));
-    let agent = Arc::new(agent);
+    let (workspace, agent, fake) = match args.agent {
+        AgentKind::Fake => {
+            let workspace = prepare_workspace(args.workspace.as_deref())?;
+            let script = args
+                .script
+                .clone()
+                .unwrap_or_else(|| Path::new(DEMO).join("script.toml"));
+            let fake = Arc::new(
+                FakeAgent::from_toml_file(&script)?
+                    .record_to(workspace.join(".ralph/fake-requests.jsonl")),
+            );
+            (workspace, fake.clone() as Arc<dyn Agent>, Some(fake))
+        }
+        AgentKind::Claude => {
+            if args.spec.is_none() {
+                return Err("--agent claude needs --spec FILE (the spec to implement)".into());
+            }
+            let workspace = match &args.workspace {
+                Some(dir) => dir.clone(),
+                None => std::env::current_dir()?,
+            };
+            let claude = ClaudeCli::from_workspace(&workspace)?;
+            (workspace, Arc::new(claude) as Arc<dyn Agent>, None)
+        }
+    };
 
     let observer: Arc<dyn Observer> = if args.json {
         Arc::new(Ndjson)
@@ -112,7 +150,8 @@ async fn run(args: Args) -> Result<Outcome, Box<dyn std::error::Error>> {
     let fresh = board.tasks.is_empty();
     if matches!(outcome, Outcome::Complete { .. })
         && fresh
-        && let Err(e) = agent.verify()
+        && let Some(fake) = fake
+        && let Err(e) = fake.verify()
     {
         eprintln!("note: {e}");
     }

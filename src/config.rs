@@ -21,6 +21,10 @@
 //! kind = "jsonl"
 //! path = ".ralph/plan.jsonl"
 //!
+//! [claude]          # how ClaudeCli runs the CLI: see ClaudeConfig
+//! model = "sonnet"
+//! max_turns = 40
+//!
 //! [[gates]]
 //! name = "test"
 //! command = "cargo test"
@@ -41,6 +45,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Value};
 use serde::{Deserialize, Serialize};
 
+use crate::agent::claude::ClaudeConfig;
 use crate::context::ContextThresholds;
 
 /// The config file ralph reads from the workspace.
@@ -86,6 +91,8 @@ pub struct Config {
     pub log_dir: PathBuf,
     /// Prompt template overrides.
     pub prompts: PromptPaths,
+    /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
+    pub claude: ClaudeConfig,
 }
 
 impl Default for Config {
@@ -104,6 +111,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             log_dir: PathBuf::from("build/ralph-logs"),
             prompts: PromptPaths::default(),
+            claude: ClaudeConfig::default(),
         }
     }
 }
@@ -341,6 +349,9 @@ impl Config {
         self.context
             .validate()
             .map_err(|m| invalid("context", format!("is out of order: {m}")))?;
+        self.claude
+            .validate()
+            .map_err(|(key, why)| invalid(&format!("claude.{key}"), why))?;
         let mut names = std::collections::HashSet::new();
         for (i, gate) in self.gates.iter().enumerate() {
             if gate.name.trim().is_empty() {
@@ -388,6 +399,7 @@ fn is_config_key(key: &str) -> bool {
         "store",
         "log_dir",
         "prompts",
+        "claude",
     ];
     let first = key.split('.').next().unwrap_or(key);
     KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
@@ -477,6 +489,45 @@ mod tests {
                 "file beats default"
             );
             assert_eq!(c.context, ContextThresholds::new(0.5, 0.8, 0.9));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn claude_section_loads_from_file_and_env() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "[claude]\nmodel = \"opus\"\nmax_turns = 9\nidle_timeout = \"90s\"\n\
+                 read_only_mode = \"dontAsk\"\n[claude.env]\nAPI_TIMEOUT_MS = \"5000\"\n",
+            )?;
+            jail.set_env("RALPH_CLAUDE__MODEL", "sonnet");
+            let c = load_in(jail).unwrap();
+            assert_eq!(c.claude.model.as_deref(), Some("sonnet"), "env beats file");
+            assert_eq!(c.claude.max_turns, Some(9));
+            assert_eq!(c.claude.idle_timeout, Duration::from_secs(90));
+            assert_eq!(
+                c.claude.read_only_mode,
+                crate::agent::claude::PermissionMode::DontAsk
+            );
+            assert_eq!(c.claude.env["API_TIMEOUT_MS"], "5000");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_claude_keys_are_named() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ralph.toml", "[claude]\nmax_turns = 0\n")?;
+            let e = load_in(jail).unwrap_err().to_string();
+            assert!(e.contains("claude.max_turns must be at least 1"), "{e}");
+            assert!(e.contains("ralph.toml"), "{e}");
+            jail.create_file("ralph.toml", "[claude]\nmodle = \"opus\"\n")?;
+            let e = load_in(jail).unwrap_err().to_string();
+            assert!(e.contains("modle"), "{e}");
+            jail.create_file("ralph.toml", "[claude]\npermission_mode = \"yolo\"\n")?;
+            let e = load_in(jail).unwrap_err().to_string();
+            assert!(e.contains("yolo") && e.contains("bypassPermissions"), "{e}");
             Ok(())
         });
     }

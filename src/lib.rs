@@ -75,6 +75,7 @@ pub mod store;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+pub use agent::claude::ClaudeCli;
 pub use agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FakeAgent, Role};
 pub use config::Config;
 pub use error::{BuildError, Error};

@@ -170,6 +170,14 @@ impl SupervisedChild {
         Ok(exit)
     }
 
+    /// Sends SIGINT to the main process only (not its group); it decides what to do about
+    /// it. Use [`wait`](Self::wait) with a timeout, then [`terminate`](Self::terminate).
+    pub fn interrupt(&self) {
+        if self.exit.is_none() {
+            self.group.interrupt();
+        }
+    }
+
     /// Sends SIGTERM to the process group, waits up to `grace` for the main process,
     /// sends SIGKILL to the group, then kills everything left ([`kill_all`](Self::kill_all)).
     ///

@@ -83,6 +83,22 @@ impl ProcessSpec {
         self
     }
 
+    /// Adds environment variables on top of the inherited environment; a later value of the
+    /// same key wins.
+    #[must_use]
+    pub fn envs<I, K, V>(mut self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        self.env.extend(
+            vars.into_iter()
+                .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())),
+        );
+        self
+    }
+
     /// Bytes written to the process's stdin, which is then closed. Without this, stdin is
     /// `/dev/null`.
     #[must_use]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 #[cfg(target_os = "linux")]
@@ -61,6 +61,13 @@ impl Group {
     /// Kills the whole group, without the sweep.
     pub(super) fn kill(&self) {
         self.signal(Signal::SIGKILL);
+    }
+
+    /// Sends SIGINT to the leader alone: a polite interrupt that the process answers in its
+    /// own way (the Claude CLI ends its turn and writes a final `result` line).
+    pub(super) fn interrupt(&self) {
+        // ESRCH: it already exited, which is what an interrupt asks for.
+        let _ = kill(Pid::from_raw(self.leader), Signal::SIGINT);
     }
 
     fn signal(&self, signal: Signal) {

@@ -1,0 +1,537 @@
+//! [`ClaudeCli`]: the Claude Code CLI as an [`Agent`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::agent::{
+    Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage,
+};
+use crate::config::{Config, ConfigError, Overrides};
+use crate::context::ContextAction;
+use crate::process::ProcessSpec;
+
+use super::command::{self, Invocation, Program};
+use super::config::{ClaudeConfig, PermissionMode};
+use super::segment::{self, Clocks, Cut, Pressure, Segment, Watch};
+use super::stream::{ContextWindows, DEFAULT_MAX_LINE, RunOutcome, StreamOptions};
+
+/// Compactions one run may go through before it is stopped at the context limit.
+const MAX_COMPACTIONS: u32 = 2;
+
+/// The request that makes the CLI compact the resumed session (its `/compact` command).
+const COMPACT_PROMPT: &str = "/compact Keep what the task needs: its goal and instructions, \
+     the files changed so far, the decisions made, and what remains to be done.";
+
+/// The prompt that resumes the task after a compaction.
+const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task from where you \
+     stopped, and end your final answer exactly as the original instructions say.";
+
+/// Runs the Claude Code CLI (`claude -p --output-format stream-json --verbose`), one fresh
+/// process per agent run, and reads its stream as it comes.
+///
+/// * **Invocation.** The prompt goes on stdin, which is then closed (argv is limited to
+///   128 KiB per argument). Flags come from [`ClaudeConfig`] (`[claude]` in `ralph.toml`).
+///   Roles that must not write (everything but BUILD) run in
+///   [`read_only_mode`](ClaudeConfig::read_only_mode), `plan` by default; structured roles
+///   pass their schema with `--json-schema` and take the CLI's `structured_output`, never
+///   prose. As root, bypassing permissions sets `IS_SANDBOX=1`, without which the CLI
+///   refuses to start.
+/// * **Outcome.** From the `result` line alone (see [`stream`](super::stream)): never from
+///   the exit code or `subtype`. A CLI that exits without writing anything (a bad flag, a
+///   missing runtime) is [`FailureKind::Fatal`] with its stderr: every run would fail alike.
+/// * **Clocks.** The request's timeout bounds the whole run; [`idle_timeout`](Self::idle_timeout)
+///   bounds a silence on stdout (the CLI waits forever on a stalled API stream); after the
+///   `result` line the process gets [`result_grace`](Self::result_grace) to exit. Stopping is
+///   SIGTERM (the CLI then kills its tool processes), the grace, SIGKILL.
+/// * **Cleanup.** The CLI's Bash tool runs commands in sessions of their own, and background
+///   jobs outlive even a clean exit. Every process the CLI starts inherits ralph's run cookie
+///   ([`process`](crate::process)), so when the run ends, however it ends, every one of them
+///   is found and killed.
+/// * **Context.** The context in use after each API call is checked against the request's
+///   tiers: *warn* emits an event; *compact* interrupts the CLI (SIGINT keeps the session),
+///   resumes the session with the CLI's `/compact` command, checks that the context fell to
+///   0.80 or below, and resumes again to continue the task; *kill*, or a compaction that did
+///   not help, ends the run with [`AgentExit::ContextLimit`] and its log, so the engine
+///   decomposes the task. Compaction resumes the session, so those runs keep their session
+///   file even when [`session_persistence`](ClaudeConfig::session_persistence) is off.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use ralph::agent::claude::ClaudeCli;
+/// use ralph::Ralph;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let claude = ClaudeCli::from_workspace("my-project")?   // [claude] of ralph.toml
+///     .model("sonnet")
+///     .max_turns(40)
+///     .idle_timeout(Duration::from_secs(120));
+/// let ralph = Ralph::builder().workspace("my-project").agent(claude).build()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ClaudeCli {
+    config: ClaudeConfig,
+    grace: Duration,
+}
+
+impl Default for ClaudeCli {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClaudeCli {
+    /// The CLI with the default [`ClaudeConfig`] and a 5-second grace.
+    pub fn new() -> Self {
+        Self::from_config(ClaudeConfig::default())
+    }
+
+    /// The CLI as `config` says.
+    pub fn from_config(config: ClaudeConfig) -> Self {
+        ClaudeCli {
+            config,
+            grace: Config::default().grace,
+        }
+    }
+
+    /// The CLI as the workspace's configuration says: `[claude]` and `grace` of its
+    /// `ralph.toml`, with `RALPH_*` environment overrides.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the bad key and where it was set.
+    pub fn from_workspace(workspace: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let config = Config::load(workspace.as_ref(), &Overrides::default())?;
+        Ok(Self::from_config(config.claude).grace(config.grace))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClaudeConfig {
+        &self.config
+    }
+
+    /// Sets the `claude` binary.
+    #[must_use]
+    pub fn bin(mut self, bin: impl Into<PathBuf>) -> Self {
+        self.config.bin = Some(bin.into());
+        self
+    }
+
+    /// Sets `--model`.
+    #[must_use]
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.config.model = Some(model.into());
+        self
+    }
+
+    /// Sets `--max-turns`.
+    #[must_use]
+    pub fn max_turns(mut self, turns: u32) -> Self {
+        self.config.max_turns = Some(turns);
+        self
+    }
+
+    /// Sets `--max-budget-usd`.
+    #[must_use]
+    pub fn max_budget_usd(mut self, dollars: f64) -> Self {
+        self.config.max_budget_usd = Some(dollars);
+        self
+    }
+
+    /// Sets the permission mode of BUILD runs.
+    #[must_use]
+    pub fn permission_mode(mut self, mode: PermissionMode) -> Self {
+        self.config.permission_mode = mode;
+        self
+    }
+
+    /// Sets the permission mode of the roles that must not write.
+    #[must_use]
+    pub fn read_only_mode(mut self, mode: PermissionMode) -> Self {
+        self.config.read_only_mode = mode;
+        self
+    }
+
+    /// Adds an `--allowedTools` entry (`"Bash(cargo *)"`).
+    #[must_use]
+    pub fn allowed_tool(mut self, tool: impl Into<String>) -> Self {
+        self.config.allowed_tools.push(tool.into());
+        self
+    }
+
+    /// Adds a `--disallowedTools` entry.
+    #[must_use]
+    pub fn disallowed_tool(mut self, tool: impl Into<String>) -> Self {
+        self.config.disallowed_tools.push(tool.into());
+        self
+    }
+
+    /// Sets `--append-system-prompt`.
+    #[must_use]
+    pub fn append_system_prompt(mut self, text: impl Into<String>) -> Self {
+        self.config.append_system_prompt = Some(text.into());
+        self
+    }
+
+    /// Sets `--bare` (default on).
+    #[must_use]
+    pub fn bare(mut self, bare: bool) -> Self {
+        self.config.bare = bare;
+        self
+    }
+
+    /// Keeps the CLI's session files (default off: `--no-session-persistence`).
+    #[must_use]
+    pub fn session_persistence(mut self, keep: bool) -> Self {
+        self.config.session_persistence = keep;
+        self
+    }
+
+    /// Sets `CLAUDE_CODE_MAX_RETRIES` (default 3).
+    #[must_use]
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.config.max_retries = retries;
+        self
+    }
+
+    /// Sets the longest silence on stdout (default 3 minutes).
+    #[must_use]
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.config.idle_timeout = idle;
+        self
+    }
+
+    /// Sets how long the CLI may run on after its `result` line (default 2 seconds).
+    #[must_use]
+    pub fn result_grace(mut self, grace: Duration) -> Self {
+        self.config.result_grace = grace;
+        self
+    }
+
+    /// Sets the time between SIGTERM and SIGKILL (default 5 seconds).
+    #[must_use]
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Appends extra arguments.
+    #[must_use]
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable of the CLI.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the context window of a model (and of the names it is a prefix of).
+    #[must_use]
+    pub fn context_window(mut self, model: impl Into<String>, tokens: u64) -> Self {
+        self.config.context_windows.insert(model.into(), tokens);
+        self
+    }
+
+    /// The arguments of the first process of a run of `request` (for logs and tests).
+    pub fn command_line(&self, request: &AgentRequest) -> Vec<String> {
+        let schema = request.schema.as_ref().map(ToString::to_string);
+        command::args(
+            &self.config,
+            self.invocation(request, schema.as_deref(), None),
+        )
+    }
+
+    fn invocation<'a>(
+        &self,
+        request: &AgentRequest,
+        schema: Option<&'a str>,
+        resume: Option<&'a str>,
+    ) -> Invocation<'a> {
+        Invocation {
+            role: request.role,
+            schema,
+            resume,
+            // A session that may need compacting must stay resumable.
+            persist: self.config.session_persistence || request.context.compact < 1.0,
+        }
+    }
+
+    fn windows(&self) -> ContextWindows {
+        self.config
+            .context_windows
+            .iter()
+            .fold(ContextWindows::new(), |w, (model, tokens)| {
+                w.with(model.clone(), *tokens)
+            })
+    }
+
+    fn spec(
+        &self,
+        request: &AgentRequest,
+        invocation: Invocation<'_>,
+        prompt: &str,
+    ) -> ProcessSpec {
+        let program = Program::resolve(self.config.bin.as_ref());
+        ProcessSpec::new(&program.path)
+            .args(command::args(&self.config, invocation))
+            .envs(command::env(&self.config, request.role, command::is_root()))
+            .cwd(&request.workspace)
+            .stdin(prompt.as_bytes().to_vec())
+            .grace(self.grace)
+    }
+
+    async fn segment(
+        &self,
+        request: &AgentRequest,
+        invocation: Invocation<'_>,
+        prompt: &str,
+        deadline: Option<Instant>,
+        pressure: Option<&mut Pressure>,
+    ) -> Result<Segment, AgentError> {
+        let watch = Watch {
+            clocks: Clocks {
+                deadline,
+                idle: self.config.idle_timeout,
+                result_grace: self.config.result_grace,
+                grace: self.grace,
+            },
+            stop: &request.stop,
+            events: &request.events,
+            pressure,
+            options: StreamOptions::default().windows(self.windows()),
+            max_line: DEFAULT_MAX_LINE,
+        };
+        let spec = self.spec(request, invocation, prompt);
+        segment::run(&spec, request.log_path.as_deref(), watch)
+            .await
+            .map_err(|e| self.explain(e))
+    }
+
+    /// Adds where the binary came from to a spawn error.
+    fn explain(&self, error: AgentError) -> AgentError {
+        match error {
+            AgentError::Spawn { program, source } => {
+                let from = Program::resolve(self.config.bin.as_ref()).source;
+                AgentError::Spawn {
+                    program: format!(
+                        "{program} (from {from}; set `claude.bin` in ralph.toml or \
+                         $RALPH_CLAUDE_BIN, or install it: npm install -g @anthropic-ai/claude-code)"
+                    ),
+                    source,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+#[async_trait]
+impl Agent for ClaudeCli {
+    fn name(&self) -> &str {
+        "claude"
+    }
+
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        let started = Instant::now();
+        let deadline = request.timeout.and_then(|t| started.checked_add(t));
+        let schema = request.schema.as_ref().map(ToString::to_string);
+        let mut pressure = Pressure::new(request.context);
+        let mut totals = Totals::default();
+        let mut prompt = request.prompt.clone();
+        let mut session: Option<String> = None;
+        let mut compactions = 0;
+        loop {
+            let invocation = self.invocation(&request, schema.as_deref(), session.as_deref());
+            let segment = self
+                .segment(&request, invocation, &prompt, deadline, Some(&mut pressure))
+                .await?;
+            totals.add(&segment);
+            let compact = match segment.cut {
+                Cut::Compact(ratio) if !segment.summary.outcome.is_completed() => ratio,
+                _ => return Ok(totals.finish(&segment, &request, started)),
+            };
+            let Some(id) = segment.summary.session_id.clone() else {
+                return Ok(totals.context_limit(&segment, &request, started, "no session id"));
+            };
+            if compactions == MAX_COMPACTIONS {
+                let why = format!("still at {compact:.2} after {compactions} compactions");
+                return Ok(totals.context_limit(&segment, &request, started, &why));
+            }
+            compactions += 1;
+            let compacted = self
+                .segment(
+                    &request,
+                    self.invocation(&request, None, Some(&id)),
+                    COMPACT_PROMPT,
+                    deadline,
+                    None,
+                )
+                .await?;
+            totals.add(&compacted);
+            if let Some(run) = self.check_compaction(&compacted, &mut pressure, compact, &request) {
+                return Ok(totals.finish_with(run, &compacted, &request, started));
+            }
+            session = compacted.summary.session_id.clone().or(Some(id));
+            prompt = CONTINUE_PROMPT.to_owned();
+        }
+    }
+}
+
+impl ClaudeCli {
+    /// `None` when the compaction worked; else how the run ends.
+    fn check_compaction(
+        &self,
+        compacted: &Segment,
+        pressure: &mut Pressure,
+        before: f64,
+        request: &AgentRequest,
+    ) -> Option<AgentExit> {
+        if let Some(exit) = cut_exit(compacted.cut) {
+            return Some(exit);
+        }
+        let usage = &compacted.summary.usage;
+        let window = usage
+            .context_window
+            .unwrap_or(ContextWindows::DEFAULT_WINDOW);
+        let after = if compacted.summary.compactions > 0 {
+            usage.context_tokens
+        } else {
+            // No boundary: nothing was compacted, the context is as large as before.
+            (before * window as f64) as u64
+        };
+        let ratio = after as f64 / window.max(1) as f64;
+        request.events.emit(AgentEvent::Note {
+            message: format!("compaction took the context from {before:.2} to {ratio:.2}"),
+        });
+        match pressure.after_compaction(after, window) {
+            ContextAction::Continue => None,
+            _ => Some(AgentExit::ContextLimit),
+        }
+    }
+}
+
+/// The exit a cut forces, whatever the stream says.
+fn cut_exit(cut: Cut) -> Option<AgentExit> {
+    match cut {
+        Cut::Stopped => Some(AgentExit::Stopped),
+        Cut::Deadline | Cut::Idle => Some(AgentExit::TimedOut),
+        Cut::ContextLimit(_) => Some(AgentExit::ContextLimit),
+        Cut::None | Cut::Lingered | Cut::Compact(_) => None,
+    }
+}
+
+/// What the stream says, with the CLI's exit and stderr where the stream is silent.
+fn stream_exit(segment: &Segment) -> AgentExit {
+    let summary = &segment.summary;
+    if summary.outcome != RunOutcome::NoResult {
+        return summary.agent_exit();
+    }
+    let code = segment.exit.and_then(|e| e.code());
+    let exit = match (segment.exit, code) {
+        (_, Some(code)) => format!("exited with code {code}"),
+        (Some(exit), None) => format!("was killed by signal {}", exit.signal().unwrap_or(0)),
+        (None, None) => "did not exit".to_owned(),
+    };
+    let stderr = if segment.stderr.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", segment.stderr)
+    };
+    if summary.lines == 0 && code.is_some_and(|c| c != 0) && segment.cut == Cut::None {
+        // Nothing on stdout, not even the init line: a usage error, a missing runtime, a
+        // refusal to run as root. Every run would end the same way.
+        return AgentExit::Failed {
+            reason: format!("the claude CLI {exit} before starting{stderr}"),
+            kind: FailureKind::Fatal,
+        };
+    }
+    match summary.agent_exit() {
+        AgentExit::Failed { reason, kind } => AgentExit::Failed {
+            reason: format!("{reason}; the CLI {exit}{stderr}"),
+            kind,
+        },
+        other => other,
+    }
+}
+
+/// Sums over the processes of one run.
+#[derive(Debug, Default)]
+struct Totals {
+    usage: Usage,
+    cost_usd: Option<f64>,
+    turns: Option<u32>,
+}
+
+impl Totals {
+    fn add(&mut self, segment: &Segment) {
+        let summary = &segment.summary;
+        let u = &summary.usage;
+        self.usage.input_tokens += u.input_tokens;
+        self.usage.output_tokens += u.output_tokens;
+        self.usage.cache_read_tokens += u.cache_read_tokens;
+        self.usage.cache_creation_tokens += u.cache_creation_tokens;
+        self.usage.context_tokens = u.context_tokens;
+        self.usage.context_window = u.context_window.or(self.usage.context_window);
+        if let Some(cost) = summary.cost_usd {
+            self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + cost);
+        }
+        if let Some(turns) = summary.num_turns {
+            self.turns = Some(self.turns.unwrap_or(0).saturating_add(turns));
+        }
+    }
+
+    fn finish(self, segment: &Segment, request: &AgentRequest, started: Instant) -> AgentRun {
+        let exit = cut_exit(segment.cut)
+            .filter(|_| !segment.summary.outcome.is_completed())
+            .unwrap_or_else(|| stream_exit(segment));
+        self.finish_with(exit, segment, request, started)
+    }
+
+    fn context_limit(
+        self,
+        segment: &Segment,
+        request: &AgentRequest,
+        started: Instant,
+        why: &str,
+    ) -> AgentRun {
+        request.events.emit(AgentEvent::Note {
+            message: format!("context limit: {why}"),
+        });
+        self.finish_with(AgentExit::ContextLimit, segment, request, started)
+    }
+
+    fn finish_with(
+        self,
+        exit: AgentExit,
+        segment: &Segment,
+        request: &AgentRequest,
+        started: Instant,
+    ) -> AgentRun {
+        let summary = &segment.summary;
+        let completed = exit == AgentExit::Completed;
+        let mut run = AgentRun::new(exit);
+        if completed {
+            run.final_text = summary.final_text.clone().unwrap_or_default();
+            run.structured = summary.structured_output.clone();
+        }
+        run.usage = self.usage;
+        run.session_id = summary.session_id.clone();
+        run.log_path = request.log_path.clone();
+        run.duration = started.elapsed();
+        run.cost_usd = self.cost_usd;
+        run.turns = self.turns;
+        run
+    }
+}
