@@ -2,9 +2,10 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ralph::agent::Script;
 use ralph::{Event, Observer};
@@ -86,24 +87,37 @@ pub fn done() -> Script {
     Script::new().answer("Implemented.\n<TASK_DONE>")
 }
 
-/// The example binary, built once per test run (a no-op when `cargo test` already built it;
-/// needed when only this test target was selected, or the binary would be stale).
+/// The `construct` example binary; see [`built_example`].
 pub fn example() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "--quiet", "--example", "construct"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "cargo build --example construct failed");
-            let exe = std::env::current_exe().expect("test binary path");
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("target/<profile>/deps");
-            profile_dir.join("examples").join("construct")
-        })
-        .clone()
+    built_example("construct")
+}
+
+/// The `fake_claude` example binary (a stand-in for the `claude` CLI); see [`built_example`].
+pub fn fake_claude() -> PathBuf {
+    built_example("fake_claude")
+}
+
+/// An example binary, built once per test run (a no-op when `cargo test` already built it;
+/// needed when only this test target was selected, or the binary would be stale).
+pub fn built_example(name: &str) -> PathBuf {
+    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    // Held during the build: the tests of one binary wait for a single cargo run.
+    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "cargo build --example {name} failed");
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    built.insert(name.to_owned(), path.clone());
+    path
 }
