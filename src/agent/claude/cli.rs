@@ -16,6 +16,7 @@ use crate::process::ProcessSpec;
 use super::command::{self, Invocation, Program};
 use super::config::{ClaudeConfig, PermissionMode};
 use super::segment::{self, Clocks, Cut, Pressure, Segment, Watch};
+use super::session;
 use super::stream::{ContextWindows, DEFAULT_MAX_LINE, RunOutcome, StreamOptions};
 
 /// Compactions one run may go through before it is stopped at the context limit.
@@ -344,6 +345,23 @@ impl Agent for ClaudeCli {
     }
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        let run = self.run_to_end(&request).await?;
+        if !self.config.session_persistence
+            && let Some(id) = &run.session_id
+            && let Err(e) = session::forget(&self.config, id)
+        {
+            request.events.emit(AgentEvent::Note {
+                message: format!("could not remove the CLI's session {id}: {e}"),
+            });
+        }
+        Ok(run)
+    }
+}
+
+impl ClaudeCli {
+    /// Runs the request's processes: the first, and after each compaction, the compacting one
+    /// and the continuing one.
+    async fn run_to_end(&self, request: &AgentRequest) -> Result<AgentRun, AgentError> {
         let started = Instant::now();
         let deadline = request.timeout.and_then(|t| started.checked_add(t));
         let schema = request.schema.as_ref().map(ToString::to_string);
@@ -353,43 +371,41 @@ impl Agent for ClaudeCli {
         let mut session: Option<String> = None;
         let mut compactions = 0;
         loop {
-            let invocation = self.invocation(&request, schema.as_deref(), session.as_deref());
+            let invocation = self.invocation(request, schema.as_deref(), session.as_deref());
             let segment = self
-                .segment(&request, invocation, &prompt, deadline, Some(&mut pressure))
+                .segment(request, invocation, &prompt, deadline, Some(&mut pressure))
                 .await?;
             totals.add(&segment);
             let compact = match segment.cut {
                 Cut::Compact(ratio) if !segment.summary.outcome.is_completed() => ratio,
-                _ => return Ok(totals.finish(&segment, &request, started)),
+                _ => return Ok(totals.finish(&segment, request, started)),
             };
             let Some(id) = segment.summary.session_id.clone() else {
-                return Ok(totals.context_limit(&segment, &request, started, "no session id"));
+                return Ok(totals.context_limit(&segment, request, started, "no session id"));
             };
             if compactions == MAX_COMPACTIONS {
                 let why = format!("still at {compact:.2} after {compactions} compactions");
-                return Ok(totals.context_limit(&segment, &request, started, &why));
+                return Ok(totals.context_limit(&segment, request, started, &why));
             }
             compactions += 1;
             let compacted = self
                 .segment(
-                    &request,
-                    self.invocation(&request, None, Some(&id)),
+                    request,
+                    self.invocation(request, None, Some(&id)),
                     COMPACT_PROMPT,
                     deadline,
                     None,
                 )
                 .await?;
             totals.add(&compacted);
-            if let Some(run) = self.check_compaction(&compacted, &mut pressure, compact, &request) {
-                return Ok(totals.finish_with(run, &compacted, &request, started));
+            if let Some(run) = self.check_compaction(&compacted, &mut pressure, compact, request) {
+                return Ok(totals.finish_with(run, &compacted, request, started));
             }
             session = compacted.summary.session_id.clone().or(Some(id));
             prompt = CONTINUE_PROMPT.to_owned();
         }
     }
-}
 
-impl ClaudeCli {
     /// `None` when the compaction worked; else how the run ends.
     fn check_compaction(
         &self,
@@ -484,9 +500,8 @@ impl Totals {
         self.usage.cache_creation_tokens += u.cache_creation_tokens;
         self.usage.context_tokens = u.context_tokens;
         self.usage.context_window = u.context_window.or(self.usage.context_window);
-        if let Some(cost) = summary.cost_usd {
-            self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + cost);
-        }
+        // A resumed session reports the cost of the whole session so far: the latest wins.
+        self.cost_usd = summary.cost_usd.or(self.cost_usd);
         if let Some(turns) = summary.num_turns {
             self.turns = Some(self.turns.unwrap_or(0).saturating_add(turns));
         }

@@ -5,6 +5,7 @@ mod cli;
 mod command;
 mod config;
 mod segment;
+mod session;
 pub mod stream;
 
 pub use cli::ClaudeCli;
