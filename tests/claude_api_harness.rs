@@ -10,21 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::messages_api::{ClaudeHome, MessagesApi, Reply, real_claude};
+use common::messages_api::{ClaudeHome, MessagesApi, Reply, claude_or_skip, git_repo};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 /// Generous: a run against the local fake takes well under a second.
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The CLI, or `None` after printing why the test is skipped.
-fn claude_or_skip() -> Option<PathBuf> {
-    let bin = real_claude();
-    if bin.is_none() {
-        println!("skipped: no real claude CLI (RALPH_SKIP_REAL_CLAUDE=1)");
-    }
-    bin
-}
 
 /// One invocation of the real CLI against the fake API, with the canonical flags.
 struct Claude<'a> {
@@ -141,18 +132,6 @@ impl Run {
             .filter(|l| l["type"] == kind && l["subtype"] == subtype)
             .count()
     }
-}
-
-/// A temp dir with `git init` done, as the agent's workspaces are.
-fn git_repo() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("git")
-        .args(["init", "--quiet"])
-        .current_dir(dir.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    dir
 }
 
 /// The text of every user message of a request, joined by newlines (the CLI sends a string or

@@ -480,3 +480,57 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
 }
+
+/// The real CLI, or `None` after printing why the test is skipped.
+#[allow(clippy::print_stdout)]
+pub fn claude_or_skip() -> Option<PathBuf> {
+    let bin = real_claude();
+    if bin.is_none() {
+        println!("skipped: no real claude CLI (RALPH_SKIP_REAL_CLAUDE=1)");
+    }
+    bin
+}
+
+/// A temp dir with `git init` done, as the agent's workspaces are.
+pub fn git_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("git")
+        .args(["init", "--quiet"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir
+}
+
+/// Live processes (zombies excluded) whose environment holds `key=value`: a test sets a
+/// unique marker in the agent's environment, which every process it starts inherits.
+pub fn alive_with_env(key: &str, value: &str) -> Vec<i32> {
+    let needle = format!("{key}={value}").into_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if !environ
+            .split(|b| *b == 0)
+            .any(|var| var == needle.as_slice())
+        {
+            continue;
+        }
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(") ")
+                    .map(|(_, rest)| rest.starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if !zombie {
+            found.push(pid);
+        }
+    }
+    found
+}
