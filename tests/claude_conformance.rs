@@ -507,3 +507,52 @@ async fn session_files_are_kept_only_when_asked() {
     assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
     assert_eq!(jsonl(&rig), 1, "kept");
 }
+
+#[tokio::test]
+async fn ralph_constructs_a_spec_with_the_real_cli() {
+    let Some(rig) = Rig::new([
+        // INVESTIGATE the spec's issue.
+        Reply::tool_use(
+            "StructuredOutput",
+            json!({"tasks": [{"name": "Create hello.txt", "accept": "hello.txt says hello"}]}),
+        ),
+        // BUILD t-1.
+        Reply::text_then_tool(
+            "Creating it.",
+            "Bash",
+            json!({"command": "echo hello > hello.txt"}),
+        ),
+        Reply::text("Created.\n<TASK_DONE>"),
+        // VERIFY t-1, then the gap analysis.
+        Reply::tool_use(
+            "StructuredOutput",
+            json!({"verdict": "accept", "reason": "hello.txt says hello"}),
+        ),
+        Reply::tool_use("StructuredOutput", json!({"tasks": [], "issues": []})),
+    ])
+    .await
+    else {
+        return;
+    };
+    std::fs::write(
+        rig.repo.path().join("spec.md"),
+        "# Hello\nCreate hello.txt.\n",
+    )
+    .unwrap();
+    let ralph = ralph::Ralph::builder()
+        .workspace(rig.repo.path())
+        .agent(rig.claude.clone())
+        .store(ralph::MemoryStore::new())
+        .gate(ralph::ShellGate::new("hello", "grep -qx hello hello.txt"))
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(
+        matches!(outcome, ralph::Outcome::Complete { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(rig.api.remaining(), 0, "every scripted reply was used");
+    assert!(rig.leftovers().is_empty(), "{:?}", rig.leftovers());
+}

@@ -247,7 +247,7 @@ impl ClaudeCli {
 
     /// The arguments of the first process of a run of `request` (for logs and tests).
     pub fn command_line(&self, request: &AgentRequest) -> Vec<String> {
-        let schema = request.schema.as_ref().map(ToString::to_string);
+        let schema = request.schema.as_ref().map(schema_arg);
         command::args(
             &self.config,
             self.invocation(request, schema.as_deref(), None),
@@ -364,7 +364,7 @@ impl ClaudeCli {
     async fn run_to_end(&self, request: &AgentRequest) -> Result<AgentRun, AgentError> {
         let started = Instant::now();
         let deadline = request.timeout.and_then(|t| started.checked_add(t));
-        let schema = request.schema.as_ref().map(ToString::to_string);
+        let schema = request.schema.as_ref().map(schema_arg);
         let mut pressure = Pressure::new(request.context);
         let mut totals = Totals::default();
         let mut prompt = request.prompt.clone();
@@ -435,6 +435,20 @@ impl ClaudeCli {
             ContextAction::Continue => None,
             _ => Some(AgentExit::ContextLimit),
         }
+    }
+}
+
+/// The schema as the CLI takes it. Its validator knows draft-07 only and refuses a schema that
+/// names another draft (schemars writes `"$schema": ".../draft/2020-12/schema"`), so the
+/// `$schema` key is left out; the rest is the same in both drafts for ralph's answers.
+fn schema_arg(schema: &serde_json::Value) -> String {
+    match schema {
+        serde_json::Value::Object(map) if map.contains_key("$schema") => {
+            let mut map = map.clone();
+            map.remove("$schema");
+            serde_json::Value::Object(map).to_string()
+        }
+        other => other.to_string(),
     }
 }
 
