@@ -52,6 +52,9 @@ pub(crate) struct Inner {
     pub(crate) observers: Vec<Arc<dyn Observer>>,
     pub(crate) prompts: Prompts,
     pub(crate) stop: CancellationToken,
+    /// ralph opened the store itself and holds its lock: no other ralph runs here, so
+    /// processes tagged with this workspace are leftovers of a killed one.
+    pub(crate) exclusive: bool,
     running: AtomicBool,
 }
 
@@ -303,6 +306,7 @@ impl RalphBuilder {
         let config = Config::load(&workspace, &self.overrides)?;
         let gates = collect_gates(&config, self.gates)?;
         let prompts = Prompts::load(&workspace, &config.prompts)?;
+        let exclusive = self.store.is_none() && config.store.kind == StoreKind::Jsonl;
         let store = match self.store {
             Some(store) => store,
             None => open_store(&workspace, &config)?,
@@ -320,6 +324,7 @@ impl RalphBuilder {
                 observers: self.observers,
                 prompts,
                 stop: self.stop.unwrap_or_default(),
+                exclusive,
                 running: AtomicBool::new(false),
             }),
         })

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::example;
+use common::messages_api::alive_with_env;
 use serde_json::Value;
 
 mod common;
@@ -166,4 +167,81 @@ fn killed_between_verdicts() {
 #[test]
 fn killed_after_the_first_acceptance_round() {
     crash_then_resume(&|e| e["event"] == "iteration_finished" && e["iteration"] == 2);
+}
+
+/// Live processes carrying `mark`, but `me`.
+fn others(mark: &str, me: u32) -> Vec<i32> {
+    let me = i32::try_from(me).unwrap();
+    alive_with_env("RALPH_TEST_MARK", mark)
+        .into_iter()
+        .filter(|pid| *pid != me)
+        .collect()
+}
+
+/// Polls `done` every 50 ms for up to 30 s.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn processes_left_by_a_killed_run_are_killed_at_the_next_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workspace = dir.path();
+    // A gate that starts a daemon in a session of its own, then takes its time.
+    std::fs::write(
+        workspace.join("ralph.toml"),
+        "stage_timeout = \"2m\"\nagent_timeout = \"30s\"\n\n[[gates]]\nname = \"slow\"\n\
+         command = \"setsid sleep 300 >/dev/null 2>&1 & sleep 120\"\ntimeout = \"2m\"\n",
+    )
+    .unwrap();
+    let start = |mark: &str| {
+        Command::new(example())
+            .arg("--workspace")
+            .arg(workspace)
+            .arg("--json")
+            .env("RALPH_TEST_MARK", mark)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn the example")
+    };
+    let first_mark = format!("first-{}", std::process::id());
+
+    let mut first = start(&first_mark);
+    let first_pid = first.id();
+    let leftovers = || others(&first_mark, first_pid);
+    // The gate's shell, its `sleep 120` and the daemon.
+    wait_until("the slow gate runs", || leftovers().len() >= 3);
+    first.kill().expect("SIGKILL");
+    first.wait().unwrap();
+    assert!(
+        !leftovers().is_empty(),
+        "SIGKILL leaves the gate's processes behind"
+    );
+
+    let second_mark = format!("second-{}", std::process::id());
+    let mut second = start(&second_mark);
+    wait_until("the next start kills the leftovers", || {
+        leftovers().is_empty()
+    });
+    let second_pid = second.id();
+    let own = || others(&second_mark, second_pid);
+    wait_until("the second run's gate runs", || own().len() >= 3);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(second_pid).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert_eq!(second.wait().unwrap().code(), Some(130));
+    assert!(
+        own().is_empty(),
+        "an interrupted run leaves nothing: {:?}",
+        own()
+    );
 }

@@ -126,8 +126,29 @@ impl Engine {
             caller,
             recent,
         };
+        engine.sweep_leftovers().await;
         engine.begin(rel).await?;
         Ok(engine)
+    }
+
+    /// Kills what an earlier ralph on this workspace left running when it was killed (its
+    /// gates' and agents' processes carry the workspace's owner tag). Only when ralph holds
+    /// the store's lock: then none of them can belong to a live run.
+    async fn sweep_leftovers(&self) {
+        if !self.inner.exclusive {
+            return;
+        }
+        let owner = crate::process::owner_of(&self.inner.workspace);
+        let killed = tokio::task::spawn_blocking(move || crate::process::sweep_owner(&owner))
+            .await
+            .unwrap_or(0);
+        if killed > 0 {
+            self.emit(Event::Warning {
+                message: format!(
+                    "killed {killed} process(es) left running by an earlier, killed run of this workspace"
+                ),
+            });
+        }
     }
 
     /// Records the spec, the config line and iteration 1 on a new board; seeds the issue.

@@ -99,6 +99,7 @@ impl ShellGate {
         let spec = ProcessSpec::new("sh")
             .arg("-c")
             .arg(&self.command)
+            .owner(crate::process::owner_of(&ctx.workspace))
             .cwd(ctx.workspace)
             .timeout(self.timeout)
             .grace(self.grace)

@@ -284,7 +284,7 @@ fn command(spec: &ProcessSpec, cookie: &Arc<str>, stdout: Stdio, stderr: Stdio) 
     command
         .args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env(COOKIE_VAR, sys::cookie_chain(cookie))
+        .env(COOKIE_VAR, sys::cookie_chain(spec.owner.as_deref(), cookie))
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()
         } else {

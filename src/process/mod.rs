@@ -42,7 +42,7 @@ mod sys;
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
 pub use child::{SupervisedChild, Termination};
@@ -56,6 +56,33 @@ pub use spec::ProcessSpec;
 /// and stays reachable by their sweeps. Reserved: a value given in [`ProcessSpec::env`]
 /// is replaced.
 pub const COOKIE_VAR: &str = "RALPH_RUN_COOKIE";
+
+/// The owner tag of the processes ralph runs for `workspace` (see [`ProcessSpec::owner`]):
+/// `ws-` and a hash of its canonical path, the same in every ralph process.
+pub fn owner_of(workspace: &Path) -> String {
+    let path = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_owned());
+    // FNV-1a: stable across builds and Rust versions, unlike `DefaultHasher`.
+    let hash = path
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("ws-{hash:016x}")
+}
+
+/// Kills every process tagged with `owner` (never the calling process) and returns how many.
+///
+/// A supervisor that is killed with SIGKILL cannot clean up: whatever it ran lives on. The next
+/// supervisor of the same workspace calls this first, while it holds the workspace's lock, so
+/// nothing of the earlier run can still be wanted. On other unix systems than Linux it finds
+/// nothing. Scans `/proc`; blocks for milliseconds.
+pub fn sweep_owner(owner: &str) -> usize {
+    sys::sweep_owner(owner)
+}
 
 /// How a process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -28,6 +28,7 @@ pub struct ProcessSpec {
     pub(super) log_path: Option<PathBuf>,
     pub(super) head: usize,
     pub(super) tail: usize,
+    pub(super) owner: Option<String>,
 }
 
 impl ProcessSpec {
@@ -46,6 +47,7 @@ impl ProcessSpec {
             log_path: None,
             head: DEFAULT_HEAD,
             tail: DEFAULT_TAIL,
+            owner: None,
         }
     }
 
@@ -96,6 +98,15 @@ impl ProcessSpec {
             vars.into_iter()
                 .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())),
         );
+        self
+    }
+
+    /// Tags the process and its descendants as `owner`'s (see [`owner_of`](super::owner_of)),
+    /// so that [`sweep_owner`](super::sweep_owner) finds them even after the supervisor was
+    /// killed without a chance to clean up.
+    #[must_use]
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
         self
     }
 

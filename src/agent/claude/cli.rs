@@ -288,6 +288,7 @@ impl ClaudeCli {
         ProcessSpec::new(&program.path)
             .args(command::args(&self.config, invocation))
             .envs(command::env(&self.config, request.role, command::is_root()))
+            .owner(crate::process::owner_of(&request.workspace))
             .cwd(&request.workspace)
             .stdin(prompt.as_bytes().to_vec())
             .grace(self.grace)

@@ -93,16 +93,24 @@ pub(super) fn new_cookie() -> Arc<str> {
     format!("{:x}.{seq:x}.{nanos:x}", std::process::id()).into()
 }
 
-/// The value of [`COOKIE_VAR`] for a child: our own ancestors' cookies plus `cookie`.
-pub(super) fn cookie_chain(cookie: &str) -> OsString {
-    match std::env::var_os(COOKIE_VAR) {
-        Some(mut chain) if !chain.is_empty() => {
+/// The value of [`COOKIE_VAR`] for a child: our own ancestors' cookies, then `owner` if
+/// any, then `cookie`.
+pub(super) fn cookie_chain(owner: Option<&str>, cookie: &str) -> OsString {
+    let mut chain = std::env::var_os(COOKIE_VAR).unwrap_or_default();
+    for entry in owner.into_iter().chain([cookie]) {
+        if !chain.is_empty() {
             chain.push(":");
-            chain.push(cookie);
-            chain
         }
-        _ => cookie.into(),
+        chain.push(entry);
     }
+    chain
+}
+
+/// Kills every process carrying `owner` in its cookie chain (never this process); returns
+/// how many. Blocks for a few milliseconds.
+pub(super) fn sweep_owner(owner: &str) -> usize {
+    // A group id no process has, so only the cookie scan finds anything.
+    Group::new(u32::MAX, owner.into()).kill_all().killed
 }
 
 #[cfg(test)]
@@ -119,8 +127,14 @@ mod tests {
 
     #[test]
     fn chain_ends_with_the_new_cookie() {
-        let chain = cookie_chain("abc");
+        let chain = cookie_chain(None, "abc");
         let chain = chain.to_string_lossy();
         assert!(chain == "abc" || chain.ends_with(":abc"), "{chain}");
+        let chain = cookie_chain(Some("ws-1"), "abc");
+        let chain = chain.to_string_lossy();
+        assert!(
+            chain == "ws-1:abc" || chain.ends_with(":ws-1:abc"),
+            "{chain}"
+        );
     }
 }
