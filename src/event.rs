@@ -56,6 +56,12 @@ pub enum Event {
         usage: Usage,
         /// Wall time.
         duration: Duration,
+        /// Cost in USD, when the agent reports it.
+        cost_usd: Option<f64>,
+        /// API round trips, when the agent reports them.
+        turns: Option<u32>,
+        /// The agent's session id, when it has sessions.
+        session_id: Option<String>,
         /// Its transcript.
         log: Option<PathBuf>,
     },

@@ -539,9 +539,11 @@ async fn ralph_constructs_a_spec_with_the_real_cli() {
         "# Hello\nCreate hello.txt.\n",
     )
     .unwrap();
+    let finished = std::sync::Arc::new(Finished::default());
     let ralph = ralph::Ralph::builder()
         .workspace(rig.repo.path())
         .agent(rig.claude.clone())
+        .observer(finished.clone())
         .store(ralph::MemoryStore::new())
         .gate(ralph::ShellGate::new("hello", "grep -qx hello hello.txt"))
         .build()
@@ -554,5 +556,34 @@ async fn ralph_constructs_a_spec_with_the_real_cli() {
         "{outcome:?}"
     );
     assert_eq!(rig.api.remaining(), 0, "every scripted reply was used");
+    // Every agent run's report carries the CLI's session, cost and turns.
+    let runs = finished.0.lock().unwrap().clone();
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    assert!(
+        runs.iter()
+            .all(|(session, cost, turns)| session.is_some() && cost.is_some() && turns.is_some()),
+        "{runs:?}"
+    );
     assert!(rig.leftovers().is_empty(), "{:?}", rig.leftovers());
+}
+
+/// `(session_id, cost_usd, turns)` of every `AgentFinished` event.
+#[derive(Default)]
+struct Finished(std::sync::Mutex<Vec<(Option<String>, Option<f64>, Option<u32>)>>);
+
+impl ralph::Observer for Finished {
+    fn on_event(&self, event: &ralph::Event) {
+        if let ralph::Event::AgentFinished {
+            session_id,
+            cost_usd,
+            turns,
+            ..
+        } = event
+        {
+            self.0
+                .lock()
+                .unwrap()
+                .push((session_id.clone(), *cost_usd, *turns));
+        }
+    }
 }

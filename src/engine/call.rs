@@ -163,6 +163,9 @@ impl Caller {
             exit: run.exit.clone(),
             usage: run.usage,
             duration: run.duration,
+            cost_usd: run.cost_usd,
+            turns: run.turns,
+            session_id: run.session_id.clone(),
             log: run.log_path.as_deref().map(|p| self.logs.relative(p)),
         });
         Ok(self.classify(run, call.deadline))
