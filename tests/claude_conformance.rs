@@ -567,9 +567,12 @@ async fn ralph_constructs_a_spec_with_the_real_cli() {
     assert!(rig.leftovers().is_empty(), "{:?}", rig.leftovers());
 }
 
-/// `(session_id, cost_usd, turns)` of every `AgentFinished` event.
+/// `(session_id, cost_usd, turns)` of an `AgentFinished` event.
+type Report = (Option<String>, Option<f64>, Option<u32>);
+
+/// The reports of every `AgentFinished` event.
 #[derive(Default)]
-struct Finished(std::sync::Mutex<Vec<(Option<String>, Option<f64>, Option<u32>)>>);
+struct Finished(std::sync::Mutex<Vec<Report>>);
 
 impl ralph::Observer for Finished {
     fn on_event(&self, event: &ralph::Event) {
