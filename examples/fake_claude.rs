@@ -33,6 +33,8 @@
 //! | `FAKE_CLAUDE_ANSWER=text` | The answer text of the default run, in the assistant line and in `result`. Default `Done.\n<TASK_DONE>`. |
 //! | `FAKE_CLAUDE_SESSION=id` | The `session_id` of every default line. Default `fake-session`. |
 //! | `FAKE_CLAUDE_TRANSCRIPT=path` | Replay this JSONL file to stdout instead of the default run: each line byte for byte, in order, flushed one by one. The file is streamed, not loaded whole. |
+//! | `FAKE_CLAUDE_TRANSCRIPTS=a,b,…` | With `FAKE_CLAUDE_COUNTER`: a different transcript per invocation, for runs that resume the session (compaction). Invocation k (counted from 0) replays the k-th path of the comma-separated list, like `FAKE_CLAUDE_TRANSCRIPT`; once the list is used up, the last one again. Not with `FAKE_CLAUDE_TRANSCRIPT`. |
+//! | `FAKE_CLAUDE_COUNTER=path` | The invocation counter of `FAKE_CLAUDE_TRANSCRIPTS`: a file holding the number of invocations so far (missing or empty = 0), read and rewritten after stdin is read. Not locked: for invocations one after the other, not concurrent ones. Required by `FAKE_CLAUDE_TRANSCRIPTS`. |
 //! | `FAKE_CLAUDE_HUGE=size` | Default run whose answer is `size` bytes of filler (`x`) followed by `"\n<TASK_DONE>"`, printed twice like the real CLI (assistant line and result line). Streamed in 64 KiB chunks, never held in memory. `size` is bytes, or a number with a binary suffix `K`, `M`, `G` (or `KiB`, `MiB`, `GiB`): `200M` = 200 × 2²⁰. Ignored with a transcript. |
 //! | `FAKE_CLAUDE_DELAY_MS=n` | Sleep n ms before each stdout line. |
 //! | `FAKE_CLAUDE_HANG_AFTER=k` | After k lines (0 = before the first), stop printing and sleep forever with stdout open. |
@@ -143,6 +145,7 @@ fn run() -> Result<ExitCode, String> {
             knob("FAKE_CLAUDE_LINGER_MS")?.unwrap_or(0),
         )),
     };
+    let transcript = Transcript::from_env()?;
 
     let mut prompt = Vec::new();
     io::stdin()
@@ -152,6 +155,9 @@ fn run() -> Result<ExitCode, String> {
     if let Some(path) = env::var_os("FAKE_CLAUDE_RECORD") {
         record(&path, &args, &prompt).map_err(|e| format!("FAKE_CLAUDE_RECORD: {e}"))?;
     }
+    let transcript = transcript
+        .pick()
+        .map_err(|e| format!("FAKE_CLAUDE_COUNTER: {e}"))?;
     if let Some(text) = env::var_os("FAKE_CLAUDE_STDERR") {
         let mut stderr = io::stderr();
         // Best effort, like any diagnostic: a closed stderr must not change the run.
@@ -175,7 +181,7 @@ fn run() -> Result<ExitCode, String> {
         exit_after_code: exit_code.unwrap_or(1),
     };
     out.checkpoint();
-    let printed = match env::var_os("FAKE_CLAUDE_TRANSCRIPT") {
+    let printed = match transcript {
         Some(path) => replay(&mut out, &path),
         None => default_run(&mut out, &prompt, huge, start),
     };
@@ -187,6 +193,74 @@ fn run() -> Result<ExitCode, String> {
         None => sleep_forever(),
     }
     Ok(ExitCode::from(exit_code.unwrap_or(0)))
+}
+
+/// What to print instead of the default run: `FAKE_CLAUDE_TRANSCRIPT`, or this invocation's
+/// entry of `FAKE_CLAUDE_TRANSCRIPTS`.
+enum Transcript {
+    Default,
+    One(OsString),
+    PerInvocation {
+        paths: Vec<OsString>,
+        counter: OsString,
+    },
+}
+
+impl Transcript {
+    /// Reads and checks the knobs, without touching the counter.
+    fn from_env() -> Result<Self, String> {
+        let one = env::var_os("FAKE_CLAUDE_TRANSCRIPT");
+        let list = env::var_os("FAKE_CLAUDE_TRANSCRIPTS");
+        let counter = env::var_os("FAKE_CLAUDE_COUNTER");
+        match (one, list, counter) {
+            (Some(_), Some(_), _) => {
+                Err("set FAKE_CLAUDE_TRANSCRIPT or FAKE_CLAUDE_TRANSCRIPTS, not both".into())
+            }
+            (Some(path), None, _) => Ok(Transcript::One(path)),
+            (None, Some(_), None) => {
+                Err("FAKE_CLAUDE_TRANSCRIPTS needs FAKE_CLAUDE_COUNTER".into())
+            }
+            (None, Some(list), Some(counter)) => {
+                let list = list
+                    .into_string()
+                    .map_err(|v| format!("FAKE_CLAUDE_TRANSCRIPTS: not UTF-8: {v:?}"))?;
+                let paths: Vec<OsString> = list
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(OsString::from)
+                    .collect();
+                if paths.is_empty() {
+                    return Err("FAKE_CLAUDE_TRANSCRIPTS: no path".into());
+                }
+                Ok(Transcript::PerInvocation { paths, counter })
+            }
+            (None, None, _) => Ok(Transcript::Default),
+        }
+    }
+
+    /// The transcript of this invocation; counts the invocation.
+    fn pick(self) -> io::Result<Option<OsString>> {
+        match self {
+            Transcript::Default => Ok(None),
+            Transcript::One(path) => Ok(Some(path)),
+            Transcript::PerInvocation { mut paths, counter } => {
+                let text = match std::fs::read_to_string(&counter) {
+                    Ok(text) => text,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+                    Err(e) => return Err(e),
+                };
+                let seen: usize = match text.trim() {
+                    "" => 0,
+                    n => n.parse().map_err(|_| {
+                        io::Error::other(format!("not a count of invocations: {text:?}"))
+                    })?,
+                };
+                std::fs::write(&counter, format!("{}\n", seen + 1))?;
+                let last = paths.len() - 1;
+                Ok(Some(paths.swap_remove(seen.min(last))))
+            }
+        }
+    }
 }
 
 /// `--output-format stream-json` is in argv and `--verbose` is not.

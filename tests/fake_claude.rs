@@ -427,3 +427,50 @@ fn a_bad_knob_value_is_an_error_naming_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("FAKE_CLAUDE_DELAY_MS"), "{stderr}");
 }
+
+#[test]
+fn transcripts_are_replayed_one_per_invocation_then_the_last_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    let paths: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let path = dir.path().join(format!("{name}.jsonl"));
+            std::fs::write(&path, format!("{{\"type\":\"{name}\"}}\n")).unwrap();
+            path.to_str().unwrap().to_owned()
+        })
+        .collect();
+    let list = paths.join(",");
+    let knobs = [
+        ("FAKE_CLAUDE_TRANSCRIPTS", list.as_str()),
+        ("FAKE_CLAUDE_COUNTER", counter.to_str().unwrap()),
+    ];
+    let kinds: Vec<Value> = (0..3)
+        .map(|_| {
+            let out = run(&mut fake(&knobs), "");
+            assert_eq!(out.status.code(), Some(0));
+            let lines = json_lines(&out);
+            assert_eq!(lines.len(), 1);
+            lines[0]["type"].clone()
+        })
+        .collect();
+    assert_eq!(kinds, ["a", "b", "b"]);
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "3");
+
+    // Without a counter, or with a single transcript too, the fake refuses to run.
+    for knobs in [
+        &[("FAKE_CLAUDE_TRANSCRIPTS", list.as_str())][..],
+        &[
+            ("FAKE_CLAUDE_TRANSCRIPTS", list.as_str()),
+            ("FAKE_CLAUDE_COUNTER", counter.to_str().unwrap()),
+            ("FAKE_CLAUDE_TRANSCRIPT", paths[0].as_str()),
+        ],
+    ] {
+        let out = run(&mut fake(knobs), "");
+        assert_eq!(out.status.code(), Some(2), "{knobs:?}");
+        assert!(out.stdout.is_empty());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("FAKE_CLAUDE_TRANSCRIPT"), "{stderr}");
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "3");
+}

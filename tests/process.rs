@@ -411,3 +411,34 @@ async fn an_unusable_cwd_is_an_error_naming_it() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn a_chain_of_processes_each_forking_the_next_and_exiting_is_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pids");
+    // Out of our session, each generation starts the next in the background and exits at
+    // once: at any moment one or two of them live, each for about a millisecond, forking,
+    // exec'ing or exiting. The last one, if reached, writes its pid and sleeps.
+    let hop = r#"if [ "$1" -gt 0 ]; then sh -c "$HOP" sh $(($1 - 1)) & else echo $$ >> "$PIDS"; exec sleep 1000; fi"#;
+    let report = sh(r#"setsid sh -c "$HOP" sh 200 & sleep 0.05"#)
+        .env("HOP", hop)
+        .env("PIDS", &file)
+        .run()
+        .await
+        .unwrap();
+    assert!(report.success(), "{report:?}");
+    assert!(report.leaked >= 1, "{report:?}");
+    // Long enough for an escaped chain to reach its end.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let escaped = read_pids(&file);
+    for &pid in &escaped {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(
+        escaped.is_empty(),
+        "the chain escaped the sweep: {escaped:?}"
+    );
+}

@@ -16,31 +16,55 @@ use crate::process::{COOKIE_VAR, Exit};
 
 /// Scans before giving up on processes that keep appearing (a fork loop) or will not die.
 const MAX_ROUNDS: usize = 50;
+/// Listings of `/proc` in one scan, each for the processes that appeared during the last.
+const MAX_LISTINGS: usize = 8;
+/// Scans during which a process that may be in the middle of `execve` keeps the sweep going
+/// (see [`Membership::Unsure`]); an `execve` that takes longer is a process stopped in it.
+const UNSURE_ROUNDS: usize = 10;
 /// Time for killed processes to turn into zombies before the next scan.
 const ROUND_PAUSE: Duration = Duration::from_millis(2);
+/// `PF_KTHREAD` in the flags of `/proc/<pid>/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
 
 /// Kills every live process in the group or carrying the cookie, scanning until a scan
 /// finds none (or [`MAX_ROUNDS`] pass).
 ///
 /// Each process is found before it is killed so it can be counted; the group signal
 /// after each scan is a backstop for processes `/proc` does not show us.
+///
+/// Two races would let a descendant that left the group (a `setsid` shell starting
+/// `nohup sleep 300 &`, as the CLI's Bash tool does) slip past a scan that finds nothing
+/// else, so that the sweep declares itself clean with the descendant alive:
+///
+/// * A process may fork and exit between the listing of `/proc` and the look at its entry:
+///   it is a zombie by then, and its child was not listed. So a scan lists `/proc` again
+///   after looking, and looks at whatever appeared, until nothing new appears.
+/// * A process in the middle of `execve` shows an empty environment, or none: its new
+///   memory is in place but its environment not yet copied there. So a scan that sees a
+///   user process like that, which we may signal and which started no earlier than the
+///   leader, is not clean: the next scans look at it again, for [`UNSURE_ROUNDS`] at most.
 pub(super) fn sweep(group: &Group) -> Sweep {
     let me = i32::try_from(std::process::id()).unwrap_or(0);
+    // The leader is not reaped before the sweep is clean, so its stat is there to read.
+    let since = fs::read_to_string(format!("/proc/{}/stat", group.leader))
+        .ok()
+        .and_then(|stat| parse_stat(&stat))
+        .map(|stat| stat.start);
     let mut killed = HashSet::new();
-    for _ in 0..MAX_ROUNDS {
-        let found = members(group, me);
-        for &pid in &found {
+    for round in 0..MAX_ROUNDS {
+        let scan = scan(group, me, since);
+        for &pid in &scan.found {
             // ESRCH: it died meanwhile, which is what we want.
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         group.kill();
-        if found.is_empty() {
+        if scan.found.is_empty() && (scan.unsure == 0 || round >= UNSURE_ROUNDS) {
             return Sweep {
                 killed: count_without(&killed, group.leader),
                 clean: true,
             };
         }
-        killed.extend(found);
+        killed.extend(scan.found);
         thread::sleep(ROUND_PAUSE);
     }
     Sweep {
@@ -53,45 +77,121 @@ fn count_without(killed: &HashSet<i32>, leader: i32) -> usize {
     killed.len() - usize::from(killed.contains(&leader))
 }
 
-/// Live processes, other than `me`, in the group or carrying the cookie.
-fn members(group: &Group, me: i32) -> Vec<i32> {
-    // Without /proc there is nothing to scan; the group signal still runs.
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != me && belongs(pid, group))
-        .collect()
+/// What one scan of `/proc` found.
+#[derive(Debug, Default)]
+struct Scan {
+    /// Live processes, other than ralph, in the group or carrying the cookie.
+    found: Vec<i32>,
+    /// Processes that may carry the cookie but could not be told yet.
+    unsure: usize,
 }
 
-fn belongs(pid: i32, group: &Group) -> bool {
+/// Looks at every process, listing `/proc` again for those that appeared meanwhile.
+fn scan(group: &Group, me: i32, since: Option<u64>) -> Scan {
+    let mut scan = Scan::default();
+    let mut seen = HashSet::new();
+    for _ in 0..MAX_LISTINGS {
+        // Without /proc there is nothing to scan; the group signal still runs.
+        let Ok(entries) = fs::read_dir("/proc") else {
+            break;
+        };
+        // The whole listing first: what a look at one entry finds must not change it.
+        let fresh: Vec<i32> = entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&pid| pid != me && seen.insert(pid))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for pid in fresh {
+            match belongs(pid, group, since) {
+                Membership::Member => scan.found.push(pid),
+                Membership::Unsure => scan.unsure += 1,
+                Membership::Other => {}
+            }
+        }
+    }
+    scan
+}
+
+/// What a scan makes of one process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Membership {
+    /// Alive, and in the group or carrying the cookie.
+    Member,
+    /// Alive, ours to signal, young enough to be a descendant, and without a readable
+    /// environment: maybe in the middle of `execve` (see [`sweep`]).
+    Unsure,
+    /// Not ours, or dead.
+    Other,
+}
+
+fn belongs(pid: i32, group: &Group, since: Option<u64>) -> Membership {
     // Unreadable means gone (or not ours to read): either way, not ours to kill.
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
+        return Membership::Other;
     };
-    let Some((state, pgrp)) = parse_stat(&stat) else {
-        return false;
+    let Some(stat) = parse_stat(&stat) else {
+        return Membership::Other;
     };
-    if matches!(state, 'Z' | 'X' | 'x') {
-        return false;
+    if !stat.is_alive() {
+        return Membership::Other;
     }
-    pgrp == group.leader
-        || fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|environ| carries_cookie(&environ, group.cookie()))
+    if stat.pgrp == group.leader {
+        return Membership::Member;
+    }
+    let environ = fs::read(format!("/proc/{pid}/environ")).ok();
+    match judge(&stat, environ.as_deref(), group.cookie(), since) {
+        // Signal 0 checks the permission only: a process we may not signal is not ours.
+        Membership::Unsure if kill(Pid::from_raw(pid), None).is_err() => Membership::Other,
+        membership => membership,
+    }
 }
 
-/// The state letter and process group of a `/proc/<pid>/stat` line.
+/// Membership of a live process outside the group, from its stat and environment (`None`:
+/// unreadable).
+fn judge(stat: &Stat, environ: Option<&[u8]>, cookie: &str, since: Option<u64>) -> Membership {
+    match environ {
+        Some(environ) if carries_cookie(environ, cookie) => Membership::Member,
+        None | Some([])
+            if stat.flags & PF_KTHREAD == 0 && since.is_some_and(|since| stat.start >= since) =>
+        {
+            Membership::Unsure
+        }
+        _ => Membership::Other,
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` a sweep needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stat {
+    state: char,
+    pgrp: i32,
+    flags: u64,
+    /// Start time, in clock ticks since boot.
+    start: u64,
+}
+
+impl Stat {
+    fn is_alive(&self) -> bool {
+        !matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// The fields of a `/proc/<pid>/stat` line that a sweep needs.
 ///
 /// The command name may contain spaces and parentheses, so fields are counted from the
 /// last `)`.
-fn parse_stat(stat: &str) -> Option<(char, i32)> {
+fn parse_stat(stat: &str) -> Option<Stat> {
     let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
+    // Field 3 (state) is the first after the name: field n is at index n - 3.
+    let fields: Vec<&str> = rest.split_whitespace().take(20).collect();
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        flags: fields.get(6)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
 }
 
 /// Whether a NUL-separated environment block lists `cookie` in [`COOKIE_VAR`].
@@ -122,13 +222,59 @@ pub(in crate::process) fn peek_exit(pid: u32) -> io::Result<Option<Exit>> {
 mod tests {
     use super::*;
 
+    /// A stat line with these fields, the rest as a real one.
+    fn stat_line(comm: &str, state: char, pgrp: i32, flags: u64, start: u64) -> String {
+        format!(
+            "4242 ({comm}) {state} 1 {pgrp} {pgrp} 0 -1 {flags} 176 0 0 0 0 0 0 0 20 0 1 0 \
+             {start} 2990080 390 18446744073709551615"
+        )
+    }
+
+    fn stat(state: char, flags: u64, start: u64) -> Stat {
+        Stat {
+            state,
+            pgrp: 4240,
+            flags,
+            start,
+        }
+    }
+
     #[test]
     fn parses_stat_with_awkward_command_names() {
-        let stat = "4242 (a) b) c) S 1 4240 4240 0 -1 4194560";
-        assert_eq!(parse_stat(stat), Some(('S', 4240)));
-        assert_eq!(parse_stat("1 (init) Z 0 1 1"), Some(('Z', 1)));
+        let line = stat_line("a) b) c", 'S', 4240, 4_194_560, 847_929);
+        assert_eq!(parse_stat(&line), Some(stat('S', 4_194_560, 847_929)));
+        let zombie = parse_stat(&stat_line("init", 'Z', 1, 0, 7)).unwrap();
+        assert!(!zombie.is_alive());
         assert_eq!(parse_stat("garbage"), None);
-        assert_eq!(parse_stat("1 (x) R"), None);
+        assert_eq!(parse_stat("1 (x) R 0 1 1"), None);
+    }
+
+    #[test]
+    fn the_real_stat_of_this_process_parses() {
+        let line = fs::read_to_string("/proc/self/stat").unwrap();
+        let stat = parse_stat(&line).unwrap();
+        assert!(stat.is_alive());
+        assert_eq!(stat.flags & PF_KTHREAD, 0);
+        assert!(stat.start > 0);
+    }
+
+    #[test]
+    fn a_missing_environment_is_unsure_only_for_young_user_processes() {
+        let cookie = "abc";
+        let mine = b"RALPH_RUN_COOKIE=abc\0".as_slice();
+        let young = stat('S', 4_194_304, 100);
+        let judged =
+            |stat: &Stat, environ: Option<&[u8]>, since| judge(stat, environ, cookie, since);
+        assert_eq!(judged(&young, Some(mine), Some(100)), Membership::Member);
+        assert_eq!(judged(&young, Some(b"A=1\0"), Some(100)), Membership::Other);
+        assert_eq!(judged(&young, Some(b""), Some(100)), Membership::Unsure);
+        assert_eq!(judged(&young, None, Some(100)), Membership::Unsure);
+        // Older than the leader: not a descendant (PID 1 often has no environment).
+        assert_eq!(judged(&young, Some(b""), Some(101)), Membership::Other);
+        assert_eq!(judged(&young, None, None), Membership::Other);
+        // Kernel threads have no environment at all.
+        let kthread = stat('S', 69_238_880, 200);
+        assert_eq!(judged(&kthread, None, Some(100)), Membership::Other);
     }
 
     #[test]
