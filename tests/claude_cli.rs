@@ -433,24 +433,6 @@ enum Expect {
     ContextLimit,
 }
 
-/// Every recorded transcript; each has a case below.
-const RECORDED: [&str; 14] = [
-    "api-500-then-ok",
-    "api-error-401",
-    "api-error-500",
-    "autocompact",
-    "blocked",
-    "max-turns",
-    "midstream-error-resume",
-    "partial-messages",
-    "permission-denied",
-    "sigint-during-tool",
-    "sigterm-during-tool-no-result",
-    "structured-output",
-    "tool-flow-done",
-    "usage-growth-cached",
-];
-
 /// The `session_id` of a transcript's first line that has one.
 fn session_of(transcript: &[u8]) -> String {
     String::from_utf8_lossy(transcript)
@@ -472,7 +454,7 @@ fn every_recorded_transcript_has_a_replay_case() {
         })
         .collect();
     files.sort();
-    assert_eq!(files, RECORDED);
+    assert_eq!(files, common::RECORDED_TRANSCRIPTS);
 }
 
 /// Each transcript with the exit code the real CLI had (README), and what ralph makes of it

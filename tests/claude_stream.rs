@@ -2,6 +2,8 @@
 //! (`fixtures/claude/transcripts/`, described in its README), against edge cases, and with
 //! 200 MiB of stdout in bounded memory.
 
+mod common;
+
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -14,23 +16,6 @@ use ralph::agent::{AgentEvent, AgentExit, FailureKind};
 use ralph::signal::{self, TaskSignal};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-const TRANSCRIPTS: [&str; 14] = [
-    "api-500-then-ok",
-    "api-error-401",
-    "api-error-500",
-    "autocompact",
-    "blocked",
-    "max-turns",
-    "midstream-error-resume",
-    "partial-messages",
-    "permission-denied",
-    "sigint-during-tool",
-    "sigterm-during-tool-no-result",
-    "structured-output",
-    "tool-flow-done",
-    "usage-growth-cached",
-];
 
 fn transcript(name: &str) -> Vec<u8> {
     let path = format!(
@@ -104,7 +89,7 @@ fn final_signal(summary: &StreamSummary) -> TaskSignal {
 
 #[tokio::test]
 async fn every_transcript_parses_cleanly() {
-    for name in TRANSCRIPTS {
+    for name in common::RECORDED_TRANSCRIPTS {
         let bytes = transcript(name);
         let (summary, events) = parse(&bytes).await;
         let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
@@ -376,7 +361,7 @@ fn essentials(mut summary: StreamSummary) -> StreamSummary {
 
 #[tokio::test]
 async fn a_tiny_line_cap_sends_every_line_through_the_scanner_and_changes_nothing() {
-    for name in TRANSCRIPTS {
+    for name in common::RECORDED_TRANSCRIPTS {
         let bytes = transcript(name);
         let (normal, normal_events) = parse(&bytes).await;
         let (tiny, tiny_events) = parse_capped(&bytes, 64).await;

@@ -4,6 +4,24 @@
 
 pub mod messages_api;
 
+/// Every real CLI transcript in `fixtures/claude/transcripts/` (see its README).
+pub const RECORDED_TRANSCRIPTS: [&str; 14] = [
+    "api-500-then-ok",
+    "api-error-401",
+    "api-error-500",
+    "autocompact",
+    "blocked",
+    "max-turns",
+    "midstream-error-resume",
+    "partial-messages",
+    "permission-denied",
+    "sigint-during-tool",
+    "sigterm-during-tool-no-result",
+    "structured-output",
+    "tool-flow-done",
+    "usage-growth-cached",
+];
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
