@@ -39,8 +39,10 @@ const PF_KTHREAD: u64 = 0x0020_0000;
 /// else, so that the sweep declares itself clean with the descendant alive:
 ///
 /// * A process may fork and exit between the listing of `/proc` and the look at its entry:
-///   it is a zombie by then, and its child was not listed. So a scan lists `/proc` again
-///   after looking, and looks at whatever appeared, until nothing new appears.
+///   it is a zombie (or gone) by then, and its child was not listed. So a scan that saw
+///   such a process, started no earlier than the leader, lists `/proc` again and looks at
+///   whatever appeared, until nothing new appears. (A leader already dead when the sweep
+///   began died before any listing: its children are listed.)
 /// * A process in the middle of `execve` shows an empty environment, or none: its new
 ///   memory is in place but its environment not yet copied there. So a scan that sees a
 ///   user process like that, which we may signal and which started no earlier than the
@@ -48,13 +50,18 @@ const PF_KTHREAD: u64 = 0x0020_0000;
 pub(super) fn sweep(group: &Group) -> Sweep {
     let me = i32::try_from(std::process::id()).unwrap_or(0);
     // The leader is not reaped before the sweep is clean, so its stat is there to read.
-    let since = fs::read(format!("/proc/{}/stat", group.leader))
+    let leader = fs::read(format!("/proc/{}/stat", group.leader))
         .ok()
-        .and_then(|stat| parse_stat(&stat))
-        .map(|stat| stat.start);
+        .and_then(|stat| parse_stat(&stat));
+    let context = Context {
+        group,
+        me,
+        since: leader.map(|stat| stat.start),
+        dead_leader: leader.is_some_and(|stat| !stat.is_alive()),
+    };
     let mut killed = HashSet::new();
     for round in 0..MAX_ROUNDS {
-        let scan = scan(group, me, since);
+        let scan = scan(&context);
         for &pid in &scan.found {
             // ESRCH: it died meanwhile, which is what we want.
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -107,8 +114,20 @@ struct Known {
     start: u64,
 }
 
-/// Looks at every process, listing `/proc` again for those that appeared meanwhile.
-fn scan(group: &Group, me: i32, since: Option<u64>) -> Scan {
+/// What every look of a sweep needs.
+struct Context<'a> {
+    group: &'a Group,
+    /// Ralph's pid.
+    me: i32,
+    /// The leader's start time.
+    since: Option<u64>,
+    /// Whether the leader was dead when the sweep began.
+    dead_leader: bool,
+}
+
+/// Looks at every process, listing `/proc` again for those that appeared meanwhile, if one
+/// that could have forked them died meanwhile.
+fn scan(context: &Context<'_>) -> Scan {
     let mut scan = Scan::default();
     let mut seen = HashSet::new();
     let mut buf = Vec::with_capacity(4096);
@@ -127,26 +146,27 @@ fn scan(group: &Group, me: i32, since: Option<u64>) -> Scan {
                 let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
                 Some((pid, entry.ino()))
             })
-            .filter(|&(pid, ino)| pid != me && seen.insert((pid, ino)))
+            .filter(|&(pid, ino)| pid != context.me && seen.insert((pid, ino)))
             .collect();
-        if fresh.is_empty() {
-            break;
-        }
+        let mut relist = false;
         for (pid, ino) in fresh {
             let look = Look {
-                group,
-                since,
+                context,
                 known: known.get(&pid).copied(),
             };
-            let (membership, learnt) = look.at(pid, ino, &mut buf);
-            if let Some(learnt) = learnt {
+            let seen = look.at(pid, ino, &mut buf);
+            if let Some(learnt) = seen.learnt {
                 learned.insert(pid, learnt);
             }
-            match membership {
+            relist |= seen.died;
+            match seen.membership {
                 Membership::Member => scan.found.push(pid),
                 Membership::Unsure => scan.unsure += 1,
                 Membership::Other => {}
             }
+        }
+        if !relist {
+            break;
         }
     }
     // Only the processes listed now: the others are gone, and their pids free.
@@ -173,51 +193,72 @@ enum Membership {
 
 /// What a scan needs to look at one process.
 struct Look<'a> {
-    group: &'a Group,
-    since: Option<u64>,
+    context: &'a Context<'a>,
     /// What an earlier scan learned about this pid.
     known: Option<Known>,
+}
+
+/// What a look at one process found.
+struct Seen {
+    membership: Membership,
+    /// Its start time, to remember.
+    learnt: Option<Known>,
+    /// It died since the listing, or may have, and may have forked a process the listing
+    /// does not show.
+    died: bool,
 }
 
 impl Look<'_> {
     /// The process's membership, and what was learned about it. `ino` is the inode number
     /// of its `/proc/<pid>` as listed: procfs lists the real one, or 1 when it has none.
-    fn at(&self, pid: i32, ino: u64, buf: &mut Vec<u8>) -> (Membership, Option<Known>) {
-        if let (Some(since), Some(known)) = (self.since, self.known)
+    fn at(&self, pid: i32, ino: u64, buf: &mut Vec<u8>) -> Seen {
+        let seen = |membership, learnt, died| Seen {
+            membership,
+            learnt,
+            died,
+        };
+        if let (Some(since), Some(known)) = (self.context.since, self.known)
             && ino > 1
             && known.ino == ino
             && known.start < since
         {
             // The same process as before, older than the leader: see `Self::older`.
-            return (Membership::Other, Some(known));
+            return seen(Membership::Other, Some(known), false);
         }
-        // Gone (or not ours to look at): either way, not ours to kill.
+        // Gone: it was listed, so it died since, and was reaped (or is not ours to look at).
         let Ok(stat) = read_proc(pid, "stat", buf) else {
-            return (Membership::Other, None);
+            return seen(Membership::Other, None, true);
         };
         let Some(stat) = parse_stat(stat) else {
-            return (Membership::Other, None);
+            return seen(Membership::Other, None, false);
         };
         // The pid may have changed hands since the listing: then the next scan reads again.
         let learnt = (ino > 1).then_some(Known {
             ino,
             start: stat.start,
         });
-        (self.judge_live(pid, &stat, buf), learnt)
+        let leader_before = self.context.dead_leader && pid == self.context.group.leader;
+        let died = !stat.is_alive() && !self.older(&stat) && !leader_before;
+        seen(self.judge_live(pid, &stat, buf), learnt, died)
     }
 
     fn judge_live(&self, pid: i32, stat: &Stat, buf: &mut Vec<u8>) -> Membership {
         if !stat.is_alive() {
             return Membership::Other;
         }
-        if stat.pgrp == self.group.leader {
+        if stat.pgrp == self.context.group.leader {
             return Membership::Member;
         }
         if self.older(stat) {
             return Membership::Other;
         }
         let environ = read_proc(pid, "environ", buf).ok();
-        match judge(stat, environ, self.group.cookie(), self.since) {
+        match judge(
+            stat,
+            environ,
+            self.context.group.cookie(),
+            self.context.since,
+        ) {
             // Signal 0 checks the permission only: a process we may not signal is not ours.
             Membership::Unsure if kill(Pid::from_raw(pid), None).is_err() => Membership::Other,
             membership => membership,
@@ -228,7 +269,7 @@ impl Look<'_> {
     /// cookie, which is new with the leader. Most processes are; their environment is not
     /// read, and later scans do not read even their `stat`.
     fn older(&self, stat: &Stat) -> bool {
-        self.since.is_some_and(|since| stat.start < since)
+        self.context.since.is_some_and(|since| stat.start < since)
     }
 }
 
