@@ -15,6 +15,11 @@
 //! The difference `claude_cli` − `bare` is ralph's overhead (target ≤ 0.3 ms). The fake's
 //! default run prints three lines (≈ 1.3 KB) and exits; the prompt is 4 KiB.
 //!
+//! Spawning a process on a shared VM is noisy, and divan measures one bench after the other,
+//! so the difference of two medians drifts with the machine's load. After divan, the bench
+//! also runs 1,000 pairs (`bare` then `claude_cli`, or the other way round, alternately) and
+//! prints the quartiles of the per-pair difference: `paired overhead`.
+//!
 //! `fake_claude` is built by the bench itself (`cargo build --profile bench --example
 //! fake_claude`, a no-op when up to date; see `common::fake_claude`).
 //!
@@ -36,6 +41,51 @@ use tokio::runtime::Runtime;
 
 fn main() {
     divan::main();
+    if common::measuring() {
+        paired_overhead(1000);
+    }
+}
+
+/// Prints the quartiles of `claude_cli` − `bare` over `pairs` back-to-back pairs.
+#[allow(clippy::print_stdout)]
+fn paired_overhead(pairs: usize) {
+    let setup = &*SETUP;
+    let cli = setup.cli();
+    let args = cli.command_line(&setup.request());
+    let time_bare = || {
+        let started = std::time::Instant::now();
+        setup.runtime.block_on(bare_run(setup, &args));
+        started.elapsed()
+    };
+    let time_cli = || {
+        let started = std::time::Instant::now();
+        let run = setup
+            .runtime
+            .block_on(cli.run(setup.request()))
+            .expect("run");
+        assert_eq!(run.exit, AgentExit::Completed);
+        started.elapsed()
+    };
+    let mut differences: Vec<f64> = (0..pairs)
+        .map(|i| {
+            let (bare, ralph) = if i % 2 == 0 {
+                (time_bare(), time_cli())
+            } else {
+                let ralph = time_cli();
+                (time_bare(), ralph)
+            };
+            (ralph.as_secs_f64() - bare.as_secs_f64()) * 1e3
+        })
+        .collect();
+    differences.sort_by(f64::total_cmp);
+    let quartile = |q: usize| differences[(differences.len() - 1) * q / 4];
+    println!(
+        "paired overhead (claude_cli - bare, {pairs} pairs): median {:.3} ms \
+         (quartiles {:.3} / {:.3} ms)",
+        quartile(2),
+        quartile(1),
+        quartile(3)
+    );
 }
 
 /// Everything the runs share: the fake, a workspace, the CLI's config dir, a runtime.
@@ -79,43 +129,45 @@ impl Setup {
 }
 
 /// Spawn, feed the prompt, read stdout to EOF, wait.
-#[divan::bench(sample_count = 300)]
+#[divan::bench(sample_count = 1000)]
 fn bare(bencher: Bencher<'_, '_>) {
     let setup = &*SETUP;
     let args = setup.cli().command_line(&setup.request());
+    bencher.bench(|| setup.runtime.block_on(bare_run(setup, &args)));
+}
+
+/// One bare run: the fake with ralph's arguments, the prompt on stdin, stdout to EOF.
+async fn bare_run(setup: &Setup, args: &[String]) -> Vec<u8> {
+    // The environment ralph adds (`IS_SANDBOX` as root); the fake ignores both.
     let env = [("CLAUDE_CODE_MAX_RETRIES", "3"), ("IS_SANDBOX", "1")];
-    bencher.bench(|| {
-        setup.runtime.block_on(async {
-            let mut child = tokio::process::Command::new(&setup.fake)
-                .args(&args)
-                .envs(env)
-                .current_dir(setup.workspace())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn");
-            let mut stdin = child.stdin.take().expect("stdin");
-            let mut stdout = child.stdout.take().expect("stdout");
-            let feed = async {
-                stdin
-                    .write_all(setup.prompt.as_bytes())
-                    .await
-                    .expect("write");
-                drop(stdin);
-            };
-            let mut out = Vec::with_capacity(4096);
-            let ((), read) = tokio::join!(feed, stdout.read_to_end(&mut out));
-            read.expect("read");
-            let status = child.wait().await.expect("wait");
-            assert!(status.success());
-            black_box(out)
-        })
-    });
+    let mut child = tokio::process::Command::new(&setup.fake)
+        .args(args)
+        .envs(env)
+        .current_dir(setup.workspace())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let feed = async {
+        stdin
+            .write_all(setup.prompt.as_bytes())
+            .await
+            .expect("write");
+        drop(stdin);
+    };
+    let mut out = Vec::with_capacity(4096);
+    let ((), read) = tokio::join!(feed, stdout.read_to_end(&mut out));
+    read.expect("read");
+    let status = child.wait().await.expect("wait");
+    assert!(status.success());
+    black_box(out)
 }
 
 /// `ClaudeCli::run`, no log file.
-#[divan::bench(sample_count = 300)]
+#[divan::bench(sample_count = 1000)]
 fn claude_cli(bencher: Bencher<'_, '_>) {
     let setup = &*SETUP;
     let cli = setup.cli();
@@ -130,7 +182,7 @@ fn claude_cli(bencher: Bencher<'_, '_>) {
 }
 
 /// `ClaudeCli::run` with a log file (a new one per run, as the engine does).
-#[divan::bench(sample_count = 300)]
+#[divan::bench(sample_count = 1000)]
 fn claude_cli_logged(bencher: Bencher<'_, '_>) {
     let setup = &*SETUP;
     let cli = setup.cli();
@@ -149,7 +201,7 @@ fn claude_cli_logged(bencher: Bencher<'_, '_>) {
 }
 
 /// The sweep alone, after the process exited (spawning and waiting are not measured).
-#[divan::bench(sample_count = 300)]
+#[divan::bench(sample_count = 1000)]
 fn sweep(bencher: Bencher<'_, '_>) {
     let setup = &*SETUP;
     bencher

@@ -1,8 +1,10 @@
 //! Linux: the `/proc` cookie sweep, and exit detection that leaves the leader a zombie.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fs;
-use std::io;
+use std::io::{self, Read};
+use std::os::unix::fs::DirEntryExt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -37,8 +39,10 @@ const PF_KTHREAD: u64 = 0x0020_0000;
 /// else, so that the sweep declares itself clean with the descendant alive:
 ///
 /// * A process may fork and exit between the listing of `/proc` and the look at its entry:
-///   it is a zombie by then, and its child was not listed. So a scan lists `/proc` again
-///   after looking, and looks at whatever appeared, until nothing new appears.
+///   it is a zombie (or gone) by then, and its child was not listed. So a scan that saw
+///   such a process, started no earlier than the leader, lists `/proc` again and looks at
+///   whatever appeared, until nothing new appears. (A leader already dead when the sweep
+///   began died before any listing: its children are listed.)
 /// * A process in the middle of `execve` shows an empty environment, or none: its new
 ///   memory is in place but its environment not yet copied there. So a scan that sees a
 ///   user process like that, which we may signal and which started no earlier than the
@@ -46,13 +50,18 @@ const PF_KTHREAD: u64 = 0x0020_0000;
 pub(super) fn sweep(group: &Group) -> Sweep {
     let me = i32::try_from(std::process::id()).unwrap_or(0);
     // The leader is not reaped before the sweep is clean, so its stat is there to read.
-    let since = fs::read_to_string(format!("/proc/{}/stat", group.leader))
+    let leader = fs::read(format!("/proc/{}/stat", group.leader))
         .ok()
-        .and_then(|stat| parse_stat(&stat))
-        .map(|stat| stat.start);
+        .and_then(|stat| parse_stat(&stat));
+    let context = Context {
+        group,
+        me,
+        since: leader.map(|stat| stat.start),
+        dead_leader: leader.is_some_and(|stat| !stat.is_alive()),
+    };
     let mut killed = HashSet::new();
     for round in 0..MAX_ROUNDS {
-        let scan = scan(group, me, since);
+        let scan = scan(&context);
         for &pid in &scan.found {
             // ESRCH: it died meanwhile, which is what we want.
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -86,32 +95,88 @@ struct Scan {
     unsure: usize,
 }
 
-/// Looks at every process, listing `/proc` again for those that appeared meanwhile.
-fn scan(group: &Group, me: i32, since: Option<u64>) -> Scan {
+/// Start times of the processes earlier scans looked at, by pid, each with the inode number
+/// of its `/proc/<pid>` (see [`Known`]).
+static KNOWN: Mutex<BTreeMap<i32, Known>> = Mutex::new(BTreeMap::new());
+
+/// A process's start time, and which process it is: the inode number of its `/proc/<pid>`.
+///
+/// Reading a process's `stat` (open, read, close) costs microseconds, and most processes on
+/// a machine are older than any leader, so never ours: a scan learns their start times once,
+/// and later scans only check that the pid is still the same process, by the inode number
+/// the listing of `/proc` gives for free. A procfs inode belongs to one process; a reused
+/// pid gets a new inode, with a new number (unless 2³² inodes were made in between and the
+/// number came round to the same pid). An inode dropped from the cache and made again only
+/// costs a `stat` read.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    ino: u64,
+    start: u64,
+}
+
+/// What every look of a sweep needs.
+struct Context<'a> {
+    group: &'a Group,
+    /// Ralph's pid.
+    me: i32,
+    /// The leader's start time.
+    since: Option<u64>,
+    /// Whether the leader was dead when the sweep began.
+    dead_leader: bool,
+}
+
+/// Looks at every process, listing `/proc` again for those that appeared meanwhile, if one
+/// that could have forked them died meanwhile.
+fn scan(context: &Context<'_>) -> Scan {
     let mut scan = Scan::default();
     let mut seen = HashSet::new();
+    let mut buf = Vec::with_capacity(4096);
+    let known = std::mem::take(&mut *lock(&KNOWN));
+    let mut learned = BTreeMap::new();
     for _ in 0..MAX_LISTINGS {
         // Without /proc there is nothing to scan; the group signal still runs.
         let Ok(entries) = fs::read_dir("/proc") else {
             break;
         };
-        // The whole listing first: what a look at one entry finds must not change it.
-        let fresh: Vec<i32> = entries
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|&pid| pid != me && seen.insert(pid))
+        // The whole listing first: what a look at one entry finds must not change it. A
+        // pid seen again with another inode is another process.
+        let fresh: Vec<(i32, u64)> = entries
+            .filter_map(|entry| {
+                let entry = entry.ok()?;
+                let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+                Some((pid, entry.ino()))
+            })
+            .filter(|&(pid, ino)| pid != context.me && seen.insert((pid, ino)))
             .collect();
-        if fresh.is_empty() {
-            break;
-        }
-        for pid in fresh {
-            match belongs(pid, group, since) {
+        let mut relist = false;
+        for (pid, ino) in fresh {
+            let look = Look {
+                context,
+                known: known.get(&pid).copied(),
+            };
+            let seen = look.at(pid, ino, &mut buf);
+            if let Some(learnt) = seen.learnt {
+                learned.insert(pid, learnt);
+            }
+            relist |= seen.died;
+            match seen.membership {
                 Membership::Member => scan.found.push(pid),
                 Membership::Unsure => scan.unsure += 1,
                 Membership::Other => {}
             }
         }
+        if !relist {
+            break;
+        }
     }
+    // Only the processes listed now: the others are gone, and their pids free.
+    *lock(&KNOWN) = learned;
     scan
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The map is rebuilt by every scan: a poisoned one is as good as any.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What a scan makes of one process.
@@ -126,25 +191,111 @@ enum Membership {
     Other,
 }
 
-fn belongs(pid: i32, group: &Group, since: Option<u64>) -> Membership {
-    // Unreadable means gone (or not ours to read): either way, not ours to kill.
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Membership::Other;
-    };
-    let Some(stat) = parse_stat(&stat) else {
-        return Membership::Other;
-    };
-    if !stat.is_alive() {
-        return Membership::Other;
+/// What a scan needs to look at one process.
+struct Look<'a> {
+    context: &'a Context<'a>,
+    /// What an earlier scan learned about this pid.
+    known: Option<Known>,
+}
+
+/// What a look at one process found.
+struct Seen {
+    membership: Membership,
+    /// Its start time, to remember.
+    learnt: Option<Known>,
+    /// It died since the listing, or may have, and may have forked a process the listing
+    /// does not show.
+    died: bool,
+}
+
+impl Look<'_> {
+    /// The process's membership, and what was learned about it. `ino` is the inode number
+    /// of its `/proc/<pid>` as listed: procfs lists the real one, or 1 when it has none.
+    fn at(&self, pid: i32, ino: u64, buf: &mut Vec<u8>) -> Seen {
+        let seen = |membership, learnt, died| Seen {
+            membership,
+            learnt,
+            died,
+        };
+        if let (Some(since), Some(known)) = (self.context.since, self.known)
+            && ino > 1
+            && known.ino == ino
+            && known.start < since
+        {
+            // The same process as before, older than the leader: see `Self::older`.
+            return seen(Membership::Other, Some(known), false);
+        }
+        // Gone: it was listed, so it died since, and was reaped (or is not ours to look at).
+        let Ok(stat) = read_proc(pid, "stat", buf) else {
+            return seen(Membership::Other, None, true);
+        };
+        let Some(stat) = parse_stat(stat) else {
+            return seen(Membership::Other, None, false);
+        };
+        // The pid may have changed hands since the listing: then the next scan reads again.
+        let learnt = (ino > 1).then_some(Known {
+            ino,
+            start: stat.start,
+        });
+        let leader_before = self.context.dead_leader && pid == self.context.group.leader;
+        let died = !stat.is_alive() && !self.older(&stat) && !leader_before;
+        seen(self.judge_live(pid, &stat, buf), learnt, died)
     }
-    if stat.pgrp == group.leader {
-        return Membership::Member;
+
+    fn judge_live(&self, pid: i32, stat: &Stat, buf: &mut Vec<u8>) -> Membership {
+        if !stat.is_alive() {
+            return Membership::Other;
+        }
+        if stat.pgrp == self.context.group.leader {
+            return Membership::Member;
+        }
+        if self.older(stat) {
+            return Membership::Other;
+        }
+        let environ = read_proc(pid, "environ", buf).ok();
+        match judge(
+            stat,
+            environ,
+            self.context.group.cookie(),
+            self.context.since,
+        ) {
+            // Signal 0 checks the permission only: a process we may not signal is not ours.
+            Membership::Unsure if kill(Pid::from_raw(pid), None).is_err() => Membership::Other,
+            membership => membership,
+        }
     }
-    let environ = fs::read(format!("/proc/{pid}/environ")).ok();
-    match judge(&stat, environ.as_deref(), group.cookie(), since) {
-        // Signal 0 checks the permission only: a process we may not signal is not ours.
-        Membership::Unsure if kill(Pid::from_raw(pid), None).is_err() => Membership::Other,
-        membership => membership,
+
+    /// Older than the leader: not a descendant, so neither in its group nor carrying the
+    /// cookie, which is new with the leader. Most processes are; their environment is not
+    /// read, and later scans do not read even their `stat`.
+    fn older(&self, stat: &Stat) -> bool {
+        self.context.since.is_some_and(|since| stat.start < since)
+    }
+}
+
+/// Reads `/proc/<pid>/<file>` into `buf`: open, reads to EOF, close. Procfs files fit in
+/// one read; `fs::read` would also ask for the size (always 0 here) first.
+fn read_proc<'a>(pid: i32, file: &str, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
+    buf.clear();
+    let mut f = fs::File::open(format!("/proc/{pid}/{file}"))?;
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(4096);
+        }
+        let len = buf.len();
+        buf.resize(buf.capacity(), 0);
+        match f.read(&mut buf[len..]) {
+            Ok(0) => {
+                buf.truncate(len);
+                return Ok(buf);
+            }
+            Ok(n) => buf.truncate(len + n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(len),
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        }
     }
 }
 
@@ -180,17 +331,24 @@ impl Stat {
 
 /// The fields of a `/proc/<pid>/stat` line that a sweep needs.
 ///
-/// The command name may contain spaces and parentheses, so fields are counted from the
-/// last `)`.
-fn parse_stat(stat: &str) -> Option<Stat> {
-    let rest = &stat[stat.rfind(')')? + 1..];
+/// The command name may hold any byte but NUL, spaces and parentheses included, so fields
+/// are counted from the last `)`.
+fn parse_stat(stat: &[u8]) -> Option<Stat> {
+    let after_name = stat.iter().rposition(|&b| b == b')')? + 1;
+    let rest = std::str::from_utf8(&stat[after_name..]).ok()?;
     // Field 3 (state) is the first after the name: field n is at index n - 3.
-    let fields: Vec<&str> = rest.split_whitespace().take(20).collect();
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let mut fields = fields.skip(1); // ppid
+    let pgrp = fields.next()?.parse().ok()?;
+    let mut fields = fields.skip(3); // session, tty_nr, tpgid
+    let flags = fields.next()?.parse().ok()?;
+    let start = fields.nth(12)?.parse().ok()?; // after minflt … nice, num_threads, itrealvalue
     Some(Stat {
-        state: fields.first()?.chars().next()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        flags: fields.get(6)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
+        state,
+        pgrp,
+        flags,
+        start,
     })
 }
 
@@ -242,17 +400,31 @@ mod tests {
     #[test]
     fn parses_stat_with_awkward_command_names() {
         let line = stat_line("a) b) c", 'S', 4240, 4_194_560, 847_929);
-        assert_eq!(parse_stat(&line), Some(stat('S', 4_194_560, 847_929)));
-        let zombie = parse_stat(&stat_line("init", 'Z', 1, 0, 7)).unwrap();
+        assert_eq!(
+            parse_stat(line.as_bytes()),
+            Some(stat('S', 4_194_560, 847_929))
+        );
+        let zombie = parse_stat(stat_line("init", 'Z', 1, 0, 7).as_bytes()).unwrap();
         assert!(!zombie.is_alive());
-        assert_eq!(parse_stat("garbage"), None);
-        assert_eq!(parse_stat("1 (x) R 0 1 1"), None);
+        assert_eq!(parse_stat(b"garbage"), None);
+        assert_eq!(parse_stat(b"1 (x) R 0 1 1"), None);
+        // A name is bytes, not always UTF-8.
+        let mut latin1 = stat_line("caf_", 'S', 4240, 0, 9).into_bytes();
+        let at = latin1.iter().position(|&b| b == b'_').unwrap();
+        latin1[at] = 0xe9;
+        assert_eq!(parse_stat(&latin1).map(|s| s.start), Some(9));
     }
 
     #[test]
     fn the_real_stat_of_this_process_parses() {
-        let line = fs::read_to_string("/proc/self/stat").unwrap();
+        let line = fs::read("/proc/self/stat").unwrap();
         let stat = parse_stat(&line).unwrap();
+        let mut buf = Vec::new();
+        let pid = i32::try_from(std::process::id()).unwrap();
+        let again = parse_stat(read_proc(pid, "stat", &mut buf).unwrap()).unwrap();
+        assert_eq!((again.pgrp, again.start), (stat.pgrp, stat.start));
+        let environ = read_proc(pid, "environ", &mut buf).unwrap();
+        assert_eq!(environ, fs::read("/proc/self/environ").unwrap());
         assert!(stat.is_alive());
         assert_eq!(stat.flags & PF_KTHREAD, 0);
         assert!(stat.start > 0);
