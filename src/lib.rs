@@ -57,6 +57,7 @@ mod engine;
 mod error;
 pub mod event;
 pub mod gate;
+pub mod git;
 pub mod logfile;
 #[cfg(feature = "test-util")]
 pub mod mock;

@@ -1,0 +1,435 @@
+//! Real git, run as a child process: what spec commits and the git safety of threads need
+//! (baseline, managed branch, diff from the baseline, reset to it).
+//!
+//! Every call runs `git -C <dir> …` with `LC_ALL=C` and no terminal prompt, and a failure is
+//! a [`GitError`] naming the command and carrying git's own message. Nothing here touches the
+//! user's configuration: a missing `user.name`/`user.email` is supplied for ralph's commits
+//! only, on the command line.
+//!
+//! # Example
+//!
+//! ```
+//! use ralph::git::Git;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let git = Git::new(dir.path());
+//! git.init().await?;
+//! std::fs::write(dir.path().join("a.txt"), "a\n")?;
+//! let first = git.commit_all("Add a", &[]).await?.expect("something to commit");
+//! let baseline = git.baseline().await?;
+//! assert_eq!(baseline.commit_sha, first);
+//!
+//! std::fs::write(dir.path().join("b.txt"), "b\n")?;
+//! assert!(git.diff_from(&baseline.commit_sha).await?.contains("+b"));
+//! git.reset_to(&baseline, &[]).await?;
+//! assert!(!dir.path().join("b.txt").exists());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use tokio::process::Command;
+
+/// The identity ralph commits with when the repository has none configured.
+const FALLBACK_NAME: &str = "ralph";
+/// See [`FALLBACK_NAME`].
+const FALLBACK_EMAIL: &str = "ralph@localhost";
+
+/// A git command failed or could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GitError {
+    /// `git` could not be started (not installed, not on `PATH`).
+    #[error("could not run `git {command}` in {dir}: {source}")]
+    Spawn {
+        /// The arguments, joined by spaces.
+        command: String,
+        /// The repository directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `git` ran and failed.
+    #[error("`git {command}` failed in {dir} ({status}): {stderr}")]
+    Failed {
+        /// The arguments, joined by spaces.
+        command: String,
+        /// The repository directory.
+        dir: PathBuf,
+        /// How it exited.
+        status: String,
+        /// What git said on stderr, trimmed.
+        stderr: String,
+    },
+    /// The directory is not inside a git work tree.
+    #[error("{0} is not a git repository (run `git init` there first)")]
+    NotARepo(PathBuf),
+    /// The repository has no commit yet, so there is nothing to return to.
+    #[error("{0} has no commit yet; commit something before ralph works there")]
+    NoCommit(PathBuf),
+}
+
+/// Where the work started: the branch (none when HEAD is detached) and the commit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Baseline {
+    /// The branch checked out when the baseline was captured, if any.
+    pub branch: Option<String>,
+    /// The full SHA of HEAD then.
+    pub commit_sha: String,
+    /// RFC 3339 time of the capture.
+    pub captured_at: String,
+}
+
+/// A git work tree.
+#[derive(Clone, Debug)]
+pub struct Git {
+    dir: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Git {
+    /// Git in `dir` (the work tree or any folder inside it).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Git {
+            dir: dir.into(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Sets an environment variable for every git command, e.g. `GIT_CONFIG_GLOBAL` to
+    /// isolate ralph's git from the user's configuration.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// The directory git runs in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `git init` (with `main` as the first branch).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn init(&self) -> Result<(), GitError> {
+        self.run(&["init", "-q", "-b", "main"]).await.map(drop)
+    }
+
+    /// Whether the directory is inside a git work tree.
+    pub async fn is_repo(&self) -> bool {
+        matches!(
+            self.run(&["rev-parse", "--is-inside-work-tree"]).await,
+            Ok(out) if out.trim() == "true"
+        )
+    }
+
+    /// The full SHA of HEAD, or `None` in a repository without commits.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError::NotARepo`] outside a repository, or when git fails.
+    pub async fn head(&self) -> Result<Option<String>, GitError> {
+        self.require_repo().await?;
+        let out = self
+            .run_allowing(&["rev-parse", "-q", "--verify", "HEAD^{commit}"], &[1])
+            .await?;
+        Ok(non_empty(out))
+    }
+
+    /// The checked-out branch, or `None` when HEAD is detached.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn current_branch(&self) -> Result<Option<String>, GitError> {
+        let out = self
+            .run_allowing(&["symbolic-ref", "-q", "--short", "HEAD"], &[1])
+            .await?;
+        Ok(non_empty(out))
+    }
+
+    /// The work tree's changes as `git status --porcelain` lines (untracked files listed
+    /// one by one), leaving out paths under `exclude` (e.g. ralph's own `.ralph` folder).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn changes(&self, exclude: &[&str]) -> Result<Vec<String>, GitError> {
+        let mut args = vec![
+            "status".to_owned(),
+            "--porcelain=v1".to_owned(),
+            "--untracked-files=all".to_owned(),
+            "--".to_owned(),
+            ".".to_owned(),
+        ];
+        args.extend(exclude.iter().map(|p| format!(":(exclude){p}")));
+        let out = self.run_owned(&args).await?;
+        Ok(out.lines().map(str::to_owned).collect())
+    }
+
+    /// Captures the current branch and HEAD commit.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError::NoCommit`] in a repository without commits, or when git fails.
+    pub async fn baseline(&self) -> Result<Baseline, GitError> {
+        let commit_sha = self
+            .head()
+            .await?
+            .ok_or_else(|| GitError::NoCommit(self.dir.clone()))?;
+        Ok(Baseline {
+            branch: self.current_branch().await?,
+            commit_sha,
+            captured_at: jiff::Timestamp::now().to_string(),
+        })
+    }
+
+    /// Whether a local branch of that name exists.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn branch_exists(&self, name: &str) -> Result<bool, GitError> {
+        let refname = format!("refs/heads/{name}");
+        let out = self
+            .run_allowing(&["rev-parse", "-q", "--verify", &refname], &[1])
+            .await?;
+        Ok(!out.trim().is_empty())
+    }
+
+    /// Creates branch `name` at `commit` and checks it out; the work tree's uncommitted
+    /// changes come along, as with `git switch -c`.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. the branch exists).
+    pub async fn create_branch(&self, name: &str, commit: &str) -> Result<(), GitError> {
+        self.run(&["switch", "-q", "-c", name, commit])
+            .await
+            .map(drop)
+    }
+
+    /// Checks out an existing branch.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. local changes would be overwritten).
+    pub async fn switch(&self, name: &str) -> Result<(), GitError> {
+        self.run(&["switch", "-q", name]).await.map(drop)
+    }
+
+    /// Deletes a local branch, merged or not.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. it is checked out).
+    pub async fn delete_branch(&self, name: &str) -> Result<(), GitError> {
+        self.run(&["branch", "-q", "-D", name]).await.map(drop)
+    }
+
+    /// Stages everything except paths under `exclude` (ralph's own state, say) and commits
+    /// it with `message`; returns the new commit's SHA, or `None` when there was nothing to
+    /// commit.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. a pre-commit hook refuses).
+    pub async fn commit_all(
+        &self,
+        message: &str,
+        exclude: &[&str],
+    ) -> Result<Option<String>, GitError> {
+        self.require_repo().await?;
+        let mut add = vec![
+            "add".to_owned(),
+            "-A".to_owned(),
+            "--".to_owned(),
+            ".".to_owned(),
+        ];
+        add.extend(exclude.iter().map(|p| format!(":(exclude){p}")));
+        self.run_owned(&add).await?;
+        if !self.has_staged().await? {
+            return Ok(None);
+        }
+        let mut args: Vec<String> = self.identity_args().await;
+        args.extend(["commit", "-q", "-m", message].map(str::to_owned));
+        self.run_owned(&args).await?;
+        self.head().await
+    }
+
+    /// The diff of the work tree, untracked files included, against `base`, without touching
+    /// the repository's index.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. `base` is unknown).
+    pub async fn diff_from(&self, base: &str) -> Result<String, GitError> {
+        // A private index holding the whole work tree, so new files show up in the diff
+        // and the user's staging area is left as it was.
+        let git_dir = self.run(&["rev-parse", "--absolute-git-dir"]).await?;
+        let index = PrivateIndex(PathBuf::from(git_dir.trim()).join(format!(
+            "ralph-diff-index.{}.{}",
+            std::process::id(),
+            NEXT_INDEX.fetch_add(1, Ordering::Relaxed)
+        )));
+        let env = [("GIT_INDEX_FILE", index.0.as_os_str())];
+        self.run_with_env(&["read-tree", base], &env).await?;
+        self.run_with_env(&["add", "-A"], &env).await?;
+        self.run_with_env(&["diff", "--cached", "--no-color", base], &env)
+            .await
+    }
+
+    /// Puts the work tree back at `baseline`: checks out its branch (if it had one), resets
+    /// hard to its commit, and removes untracked files except those under `keep` (ralph's
+    /// own state, for instance). Ignored files are left alone.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn reset_to(&self, baseline: &Baseline, keep: &[&str]) -> Result<(), GitError> {
+        if let Some(branch) = &baseline.branch {
+            self.run(&["switch", "-q", "-f", branch]).await?;
+        }
+        self.run(&["reset", "-q", "--hard", &baseline.commit_sha])
+            .await?;
+        let mut args = vec![
+            "clean".to_owned(),
+            "-q".to_owned(),
+            "-f".to_owned(),
+            "-d".to_owned(),
+        ];
+        for path in keep {
+            args.push("-e".to_owned());
+            args.push((*path).to_owned());
+        }
+        self.run_owned(&args).await.map(drop)
+    }
+
+    async fn has_staged(&self) -> Result<bool, GitError> {
+        let out = self.run(&["diff", "--cached", "--name-only", "-z"]).await?;
+        Ok(!out.is_empty())
+    }
+
+    async fn require_repo(&self) -> Result<(), GitError> {
+        if self.is_repo().await {
+            Ok(())
+        } else {
+            Err(GitError::NotARepo(self.dir.clone()))
+        }
+    }
+
+    /// `-c user.name=… -c user.email=…` for whichever of the two git has no value for.
+    async fn identity_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for (key, fallback) in [("user.name", FALLBACK_NAME), ("user.email", FALLBACK_EMAIL)] {
+            let set = self
+                .run(&["config", "--get", key])
+                .await
+                .is_ok_and(|v| !v.trim().is_empty());
+            if !set {
+                args.push("-c".to_owned());
+                args.push(format!("{key}={fallback}"));
+            }
+        }
+        args
+    }
+
+    async fn run(&self, args: &[&str]) -> Result<String, GitError> {
+        self.run_allowing(args, &[]).await
+    }
+
+    async fn run_owned(&self, args: &[String]) -> Result<String, GitError> {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.run(&args).await
+    }
+
+    async fn run_with_env(
+        &self,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<String, GitError> {
+        self.exec(args, env, &[]).await
+    }
+
+    /// Runs git; the exit codes in `quiet_failures` return empty output instead of an error
+    /// (`rev-parse -q --verify` says "no such thing" with 1).
+    async fn run_allowing(
+        &self,
+        args: &[&str],
+        quiet_failures: &[i32],
+    ) -> Result<String, GitError> {
+        self.exec(args, &[], quiet_failures).await
+    }
+
+    async fn exec(
+        &self,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+        quiet_failures: &[i32],
+    ) -> Result<String, GitError> {
+        let mut command = Command::new("git");
+        command
+            .arg("-C")
+            .arg(&self.dir)
+            .args(args)
+            .env("LC_ALL", "C")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let output = command.output().await.map_err(|source| GitError::Spawn {
+            command: args.join(" "),
+            dir: self.dir.clone(),
+            source,
+        })?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        if output
+            .status
+            .code()
+            .is_some_and(|c| quiet_failures.contains(&c))
+        {
+            return Ok(String::new());
+        }
+        Err(GitError::Failed {
+            command: args.join(" "),
+            dir: self.dir.clone(),
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// Numbers the private index files of concurrent [`Git::diff_from`] calls.
+static NEXT_INDEX: AtomicU64 = AtomicU64::new(0);
+
+/// An index file that is removed when the diff is done, whatever happened.
+struct PrivateIndex(PathBuf);
+
+impl Drop for PrivateIndex {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn non_empty(out: String) -> Option<String> {
+    let trimmed = out.trim();
+    (!trimmed.is_empty()).then(|| trimmed.to_owned())
+}

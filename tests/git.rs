@@ -1,0 +1,130 @@
+//! `ralph::git` against real git in temporary repositories.
+
+use std::fs;
+use std::path::Path;
+
+use ralph::git::{Git, GitError};
+
+/// A repository with one commit on `main`, isolated from the machine's git configuration.
+async fn repo(dir: &Path) -> Git {
+    let git = isolated(dir);
+    git.init().await.expect("git init");
+    fs::write(dir.join("README.md"), "hello\n").expect("write");
+    git.commit_all("Initial commit", &[]).await.expect("commit");
+    git
+}
+
+fn isolated(dir: &Path) -> Git {
+    Git::new(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+}
+
+#[tokio::test]
+async fn commits_without_a_configured_identity_and_reports_nothing_to_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = repo(dir.path()).await;
+    let first = git.head().await.expect("head").expect("a commit");
+    assert_eq!(first.len(), 40);
+    assert_eq!(git.commit_all("Nothing", &[]).await.expect("commit"), None);
+
+    fs::write(dir.path().join("new.txt"), "new\n").expect("write");
+    let second = git.commit_all("Spec: Greeter", &[]).await.expect("commit");
+    assert!(second.is_some_and(|s| s != first));
+    assert!(git.changes(&[]).await.expect("status").is_empty());
+}
+
+#[tokio::test]
+async fn changes_list_untracked_files_and_leave_out_excluded_paths() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = repo(dir.path()).await;
+    fs::create_dir_all(dir.path().join(".ralph/threads")).expect("mkdir");
+    fs::write(dir.path().join(".ralph/threads/x.json"), "{}").expect("write");
+    assert!(git.changes(&[".ralph"]).await.expect("status").is_empty());
+
+    fs::write(dir.path().join("README.md"), "changed\n").expect("write");
+    let changes = git.changes(&[".ralph"]).await.expect("status");
+    assert_eq!(changes, vec![" M README.md".to_owned()]);
+    assert_eq!(git.changes(&[]).await.expect("status").len(), 2);
+}
+
+#[tokio::test]
+async fn branch_diff_and_reset_to_the_baseline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = repo(dir.path()).await;
+    let baseline = git.baseline().await.expect("baseline");
+    assert_eq!(baseline.branch.as_deref(), Some("main"));
+
+    git.create_branch("ralph/t-1", &baseline.commit_sha)
+        .await
+        .expect("branch");
+    assert!(git.branch_exists("ralph/t-1").await.expect("exists"));
+    assert!(!git.branch_exists("ralph/t-2").await.expect("exists"));
+    assert_eq!(
+        git.current_branch().await.expect("branch").as_deref(),
+        Some("ralph/t-1")
+    );
+
+    fs::write(dir.path().join("README.md"), "changed\n").expect("write");
+    fs::write(dir.path().join("added.txt"), "added\n").expect("write");
+    fs::create_dir_all(dir.path().join(".ralph")).expect("mkdir");
+    fs::write(dir.path().join(".ralph/state"), "keep").expect("write");
+    git.commit_all("work", &[".ralph"]).await.expect("commit");
+    fs::write(dir.path().join("uncommitted.txt"), "u\n").expect("write");
+
+    let diff = git.diff_from(&baseline.commit_sha).await.expect("diff");
+    assert!(diff.contains("+changed"), "{diff}");
+    assert!(diff.contains("+added"), "{diff}");
+    assert!(
+        diff.contains("+u"),
+        "untracked files are in the diff: {diff}"
+    );
+    // The diff used a private index: the user's staging area is untouched.
+    assert!(
+        git.changes(&[])
+            .await
+            .expect("status")
+            .contains(&"?? uncommitted.txt".to_owned())
+    );
+
+    fs::write(dir.path().join("loose.txt"), "x\n").expect("write");
+    git.reset_to(&baseline, &[".ralph"]).await.expect("reset");
+    assert_eq!(
+        git.current_branch().await.expect("branch").as_deref(),
+        Some("main")
+    );
+    assert_eq!(
+        fs::read_to_string(dir.path().join("README.md")).expect("read"),
+        "hello\n"
+    );
+    assert!(!dir.path().join("added.txt").exists());
+    assert!(!dir.path().join("loose.txt").exists());
+    assert!(
+        dir.path().join(".ralph/state").exists(),
+        "kept paths survive"
+    );
+    git.delete_branch("ralph/t-1").await.expect("delete");
+    assert!(!git.branch_exists("ralph/t-1").await.expect("exists"));
+}
+
+#[tokio::test]
+async fn errors_name_the_directory_and_the_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = isolated(dir.path());
+    assert!(!git.is_repo().await);
+    let err = git.baseline().await.expect_err("not a repo");
+    assert!(matches!(err, GitError::NotARepo(_)), "{err}");
+
+    git.init().await.expect("init");
+    let err = git.baseline().await.expect_err("no commit");
+    assert!(err.to_string().contains("no commit yet"), "{err}");
+
+    let git = repo(dir.path()).await;
+    let err = git
+        .switch("no-such-branch")
+        .await
+        .expect_err("unknown branch");
+    let text = err.to_string();
+    assert!(text.contains("git switch -q no-such-branch"), "{text}");
+    assert!(text.contains(&dir.path().display().to_string()), "{text}");
+}
