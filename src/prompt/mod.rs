@@ -5,7 +5,7 @@
 //!
 //! | template | variables |
 //! |---|---|
-//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (recent task names), `gates` (names) |
+//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (recent task names), `gates` (names), `attempts` (recent [`Attempt`](crate::model::Attempt)s: `iteration`, `task`, `tried`, `result`, `at`) |
 //! | `retry` | as `build`, plus `attempt` (this attempt's number in the round) and `failure` (the previous attempt's failure, bounded) |
 //! | `investigate` | `issue` (`id`, `text`), `tasks` (planned tasks: `id`, `name`) |
 //! | `verify` | `task` |
@@ -86,6 +86,15 @@ impl Prompts {
             }
         }
         Ok(prompts)
+    }
+
+    /// Where template `name` comes from: the override file named in `[prompts]`, or `None`
+    /// for the built-in one.
+    pub fn origin(&self, name: &str) -> Option<&str> {
+        self.origins
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, o)| o.as_str())
     }
 
     fn replace(&mut self, name: &'static str, path: &Path) -> Result<(), PromptError> {
