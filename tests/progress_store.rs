@@ -205,10 +205,8 @@ async fn a_missing_file_is_created_on_the_first_write_only() {
     let store = ProgressStore::open(&path).unwrap();
     assert!(store.load().await.unwrap().tasks.is_empty());
     assert!(!path.exists(), "loading writes nothing");
-    let run = RunState {
-        spec: Some("specs/greeter.md".into()),
-        ..RunState::default()
-    };
+    let mut run = RunState::default();
+    run.spec = Some("specs/greeter.md".into());
     store
         .persist(&[Change::Run(run), Change::Task(Task::new("t-1", "Say hello"))])
         .await

@@ -200,7 +200,10 @@ impl Observer for EditAfterFirst {
     fn on_event(&self, event: &Event) {
         if let Event::IterationFinished { iteration: 1 } = event {
             let text = std::fs::read_to_string(&self.0).unwrap();
-            let text = text.replace("- [ ] Write b.txt", "- [x] Write b.txt") + "- [ ] Write c.txt\n";
+            let text = text.replace(
+                "- [ ] Write b.txt <!-- id:t-2 -->",
+                "- [x] Write b.txt <!-- id:t-2 -->\n- [ ] Write c.txt",
+            );
             std::fs::write(&self.0, text).unwrap();
         }
     }

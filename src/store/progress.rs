@@ -642,12 +642,19 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
         let status = ["", "## Status", "", "In progress"].map(str::to_owned);
         out.splice(at..at, status);
     }
+    let separate = |out: &mut Vec<String>| {
+        if out.last().is_some_and(|l| !l.trim().is_empty()) {
+            out.push(String::new());
+        }
+    };
     if !has_attempts {
-        out.extend(["".to_owned(), "## Recent Attempts".to_owned()]);
+        separate(&mut out);
+        out.push("## Recent Attempts".to_owned());
         out.extend(attempts_body(board));
     }
     if !has_log {
-        out.extend(["".to_owned(), "## Iteration Log".to_owned()]);
+        separate(&mut out);
+        out.push("## Iteration Log".to_owned());
         out.extend(log_body(board));
     }
     while out.last().is_some_and(|l| l.trim().is_empty()) {
