@@ -574,6 +574,30 @@ mod tests {
     }
 
     #[test]
+    fn seed_003_keys_load_from_file_and_env() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "recent_attempts = 9\n[store]\nkind = \"progress\"\n",
+            )?;
+            jail.set_env("RALPH_ONCE", "true");
+            jail.set_env("RALPH_RECENT_ATTEMPTS", "3");
+            let c = load_in(jail).unwrap();
+            assert!(c.once);
+            assert_eq!(c.recent_attempts, 3, "env beats file");
+            assert_eq!(c.store.kind, StoreKind::Progress);
+            assert_eq!(c.store.effective_path(), PathBuf::from(PROGRESS_FILE));
+            jail.create_file(
+                "ralph.toml",
+                "[store]\nkind = \"progress\"\npath = \"docs/P.md\"\n",
+            )?;
+            let c = load_in(jail).unwrap();
+            assert_eq!(c.store.effective_path(), PathBuf::from("docs/P.md"));
+            Ok(())
+        });
+    }
+
+    #[test]
     fn gates_from_toml() {
         Jail::expect_with(|jail| {
             jail.create_file(

@@ -555,7 +555,11 @@ impl IterationEntry {
 /// The first non-empty line of `text`, trimmed and at most 300 bytes (cut on a char boundary).
 fn one_line(text: &str) -> String {
     const MAX: usize = 300;
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     if line.len() <= MAX {
         return line.to_owned();
     }
@@ -876,6 +880,41 @@ mod tests {
         let done = Task::new("t-1", "a").with_status(TaskStatus::Done);
         let waiting = Task::new("t-2", "b").with_deps(["t-1"]);
         assert_eq!(board(vec![done, waiting], vec![]).stage(), Stage::Build);
+    }
+
+    #[test]
+    fn recent_attempts_and_the_iteration_log_are_bounded() {
+        let mut run = RunState::default();
+        for i in 1..=7 {
+            let tried = format!("try {i}\nsecond line");
+            run.remember_attempt(Attempt::new(i, TaskId::new("t-1"), tried, "done", "now"), 5);
+        }
+        let kept: Vec<u32> = run.attempts.iter().map(|a| a.iteration).collect();
+        assert_eq!(kept, vec![3, 4, 5, 6, 7]);
+        assert_eq!(run.attempts[0].tried, "try 3", "one line");
+        for i in 1..=(ITERATION_LOG_LIMIT as u32 + 10) {
+            let d = std::time::Duration::from_millis(1500);
+            run.log_iteration(IterationEntry::new(i, "now", d, 0, ""));
+        }
+        assert_eq!(run.log.len(), ITERATION_LOG_LIMIT);
+        assert_eq!(run.log[0].iteration, 11);
+        assert_eq!(
+            run.log[0].duration(),
+            std::time::Duration::from_millis(1500)
+        );
+        assert_eq!(
+            one_line(&"é".repeat(400)).chars().count(),
+            151,
+            "150 chars and an ellipsis"
+        );
+    }
+
+    #[test]
+    fn declared_complete_wins_over_remaining_work() {
+        let mut b = board(vec![Task::new("t-1", "a")], vec![]);
+        assert_eq!(b.stage(), Stage::Build);
+        b.declared_complete = true;
+        assert_eq!(b.stage(), Stage::Complete);
     }
 
     #[test]

@@ -137,7 +137,10 @@ fn dry_run_shows_the_next_step_and_runs_nothing() {
     ] {
         assert!(stdout.contains(part), "missing {part:?} in\n{stdout}");
     }
-    assert!(!dir.path().join(".ralph/fake-requests.jsonl").exists(), "no agent ran");
+    assert!(
+        !dir.path().join(".ralph/fake-requests.jsonl").exists(),
+        "no agent ran"
+    );
     assert!(!dir.path().join("build").exists(), "no stage log written");
 }
 

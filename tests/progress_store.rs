@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ralph::model::{Attempt, Change, IterationEntry, RunState, Task, TaskId, TaskStatus, Tombstone};
+use ralph::model::{
+    Attempt, Change, IterationEntry, RunState, Task, TaskId, TaskStatus, Tombstone,
+};
 use ralph::store::StoreError;
 use ralph::{ProgressStore, Store};
 
@@ -48,9 +50,11 @@ fn prose(text: &str) -> Vec<String> {
         if line.starts_with("## ") || line.starts_with("# ") {
             owned = line == "## Recent Attempts" || line == "## Iteration Log";
         }
-        let task = line.trim_start().get(..5).is_some_and(|p| {
-            ["- [ ]", "- [x]", "- [X]", "* [ ]", "* [x]"].contains(&p)
-        }) && !line.contains("inside a code fence");
+        let task = line
+            .trim_start()
+            .get(..5)
+            .is_some_and(|p| ["- [ ]", "- [x]", "- [X]", "* [ ]", "* [x]"].contains(&p))
+            && !line.contains("inside a code fence");
         if !owned && !task && !line.trim().is_empty() {
             out.push(line.to_owned());
         }
@@ -69,9 +73,21 @@ async fn hand_written_fixtures_round_trip_with_their_prose() {
 
         store.persist(&[]).await.unwrap();
         let written = read(&path);
-        assert_eq!(tasks(&store).await, before, "{name}: tasks changed\n{written}");
-        assert_eq!(store.load().await.unwrap().declared_complete, declared, "{name}");
-        assert_eq!(prose(&written), prose(&original), "{name}: prose changed\n{written}");
+        assert_eq!(
+            tasks(&store).await,
+            before,
+            "{name}: tasks changed\n{written}"
+        );
+        assert_eq!(
+            store.load().await.unwrap().declared_complete,
+            declared,
+            "{name}"
+        );
+        assert_eq!(
+            prose(&written),
+            prose(&original),
+            "{name}: prose changed\n{written}"
+        );
         for (id, task, _) in &before {
             assert!(
                 written.contains(&format!("{task} <!-- id:{id} -->")),
@@ -93,15 +109,34 @@ async fn handwritten_fixture_reads_as_a_person_means_it() {
     assert_eq!(
         got,
         vec![
-            ("t-1".into(), "Create the cargo project".into(), TaskStatus::Accepted),
-            ("t-2".into(), "Add clap for argument parsing".into(), TaskStatus::Pending),
-            ("t-3".into(), "Shell completions".into(), TaskStatus::Pending),
+            (
+                "t-1".into(),
+                "Create the cargo project".into(),
+                TaskStatus::Accepted
+            ),
+            (
+                "t-2".into(),
+                "Add clap for argument parsing".into(),
+                TaskStatus::Pending
+            ),
+            (
+                "t-3".into(),
+                "Shell completions".into(),
+                TaskStatus::Pending
+            ),
             ("t-4".into(), "Bash completions".into(), TaskStatus::Pending),
-            ("t-5".into(), "Print hello with the given name".into(), TaskStatus::Pending),
+            (
+                "t-5".into(),
+                "Print hello with the given name".into(),
+                TaskStatus::Pending
+            ),
         ],
         "the fenced line and the link are not tasks"
     );
-    assert!(!board.declared_complete, "RALPH_DONE in a fence or a sentence");
+    assert!(
+        !board.declared_complete,
+        "RALPH_DONE in a fence or a sentence"
+    );
     assert_eq!(board.run.next_task, 5, "positional ids advance the counter");
 }
 
@@ -146,13 +181,23 @@ async fn sidecar_keeps_what_markdown_cannot_and_ticks_by_hand_win() {
     });
     let mut b = board.tasks["t-2"].clone();
     b.status = TaskStatus::Accepted;
-    store.persist(&[Change::Task(a.clone()), Change::Task(b)]).await.unwrap();
+    store
+        .persist(&[Change::Task(a.clone()), Change::Task(b)])
+        .await
+        .unwrap();
 
     let text = read(&path);
-    assert!(text.contains("- [ ] A <!-- id:t-1 -->"), "done but not accepted: unticked\n{text}");
+    assert!(
+        text.contains("- [ ] A <!-- id:t-1 -->"),
+        "done but not accepted: unticked\n{text}"
+    );
     assert!(text.contains("- [x] B <!-- id:t-2 -->"), "{text}");
     assert!(dir.path().join(".ralph/progress-state.json").exists());
-    assert_eq!(store.load().await.unwrap().tasks["t-1"], a, "the sidecar's record");
+    assert_eq!(
+        store.load().await.unwrap().tasks["t-1"],
+        a,
+        "the sidecar's record"
+    );
 
     // A person ticks C, unticks B and rewords A.
     let edited = text
@@ -161,10 +206,22 @@ async fn sidecar_keeps_what_markdown_cannot_and_ticks_by_hand_win() {
         .replace("- [ ] A ", "- [ ] A, reworded ");
     std::fs::write(&path, edited).unwrap();
     let board = store.load().await.unwrap();
-    assert_eq!(board.tasks["t-3"].status, TaskStatus::Accepted, "ticked by hand");
-    assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending, "unticked by hand");
+    assert_eq!(
+        board.tasks["t-3"].status,
+        TaskStatus::Accepted,
+        "ticked by hand"
+    );
+    assert_eq!(
+        board.tasks["t-2"].status,
+        TaskStatus::Pending,
+        "unticked by hand"
+    );
     assert_eq!(board.tasks["t-1"].name, "A, reworded");
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Done, "the sidecar knows better");
+    assert_eq!(
+        board.tasks["t-1"].status,
+        TaskStatus::Done,
+        "the sidecar knows better"
+    );
     assert_eq!(board.tasks["t-1"].attempts, 2);
 }
 
@@ -187,15 +244,23 @@ async fn engine_tasks_go_under_their_parent_or_after_the_last_task() {
         .unwrap();
     let text = read(&path);
     assert!(
-        text.contains("- [x] A <!-- id:t-1 -->\n  - [ ] A, first half <!-- id:t-1a -->\n\nProse after A."),
+        text.contains(
+            "- [x] A <!-- id:t-1 -->\n  - [ ] A, first half <!-- id:t-1a -->\n\nProse after A."
+        ),
         "{text}"
     );
     assert!(
-        text.contains("- [ ] B <!-- id:t-2 -->\n- [ ] From gap analysis <!-- id:t-9 -->\n\nTrailing prose."),
+        text.contains(
+            "- [ ] B <!-- id:t-2 -->\n- [ ] From gap analysis <!-- id:t-9 -->\n\nTrailing prose."
+        ),
         "{text}"
     );
     let board = store.load().await.unwrap();
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Decomposed, "the sidecar knows better than [x]");
+    assert_eq!(
+        board.tasks["t-1"].status,
+        TaskStatus::Decomposed,
+        "the sidecar knows better than [x]"
+    );
 }
 
 #[tokio::test]
@@ -208,12 +273,21 @@ async fn a_missing_file_is_created_on_the_first_write_only() {
     let mut run = RunState::default();
     run.spec = Some("specs/greeter.md".into());
     store
-        .persist(&[Change::Run(run), Change::Task(Task::new("t-1", "Say hello"))])
+        .persist(&[
+            Change::Run(run),
+            Change::Task(Task::new("t-1", "Say hello")),
+        ])
         .await
         .unwrap();
     let text = read(&path);
-    assert!(text.starts_with("# Progress: greeter\n\n## Status\n\nIn progress\n"), "{text}");
-    assert!(text.contains("## Tasks\n\n- [ ] Say hello <!-- id:t-1 -->\n"), "{text}");
+    assert!(
+        text.starts_with("# Progress: greeter\n\n## Status\n\nIn progress\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("## Tasks\n\n- [ ] Say hello <!-- id:t-1 -->\n"),
+        "{text}"
+    );
     assert!(text.contains("## Recent Attempts") && text.contains("## Iteration Log"));
 }
 
@@ -223,21 +297,46 @@ async fn recent_attempts_and_iteration_log_are_bounded_in_the_file() {
     let store = ProgressStore::open(&path).unwrap();
     let mut run = store.load().await.unwrap().run;
     for i in 1..=8 {
-        let attempt = Attempt::new(i, TaskId::new("t-1"), format!("try {i}"), "gates failed: test", "now");
+        let attempt = Attempt::new(
+            i,
+            TaskId::new("t-1"),
+            format!("try {i}"),
+            "gates failed: test",
+            "now",
+        );
         run.remember_attempt(attempt, 5);
     }
     for i in 1..=250 {
-        run.log_iteration(IterationEntry::new(i, "now", std::time::Duration::from_secs(61), 1, "a | b"));
+        run.log_iteration(IterationEntry::new(
+            i,
+            "now",
+            std::time::Duration::from_secs(61),
+            1,
+            "a | b",
+        ));
     }
     store.persist(&[Change::Run(run)]).await.unwrap();
     let text = read(&path);
-    let attempts: Vec<&str> = text.lines().filter(|l| l.starts_with("- Iteration ")).collect();
+    let attempts: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("- Iteration "))
+        .collect();
     assert_eq!(attempts.len(), 5, "{text}");
-    assert!(attempts[0].contains("tried: try 4"), "oldest kept is the 4th");
+    assert!(
+        attempts[0].contains("tried: try 4"),
+        "oldest kept is the 4th"
+    );
     assert!(!text.contains("try 3 "));
-    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| Iteration")).collect();
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Iteration"))
+        .collect();
     assert_eq!(rows.len(), ralph::model::ITERATION_LOG_LIMIT);
-    assert!(rows[0].starts_with("| 51 | now | 1m 1s | 1 | a \\| b |"), "{}", rows[0]);
+    assert!(
+        rows[0].starts_with("| 51 | now | 1m 1s | 1 | a \\| b |"),
+        "{}",
+        rows[0]
+    );
 }
 
 #[tokio::test]
@@ -245,7 +344,11 @@ async fn malformed_input_names_the_file_and_line() {
     let cases: [(&[u8], usize, &str); 5] = [
         (b"# P\n\n- [ ] ok\n\xff\xfe\n", 4, "not UTF-8"),
         (b"# P\n\n- [~] odd\n", 3, "[~]"),
-        (b"# P\n- [ ] a <!-- id:t-1 -->\n- [ ] b <!-- id:t-1 -->\n", 3, "t-1 is used twice (also on line 2)"),
+        (
+            b"# P\n- [ ] a <!-- id:t-1 -->\n- [ ] b <!-- id:t-1 -->\n",
+            3,
+            "t-1 is used twice (also on line 2)",
+        ),
         (b"# P\n\n- [ ]\n", 3, "without a task"),
         (b"# P\n\n- [ ] a <!-- id: -->\n", 3, "trailer"),
     ];
@@ -255,12 +358,20 @@ async fn malformed_input_names_the_file_and_line() {
         std::fs::write(&path, bytes).unwrap();
         let store = ProgressStore::open(&path).unwrap();
         let err = store.load().await.unwrap_err();
-        let StoreError::Malformed { path: at, line: got, .. } = &err else {
+        let StoreError::Malformed {
+            path: at,
+            line: got,
+            ..
+        } = &err
+        else {
             panic!("not malformed: {err}");
         };
         assert_eq!((at, *got), (&path, line), "{err}");
         assert!(err.to_string().contains(message), "{err}");
-        assert!(store.persist(&[]).await.is_err(), "a write must not clobber it");
+        assert!(
+            store.persist(&[]).await.is_err(),
+            "a write must not clobber it"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
     }
     // A broken sidecar is named too.
@@ -282,7 +393,11 @@ async fn writes_are_atomic_and_the_store_is_locked() {
     names.sort();
     assert_eq!(
         names,
-        vec![".ralph/progress-state.json", ".ralph/progress-state.json.lock", "PROGRESS.md"],
+        vec![
+            ".ralph/progress-state.json",
+            ".ralph/progress-state.json.lock",
+            "PROGRESS.md"
+        ],
         "no temp file left behind"
     );
     drop(store);

@@ -246,7 +246,11 @@ impl Engine {
         Ok(self.inner.prompts.render(template, &ctx)?)
     }
 
-    async fn finish_task(&mut self, mut task: Task, memo: Option<Change>) -> Result<TaskEnd, Error> {
+    async fn finish_task(
+        &mut self,
+        mut task: Task,
+        memo: Option<Change>,
+    ) -> Result<TaskEnd, Error> {
         task.status = TaskStatus::Done;
         task.last_failure = None;
         let (id, name) = (task.id.clone(), task.name.clone());

@@ -56,7 +56,11 @@ pub struct DryRun {
 impl fmt::Display for DryRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Dry run of {} (nothing was run or written)", self.spec)?;
-        writeln!(f, "  stage:     {} (iteration {})", self.stage, self.iteration)?;
+        writeln!(
+            f,
+            "  stage:     {} (iteration {})",
+            self.stage, self.iteration
+        )?;
         if let Some((id, name)) = &self.next {
             writeln!(f, "  next:      {id}: {name}")?;
         }
@@ -136,7 +140,9 @@ pub(crate) async fn dry_run(inner: &Inner, spec: Option<&Path>) -> Result<DryRun
         template: template.map(str::to_owned),
         next,
         stop,
-        remaining: board.remaining_tasks().count() + board.open_issues().count() + usize::from(fresh),
+        remaining: board.remaining_tasks().count()
+            + board.open_issues().count()
+            + usize::from(fresh),
         max_iterations: config.max_iterations,
         stage_timeout: config.stage_timeout,
         agent_timeout: config.agent_timeout,

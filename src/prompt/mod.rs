@@ -197,6 +197,34 @@ mod tests {
     }
 
     #[test]
+    fn build_prompt_shows_recent_attempts_only_when_there_are_some() {
+        let p = Prompts::builtin();
+        let task = json!({"id": "t-2", "name": "x"});
+        let none = p
+            .render(
+                "build",
+                &json!({"spec": spec(), "task": task, "attempts": []}),
+            )
+            .unwrap();
+        assert!(!none.contains("Recent Attempts"));
+        let attempts = json!([{"iteration": 3, "task": "t-1", "tried": "ran the migration",
+                               "result": "gates failed: test", "at": "now"}]);
+        let text = p
+            .render(
+                "retry",
+                &json!({"spec": spec(), "task": task, "attempts": attempts, "attempt": 2, "failure": "f"}),
+            )
+            .unwrap();
+        assert!(text.contains("## Recent Attempts"), "{text}");
+        assert!(
+            text.contains(
+                "- Iteration 3, t-1: tried: ran the migration — result: gates failed: test"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn retry_prompt_carries_the_failure() {
         let p = Prompts::builtin();
         let text = p

@@ -426,8 +426,11 @@ impl Doc {
         board.config = sidecar.config;
         board.declared_complete = self.done;
         board.apply_all(sidecar.issues.into_iter().map(Change::Issue));
-        let mut known: HashMap<TaskId, Task> =
-            sidecar.tasks.into_iter().map(|t| (t.id.clone(), t)).collect();
+        let mut known: HashMap<TaskId, Task> = sidecar
+            .tasks
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect();
         let mut taken: HashSet<TaskId> = known.keys().cloned().collect();
         taken.extend(self.checkboxes().filter_map(|c| c.id.clone()));
         for (line, _) in &mut self.lines {
@@ -560,7 +563,12 @@ fn split_trailer(text: &str) -> Result<(String, Option<TaskId>), String> {
         .strip_suffix("-->")
         .map(str::trim)
         .filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
-        .ok_or_else(|| format!("unreadable id trailer {:?}: write <!-- id:t-3 -->", &text[at..]))?;
+        .ok_or_else(|| {
+            format!(
+                "unreadable id trailer {:?}: write <!-- id:t-3 -->",
+                &text[at..]
+            )
+        })?;
     Ok((text[..at].trim().to_owned(), Some(TaskId::new(id))))
 }
 
@@ -584,7 +592,9 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
     let mut orphans = Vec::new();
     for task in new {
         match &task.parent {
-            Some(parent) if in_doc.contains(parent) => children.entry(parent).or_default().push(task),
+            Some(parent) if in_doc.contains(parent) => {
+                children.entry(parent).or_default().push(task)
+            }
             _ => orphans.push(task),
         }
     }
@@ -759,7 +769,11 @@ fn fingerprint(text: &str) -> String {
 fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, StoreError> {
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
-        let line = e.as_bytes()[..valid].iter().filter(|&&b| b == b'\n').count() + 1;
+        let line = e.as_bytes()[..valid]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
         malformed(path, line, format!("not UTF-8: {}", e.utf8_error()))
     })
 }
@@ -796,7 +810,11 @@ mod tests {
         assert!(checkbox("- [~] odd").unwrap_err().contains("[~]"));
         assert!(checkbox("- [ ]").unwrap_err().contains("without a task"));
         assert!(checkbox("- [ ]x").unwrap_err().contains("no space"));
-        assert!(checkbox("- [ ] x <!-- id: -->").unwrap_err().contains("trailer"));
+        assert!(
+            checkbox("- [ ] x <!-- id: -->")
+                .unwrap_err()
+                .contains("trailer")
+        );
         assert!(checkbox("* [X] RALPH_DONE").unwrap().unwrap().checked);
     }
 
