@@ -168,6 +168,31 @@ async fn ids_stick_to_lines_when_a_person_moves_and_adds_them() {
 }
 
 #[tokio::test]
+async fn deleting_a_task_releases_its_dependents_and_a_bare_file_gets_a_status() {
+    let (_dir, path) = progress_file(
+        "- [ ] A
+- [ ] B
+",
+    );
+    let store = ProgressStore::open(&path).unwrap();
+    let b = store.load().await.unwrap().tasks["t-2"]
+        .clone()
+        .with_deps(["t-1"]);
+    store.persist(&[Change::Task(b)]).await.unwrap();
+    let text = read(&path);
+    assert!(
+        text.starts_with("## Status\n\nIn progress\n\n## Tasks\n\n- [ ] A"),
+        "{text}"
+    );
+    assert_eq!(
+        store.load().await.unwrap().tasks["t-2"].deps,
+        vec![TaskId::new("t-1")]
+    );
+    std::fs::write(&path, text.replace("- [ ] A <!-- id:t-1 -->\n", "")).unwrap();
+    assert!(store.load().await.unwrap().tasks["t-2"].deps.is_empty());
+}
+
+#[tokio::test]
 async fn sidecar_keeps_what_markdown_cannot_and_ticks_by_hand_win() {
     let (dir, path) = progress_file("# Progress: x\n\n## Tasks\n\n- [ ] A\n- [ ] B\n- [ ] C\n");
     let store = ProgressStore::open(&path).unwrap();
@@ -416,4 +441,22 @@ fn walk(dir: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+/// A crash between the markdown's write and the sidecar's leaves the new markdown with the
+/// old sidecar: what the markdown shows wins, so no acceptance is lost.
+#[tokio::test]
+async fn a_crash_between_the_two_writes_loses_no_acceptance() {
+    let (_dir, path) = progress_file("# Progress: x\n\n## Tasks\n\n- [ ] A\n- [ ] B\n");
+    let store = ProgressStore::open(&path).unwrap();
+    store.persist(&[]).await.unwrap();
+    let old_sidecar = std::fs::read(store.sidecar_path()).unwrap();
+    let mut a = store.load().await.unwrap().tasks["t-1"].clone();
+    a.status = TaskStatus::Accepted;
+    store.persist(&[Change::Task(a)]).await.unwrap();
+    std::fs::write(store.sidecar_path(), old_sidecar).unwrap();
+
+    let board = store.load().await.unwrap();
+    assert_eq!(board.tasks["t-1"].status, TaskStatus::Accepted);
+    assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending);
 }

@@ -59,8 +59,10 @@
 //!
 //! * `[x]` → accepted (a person ticking a box by hand is honored); `[ ]` → what the sidecar
 //!   says (pending, done, blocked), or pending for a line it does not know (a task a person
-//!   added). A task accepted in the sidecar whose box a person unticked is pending again.
-//! * A task in the sidecar but no longer in the file was deleted by a person: it is gone.
+//!   added). A task accepted in the sidecar whose box a person unticked is pending again (a
+//!   decomposed task, shown ticked, stays decomposed).
+//! * A task in the sidecar but no longer in the file was deleted by a person: it is gone, and
+//!   tasks that depended on it no longer wait for it.
 //! * The task's name is the line's text: a person may reword it.
 //!
 //! # Durability
@@ -70,6 +72,11 @@
 //! atomically (temp file, fsync, rename). The sidecar records a hash of the markdown it goes
 //! with, which tells a person's edit from a crash between the two writes. The store holds
 //! an exclusive lock on `<sidecar>.lock` for its lifetime.
+//!
+//! The engine re-reads the file at the start of every stage. An edit to a task the engine is
+//! working on in that very stage can be overwritten by the engine's next write of that task
+//! (a tick on a task being built, a deleted line of a task being built); edits to other
+//! tasks and to prose are kept.
 //!
 //! Malformed input — a file that is not UTF-8, a checkbox line that cannot be read
 //! (`- [~] x`, `- [ ]` with no text, a broken trailer), a duplicated id, a sidecar that is not
@@ -459,6 +466,12 @@ impl Doc {
             };
             board.apply(Change::Task(task));
         }
+        // A person deleted what these waited on: it is no longer needed, so it no longer
+        // blocks them.
+        let ids: HashSet<TaskId> = board.tasks.keys().cloned().collect();
+        for task in board.tasks.values_mut() {
+            task.deps.retain(|d| ids.contains(d));
+        }
         board
     }
 
@@ -649,8 +662,20 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             .iter()
             .position(|l| l.starts_with("# "))
             .map_or(0, |i| i + 1);
-        let status = ["", "## Status", "", "In progress"].map(str::to_owned);
-        out.splice(at..at, status);
+        let mut status: Vec<String> = ["", "## Status", "", "In progress"]
+            .map(str::to_owned)
+            .into();
+        // Task lines right below would fall into Status: give them a section of their own.
+        let tasks_follow = out[at..]
+            .iter()
+            .take_while(|l| section_of(l).is_none())
+            .any(|l| matches!(checkbox(l), Ok(Some(_))));
+        if tasks_follow {
+            status.extend(["", "## Tasks", ""].map(str::to_owned));
+        }
+        // At the top of a file without a title, no blank line before the heading.
+        let skip = usize::from(at == 0);
+        out.splice(at..at, status.into_iter().skip(skip));
     }
     let separate = |out: &mut Vec<String>| {
         if out.last().is_some_and(|l| !l.trim().is_empty()) {
