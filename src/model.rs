@@ -688,8 +688,9 @@ pub struct Board {
     pub config: Option<serde_json::Map<String, serde_json::Value>>,
     /// A person declared the work complete in a file they edit (the
     /// [`ProgressStore`](crate::store::ProgressStore)'s `RALPH_DONE` line in its Status
-    /// section). The stage is then [`Stage::Complete`] whatever tasks remain. Never persisted
-    /// by the engine: only a store that reads such a declaration sets it.
+    /// section). The stage is then [`Stage::Complete`] whatever tasks remain, and a run ends
+    /// with [`Outcome::Declared`](crate::Outcome::Declared) while work remains. Never
+    /// persisted by the engine: only a store that reads such a declaration sets it.
     pub declared_complete: bool,
 }
 

@@ -524,11 +524,8 @@ async fn ralph_done_counts_only_alone_in_the_status_section() {
         .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Complete {
-            iterations: 1,
-            accepted: 0
-        },
-        "a person's stop, boxes left"
+        Outcome::Declared { remaining: 2 },
+        "a person's stop, boxes left: stopped, not complete"
     );
     assert!(agent.requests().is_empty());
 }

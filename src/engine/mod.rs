@@ -349,6 +349,12 @@ impl Engine {
 fn stop_outcome(board: &Board, config: &Config, stage: Stage) -> Option<Outcome> {
     let iteration = board.run.iteration;
     match stage {
+        // A person's RALPH_DONE stops the loop; it does not make unverified work complete.
+        Stage::Complete if board.declared_complete && remaining(board) > 0 => {
+            Some(Outcome::Declared {
+                remaining: remaining(board),
+            })
+        }
         Stage::Complete => Some(Outcome::Complete {
             iterations: iteration.saturating_sub(1).max(1),
             accepted: board

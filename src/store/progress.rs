@@ -29,12 +29,14 @@
 //! Sections start at `#` and `##` headings (outside fenced code). Who owns what:
 //!
 //! * **Status** (`## Status`) belongs to people; ralph keeps it as written. `RALPH_DONE` on
-//!   a line of its own in it (outside fenced code) declares the work complete: the run
-//!   stops with [`Outcome::Complete`](crate::Outcome::Complete) **even if boxes remain
-//!   unticked** — it is a person's decision to stop, not an agent's claim. `RALPH_DONE`
-//!   anywhere else (in a task's text, in Recent Attempts, in a sentence) counts for nothing.
-//!   The file lives in the workspace, so an agent could write it too; the build prompt never
-//!   asks it to.
+//!   a line of its own in it (outside fenced code) stops the loop before the next agent
+//!   run. It is a stop, not a verdict: with work left the run ends with
+//!   [`Outcome::Declared`](crate::Outcome::Declared) (exit code 2) and the remaining count,
+//!   never [`Outcome::Complete`](crate::Outcome::Complete), since done is decided by the
+//!   gates and the verifier. `RALPH_DONE` anywhere else (in a task's text, in Recent
+//!   Attempts, in a sentence) counts for nothing. The file lives in the workspace, so an
+//!   agent could write it too (the build prompt never asks it to); at worst that stops the
+//!   loop early, and the outcome says how much is left.
 //! * **Task lines** are `- [ ] name` / `- [x] name` (also `*` or `+` bullets, any indent) in
 //!   any other section (`## Phase N: …`, `### …` below it, a preamble). ralph rewrites them
 //!   with the task's current name and box and an id trailer `<!-- id:t-3 -->`, and keeps
