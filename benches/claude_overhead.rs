@@ -9,8 +9,9 @@
 //!   `/proc` sweep for leftover processes, the removal of the CLI's session files.
 //! - `claude_cli_logged`: the same with the run's log file (what the engine always asks for).
 //! - `sweep`: of which, the `/proc` sweep for processes left behind, once the main process
-//!   has exited (`SupervisedChild::kill_all` after `true` exited). It reads the `stat` of
-//!   every process on the machine, so it grows with their number (`ps -e | wc -l`).
+//!   has exited (`SupervisedChild::kill_all` after `true` exited). A run this short probes
+//!   only the pids handed out since its leader's; a run longer than 100 ms lists `/proc`,
+//!   which grows with the number of processes on the machine (`ps -e | wc -l`).
 //!
 //! The difference `claude_cli` − `bare` is ralph's overhead (target ≤ 0.3 ms). The fake's
 //! default run prints three lines (≈ 1.3 KB) and exits; the prompt is 4 KiB.
