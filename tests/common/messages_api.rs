@@ -438,8 +438,13 @@ impl ClaudeHome {
         self.0.path()
     }
 
+    /// `CLAUDE_CONFIG_DIR`, and `HOME` too: the Bash tool runs `bash -l`, which would
+    /// otherwise run the machine's own profile — a `pyenv init` there starts a background
+    /// `pyenv rehash` that the run's cleanup kills mid-way, leaving pyenv's lock behind so
+    /// that every later login shell on the machine waits on it for a minute.
     pub fn env(&self) -> Vec<(String, String)> {
-        vec![pair("CLAUDE_CONFIG_DIR", &self.path().to_string_lossy())]
+        let dir = self.path().to_string_lossy();
+        vec![pair("CLAUDE_CONFIG_DIR", &dir), pair("HOME", &dir)]
     }
 }
 
