@@ -13,7 +13,7 @@
 //! ```
 
 mod build;
-mod call;
+pub(crate) mod call;
 mod decompose;
 mod investigate;
 pub(crate) mod logs;
