@@ -33,6 +33,7 @@ const CHECK_OUTPUT_KEPT: usize = 1500;
 const BACKSTOP_EXTRA: Duration = Duration::from_secs(5);
 
 /// How one agent run ended, for the loop.
+#[allow(clippy::large_enum_variant)] // one per agent run, matched at once
 enum Ran {
     /// A final answer (whatever it says).
     Answer(AgentRun),

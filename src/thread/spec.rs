@@ -129,10 +129,11 @@ fn criteria(text: &str) -> Result<Vec<Criterion>, SpecError> {
                 _ => {}
             }
         }
-        if section.is_some() && !line.is_empty() {
-            if let Some(c) = criterion(line, i + 1)? {
-                found.push(c);
-            }
+        if section.is_some()
+            && !line.is_empty()
+            && let Some(c) = criterion(line, i + 1)?
+        {
+            found.push(c);
         }
     }
     match section {

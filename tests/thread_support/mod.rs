@@ -1,5 +1,5 @@
 //! Shared by the `thread_*` tests: a real git repository in a temp dir, a spec, threads.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::path::Path;
 use std::sync::Arc;
