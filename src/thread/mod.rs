@@ -88,13 +88,12 @@ const KEEP: &[&str] = &[STATE_DIR];
 #[non_exhaustive]
 pub enum ThreadError {
     /// The move is not in seed 001's tables.
-    #[error("thread {id}: {source}")]
+    #[error("thread {id}: {refused}")]
     Transition {
         /// The thread.
         id: String,
-        /// The refused move.
-        #[source]
-        source: TransitionError,
+        /// The refused move (its message is part of this one's).
+        refused: TransitionError,
     },
     /// The call needs a phase the thread is not in (a data-only call such as `configure`).
     #[error("thread {id} is {phase}; {action} needs it to be {needed}")]
@@ -122,13 +121,12 @@ pub enum ThreadError {
     #[error("no thread {0} (looked in {1})")]
     NotFound(String, PathBuf),
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (its message is part of this one's).
+        error: std::io::Error,
     },
     /// `thread.json` or `run.json` is not what ralph wrote.
     #[error("{path} is corrupt: {message}")]
@@ -368,7 +366,12 @@ impl Threads {
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => return Err(ThreadError::Io { path: dir, source }),
+            Err(source) => {
+                return Err(ThreadError::Io {
+                    path: dir,
+                    error: source,
+                });
+            }
         };
         let mut ids: Vec<String> = entries
             .flatten()
@@ -394,7 +397,7 @@ impl Threads {
     pub fn set_active(&self, id: &str) -> Result<(), ThreadError> {
         let path = self.root.join("active_thread");
         crate::store::atomic::replace(&path, format!("{id}\n").as_bytes())
-            .map_err(|source| ThreadError::Io { path, source })
+            .map_err(|error| ThreadError::Io { path, error })
     }
 
     /// The text of the spec revision in force.
@@ -404,7 +407,7 @@ impl Threads {
     /// [`ThreadError::Io`] naming the file.
     pub fn spec_text(&self, record: &ThreadRecord) -> Result<String, ThreadError> {
         let path = self.spec_path(&record.id, record.spec_version);
-        std::fs::read_to_string(&path).map_err(|source| ThreadError::Io { path, source })
+        std::fs::read_to_string(&path).map_err(|error| ThreadError::Io { path, error })
     }
 
     /// Writes `text` as the next spec revision (revisions are never rewritten).
@@ -413,7 +416,7 @@ impl Threads {
         let path = self.spec_path(&record.id, version);
         let io = |source| ThreadError::Io {
             path: path.clone(),
-            source,
+            error: source,
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
@@ -441,7 +444,7 @@ impl Threads {
         if from != to.kind() {
             phase::check(from, to.kind()).map_err(|source| ThreadError::Transition {
                 id: record.id.clone(),
-                source,
+                refused: source,
             })?;
         }
         record.phase = to;
@@ -454,7 +457,7 @@ impl Threads {
         let record = self.get(id)?;
         phase::check(record.phase.kind(), to).map_err(|source| ThreadError::Transition {
             id: id.to_owned(),
-            source,
+            refused: source,
         })?;
         Ok(record)
     }
@@ -884,7 +887,7 @@ impl Threads {
 fn transition(record: &ThreadRecord, to: PhaseKind) -> ThreadError {
     ThreadError::Transition {
         id: record.id.clone(),
-        source: TransitionError {
+        refused: TransitionError {
             from: record.phase.kind(),
             to,
         },

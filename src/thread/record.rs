@@ -178,7 +178,7 @@ pub struct RunRecord {
 pub fn load(path: &Path) -> Result<ThreadRecord, ThreadError> {
     let text = std::fs::read_to_string(path).map_err(|source| ThreadError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })?;
     let corrupt = |e: serde_json::Error| ThreadError::Corrupt {
         path: path.to_path_buf(),
@@ -262,7 +262,7 @@ pub fn save(path: &Path, record: &mut ThreadRecord) -> Result<(), ThreadError> {
 pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), ThreadError> {
     let io = |source| ThreadError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
@@ -280,7 +280,7 @@ pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), Thre
 pub fn load_run(path: &Path) -> Result<RunRecord, ThreadError> {
     let text = std::fs::read_to_string(path).map_err(|source| ThreadError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })?;
     serde_json::from_str(&text).map_err(|e| ThreadError::Corrupt {
         path: PathBuf::from(path),

@@ -419,11 +419,19 @@ impl Threads {
         }
         Some(match report {
             Ok(report) if report.status.passed() => Ok(()),
-            Ok(report) => Err(format!(
-                "`{command}` {}: {}",
-                report.status,
-                truncate_middle(report.output.to_string().trim(), CHECK_OUTPUT_KEPT)
-            )),
+            Ok(report) => {
+                let output = report.output.to_string();
+                let output = output.trim();
+                Err(if output.is_empty() {
+                    report.status.to_string()
+                } else {
+                    format!(
+                        "{}: {}",
+                        report.status,
+                        truncate_middle(output, CHECK_OUTPUT_KEPT)
+                    )
+                })
+            }
             Err(e) => Err(format!("`{command}` could not run: {e}")),
         })
     }
