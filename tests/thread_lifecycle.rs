@@ -196,8 +196,17 @@ async fn stuck_then_verifying_stuck_when_the_last_iteration_claims_done_and_fail
     let threads = threads(dir.path(), &agent, true, 1);
     let id = finalized(&threads, SPEC);
     let thread = threads.start(&id).await.unwrap();
-    assert!(matches!(thread.phase, Phase::Stuck { .. }));
-    // A claim in prose, in a fence or followed by more text does not count (pitfall 3).
+    let Phase::Stuck { reason } = &thread.phase else {
+        panic!("{:?}", thread.phase)
+    };
+    assert!(
+        reason.starts_with("Stopped: max iterations (1) reached"),
+        "{reason}"
+    );
+    assert_eq!(
+        thread.attempts[0].summary,
+        "claimed done; 1 of 2 criteria passed"
+    );
 }
 
 #[tokio::test]
@@ -208,6 +217,8 @@ async fn the_promise_tag_counts_only_as_the_last_line_of_the_final_answer() {
             .then(
                 Script::new()
                     .write("hello.txt", "hello\n")
+                    // The tag in the transcript (tool output, an earlier turn) is not the answer.
+                    .print("SHIPPED", 1)
                     .answer("I will print SHIPPED when done."),
             )
             .then(Script::new().answer("SHIPPED\nBut first, one more thing."))

@@ -507,10 +507,7 @@ impl Threads {
     ///
     /// [`ThreadError::Transition`] from any other phase.
     pub fn assessment_found_issues(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let record = self.get(id)?;
-        if record.phase.kind() != PhaseKind::Assessing {
-            return Err(transition(&record, PhaseKind::Drafting));
-        }
+        self.only(id, &[PhaseKind::Assessing], PhaseKind::Drafting)?;
         self.simple(id, Phase::Drafting)
     }
 
@@ -530,10 +527,7 @@ impl Threads {
     ///
     /// [`ThreadError::Transition`] from any other phase.
     pub fn reopen(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let record = self.get(id)?;
-        if record.phase.kind() != PhaseKind::Finalized {
-            return Err(transition(&record, PhaseKind::Drafting));
-        }
+        self.only(id, &[PhaseKind::Finalized], PhaseKind::Drafting)?;
         self.simple(id, Phase::Drafting)
     }
 
@@ -543,10 +537,7 @@ impl Threads {
     ///
     /// [`ThreadError::Transition`] from any other phase.
     pub fn fix_spec(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let record = self.get(id)?;
-        if record.phase.kind() != PhaseKind::PreflightFailed {
-            return Err(transition(&record, PhaseKind::Drafting));
-        }
+        self.only(id, &[PhaseKind::PreflightFailed], PhaseKind::Drafting)?;
         self.simple(id, Phase::Drafting)
     }
 
