@@ -3,6 +3,7 @@
 #![cfg(unix)]
 
 mod common;
+mod thread_support;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use thread_support::repo;
 
 const SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/thread/spec.md");
 
@@ -27,15 +29,6 @@ fn ok(out: Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
-}
-
-async fn repo() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let git = ralph::git::Git::new(dir.path());
-    git.init().await.unwrap();
-    std::fs::write(dir.path().join("README.md"), "hi\n").unwrap();
-    git.commit_all("init", &[]).await.unwrap();
-    dir
 }
 
 #[tokio::test]
