@@ -514,3 +514,81 @@ async fn refused_calls_name_both_phases_and_change_nothing() {
     assert_eq!(threads.get(&id).unwrap().phase, Phase::Drafting);
     assert_eq!(threads.active().as_deref(), Some(id.as_str()));
 }
+
+#[tokio::test]
+async fn interrupt_during_verification_pauses_and_the_claim_is_checked_again() {
+    let dir = repo().await;
+    let spec = format!("{SPEC}- [ ] slow check: `sleep 30`\n");
+    let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, &spec);
+    let stop = threads.stop_token();
+    let state = threads
+        .state_dir()
+        .join("threads")
+        .join(&id)
+        .join("thread.json");
+    let interrupter = async {
+        loop {
+            let text = std::fs::read_to_string(&state).unwrap_or_default();
+            if text.contains(r#""type": "Verifying""#) {
+                // Let the first two checks pass and the sleep start.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.cancel();
+    };
+    let started = std::time::Instant::now();
+    let (thread, ()) = tokio::join!(threads.start(&id), interrupter);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the check was stopped"
+    );
+    assert_eq!(
+        thread.unwrap().phase,
+        Phase::Paused {
+            iteration: 1,
+            criteria_passing: 0,
+            criteria_total: 3
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_thread_left_running_by_a_dead_process_is_resumed_at_its_iteration() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new().then(no_claim()));
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    let path = threads
+        .state_dir()
+        .join("threads")
+        .join(&id)
+        .join("thread.json");
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    for phase in ["Running", "Verifying"] {
+        // What a SIGKILLed `start` leaves: the phase it was in, and its pid.
+        let mut record: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        record["phase"] = json!({"type": phase, "data": {"iteration": 2}});
+        record["runner_pid"] = json!(dead);
+        record["iteration_limit"] = json!(3);
+        std::fs::write(&path, record.to_string()).unwrap();
+        assert!(threads.get(&id).unwrap().is_orphaned());
+
+        let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
+        let threads = thread_support::threads(dir.path(), &agent, true, 3);
+        let thread = threads.resume(&id).await.unwrap();
+        assert_eq!(thread.phase.kind(), PhaseKind::PendingReview, "{phase}");
+        assert_eq!(
+            agent.requests()[0].attempt,
+            2,
+            "{phase}: the same iteration"
+        );
+        assert_eq!(thread.runner_pid, None);
+    }
+}

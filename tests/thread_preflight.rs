@@ -195,10 +195,17 @@ async fn another_running_thread_fails() {
         .join("threads")
         .join(&first)
         .join("thread.json");
-    let text = std::fs::read_to_string(&path).unwrap().replace(
-        r#""type": "Configuring""#,
-        r#""type": "Running", "data": {"iteration": 1}"#,
-    );
+    // Simulate a loop running in another (live) process: this test's own pid.
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(
+            r#""type": "Configuring""#,
+            r#""type": "Running", "data": {"iteration": 1}"#,
+        )
+        .replace(
+            r#""runner_pid": null"#,
+            &format!(r#""runner_pid": {}"#, std::process::id()),
+        );
     std::fs::write(&path, text).unwrap();
     assert_eq!(
         threads.get(&first).unwrap().phase.kind(),
@@ -211,6 +218,18 @@ async fn another_running_thread_fails() {
     assert!(
         f.iter().any(|m| m
             == &format!("thread {first} is Running; pause or finish it before starting another")),
+        "{f:?}"
+    );
+    // The process behind it died: still refused, with what to do.
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        &format!(r#""runner_pid": {}"#, std::process::id()),
+        r#""runner_pid": null"#,
+    );
+    std::fs::write(&path, text).unwrap();
+    let f = failures(&threads.start(&second).await.unwrap().phase);
+    assert!(
+        f.iter()
+            .any(|m| m.contains("by a process that is gone; `resume` or `abandon` it")),
         "{f:?}"
     );
 }

@@ -324,6 +324,7 @@ impl Threads {
             phase: Phase::Drafting,
             spec_version: 0,
             current_run_id: None,
+            runner_pid: None,
             runs: 0,
             baseline: None,
             branch: None,
@@ -624,22 +625,58 @@ impl Threads {
     async fn run_record(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
         let first = record.attempts.last().map_or(1, |a| a.iteration + 1);
         record.iteration_limit = first + record.config.max_iterations - 1;
+        record.runner_pid = Some(std::process::id());
         self.advance(&mut record, Phase::Running { iteration: first })?;
         self.drive(record).await
     }
 
-    /// Paused → Running: continues from the interrupted iteration.
+    /// Paused → Running: continues from the interrupted iteration. A thread left Running or
+    /// Verifying by a process that died (killed, crashed, the machine went down) is first
+    /// recovered as Paused at that iteration, which then runs again.
     ///
     /// # Errors
     ///
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
     pub async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let mut record = self.load_for(id, PhaseKind::Running)?;
+        let mut record = self.get(id)?;
+        if record.is_orphaned() {
+            self.recover(&mut record)?;
+        }
         let Phase::Paused { iteration, .. } = record.phase else {
             return Err(transition(&record, PhaseKind::Running));
         };
+        record.runner_pid = Some(std::process::id());
         self.advance(&mut record, Phase::Running { iteration })?;
         self.drive(record).await
+    }
+
+    /// A thread left Running or Verifying by a process that died is Paused at the iteration
+    /// it was in (through Verifying → Running → Paused, all rows of the table): that
+    /// iteration runs again.
+    fn recover(&self, record: &mut ThreadRecord) -> Result<(), ThreadError> {
+        let iteration = match record.phase {
+            Phase::Verifying { iteration } => {
+                self.advance(record, Phase::Running { iteration })?;
+                iteration
+            }
+            Phase::Running { iteration } => iteration,
+            _ => return Ok(()),
+        };
+        let criteria_passing = record.attempts.last().map_or(0, |a| a.passed.len());
+        let criteria_total = self
+            .spec_text(record)
+            .ok()
+            .and_then(|t| spec::ThreadSpec::parse(&t).ok())
+            .map_or(0, |s| s.criteria.len());
+        record.runner_pid = None;
+        self.advance(
+            record,
+            Phase::Paused {
+                iteration,
+                criteria_passing,
+                criteria_total,
+            },
+        )
     }
 
     /// Paused or Stuck → Configuring: change the settings, keeping the changes made.

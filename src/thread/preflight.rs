@@ -43,8 +43,13 @@ pub(super) async fn run(
         if other == record.id {
             continue;
         }
-        let phase = threads.get(&other)?.phase.kind();
-        if matches!(phase, PhaseKind::Running | PhaseKind::Verifying) {
+        let other_record = threads.get(&other)?;
+        let phase = other_record.phase.kind();
+        if other_record.is_orphaned() {
+            failures.push(format!(
+                "thread {other} was left {phase} by a process that is gone; `resume` or `abandon` it first"
+            ));
+        } else if matches!(phase, PhaseKind::Running | PhaseKind::Verifying) {
             failures.push(format!(
                 "thread {other} is {phase}; pause or finish it before starting another"
             ));

@@ -38,6 +38,10 @@ pub struct ThreadRecord {
     /// The latest agent run, if any (`runs/<run-id>/`).
     #[serde(default)]
     pub current_run_id: Option<String>,
+    /// The process running the loop, while it runs: a thread left Running by a process
+    /// that died can be told from one still running.
+    #[serde(default)]
+    pub runner_pid: Option<u32>,
     /// Runs made so far (numbers the next run id).
     #[serde(default)]
     pub runs: u32,
@@ -286,4 +290,28 @@ pub fn load_run(path: &Path) -> Result<RunRecord, ThreadError> {
         path: PathBuf::from(path),
         message: e.to_string(),
     })
+}
+
+/// Whether process `pid` is alive (a zombie counts as alive until reaped).
+pub(crate) fn process_alive(pid: u32) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    // Signal 0 checks existence only; EPERM means it exists under another user.
+    matches!(kill(Pid::from_raw(raw), None), Ok(()) | Err(Errno::EPERM))
+}
+
+impl ThreadRecord {
+    /// Whether the thread is Running or Verifying with no live process behind it (the
+    /// process that ran the loop died without saving Paused).
+    pub fn is_orphaned(&self) -> bool {
+        matches!(self.phase, Phase::Running { .. } | Phase::Verifying { .. })
+            && !self.runner_pid.is_some_and(process_alive)
+    }
 }

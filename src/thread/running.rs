@@ -56,10 +56,26 @@ enum Checked {
 
 impl Threads {
     /// Runs the loop from the Running phase the record is in until it needs a person.
-    pub(super) async fn drive(
-        &self,
-        mut record: ThreadRecord,
-    ) -> Result<ThreadRecord, ThreadError> {
+    pub(super) async fn drive(&self, record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+        let id = record.id.clone();
+        let result = self.drive_loop(record).await;
+        // The loop is over, whichever way: no process runs this thread any more.
+        let mut record = match result {
+            Ok(record) => record,
+            Err(e) => {
+                if let Ok(mut record) = self.get(&id) {
+                    record.runner_pid = None;
+                    let _ = self.save(&mut record);
+                }
+                return Err(e);
+            }
+        };
+        record.runner_pid = None;
+        self.save(&mut record)?;
+        Ok(record)
+    }
+
+    async fn drive_loop(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
         let spec_text = self.spec_text(&record)?;
         let spec = ThreadSpec::parse(&spec_text).map_err(|e| ThreadError::Corrupt {
             path: self.spec_path(&record.id, record.spec_version),
