@@ -257,7 +257,13 @@ impl Git {
             "--".to_owned(),
             ".".to_owned(),
         ];
-        add.extend(exclude.iter().map(|p| format!(":(exclude){p}")));
+        for path in exclude {
+            // An ignored path is left out anyway, and naming it makes `git add` fail
+            // ("paths are ignored by one of your .gitignore files").
+            if !self.is_ignored(path).await? {
+                add.push(format!(":(exclude){path}"));
+            }
+        }
         self.run_owned(&add).await?;
         if !self.has_staged().await? {
             return Ok(None);
@@ -314,6 +320,15 @@ impl Git {
             args.push((*path).to_owned());
         }
         self.run_owned(&args).await.map(drop)
+    }
+
+    /// Whether `path` is ignored by a `.gitignore` (or `info/exclude`).
+    async fn is_ignored(&self, path: &str) -> Result<bool, GitError> {
+        // `check-ignore -q` exits 0 when ignored, 1 when not.
+        let out = self
+            .run_allowing(&["check-ignore", "-v", "--", path], &[1])
+            .await?;
+        Ok(!out.trim().is_empty())
     }
 
     async fn has_staged(&self) -> Result<bool, GitError> {

@@ -70,6 +70,7 @@ pub mod prompt;
 mod ralph;
 pub mod signal;
 pub mod store;
+pub mod thread;
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

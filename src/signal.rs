@@ -153,6 +153,22 @@ pub fn parse(final_answer: &str) -> Markers {
     }
 }
 
+/// The last non-empty line of a final answer, trimmed, by the same rules as the markers
+/// (`None` when the answer ends inside or with a code fence). A thread's promise tag counts
+/// only when it is this line.
+///
+/// ```
+/// use ralph::signal::last_line;
+///
+/// assert_eq!(last_line("All done.\nSHIPPED\n\n"), Some("SHIPPED"));
+/// assert_eq!(last_line("Print SHIPPED when done."), Some("Print SHIPPED when done."));
+/// assert_eq!(last_line("```\nSHIPPED\n```"), None);
+/// ```
+#[must_use]
+pub fn last_line(final_answer: &str) -> Option<&str> {
+    Scan::of(final_answer).last
+}
+
 /// What one pass over the answer found, as slices of it (nothing is allocated yet).
 #[derive(Debug, Default)]
 struct Scan<'a> {

@@ -35,6 +35,19 @@ async fn commits_without_a_configured_identity_and_reports_nothing_to_commit() {
 }
 
 #[tokio::test]
+async fn commit_all_excludes_a_path_that_gitignore_already_ignores() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = repo(dir.path()).await;
+    fs::write(dir.path().join(".gitignore"), ".ralph/\n").expect("write");
+    fs::create_dir_all(dir.path().join(".ralph")).expect("mkdir");
+    fs::write(dir.path().join(".ralph/state.json"), "{}").expect("write");
+    fs::write(dir.path().join("work.txt"), "work\n").expect("write");
+    let commit = git.commit_all("Work", &[".ralph"]).await.expect("commit");
+    assert!(commit.is_some());
+    assert!(git.changes(&[]).await.expect("status").is_empty());
+}
+
+#[tokio::test]
 async fn changes_list_untracked_files_and_leave_out_excluded_paths() {
     let dir = tempfile::tempdir().expect("tempdir");
     let git = repo(dir.path()).await;

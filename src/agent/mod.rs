@@ -475,6 +475,16 @@ pub trait Agent: Send + Sync {
     /// [`AgentError`] when the agent could not run at all. A run that started and failed is
     /// `Ok` with [`AgentExit::Failed`].
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError>;
+
+    /// Checks that the agent can run at all (its program exists, say), before a thread's
+    /// loop starts. The default has nothing to check.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError`] saying why the agent is unavailable.
+    async fn check(&self) -> Result<(), AgentError> {
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -486,6 +496,10 @@ impl<T: Agent + ?Sized> Agent for Box<T> {
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
         (**self).run(request).await
     }
+
+    async fn check(&self) -> Result<(), AgentError> {
+        (**self).check().await
+    }
 }
 
 #[async_trait]
@@ -496,6 +510,10 @@ impl<T: Agent + ?Sized> Agent for Arc<T> {
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
         (**self).run(request).await
+    }
+
+    async fn check(&self) -> Result<(), AgentError> {
+        (**self).check().await
     }
 }
 

@@ -13,7 +13,7 @@
 //! ```
 
 pub(crate) mod build;
-mod call;
+pub(crate) mod call;
 mod decompose;
 pub(crate) mod dry_run;
 mod investigate;

@@ -11,6 +11,8 @@
 //! | `verify` | `task` |
 //! | `gap_analysis` | `done`, `remaining` (task summaries), `gaps` (verifier notes) |
 //! | `decompose` | `task`, `log` (head and tail of the killed run's log), `head`, `tail` (line counts) |
+//! | `thread` | `title`, `iteration`, `max_iterations`, `promise`, `attempts` (the last few: `iteration`, `summary`, `failed`), `failed` (criteria that failed last time) — `spec.text` is the thread's spec |
+//! | `thread_verify` | `title`, `criterion` — `spec.text` is the thread's spec |
 
 use std::path::Path;
 
@@ -27,6 +29,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("verify", include_str!("templates/verify.md")),
     ("gap_analysis", include_str!("templates/gap_analysis.md")),
     ("decompose", include_str!("templates/decompose.md")),
+    ("thread", include_str!("templates/thread.md")),
+    ("thread_verify", include_str!("templates/thread_verify.md")),
 ];
 
 /// A template could not be loaded or rendered.

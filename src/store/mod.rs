@@ -3,7 +3,7 @@
 //! The engine persists every transition before the next agent or gate runs, so a store must
 //! make each [`persist`](Store::persist) durable before it returns.
 
-mod atomic;
+pub(crate) mod atomic;
 pub mod jsonl;
 pub mod memory;
 pub mod progress;

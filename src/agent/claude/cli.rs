@@ -345,6 +345,20 @@ impl Agent for ClaudeCli {
         "claude"
     }
 
+    /// Resolves the `claude` binary (`claude.bin`, `$RALPH_CLAUDE_BIN`, or `PATH`) without
+    /// running it.
+    async fn check(&self) -> Result<(), AgentError> {
+        let program = Program::resolve(self.config.bin.as_ref());
+        if find_program(&program.path).is_some() {
+            return Ok(());
+        }
+        Err(AgentError::Other(format!(
+            "the claude binary {} (from {}) was not found or is not executable",
+            std::path::Path::new(&program.path).display(),
+            program.source
+        )))
+    }
+
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
         let run = self.run_to_end(&request).await?;
         if !self.config.session_persistence
@@ -564,4 +578,19 @@ impl Totals {
         run.turns = self.turns;
         run
     }
+}
+
+/// The executable file `program` names: a path as given, a bare name searched on `PATH`.
+fn find_program(program: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let path = std::path::Path::new(program);
+    if path.components().count() > 1 {
+        return executable(path).then(|| path.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
 }

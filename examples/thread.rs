@@ -1,0 +1,280 @@
+//! `thread`: drive one piece of work through ralph's thread lifecycle, one command at a time
+//! (each command is a new process; the state lives in `<workspace>/.ralph/`).
+//!
+//! ```text
+//! cd my-repo                                   # a git repository with a commit
+//! cargo run --example thread -- new --title "Greeter" --spec fixtures/thread/spec.md
+//! cargo run --example thread -- finalize       # checkpoint: you approve the spec
+//! cargo run --example thread -- start          # preflight, default settings, the loop
+//! cargo run --example thread -- status
+//! cargo run --example thread -- review         # Implemented → PendingReview (--quick: automatic)
+//! cargo run --example thread -- approve        # checkpoint: you approve the changes
+//! cargo run --example thread -- commit         # checkpoint: commits on ralph/<id>
+//! ```
+//!
+//! Ctrl+C while the loop runs stops the agent cleanly and saves the thread as Paused;
+//! `resume` continues from the same iteration. A stuck thread offers `diagnose`,
+//! `reconfigure`, `assist` (after you edited files), `revise --spec FILE --yes` (resets the
+//! work tree to the baseline) and `abandon`. Commands act on the active thread unless
+//! `--id` names another.
+//!
+//! The agent is the FakeAgent with `fixtures/thread/script.toml` (or `--script`); with
+//! `--agent claude` it is the Claude Code CLI.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use ralph::thread::phase::Phase;
+use ralph::thread::{Confirm, RunConfig, ThreadOptions, ThreadRecord, Threads};
+use ralph::{Agent, ClaudeCli, FakeAgent};
+
+/// The bundled FakeAgent script.
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/thread/script.toml");
+
+/// Drive a ralph thread: spec → implementation → review → commit.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// The workspace (a git repository). Default: the current directory.
+    #[arg(long, global = true)]
+    workspace: Option<PathBuf>,
+    /// The thread. Default: the active one.
+    #[arg(long, global = true)]
+    id: Option<String>,
+    /// The agent: the scripted `fake`, or the real `claude` CLI.
+    #[arg(long, global = true, value_enum, default_value_t = AgentKind::Fake)]
+    agent: AgentKind,
+    /// The FakeAgent script (TOML).
+    #[arg(long, global = true)]
+    script: Option<PathBuf>,
+    /// Quick mode: skip assessment and polish, stop only at the human checkpoints.
+    #[arg(long, global = true)]
+    quick: bool,
+    /// Iterations per round of the loop.
+    #[arg(long, global = true, default_value_t = 5)]
+    max_iterations: u32,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AgentKind {
+    /// The FakeAgent and its script.
+    Fake,
+    /// The Claude Code CLI.
+    Claude,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a thread from a spec file (Drafting).
+    New {
+        /// The title.
+        #[arg(long)]
+        title: String,
+        /// The spec (markdown with `<promise>TAG</promise>` and `## Acceptance Criteria`).
+        #[arg(long)]
+        spec: PathBuf,
+    },
+    /// List the threads.
+    List,
+    /// Approve the spec (Drafting → Finalized).
+    Finalize,
+    /// Preflight, default settings, and the loop.
+    Start,
+    /// Show the thread.
+    Status,
+    /// Continue a paused loop from the interrupted iteration.
+    Resume,
+    /// Paused or Stuck → Configuring, then run the loop again.
+    Reconfigure,
+    /// Stuck → Running after you edited files.
+    Assist,
+    /// The stuck report.
+    Diagnose,
+    /// Back to Drafting with a new spec; resets the work tree to the baseline.
+    Revise {
+        /// The new spec.
+        #[arg(long)]
+        spec: Option<PathBuf>,
+        /// Confirm the reset.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Implemented → PendingReview (quick mode does this itself).
+    Review,
+    /// Approve the changes under review.
+    Approve,
+    /// Commit the changes on the thread's branch.
+    Commit {
+        /// The message. Default: the prepared one.
+        #[arg(long)]
+        message: Option<String>,
+    },
+    /// Abandon the thread.
+    Abandon,
+    /// The diff from the baseline.
+    Diff,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut message = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                message.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let workspace = match &args.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir()?,
+    };
+    let agent: Box<dyn Agent> = match args.agent {
+        AgentKind::Fake => Box::new(FakeAgent::from_toml_file(
+            args.script.clone().unwrap_or_else(|| SCRIPT.into()),
+        )?),
+        AgentKind::Claude => Box::new(ClaudeCli::from_workspace(&workspace)?),
+    };
+    let options = ThreadOptions::default()
+        .quick(args.quick)
+        .config(RunConfig::default().max_iterations(args.max_iterations));
+    let threads = Threads::new(&workspace, agent)?.options(options);
+    // Ctrl+C pauses the loop: the agent is stopped and the thread saved as Paused.
+    let stop = threads.stop_token();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.cancel();
+        }
+    });
+    let id = || -> Result<String, Box<dyn std::error::Error>> {
+        args.id
+            .clone()
+            .or_else(|| threads.active())
+            .ok_or_else(|| "no active thread: create one with `new` or pass --id".into())
+    };
+    let thread = match &args.command {
+        Command::New { title, spec } => threads.create(title, &std::fs::read_to_string(spec)?)?,
+        Command::List => {
+            for id in threads.list()? {
+                let t = threads.get(&id)?;
+                println!("{id}  {}  {}", t.phase, t.title);
+            }
+            return Ok(());
+        }
+        Command::Finalize => threads.finalize(&id()?)?,
+        Command::Start => {
+            let t = threads.start(&id()?).await?;
+            match t.phase {
+                Phase::Configuring => threads.run(&t.id).await?,
+                _ => t,
+            }
+        }
+        Command::Status => threads.get(&id()?)?,
+        Command::Resume => threads.resume(&id()?).await?,
+        Command::Reconfigure => {
+            let id = id()?;
+            threads.reconfigure(&id)?;
+            threads.configure(
+                &id,
+                RunConfig::default().max_iterations(args.max_iterations),
+            )?;
+            threads.run(&id).await?
+        }
+        Command::Assist => threads.manual_assist(&id()?).await?,
+        Command::Diagnose => {
+            let report = threads.diagnose(&id()?)?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            return Ok(());
+        }
+        Command::Revise { spec, yes } => {
+            let text = spec.as_ref().map(std::fs::read_to_string).transpose()?;
+            let confirm = if *yes {
+                Confirm::ResetToBaseline
+            } else {
+                Confirm::No
+            };
+            threads.revise(&id()?, text.as_deref(), confirm).await?
+        }
+        Command::Review => threads.submit_for_review(&id()?)?,
+        Command::Approve => threads.approve(&id()?).await?,
+        Command::Commit { message } => {
+            let id = id()?;
+            if matches!(threads.get(&id)?.phase, Phase::Approved) {
+                threads.prepare_commit(&id, message.as_deref())?;
+            }
+            threads.commit(&id, message.as_deref()).await?
+        }
+        Command::Abandon => threads.abandon(&id()?)?,
+        Command::Diff => {
+            print!("{}", threads.diff(&id()?).await?);
+            return Ok(());
+        }
+    };
+    show(&thread);
+    Ok(())
+}
+
+/// Prints the thread's phase and what a person can do next.
+fn show(thread: &ThreadRecord) {
+    println!(
+        "{}  {}  (spec v{})",
+        thread.id, thread.title, thread.spec_version
+    );
+    for attempt in &thread.attempts {
+        println!("  iteration {}: {}", attempt.iteration, attempt.summary);
+        for failed in &attempt.failed {
+            println!("    failed: {}", failed.lines().next().unwrap_or(""));
+        }
+    }
+    let next = match &thread.phase {
+        Phase::Drafting => "edit the spec, then `finalize`".to_owned(),
+        Phase::Finalized => "`start`".to_owned(),
+        Phase::PreflightFailed { failures } => {
+            for f in failures {
+                println!("  preflight: {f}");
+            }
+            "fix the above, then `start` again".to_owned()
+        }
+        Phase::Configuring => "`start` runs the loop".to_owned(),
+        Phase::Paused {
+            iteration,
+            criteria_passing,
+            criteria_total,
+        } => format!(
+            "paused at iteration {iteration} ({criteria_passing}/{criteria_total} criteria passing): `resume`, `reconfigure` or `abandon`"
+        ),
+        Phase::Stuck { reason } => format!(
+            "{reason}\n  `diagnose`, `reconfigure`, `assist`, `revise --spec FILE --yes` or `abandon`"
+        ),
+        Phase::Implemented => "`review` (after any polish)".to_owned(),
+        Phase::PendingReview { recommend_approve } => format!(
+            "review the changes (`diff`), then `approve`{}",
+            if *recommend_approve {
+                "  [recommend approve: all criteria pass]"
+            } else {
+                ""
+            }
+        ),
+        Phase::Approved | Phase::ReadyToCommit { .. } => "`commit`".to_owned(),
+        Phase::Done { commit } => format!(
+            "committed {} on {}; merge it when you are ready",
+            commit.as_deref().unwrap_or("(nothing to commit)"),
+            thread.branch.as_deref().unwrap_or("the branch")
+        ),
+        _ => String::new(),
+    };
+    println!("phase: {}\n  {next}", thread.phase);
+}

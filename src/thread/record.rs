@@ -1,0 +1,317 @@
+//! `thread.json` and `run.json`: what a thread remembers, versioned and written atomically.
+//!
+//! `thread.json` carries `schema_version` ([`SCHEMA_VERSION`]). A file without it is version
+//! 0, the first layout (`{"id","title","state":"Running","iteration":3,"spec_version":1}`,
+//! the phase a bare string), and is migrated on load; a newer version than this build knows
+//! is refused with a clear error rather than misread.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ThreadError;
+use super::phase::Phase;
+use crate::git::Baseline;
+use crate::store::atomic;
+
+/// The layout of `thread.json` this build writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// How many recent attempts a thread keeps (seed 003: bounded memory).
+pub const RECENT_ATTEMPTS: usize = 5;
+
+/// A thread's state, as stored in `threads/<id>/thread.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ThreadRecord {
+    /// Layout version ([`SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// The thread's id (`1-add-greeting`).
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// Where it stands.
+    pub phase: Phase,
+    /// The spec revision in force (`spec/v<N>.md`).
+    pub spec_version: u32,
+    /// The latest agent run, if any (`runs/<run-id>/`).
+    #[serde(default)]
+    pub current_run_id: Option<String>,
+    /// The process running the loop, while it runs: a thread left Running by a process
+    /// that died can be told from one still running.
+    #[serde(default)]
+    pub runner_pid: Option<u32>,
+    /// Runs made so far (numbers the next run id).
+    #[serde(default)]
+    pub runs: u32,
+    /// Where the work started, captured when implementation began.
+    #[serde(default)]
+    pub baseline: Option<Baseline>,
+    /// The managed branch (`ralph/<id>`), once created.
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// How the loop runs.
+    #[serde(default)]
+    pub config: RunConfig,
+    /// The iteration after which the current round of the loop stops.
+    #[serde(default)]
+    pub iteration_limit: u32,
+    /// The last few attempts, newest last (at most [`RECENT_ATTEMPTS`]).
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    /// The attempt that passed the most criteria so far (the "closest output").
+    #[serde(default)]
+    pub closest: Option<Attempt>,
+    /// What the last stuck loop left (kept until the next one).
+    #[serde(default)]
+    pub stuck: Option<StuckReport>,
+    /// RFC 3339 time of the last write.
+    #[serde(default)]
+    pub updated_at: String,
+}
+
+/// The loop's settings, chosen in Configuring (quick mode takes the defaults).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct RunConfig {
+    /// Iterations per round of the loop. Default 5.
+    pub max_iterations: u32,
+    /// Wall-clock limit of one agent run. Default 10 minutes.
+    #[serde(with = "crate::config::duration")]
+    pub agent_timeout: Duration,
+    /// Wall-clock limit of one criterion's command. Default 10 minutes.
+    #[serde(with = "crate::config::duration")]
+    pub check_timeout: Duration,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            max_iterations: 5,
+            agent_timeout: Duration::from_secs(600),
+            check_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+impl RunConfig {
+    /// Sets the iterations per round.
+    #[must_use]
+    pub fn max_iterations(mut self, n: u32) -> Self {
+        self.max_iterations = n;
+        self
+    }
+
+    /// Sets the agent timeout.
+    #[must_use]
+    pub fn agent_timeout(mut self, d: Duration) -> Self {
+        self.agent_timeout = d;
+        self
+    }
+}
+
+/// One iteration's result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// The iteration.
+    pub iteration: u32,
+    /// Its run id.
+    pub run_id: String,
+    /// What happened, in one line (`claimed done; 1 of 2 criteria passed`).
+    pub summary: String,
+    /// Criteria that passed (their texts).
+    #[serde(default)]
+    pub passed: Vec<String>,
+    /// Criteria that failed, each with why.
+    #[serde(default)]
+    pub failed: Vec<String>,
+    /// The final answer, bounded.
+    #[serde(default)]
+    pub output: String,
+}
+
+/// What a stuck thread keeps for the person deciding what to do (seed 001's "Stuck").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StuckReport {
+    /// Why the loop stopped.
+    pub reason: String,
+    /// The spec revision tried.
+    pub spec_version: u32,
+    /// Iterations run.
+    pub iterations: u32,
+    /// Criteria that passed at the closest attempt.
+    pub passed: Vec<String>,
+    /// Criteria that failed at the closest attempt.
+    pub failed: Vec<String>,
+    /// The closest-to-success attempt (most criteria passing), if any.
+    pub closest: Option<Attempt>,
+    /// `git diff` of the work tree from the baseline.
+    pub diff: String,
+}
+
+/// One agent run, as stored in `runs/<run-id>/run.json` (its transcript is `output.log`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunRecord {
+    /// `<thread-id>-r<n>`.
+    pub id: String,
+    /// The thread.
+    pub thread: String,
+    /// The iteration (or `0` for a verifier run outside the loop).
+    pub iteration: u32,
+    /// `build` or `verify`.
+    pub role: String,
+    /// RFC 3339 start time.
+    pub started_at: String,
+    /// RFC 3339 end time, once ended.
+    pub ended_at: Option<String>,
+    /// How it ended (`completed`, `interrupted`, `timed out`, `failed: …`), once ended.
+    pub outcome: Option<String>,
+}
+
+/// Reads `thread.json`, migrating older layouts.
+///
+/// # Errors
+///
+/// [`ThreadError::Corrupt`] naming the file and serde's line and column, or
+/// [`ThreadError::NewerSchema`].
+pub fn load(path: &Path) -> Result<ThreadRecord, ThreadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ThreadError::Io {
+        path: path.to_path_buf(),
+        error: source,
+    })?;
+    let corrupt = |e: serde_json::Error| ThreadError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let mut value: serde_json::Value = serde_json::from_str(&text).map_err(corrupt)?;
+    let version = value
+        .get("schema_version")
+        .map_or(Some(0), serde_json::Value::as_u64)
+        .ok_or_else(|| ThreadError::Corrupt {
+            path: path.to_path_buf(),
+            message: "schema_version is not a number".into(),
+        })?;
+    if version > u64::from(SCHEMA_VERSION) {
+        return Err(ThreadError::NewerSchema {
+            path: path.to_path_buf(),
+            found: version,
+            known: SCHEMA_VERSION,
+        });
+    }
+    if version == 0 {
+        value = migrate_v0(value).map_err(|message| ThreadError::Corrupt {
+            path: path.to_path_buf(),
+            message,
+        })?;
+    }
+    serde_json::from_value(value).map_err(corrupt)
+}
+
+/// Version 0 → 1: `state` (a bare phase name) and `iteration` become the tagged `phase`.
+fn migrate_v0(mut value: serde_json::Value) -> Result<serde_json::Value, String> {
+    let object = value
+        .as_object_mut()
+        .ok_or("a version 0 thread.json must be a JSON object")?;
+    let state = object
+        .remove("state")
+        .and_then(|s| s.as_str().map(str::to_owned))
+        .ok_or("a version 0 thread.json needs a string `state`")?;
+    let iteration = object
+        .remove("iteration")
+        .and_then(|i| i.as_u64())
+        .unwrap_or(1);
+    let phase = match state.as_str() {
+        "Running" | "Verifying" => {
+            serde_json::json!({"type": state, "data": {"iteration": iteration}})
+        }
+        "Paused" => serde_json::json!({"type": "Paused", "data": {
+            "iteration": iteration, "criteria_passing": 0, "criteria_total": 0}}),
+        "Stuck" => {
+            serde_json::json!({"type": "Stuck", "data": {"reason": "stuck (from an older ralph)"}})
+        }
+        "PreflightFailed" => {
+            serde_json::json!({"type": "PreflightFailed", "data": {"failures": []}})
+        }
+        "PendingReview" => {
+            serde_json::json!({"type": "PendingReview", "data": {"recommend_approve": false}})
+        }
+        "ReadyToCommit" => serde_json::json!({"type": "ReadyToCommit", "data": {"message": ""}}),
+        "Done" => serde_json::json!({"type": "Done", "data": {"commit": null}}),
+        other => serde_json::json!({ "type": other }),
+    };
+    object.insert("phase".into(), phase);
+    object.insert("schema_version".into(), SCHEMA_VERSION.into());
+    object
+        .entry("spec_version")
+        .or_insert_with(|| serde_json::Value::from(1));
+    Ok(value)
+}
+
+/// Writes `thread.json` atomically (temp file, fsync, rename, fsync of the directory).
+///
+/// # Errors
+///
+/// [`ThreadError::Io`] naming the file.
+pub fn save(path: &Path, record: &mut ThreadRecord) -> Result<(), ThreadError> {
+    record.updated_at = jiff::Timestamp::now().to_string();
+    write_json(path, record)
+}
+
+/// Writes any record as pretty JSON, atomically.
+pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), ThreadError> {
+    let io = |source| ThreadError::Io {
+        path: path.to_path_buf(),
+        error: source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| io(std::io::Error::other(e)))?;
+    bytes.push(b'\n');
+    atomic::replace(path, &bytes).map_err(io)
+}
+
+/// Reads a run record.
+///
+/// # Errors
+///
+/// [`ThreadError`] naming the file.
+pub fn load_run(path: &Path) -> Result<RunRecord, ThreadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ThreadError::Io {
+        path: path.to_path_buf(),
+        error: source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| ThreadError::Corrupt {
+        path: PathBuf::from(path),
+        message: e.to_string(),
+    })
+}
+
+/// Whether process `pid` is alive (a zombie counts as alive until reaped).
+pub(crate) fn process_alive(pid: u32) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    // Signal 0 checks existence only; EPERM means it exists under another user.
+    matches!(kill(Pid::from_raw(raw), None), Ok(()) | Err(Errno::EPERM))
+}
+
+impl ThreadRecord {
+    /// Whether the thread is Running or Verifying with no live process behind it (the
+    /// process that ran the loop died without saving Paused).
+    pub fn is_orphaned(&self) -> bool {
+        matches!(self.phase, Phase::Running { .. } | Phase::Verifying { .. })
+            && !self.runner_pid.is_some_and(process_alive)
+    }
+}

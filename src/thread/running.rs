@@ -1,0 +1,525 @@
+//! The Running/Verifying loop of a thread (seed 003's iteration loop inside seed 001's
+//! phases).
+//!
+//! Each iteration is a fresh agent run (a new process for a real agent) with the spec, the
+//! iteration number, the last few attempts and the criteria that failed last time. The
+//! model claims done by printing the promise tag as the last non-empty line of its final
+//! answer (the rules of [`signal::last_line`](crate::signal::last_line)); then every
+//! criterion is checked — commands by a real shell, the rest by a read-only verifier agent.
+//! Everything is saved before the next side effect, so an interrupt loses nothing: the
+//! interrupted iteration runs again on resume.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::phase::Phase;
+use super::record::{self, Attempt, RECENT_ATTEMPTS, RunRecord, StuckReport};
+use super::spec::{Criterion, ThreadSpec};
+use super::{ThreadError, ThreadRecord, Threads};
+use crate::agent::{AgentExit, AgentRequest, AgentRun, FailureKind, Role};
+use crate::answer::{self, Answer, VerdictKind, VerifyAnswer};
+use crate::engine::call::until_deadline;
+use crate::gate::{Gate, GateContext, ShellGate};
+use crate::output::truncate_middle;
+
+/// How much of a final answer an attempt keeps.
+const OUTPUT_KEPT: usize = 4000;
+/// How much of a failed check's output its failure message keeps.
+const CHECK_OUTPUT_KEPT: usize = 1500;
+/// Extra time a stopped agent gets beyond the grace before it is dropped.
+const BACKSTOP_EXTRA: Duration = Duration::from_secs(5);
+
+/// How one agent run ended, for the loop.
+#[allow(clippy::large_enum_variant)] // one per agent run, matched at once
+enum Ran {
+    /// A final answer (whatever it says).
+    Answer(AgentRun),
+    /// Ended without a usable answer; the iteration failed for this reason.
+    Failed(String),
+    /// Failed in a way no further iteration can fix (bad credentials, no agent).
+    Fatal(String),
+    /// The person interrupted it.
+    Interrupted,
+}
+
+/// What checking the criteria found.
+enum Checked {
+    Results {
+        passed: Vec<String>,
+        failed: Vec<String>,
+    },
+    Interrupted,
+}
+
+impl Threads {
+    /// Runs the loop from the Running phase the record is in until it needs a person.
+    pub(super) async fn drive(&self, record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+        let id = record.id.clone();
+        let result = self.drive_loop(record).await;
+        // The loop is over, whichever way: no process runs this thread any more.
+        let mut record = match result {
+            Ok(record) => record,
+            Err(e) => {
+                if let Ok(mut record) = self.get(&id) {
+                    record.runner_pid = None;
+                    let _ = self.save(&mut record);
+                }
+                return Err(e);
+            }
+        };
+        record.runner_pid = None;
+        self.save(&mut record)?;
+        Ok(record)
+    }
+
+    async fn drive_loop(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+        let spec_text = self.spec_text(&record)?;
+        let spec = ThreadSpec::parse(&spec_text).map_err(|e| ThreadError::Corrupt {
+            path: self.spec_path(&record.id, record.spec_version),
+            message: e.to_string(),
+        })?;
+        loop {
+            let Phase::Running { iteration } = record.phase else {
+                return Ok(record);
+            };
+            if self.stop.is_cancelled() {
+                self.pause(&mut record, iteration, &spec)?;
+                return Ok(record);
+            }
+            if iteration > record.iteration_limit {
+                let reason = max_reason(&record);
+                self.stuck(&mut record, reason).await?;
+                return Ok(record);
+            }
+            self.iteration(&mut record, iteration, &spec, &spec_text)
+                .await?;
+        }
+    }
+
+    /// One iteration: the agent run, then verification when it claims done.
+    async fn iteration(
+        &self,
+        record: &mut ThreadRecord,
+        iteration: u32,
+        spec: &ThreadSpec,
+        spec_text: &str,
+    ) -> Result<(), ThreadError> {
+        let prompt = self.prompts.render(
+            "thread",
+            &self.build_context(record, iteration, spec, spec_text),
+        )?;
+        let run_id = self.open_run(record, iteration, Role::Build)?;
+        let ran = self
+            .call(record, &run_id, Role::Build, iteration, prompt, None)
+            .await;
+        let (summary, passed, failed, output) = match ran {
+            Ran::Interrupted => {
+                self.close_run(&run_id, "interrupted")?;
+                return self.pause(record, iteration, spec);
+            }
+            Ran::Fatal(reason) => {
+                self.close_run(&run_id, &format!("failed: {reason}"))?;
+                return self
+                    .stuck(
+                        record,
+                        format!("Stopped: the agent cannot continue ({reason})"),
+                    )
+                    .await;
+            }
+            Ran::Failed(reason) => {
+                self.close_run(&run_id, &reason)?;
+                (reason, Vec::new(), Vec::new(), String::new())
+            }
+            Ran::Answer(run)
+                if crate::signal::last_line(&run.final_text) == Some(spec.promise.as_str()) =>
+            {
+                self.close_run(&run_id, "completed: claimed done")?;
+                self.advance(record, Phase::Verifying { iteration })?;
+                match self
+                    .check_criteria(record, iteration, spec, spec_text)
+                    .await?
+                {
+                    Checked::Interrupted => {
+                        // Verification did not finish: the claim is checked again on resume.
+                        self.advance(record, Phase::Running { iteration })?;
+                        return self.pause(record, iteration, spec);
+                    }
+                    Checked::Results { passed, failed } => {
+                        let summary = format!(
+                            "claimed done; {} of {} criteria passed",
+                            passed.len(),
+                            spec.criteria.len()
+                        );
+                        (summary, passed, failed, run.final_text)
+                    }
+                }
+            }
+            Ran::Answer(run) => {
+                self.close_run(&run_id, "completed: no claim")?;
+                let summary = format!(
+                    "no claim of done: the last line of the answer was not `{}`",
+                    spec.promise
+                );
+                (summary, Vec::new(), Vec::new(), run.final_text)
+            }
+        };
+        let verified = record.phase.kind() == super::phase::PhaseKind::Verifying;
+        let all_passed = verified && failed.is_empty();
+        self.remember(
+            record,
+            Attempt {
+                iteration,
+                run_id,
+                summary,
+                passed,
+                failed,
+                output: truncate_middle(&output, OUTPUT_KEPT),
+            },
+        );
+        if all_passed {
+            self.advance(record, Phase::Implemented)?;
+            if self.options.quick {
+                self.advance(
+                    record,
+                    Phase::PendingReview {
+                        recommend_approve: true,
+                    },
+                )?;
+            }
+            return Ok(());
+        }
+        if iteration >= record.iteration_limit {
+            let reason = max_reason(record);
+            return self.stuck(record, reason).await;
+        }
+        self.advance(
+            record,
+            Phase::Running {
+                iteration: iteration + 1,
+            },
+        )
+    }
+
+    fn build_context(
+        &self,
+        record: &ThreadRecord,
+        iteration: u32,
+        spec: &ThreadSpec,
+        spec_text: &str,
+    ) -> serde_json::Value {
+        #[derive(Serialize)]
+        struct SpecCtx<'a> {
+            name: &'a str,
+            text: &'a str,
+        }
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            spec: SpecCtx<'a>,
+            title: &'a str,
+            iteration: u32,
+            max_iterations: u32,
+            promise: &'a str,
+            attempts: &'a [Attempt],
+            failed: &'a [String],
+        }
+        let ctx = Ctx {
+            spec: SpecCtx {
+                name: &record.title,
+                text: spec_text,
+            },
+            title: &record.title,
+            iteration,
+            max_iterations: record.iteration_limit,
+            promise: &spec.promise,
+            attempts: &record.attempts,
+            failed: record.attempts.last().map_or(&[], |a| a.failed.as_slice()),
+        };
+        serde_json::to_value(ctx).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Keeps `attempt` among the last [`RECENT_ATTEMPTS`], and as the closest if it passed
+    /// more criteria than any before.
+    fn remember(&self, record: &mut ThreadRecord, attempt: Attempt) {
+        let closer = record.closest.as_ref().is_none_or(|c| {
+            attempt.passed.len() > c.passed.len() || c.passed.is_empty() && c.output.is_empty()
+        });
+        if closer {
+            record.closest = Some(attempt.clone());
+        }
+        record.attempts.push(attempt);
+        let excess = record.attempts.len().saturating_sub(RECENT_ATTEMPTS);
+        record.attempts.drain(..excess);
+    }
+
+    /// Running → Paused at `iteration`, saved.
+    fn pause(
+        &self,
+        record: &mut ThreadRecord,
+        iteration: u32,
+        spec: &ThreadSpec,
+    ) -> Result<(), ThreadError> {
+        let criteria_passing = record.attempts.last().map_or(0, |a| a.passed.len());
+        self.advance(
+            record,
+            Phase::Paused {
+                iteration,
+                criteria_passing,
+                criteria_total: spec.criteria.len(),
+            },
+        )
+    }
+
+    /// → Stuck, with the report seed 001 asks for.
+    async fn stuck(&self, record: &mut ThreadRecord, reason: String) -> Result<(), ThreadError> {
+        let diff = match &record.baseline {
+            Some(b) => self
+                .git()
+                .diff_from(&b.commit_sha)
+                .await
+                .unwrap_or_else(|e| format!("(no diff: {e})")),
+            None => String::new(),
+        };
+        let basis = record.closest.as_ref().or(record.attempts.last());
+        let iterations = match record.phase {
+            Phase::Running { iteration } | Phase::Verifying { iteration } => {
+                iteration.min(record.iteration_limit)
+            }
+            _ => record.iteration_limit,
+        };
+        record.stuck = Some(StuckReport {
+            reason: reason.clone(),
+            spec_version: record.spec_version,
+            iterations,
+            passed: basis.map(|a| a.passed.clone()).unwrap_or_default(),
+            failed: basis.map(|a| a.failed.clone()).unwrap_or_default(),
+            closest: record.closest.clone(),
+            diff,
+        });
+        self.advance(record, Phase::Stuck { reason })
+    }
+
+    /// Numbers, records and saves a new run; returns its id.
+    fn open_run(
+        &self,
+        record: &mut ThreadRecord,
+        iteration: u32,
+        role: Role,
+    ) -> Result<String, ThreadError> {
+        record.runs += 1;
+        let id = format!("{}-r{}", record.id, record.runs);
+        let run = RunRecord {
+            id: id.clone(),
+            thread: record.id.clone(),
+            iteration,
+            role: role.as_str().to_owned(),
+            started_at: jiff::Timestamp::now().to_string(),
+            ended_at: None,
+            outcome: None,
+        };
+        record::write_json(&self.run_dir(&id).join("run.json"), &run)?;
+        record.current_run_id = Some(id.clone());
+        self.save(record)?;
+        Ok(id)
+    }
+
+    fn close_run(&self, run_id: &str, outcome: &str) -> Result<(), ThreadError> {
+        let path = self.run_dir(run_id).join("run.json");
+        let mut run = record::load_run(&path)?;
+        run.ended_at = Some(jiff::Timestamp::now().to_string());
+        run.outcome = Some(outcome.to_owned());
+        record::write_json(&path, &run)
+    }
+
+    /// One agent run under the agent timeout and the stop token.
+    async fn call(
+        &self,
+        record: &ThreadRecord,
+        run_id: &str,
+        role: Role,
+        iteration: u32,
+        prompt: String,
+        schema: Option<serde_json::Value>,
+    ) -> Ran {
+        let log = self.run_dir(run_id).join("output.log");
+        let token = self.stop.child_token();
+        let timeout = record.config.agent_timeout;
+        let mut request = AgentRequest::new(role, prompt, &self.workspace)
+            .subject(record.id.clone())
+            .attempt(iteration)
+            .log_path(&log)
+            .timeout(timeout)
+            .stop(token.clone());
+        request.schema = schema;
+        let deadline = Instant::now() + timeout;
+        let outcome = until_deadline(
+            deadline,
+            &token,
+            self.options.grace + BACKSTOP_EXTRA,
+            self.agent.run(request),
+        )
+        .await;
+        if self.stop.is_cancelled() {
+            return Ran::Interrupted;
+        }
+        let run = match outcome {
+            None => {
+                return Ran::Failed(format!(
+                    "timed out after {}",
+                    humantime::format_duration(timeout)
+                ));
+            }
+            Some(Err(e)) => return Ran::Fatal(format!("the agent could not run: {e}")),
+            Some(Ok(run)) => run,
+        };
+        keep_answer(&log, &run);
+        match run.exit {
+            AgentExit::Completed => Ran::Answer(run),
+            AgentExit::TimedOut | AgentExit::Stopped => Ran::Failed(format!(
+                "timed out after {}",
+                humantime::format_duration(timeout)
+            )),
+            AgentExit::Failed {
+                reason,
+                kind: FailureKind::Fatal,
+            } => Ran::Fatal(reason),
+            AgentExit::Failed { reason, .. } => Ran::Failed(format!("the agent failed: {reason}")),
+            AgentExit::ContextLimit => Ran::Failed("the agent ran out of context".into()),
+            AgentExit::RateLimited { .. } => Ran::Failed("the agent was rate limited".into()),
+        }
+    }
+
+    /// Checks every criterion: commands in a real shell, the rest by a read-only verifier.
+    async fn check_criteria(
+        &self,
+        record: &mut ThreadRecord,
+        iteration: u32,
+        spec: &ThreadSpec,
+        spec_text: &str,
+    ) -> Result<Checked, ThreadError> {
+        let mut passed = Vec::new();
+        let mut failed = Vec::new();
+        for (i, criterion) in spec.criteria.iter().enumerate() {
+            let verdict = match &criterion.command {
+                Some(command) => self.check_command(record, i, command).await,
+                None => {
+                    self.check_by_verifier(record, iteration, criterion, spec_text)
+                        .await?
+                }
+            };
+            match verdict {
+                None => return Ok(Checked::Interrupted),
+                Some(Ok(())) => passed.push(criterion.text.clone()),
+                Some(Err(why)) => failed.push(format!("{}: {why}", criterion.text)),
+            }
+        }
+        Ok(Checked::Results { passed, failed })
+    }
+
+    /// `None` when interrupted; `Err(why)` when the command failed.
+    async fn check_command(
+        &self,
+        record: &ThreadRecord,
+        index: usize,
+        command: &str,
+    ) -> Option<Result<(), String>> {
+        let gate = ShellGate::new(format!("criterion-{}", index + 1), command)
+            .timeout(record.config.check_timeout)
+            .grace(self.options.grace);
+        let ctx = GateContext::new(&self.workspace).stop(self.stop.child_token());
+        let report = gate.check(ctx).await;
+        if self.stop.is_cancelled() {
+            return None;
+        }
+        Some(match report {
+            Ok(report) if report.status.passed() => Ok(()),
+            Ok(report) => {
+                let output = report.output.to_string();
+                let output = output.trim();
+                Err(if output.is_empty() {
+                    report.status.to_string()
+                } else {
+                    format!(
+                        "{}: {}",
+                        report.status,
+                        truncate_middle(output, CHECK_OUTPUT_KEPT)
+                    )
+                })
+            }
+            Err(e) => Err(format!("`{command}` could not run: {e}")),
+        })
+    }
+
+    async fn check_by_verifier(
+        &self,
+        record: &mut ThreadRecord,
+        iteration: u32,
+        criterion: &Criterion,
+        spec_text: &str,
+    ) -> Result<Option<Result<(), String>>, ThreadError> {
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            spec: serde_json::Value,
+            title: &'a str,
+            criterion: &'a str,
+        }
+        let prompt = self.prompts.render(
+            "thread_verify",
+            &Ctx {
+                spec: serde_json::json!({"name": record.title, "text": spec_text}),
+                title: &record.title,
+                criterion: &criterion.text,
+            },
+        )?;
+        let run_id = self.open_run(record, iteration, Role::Verify)?;
+        let ran = self
+            .call(
+                record,
+                &run_id,
+                Role::Verify,
+                iteration,
+                prompt,
+                Some(VerifyAnswer::schema()),
+            )
+            .await;
+        let verdict = match ran {
+            Ran::Interrupted => {
+                self.close_run(&run_id, "interrupted")?;
+                return Ok(None);
+            }
+            Ran::Failed(reason) | Ran::Fatal(reason) => {
+                Err(format!("the verifier failed: {reason}"))
+            }
+            Ran::Answer(run) => match answer::parse::<VerifyAnswer>(&run) {
+                Ok(a) if a.verdict == VerdictKind::Accept => Ok(()),
+                Ok(a) => Err(format!("the verifier rejected it: {}", a.reason)),
+                Err(e) => Err(format!("the verifier gave no usable verdict: {e}")),
+            },
+        };
+        self.close_run(
+            &run_id,
+            match &verdict {
+                Ok(()) => "completed: accept",
+                Err(_) => "completed: reject",
+            },
+        )?;
+        Ok(Some(verdict))
+    }
+}
+
+/// Agents that keep no transcript leave `output.log` missing: keep at least the answer.
+fn keep_answer(log: &Path, run: &AgentRun) {
+    if !log.exists() {
+        // The run record and the attempt hold the outcome; the log is for people.
+        let _ = std::fs::write(log, &run.final_text);
+    }
+}
+
+fn max_reason(record: &ThreadRecord) -> String {
+    format!(
+        "Stopped: max iterations ({}) reached without every criterion passing",
+        record.config.max_iterations
+    )
+}

@@ -1,0 +1,106 @@
+//! The `thread` example as a person runs it: one process per command, Ctrl+C pauses.
+
+#![cfg(unix)]
+
+mod common;
+mod thread_support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use thread_support::repo;
+
+const SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/thread/spec.md");
+
+fn thread(workspace: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(common::built_example("thread"));
+    cmd.arg("--workspace").arg(workspace).args(args);
+    cmd
+}
+
+fn ok(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn the_bundled_script_goes_from_spec_to_commit() {
+    let dir = repo().await;
+    let ws = dir.path();
+    ok(thread(ws, &["new", "--title", "Greeter", "--spec", SPEC])
+        .output()
+        .unwrap());
+    ok(thread(ws, &["finalize"]).output().unwrap());
+    let started = ok(thread(ws, &["start"]).output().unwrap());
+    assert!(
+        started.contains("iteration 1: claimed done; 1 of 2 criteria passed"),
+        "{started}"
+    );
+    assert!(started.contains("phase: Implemented"), "{started}");
+    let review = ok(thread(ws, &["review"]).output().unwrap());
+    assert!(review.contains("recommend approve"), "{review}");
+    ok(thread(ws, &["approve"]).output().unwrap());
+    let done = ok(thread(ws, &["commit"]).output().unwrap());
+    assert!(
+        done.contains("phase: Done") && done.contains("ralph/1-greeter"),
+        "{done}"
+    );
+    let status = ok(thread(ws, &["status"]).output().unwrap());
+    assert!(status.contains("phase: Done"), "{status}");
+}
+
+#[tokio::test]
+async fn ctrl_c_pauses_and_resume_continues() {
+    let dir = repo().await;
+    let ws = dir.path();
+    let scripts = tempfile::tempdir().unwrap();
+    let hang = scripts.path().join("hang.toml");
+    std::fs::write(
+        &hang,
+        "[[run]]\nrole = \"build\"\nattempt = 1\n[[run.steps]]\nhang = {}\n",
+    )
+    .unwrap();
+    let fix = scripts.path().join("fix.toml");
+    std::fs::write(
+        &fix,
+        "[[run]]\nrole = \"build\"\nattempt = 1\n[[run.steps]]\nwrite = { path = \"greet.sh\", content = \"echo \\\"Hello, ${1:-World}!\\\"\\n\" }\n[[run.steps]]\nanswer = \"GREETER_DONE\"\n",
+    )
+    .unwrap();
+    ok(thread(ws, &["new", "--title", "Greeter", "--spec", SPEC])
+        .output()
+        .unwrap());
+    ok(thread(ws, &["finalize"]).output().unwrap());
+    let child = thread(ws, &["--quick", "--script"])
+        .arg(&hang)
+        .arg("start")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = ws.join(".ralph/runs/1-greeter-r1/output.log");
+    for _ in 0..300 {
+        if log.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let paused = ok(child.wait_with_output().unwrap());
+    assert!(
+        paused.contains("phase: Paused") && paused.contains("paused at iteration 1"),
+        "{paused}"
+    );
+    let resumed = ok(thread(ws, &["--quick", "--script"])
+        .arg(&fix)
+        .arg("resume")
+        .output()
+        .unwrap());
+    assert!(resumed.contains("phase: PendingReview"), "{resumed}");
+}

@@ -1,0 +1,92 @@
+//! Seed 001's transition tables, row by row, against `ralph::thread::phase`; and every
+//! other pair refused with both phases named.
+
+use ralph::thread::phase::{Group, PhaseKind as K, TRANSITIONS, check, find};
+use rstest::rstest;
+
+#[rstest]
+// Forward Transitions.
+#[case::drafting_assessing(K::Drafting, K::Assessing, Group::Forward)]
+#[case::drafting_finalized(K::Drafting, K::Finalized, Group::Forward)]
+#[case::assessing_finalized(K::Assessing, K::Finalized, Group::Forward)]
+#[case::finalized_preflight(K::Finalized, K::Preflight, Group::Forward)]
+#[case::preflight_configuring(K::Preflight, K::Configuring, Group::Forward)]
+#[case::configuring_running(K::Configuring, K::Running, Group::Forward)]
+#[case::running_verifying(K::Running, K::Verifying, Group::Forward)]
+#[case::verifying_implemented(K::Verifying, K::Implemented, Group::Forward)]
+#[case::implemented_polishing(K::Implemented, K::Polishing, Group::Forward)]
+#[case::implemented_pending_review(K::Implemented, K::PendingReview, Group::Forward)]
+#[case::polishing_implemented(K::Polishing, K::Implemented, Group::Forward)]
+#[case::pending_review_approved(K::PendingReview, K::Approved, Group::Forward)]
+#[case::approved_ready_to_commit(K::Approved, K::ReadyToCommit, Group::Forward)]
+#[case::ready_to_commit_done(K::ReadyToCommit, K::Done, Group::Forward)]
+// The diagram's preflight rows (not in the forward table's text, but in the diagram).
+#[case::preflight_failed(K::Preflight, K::PreflightFailed, Group::Forward)]
+#[case::preflight_retry(K::PreflightFailed, K::Preflight, Group::Forward)]
+// Backward Transitions.
+#[case::assessing_drafting(K::Assessing, K::Drafting, Group::Backward)]
+#[case::finalized_drafting(K::Finalized, K::Drafting, Group::Backward)]
+#[case::preflight_failed_drafting(K::PreflightFailed, K::Drafting, Group::Backward)]
+#[case::verifying_running(K::Verifying, K::Running, Group::Backward)]
+#[case::running_stuck(K::Running, K::Stuck, Group::Backward)]
+#[case::verifying_stuck(K::Verifying, K::Stuck, Group::Backward)]
+#[case::stuck_drafting(K::Stuck, K::Drafting, Group::Backward)]
+#[case::stuck_configuring(K::Stuck, K::Configuring, Group::Backward)]
+#[case::stuck_running(K::Stuck, K::Running, Group::Backward)]
+#[case::pending_review_running(K::PendingReview, K::Running, Group::Backward)]
+#[case::pending_review_drafting(K::PendingReview, K::Drafting, Group::Backward)]
+// User Control Transitions.
+#[case::running_paused(K::Running, K::Paused, Group::UserControl)]
+#[case::paused_running(K::Paused, K::Running, Group::UserControl)]
+#[case::paused_configuring(K::Paused, K::Configuring, Group::UserControl)]
+fn seed_row_is_allowed(#[case] from: K, #[case] to: K, #[case] group: Group) {
+    let row = find(from, to).unwrap_or_else(|| panic!("{from} -> {to} missing"));
+    assert_eq!(row.group, group);
+    assert!(check(from, to).is_ok());
+}
+
+#[test]
+fn any_non_terminal_phase_can_be_abandoned_and_terminal_ones_cannot() {
+    for from in K::ALL {
+        let allowed = check(from, K::Abandoned).is_ok();
+        assert_eq!(allowed, !from.is_terminal(), "{from} -> Abandoned");
+        if allowed {
+            assert_eq!(find(from, K::Abandoned).unwrap().group, Group::Abandon);
+        }
+    }
+}
+
+#[test]
+fn terminal_phases_have_no_way_out() {
+    for to in K::ALL {
+        for from in [K::Done, K::Abandoned] {
+            assert!(check(from, to).is_err(), "{from} -> {to}");
+        }
+    }
+}
+
+#[test]
+fn the_table_has_exactly_the_seed_rows() {
+    // 14 forward + 2 preflight + 11 backward + 3 user control + 15 abandon.
+    assert_eq!(TRANSITIONS.len(), 45);
+}
+
+#[test]
+fn every_other_pair_is_refused_naming_both_phases() {
+    let mut refused = 0;
+    for from in K::ALL {
+        for to in K::ALL {
+            if find(from, to).is_some() {
+                continue;
+            }
+            let err = check(from, to).unwrap_err();
+            let message = err.to_string();
+            assert!(
+                message.contains(from.as_str()) && message.contains(to.as_str()),
+                "{message}"
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 17 * 17 - 45);
+}
