@@ -64,6 +64,7 @@ pub mod mock;
 pub mod model;
 pub mod outcome;
 pub mod output;
+pub mod planning;
 pub mod prioritize;
 pub mod process;
 pub mod prompt;

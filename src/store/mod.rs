@@ -3,7 +3,8 @@
 //! The engine persists every transition before the next agent or gate runs, so a store must
 //! make each [`persist`](Store::persist) durable before it returns.
 
-mod atomic;
+pub(crate) mod atomic;
+pub mod implementation;
 pub mod jsonl;
 pub mod memory;
 
@@ -14,6 +15,7 @@ use async_trait::async_trait;
 
 use crate::model::{Board, Change};
 
+pub use implementation::ImplementationStore;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
 
