@@ -83,7 +83,7 @@ pub use config::Config;
 pub use error::{BuildError, Error};
 pub use event::{Event, Observer};
 pub use gate::{Gate, GateReport, GateStatus, ShellGate};
-pub use outcome::Outcome;
+pub use outcome::{Outcome, SpecsOutcome};
 pub use prioritize::{CriticalPath, Prioritizer};
 pub use ralph::{Ralph, RalphBuilder};
 pub use store::{JsonlStore, MemoryStore, Store};

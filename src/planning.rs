@@ -203,7 +203,9 @@ impl PlanFiles {
         };
         let path = Path::new(file);
         if path.is_absolute() {
-            return Err(refuse("is absolute; give it relative to the workspace".into()));
+            return Err(refuse(
+                "is absolute; give it relative to the workspace".into(),
+            ));
         }
         if path.components().any(|c| c == Component::ParentDir) {
             return Err(refuse("goes up with `..`".into()));
@@ -527,8 +529,11 @@ mod tests {
         std::fs::write(ws.path().join("outside.md"), "x").unwrap();
         std::fs::write(ws.path().join("specs/ok.md"), "x").unwrap();
         #[cfg(unix)]
-        std::os::unix::fs::symlink(ws.path().join("outside.md"), ws.path().join("specs/link.md"))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            ws.path().join("outside.md"),
+            ws.path().join("specs/link.md"),
+        )
+        .unwrap();
         let plans = PlanFiles::new(ws.path(), "specs");
         assert_eq!(plans.spec_rel("specs/ok.md").unwrap(), "ok");
         for (file, why) in [

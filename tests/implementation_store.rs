@@ -67,8 +67,7 @@ fn hand_written_files_get_defaults_and_keep_unknown_fields() {
     plan.specs[0].tasks[0].status = Status::Completed;
     store.save(&mut plan, "build-mode").unwrap();
 
-    let raw: Value =
-        serde_json::from_str(&std::fs::read_to_string(store.path()).unwrap()).unwrap();
+    let raw: Value = serde_json::from_str(&std::fs::read_to_string(store.path()).unwrap()).unwrap();
     assert_eq!(raw["owner"], "platform-team");
     assert_eq!(raw["specs"][0]["jira"], "GR-12");
     assert_eq!(raw["specs"][0]["tasks"][0]["estimate"], "1h");
@@ -142,5 +141,8 @@ fn duplicate_ids_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("duplicate-task.json"), "{err}");
-    assert!(err.contains("specs[1].tasks[0].id") && err.contains("a-1"), "{err}");
+    assert!(
+        err.contains("specs[1].tasks[0].id") && err.contains("a-1"),
+        "{err}"
+    );
 }

@@ -17,6 +17,8 @@ mod call;
 mod decompose;
 mod investigate;
 pub(crate) mod logs;
+pub(crate) mod plan_mode;
+pub(crate) mod spec_build;
 mod verify;
 
 use std::collections::VecDeque;
@@ -108,6 +110,7 @@ impl Engine {
             emitter: Emitter::new(&inner.observers),
             inner: inner.clone(),
             logs,
+            run_dir: None,
         };
         let recent = board
             .tasks

@@ -166,6 +166,9 @@ pub struct SpecEntry {
     /// Verifier runs so far.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub verifications: u32,
+    /// The last failed round's reason (first line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
     /// Why the spec is blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
@@ -195,6 +198,7 @@ impl SpecEntry {
             acceptance_criteria: Vec::new(),
             attempts: 0,
             verifications: 0,
+            last_failure: None,
             blocked_reason: None,
             commit: None,
             completed_at: None,
