@@ -257,7 +257,13 @@ impl Git {
             "--".to_owned(),
             ".".to_owned(),
         ];
-        add.extend(exclude.iter().map(|p| format!(":(exclude){p}")));
+        for path in exclude {
+            // `add` fails (exit 1) on a pathspec, even an exclusion, that names an ignored
+            // path; an ignored path is not added anyway.
+            if !self.is_ignored(path).await? {
+                add.push(format!(":(exclude){path}"));
+            }
+        }
         self.run_owned(&add).await?;
         if !self.has_staged().await? {
             return Ok(None);
@@ -314,6 +320,14 @@ impl Git {
             args.push((*path).to_owned());
         }
         self.run_owned(&args).await.map(drop)
+    }
+
+    /// Whether `path` is ignored by the repository's ignore rules.
+    async fn is_ignored(&self, path: &str) -> Result<bool, GitError> {
+        let out = self
+            .run_allowing(&["check-ignore", "--", path], &[1])
+            .await?;
+        Ok(!out.trim().is_empty())
     }
 
     async fn has_staged(&self) -> Result<bool, GitError> {
