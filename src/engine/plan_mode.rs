@@ -162,7 +162,7 @@ fn prompt(inner: &Inner, files: &[String], existing: &Implementation) -> Result<
 /// Every planned spec must be one of the specs given.
 fn check_files(answer: &PlanAnswer, files: &[String]) -> Result<(), String> {
     for (i, spec) in answer.specs.iter().enumerate() {
-        if !files.iter().any(|f| *f == spec.file) {
+        if !files.contains(&spec.file) {
             return Err(format!(
                 "specs[{i}].file {:?} is not one of the specs given: {}",
                 spec.file,
