@@ -6,8 +6,9 @@
 //! Merging keeps what was done: a completed spec is left as it is (only its priority
 //! follows the answer); in other specs every completed task stays, with its id and history,
 //! a proposed task whose description matches a completed one is not added again, a still
-//! pending task with the same description keeps its id and attempts, and new tasks get the
-//! next free id `<spec-id>-<n>`. Specs the answer does not mention are kept.
+//! pending task with the same description keeps its id and attempts (a blocked one becomes
+//! pending again, with a fresh budget), tasks the answer no longer lists are dropped, and new
+//! tasks get the next free id `<spec-id>-<n>`. Specs the answer does not mention are kept.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -235,6 +236,12 @@ fn update_spec(spec: &mut SpecEntry, planned: PlannedSpec) {
             Some(i) => {
                 let mut kept = open.remove(i);
                 kept.acceptance_criteria = proposed.acceptance_criteria;
+                if kept.status == Status::Blocked {
+                    // Planning again is the person's answer to the block: a fresh budget.
+                    kept.status = Status::Pending;
+                    kept.blocked_reason = None;
+                    kept.attempts = 0;
+                }
                 kept
             }
             None => {
@@ -293,10 +300,11 @@ mod tests {
         done.specs[0].tasks[0].status = Status::Completed;
         done.specs[0].tasks[0].attempts = 2;
         done.specs[0].tasks[1].attempts = 1;
+        done.specs[0].tasks[2].status = Status::Blocked;
         let again = merge(
             done,
             PlanAnswer {
-                specs: vec![planned("a", &["One", "two", "four"])],
+                specs: vec![planned("a", &["One", "two", "four", "three"])],
             },
         );
         let tasks: Vec<(&str, &str, Status, u32)> = again.specs[0]
@@ -310,6 +318,7 @@ mod tests {
                 ("a-1", "one", Status::Completed, 2),
                 ("a-2", "two", Status::Pending, 1),
                 ("a-4", "four", Status::Pending, 0),
+                ("a-3", "three", Status::Pending, 0),
             ]
         );
     }
