@@ -400,3 +400,86 @@ async fn run_logs_go_to_the_specs_run_folder() {
     let verify = std::fs::read_to_string(stamps[0].path().join("verify.log")).unwrap();
     assert!(verify.contains("verify a attempt 1"), "{verify}");
 }
+
+/// Seed 004's task prompt and retry prompt, rendered by the template engine: the marker is
+/// never a whole line of a prompt (an echoed prompt claims nothing), and an override file
+/// named in `[prompts]` replaces the built-in template.
+#[test]
+fn task_and_retry_prompts_follow_seed_004() {
+    use ralph::prompt::Prompts;
+    use serde_json::json;
+    let ctx = json!({
+        "spec": {"id": "a", "name": "Avatars", "file": "specs/a.md", "context": "Use src/aws.ts."},
+        "task": {"id": "a-2", "description": "Create the upload endpoint"},
+        "criteria": ["Users can upload JPG/PNG up to 5MB"],
+        "completed": [{"description": "Add avatarUrl to User"}],
+        "plan": "1. endpoint in src/upload.ts",
+        "gates": ["typecheck", "test"],
+        "attempt": 2,
+        "failure": "Quality gate `test` failed (exit 1): upload.test.ts",
+    });
+    let prompts = Prompts::builtin();
+    let task = prompts.render("task", &ctx).unwrap();
+    for part in [
+        "# Task: Create the upload endpoint",
+        "You are working on: **Avatars**",
+        "Use src/aws.ts.",
+        "## Completed Tasks\n\n- [x] Add avatarUrl to User",
+        "Complete ONLY this task:\n\n> Create the upload endpoint",
+        "- [ ] Users can upload JPG/PNG up to 5MB",
+        "- Do NOT work on other tasks",
+        "- Do NOT commit (Ralph handles commits)",
+        "1. endpoint in src/upload.ts",
+        "typecheck, test",
+        "<TASK_DONE>",
+        "<TASK_BLOCKED reason=",
+    ] {
+        assert!(task.contains(part), "missing {part:?} in\n{task}");
+    }
+    assert!(task.lines().all(|l| l.trim() != "<TASK_DONE>"));
+    let retry = prompts.render("task_retry", &ctx).unwrap();
+    assert!(retry.starts_with(&task.trim_end().to_string()));
+    assert!(retry.contains("Attempt 1 of this task did not pass"));
+    assert!(retry.contains("upload.test.ts"));
+
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "p/task.md", "Only {{ task.id }}");
+    let mut paths = ralph::config::PromptPaths::default();
+    paths.task = Some("p/task.md".into());
+    let custom = Prompts::load(dir.path(), &paths).unwrap();
+    assert_eq!(custom.render("task", &ctx).unwrap(), "Only a-2\n");
+}
+
+/// A gate that floods its output: the retry prompt carries a bounded excerpt (8 KiB).
+#[tokio::test]
+async fn the_failure_in_a_retry_prompt_is_bounded() {
+    let ws = workspace(&[("specs/a.md", SPEC_A)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["One"])]);
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a"))
+            .on_attempt(Role::Build, "a-1", 1, done())
+            .on_attempt(
+                Role::Build,
+                "a-1",
+                2,
+                Script::new().write("ok", "").answer("<TASK_DONE>"),
+            )
+            .on(Role::Verify, "a", accept()),
+    );
+    let flood = ShellGate::new(
+        "flood",
+        "test -f ok && exit 0; i=0; while [ $i -lt 5000 ]; do echo \"error line $i of the build\"; i=$((i+1)); done; exit 1",
+    );
+    let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![flood]);
+    ralph.build_specs().await.unwrap();
+    let retry = &prompts(&agent, Role::Build)[1].1;
+    assert!(
+        retry.contains("error line 4999 of the build"),
+        "the tail is kept"
+    );
+    assert!(retry.len() < 16 * 1024, "{} bytes", retry.len());
+    let stored = &load(dir).specs[0].tasks[0];
+    assert_eq!(stored.last_failure, None, "cleared once completed");
+}
