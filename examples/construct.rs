@@ -8,6 +8,8 @@
 //! cargo run --example construct
 //! cargo run --example construct -- --workspace /tmp/ws      # use, or resume, that workspace
 //! cargo run --example construct -- --json                    # NDJSON events on stdout
+//! cargo run --example construct -- --once                    # one iteration, then stop
+//! cargo run --example construct -- --dry-run                 # show the next step; run nothing
 //! ```
 //!
 //! With `--agent claude` it runs the real Claude Code CLI instead, in the current directory (or
@@ -78,6 +80,12 @@ struct Args {
     /// Print events as NDJSON on stdout instead of the live display.
     #[arg(long)]
     json: bool,
+    /// Run one iteration, then stop (exit 0); run again for the next.
+    #[arg(long)]
+    once: bool,
+    /// Show the stage, next task, prompt template and limits the run would use; run nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -103,11 +111,14 @@ async fn main() -> ExitCode {
         args.mode = Some(Mode::Plan);
     }
     let result = match args.mode {
-        Some(mode) => run_specs(args, mode).await,
-        None => run(args).await.map(|outcome| outcome.exit_code()),
+        Some(mode) => run_specs(args, mode).await.map(Some),
+        None => run(args)
+            .await
+            .map(|outcome| outcome.map(|o| o.exit_code())),
     };
     match result {
-        Ok(code) => ExitCode::from(code as u8),
+        Ok(Some(code)) => ExitCode::from(code as u8),
+        Ok(None) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", chain(&*e));
             ExitCode::from(1)
@@ -115,7 +126,8 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<Outcome, Box<dyn std::error::Error>> {
+/// Runs the loop; `None` for a dry run.
+async fn run(args: Args) -> Result<Option<Outcome>, Box<dyn std::error::Error>> {
     let (workspace, agent, fake) = match args.agent {
         AgentKind::Fake => {
             let workspace = prepare_workspace(args.workspace.as_deref())?;
@@ -154,7 +166,20 @@ async fn run(args: Args) -> Result<Outcome, Box<dyn std::error::Error>> {
     if let Some(n) = args.max_iterations {
         builder = builder.max_iterations(n);
     }
+    if args.once {
+        builder = builder.once(true);
+    }
     let ralph = builder.build()?;
+    if args.dry_run {
+        let board = ralph.board().await?;
+        let spec = match (&args.spec, &board.run.spec) {
+            (Some(spec), _) => spec.clone(),
+            (None, Some(recorded)) => PathBuf::from(recorded),
+            (None, None) => PathBuf::from("spec.md"),
+        };
+        println!("{}", ralph.dry_run(spec).await?);
+        return Ok(None);
+    }
 
     let stop = ralph.stop_token();
     tokio::spawn(async move {
@@ -188,7 +213,7 @@ async fn run(args: Args) -> Result<Outcome, Box<dyn std::error::Error>> {
     {
         eprintln!("note: {e}");
     }
-    Ok(outcome)
+    Ok(Some(outcome))
 }
 
 /// The workspace: the given one (seeded with the demo's spec and config if it has neither),
@@ -346,7 +371,10 @@ async fn summary(ralph: &Ralph, outcome: &Outcome, started: Instant) -> Result<(
     println!(
         "  logs: {}   state: {}",
         ralph.workspace().join(&ralph.config().log_dir).display(),
-        ralph.workspace().join(&ralph.config().store.path).display()
+        ralph
+            .workspace()
+            .join(ralph.config().store.effective_path())
+            .display()
     );
     println!("  time: {:.1}s", started.elapsed().as_secs_f64());
     Ok(())

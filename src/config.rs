@@ -11,6 +11,8 @@
 //! transient_retries = 4
 //! transient_backoff = "2s"
 //! log_dir = "build/ralph-logs"
+//! once = false            # stop after one iteration (seed 003's --once)
+//! recent_attempts = 5     # BUILD attempts remembered in the next prompts
 //!
 //! [context]
 //! warn = 0.70
@@ -18,7 +20,7 @@
 //! kill = 0.95
 //!
 //! [store]
-//! kind = "jsonl"
+//! kind = "jsonl"          # or "progress" (a markdown PROGRESS.md), or "memory"
 //! path = ".ralph/plan.jsonl"
 //!
 //! [claude]          # how ClaudeCli runs the CLI: see ClaudeConfig
@@ -95,6 +97,12 @@ pub struct Config {
     pub claude: ClaudeConfig,
     /// Plan mode and build mode over `implementation.json` (seeds 004 and 002).
     pub planning: PlanningConfig,
+    /// Run one iteration, then return [`Outcome::Once`](crate::Outcome::Once) (seed 003's
+    /// `--once`). Default false.
+    pub once: bool,
+    /// BUILD attempts remembered in the run state and shown in the next BUILD prompts
+    /// (seed 003's "Recent Attempts"); older ones are dropped. Default 5.
+    pub recent_attempts: usize,
 }
 
 impl Default for Config {
@@ -115,6 +123,8 @@ impl Default for Config {
             prompts: PromptPaths::default(),
             claude: ClaudeConfig::default(),
             planning: PlanningConfig::default(),
+            once: false,
+            recent_attempts: 5,
         }
     }
 }
@@ -205,6 +215,9 @@ pub enum StoreKind {
     Jsonl,
     /// [`MemoryStore`](crate::MemoryStore): nothing survives the process.
     Memory,
+    /// [`ProgressStore`](crate::store::ProgressStore): a markdown progress file people can
+    /// edit (seed 003), at `store.path` (default `PROGRESS.md`).
+    Progress,
 }
 
 /// `[store]`: the kind and its file.
@@ -214,8 +227,34 @@ pub enum StoreKind {
 pub struct StoreConfig {
     /// The kind. Default `jsonl`.
     pub kind: StoreKind,
-    /// The state file, relative to the workspace. Default `.ralph/plan.jsonl`.
+    /// The state file, relative to the workspace. Default `.ralph/plan.jsonl`; for
+    /// `kind = "progress"` left at that default, `PROGRESS.md` (see
+    /// [`effective_path`](Self::effective_path)).
     pub path: PathBuf,
+}
+
+/// The default file of `kind = "progress"`.
+pub const PROGRESS_FILE: &str = "PROGRESS.md";
+
+impl StoreConfig {
+    /// The file the store uses: `path`, except that a progress store whose `path` was left
+    /// at the JSONL default uses [`PROGRESS_FILE`] (one default cannot suit both formats).
+    ///
+    /// ```
+    /// use ralph::config::{Config, StoreKind};
+    ///
+    /// let mut config = Config::default();
+    /// assert_eq!(config.store.effective_path(), std::path::Path::new(".ralph/plan.jsonl"));
+    /// config.store.kind = StoreKind::Progress;
+    /// assert_eq!(config.store.effective_path(), std::path::Path::new("PROGRESS.md"));
+    /// ```
+    pub fn effective_path(&self) -> PathBuf {
+        if self.kind == StoreKind::Progress && self.path == StoreConfig::default().path {
+            PathBuf::from(PROGRESS_FILE)
+        } else {
+            self.path.clone()
+        }
+    }
 }
 
 impl Default for StoreConfig {
@@ -462,6 +501,8 @@ fn is_config_key(key: &str) -> bool {
         "prompts",
         "claude",
         "planning",
+        "once",
+        "recent_attempts",
     ];
     let first = key.split('.').next().unwrap_or(key);
     KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
@@ -590,6 +631,30 @@ mod tests {
             jail.create_file("ralph.toml", "[claude]\npermission_mode = \"yolo\"\n")?;
             let e = load_in(jail).unwrap_err().to_string();
             assert!(e.contains("yolo") && e.contains("bypassPermissions"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn seed_003_keys_load_from_file_and_env() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "recent_attempts = 9\n[store]\nkind = \"progress\"\n",
+            )?;
+            jail.set_env("RALPH_ONCE", "true");
+            jail.set_env("RALPH_RECENT_ATTEMPTS", "3");
+            let c = load_in(jail).unwrap();
+            assert!(c.once);
+            assert_eq!(c.recent_attempts, 3, "env beats file");
+            assert_eq!(c.store.kind, StoreKind::Progress);
+            assert_eq!(c.store.effective_path(), PathBuf::from(PROGRESS_FILE));
+            jail.create_file(
+                "ralph.toml",
+                "[store]\nkind = \"progress\"\npath = \"docs/P.md\"\n",
+            )?;
+            let c = load_in(jail).unwrap();
+            assert_eq!(c.store.effective_path(), PathBuf::from("docs/P.md"));
             Ok(())
         });
     }

@@ -461,9 +461,130 @@ pub struct RunState {
     /// The number in the next generated issue id (`i-<n>`).
     #[serde(default)]
     pub next_issue: u64,
+    /// The most recent BUILD attempts, oldest first, trimmed to `recent_attempts` (seed 003's
+    /// failure memory: the next prompts show them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
+    /// One entry per finished iteration, oldest first, trimmed to
+    /// [`ITERATION_LOG_LIMIT`] entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log: Vec<IterationEntry>,
+}
+
+/// How many [`IterationEntry`]s the run state keeps; older ones are dropped (the JSONL store
+/// still has them in its append-only history until it compacts).
+pub const ITERATION_LOG_LIMIT: usize = 200;
+
+/// One BUILD attempt, remembered for the prompts of later attempts (seed 003's "Recent
+/// Attempts").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// The iteration it ran in.
+    pub iteration: u32,
+    /// The task it was for.
+    pub task: TaskId,
+    /// What was tried, in one line (the first line of the agent's answer).
+    pub tried: String,
+    /// How it ended, in one line: `done`, `gates failed: test`, `blocked: <reason>`,
+    /// `killed: <reason>`, `failed: <reason>`.
+    pub result: String,
+    /// RFC 3339 time it ended.
+    pub at: String,
+}
+
+impl Attempt {
+    /// An attempt record; `tried` and `result` are cut to one line.
+    pub fn new(
+        iteration: u32,
+        task: TaskId,
+        tried: impl AsRef<str>,
+        result: impl AsRef<str>,
+        at: impl Into<String>,
+    ) -> Self {
+        Attempt {
+            iteration,
+            task,
+            tried: one_line(tried.as_ref()),
+            result: one_line(result.as_ref()),
+            at: at.into(),
+        }
+    }
+}
+
+/// One finished iteration (seed 003's "Iteration Log").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct IterationEntry {
+    /// Its number.
+    pub iteration: u32,
+    /// RFC 3339 time it started.
+    pub started: String,
+    /// How long it took, in whole milliseconds.
+    pub duration_ms: u64,
+    /// Tasks accepted in it.
+    pub tasks_completed: usize,
+    /// A one-line note (`2 accepted, 1 rejected`).
+    pub note: String,
+}
+
+impl IterationEntry {
+    /// An entry; `note` is cut to one line.
+    pub fn new(
+        iteration: u32,
+        started: impl Into<String>,
+        duration: std::time::Duration,
+        tasks_completed: usize,
+        note: impl AsRef<str>,
+    ) -> Self {
+        IterationEntry {
+            iteration,
+            started: started.into(),
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            tasks_completed,
+            note: one_line(note.as_ref()),
+        }
+    }
+
+    /// How long the iteration took.
+    pub fn duration(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.duration_ms)
+    }
+}
+
+/// The first non-empty line of `text`, trimmed and at most 300 bytes (cut on a char boundary).
+fn one_line(text: &str) -> String {
+    const MAX: usize = 300;
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    if line.len() <= MAX {
+        return line.to_owned();
+    }
+    let mut end = MAX;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
 }
 
 impl RunState {
+    /// Records `attempt`, keeping only the last `keep` attempts.
+    pub fn remember_attempt(&mut self, attempt: Attempt, keep: usize) {
+        self.attempts.push(attempt);
+        let excess = self.attempts.len().saturating_sub(keep);
+        self.attempts.drain(..excess);
+    }
+
+    /// Appends `entry` to the iteration log, keeping the last [`ITERATION_LOG_LIMIT`].
+    pub fn log_iteration(&mut self, entry: IterationEntry) {
+        self.log.push(entry);
+        let excess = self.log.len().saturating_sub(ITERATION_LOG_LIMIT);
+        self.log.drain(..excess);
+    }
+
     /// The next task id (`t-<n>`) for which `taken` is false, advancing the counter.
     pub fn next_task_id(&mut self, taken: impl Fn(&TaskId) -> bool) -> TaskId {
         loop {
@@ -565,6 +686,12 @@ pub struct Board {
     pub run: RunState,
     /// The last recorded config line, if any.
     pub config: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A person declared the work complete in a file they edit (the
+    /// [`ProgressStore`](crate::store::ProgressStore)'s `RALPH_DONE` line in its Status
+    /// section). The stage is then [`Stage::Complete`] whatever tasks remain, and a run ends
+    /// with [`Outcome::Declared`](crate::Outcome::Declared) while work remains. Never
+    /// persisted by the engine: only a store that reads such a declaration sets it.
+    pub declared_complete: bool,
 }
 
 impl Board {
@@ -633,7 +760,9 @@ impl Board {
     /// handled before anything else, and `Blocked` when only blocked work remains).
     pub fn stage(&self) -> Stage {
         let tasks = || self.tasks.values();
-        if tasks().any(Task::is_killed) {
+        if self.declared_complete {
+            Stage::Complete
+        } else if tasks().any(Task::is_killed) {
             Stage::Decompose
         } else if self.open_issues().next().is_some() {
             Stage::Investigate
@@ -752,6 +881,41 @@ mod tests {
         let done = Task::new("t-1", "a").with_status(TaskStatus::Done);
         let waiting = Task::new("t-2", "b").with_deps(["t-1"]);
         assert_eq!(board(vec![done, waiting], vec![]).stage(), Stage::Build);
+    }
+
+    #[test]
+    fn recent_attempts_and_the_iteration_log_are_bounded() {
+        let mut run = RunState::default();
+        for i in 1..=7 {
+            let tried = format!("try {i}\nsecond line");
+            run.remember_attempt(Attempt::new(i, TaskId::new("t-1"), tried, "done", "now"), 5);
+        }
+        let kept: Vec<u32> = run.attempts.iter().map(|a| a.iteration).collect();
+        assert_eq!(kept, vec![3, 4, 5, 6, 7]);
+        assert_eq!(run.attempts[0].tried, "try 3", "one line");
+        for i in 1..=(ITERATION_LOG_LIMIT as u32 + 10) {
+            let d = std::time::Duration::from_millis(1500);
+            run.log_iteration(IterationEntry::new(i, "now", d, 0, ""));
+        }
+        assert_eq!(run.log.len(), ITERATION_LOG_LIMIT);
+        assert_eq!(run.log[0].iteration, 11);
+        assert_eq!(
+            run.log[0].duration(),
+            std::time::Duration::from_millis(1500)
+        );
+        assert_eq!(
+            one_line(&"é".repeat(400)).chars().count(),
+            151,
+            "150 chars and an ellipsis"
+        );
+    }
+
+    #[test]
+    fn declared_complete_wins_over_remaining_work() {
+        let mut b = board(vec![Task::new("t-1", "a")], vec![]);
+        assert_eq!(b.stage(), Stage::Build);
+        b.declared_complete = true;
+        assert_eq!(b.stage(), Stage::Complete);
     }
 
     #[test]

@@ -49,17 +49,35 @@ pub enum Outcome {
         /// What is blocked and why.
         items: Vec<BlockedItem>,
     },
+    /// One iteration ran and [`Config::once`](crate::Config::once) asked for no more
+    /// (seed 003's `--once`); the same call runs the next one.
+    Once {
+        /// The iteration that ran.
+        iteration: u32,
+        /// Work not yet accepted, counted as for [`MaxIterations`](Self::MaxIterations).
+        remaining: usize,
+    },
+    /// A person wrote `RALPH_DONE` in the progress file's Status section
+    /// ([`ProgressStore`](crate::store::ProgressStore)) while work remained: the loop stopped
+    /// as asked, but the work is not complete by ralph's verdict (the tasks left were never
+    /// built, gated or verified). When nothing remains the outcome is
+    /// [`Complete`](Self::Complete) instead.
+    Declared {
+        /// Work not yet accepted, counted as for [`MaxIterations`](Self::MaxIterations).
+        remaining: usize,
+    },
     /// Stopped by [`Ralph::stop_token`](crate::Ralph::stop_token) (Ctrl+C); the state is saved and
     /// the same call resumes.
     Interrupted,
 }
 
 impl Outcome {
-    /// The exit code the `construct` example uses: 0 complete, 2 limit, 3 blocked, 130 interrupted.
+    /// The exit code the `construct` example uses: 0 complete or one iteration done
+    /// (`--once`), 2 limit or a declared stop with work left, 3 blocked, 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Outcome::Complete { .. } => 0,
-            Outcome::MaxIterations { .. } => 2,
+            Outcome::Complete { .. } | Outcome::Once { .. } => 0,
+            Outcome::MaxIterations { .. } | Outcome::Declared { .. } => 2,
             Outcome::Blocked { .. } => 3,
             Outcome::Interrupted => 130,
         }
@@ -79,6 +97,18 @@ impl fmt::Display for Outcome {
             Outcome::MaxIterations { limit, remaining } => write!(
                 f,
                 "Stopped: max iterations ({limit}) reached. Tasks remaining: {remaining}"
+            ),
+            Outcome::Once {
+                iteration,
+                remaining,
+            } => write!(
+                f,
+                "Stopped after one iteration (once): iteration {iteration} finished. Tasks remaining: {remaining}"
+            ),
+            Outcome::Declared { remaining } => write!(
+                f,
+                "Stopped: RALPH_DONE in the progress file's Status section. Tasks remaining \
+                 (not verified by ralph): {remaining}"
             ),
             Outcome::Blocked { items } => {
                 write!(f, "Blocked: {} item(s) cannot proceed", items.len())?;
@@ -184,5 +214,29 @@ mod tests {
             "Stopped: max iterations (20) reached. Tasks remaining: 4"
         );
         assert_eq!(o.exit_code(), 2);
+    }
+
+    #[test]
+    fn a_declared_stop_is_not_complete() {
+        let o = Outcome::Declared { remaining: 2 };
+        assert_eq!(
+            o.to_string(),
+            "Stopped: RALPH_DONE in the progress file's Status section. Tasks remaining \
+             (not verified by ralph): 2"
+        );
+        assert_eq!(o.exit_code(), 2);
+    }
+
+    #[test]
+    fn once_says_which_iteration_and_what_remains() {
+        let o = Outcome::Once {
+            iteration: 3,
+            remaining: 2,
+        };
+        assert_eq!(
+            o.to_string(),
+            "Stopped after one iteration (once): iteration 3 finished. Tasks remaining: 2"
+        );
+        assert_eq!(o.exit_code(), 0);
     }
 }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::config::{Config, ConfigError, Overrides, StoreKind};
 use crate::engine::Engine;
+use crate::engine::dry_run::DryRun;
 use crate::error::{BuildError, Error};
 use crate::event::Observer;
 use crate::gate::{Gate, ShellGate};
@@ -19,7 +20,7 @@ use crate::model::{Board, Change, Issue, Task};
 use crate::outcome::Outcome;
 use crate::prioritize::{CriticalPath, Prioritizer};
 use crate::prompt::Prompts;
-use crate::store::{JsonlStore, MemoryStore, Store};
+use crate::store::{JsonlStore, MemoryStore, ProgressStore, Store};
 
 /// The orchestrator: a workspace, an agent, gates, a store, a prioritizer and observers,
 /// with a validated [`Config`]. Build one with [`Ralph::builder`].
@@ -245,6 +246,36 @@ impl Ralph {
         Ok(ResetOnDrop(&self.inner.running))
     }
 
+    /// Seed 003's `--dry-run`: what [`construct`](Self::construct) on `spec` would do next
+    /// (the stage, the next task, the prompt template and its source, the limits), worked
+    /// out from the stored state. Starts no agent and no gate and writes nothing.
+    ///
+    /// ```
+    /// use ralph::{FakeAgent, MemoryStore, Ralph, model::{Change, Task}, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("spec.md"), "# Greeter\n")?;
+    /// let store = MemoryStore::new();
+    /// store.persist(&[Change::Task(Task::new("t-1", "Write hello.txt"))]).await?;
+    /// let ralph = Ralph::builder().workspace(dir.path()).agent(FakeAgent::new()).store(store).build()?;
+    ///
+    /// let report = ralph.dry_run("spec.md").await?;
+    /// assert_eq!(report.next, Some(("t-1".into(), "Write hello.txt".into())));
+    /// assert!(report.to_string().contains("prompt:    build (built-in)"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when the state cannot be loaded; [`Error::Spec`] /
+    /// [`Error::SpecMismatch`] as for `construct`.
+    pub async fn dry_run(&self, spec: impl AsRef<Path>) -> Result<DryRun, Error> {
+        crate::engine::dry_run::dry_run(&self.inner, Some(spec.as_ref())).await
+    }
+
     async fn run(&self, spec: Option<&Path>) -> Result<Outcome, Error> {
         if self.inner.running.swap(true, Ordering::SeqCst) {
             return Err(Error::AlreadyRunning);
@@ -355,6 +386,16 @@ impl RalphBuilder {
         self.config("retries", n)
     }
 
+    /// Overrides `once`: run one iteration, then return [`Outcome::Once`].
+    pub fn once(self, once: bool) -> Self {
+        self.config("once", once)
+    }
+
+    /// Overrides `recent_attempts`: BUILD attempts remembered in the next prompts.
+    pub fn recent_attempts(self, n: usize) -> Self {
+        self.config("recent_attempts", n)
+    }
+
     /// Overrides `verify_concurrency`.
     pub fn verify_concurrency(self, n: usize) -> Self {
         self.config("verify_concurrency", n)
@@ -383,7 +424,8 @@ impl RalphBuilder {
         let config = Config::load(&workspace, &self.overrides)?;
         let gates = collect_gates(&config, self.gates)?;
         let prompts = Prompts::load(&workspace, &config.prompts)?;
-        let exclusive = self.store.is_none() && config.store.kind == StoreKind::Jsonl;
+        let exclusive = self.store.is_none()
+            && matches!(config.store.kind, StoreKind::Jsonl | StoreKind::Progress);
         let store = match self.store {
             Some(store) => store,
             None => open_store(&workspace, &config)?,
@@ -451,6 +493,9 @@ fn collect_gates(
 fn open_store(workspace: &Path, config: &Config) -> Result<Arc<dyn Store>, BuildError> {
     Ok(match config.store.kind {
         StoreKind::Memory => Arc::new(MemoryStore::new()),
+        StoreKind::Progress => Arc::new(ProgressStore::open(
+            workspace.join(config.store.effective_path()),
+        )?),
         _ => Arc::new(JsonlStore::open(workspace.join(&config.store.path))?),
     })
 }

@@ -247,6 +247,47 @@ fn decode_entities(text: &str) -> String {
     out
 }
 
+/// Follows fenced code blocks line by line, with the same rules as [`parse`], for readers of
+/// other markdown (the progress file) that must skip what is inside a fence.
+#[derive(Debug, Default)]
+pub(crate) struct FenceTracker {
+    open: Option<Fence>,
+}
+
+impl FenceTracker {
+    /// Whether `raw` (one line) is code: a fence line, or a line inside a fence.
+    pub(crate) fn is_code(&mut self, raw: &str) -> bool {
+        if let Some(open) = self.open {
+            if open.is_closed_by(raw) {
+                self.open = None;
+            }
+            true
+        } else if let Some(open) = Fence::opened_by(raw) {
+            self.open = Some(open);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Whether `marker` is a whole line of `text` (trimmed, anywhere, outside fenced code) — the
+/// rule for `RALPH_DONE` in a progress file's Status section.
+///
+/// ```
+/// use ralph::signal::is_marker_line;
+///
+/// assert!(is_marker_line("In progress\nRALPH_DONE\n", "RALPH_DONE"));
+/// assert!(!is_marker_line("Write RALPH_DONE when done", "RALPH_DONE"));
+/// assert!(!is_marker_line("```\nRALPH_DONE\n```", "RALPH_DONE"));
+/// ```
+#[must_use]
+pub fn is_marker_line(text: &str, marker: &str) -> bool {
+    let mut fences = FenceTracker::default();
+    text.split('\n')
+        .any(|raw| !fences.is_code(raw) && raw.trim() == marker)
+}
+
 /// An open fenced code block: its fence character and how long the opening run was.
 #[derive(Clone, Copy, Debug)]
 struct Fence {

@@ -122,3 +122,37 @@ fn a_second_ralph_on_the_same_workspace_is_refused() {
     for _ in lines {}
     assert_eq!(first.wait().unwrap().code(), Some(0));
 }
+
+#[test]
+fn dry_run_shows_the_next_step_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = construct(dir.path()).arg("--dry-run").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for part in [
+        "Dry run of spec.md",
+        "stage:     INVESTIGATE (iteration 1)",
+        "prompt:    investigate (built-in)",
+        "once no",
+    ] {
+        assert!(stdout.contains(part), "missing {part:?} in\n{stdout}");
+    }
+    assert!(
+        !dir.path().join(".ralph/fake-requests.jsonl").exists(),
+        "no agent ran"
+    );
+    assert!(!dir.path().join("build").exists(), "no stage log written");
+}
+
+#[test]
+fn once_stops_after_one_iteration_with_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = construct(dir.path()).arg("--once").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("Stopped after one iteration (once): iteration 1 finished."),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("iteration 2 ·"), "{stdout}");
+}

@@ -102,7 +102,11 @@ async fn every_transition_is_persisted_before_the_next_agent_or_gate_runs() {
         .times(1)
         .in_sequence(&mut seq)
         .withf(|changes: &[Change]| {
-            changes.len() == 1
+            // The task, and in the same batch the run state remembering the attempt.
+            changes.len() == 2
+                && changes
+                    .iter()
+                    .any(|c| matches!(c, Change::Run(run) if run.attempts.len() == 1))
                 && task_change(changes, "t-1")
                     .is_some_and(|t| t.status == TaskStatus::Done && t.attempts == 1)
         })

@@ -15,7 +15,10 @@ use crate::agent::{FailureKind, Role};
 use crate::error::Error;
 use crate::event::Event;
 use crate::gate::{GateContext, GateReport, GateStatus};
-use crate::model::{Board, Change, KillReason, Priority, Task, TaskId, TaskStatus, Tombstone};
+use crate::model::{
+    Attempt as AttemptRecord, Board, Change, KillReason, Priority, Task, TaskId, TaskStatus,
+    Tombstone,
+};
 use crate::signal::{self, TaskSignal};
 
 /// How a task's turn in BUILD ended.
@@ -31,6 +34,8 @@ enum Attempt {
     Done,
     Blocked(String),
     Failed(String),
+    /// A required gate failed: its name, and the failure for the retry prompt.
+    GateFailed(String, String),
     Killed(KillReason, Option<PathBuf>),
     Interrupted,
 }
@@ -66,33 +71,68 @@ impl Engine {
                     round - 1,
                     last.unwrap_or_else(|| "no detail".into())
                 );
-                return self.block_task(task, reason).await;
+                return self.block_task(task, reason, None).await;
             }
             self.emit(Event::TaskStarted {
                 task: id.clone(),
                 name: task.name.clone(),
                 attempt: round,
             });
-            let attempt = self.attempt(&task, round, &mut deadline).await?;
+            let mut tried = None;
+            let attempt = self
+                .attempt(&task, round, &mut deadline, &mut tried)
+                .await?;
             let mut after = task.clone();
             after.attempts += 1;
+            let memo = self.memo(&task, tried, &attempt);
             match attempt {
-                Attempt::Done => return self.finish_task(after).await,
-                Attempt::Blocked(reason) => return self.block_task(after, reason).await,
-                Attempt::Killed(reason, log) => return self.kill_task(after, reason, log).await,
+                Attempt::Done => return self.finish_task(after, memo).await,
+                Attempt::Blocked(reason) => return self.block_task(after, reason, memo).await,
+                Attempt::Killed(reason, log) => {
+                    return self.kill_task(after, reason, log, memo).await;
+                }
                 Attempt::Interrupted => return Ok(TaskEnd::Interrupted),
-                Attempt::Failed(failure) => self.retry_task(after, round, failure).await?,
+                Attempt::Failed(failure) | Attempt::GateFailed(_, failure) => {
+                    self.retry_task(after, round, failure, memo).await?;
+                }
             }
         }
     }
 
+    /// The run state with this attempt remembered (seed 003's recent attempts), to persist
+    /// with the attempt's result; `None` for an interrupted attempt, which is run again.
+    fn memo(&self, task: &Task, tried: Option<String>, attempt: &Attempt) -> Option<Change> {
+        let result = match attempt {
+            Attempt::Done => "done".to_owned(),
+            Attempt::Blocked(reason) => format!("blocked: {reason}"),
+            Attempt::Failed(failure) => format!("failed: {}", first_line(failure)),
+            Attempt::GateFailed(gate, _) => format!("gates failed: {gate}"),
+            Attempt::Killed(reason, _) => format!("killed: {reason}"),
+            Attempt::Interrupted => return None,
+        };
+        let tried =
+            tried.unwrap_or_else(|| format!("attempt {} of {}", task.attempts + 1, task.name));
+        let record = AttemptRecord::new(
+            self.board.run.iteration,
+            task.id.clone(),
+            tried,
+            result,
+            super::logs::now_rfc3339(),
+        );
+        let mut run = self.board.run.clone();
+        run.remember_attempt(record, self.config().recent_attempts);
+        Some(Change::Run(run))
+    }
+
     /// One agent run and, if it claims done, the gates. Time spent waiting out rate limits
-    /// and transient failures moves `deadline`.
+    /// and transient failures moves `deadline`. `tried` gets the first line of the agent's
+    /// answer.
     async fn attempt(
         &mut self,
         task: &Task,
         round: u32,
         deadline: &mut Instant,
+        tried: &mut Option<String>,
     ) -> Result<Attempt, Error> {
         let mut call = Call {
             role: Role::Build,
@@ -115,6 +155,7 @@ impl Engine {
                 return Ok(Attempt::Failed(format!("The agent run failed: {reason}")));
             }
         };
+        *tried = summary(&run.final_text);
         let killed_log = run
             .log_path
             .as_deref()
@@ -172,7 +213,10 @@ impl Engine {
                 return Ok(Attempt::Killed(KillReason::Timeout, agent_log));
             }
             if report.blocks() {
-                return Ok(Attempt::Failed(gate_failure(&report)));
+                return Ok(Attempt::GateFailed(
+                    report.name.clone(),
+                    gate_failure(&report),
+                ));
             }
         }
         Ok(Attempt::Done)
@@ -187,6 +231,7 @@ impl Engine {
             gates: Vec<&'a str>,
             attempt: u32,
             failure: Option<&'a str>,
+            attempts: &'a [AttemptRecord],
         }
         let ctx = Ctx {
             spec: &self.spec,
@@ -195,26 +240,36 @@ impl Engine {
             gates: self.inner.gates.iter().map(|g| g.name()).collect(),
             attempt: round,
             failure: task.last_failure.as_deref(),
+            attempts: &self.board.run.attempts,
         };
         let template = if round > 1 { "retry" } else { "build" };
         Ok(self.inner.prompts.render(template, &ctx)?)
     }
 
-    async fn finish_task(&mut self, mut task: Task) -> Result<TaskEnd, Error> {
+    async fn finish_task(
+        &mut self,
+        mut task: Task,
+        memo: Option<Change>,
+    ) -> Result<TaskEnd, Error> {
         task.status = TaskStatus::Done;
         task.last_failure = None;
         let (id, name) = (task.id.clone(), task.name.clone());
-        self.commit(vec![Change::Task(task)]).await?;
+        self.commit(with_memo(task, memo)).await?;
         self.remember_finished(&name);
         self.emit(Event::TaskDone { task: id });
         Ok(TaskEnd::Done)
     }
 
-    async fn block_task(&mut self, mut task: Task, reason: String) -> Result<TaskEnd, Error> {
+    async fn block_task(
+        &mut self,
+        mut task: Task,
+        reason: String,
+        memo: Option<Change>,
+    ) -> Result<TaskEnd, Error> {
         task.status = TaskStatus::Blocked;
         task.blocked_reason = Some(reason.clone());
         let id = task.id.clone();
-        self.commit(vec![Change::Task(task)]).await?;
+        self.commit(with_memo(task, memo)).await?;
         self.emit(Event::TaskBlocked { task: id, reason });
         Ok(TaskEnd::Blocked)
     }
@@ -224,10 +279,11 @@ impl Engine {
         mut task: Task,
         round: u32,
         failure: String,
+        memo: Option<Change>,
     ) -> Result<(), Error> {
         task.last_failure = Some(bounded_failure(&failure));
         let id = task.id.clone();
-        self.commit(vec![Change::Task(task)]).await?;
+        self.commit(with_memo(task, memo)).await?;
         self.emit(Event::TaskRetry {
             task: id,
             attempt: round,
@@ -242,6 +298,7 @@ impl Engine {
         mut task: Task,
         reason: KillReason,
         log: Option<PathBuf>,
+        memo: Option<Change>,
     ) -> Result<TaskEnd, Error> {
         let limit = match reason {
             KillReason::Timeout => format!(
@@ -262,7 +319,7 @@ impl Engine {
             at: super::logs::now_rfc3339(),
         });
         let id = task.id.clone();
-        self.commit(vec![Change::Task(task)]).await?;
+        self.commit(with_memo(task, memo)).await?;
         self.emit(Event::TaskKilled {
             task: id,
             reason,
@@ -270,6 +327,21 @@ impl Engine {
         });
         Ok(TaskEnd::Killed)
     }
+}
+
+/// The task's change and, in the same batch, the run state that remembers the attempt.
+fn with_memo(task: Task, memo: Option<Change>) -> Vec<Change> {
+    std::iter::once(Change::Task(task)).chain(memo).collect()
+}
+
+/// What an attempt tried, for the recent-attempts memory: the first line of the agent's
+/// answer that is not a marker.
+fn summary(answer: &str) -> Option<String> {
+    answer
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("<TASK_") && *l != "RALPH_DONE")
+        .map(first_line)
 }
 
 /// The failure for the retry prompt: a headline with the output's last line (usually the
@@ -298,7 +370,7 @@ pub(super) fn gate_failure(report: &GateReport) -> String {
 /// Buildable tasks whose dependencies are finished, highest priority first, then by the
 /// prioritizer's rank, then by creation order. Finishing a task releases its dependents, so
 /// each pick costs O(log n) instead of a scan of the board.
-struct ReadyQueue {
+pub(crate) struct ReadyQueue {
     heap: BinaryHeap<(Priority, Reverse<u32>, Reverse<usize>, TaskId)>,
     waiting: HashMap<TaskId, usize>,
     dependents: HashMap<TaskId, Vec<TaskId>>,
@@ -306,7 +378,7 @@ struct ReadyQueue {
 }
 
 impl ReadyQueue {
-    fn new(board: &Board) -> Self {
+    pub(crate) fn new(board: &Board) -> Self {
         let mut queue = ReadyQueue {
             heap: BinaryHeap::new(),
             waiting: HashMap::new(),
@@ -344,7 +416,7 @@ impl ReadyQueue {
         queue
     }
 
-    fn pop(&mut self) -> Option<TaskId> {
+    pub(crate) fn pop(&mut self) -> Option<TaskId> {
         self.heap.pop().map(|(.., id)| id)
     }
 

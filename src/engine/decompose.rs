@@ -39,7 +39,8 @@ impl Engine {
             // Seed 000: after decomposition, the next iteration starts at once. The increment
             // rides in the last task's batch, so a crash cannot separate the two.
             if i == last {
-                changes.push(Change::Run(self.next_iteration()));
+                let note = format!("decomposed {} killed task(s)", last + 1);
+                changes.push(Change::Run(self.next_iteration(0, &note)));
             }
             self.commit(changes).await?;
             self.emit(event);

@@ -12,9 +12,10 @@
 //!                issues; verdicts applied; re-prioritized; iteration ends
 //! ```
 
-mod build;
+pub(crate) mod build;
 mod call;
 mod decompose;
+pub(crate) mod dry_run;
 mod investigate;
 pub(crate) mod logs;
 pub(crate) mod plan_mode;
@@ -34,7 +35,9 @@ use crate::answer::{DepRef, ProposedTask};
 use crate::config::Config;
 use crate::error::Error;
 use crate::event::Event;
-use crate::model::{Board, Change, Issue, IssueStatus, RunState, Stage, Task, TaskId, TaskStatus};
+use crate::model::{
+    Board, Change, Issue, IssueStatus, IterationEntry, RunState, Stage, Task, TaskId, TaskStatus,
+};
 use crate::outcome::{BlockedItem, Outcome};
 use crate::output::truncate_middle;
 use crate::ralph::Inner;
@@ -96,6 +99,10 @@ pub(crate) struct Engine {
     spec: SpecDoc,
     caller: Caller,
     recent: VecDeque<String>,
+    /// The iteration this run started in: with `once`, the run ends when it is over.
+    first_iteration: u32,
+    /// When the current iteration started (for the iteration log).
+    iteration_started: (std::time::Instant, String),
 }
 
 impl Engine {
@@ -128,9 +135,12 @@ impl Engine {
             spec,
             caller,
             recent,
+            first_iteration: 0,
+            iteration_started: (std::time::Instant::now(), logs::now_rfc3339()),
         };
         engine.sweep_leftovers().await;
         engine.begin(rel).await?;
+        engine.first_iteration = engine.board.run.iteration;
         Ok(engine)
     }
 
@@ -182,9 +192,20 @@ impl Engine {
             if self.inner.stop.is_cancelled() {
                 return Ok(self.finish(Outcome::Interrupted));
             }
+            if self.inner.store.edited_externally() {
+                // Seed 003: a person may have ticked, added or removed tasks since the last
+                // stage; their file is the truth.
+                self.board = self.inner.store.load().await?;
+            }
             let stage = self.board.stage();
             if let Some(outcome) = self.outcome_at(stage) {
                 return Ok(self.finish(outcome));
+            }
+            if self.config().once && self.board.run.iteration > self.first_iteration {
+                return Ok(self.finish(Outcome::Once {
+                    iteration: self.first_iteration,
+                    remaining: self.remaining(),
+                }));
             }
             let log = self.caller.logs.enter(stage, &self.caller.emitter)?;
             self.emit(Event::StageEntered {
@@ -206,26 +227,12 @@ impl Engine {
 
     /// The outcome if the loop should end at `stage`.
     fn outcome_at(&self, stage: Stage) -> Option<Outcome> {
-        let iteration = self.board.run.iteration;
-        match stage {
-            Stage::Complete => Some(Outcome::Complete {
-                iterations: iteration.saturating_sub(1).max(1),
-                accepted: self
-                    .board
-                    .tasks
-                    .values()
-                    .filter(|t| t.status == TaskStatus::Accepted)
-                    .count(),
-            }),
-            Stage::Blocked => Some(Outcome::Blocked {
-                items: blocked_items(&self.board),
-            }),
-            _ if iteration > self.inner.config.max_iterations => Some(Outcome::MaxIterations {
-                limit: self.inner.config.max_iterations,
-                remaining: self.board.remaining_tasks().count() + self.board.open_issues().count(),
-            }),
-            _ => None,
-        }
+        stop_outcome(&self.board, &self.inner.config, stage)
+    }
+
+    /// Work not yet accepted: remaining tasks plus open issues (each becomes tasks).
+    fn remaining(&self) -> usize {
+        remaining(&self.board)
     }
 
     fn finish(&self, outcome: Outcome) -> Outcome {
@@ -266,9 +273,21 @@ impl Engine {
         })
     }
 
-    /// The run bookkeeping advanced to the next iteration.
-    fn next_iteration(&self) -> RunState {
+    /// The run bookkeeping advanced to the next iteration, with the one ending now in the
+    /// iteration log (`completed` tasks accepted in it, and a one-line note).
+    fn next_iteration(&mut self, completed: usize, note: &str) -> RunState {
+        let (started, at) = std::mem::replace(
+            &mut self.iteration_started,
+            (std::time::Instant::now(), logs::now_rfc3339()),
+        );
         let mut run = self.board.run.clone();
+        run.log_iteration(IterationEntry::new(
+            run.iteration,
+            at,
+            started.elapsed(),
+            completed,
+            note,
+        ));
         run.iteration += 1;
         run
     }
@@ -327,6 +346,40 @@ impl Engine {
             })
             .collect()
     }
+}
+
+/// The outcome if a run on `board` should end at `stage`.
+fn stop_outcome(board: &Board, config: &Config, stage: Stage) -> Option<Outcome> {
+    let iteration = board.run.iteration;
+    match stage {
+        // A person's RALPH_DONE stops the loop; it does not make unverified work complete.
+        Stage::Complete if board.declared_complete && remaining(board) > 0 => {
+            Some(Outcome::Declared {
+                remaining: remaining(board),
+            })
+        }
+        Stage::Complete => Some(Outcome::Complete {
+            iterations: iteration.saturating_sub(1).max(1),
+            accepted: board
+                .tasks
+                .values()
+                .filter(|t| t.status == TaskStatus::Accepted)
+                .count(),
+        }),
+        Stage::Blocked => Some(Outcome::Blocked {
+            items: blocked_items(board),
+        }),
+        _ if iteration > config.max_iterations => Some(Outcome::MaxIterations {
+            limit: config.max_iterations,
+            remaining: remaining(board),
+        }),
+        _ => None,
+    }
+}
+
+/// Work not yet accepted: remaining tasks plus open issues (each becomes tasks).
+fn remaining(board: &Board) -> usize {
+    board.remaining_tasks().count() + board.open_issues().count()
 }
 
 /// The spec path relative to the workspace, reconciled with the one on record.

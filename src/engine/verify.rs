@@ -211,7 +211,17 @@ impl Engine {
                 changed.insert(task.id.clone(), apply_verdict(task.clone(), verdict));
             }
         }
-        let mut run = self.next_iteration();
+        let accepted = order
+            .iter()
+            .filter(|id| changed[*id].status == TaskStatus::Accepted)
+            .count();
+        let note = format!(
+            "{accepted} accepted, {} rejected, {} new task(s), {} new issue(s)",
+            order.len() - accepted,
+            gaps.tasks.len(),
+            gaps.issues.len()
+        );
+        let mut run = self.next_iteration(accepted, &note);
         let new_tasks = self.materialize(&gaps.tasks, None, &mut run, "verify");
         let new_issues = self.new_issues(&gaps.issues, &mut run);
         let task_ids: Vec<TaskId> = new_tasks.iter().map(|t| t.id.clone()).collect();

@@ -203,13 +203,19 @@ impl SupervisedChild {
 
     /// Kills the process group and every process carrying the cookie, main process
     /// included if it still runs, and returns how many processes other than the main one
-    /// it killed. Scans `/proc` on a blocking thread; takes milliseconds.
+    /// it killed.
+    ///
+    /// The first scan of `/proc` runs on this thread (a fraction of a millisecond, and
+    /// usually all there is to do); a sweep that found something continues on a blocking
+    /// thread, pausing between scans for the killed processes to die.
     pub async fn kill_all(&mut self) -> usize {
-        let group = self.group.clone();
-        let sweep = match tokio::task::spawn_blocking(move || group.kill_all()).await {
+        let sweep = match self.group.start_sweep() {
             Ok(sweep) => sweep,
-            // No blocking pool (the runtime is shutting down): sweep on this thread.
-            Err(_) => self.group.kill_all(),
+            Err(rest) => match tokio::task::spawn_blocking(move || rest.finish()).await {
+                Ok(sweep) => sweep,
+                // No blocking pool (the runtime is shutting down): sweep on this thread.
+                Err(_) => self.group.kill_all(),
+            },
         };
         self.swept = sweep.clean;
         self.stop_feeding();

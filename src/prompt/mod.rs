@@ -5,7 +5,7 @@
 //!
 //! | template | variables |
 //! |---|---|
-//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (recent task names), `gates` (names) |
+//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (recent task names), `gates` (names), `attempts` (recent [`Attempt`](crate::model::Attempt)s: `iteration`, `task`, `tried`, `result`, `at`) |
 //! | `retry` | as `build`, plus `attempt` (this attempt's number in the round) and `failure` (the previous attempt's failure, bounded) |
 //! | `investigate` | `issue` (`id`, `text`), `tasks` (planned tasks: `id`, `name`) |
 //! | `verify` | `task` |
@@ -110,6 +110,15 @@ impl Prompts {
         Ok(prompts)
     }
 
+    /// Where template `name` comes from: the override file named in `[prompts]`, or `None`
+    /// for the built-in one.
+    pub fn origin(&self, name: &str) -> Option<&str> {
+        self.origins
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, o)| o.as_str())
+    }
+
     fn replace(&mut self, name: &'static str, path: &Path) -> Result<(), PromptError> {
         let origin = path.display().to_string();
         let error = |message: String| PromptError {
@@ -207,6 +216,34 @@ mod tests {
         }
         // The marker is never a whole line of the prompt, so an echoed prompt is not a claim.
         assert!(text.lines().all(|l| l.trim() != "<TASK_DONE>"));
+    }
+
+    #[test]
+    fn build_prompt_shows_recent_attempts_only_when_there_are_some() {
+        let p = Prompts::builtin();
+        let task = json!({"id": "t-2", "name": "x"});
+        let none = p
+            .render(
+                "build",
+                &json!({"spec": spec(), "task": task, "attempts": []}),
+            )
+            .unwrap();
+        assert!(!none.contains("Recent Attempts"));
+        let attempts = json!([{"iteration": 3, "task": "t-1", "tried": "ran the migration",
+                               "result": "gates failed: test", "at": "now"}]);
+        let text = p
+            .render(
+                "retry",
+                &json!({"spec": spec(), "task": task, "attempts": attempts, "attempt": 2, "failure": "f"}),
+            )
+            .unwrap();
+        assert!(text.contains("## Recent Attempts"), "{text}");
+        assert!(
+            text.contains(
+                "- Iteration 3, t-1: tried: ran the migration — result: gates failed: test"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub(crate) mod atomic;
 pub mod implementation;
 pub mod jsonl;
 pub mod memory;
+pub mod progress;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::model::{Board, Change};
 pub use implementation::ImplementationStore;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
+pub use progress::ProgressStore;
 
 /// A store could not load or save.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +80,14 @@ pub trait Store: Send + Sync {
     /// [`StoreError`] when the changes could not be made durable; nothing may then be assumed
     /// saved.
     async fn persist(&self, changes: &[Change]) -> Result<(), StoreError>;
+
+    /// Whether people may edit the store's file while a run goes on. The engine then
+    /// reloads the board at the start of every stage (so at least every iteration), so a
+    /// task added or ticked by hand between iterations is honored. Default false: the
+    /// engine trusts its in-memory board.
+    fn edited_externally(&self) -> bool {
+        false
+    }
 }
 
 #[async_trait]
@@ -89,6 +99,10 @@ impl<T: Store + ?Sized> Store for Box<T> {
     async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
         (**self).persist(changes).await
     }
+
+    fn edited_externally(&self) -> bool {
+        (**self).edited_externally()
+    }
 }
 
 #[async_trait]
@@ -99,6 +113,10 @@ impl<T: Store + ?Sized> Store for Arc<T> {
 
     async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
         (**self).persist(changes).await
+    }
+
+    fn edited_externally(&self) -> bool {
+        (**self).edited_externally()
     }
 }
 

@@ -13,6 +13,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
+mod recent;
+
 use super::{Group, Sweep};
 use crate::process::{COOKIE_VAR, Exit};
 
@@ -48,37 +50,97 @@ const PF_KTHREAD: u64 = 0x0020_0000;
 ///   user process like that, which we may signal and which started no earlier than the
 ///   leader, is not clean: the next scans look at it again, for [`UNSURE_ROUNDS`] at most.
 pub(super) fn sweep(group: &Group) -> Sweep {
-    let me = i32::try_from(std::process::id()).unwrap_or(0);
-    // The leader is not reaped before the sweep is clean, so its stat is there to read.
-    let leader = fs::read(format!("/proc/{}/stat", group.leader))
-        .ok()
-        .and_then(|stat| parse_stat(&stat));
-    let context = Context {
-        group,
-        me,
-        since: leader.map(|stat| stat.start),
-        dead_leader: leader.is_some_and(|stat| !stat.is_alive()),
-    };
-    let mut killed = HashSet::new();
-    for round in 0..MAX_ROUNDS {
+    let mut sweeper = Sweeper::new(group.clone());
+    loop {
+        if let Some(sweep) = sweeper.round() {
+            return sweep;
+        }
+        thread::sleep(ROUND_PAUSE);
+    }
+}
+
+/// The first round of a sweep, on this thread: the whole sweep when it finds nothing,
+/// otherwise the sweep in progress, to be finished where pausing is fine.
+pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Sweeper> {
+    let mut sweeper = Sweeper::new(group.clone());
+    sweeper.round().ok_or(sweeper)
+}
+
+/// A sweep in progress, one scan-and-kill round at a time, so that the first round (all a
+/// sweep takes when nothing was left behind, the common case) can run on the caller's
+/// thread and only a sweep that found something moves to a blocking thread.
+#[derive(Debug)]
+pub(in crate::process) struct Sweeper {
+    group: Group,
+    me: i32,
+    since: Option<u64>,
+    dead_leader: bool,
+    killed: HashSet<i32>,
+    rounds: usize,
+}
+
+impl Sweeper {
+    pub(super) fn new(group: Group) -> Self {
+        let me = i32::try_from(std::process::id()).unwrap_or(0);
+        // The leader is not reaped before the sweep is clean, so its stat is there to read.
+        let mut buf = Vec::with_capacity(1024);
+        let leader = read_stat(group.leader, &mut buf).ok().and_then(parse_stat);
+        Sweeper {
+            since: leader.map(|stat| stat.start),
+            dead_leader: leader.is_some_and(|stat| !stat.is_alive()),
+            group,
+            me,
+            killed: HashSet::new(),
+            rounds: 0,
+        }
+    }
+
+    /// One round: scan, kill what it found, signal the group. `Some` when the sweep is
+    /// over (clean, or out of rounds); `None` when another round must follow, after a
+    /// pause that lets the killed processes die.
+    pub(super) fn round(&mut self) -> Option<Sweep> {
+        let context = Context {
+            group: &self.group,
+            me: self.me,
+            since: self.since,
+            dead_leader: self.dead_leader,
+        };
         let scan = scan(&context);
         for &pid in &scan.found {
             // ESRCH: it died meanwhile, which is what we want.
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        group.kill();
+        self.group.kill();
+        let round = self.rounds;
+        self.rounds += 1;
+        let leader = self.group.leader;
         if scan.found.is_empty() && (scan.unsure == 0 || round >= UNSURE_ROUNDS) {
-            return Sweep {
-                killed: count_without(&killed, group.leader),
+            return Some(Sweep {
+                killed: count_without(&self.killed, leader),
                 clean: true,
-            };
+            });
         }
-        killed.extend(scan.found);
-        thread::sleep(ROUND_PAUSE);
+        self.killed.extend(scan.found);
+        (self.rounds >= MAX_ROUNDS).then(|| Sweep {
+            killed: count_without(&self.killed, leader),
+            clean: false,
+        })
     }
-    Sweep {
-        killed: count_without(&killed, group.leader),
-        clean: false,
+
+    /// The remaining rounds, pausing between them.
+    pub(in crate::process) fn finish(mut self) -> Sweep {
+        loop {
+            thread::sleep(ROUND_PAUSE);
+            if let Some(sweep) = self.round() {
+                return sweep;
+            }
+        }
+    }
+
+    /// Every round, the first one now.
+    #[cfg(test)]
+    fn finish_now(mut self) -> Sweep {
+        self.round().unwrap_or_else(|| self.finish())
     }
 }
 
@@ -128,6 +190,11 @@ struct Context<'a> {
 /// Looks at every process, listing `/proc` again for those that appeared meanwhile, if one
 /// that could have forked them died meanwhile.
 fn scan(context: &Context<'_>) -> Scan {
+    recent::scan(context).unwrap_or_else(|| scan_all(context))
+}
+
+/// Looks at every process `/proc` lists.
+fn scan_all(context: &Context<'_>) -> Scan {
     let mut scan = Scan::default();
     let mut seen = HashSet::new();
     let mut buf = Vec::with_capacity(4096);
@@ -226,7 +293,7 @@ impl Look<'_> {
             return seen(Membership::Other, Some(known), false);
         }
         // Gone: it was listed, so it died since, and was reaped (or is not ours to look at).
-        let Ok(stat) = read_proc(pid, "stat", buf) else {
+        let Ok(stat) = read_stat(pid, buf) else {
             return seen(Membership::Other, None, true);
         };
         let Some(stat) = parse_stat(stat) else {
@@ -275,6 +342,25 @@ impl Look<'_> {
 
 /// Reads `/proc/<pid>/<file>` into `buf`: open, reads to EOF, close. Procfs files fit in
 /// one read; `fs::read` would also ask for the size (always 0 here) first.
+/// `/proc/<pid>/stat`, usually in one read: the kernel renders the whole line at once, so
+/// a read that ends with its newline has it all.
+fn read_stat(pid: i32, buf: &mut Vec<u8>) -> io::Result<&[u8]> {
+    buf.clear();
+    buf.resize(buf.capacity().max(1024), 0);
+    let mut f = fs::File::open(format!("/proc/{pid}/stat"))?;
+    let n = loop {
+        match f.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => break other?,
+        }
+    };
+    if n > 0 && n < buf.len() && buf[n - 1] == b'\n' {
+        buf.truncate(n);
+        return Ok(buf);
+    }
+    read_proc(pid, "stat", buf)
+}
+
 fn read_proc<'a>(pid: i32, file: &str, buf: &'a mut Vec<u8>) -> io::Result<&'a [u8]> {
     buf.clear();
     let mut f = fs::File::open(format!("/proc/{pid}/{file}"))?;

@@ -14,11 +14,12 @@ use other as imp;
 use std::ffi::OsString;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
+pub(super) use imp::Sweeper;
 #[cfg(target_os = "linux")]
 pub(super) use linux::peek_exit;
 
@@ -30,6 +31,8 @@ pub(super) struct Group {
     /// The main process's pid, which is also the group id.
     leader: i32,
     cookie: Arc<str>,
+    /// When the leader was spawned: a short run may be swept the cheap way.
+    spawned: Instant,
 }
 
 /// What a sweep did.
@@ -46,7 +49,11 @@ impl Group {
         // Pids fit in an i32 on every unix. The fallback is above any pid_max, so it
         // addresses nobody (0 or -1 would address our own group or everyone).
         let leader = i32::try_from(leader).unwrap_or(i32::MAX);
-        Group { leader, cookie }
+        Group {
+            leader,
+            cookie,
+            spawned: Instant::now(),
+        }
     }
 
     pub(super) fn cookie(&self) -> &str {
@@ -80,6 +87,13 @@ impl Group {
     /// cookie. Blocks for a few milliseconds.
     pub(super) fn kill_all(&self) -> Sweep {
         imp::sweep(self)
+    }
+
+    /// The first round of [`kill_all`](Self::kill_all), cheap enough for an async thread:
+    /// the whole sweep when nothing was left behind, else the rest to
+    /// [`finish`](Sweeper::finish) on a blocking thread, since it pauses between rounds.
+    pub(super) fn start_sweep(&self) -> Result<Sweep, Sweeper> {
+        imp::start_sweep(self)
     }
 }
 

@@ -16,3 +16,18 @@ pub(super) fn sweep(group: &Group) -> Sweep {
         clean: true,
     }
 }
+
+/// A sweep in progress; here a sweep is one group signal, so there is never anything left
+/// to finish.
+#[derive(Debug)]
+pub(in crate::process) struct Sweeper(Group);
+
+impl Sweeper {
+    pub(in crate::process) fn finish(self) -> Sweep {
+        sweep(&self.0)
+    }
+}
+
+pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Sweeper> {
+    Ok(sweep(group))
+}

@@ -1,0 +1,153 @@
+//! `--dry-run` (seed 003): what the next step of a run would be, worked out from the stored
+//! board and the config without starting an agent or a gate and without writing anything.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::build::ReadyQueue;
+use super::{resolve_spec, stop_outcome};
+use crate::error::Error;
+use crate::model::{Stage, TaskId};
+use crate::outcome::Outcome;
+use crate::ralph::Inner;
+
+/// What [`Ralph::dry_run`](crate::Ralph::dry_run) found: the stage that would run, its next
+/// item, the prompt template it would use and where that comes from, and the limits.
+///
+/// Its `Display` is the report the `construct` example prints for `--dry-run`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct DryRun {
+    /// The spec, relative to the workspace.
+    pub spec: String,
+    /// The stage the run would enter.
+    pub stage: Stage,
+    /// The iteration it would run in.
+    pub iteration: u32,
+    /// In BUILD, the task that would be built (id, name); in INVESTIGATE, the issue that
+    /// would be investigated (id, text).
+    pub next: Option<(String, String)>,
+    /// The prompt template the stage would render (`build`, `retry`, `investigate`,
+    /// `verify`, `decompose`); `None` when no agent would run.
+    pub template: Option<String>,
+    /// The override file of that template (from `[prompts]`); `None` for the built-in one.
+    pub template_source: Option<String>,
+    /// Why the run would stop at once, if it would (the outcome's message).
+    pub stop: Option<String>,
+    /// Tasks not yet accepted, plus open issues.
+    pub remaining: usize,
+    /// `max_iterations`.
+    pub max_iterations: u32,
+    /// `stage_timeout`.
+    pub stage_timeout: Duration,
+    /// `agent_timeout`.
+    pub agent_timeout: Duration,
+    /// `retries`.
+    pub retries: u32,
+    /// `once`.
+    pub once: bool,
+    /// `recent_attempts`.
+    pub recent_attempts: usize,
+}
+
+impl fmt::Display for DryRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "Dry run of {} (nothing was run or written)", self.spec)?;
+        writeln!(
+            f,
+            "  stage:     {} (iteration {})",
+            self.stage, self.iteration
+        )?;
+        if let Some((id, name)) = &self.next {
+            writeln!(f, "  next:      {id}: {name}")?;
+        }
+        if let Some(template) = &self.template {
+            let source = self.template_source.as_deref().unwrap_or("built-in");
+            writeln!(f, "  prompt:    {template} ({source})")?;
+        }
+        if let Some(stop) = &self.stop {
+            writeln!(f, "  would stop: {}", stop.lines().next().unwrap_or(""))?;
+        }
+        writeln!(f, "  remaining: {}", self.remaining)?;
+        write!(
+            f,
+            "  limits:    max iterations {}, stage timeout {}, agent timeout {}, retries {}, \
+             once {}, recent attempts {}",
+            self.max_iterations,
+            humantime::format_duration(self.stage_timeout),
+            humantime::format_duration(self.agent_timeout),
+            self.retries,
+            if self.once { "yes" } else { "no" },
+            self.recent_attempts,
+        )
+    }
+}
+
+/// Works out the [`DryRun`] for `spec` (or the spec on record). Reads the store; writes nothing.
+pub(crate) async fn dry_run(inner: &Inner, spec: Option<&Path>) -> Result<DryRun, Error> {
+    let board = inner.store.load().await?;
+    let spec = resolve_spec(&inner.workspace, &board.run, spec)?;
+    let config = &inner.config;
+    let fresh = !board.run.seeded && board.tasks.is_empty() && board.issues.is_empty();
+    let iteration = board.run.iteration.max(1);
+    let (stage, next) = if fresh {
+        // The run would seed the spec as the first issue and investigate it.
+        let text = format!("Implement the spec `{spec}`.");
+        (Stage::Investigate, Some(("i-1".to_owned(), text)))
+    } else {
+        let stage = board.stage();
+        let next = match stage {
+            Stage::Build => ReadyQueue::new(&board)
+                .pop()
+                .and_then(|id: TaskId| board.tasks.get(&id))
+                .map(|t| (t.id.to_string(), t.name.clone())),
+            Stage::Investigate => board
+                .open_issues()
+                .next()
+                .map(|i| (i.id.to_string(), i.text.clone())),
+            _ => None,
+        };
+        (stage, next)
+    };
+    let mut probe = board.clone();
+    probe.run.iteration = iteration;
+    let stop = (!fresh)
+        .then(|| stop_outcome(&probe, config, stage))
+        .flatten()
+        .map(|o: Outcome| o.to_string());
+    let template = match (stop.is_some(), stage) {
+        (true, _) => None,
+        (false, Stage::Build) => {
+            let retry = next
+                .as_ref()
+                .and_then(|(id, _)| board.tasks.get(id.as_str()))
+                .is_some_and(|t| t.round_attempts() > 0);
+            Some(if retry { "retry" } else { "build" })
+        }
+        (false, Stage::Investigate) => Some("investigate"),
+        (false, Stage::Verify) => Some("verify"),
+        (false, Stage::Decompose) => Some("decompose"),
+        _ => None,
+    };
+    Ok(DryRun {
+        spec,
+        stage,
+        iteration,
+        template_source: template.and_then(|t| inner.prompts.origin(t).map(str::to_owned)),
+        template: template.map(str::to_owned),
+        next,
+        stop,
+        remaining: board.remaining_tasks().count()
+            + board.open_issues().count()
+            + usize::from(fresh),
+        max_iterations: config.max_iterations,
+        stage_timeout: config.stage_timeout,
+        agent_timeout: config.agent_timeout,
+        retries: config.retries,
+        once: config.once,
+        recent_attempts: config.recent_attempts,
+    })
+}
