@@ -21,6 +21,15 @@
 //! cargo run --example construct -- --agent claude --spec SPEC.md
 //! ```
 //!
+//! Plan mode and build mode over `implementation.json` (seeds 004 and 002) run on the bundled
+//! plan demo (`fixtures/demo-plan/`: two markdown specs, real shell gates, a FakeAgent script),
+//! in a git repository made for it:
+//!
+//! ```text
+//! cargo run --example construct -- plan --workspace /tmp/ws   # specs/*.md -> implementation.json
+//! cargo run --example construct -- build --workspace /tmp/ws  # plan, implement, verify, commit each spec
+//! ```
+//!
 //! Exit codes: 0 spec complete, 2 stopped at a limit, 3 blocked, 1 error, 130 interrupted
 //! (Ctrl+C stops the running agent or gate cleanly and saves the state; the same command
 //! resumes).
@@ -35,15 +44,24 @@ use std::time::Instant;
 
 use clap::Parser;
 use ralph::model::TaskStatus;
-use ralph::{Agent, ClaudeCli, Event, FakeAgent, Observer, Outcome, Ralph};
+use ralph::{Agent, ClaudeCli, Event, FakeAgent, Observer, Outcome, Ralph, SpecsOutcome};
 
 /// Where the bundled demo lives.
 const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo");
+/// Where the plan-mode demo lives.
+const DEMO_PLAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo-plan");
 
 /// Run ralph's construct loop on a spec.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
+    /// `plan`: plan mode (specs → implementation.json); `build`: build mode from
+    /// implementation.json. Without it: the construct loop.
+    #[arg(value_enum)]
+    mode: Option<Mode>,
+    /// Same as the `plan` mode.
+    #[arg(long, conflicts_with = "mode")]
+    plan: bool,
     /// The workspace to use, or resume. Default: a fresh temporary copy of the bundled demo.
     #[arg(long)]
     workspace: Option<PathBuf>,
@@ -71,6 +89,14 @@ struct Args {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Plan mode: the markdown specs become implementation.json.
+    Plan,
+    /// Build mode: implementation.json is planned, built, verified and committed spec by spec.
+    Build,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum AgentKind {
     /// The FakeAgent and its script.
     Fake,
@@ -80,9 +106,18 @@ enum AgentKind {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(args).await {
-        Ok(Some(outcome)) => ExitCode::from(outcome.exit_code() as u8),
+    let mut args = Args::parse();
+    if args.plan {
+        args.mode = Some(Mode::Plan);
+    }
+    let result = match args.mode {
+        Some(mode) => run_specs(args, mode).await.map(Some),
+        None => run(args)
+            .await
+            .map(|outcome| outcome.map(|o| o.exit_code())),
+    };
+    match result {
+        Ok(Some(code)) => ExitCode::from(code as u8),
         Ok(None) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", chain(&*e));
@@ -203,6 +238,122 @@ fn prepare_workspace(given: Option<&Path>) -> Result<PathBuf, Box<dyn std::error
     Ok(dir)
 }
 
+/// Plan mode or build mode over implementation.json.
+async fn run_specs(args: Args, mode: Mode) -> Result<i32, Box<dyn std::error::Error>> {
+    let (workspace, agent): (PathBuf, Arc<dyn Agent>) = match args.agent {
+        AgentKind::Fake => {
+            let workspace = prepare_plan_workspace(args.workspace.as_deref()).await?;
+            let script = args
+                .script
+                .clone()
+                .unwrap_or_else(|| Path::new(DEMO_PLAN).join("script.toml"));
+            (workspace, Arc::new(FakeAgent::from_toml_file(&script)?))
+        }
+        AgentKind::Claude => {
+            let workspace = match &args.workspace {
+                Some(dir) => dir.clone(),
+                None => std::env::current_dir()?,
+            };
+            let claude = ClaudeCli::from_workspace(&workspace)?;
+            (workspace, Arc::new(claude))
+        }
+    };
+    let observer: Arc<dyn Observer> = if args.json {
+        Arc::new(Ndjson)
+    } else {
+        Arc::new(Display)
+    };
+    let ralph = Ralph::builder()
+        .workspace(&workspace)
+        .agent(agent)
+        .observer(observer)
+        .build()?;
+    let stop = ralph.stop_token();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.cancel();
+        }
+    });
+    if !args.json {
+        let name = match mode {
+            Mode::Plan => "plan",
+            Mode::Build => "build",
+        };
+        println!("ralph {name} · workspace {}", workspace.display());
+    }
+    match mode {
+        Mode::Plan => {
+            let plan = ralph.plan(args.spec.iter()).await?;
+            if !args.json {
+                println!("\n── implementation.json ──");
+                for spec in &plan.specs {
+                    println!(
+                        "  {} {} (priority {})",
+                        spec.id,
+                        spec.display_name(),
+                        spec.priority
+                    );
+                    for task in &spec.tasks {
+                        println!("    {} {} [{:?}]", task.id, task.description, task.status);
+                    }
+                }
+                println!(
+                    "\nnext: cargo run --example construct -- build --workspace {}",
+                    workspace.display()
+                );
+            }
+            Ok(0)
+        }
+        Mode::Build => {
+            let outcome: SpecsOutcome = ralph.build_specs().await?;
+            if !args.json {
+                println!("\n── summary ──\n  {outcome}");
+                println!(
+                    "  progress: {}",
+                    workspace.join(&ralph.config().planning.progress).display()
+                );
+            }
+            Ok(outcome.exit_code())
+        }
+    }
+}
+
+/// The plan demo's workspace: the given one, or a fresh temporary folder, seeded with the
+/// demo's specs and config when it has none, and made a git repository with a first commit.
+async fn prepare_plan_workspace(
+    given: Option<&Path>,
+) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let dir = match given {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            dir.to_path_buf()
+        }
+        None => tempfile::Builder::new()
+            .prefix("ralph-plan-demo-")
+            .tempdir()?
+            .keep(),
+    };
+    let demo = Path::new(DEMO_PLAN);
+    for (from, to) in [
+        ("ralph.toml", "ralph.toml"),
+        ("gitignore", ".gitignore"),
+        ("specs/greeter.md", "specs/greeter.md"),
+        ("specs/farewell.md", "specs/farewell.md"),
+    ] {
+        let target = dir.join(to);
+        if !target.exists() && !dir.join("implementation.json").exists() {
+            std::fs::create_dir_all(target.parent().unwrap_or(&dir))?;
+            std::fs::copy(demo.join(from), &target)?;
+        }
+    }
+    let git = ralph::git::Git::new(&dir);
+    if !git.is_repo().await {
+        git.init().await?;
+        git.commit_all("Specs of the plan demo", &[]).await?;
+    }
+    Ok(dir)
+}
+
 async fn summary(ralph: &Ralph, outcome: &Outcome, started: Instant) -> Result<(), ralph::Error> {
     let board = ralph.board().await?;
     let count = |s: TaskStatus| board.tasks.values().filter(|t| t.status == s).count();
@@ -316,6 +467,29 @@ fn describe(event: &Event) -> Option<String> {
             format!("  priorities: {}", order.join(", "))
         }
         Event::RateLimited { wait_secs } => format!("  rate limited: waiting {wait_secs}s"),
+        Event::PlanWritten {
+            spec,
+            attempt,
+            path,
+        } => format!(
+            "\n── {spec} ──\n  plan {} (attempt {attempt})",
+            path.display()
+        ),
+        Event::PlanInvalidated {
+            spec,
+            reason,
+            archived,
+        } => format!(
+            "  ✗ {spec}: plan invalidated ({reason}); kept as {}",
+            archived.display()
+        ),
+        Event::SpecCommitted { spec, commit } => format!(
+            "  ● {spec} committed {}",
+            commit
+                .as_deref()
+                .map(|c| &c[..c.len().min(10)])
+                .unwrap_or("(nothing to commit)")
+        ),
         Event::Warning { message } => format!("  warning: {message}"),
         _ => return None,
     })

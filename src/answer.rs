@@ -108,6 +108,73 @@ pub struct DecomposeAnswer {
     pub subtasks: Vec<ProposedTask>,
 }
 
+/// Plan mode: the freeform specs as structured work (seed 004's `implementation.json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanAnswer {
+    /// One entry per spec.
+    pub specs: Vec<PlannedSpec>,
+}
+
+/// One spec, as plan mode extracted it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PlannedSpec {
+    /// A stable kebab-case id.
+    pub id: String,
+    /// A human name (the commit message of the spec).
+    pub name: String,
+    /// The spec's file, as given in the prompt.
+    pub file: String,
+    /// 1 is built first.
+    pub priority: i64,
+    /// What an implementer of any of its tasks should know.
+    #[serde(default)]
+    pub context: String,
+    /// Tasks in build order, each one agent session's worth.
+    pub tasks: Vec<PlannedTask>,
+    /// The spec's acceptance criteria.
+    #[serde(default)]
+    pub acceptance_criteria: Vec<String>,
+}
+
+/// One task of a planned spec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PlannedTask {
+    /// What to do.
+    pub description: String,
+    /// How a verifier can tell it is done.
+    #[serde(default)]
+    pub acceptance_criteria: Vec<String>,
+}
+
+impl Answer for PlanAnswer {
+    fn check(&self) -> Result<(), String> {
+        let mut ids = std::collections::HashSet::new();
+        for (i, spec) in self.specs.iter().enumerate() {
+            let id = spec.id.trim();
+            if id.is_empty() || id.contains(['/', '\\']) || id.chars().any(char::is_whitespace) {
+                return Err(format!(
+                    "specs[{i}].id {:?} must be a non-empty kebab-case id",
+                    spec.id
+                ));
+            }
+            if !ids.insert(id) {
+                return Err(format!("specs[{i}].id repeats {:?}", spec.id));
+            }
+            if let Some(j) = spec
+                .tasks
+                .iter()
+                .position(|t| t.description.trim().is_empty())
+            {
+                return Err(format!("specs[{i}].tasks[{j}].description is empty"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A structured answer type: its schema and the checks beyond it.
 pub trait Answer: DeserializeOwned + JsonSchema {
     /// Checks what the schema cannot express.

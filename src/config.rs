@@ -95,6 +95,8 @@ pub struct Config {
     pub prompts: PromptPaths,
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
     pub claude: ClaudeConfig,
+    /// Plan mode and build mode over `implementation.json` (seeds 004 and 002).
+    pub planning: PlanningConfig,
     /// Run one iteration, then return [`Outcome::Once`](crate::Outcome::Once) (seed 003's
     /// `--once`). Default false.
     pub once: bool,
@@ -120,8 +122,48 @@ impl Default for Config {
             log_dir: PathBuf::from("build/ralph-logs"),
             prompts: PromptPaths::default(),
             claude: ClaudeConfig::default(),
+            planning: PlanningConfig::default(),
             once: false,
             recent_attempts: 5,
+        }
+    }
+}
+
+/// `[planning]`: where plan mode and build mode keep their files, and their limits.
+///
+/// ```toml
+/// [planning]
+/// specs_dir = "specs"                      # the markdown specs; plans go to specs/plans
+/// implementation = "implementation.json"
+/// progress = "PROGRESS.md"
+/// max_attempts = 3                         # failed rounds per spec (planner, verifier)
+/// magic_phrase = "PLAN_COMPLETE"           # the planner's last line
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PlanningConfig {
+    /// The folder of the markdown specs, relative to the workspace. Default `specs`.
+    pub specs_dir: PathBuf,
+    /// The file plan mode writes and build mode reads. Default `implementation.json`.
+    pub implementation: PathBuf,
+    /// The append-only audit trail of completed specs. Default `PROGRESS.md`.
+    pub progress: PathBuf,
+    /// Failed rounds of one spec (a planner run without a plan, a verifier rejection)
+    /// before build mode gives up on it. Default 3.
+    pub max_attempts: u32,
+    /// The line that must end the planner's answer. Default `PLAN_COMPLETE`.
+    pub magic_phrase: String,
+}
+
+impl Default for PlanningConfig {
+    fn default() -> Self {
+        PlanningConfig {
+            specs_dir: PathBuf::from("specs"),
+            implementation: PathBuf::from("implementation.json"),
+            progress: PathBuf::from("PROGRESS.md"),
+            max_attempts: 3,
+            magic_phrase: "PLAN_COMPLETE".into(),
         }
     }
 }
@@ -242,6 +284,16 @@ pub struct PromptPaths {
     pub gap_analysis: Option<PathBuf>,
     /// The decomposer prompt.
     pub decompose: Option<PathBuf>,
+    /// Build mode's prompt of a task (seed 004).
+    pub task: Option<PathBuf>,
+    /// Build mode's prompt of a task's retry (carries the gate failures).
+    pub task_retry: Option<PathBuf>,
+    /// The per-spec planner's prompt (seed 002).
+    pub planner: Option<PathBuf>,
+    /// Build mode's verifier of a whole spec.
+    pub spec_verify: Option<PathBuf>,
+    /// Plan mode's prompt (specs → implementation.json).
+    pub plan_mode: Option<PathBuf>,
 }
 
 /// The configuration could not be loaded or is invalid.
@@ -388,6 +440,15 @@ impl Config {
         self.context
             .validate()
             .map_err(|m| invalid("context", format!("is out of order: {m}")))?;
+        if self.planning.max_attempts == 0 {
+            return Err(invalid(
+                "planning.max_attempts",
+                "must be at least 1".into(),
+            ));
+        }
+        if self.planning.magic_phrase.trim().is_empty() {
+            return Err(invalid("planning.magic_phrase", "is empty".into()));
+        }
         self.claude
             .validate()
             .map_err(|(key, why)| invalid(&format!("claude.{key}"), why))?;
@@ -439,6 +500,7 @@ fn is_config_key(key: &str) -> bool {
         "log_dir",
         "prompts",
         "claude",
+        "planning",
         "once",
         "recent_attempts",
     ];

@@ -95,6 +95,18 @@ pub enum Error {
     /// `construct` is already running on this `Ralph`.
     #[error("a construct run is already in progress on this Ralph")]
     AlreadyRunning,
+    /// A git command failed (build mode commits each completed spec).
+    #[error(transparent)]
+    Git(#[from] crate::git::GitError),
+    /// A plan file or a spec path of build mode is unusable.
+    #[error(transparent)]
+    Plan(#[from] crate::planning::PlanError),
+    /// Build mode found no `implementation.json`.
+    #[error("no {0}: run plan mode first (`Ralph::plan`)")]
+    NoImplementation(PathBuf),
+    /// Plan mode's specs or its answer cannot be used.
+    #[error("plan mode: {0}")]
+    PlanMode(String),
     /// An I/O error on a file ralph manages (logs).
     #[error("i/o error on {path}")]
     Io {

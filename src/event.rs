@@ -161,6 +161,31 @@ pub enum Event {
         /// Its number.
         iteration: u32,
     },
+    /// Build mode wrote a new active plan for a spec (seed 002).
+    PlanWritten {
+        /// The spec's id.
+        spec: String,
+        /// The plan's attempt number.
+        attempt: u32,
+        /// The plan file, relative to the workspace.
+        path: PathBuf,
+    },
+    /// The verifier invalidated a spec's plan; it was archived and the spec is re-planned.
+    PlanInvalidated {
+        /// The spec's id.
+        spec: String,
+        /// The verifier's reason.
+        reason: String,
+        /// Where the old plan was kept, relative to the workspace.
+        archived: PathBuf,
+    },
+    /// A spec was verified and committed.
+    SpecCommitted {
+        /// The spec's id.
+        spec: String,
+        /// The commit (none when there was nothing to commit).
+        commit: Option<String>,
+    },
     /// The run ended.
     Finished {
         /// How.

@@ -324,9 +324,9 @@ impl Git {
 
     /// Whether `path` is ignored by a `.gitignore` (or `info/exclude`).
     async fn is_ignored(&self, path: &str) -> Result<bool, GitError> {
-        // `check-ignore -q` exits 0 when ignored, 1 when not.
+        // `check-ignore` exits 0 and prints the path when ignored, 1 when not.
         let out = self
-            .run_allowing(&["check-ignore", "-v", "--", path], &[1])
+            .run_allowing(&["check-ignore", "--", path], &[1])
             .await?;
         Ok(!out.trim().is_empty())
     }

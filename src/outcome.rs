@@ -124,6 +124,81 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// How build mode over `implementation.json` ([`Ralph::build_specs`](crate::Ralph::build_specs))
+/// ended. Running out of attempts is an outcome, not an error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SpecsOutcome {
+    /// Every spec is completed.
+    Complete {
+        /// Specs completed (and committed) by this run.
+        specs: usize,
+        /// Tasks completed by this run.
+        tasks: usize,
+    },
+    /// A spec cannot proceed: a task is blocked; the specs after it wait.
+    Blocked {
+        /// The spec.
+        spec: String,
+        /// The blocked tasks and why.
+        items: Vec<BlockedItem>,
+    },
+    /// A spec used up `[planning] max_attempts` (planner failures, verifier rejections).
+    AttemptsExhausted {
+        /// The spec.
+        spec: String,
+        /// The limit.
+        attempts: u32,
+        /// The last failure.
+        reason: String,
+    },
+    /// Stopped by the stop token; the state is saved and the same call resumes.
+    Interrupted,
+}
+
+impl SpecsOutcome {
+    /// The exit code the example uses: 0 complete, 2 attempts exhausted, 3 blocked,
+    /// 130 interrupted.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            SpecsOutcome::Complete { .. } => 0,
+            SpecsOutcome::AttemptsExhausted { .. } => 2,
+            SpecsOutcome::Blocked { .. } => 3,
+            SpecsOutcome::Interrupted => 130,
+        }
+    }
+}
+
+impl fmt::Display for SpecsOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpecsOutcome::Complete { specs, tasks } => write!(
+                f,
+                "All specs complete: {specs} spec(s) committed, {tasks} task(s) completed in this run."
+            ),
+            SpecsOutcome::Blocked { spec, items } => {
+                write!(f, "Blocked: spec {spec} cannot proceed")?;
+                for item in items {
+                    write!(f, "\n  {}: {}", item.id, item.reason)?;
+                }
+                Ok(())
+            }
+            SpecsOutcome::AttemptsExhausted {
+                spec,
+                attempts,
+                reason,
+            } => write!(
+                f,
+                "Stopped: spec {spec} failed {attempts} attempt(s); last: {reason}"
+            ),
+            SpecsOutcome::Interrupted => {
+                f.write_str("Interrupted: state saved; run the same command to resume.")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -169,6 +169,83 @@ impl Ralph {
         self.run(None).await
     }
 
+    /// Plan mode (seed 004): the agent, in the read-only [`Role::Plan`](crate::Role::Plan),
+    /// reads the markdown `specs` (paths relative to the workspace, inside `[planning]
+    /// specs_dir`; none means every `.md` there except `plans/`) and answers with specs,
+    /// tasks, acceptance criteria and priorities, which are merged into
+    /// `implementation.json` (completed tasks are kept with their ids and history) and saved.
+    /// Returns what was saved.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PlanMode`] when there are no specs or the agent gave no usable answer (the
+    /// file is then unchanged); [`Error::Plan`] for a spec path outside the specs folder;
+    /// [`Error::Store`] when `implementation.json` is malformed or cannot be written.
+    ///
+    /// # Cancel safety
+    ///
+    /// The file is written once, atomically, at the end.
+    pub async fn plan<P: AsRef<Path>>(
+        &self,
+        specs: impl IntoIterator<Item = P>,
+    ) -> Result<crate::store::implementation::Implementation, Error> {
+        let specs = specs
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        let _guard = self.guard()?;
+        crate::engine::plan_mode::run(self.inner.clone(), specs).await
+    }
+
+    /// Build mode (seeds 004 and 002) over `implementation.json`, with no agent parsing it:
+    /// specs by priority; for each, an active plan (seed 002's resume rules; a read-only
+    /// [`Role::Planner`](crate::Role::Planner) writes one when needed), then its pending
+    /// tasks in order, one fresh agent session per attempt with the required gates after
+    /// each; then a verifier of the whole spec, which accepts (a git commit named after the
+    /// spec, the spec completed, an entry in `PROGRESS.md`), rejects (a task carrying its
+    /// feedback) or invalidates the plan (`PLAN_INVALIDATION: <reason>` as a line of its
+    /// reason: the plan is archived and re-planned). The workspace must be a git repository.
+    ///
+    /// Named `build_specs` because [`RalphBuilder::build`] builds the `Ralph` itself.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoImplementation`] without `implementation.json`; [`Error::Git`] outside a
+    /// git repository or when a commit fails; [`Error::Plan`] for a spec outside the specs
+    /// folder; otherwise as [`construct`](Self::construct). Blocks, exhausted attempts and
+    /// interrupts are [`SpecsOutcome`](crate::outcome::SpecsOutcome)s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Every transition is saved to `implementation.json` before the next agent, gate or
+    /// git command, so dropping the future loses at most the step in progress.
+    pub async fn build_specs(&self) -> Result<crate::outcome::SpecsOutcome, Error> {
+        let _guard = self.guard()?;
+        crate::engine::spec_build::run(self.inner.clone()).await
+    }
+
+    /// `implementation.json` as it is on disk (`None` before plan mode ran).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when it cannot be read or is malformed.
+    pub fn implementation(
+        &self,
+    ) -> Result<Option<crate::store::implementation::Implementation>, Error> {
+        let path = self
+            .inner
+            .workspace
+            .join(&self.inner.config.planning.implementation);
+        Ok(crate::store::ImplementationStore::new(path).load()?)
+    }
+
+    fn guard(&self) -> Result<ResetOnDrop<'_>, Error> {
+        if self.inner.running.swap(true, Ordering::SeqCst) {
+            return Err(Error::AlreadyRunning);
+        }
+        Ok(ResetOnDrop(&self.inner.running))
+    }
+
     /// Seed 003's `--dry-run`: what [`construct`](Self::construct) on `spec` would do next
     /// (the stage, the next task, the prompt template and its source, the limits), worked
     /// out from the stored state. Starts no agent and no gate and writes nothing.

@@ -35,19 +35,6 @@ async fn commits_without_a_configured_identity_and_reports_nothing_to_commit() {
 }
 
 #[tokio::test]
-async fn commit_all_excludes_a_path_that_gitignore_already_ignores() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let git = repo(dir.path()).await;
-    fs::write(dir.path().join(".gitignore"), ".ralph/\n").expect("write");
-    fs::create_dir_all(dir.path().join(".ralph")).expect("mkdir");
-    fs::write(dir.path().join(".ralph/state.json"), "{}").expect("write");
-    fs::write(dir.path().join("work.txt"), "work\n").expect("write");
-    let commit = git.commit_all("Work", &[".ralph"]).await.expect("commit");
-    assert!(commit.is_some());
-    assert!(git.changes(&[]).await.expect("status").is_empty());
-}
-
-#[tokio::test]
 async fn changes_list_untracked_files_and_leave_out_excluded_paths() {
     let dir = tempfile::tempdir().expect("tempdir");
     let git = repo(dir.path()).await;
@@ -140,4 +127,23 @@ async fn errors_name_the_directory_and_the_command() {
     let text = err.to_string();
     assert!(text.contains("git switch -q no-such-branch"), "{text}");
     assert!(text.contains(&dir.path().display().to_string()), "{text}");
+}
+
+#[tokio::test]
+async fn commit_all_excludes_paths_that_are_also_gitignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = repo(dir.path()).await;
+    fs::write(dir.path().join(".gitignore"), ".ralph/\n").expect("write");
+    fs::create_dir_all(dir.path().join(".ralph")).expect("mkdir");
+    fs::write(dir.path().join(".ralph/state"), "x").expect("write");
+    fs::create_dir_all(dir.path().join("logs")).expect("mkdir");
+    fs::write(dir.path().join("logs/run.log"), "x").expect("write");
+    fs::write(dir.path().join("code.txt"), "x").expect("write");
+    let sha = git
+        .commit_all("Spec", &[".ralph", "logs"])
+        .await
+        .expect("commit with an ignored exclusion");
+    assert!(sha.is_some());
+    let left = git.changes(&[]).await.expect("status");
+    assert_eq!(left, ["?? logs/run.log"]);
 }

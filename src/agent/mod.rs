@@ -37,12 +37,15 @@ pub enum Role {
     Decompose,
     /// Turn specs into a plan (structured answer).
     Plan,
+    /// Plan one spec before it is implemented (seed 002): read-only; the final answer is the
+    /// plan, ending with the magic phrase.
+    Planner,
 }
 
 impl Role {
     /// Whether this role answers with JSON against a schema.
     pub fn is_structured(self) -> bool {
-        !matches!(self, Role::Build)
+        !matches!(self, Role::Build | Role::Planner)
     }
 
     /// Whether this role may change files (planner-like roles must not).
@@ -59,6 +62,7 @@ impl Role {
             Role::GapAnalysis => "gap_analysis",
             Role::Decompose => "decompose",
             Role::Plan => "plan",
+            Role::Planner => "planner",
         }
     }
 }

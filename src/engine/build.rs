@@ -346,7 +346,7 @@ fn summary(answer: &str) -> Option<String> {
 
 /// The failure for the retry prompt: a headline with the output's last line (usually the
 /// error), then the bounded output itself.
-fn gate_failure(report: &GateReport) -> String {
+pub(super) fn gate_failure(report: &GateReport) -> String {
     let output = report.output.to_string();
     let last = output.lines().rev().find(|l| !l.trim().is_empty());
     let headline = match last {

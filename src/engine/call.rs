@@ -69,6 +69,9 @@ pub(crate) struct Caller {
     pub(crate) inner: Arc<Inner>,
     pub(crate) emitter: Emitter,
     pub(crate) logs: Logs,
+    /// Build mode's run folder (`runs/<spec>/<timestamp>/`): agent logs go there, named by
+    /// role (`plan-attempt-N.log`, `impl-attempt-N.log`, `verify.log`).
+    pub(crate) run_dir: Option<PathBuf>,
 }
 
 impl Caller {
@@ -131,9 +134,12 @@ impl Caller {
     ) -> Result<Once, Error> {
         let config = &self.inner.config;
         let subject = call.subject.clone().unwrap_or_else(|| "-".into());
-        let log = self
-            .logs
-            .run_log(&subject, call.role.as_str(), call.attempt);
+        let log = match &self.run_dir {
+            Some(dir) => super::spec_build::run_log(dir, call.role, call.attempt),
+            None => self
+                .logs
+                .run_log(&subject, call.role.as_str(), call.attempt),
+        };
         let token = self.inner.stop.child_token();
         let remaining = call.deadline.saturating_duration_since(Instant::now());
         let mut request = AgentRequest::new(call.role, call.prompt.clone(), &self.inner.workspace)
@@ -285,7 +291,7 @@ impl Caller {
 }
 
 /// `base` doubled `n` times, at most a minute.
-fn backoff(base: Duration, n: u32) -> Duration {
+pub(super) fn backoff(base: Duration, n: u32) -> Duration {
     base.saturating_mul(1 << n.min(16))
         .min(Duration::from_secs(60))
 }

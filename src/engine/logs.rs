@@ -144,7 +144,7 @@ fn unique_path(dir: &Path, base: &str) -> PathBuf {
         .unwrap_or(first)
 }
 
-fn sanitize(text: &str) -> String {
+pub(crate) fn sanitize(text: &str) -> String {
     text.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
@@ -158,7 +158,7 @@ fn sanitize(text: &str) -> String {
 }
 
 /// `20260119T103000.123Z`: sortable, no colons (valid on every file system).
-fn file_stamp() -> String {
+pub(crate) fn file_stamp() -> String {
     let now = jiff::Timestamp::now();
     format!(
         "{}.{:03}Z",

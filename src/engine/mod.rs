@@ -18,6 +18,8 @@ mod decompose;
 pub(crate) mod dry_run;
 mod investigate;
 pub(crate) mod logs;
+pub(crate) mod plan_mode;
+pub(crate) mod spec_build;
 mod verify;
 
 use std::collections::VecDeque;
@@ -115,6 +117,7 @@ impl Engine {
             emitter: Emitter::new(&inner.observers),
             inner: inner.clone(),
             logs,
+            run_dir: None,
         };
         let recent = board
             .tasks

@@ -13,6 +13,18 @@
 //! | `decompose` | `task`, `log` (head and tail of the killed run's log), `head`, `tail` (line counts) |
 //! | `thread` | `title`, `iteration`, `max_iterations`, `promise`, `attempts` (the last few: `iteration`, `summary`, `failed`), `failed` (criteria that failed last time) — `spec.text` is the thread's spec |
 //! | `thread_verify` | `title`, `criterion` — `spec.text` is the thread's spec |
+//!
+//! Build mode over `implementation.json` (seeds 004 and 002) has its own templates; there
+//! `spec` is a [`SpecEntry`](crate::store::implementation::SpecEntry) as in the file (`id`,
+//! `name`, `file`, `context`, `tasks`, `acceptanceCriteria`…):
+//!
+//! | template | variables |
+//! |---|---|
+//! | `task` | `spec`, `task` (a [`TaskEntry`](crate::store::implementation::TaskEntry): `id`, `description`…), `criteria` (the task's acceptance criteria, or a default), `completed` (the spec's completed tasks), `plan` (the active plan's text), `gates` (names) |
+//! | `task_retry` | as `task`, plus `attempt` (this session's number for the task) and `failure` (the previous failure, bounded) |
+//! | `planner` | `spec`, `spec_text`, `workspace`, `plan_path`, `phrase` (the magic phrase), `scratchpad`, `previous_plan` and `reason` (when re-planning) |
+//! | `spec_verify` | `spec`, `spec_text`, `plan`, `changes` (`git status` lines of the uncommitted work) |
+//! | `plan_mode` | `specs` (`file`, `text`), `existing` (`id`, `file`, `status`, `completed`: descriptions) |
 
 use std::path::Path;
 
@@ -31,6 +43,11 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("decompose", include_str!("templates/decompose.md")),
     ("thread", include_str!("templates/thread.md")),
     ("thread_verify", include_str!("templates/thread_verify.md")),
+    ("task", include_str!("templates/task.md")),
+    ("task_retry", include_str!("templates/task_retry.md")),
+    ("planner", include_str!("templates/planner.md")),
+    ("spec_verify", include_str!("templates/spec_verify.md")),
+    ("plan_mode", include_str!("templates/plan_mode.md")),
 ];
 
 /// A template could not be loaded or rendered.
@@ -83,6 +100,11 @@ impl Prompts {
             ("verify", &paths.verify),
             ("gap_analysis", &paths.gap_analysis),
             ("decompose", &paths.decompose),
+            ("task", &paths.task),
+            ("task_retry", &paths.task_retry),
+            ("planner", &paths.planner),
+            ("spec_verify", &paths.spec_verify),
+            ("plan_mode", &paths.plan_mode),
         ];
         for (name, path) in overrides {
             if let Some(path) = path {

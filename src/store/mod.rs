@@ -4,6 +4,7 @@
 //! make each [`persist`](Store::persist) durable before it returns.
 
 pub(crate) mod atomic;
+pub mod implementation;
 pub mod jsonl;
 pub mod memory;
 pub mod progress;
@@ -15,6 +16,7 @@ use async_trait::async_trait;
 
 use crate::model::{Board, Change};
 
+pub use implementation::ImplementationStore;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
 pub use progress::ProgressStore;

@@ -1,0 +1,341 @@
+//! Plan mode (seed 004): the agent, in the read-only plan role, reads the freeform markdown
+//! specs and answers with structured specs, tasks, acceptance criteria and priorities
+//! ([`PlanAnswer`]); ralph merges that into `implementation.json`, so build mode never has
+//! to parse prose.
+//!
+//! Merging keeps what was done: a completed spec is left as it is (only its priority
+//! follows the answer); in other specs every completed task stays, with its id and history,
+//! a proposed task whose description matches a completed one is not added again, a still
+//! pending task with the same description keeps its id and attempts (a blocked one becomes
+//! pending again, with a fresh budget), tasks the answer no longer lists are dropped, and new
+//! tasks get the next free id `<spec-id>-<n>`. Specs the answer does not mention are kept.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::call::{Call, Caller, Structured};
+use super::logs::{Emitter, Logs};
+use crate::agent::Role;
+use crate::answer::{PlanAnswer, PlannedSpec};
+use crate::error::Error;
+use crate::output::truncate_middle;
+use crate::planning::{PlanFiles, find_specs};
+use crate::ralph::Inner;
+use crate::store::implementation::{
+    Implementation, ImplementationStore, SpecEntry, Status, TaskEntry,
+};
+
+/// How much of each spec goes into the prompt.
+const SPEC_PROMPT_BYTES: usize = 16 * 1024;
+
+/// Runs plan mode over `specs` (all markdown specs of the specs folder when empty) and saves
+/// the merged `implementation.json`.
+pub(crate) async fn run(inner: Arc<Inner>, specs: Vec<PathBuf>) -> Result<Implementation, Error> {
+    let planning = &inner.config.planning;
+    let files = spec_files(&inner.workspace, &planning.specs_dir, specs)?;
+    let store = ImplementationStore::new(inner.workspace.join(&planning.implementation));
+    let existing = store.load()?.unwrap_or_default();
+    let prompt = prompt(&inner, &files, &existing)?;
+
+    let run_dir = inner
+        .workspace
+        .join(&inner.config.log_dir)
+        .join("runs/plan-mode")
+        .join(super::logs::file_stamp());
+    std::fs::create_dir_all(&run_dir).map_err(|source| Error::Io {
+        path: run_dir.clone(),
+        source,
+    })?;
+    let caller = Caller {
+        emitter: Emitter::new(&inner.observers),
+        logs: Logs::new(&inner.workspace, &inner.config.log_dir)?,
+        inner: inner.clone(),
+        run_dir: Some(run_dir),
+    };
+    let call = Call {
+        role: Role::Plan,
+        subject: Some("plan-mode".into()),
+        attempt: 1,
+        prompt,
+        deadline: Instant::now() + inner.config.stage_timeout,
+    };
+    let (answer, _) = caller
+        .structured::<PlanAnswer>(call, |a| check_files(a, &files))
+        .await?;
+    let answer = match answer {
+        Structured::Answer(answer) => answer,
+        Structured::Unusable(reason) => {
+            return Err(Error::PlanMode(format!(
+                "no usable plan ({reason}); implementation.json was not changed"
+            )));
+        }
+        Structured::Interrupted => {
+            return Err(Error::PlanMode(
+                "stopped before the agent answered; implementation.json was not changed".into(),
+            ));
+        }
+    };
+    let mut plan = merge(existing, answer);
+    store.save(&mut plan, "plan-mode")?;
+    Ok(plan)
+}
+
+/// The specs to plan, relative to the workspace, each checked to stay inside the specs folder.
+fn spec_files(
+    workspace: &Path,
+    specs_dir: &Path,
+    given: Vec<PathBuf>,
+) -> Result<Vec<String>, Error> {
+    let files = if given.is_empty() {
+        find_specs(workspace, specs_dir)?
+    } else {
+        given
+            .into_iter()
+            .map(|p| {
+                let rel = p.strip_prefix(workspace).unwrap_or(&p);
+                rel.to_string_lossy().into_owned()
+            })
+            .collect()
+    };
+    if files.is_empty() {
+        return Err(Error::PlanMode(format!(
+            "no markdown specs in {}",
+            workspace.join(specs_dir).display()
+        )));
+    }
+    let plans = PlanFiles::new(workspace, specs_dir);
+    for file in &files {
+        plans.spec_rel(file)?;
+    }
+    Ok(files)
+}
+
+fn prompt(inner: &Inner, files: &[String], existing: &Implementation) -> Result<String, Error> {
+    #[derive(Serialize)]
+    struct SpecText<'a> {
+        file: &'a str,
+        text: String,
+    }
+    #[derive(Serialize)]
+    struct Known<'a> {
+        id: &'a str,
+        file: &'a str,
+        status: Status,
+        completed: Vec<&'a str>,
+    }
+    #[derive(Serialize)]
+    struct Ctx<'a> {
+        specs: Vec<SpecText<'a>>,
+        existing: Vec<Known<'a>>,
+    }
+    let mut specs = Vec::new();
+    for file in files {
+        let path = inner.workspace.join(file);
+        let bytes = std::fs::read(&path).map_err(|source| Error::Spec { path, source })?;
+        specs.push(SpecText {
+            file,
+            text: truncate_middle(String::from_utf8_lossy(&bytes).trim(), SPEC_PROMPT_BYTES),
+        });
+    }
+    let existing = existing
+        .specs
+        .iter()
+        .map(|s| Known {
+            id: &s.id,
+            file: &s.file,
+            status: s.status,
+            completed: s
+                .tasks
+                .iter()
+                .filter(|t| t.status == Status::Completed)
+                .map(|t| t.description.as_str())
+                .collect(),
+        })
+        .collect();
+    Ok(inner
+        .prompts
+        .render("plan_mode", &Ctx { specs, existing })?)
+}
+
+/// Every planned spec must be one of the specs given.
+fn check_files(answer: &PlanAnswer, files: &[String]) -> Result<(), String> {
+    for (i, spec) in answer.specs.iter().enumerate() {
+        if !files.contains(&spec.file) {
+            return Err(format!(
+                "specs[{i}].file {:?} is not one of the specs given: {}",
+                spec.file,
+                files.join(", ")
+            ));
+        }
+    }
+    if answer.specs.is_empty() {
+        return Err("give at least one spec".into());
+    }
+    Ok(())
+}
+
+/// Merges plan mode's answer into the existing file (see the module docs).
+pub(crate) fn merge(mut plan: Implementation, answer: PlanAnswer) -> Implementation {
+    for planned in answer.specs {
+        let found = plan
+            .specs
+            .iter()
+            .position(|s| s.id == planned.id || s.file == planned.file);
+        match found {
+            Some(i) => update_spec(&mut plan.specs[i], planned),
+            None => plan.specs.push(new_spec(planned)),
+        }
+    }
+    plan
+}
+
+fn new_spec(planned: PlannedSpec) -> SpecEntry {
+    let mut spec = SpecEntry::new(planned.id.trim(), planned.file);
+    spec.name = planned.name.trim().to_owned();
+    spec.priority = planned.priority;
+    spec.context = planned.context;
+    spec.acceptance_criteria = planned.acceptance_criteria;
+    for task in planned.tasks {
+        let id = spec.next_task_id();
+        spec.tasks.push(
+            TaskEntry::new(id, task.description.trim()).with_criteria(task.acceptance_criteria),
+        );
+    }
+    spec
+}
+
+fn update_spec(spec: &mut SpecEntry, planned: PlannedSpec) {
+    spec.priority = planned.priority;
+    if spec.status == Status::Completed {
+        return;
+    }
+    spec.name = planned.name.trim().to_owned();
+    spec.context = planned.context;
+    spec.acceptance_criteria = planned.acceptance_criteria;
+    let same = |a: &str, b: &str| a.trim().eq_ignore_ascii_case(b.trim());
+    let (mut tasks, mut open): (Vec<TaskEntry>, Vec<TaskEntry>) = std::mem::take(&mut spec.tasks)
+        .into_iter()
+        .partition(|t| t.status == Status::Completed);
+    // New ids continue above every id the spec ever used, dropped tasks' included.
+    let mut numbering = SpecEntry::new(spec.id.clone(), "");
+    numbering.tasks = tasks.iter().chain(&open).cloned().collect();
+    for proposed in planned.tasks {
+        if tasks
+            .iter()
+            .any(|t| t.status == Status::Completed && same(&t.description, &proposed.description))
+        {
+            continue;
+        }
+        let task = match open
+            .iter()
+            .position(|t| same(&t.description, &proposed.description))
+        {
+            Some(i) => {
+                let mut kept = open.remove(i);
+                kept.acceptance_criteria = proposed.acceptance_criteria;
+                if kept.status == Status::Blocked {
+                    // Planning again is the person's answer to the block: a fresh budget.
+                    kept.status = Status::Pending;
+                    kept.blocked_reason = None;
+                    kept.attempts = 0;
+                }
+                kept
+            }
+            None => {
+                let id = numbering.next_task_id();
+                let task = TaskEntry::new(id, proposed.description.trim())
+                    .with_criteria(proposed.acceptance_criteria);
+                numbering.tasks.push(task.clone());
+                task
+            }
+        };
+        tasks.push(task);
+    }
+    spec.tasks = tasks;
+    if spec.status == Status::Blocked {
+        spec.status = Status::Pending;
+        spec.blocked_reason = None;
+        spec.attempts = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::PlannedTask;
+
+    fn planned(id: &str, tasks: &[&str]) -> PlannedSpec {
+        PlannedSpec {
+            id: id.into(),
+            name: format!("Spec {id}"),
+            file: format!("specs/{id}.md"),
+            priority: 1,
+            context: String::new(),
+            tasks: tasks
+                .iter()
+                .map(|d| PlannedTask {
+                    description: (*d).into(),
+                    acceptance_criteria: vec![],
+                })
+                .collect(),
+            acceptance_criteria: vec![],
+        }
+    }
+
+    #[test]
+    fn merging_keeps_completed_tasks_and_gives_new_ones_fresh_ids() {
+        let first = merge(
+            Implementation::default(),
+            PlanAnswer {
+                specs: vec![planned("a", &["one", "two", "three"])],
+            },
+        );
+        let ids: Vec<&str> = first.specs[0].tasks.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, ["a-1", "a-2", "a-3"]);
+
+        let mut done = first.clone();
+        done.specs[0].tasks[0].status = Status::Completed;
+        done.specs[0].tasks[0].attempts = 2;
+        done.specs[0].tasks[1].attempts = 1;
+        done.specs[0].tasks[2].status = Status::Blocked;
+        let again = merge(
+            done,
+            PlanAnswer {
+                specs: vec![planned("a", &["One", "two", "four", "three"])],
+            },
+        );
+        let tasks: Vec<(&str, &str, Status, u32)> = again.specs[0]
+            .tasks
+            .iter()
+            .map(|t| (t.id.as_str(), t.description.as_str(), t.status, t.attempts))
+            .collect();
+        assert_eq!(
+            tasks,
+            [
+                ("a-1", "one", Status::Completed, 2),
+                ("a-2", "two", Status::Pending, 1),
+                ("a-4", "four", Status::Pending, 0),
+                ("a-3", "three", Status::Pending, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn completed_specs_are_left_alone() {
+        let mut plan = merge(
+            Implementation::default(),
+            PlanAnswer {
+                specs: vec![planned("a", &["one"])],
+            },
+        );
+        plan.specs[0].status = Status::Completed;
+        let mut later = planned("a", &["something else"]);
+        later.priority = 5;
+        let plan = merge(plan, PlanAnswer { specs: vec![later] });
+        assert_eq!(plan.specs[0].tasks.len(), 1);
+        assert_eq!(plan.specs[0].priority, 5);
+    }
+}

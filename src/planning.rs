@@ -1,0 +1,562 @@
+//! Seed 002's plan files: before a spec is implemented, a read-only planner writes a plan;
+//! the verifier may invalidate it; a restarted ralph resumes from the files alone.
+//!
+//! ```text
+//! specs/
+//!   0001-foo.md                 the spec
+//!   plans/
+//!     0001-foo.md               the active plan (human-readable)
+//!     0001-foo.json             its metadata: status, attempt, timestamps, reason
+//!     0001-foo.attempt-1.md     an invalidated plan, kept for reference
+//!     area/0002-bar.md          nested specs are mirrored
+//! ```
+//!
+//! `<rel>` is the spec's path inside the specs folder without its extension. A spec path
+//! that leaves the specs folder (`..`, an absolute path, a symlink pointing out) is refused.
+//!
+//! What to do on start is [`decide`], a pure function of the metadata and whether the plan
+//! file exists (seed 002's table):
+//!
+//! | `<rel>.json` | `<rel>.md` | [`Resume`] |
+//! |---|---|---|
+//! | missing | missing | [`Resume::Fresh`]: plan |
+//! | `active` | present | [`Resume::UseActive`]: skip planning |
+//! | `invalidated` | any | [`Resume::Replan`]: plan again with the old plan and the reason |
+//! | missing | present | [`Resume::Adopt`]: a hand-written plan; create the json |
+//! | `active` | missing | [`Resume::Replan`] (the plan file is gone; no reason) |
+//!
+//! ```
+//! use ralph::planning::{PlanFiles, Resume};
+//!
+//! let ws = tempfile::tempdir()?;
+//! std::fs::create_dir_all(ws.path().join("specs/area"))?;
+//! std::fs::write(ws.path().join("specs/area/0002-bar.md"), "# Bar\n")?;
+//! let plans = PlanFiles::new(ws.path(), "specs");
+//! let rel = plans.spec_rel("specs/area/0002-bar.md")?;
+//! assert_eq!(rel, "area/0002-bar");
+//! assert_eq!(plans.resume(&rel)?, Resume::Fresh);
+//!
+//! plans.write_plan(&rel, "0002-bar", "# Plan: 0002-bar\n1. Do it.\n", 1)?;
+//! assert!(ws.path().join("specs/plans/area/0002-bar.md").exists());
+//! assert_eq!(plans.resume(&rel)?, Resume::UseActive);
+//!
+//! plans.invalidate(&rel, "wrong crate")?;
+//! assert!(ws.path().join("specs/plans/area/0002-bar.attempt-1.md").exists());
+//! assert_eq!(plans.resume(&rel)?, Resume::Replan { attempt: 2, reason: Some("wrong crate".into()) });
+//!
+//! assert!(plans.spec_rel("specs/../secrets.md").is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::store::atomic;
+
+/// Whether a plan is in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PlanStatus {
+    /// The plan guides the implementer.
+    Active,
+    /// The verifier found its approach wrong; a new plan is needed.
+    Invalidated,
+}
+
+/// `specs/plans/<rel>.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PlanInfo {
+    /// The spec's path inside the specs folder, without extension.
+    pub spec_rel: String,
+    /// The spec's id.
+    pub spec_id: String,
+    /// Active or invalidated.
+    pub status: PlanStatus,
+    /// RFC 3339 time the plan was written (or adopted).
+    pub created_at_utc: String,
+    /// RFC 3339 time it was invalidated.
+    #[serde(default)]
+    pub invalidated_at_utc: Option<String>,
+    /// The verifier's reason.
+    #[serde(default)]
+    pub invalidation_reason: Option<String>,
+    /// 1 for the first plan of the spec, one more for each re-plan.
+    pub attempt: u32,
+    /// Fields ralph does not know, kept as they were.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// What to do about a spec's plan before implementing it. See [`decide`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resume {
+    /// No plan: run the planner (attempt 1).
+    Fresh,
+    /// An active plan exists: skip planning.
+    UseActive,
+    /// Run the planner again, as `attempt`, with the previous plan and `reason` as context.
+    Replan {
+        /// The new plan's attempt number.
+        attempt: u32,
+        /// Why the previous plan was invalidated, if it was.
+        reason: Option<String>,
+    },
+    /// A plan file without metadata: adopt it as a hand-written plan.
+    Adopt,
+}
+
+/// Seed 002's resume table (see the [module docs](self)).
+pub fn decide(info: Option<&PlanInfo>, plan_exists: bool) -> Resume {
+    match (info, plan_exists) {
+        (None, false) => Resume::Fresh,
+        (None, true) => Resume::Adopt,
+        (Some(info), exists) => match (info.status, exists) {
+            (PlanStatus::Active, true) => Resume::UseActive,
+            (PlanStatus::Active, false) => Resume::Replan {
+                attempt: info.attempt + 1,
+                reason: None,
+            },
+            (PlanStatus::Invalidated, _) => Resume::Replan {
+                attempt: info.attempt + 1,
+                reason: info.invalidation_reason.clone(),
+            },
+        },
+    }
+}
+
+/// A plan file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The spec's path leaves the specs folder, or does not exist.
+    #[error("spec path {file:?} {reason}")]
+    SpecPath {
+        /// The path as given.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A plan file could not be read or written.
+    #[error("i/o error on {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A plan's metadata is not valid.
+    #[error("{path}:{line}:{column}: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The plan files of one workspace.
+#[derive(Clone, Debug)]
+pub struct PlanFiles {
+    workspace: PathBuf,
+    specs_dir: PathBuf,
+    root: PathBuf,
+}
+
+impl PlanFiles {
+    /// Plans of the specs in `specs_dir` (relative to `workspace`), under `<specs_dir>/plans`.
+    pub fn new(workspace: impl Into<PathBuf>, specs_dir: impl Into<PathBuf>) -> Self {
+        let workspace = workspace.into();
+        let specs_dir = specs_dir.into();
+        let root = workspace.join(&specs_dir).join("plans");
+        PlanFiles {
+            workspace,
+            specs_dir,
+            root,
+        }
+    }
+
+    /// The folder of the plans (`specs/plans`), absolute.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<rel>` of a spec given relative to the workspace (`specs/area/x.md` → `area/x`).
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::SpecPath`] when the path is absolute, has a `..`, is not inside the specs
+    /// folder, does not exist, or resolves (through a symlink) outside the specs folder.
+    pub fn spec_rel(&self, file: &str) -> Result<String, PlanError> {
+        let refuse = |reason: String| PlanError::SpecPath {
+            file: file.to_owned(),
+            reason,
+        };
+        let path = Path::new(file);
+        if path.is_absolute() {
+            return Err(refuse(
+                "is absolute; give it relative to the workspace".into(),
+            ));
+        }
+        if path.components().any(|c| c == Component::ParentDir) {
+            return Err(refuse("goes up with `..`".into()));
+        }
+        let inside = path.strip_prefix(&self.specs_dir).map_err(|_| {
+            refuse(format!(
+                "is not inside the specs folder {}",
+                self.specs_dir.display()
+            ))
+        })?;
+        let specs = self.workspace.join(&self.specs_dir);
+        let real = self
+            .workspace
+            .join(path)
+            .canonicalize()
+            .map_err(|e| refuse(format!("cannot be read: {e}")))?;
+        let real_specs = specs
+            .canonicalize()
+            .map_err(|e| refuse(format!("has no specs folder: {e}")))?;
+        if !real.starts_with(&real_specs) {
+            return Err(refuse(format!(
+                "resolves to {}, outside the specs folder",
+                real.display()
+            )));
+        }
+        let rel = inside.with_extension("");
+        let rel = rel.to_string_lossy().into_owned();
+        if rel.is_empty() {
+            return Err(refuse("names no file".into()));
+        }
+        Ok(rel)
+    }
+
+    /// `specs/plans/<rel>.md`.
+    pub fn plan_path(&self, rel: &str) -> PathBuf {
+        self.root.join(format!("{rel}.md"))
+    }
+
+    /// `specs/plans/<rel>.json`.
+    pub fn meta_path(&self, rel: &str) -> PathBuf {
+        self.root.join(format!("{rel}.json"))
+    }
+
+    /// `specs/plans/<rel>.attempt-<n>.md`: an invalidated plan.
+    pub fn archive_path(&self, rel: &str, attempt: u32) -> PathBuf {
+        self.root.join(format!("{rel}.attempt-{attempt}.md"))
+    }
+
+    /// The metadata, if there is any.
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::Io`] or [`PlanError::Malformed`] (with line and column).
+    pub fn load_info(&self, rel: &str) -> Result<Option<PlanInfo>, PlanError> {
+        let path = self.meta_path(rel);
+        let Some(text) = read_optional(&path)? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| PlanError::Malformed {
+                path,
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Writes the metadata atomically.
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::Io`].
+    pub fn save_info(&self, info: &PlanInfo) -> Result<(), PlanError> {
+        let mut bytes = serde_json::to_vec_pretty(info).unwrap_or_default();
+        bytes.push(b'\n');
+        write_atomic(&self.meta_path(&info.spec_rel), &bytes)
+    }
+
+    /// The active plan's text, if the file exists.
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::Io`].
+    pub fn load_content(&self, rel: &str) -> Result<Option<String>, PlanError> {
+        read_optional(&self.plan_path(rel))
+    }
+
+    /// The plan invalidated as `attempt`, if it was kept.
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::Io`].
+    pub fn archived(&self, rel: &str, attempt: u32) -> Result<Option<String>, PlanError> {
+        read_optional(&self.archive_path(rel, attempt))
+    }
+
+    /// What to do about `rel`'s plan now ([`decide`] over the files).
+    ///
+    /// # Errors
+    ///
+    /// As [`load_info`](Self::load_info).
+    pub fn resume(&self, rel: &str) -> Result<Resume, PlanError> {
+        let info = self.load_info(rel)?;
+        Ok(decide(info.as_ref(), self.plan_path(rel).is_file()))
+    }
+
+    /// Writes a new active plan: the text first, then the metadata, each atomically (a crash
+    /// between the two leaves a plan without metadata, which is adopted on resume).
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::Io`].
+    pub fn write_plan(
+        &self,
+        rel: &str,
+        spec_id: &str,
+        text: &str,
+        attempt: u32,
+    ) -> Result<PlanInfo, PlanError> {
+        let body = text.trim_end().to_owned() + "\n";
+        write_atomic(&self.plan_path(rel), body.as_bytes())?;
+        let info = PlanInfo {
+            spec_rel: rel.to_owned(),
+            spec_id: spec_id.to_owned(),
+            status: PlanStatus::Active,
+            created_at_utc: crate::engine::logs::now_rfc3339(),
+            invalidated_at_utc: None,
+            invalidation_reason: None,
+            attempt,
+            extra: Map::new(),
+        };
+        self.save_info(&info)?;
+        Ok(info)
+    }
+
+    /// Adopts a hand-written `<rel>.md`: creates its metadata, active, attempt 1.
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::Io`].
+    pub fn adopt(&self, rel: &str, spec_id: &str) -> Result<PlanInfo, PlanError> {
+        let mut info = PlanInfo {
+            spec_rel: rel.to_owned(),
+            spec_id: spec_id.to_owned(),
+            status: PlanStatus::Active,
+            created_at_utc: crate::engine::logs::now_rfc3339(),
+            invalidated_at_utc: None,
+            invalidation_reason: None,
+            attempt: 1,
+            extra: Map::new(),
+        };
+        info.extra
+            .insert("adopted".into(), Value::String("hand-written".into()));
+        self.save_info(&info)?;
+        Ok(info)
+    }
+
+    /// Invalidates the active plan: renames `<rel>.md` to `<rel>.attempt-<n>.md` and marks
+    /// the metadata `invalidated` with `reason` and the time. Safe to repeat after a crash
+    /// between the two steps.
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::Io`] or [`PlanError::Malformed`].
+    pub fn invalidate(&self, rel: &str, reason: &str) -> Result<PlanInfo, PlanError> {
+        let mut info = match self.load_info(rel)? {
+            Some(info) => info,
+            None => self.adopt(rel, rel.rsplit('/').next().unwrap_or(rel))?,
+        };
+        let plan = self.plan_path(rel);
+        if plan.is_file() {
+            let archive = self.archive_path(rel, info.attempt);
+            std::fs::rename(&plan, &archive).map_err(|source| PlanError::Io {
+                path: plan.clone(),
+                source,
+            })?;
+            atomic::sync_dir(&atomic::dir_of(&plan)).map_err(|source| PlanError::Io {
+                path: plan.clone(),
+                source,
+            })?;
+        }
+        info.status = PlanStatus::Invalidated;
+        info.invalidated_at_utc = Some(crate::engine::logs::now_rfc3339());
+        info.invalidation_reason = Some(reason.trim().to_owned());
+        self.save_info(&info)?;
+        Ok(info)
+    }
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>, PlanError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(PlanError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlanError> {
+    let io = |source| PlanError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(atomic::dir_of(path)).map_err(io)?;
+    atomic::replace(path, bytes).map_err(io)
+}
+
+/// The planner's final answer as a plan: its last non-empty line must be `phrase` (a whole
+/// line, surrounding whitespace ignored); the plan is everything above it, which must not be
+/// empty.
+///
+/// ```
+/// use ralph::planning::plan_from_answer;
+///
+/// let plan = plan_from_answer("# Plan: x\n1. Edit lib.rs\n\nPLAN_COMPLETE\n", "PLAN_COMPLETE");
+/// assert_eq!(plan.unwrap(), "# Plan: x\n1. Edit lib.rs");
+/// assert!(plan_from_answer("Say PLAN_COMPLETE when done", "PLAN_COMPLETE").is_err());
+/// assert!(plan_from_answer("PLAN_COMPLETE\nmore", "PLAN_COMPLETE").is_err());
+/// assert!(plan_from_answer("\nPLAN_COMPLETE", "PLAN_COMPLETE").is_err());
+/// ```
+///
+/// # Errors
+///
+/// A message for the planner's next attempt.
+pub fn plan_from_answer(answer: &str, phrase: &str) -> Result<String, String> {
+    let trimmed = answer.trim_end();
+    let (body, last) = match trimmed.rfind('\n') {
+        Some(at) => (&trimmed[..at], &trimmed[at + 1..]),
+        None => ("", trimmed),
+    };
+    if last.trim() != phrase {
+        return Err(format!(
+            "the last non-empty line of the answer was not `{phrase}` on its own"
+        ));
+    }
+    let plan = body.trim();
+    if plan.is_empty() {
+        return Err("the plan above the final line was empty".into());
+    }
+    Ok(plan.to_owned())
+}
+
+/// Every markdown spec in `specs_dir` (relative to `workspace`), recursively, leaving out
+/// the `plans` folder; relative to the workspace, sorted.
+///
+/// # Errors
+///
+/// [`PlanError::Io`] when a folder cannot be read.
+pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<Vec<String>, PlanError> {
+    let mut found = Vec::new();
+    let mut todo = vec![specs_dir.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let abs = workspace.join(&dir);
+        let entries = std::fs::read_dir(&abs).map_err(|source| PlanError::Io {
+            path: abs.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let rel = dir.join(entry.file_name());
+            let kind = entry.file_type().map_err(|source| PlanError::Io {
+                path: entry.path(),
+                source,
+            })?;
+            if kind.is_dir() && !(dir == specs_dir && entry.file_name() == "plans") {
+                todo.push(rel);
+            } else if kind.is_file() && rel.extension().is_some_and(|e| e == "md") {
+                found.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(status: PlanStatus, attempt: u32, reason: Option<&str>) -> PlanInfo {
+        PlanInfo {
+            spec_rel: "x".into(),
+            spec_id: "x".into(),
+            status,
+            created_at_utc: "2026-01-01T00:00:00Z".into(),
+            invalidated_at_utc: None,
+            invalidation_reason: reason.map(str::to_owned),
+            attempt,
+            extra: Map::new(),
+        }
+    }
+
+    /// Seed 002's resume table, row by row.
+    #[test]
+    fn resume_table() {
+        let active = info(PlanStatus::Active, 1, None);
+        let invalid = info(PlanStatus::Invalidated, 2, Some("wrong approach"));
+        let replan = |attempt, reason: Option<&str>| Resume::Replan {
+            attempt,
+            reason: reason.map(str::to_owned),
+        };
+        let cases = [
+            (None, false, Resume::Fresh),
+            (Some(&active), true, Resume::UseActive),
+            (Some(&invalid), false, replan(3, Some("wrong approach"))),
+            (Some(&invalid), true, replan(3, Some("wrong approach"))),
+            (None, true, Resume::Adopt),
+            (Some(&active), false, replan(2, None)),
+        ];
+        for (info, exists, want) in cases {
+            assert_eq!(decide(info, exists), want, "{info:?} md={exists}");
+        }
+    }
+
+    #[test]
+    fn spec_paths_that_escape_are_refused() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(ws.path().join("specs")).unwrap();
+        std::fs::write(ws.path().join("outside.md"), "x").unwrap();
+        std::fs::write(ws.path().join("specs/ok.md"), "x").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(
+            ws.path().join("outside.md"),
+            ws.path().join("specs/link.md"),
+        )
+        .unwrap();
+        let plans = PlanFiles::new(ws.path(), "specs");
+        assert_eq!(plans.spec_rel("specs/ok.md").unwrap(), "ok");
+        for (file, why) in [
+            ("specs/../outside.md", "`..`"),
+            ("/etc/passwd", "absolute"),
+            ("outside.md", "not inside the specs folder"),
+            ("specs/missing.md", "cannot be read"),
+            #[cfg(unix)]
+            ("specs/link.md", "outside the specs folder"),
+        ] {
+            let e = plans.spec_rel(file).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains(file), "{file}: {e}");
+        }
+    }
+
+    #[test]
+    fn malformed_metadata_names_file_line_and_column() {
+        let ws = tempfile::tempdir().unwrap();
+        let plans = PlanFiles::new(ws.path(), "specs");
+        std::fs::create_dir_all(plans.root()).unwrap();
+        std::fs::write(plans.meta_path("x"), "{\n  \"status\": \"maybe\"\n}").unwrap();
+        let e = plans.load_info("x").unwrap_err().to_string();
+        assert!(e.contains("x.json:2:"), "{e}");
+        assert!(e.contains("maybe"), "{e}");
+    }
+}

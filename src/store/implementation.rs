@@ -1,0 +1,434 @@
+//! `implementation.json` (seed 004): the specs, their tasks and acceptance criteria, as plan
+//! mode extracted them from the markdown specs, and their progress as build mode records it.
+//!
+//! ```json
+//! {
+//!   "version": 1,
+//!   "updatedAt": "2026-01-17T10:30:00Z",
+//!   "updatedBy": "plan-mode",
+//!   "specs": [{
+//!     "id": "user-avatar-upload",
+//!     "file": "specs/user-avatar-upload.md",
+//!     "name": "User Avatar Upload",
+//!     "priority": 1,
+//!     "status": "in_progress",
+//!     "context": "Allow users to upload avatars.",
+//!     "tasks": [
+//!       {"id": "user-avatar-upload-1", "description": "Add avatarUrl to User", "status": "completed"},
+//!       {"id": "user-avatar-upload-2", "description": "Create the upload endpoint", "status": "pending",
+//!        "acceptanceCriteria": ["Users can upload JPG/PNG up to 5MB"]}
+//!     ],
+//!     "acceptanceCriteria": ["Users can upload JPG/PNG up to 5MB"]
+//!   }]
+//! }
+//! ```
+//!
+//! The file may be written by hand: every field but a spec's `id` and `file` and a task's
+//! `id` and `description` has a default, and fields ralph does not know are kept, in place,
+//! when ralph writes the file back. ralph's own bookkeeping (`attempts`, `lastFailure`,
+//! `commit`…) is left out while it is empty. Writes are atomic (temp file, fsync, rename).
+//!
+//! ```
+//! use ralph::store::implementation::{ImplementationStore, Status};
+//!
+//! let dir = tempfile::tempdir()?;
+//! std::fs::write(dir.path().join("implementation.json"), r#"{"specs": [{
+//!     "id": "greeter", "file": "specs/greeter.md", "owner": "ada",
+//!     "tasks": [{"id": "greeter-1", "description": "Write greet.sh"}]
+//! }]}"#)?;
+//! let store = ImplementationStore::new(dir.path().join("implementation.json"));
+//! let mut plan = store.load()?.expect("the file exists");
+//! assert_eq!(plan.specs[0].tasks[0].status, Status::Pending);
+//! plan.specs[0].tasks[0].status = Status::Completed;
+//! store.save(&mut plan, "build-mode")?;
+//! let text = std::fs::read_to_string(dir.path().join("implementation.json"))?;
+//! assert!(text.contains(r#""owner": "ada""#) && text.contains(r#""status": "completed""#));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::StoreError;
+
+/// The format version ralph writes.
+pub const VERSION: u32 = 1;
+
+/// The status of a spec or a task.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Status {
+    /// Not started.
+    #[default]
+    Pending,
+    /// Being worked on.
+    InProgress,
+    /// Done: for a task, its required gates passed; for a spec, verified and committed.
+    Completed,
+    /// Cannot proceed without a person (the reason is recorded beside it).
+    Blocked,
+}
+
+/// The whole file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Implementation {
+    /// The format version. Default 1.
+    #[serde(default = "version")]
+    pub version: u32,
+    /// RFC 3339 time of the last write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    /// Who wrote it last (`plan-mode`, `build-mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_by: Option<String>,
+    /// The specs, in the order of the file (build mode orders them by priority).
+    #[serde(default)]
+    pub specs: Vec<SpecEntry>,
+    /// Fields ralph does not know, kept as they were.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+fn version() -> u32 {
+    VERSION
+}
+
+impl Default for Implementation {
+    fn default() -> Self {
+        Implementation {
+            version: VERSION,
+            updated_at: None,
+            updated_by: None,
+            specs: Vec::new(),
+            extra: Map::new(),
+        }
+    }
+}
+
+impl Implementation {
+    /// The spec with this id.
+    pub fn spec(&self, id: &str) -> Option<&SpecEntry> {
+        self.specs.iter().find(|s| s.id == id)
+    }
+
+    /// The spec with this id, mutably.
+    pub fn spec_mut(&mut self, id: &str) -> Option<&mut SpecEntry> {
+        self.specs.iter_mut().find(|s| s.id == id)
+    }
+
+    /// Indexes of the specs build mode still has to do (not completed), by priority (lower
+    /// first), ties in file order.
+    pub fn build_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.specs.len())
+            .filter(|&i| self.specs[i].status != Status::Completed)
+            .collect();
+        order.sort_by_key(|&i| (self.specs[i].priority, i));
+        order
+    }
+}
+
+/// One spec: a markdown file and the tasks plan mode extracted from it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct SpecEntry {
+    /// A stable id (`user-avatar-upload`); task ids are `<id>-<n>`.
+    pub id: String,
+    /// The markdown spec, relative to the workspace (`specs/user-avatar-upload.md`).
+    pub file: String,
+    /// A human name; the commit message of the spec. Default: the id.
+    #[serde(default)]
+    pub name: String,
+    /// Lower is built first. Default 0.
+    #[serde(default)]
+    pub priority: i64,
+    /// The spec's status.
+    #[serde(default)]
+    pub status: Status,
+    /// What an implementer of any of its tasks should know.
+    #[serde(default)]
+    pub context: String,
+    /// The tasks, in build order.
+    #[serde(default)]
+    pub tasks: Vec<TaskEntry>,
+    /// The spec's acceptance criteria, checked by the verifier.
+    #[serde(default)]
+    pub acceptance_criteria: Vec<String>,
+    /// Failed rounds counted against `[planning] max_attempts` (planner failures,
+    /// verifier rejections).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// Verifier runs so far.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub verifications: u32,
+    /// The last failed round's reason (first line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// Why the spec is blocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+    /// The commit that completed the spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// RFC 3339 time the spec was completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// Fields ralph does not know, kept as they were.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl SpecEntry {
+    /// A pending spec with no tasks; its name is its id.
+    pub fn new(id: impl Into<String>, file: impl Into<String>) -> Self {
+        let id = id.into();
+        SpecEntry {
+            name: id.clone(),
+            id,
+            file: file.into(),
+            priority: 0,
+            status: Status::Pending,
+            context: String::new(),
+            tasks: Vec::new(),
+            acceptance_criteria: Vec::new(),
+            attempts: 0,
+            verifications: 0,
+            last_failure: None,
+            blocked_reason: None,
+            commit: None,
+            completed_at: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// The name, or the id when it has none.
+    pub fn display_name(&self) -> &str {
+        if self.name.trim().is_empty() {
+            &self.id
+        } else {
+            &self.name
+        }
+    }
+
+    /// The next free task id, `<id>-<n>` with `n` above every number in use.
+    pub fn next_task_id(&self) -> String {
+        let prefix = format!("{}-", self.id);
+        let highest = self
+            .tasks
+            .iter()
+            .filter_map(|t| t.id.strip_prefix(&prefix)?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        format!("{prefix}{}", highest + 1)
+    }
+
+    /// Index of the first task still to do (pending or in progress), in file order.
+    pub fn next_task(&self) -> Option<usize> {
+        self.tasks
+            .iter()
+            .position(|t| matches!(t.status, Status::Pending | Status::InProgress))
+    }
+}
+
+/// One task of a spec: one agent session's worth of work.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct TaskEntry {
+    /// `<spec-id>-<n>`.
+    pub id: String,
+    /// What to do.
+    pub description: String,
+    /// The task's status.
+    #[serde(default)]
+    pub status: Status,
+    /// How a verifier can tell it is done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acceptance_criteria: Vec<String>,
+    /// Agent sessions run for this task so far.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// The previous attempt's failure (gate output, verifier feedback), bounded; the next
+    /// session's prompt carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// Why the task is blocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+    /// RFC 3339 time the task was completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// Fields ralph does not know, kept as they were.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl TaskEntry {
+    /// A pending task.
+    pub fn new(id: impl Into<String>, description: impl Into<String>) -> Self {
+        TaskEntry {
+            id: id.into(),
+            description: description.into(),
+            status: Status::Pending,
+            acceptance_criteria: Vec::new(),
+            attempts: 0,
+            last_failure: None,
+            blocked_reason: None,
+            completed_at: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// Sets the acceptance criteria.
+    #[must_use]
+    pub fn with_criteria(mut self, criteria: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.acceptance_criteria = criteria.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Reads and writes one `implementation.json`.
+#[derive(Clone, Debug)]
+pub struct ImplementationStore {
+    path: PathBuf,
+}
+
+impl ImplementationStore {
+    /// The store of the file at `path` (which need not exist yet).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        ImplementationStore { path: path.into() }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the file; `None` when there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Io`] when it cannot be read; [`StoreError::Malformed`] naming the file,
+    /// the line and the column when it is not valid JSON or not an implementation (a task
+    /// without an id, an unknown status…), or when two specs or two tasks share an id.
+    pub fn load(&self) -> Result<Option<Implementation>, StoreError> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        };
+        let plan: Implementation =
+            serde_json::from_str(&text).map_err(|e| StoreError::Malformed {
+                path: self.path.clone(),
+                line: e.line(),
+                message: format!("column {}: {}", e.column(), strip_position(&e)),
+            })?;
+        check_ids(&plan).map_err(|message| StoreError::Malformed {
+            path: self.path.clone(),
+            line: 0,
+            message,
+        })?;
+        Ok(Some(plan))
+    }
+
+    /// Writes `plan` atomically and durably, stamping `updatedAt` and `updatedBy`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Io`] when the file or its folder cannot be written.
+    pub fn save(&self, plan: &mut Implementation, by: &str) -> Result<(), StoreError> {
+        plan.updated_at = Some(crate::engine::logs::now_rfc3339());
+        plan.updated_by = Some(by.to_owned());
+        let io = |source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut bytes = serde_json::to_vec_pretty(plan)
+            .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+        bytes.push(b'\n');
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        super::atomic::replace(&self.path, &bytes).map_err(io)
+    }
+}
+
+/// serde_json's message without its trailing " at line L column C" (said once, up front).
+fn strip_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
+/// Ids are what build mode and the fake scripts key on: they must be unique and non-empty.
+fn check_ids(plan: &Implementation) -> Result<(), String> {
+    let mut specs = std::collections::HashSet::new();
+    let mut tasks = std::collections::HashSet::new();
+    for (i, spec) in plan.specs.iter().enumerate() {
+        if spec.id.trim().is_empty() {
+            return Err(format!("specs[{i}].id is empty"));
+        }
+        if !specs.insert(spec.id.as_str()) {
+            return Err(format!("specs[{i}].id repeats the spec id {:?}", spec.id));
+        }
+        for (j, task) in spec.tasks.iter().enumerate() {
+            if task.id.trim().is_empty() {
+                return Err(format!("specs[{i}].tasks[{j}].id is empty"));
+            }
+            if !tasks.insert(task.id.as_str()) {
+                return Err(format!(
+                    "specs[{i}].tasks[{j}].id repeats the task id {:?}",
+                    task.id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_task_id_is_above_every_number_in_use() {
+        let mut spec = SpecEntry::new("a", "specs/a.md");
+        assert_eq!(spec.next_task_id(), "a-1");
+        spec.tasks.push(TaskEntry::new("a-7", "x"));
+        spec.tasks.push(TaskEntry::new("custom", "y"));
+        assert_eq!(spec.next_task_id(), "a-8");
+    }
+
+    #[test]
+    fn build_order_is_by_priority_then_file_order_without_completed() {
+        let mut plan = Implementation::default();
+        for (id, priority, status) in [
+            ("a", 2, Status::Pending),
+            ("b", 1, Status::Completed),
+            ("c", 1, Status::Pending),
+            ("d", 2, Status::InProgress),
+        ] {
+            let mut s = SpecEntry::new(id, format!("specs/{id}.md"));
+            s.priority = priority;
+            s.status = status;
+            plan.specs.push(s);
+        }
+        assert_eq!(plan.build_order(), [2, 0, 3]);
+    }
+}
