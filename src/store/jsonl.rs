@@ -160,12 +160,7 @@ impl JsonlStore {
         T: Send + 'static,
         F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
     {
-        let shared = Arc::clone(&self.shared);
-        match tokio::task::spawn_blocking(move || f(&shared)).await {
-            Ok(result) => result,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => Err(StoreError::Other(format!("store task did not finish: {e}"))),
-        }
+        super::on_blocking_pool(&self.shared, f).await
     }
 }
 

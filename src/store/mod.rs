@@ -60,6 +60,22 @@ pub enum StoreError {
     Other(String),
 }
 
+/// Runs `f` on `shared` on the blocking pool: file I/O and fsync must not stall the runtime.
+/// A panic in `f` is resumed here, as if `f` had run on this thread.
+pub(crate) async fn on_blocking_pool<S, T, F>(shared: &Arc<S>, f: F) -> Result<T, StoreError>
+where
+    S: Send + Sync + 'static,
+    T: Send + 'static,
+    F: FnOnce(&S) -> Result<T, StoreError> + Send + 'static,
+{
+    let shared = Arc::clone(shared);
+    match tokio::task::spawn_blocking(move || f(&shared)).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(StoreError::Other(format!("store task did not finish: {e}"))),
+    }
+}
+
 /// Loads and persists the work state. Usable as `dyn Store`.
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Store`, or use `ralph::JsonlStore` / `ralph::MemoryStore`"
