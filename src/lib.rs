@@ -7,6 +7,19 @@
 //! killed) with the stage derived from the persisted [`Board`](model::Board), so a killed
 //! process resumes where the work stood.
 //!
+//! Beside it:
+//!
+//! * **Build mode** (seeds 004 and 002): [`Ralph::plan`] turns markdown specs into
+//!   `implementation.json` ([`store::implementation`]); [`Ralph::build_specs`] works through
+//!   it spec by spec and task by task — a read-only planner writes the spec's plan first
+//!   ([`planning`]), each task gets one fresh agent session and the gates, and a verified
+//!   spec becomes a git commit named after it.
+//! * **Threads** (seed 001, [`thread`]): one piece of work from draft to commit, with human
+//!   checkpoints, preflight, a git baseline and a managed branch.
+//! * **The progress file** (seed 003): [`ProgressStore`] keeps the construct loop's board in a
+//!   markdown file people edit; [`Config::once`] and [`Ralph::dry_run`] run one iteration, or
+//!   none.
+//!
 //! Four seams, each usable as `dyn`: [`Agent`] (the real Claude CLI, or the deterministic
 //! [`FakeAgent`]), [`Gate`] ([`ShellGate`]), [`Store`] ([`JsonlStore`], [`MemoryStore`]) and
 //! [`Prioritizer`] ([`CriticalPath`]). Observers receive an [`Event`] stream.
