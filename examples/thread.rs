@@ -280,7 +280,8 @@ fn show(thread: &ThreadRecord) {
             criteria_passing,
             criteria_total,
         } => format!(
-            "paused at iteration {iteration} ({criteria_passing}/{criteria_total} criteria passing): `resume`, `reconfigure` or `abandon`"
+            "paused at iteration {iteration}/{} ({criteria_passing}/{criteria_total} criteria passing): `resume`, `reconfigure` or `abandon`",
+            thread.iteration_limit
         ),
         Phase::Stuck { reason } => format!(
             "{reason}\n  `diagnose`, `reconfigure`, `assist`, `revise --spec FILE --yes` or `abandon`"

@@ -1,6 +1,8 @@
 //! Assessing (seed 001): the AI review of a spec, its feedback kept in the thread, back to
 //! Drafting on issues, "ready to finalize" otherwise, and never a finalize of its own.
 
+#![allow(clippy::unwrap_used)]
+
 mod thread_support;
 
 use std::sync::Arc;

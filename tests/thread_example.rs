@@ -1,5 +1,6 @@
 //! The `thread` example as a person runs it: one process per command, Ctrl+C pauses.
 
+#![allow(clippy::unwrap_used)]
 #![cfg(unix)]
 
 mod common;

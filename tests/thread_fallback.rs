@@ -2,6 +2,8 @@
 //! configured agent after a fatal or repeatedly transient failure, and is Stuck only when
 //! every one is exhausted.
 
+#![allow(clippy::unwrap_used)]
+
 mod thread_support;
 
 use std::sync::Arc;

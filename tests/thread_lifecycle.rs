@@ -1,5 +1,7 @@
 //! Threads end to end with real git, real shells for the criteria and the FakeAgent.
 
+#![allow(clippy::unwrap_used)]
+
 mod thread_support;
 
 use std::sync::Arc;
@@ -175,10 +177,12 @@ async fn max_iterations_ends_stuck_with_a_clear_message_and_the_report() {
         panic!("{:?}", thread.phase)
     };
     assert!(
-        reason.starts_with("Stopped: max iterations (2) reached"),
+        reason.starts_with("Stopped: max iterations (2) reached")
+            && reason.ends_with("criteria remaining: 1 of 2"),
         "{reason}"
     );
     let report = threads.diagnose(&id).unwrap();
+    assert_eq!(&report.reason, reason);
     assert_eq!(report.spec_version, 1);
     assert_eq!(report.iterations, 2);
     assert_eq!(report.passed, ["hello.txt exists: `test -f hello.txt`"]);

@@ -1,6 +1,8 @@
 //! `thread.json`: the stored form, migration from version 0, corrupt and newer files,
 //! atomic writes.
 
+#![allow(clippy::unwrap_used)]
+
 mod thread_support;
 
 use std::sync::Arc;

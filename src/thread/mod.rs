@@ -26,7 +26,23 @@
 //! back to Drafting from Stuck or PendingReview resets the work tree to the baseline and
 //! deletes that branch, and only with an explicit confirmation. [`commit`](Threads::commit)
 //! is the person's own call: it commits the changes on `ralph/<id>` and leaves merging to
-//! them. ralph's `.ralph/` folder is never committed, reset or counted as a change.
+//! them. [`abandon`](Threads::abandon) deletes nothing: the branch and its changes stay for
+//! the person. ralph's `.ralph/` folder is never committed, reset or counted as a change.
+//!
+//! # One loop at a time
+//!
+//! Preflight's "no other thread running" check and every running loop hold an exclusive
+//! OS lock on `.ralph/threads.lock`, so a second process (or a second [`Threads`] on the
+//! same workspace) cannot slip in between: its `start` ends PreflightFailed and its `run`,
+//! `resume` or `abandon` of a running thread fail with [`ThreadError::Busy`], naming the
+//! thread and the process that runs it.
+//!
+//! # Assessing and agents
+//!
+//! [`assess`](Threads::assess) asks a read-only agent to review the spec; its feedback is
+//! kept in the thread. [`RunConfig::agents`] names agents registered with
+//! [`agent`](Threads::agent) to fall back on, in order: the thread is Stuck with "all
+//! agents exhausted" only when every one failed fatally or kept failing transiently.
 //!
 //! # Example
 //!
@@ -79,6 +95,9 @@ use crate::prompt::Prompts;
 pub use assess::{AssessAnswer, AssessIssue, Assessment};
 use phase::{Phase, PhaseKind, TransitionError};
 pub use record::{Attempt, RunConfig, RunRecord, StuckReport, ThreadRecord};
+
+/// An agent and the name the loop knows it by.
+type Named = (String, Arc<dyn Agent>);
 
 /// The folder of ralph's own state, inside the workspace.
 pub const STATE_DIR: &str = ".ralph";
@@ -236,7 +255,7 @@ pub struct Threads {
     root: PathBuf,
     agent: Arc<dyn Agent>,
     /// Agents registered by name, for [`RunConfig::agents`].
-    agents: Vec<(String, Arc<dyn Agent>)>,
+    agents: Vec<Named>,
     options: ThreadOptions,
     stop: CancellationToken,
     prompts: Prompts,
@@ -321,7 +340,7 @@ impl Threads {
 
     /// The agents `config` runs with, in order, with their names; an unknown name is an
     /// error naming the known ones.
-    fn chain(&self, config: &RunConfig) -> Result<Vec<(String, Arc<dyn Agent>)>, String> {
+    fn chain(&self, config: &RunConfig) -> Result<Vec<Named>, String> {
         if config.agents.is_empty() {
             return Ok(vec![(
                 self.agent.name().to_owned(),
@@ -702,6 +721,7 @@ impl Threads {
     /// # Errors
     ///
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     ///
     /// # Cancel safety
     ///
@@ -738,6 +758,7 @@ impl Threads {
     /// # Errors
     ///
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let _lock = self.lock_runs()?;
         let mut record = self.get(id)?;
@@ -801,6 +822,7 @@ impl Threads {
     /// # Errors
     ///
     /// [`ThreadError::Transition`] unless Stuck.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn manual_assist(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let _lock = self.lock_runs()?;
         let record = self.get(id)?;
@@ -919,6 +941,7 @@ impl Threads {
     /// # Errors
     ///
     /// [`ThreadError::Transition`] unless PendingReview.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn send_back(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let _lock = self.lock_runs()?;
         let record = self.get(id)?;

@@ -94,7 +94,7 @@ impl Threads {
                 return Ok(record);
             }
             if iteration > record.iteration_limit {
-                let reason = max_reason(&record);
+                let reason = max_reason(&record, spec.criteria.len());
                 self.stuck(&mut record, reason).await?;
                 return Ok(record);
             }
@@ -216,7 +216,7 @@ impl Threads {
             return Ok(());
         }
         if iteration >= record.iteration_limit {
-            let reason = max_reason(record);
+            let reason = max_reason(record, spec.criteria.len());
             return self.stuck(record, reason).await;
         }
         self.advance(
@@ -228,10 +228,7 @@ impl Threads {
     }
 
     /// The agent the loop runs with now, and its name.
-    pub(super) fn current_agent(
-        &self,
-        record: &ThreadRecord,
-    ) -> Result<(String, Arc<dyn Agent>), ThreadError> {
+    pub(super) fn current_agent(&self, record: &ThreadRecord) -> Result<super::Named, ThreadError> {
         let chain = self
             .chain(&record.config)
             .map_err(|reason| ThreadError::Config {
@@ -595,9 +592,16 @@ fn keep_answer(log: &Path, run: &AgentRun) {
     }
 }
 
-fn max_reason(record: &ThreadRecord) -> String {
+/// Seed 003's pitfall 4: say why the loop stopped and what is left.
+fn max_reason(record: &ThreadRecord, total: usize) -> String {
+    let passed = record
+        .closest
+        .as_ref()
+        .or(record.attempts.last())
+        .map_or(0, |a| a.passed.len());
     format!(
-        "Stopped: max iterations ({}) reached without every criterion passing",
-        record.config.max_iterations
+        "Stopped: max iterations ({}) reached without every criterion passing; criteria remaining: {} of {total}",
+        record.config.max_iterations,
+        total.saturating_sub(passed)
     )
 }
