@@ -243,7 +243,12 @@ fn show(thread: &ThreadRecord) {
             println!("    failed: {}", failed.lines().next().unwrap_or(""));
         }
     }
-    if let Some(a) = &thread.assessment {
+    // The review matters while the spec is open; after it, the attempts do.
+    if let Some(a) = thread
+        .assessment
+        .as_ref()
+        .filter(|_| matches!(thread.phase, Phase::Drafting | Phase::Assessing))
+    {
         println!(
             "  assessment of spec v{}: {}",
             a.spec_version,
