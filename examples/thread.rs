@@ -4,6 +4,7 @@
 //! ```text
 //! cd my-repo                                   # a git repository with a commit
 //! cargo run --example thread -- new --title "Greeter" --spec fixtures/thread/spec.md
+//! cargo run --example thread -- assess         # optional AI review of the spec
 //! cargo run --example thread -- finalize       # checkpoint: you approve the spec
 //! cargo run --example thread -- start          # preflight, default settings, the loop
 //! cargo run --example thread -- status
@@ -81,7 +82,9 @@ enum Command {
     },
     /// List the threads.
     List,
-    /// Approve the spec (Drafting → Finalized).
+    /// Ask for an AI review of the spec (Drafting → Assessing; back to Drafting on issues).
+    Assess,
+    /// Approve the spec (Drafting or Assessing → Finalized).
     Finalize,
     /// Preflight, default settings, and the loop.
     Start,
@@ -174,6 +177,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             }
             return Ok(());
         }
+        Command::Assess => threads.assess(&id()?).await?,
         Command::Finalize => threads.finalize(&id()?)?,
         Command::Start => {
             let t = threads.start(&id()?).await?;
@@ -217,7 +221,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             }
             threads.commit(&id, message.as_deref()).await?
         }
-        Command::Abandon => threads.abandon(&id()?)?,
+        Command::Abandon => threads.abandon(&id()?).await?,
         Command::Diff => {
             print!("{}", threads.diff(&id()?).await?);
             return Ok(());
@@ -239,8 +243,35 @@ fn show(thread: &ThreadRecord) {
             println!("    failed: {}", failed.lines().next().unwrap_or(""));
         }
     }
+    // The review matters while the spec is open; after it, the attempts do.
+    if let Some(a) = thread
+        .assessment
+        .as_ref()
+        .filter(|_| matches!(thread.phase, Phase::Drafting | Phase::Assessing))
+    {
+        println!(
+            "  assessment of spec v{}: {}",
+            a.spec_version,
+            a.recommendation()
+        );
+        for issue in &a.issues {
+            println!(
+                "    {}: {} (suggestion: {})",
+                issue.subject(),
+                issue.problem,
+                issue.suggestion
+            );
+        }
+    }
+    if let Some(agent) = &thread.current_agent {
+        println!("  current model: {agent}");
+    }
+    for given_up in &thread.exhausted {
+        println!("  agent given up: {given_up}");
+    }
     let next = match &thread.phase {
-        Phase::Drafting => "edit the spec, then `finalize`".to_owned(),
+        Phase::Drafting => "edit the spec, then `assess` or `finalize`".to_owned(),
+        Phase::Assessing => "`finalize` (you approve the spec) or `assess` again".to_owned(),
         Phase::Finalized => "`start`".to_owned(),
         Phase::PreflightFailed { failures } => {
             for f in failures {
@@ -254,7 +285,8 @@ fn show(thread: &ThreadRecord) {
             criteria_passing,
             criteria_total,
         } => format!(
-            "paused at iteration {iteration} ({criteria_passing}/{criteria_total} criteria passing): `resume`, `reconfigure` or `abandon`"
+            "paused at iteration {iteration}/{} ({criteria_passing}/{criteria_total} criteria passing): `resume`, `reconfigure` or `abandon`",
+            thread.iteration_limit
         ),
         Phase::Stuck { reason } => format!(
             "{reason}\n  `diagnose`, `reconfigure`, `assist`, `revise --spec FILE --yes` or `abandon`"
@@ -269,6 +301,14 @@ fn show(thread: &ThreadRecord) {
             }
         ),
         Phase::Approved | Phase::ReadyToCommit { .. } => "`commit`".to_owned(),
+        Phase::Abandoned => format!(
+            "abandoned; nothing was deleted{}",
+            thread
+                .branch
+                .as_deref()
+                .map(|b| format!(": the changes stay on {b}"))
+                .unwrap_or_default()
+        ),
         Phase::Done { commit } => format!(
             "committed {} on {}; merge it when you are ready",
             commit.as_deref().unwrap_or("(nothing to commit)"),

@@ -229,6 +229,17 @@ impl Git {
         self.run(&["switch", "-q", name]).await.map(drop)
     }
 
+    /// Checks out `commit` detached (no branch).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. local changes would be overwritten).
+    pub async fn detach(&self, commit: &str) -> Result<(), GitError> {
+        self.run(&["switch", "-q", "--detach", commit])
+            .await
+            .map(drop)
+    }
+
     /// Deletes a local branch, merged or not.
     ///
     /// # Errors
@@ -296,7 +307,8 @@ impl Git {
             .await
     }
 
-    /// Puts the work tree back at `baseline`: checks out its branch (if it had one), resets
+    /// Puts the work tree back at `baseline`: checks out its branch (or, for a detached
+    /// baseline, its commit detached), resets
     /// hard to its commit, and removes untracked files except those under `keep` (ralph's
     /// own state, for instance). Ignored files are left alone.
     ///
@@ -304,9 +316,14 @@ impl Git {
     ///
     /// [`GitError`] when git fails.
     pub async fn reset_to(&self, baseline: &Baseline, keep: &[&str]) -> Result<(), GitError> {
-        if let Some(branch) = &baseline.branch {
-            self.run(&["switch", "-q", "-f", branch]).await?;
-        }
+        match &baseline.branch {
+            Some(branch) => self.run(&["switch", "-q", "-f", branch]).await?,
+            // A detached baseline: leave whatever branch is checked out (so it can be deleted).
+            None => {
+                self.run(&["switch", "-q", "-f", "--detach", &baseline.commit_sha])
+                    .await?
+            }
+        };
         self.run(&["reset", "-q", "--hard", &baseline.commit_sha])
             .await?;
         let mut args = vec![

@@ -1,5 +1,6 @@
 //! The `thread` example as a person runs it: one process per command, Ctrl+C pauses.
 
+#![allow(clippy::unwrap_used)]
 #![cfg(unix)]
 
 mod common;
@@ -38,6 +39,15 @@ async fn the_bundled_script_goes_from_spec_to_commit() {
     ok(thread(ws, &["new", "--title", "Greeter", "--spec", SPEC])
         .output()
         .unwrap());
+    // The optional AI review: nothing to fix, so the person may finalize.
+    let assessed = ok(thread(ws, &["assess"]).output().unwrap());
+    assert!(
+        assessed.contains("assessment of spec v1: ready to finalize")
+            && assessed.contains("phase: Assessing"),
+        "{assessed}"
+    );
+    let status = ok(thread(ws, &["status"]).output().unwrap());
+    assert!(status.contains("ready to finalize"), "{status}");
     ok(thread(ws, &["finalize"]).output().unwrap());
     let started = ok(thread(ws, &["start"]).output().unwrap());
     assert!(
@@ -94,7 +104,9 @@ async fn ctrl_c_pauses_and_resume_continues() {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let paused = ok(child.wait_with_output().unwrap());
     assert!(
-        paused.contains("phase: Paused") && paused.contains("paused at iteration 1"),
+        paused.contains("phase: Paused")
+            && paused.contains("paused at iteration 1")
+            && paused.contains("current model: fake"),
         "{paused}"
     );
     let resumed = ok(thread(ws, &["--quick", "--script"])
@@ -103,4 +115,22 @@ async fn ctrl_c_pauses_and_resume_continues() {
         .output()
         .unwrap());
     assert!(resumed.contains("phase: PendingReview"), "{resumed}");
+}
+
+#[tokio::test]
+async fn abandon_keeps_the_branch_and_says_so() {
+    let dir = repo().await;
+    let ws = dir.path();
+    ok(thread(ws, &["new", "--title", "Greeter", "--spec", SPEC])
+        .output()
+        .unwrap());
+    ok(thread(ws, &["finalize"]).output().unwrap());
+    ok(thread(ws, &["start"]).output().unwrap());
+    let abandoned = ok(thread(ws, &["abandon"]).output().unwrap());
+    assert!(
+        abandoned.contains("phase: Abandoned")
+            && abandoned.contains("nothing was deleted: the changes stay on ralph/1-greeter"),
+        "{abandoned}"
+    );
+    assert!(ws.join("greet.sh").exists());
 }

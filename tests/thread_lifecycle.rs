@@ -1,5 +1,7 @@
 //! Threads end to end with real git, real shells for the criteria and the FakeAgent.
 
+#![allow(clippy::unwrap_used)]
+
 mod thread_support;
 
 use std::sync::Arc;
@@ -66,20 +68,30 @@ async fn quick_mode_stops_at_every_checkpoint_and_recommends_approval() {
 #[tokio::test]
 async fn methodical_mode_walks_every_forward_row() {
     let dir = repo().await;
-    let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on_role(
+                Role::Assess,
+                Script::new().json(json!({"ready": false, "issues": [
+                    {"section": "Acceptance Criteria", "problem": "vague", "suggestion": "say which file"}
+                ]})),
+            )
+            .on_role(
+                Role::Assess,
+                Script::new().json(json!({"ready": true, "issues": []})),
+            )
+            .then(writes("hello\n")),
+    );
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
-    assert_eq!(
-        threads.request_assessment(&id).unwrap().phase,
-        Phase::Assessing
-    );
-    assert_eq!(
-        threads.assessment_found_issues(&id).unwrap().phase,
-        Phase::Drafting
-    );
+    // Drafting → Assessing → Drafting: the AI review found issues.
+    let reviewed = threads.assess(&id).await.unwrap();
+    assert_eq!(reviewed.phase, Phase::Drafting);
+    assert!(!reviewed.assessment.unwrap().ready);
     let revised = threads.edit_spec(&id, SPEC).unwrap();
     assert_eq!(revised.spec_version, 2);
-    threads.request_assessment(&id).unwrap();
+    // Drafting → Assessing, ready: it stays there until the person finalizes.
+    assert_eq!(threads.assess(&id).await.unwrap().phase, Phase::Assessing);
     assert_eq!(threads.finalize(&id).unwrap().phase, Phase::Finalized);
     assert_eq!(threads.reopen(&id).unwrap().phase, Phase::Drafting);
     threads.finalize(&id).unwrap();
@@ -87,7 +99,7 @@ async fn methodical_mode_walks_every_forward_row() {
     // Methodical: preflight stops at Configuring for the person's settings.
     let configuring = threads.start(&id).await.unwrap();
     assert_eq!(configuring.phase, Phase::Configuring);
-    assert!(agent.requests().is_empty());
+    assert_eq!(agent.requests().len(), 2, "only the two reviews so far");
     threads
         .configure(&id, RunConfig::default().max_iterations(2))
         .unwrap();
@@ -115,7 +127,7 @@ async fn methodical_mode_walks_every_forward_row() {
     let done = threads.commit(&id, None).await.unwrap();
     assert_eq!(done.phase.kind(), PhaseKind::Done);
     // Terminal: nothing leaves Done.
-    let err = threads.abandon(&id).unwrap_err();
+    let err = threads.abandon(&id).await.unwrap_err();
     assert!(err.to_string().contains("from Done to Abandoned"), "{err}");
 }
 
@@ -165,10 +177,12 @@ async fn max_iterations_ends_stuck_with_a_clear_message_and_the_report() {
         panic!("{:?}", thread.phase)
     };
     assert!(
-        reason.starts_with("Stopped: max iterations (2) reached"),
+        reason.starts_with("Stopped: max iterations (2) reached")
+            && reason.ends_with("criteria remaining: 1 of 2"),
         "{reason}"
     );
     let report = threads.diagnose(&id).unwrap();
+    assert_eq!(&report.reason, reason);
     assert_eq!(report.spec_version, 1);
     assert_eq!(report.iterations, 2);
     assert_eq!(report.passed, ["hello.txt exists: `test -f hello.txt`"]);
@@ -465,7 +479,7 @@ async fn interrupt_pauses_and_resume_continues_from_the_same_iteration() {
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = thread_support::threads(dir.path(), &agent, true, 3);
     assert_eq!(threads.reconfigure(&id).unwrap().phase, Phase::Configuring);
-    assert_eq!(threads.abandon(&id).unwrap().phase, Phase::Abandoned);
+    assert_eq!(threads.abandon(&id).await.unwrap().phase, Phase::Abandoned);
 }
 
 #[tokio::test]

@@ -1,6 +1,8 @@
 //! Every preflight failure with real git: each leaves the thread PreflightFailed with a
 //! clear message, and retry / fix spec work from there.
 
+#![allow(clippy::unwrap_used)]
+
 mod thread_support;
 
 use std::sync::Arc;

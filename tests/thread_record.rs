@@ -1,6 +1,8 @@
 //! `thread.json`: the stored form, migration from version 0, corrupt and newer files,
 //! atomic writes.
 
+#![allow(clippy::unwrap_used)]
+
 mod thread_support;
 
 use std::sync::Arc;
@@ -77,7 +79,7 @@ async fn a_version_0_file_is_migrated_on_load() {
     assert_eq!(thread.spec_version, 2);
     assert_eq!(thread.baseline.unwrap().branch.as_deref(), Some("main"));
     // Migrated threads keep working: a paused one can be abandoned, and is saved as v1.
-    threads.abandon("1-greeter").unwrap();
+    threads.abandon("1-greeter").await.unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains(r#""schema_version": 1"#) && text.contains(r#""type": "Abandoned""#));
 }

@@ -1,6 +1,8 @@
 //! Seed 001's transition tables, row by row, against `ralph::thread::phase`; and every
 //! other pair refused with both phases named.
 
+#![allow(clippy::unwrap_used)]
+
 use ralph::thread::phase::{Group, PhaseKind as K, TRANSITIONS, check, find};
 use rstest::rstest;
 

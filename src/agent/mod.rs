@@ -40,6 +40,9 @@ pub enum Role {
     /// Plan one spec before it is implemented (seed 002): read-only; the final answer is the
     /// plan, ending with the magic phrase.
     Planner,
+    /// Review a thread's spec before it is finalized (seed 001's Assessing): read-only,
+    /// structured answer.
+    Assess,
 }
 
 impl Role {
@@ -63,6 +66,7 @@ impl Role {
             Role::Decompose => "decompose",
             Role::Plan => "plan",
             Role::Planner => "planner",
+            Role::Assess => "assess",
         }
     }
 }

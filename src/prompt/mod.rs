@@ -13,6 +13,7 @@
 //! | `decompose` | `task`, `log` (head and tail of the killed run's log), `head`, `tail` (line counts) |
 //! | `thread` | `title`, `iteration`, `max_iterations`, `promise`, `attempts` (the last few: `iteration`, `summary`, `failed`), `failed` (criteria that failed last time) — `spec.text` is the thread's spec |
 //! | `thread_verify` | `title`, `criterion` — `spec.text` is the thread's spec |
+//! | `thread_assess` | `title`, `spec_version`, `problems` (what ralph's own parse of the spec found) — `spec.text` is the thread's spec |
 //!
 //! Build mode over `implementation.json` (seeds 004 and 002) has its own templates; there
 //! `spec` is a [`SpecEntry`](crate::store::implementation::SpecEntry) as in the file (`id`,
@@ -43,6 +44,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("decompose", include_str!("templates/decompose.md")),
     ("thread", include_str!("templates/thread.md")),
     ("thread_verify", include_str!("templates/thread_verify.md")),
+    ("thread_assess", include_str!("templates/thread_assess.md")),
     ("task", include_str!("templates/task.md")),
     ("task_retry", include_str!("templates/task_retry.md")),
     ("planner", include_str!("templates/planner.md")),

@@ -489,7 +489,7 @@ fn open_data(path: &Path) -> io::Result<File> {
 }
 
 /// Takes the exclusive lock on `<data>.lock` and records who holds it.
-pub(super) fn lock(data: &Path) -> Result<File, StoreError> {
+pub(crate) fn lock(data: &Path) -> Result<File, StoreError> {
     let mut name = data.as_os_str().to_owned();
     name.push(".lock");
     let path = PathBuf::from(name);

@@ -26,7 +26,23 @@
 //! back to Drafting from Stuck or PendingReview resets the work tree to the baseline and
 //! deletes that branch, and only with an explicit confirmation. [`commit`](Threads::commit)
 //! is the person's own call: it commits the changes on `ralph/<id>` and leaves merging to
-//! them. ralph's `.ralph/` folder is never committed, reset or counted as a change.
+//! them. [`abandon`](Threads::abandon) deletes nothing: the branch and its changes stay for
+//! the person. ralph's `.ralph/` folder is never committed, reset or counted as a change.
+//!
+//! # One loop at a time
+//!
+//! Preflight's "no other thread running" check and every running loop hold an exclusive
+//! OS lock on `.ralph/threads.lock`, so a second process (or a second [`Threads`] on the
+//! same workspace) cannot slip in between: its `start` ends PreflightFailed and its `run`,
+//! `resume` or `abandon` of a running thread fail with [`ThreadError::Busy`], naming the
+//! thread and the process that runs it.
+//!
+//! # Assessing and agents
+//!
+//! [`assess`](Threads::assess) asks a read-only agent to review the spec; its feedback is
+//! kept in the thread. [`RunConfig::agents`] names agents registered with
+//! [`agent`](Threads::agent) to fall back on, in order: the thread is Stuck with "all
+//! agents exhausted" only when every one failed fatally or kept failing transiently.
 //!
 //! # Example
 //!
@@ -59,6 +75,8 @@
 //! # }
 //! ```
 
+mod assess;
+mod lock;
 pub mod phase;
 mod preflight;
 pub mod record;
@@ -74,8 +92,12 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::git::{Git, GitError};
 use crate::prompt::Prompts;
+pub use assess::{AssessAnswer, AssessIssue, Assessment};
 use phase::{Phase, PhaseKind, TransitionError};
 pub use record::{Attempt, RunConfig, RunRecord, StuckReport, ThreadRecord};
+
+/// An agent and the name the loop knows it by.
+type Named = (String, Arc<dyn Agent>);
 
 /// The folder of ralph's own state, inside the workspace.
 pub const STATE_DIR: &str = ".ralph";
@@ -162,6 +184,30 @@ pub enum ThreadError {
     /// A prompt could not be rendered.
     #[error(transparent)]
     Prompt(#[from] crate::prompt::PromptError),
+    /// The loop's settings cannot be used (an unknown agent name).
+    #[error("thread {id}: {reason}")]
+    Config {
+        /// The thread.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another process runs a thread of this workspace (it holds `.ralph/threads.lock`).
+    #[error("{message}")]
+    Busy {
+        /// Which thread runs where, and what to do.
+        message: String,
+    },
+    /// The AI review of the spec gave no usable feedback; the thread stays Assessing.
+    #[error(
+        "thread {id}: the assessment failed: {reason}; the thread stays Assessing, call `assess` again or `finalize`"
+    )]
+    Assessment {
+        /// The thread.
+        id: String,
+        /// Why (the agent's failure, or the parse error of its second answer).
+        reason: String,
+    },
 }
 
 /// How threads run.
@@ -208,6 +254,8 @@ pub struct Threads {
     workspace: PathBuf,
     root: PathBuf,
     agent: Arc<dyn Agent>,
+    /// Agents registered by name, for [`RunConfig::agents`].
+    agents: Vec<Named>,
     options: ThreadOptions,
     stop: CancellationToken,
     prompts: Prompts,
@@ -218,6 +266,10 @@ impl std::fmt::Debug for Threads {
         f.debug_struct("Threads")
             .field("workspace", &self.workspace)
             .field("agent", &self.agent.name())
+            .field(
+                "agents",
+                &self.agents.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
@@ -246,6 +298,7 @@ impl Threads {
             root: workspace.join(STATE_DIR),
             workspace,
             agent: Arc::new(agent),
+            agents: Vec::new(),
             options: ThreadOptions {
                 grace: Duration::from_secs(5),
                 ..ThreadOptions::default()
@@ -260,6 +313,62 @@ impl Threads {
     pub fn options(mut self, options: ThreadOptions) -> Self {
         self.options = options;
         self
+    }
+
+    /// Registers `agent` under `name`, for [`RunConfig::agents`] to name it as a model to
+    /// run with or fall back on. A later registration of the same name replaces it.
+    ///
+    /// ```
+    /// use ralph::agent::FakeAgent;
+    /// use ralph::thread::{RunConfig, ThreadOptions, Threads};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let threads = Threads::new(dir.path(), FakeAgent::new())?
+    ///     .agent("opus", FakeAgent::new())
+    ///     .agent("sonnet", FakeAgent::new())
+    ///     .options(ThreadOptions::default().config(RunConfig::default().agents(["opus", "sonnet"])));
+    /// # let _ = threads;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn agent(mut self, name: impl Into<String>, agent: impl Agent + 'static) -> Self {
+        let name = name.into();
+        self.agents.retain(|(n, _)| *n != name);
+        self.agents.push((name, Arc::new(agent)));
+        self
+    }
+
+    /// The agents `config` runs with, in order, with their names; an unknown name is an
+    /// error naming the known ones.
+    fn chain(&self, config: &RunConfig) -> Result<Vec<Named>, String> {
+        if config.agents.is_empty() {
+            return Ok(vec![(
+                self.agent.name().to_owned(),
+                Arc::clone(&self.agent),
+            )]);
+        }
+        config
+            .agents
+            .iter()
+            .map(|name| {
+                self.agents
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(n, a)| (n.clone(), Arc::clone(a)))
+                    .ok_or_else(|| {
+                        let known: Vec<&str> =
+                            self.agents.iter().map(|(n, _)| n.as_str()).collect();
+                        format!(
+                            "no agent named {name:?} (registered: {})",
+                            if known.is_empty() {
+                                "none; register them with `Threads::agent`".to_owned()
+                            } else {
+                                known.join(", ")
+                            }
+                        )
+                    })
+            })
+            .collect()
     }
 
     /// Uses `token` to interrupt the loop (see [`stop_token`](Self::stop_token)).
@@ -333,6 +442,10 @@ impl Threads {
             attempts: Vec::new(),
             closest: None,
             stuck: None,
+            assessment: None,
+            current_agent: None,
+            exhausted: Vec::new(),
+            transient_failures: 0,
             updated_at: String::new(),
         };
         self.write_spec(&mut record, spec)?;
@@ -493,25 +606,6 @@ impl Threads {
         Ok(record)
     }
 
-    /// Drafting → Assessing: the person asks for a review of the spec.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn request_assessment(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        self.simple(id, Phase::Assessing)
-    }
-
-    /// Assessing → Drafting: the review found issues.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn assessment_found_issues(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        self.only(id, &[PhaseKind::Assessing], PhaseKind::Drafting)?;
-        self.simple(id, Phase::Drafting)
-    }
-
     /// **Checkpoint 1**, Drafting or Assessing → Finalized: the person approves the spec.
     /// Quick mode stops here too: starting is the person's next call.
     ///
@@ -578,6 +672,16 @@ impl Threads {
     pub async fn start(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Preflight)?;
         self.advance(&mut record, Phase::Preflight)?;
+        // Held from the "no other thread running" check through the loop quick mode runs.
+        let _lock = match self.lock_runs() {
+            Ok(lock) => lock,
+            Err(ThreadError::Busy { message }) => {
+                let failures = vec![message];
+                self.advance(&mut record, Phase::PreflightFailed { failures })?;
+                return Ok(record);
+            }
+            Err(e) => return Err(e),
+        };
         let failures = preflight::run(self, &mut record).await?;
         if !failures.is_empty() {
             self.advance(&mut record, Phase::PreflightFailed { failures })?;
@@ -595,12 +699,17 @@ impl Threads {
     ///
     /// # Errors
     ///
-    /// [`ThreadError::WrongPhase`] outside Configuring.
+    /// [`ThreadError::WrongPhase`] outside Configuring; [`ThreadError::Config`] when
+    /// `config.agents` names an agent not registered with [`agent`](Self::agent).
     pub fn configure(&self, id: &str, config: RunConfig) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.get(id)?;
         if record.phase.kind() != PhaseKind::Configuring {
             return Err(Self::wrong_phase(&record, "configure", "Configuring"));
         }
+        self.chain(&config).map_err(|reason| ThreadError::Config {
+            id: id.to_owned(),
+            reason,
+        })?;
         record.config = config;
         self.save(&mut record)?;
         Ok(record)
@@ -612,20 +721,32 @@ impl Threads {
     /// # Errors
     ///
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     ///
     /// # Cancel safety
     ///
     /// Cancel through [`stop_token`](Self::stop_token), which saves the thread as Paused;
     /// dropping the future kills the agent but may leave the thread Running.
     pub async fn run(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let _lock = self.lock_runs()?;
         let record = self.only(id, &[PhaseKind::Configuring], PhaseKind::Running)?;
         self.run_record(record).await
     }
 
     async fn run_record(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+        let chain = self
+            .chain(&record.config)
+            .map_err(|reason| ThreadError::Config {
+                id: record.id.clone(),
+                reason,
+            })?;
         let first = record.attempts.last().map_or(1, |a| a.iteration + 1);
         record.iteration_limit = first + record.config.max_iterations - 1;
         record.runner_pid = Some(std::process::id());
+        // A new round starts with the first agent again.
+        record.current_agent = chain.first().map(|(name, _)| name.clone());
+        record.exhausted.clear();
+        record.transient_failures = 0;
         self.advance(&mut record, Phase::Running { iteration: first })?;
         self.drive(record).await
     }
@@ -637,7 +758,9 @@ impl Threads {
     /// # Errors
     ///
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let _lock = self.lock_runs()?;
         let mut record = self.get(id)?;
         if record.is_orphaned() {
             self.recover(&mut record)?;
@@ -699,7 +822,9 @@ impl Threads {
     /// # Errors
     ///
     /// [`ThreadError::Transition`] unless Stuck.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn manual_assist(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let _lock = self.lock_runs()?;
         let record = self.get(id)?;
         if record.phase.kind() != PhaseKind::Stuck {
             return Err(transition(&record, PhaseKind::Running));
@@ -763,9 +888,9 @@ impl Threads {
     async fn reset_to_baseline(&self, record: &mut ThreadRecord) -> Result<(), ThreadError> {
         let git = self.git();
         if let Some(baseline) = &record.baseline {
+            // Leaves `ralph/<id>` for the baseline branch, or the baseline commit detached.
             git.reset_to(baseline, KEEP).await?;
-            if baseline.branch.is_some()
-                && let Some(branch) = &record.branch
+            if let Some(branch) = &record.branch
                 && git.branch_exists(branch).await?
             {
                 git.delete_branch(branch).await?;
@@ -816,7 +941,9 @@ impl Threads {
     /// # Errors
     ///
     /// [`ThreadError::Transition`] unless PendingReview.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn send_back(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let _lock = self.lock_runs()?;
         let record = self.get(id)?;
         if record.phase.kind() != PhaseKind::PendingReview {
             return Err(transition(&record, PhaseKind::Running));
@@ -889,13 +1016,53 @@ impl Threads {
         Ok(record)
     }
 
-    /// Any non-terminal phase → Abandoned. The work tree is left as it is.
+    /// Any non-terminal phase → Abandoned. Nothing is deleted: the branch `ralph/<id>`
+    /// and every change on it are kept for the person (to read, cherry-pick or delete), and
+    /// the spec revisions and run records stay in `.ralph/`. When the work tree is on
+    /// `ralph/<id>` and clean (the changes were committed there, or there were none), HEAD
+    /// goes back to the baseline branch (or the baseline commit, detached) so the person is
+    /// where they started; with uncommitted changes it stays on `ralph/<id>`, since switching
+    /// would carry them along or fail.
     ///
     /// # Errors
     ///
-    /// [`ThreadError::Transition`] from Done or Abandoned.
-    pub fn abandon(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        self.simple(id, Phase::Abandoned)
+    /// [`ThreadError::Transition`] from Done or Abandoned; [`ThreadError::Busy`] when the
+    /// thread's loop runs in another live process (pause it first); git errors.
+    pub async fn abandon(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.load_for(id, PhaseKind::Abandoned)?;
+        // A loop running elsewhere would overwrite the abandoned record with its next phase.
+        let _lock = if matches!(
+            record.phase.kind(),
+            PhaseKind::Running | PhaseKind::Verifying
+        ) {
+            let lock = self.lock_runs()?;
+            record = self.load_for(id, PhaseKind::Abandoned)?;
+            Some(lock)
+        } else {
+            None
+        };
+        self.leave_branch(&record).await?;
+        record.runner_pid = None;
+        self.advance(&mut record, Phase::Abandoned)?;
+        Ok(record)
+    }
+
+    /// Back to the baseline when on the thread's branch with nothing uncommitted.
+    async fn leave_branch(&self, record: &ThreadRecord) -> Result<(), ThreadError> {
+        let (Some(branch), Some(baseline)) = (&record.branch, &record.baseline) else {
+            return Ok(());
+        };
+        let git = self.git();
+        if git.current_branch().await?.as_deref() != Some(branch.as_str())
+            || !git.changes(KEEP).await?.is_empty()
+        {
+            return Ok(());
+        }
+        match &baseline.branch {
+            Some(base) => git.switch(base).await?,
+            None => git.detach(&baseline.commit_sha).await?,
+        }
+        Ok(())
     }
 
     /// The diff of the work tree from the thread's baseline (empty before Preflight).

@@ -32,12 +32,19 @@ pub(super) async fn run(
             }
         }
     }
-    if let Err(e) = threads.agent.check().await {
-        failures.push(format!(
-            "the agent `{}` is not available: {}",
-            threads.agent.name(),
-            error_chain(&e)
-        ));
+    match threads.chain(&record.config) {
+        Err(e) => failures.push(format!("the loop's agents: {e}")),
+        Ok(chain) => {
+            // Every agent the loop may fall back on must be reachable now.
+            for (name, agent) in chain {
+                if let Err(e) = agent.check().await {
+                    failures.push(format!(
+                        "the agent `{name}` is not available: {}",
+                        error_chain(&e)
+                    ));
+                }
+            }
+        }
     }
     for other in threads.list()? {
         if other == record.id {

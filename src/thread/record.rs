@@ -66,6 +66,19 @@ pub struct ThreadRecord {
     /// What the last stuck loop left (kept until the next one).
     #[serde(default)]
     pub stuck: Option<StuckReport>,
+    /// The latest AI review of the spec (Assessing), kept through Drafting.
+    #[serde(default)]
+    pub assessment: Option<super::assess::Assessment>,
+    /// The agent the loop runs with now (a name of [`RunConfig::agents`]); `None` before
+    /// the loop, or when the thread runs with the one default agent.
+    #[serde(default)]
+    pub current_agent: Option<String>,
+    /// The agents given up in this round of the loop, each with why.
+    #[serde(default)]
+    pub exhausted: Vec<String>,
+    /// Transient failures in a row of the current agent.
+    #[serde(default)]
+    pub transient_failures: u32,
     /// RFC 3339 time of the last write.
     #[serde(default)]
     pub updated_at: String,
@@ -84,6 +97,15 @@ pub struct RunConfig {
     /// Wall-clock limit of one criterion's command. Default 10 minutes.
     #[serde(with = "crate::config::duration")]
     pub check_timeout: Duration,
+    /// The agents (models) to run with, in order, by the names they were registered under
+    /// ([`Threads::agent`](super::Threads::agent)): when one fails fatally, or transiently
+    /// more than `transient_retries` times in a row, the loop goes on with the next; the
+    /// thread is Stuck only when all are exhausted. Empty: the one agent of
+    /// [`Threads::new`](super::Threads::new).
+    pub agents: Vec<String>,
+    /// Transient failures (overload, 5xx) an agent may have in a row before the next one
+    /// takes over. The iteration is retried and not counted. Default 2.
+    pub transient_retries: u32,
 }
 
 impl Default for RunConfig {
@@ -92,6 +114,8 @@ impl Default for RunConfig {
             max_iterations: 5,
             agent_timeout: Duration::from_secs(600),
             check_timeout: Duration::from_secs(600),
+            agents: Vec::new(),
+            transient_retries: 2,
         }
     }
 }
@@ -108,6 +132,20 @@ impl RunConfig {
     #[must_use]
     pub fn agent_timeout(mut self, d: Duration) -> Self {
         self.agent_timeout = d;
+        self
+    }
+
+    /// Sets the agents to fall back on, by name, in order (see [`RunConfig::agents`]).
+    #[must_use]
+    pub fn agents<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.agents = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the transient failures an agent may have in a row.
+    #[must_use]
+    pub fn transient_retries(mut self, n: u32) -> Self {
+        self.transient_retries = n;
         self
     }
 }

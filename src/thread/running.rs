@@ -10,6 +10,7 @@
 //! interrupted iteration runs again on resume.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -19,7 +20,7 @@ use super::phase::Phase;
 use super::record::{self, Attempt, RECENT_ATTEMPTS, RunRecord, StuckReport};
 use super::spec::{Criterion, ThreadSpec};
 use super::{ThreadError, ThreadRecord, Threads};
-use crate::agent::{AgentExit, AgentRequest, AgentRun, FailureKind, Role};
+use crate::agent::{Agent, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
 use crate::answer::{self, Answer, VerdictKind, VerifyAnswer};
 use crate::engine::call::until_deadline;
 use crate::gate::{Gate, GateContext, ShellGate};
@@ -34,12 +35,15 @@ const BACKSTOP_EXTRA: Duration = Duration::from_secs(5);
 
 /// How one agent run ended, for the loop.
 #[allow(clippy::large_enum_variant)] // one per agent run, matched at once
-enum Ran {
+pub(super) enum Ran {
     /// A final answer (whatever it says).
     Answer(AgentRun),
     /// Ended without a usable answer; the iteration failed for this reason.
     Failed(String),
-    /// Failed in a way no further iteration can fix (bad credentials, no agent).
+    /// A passing fault (overload, 5xx): the iteration is tried again, not counted.
+    Transient(String),
+    /// Failed in a way no further iteration of this agent can fix (bad credentials, no
+    /// agent): the next agent takes over.
     Fatal(String),
     /// The person interrupted it.
     Interrupted,
@@ -90,7 +94,7 @@ impl Threads {
                 return Ok(record);
             }
             if iteration > record.iteration_limit {
-                let reason = max_reason(&record);
+                let reason = max_reason(&record, spec.criteria.len());
                 self.stuck(&mut record, reason).await?;
                 return Ok(record);
             }
@@ -111,10 +115,22 @@ impl Threads {
             "thread",
             &self.build_context(record, iteration, spec, spec_text),
         )?;
+        let (_, agent) = self.current_agent(record)?;
         let run_id = self.open_run(record, iteration, Role::Build)?;
         let ran = self
-            .call(record, &run_id, Role::Build, iteration, prompt, None)
+            .call(
+                &agent,
+                record,
+                &run_id,
+                Role::Build,
+                iteration,
+                prompt,
+                None,
+            )
             .await;
+        if !matches!(ran, Ran::Transient(_)) {
+            record.transient_failures = 0;
+        }
         let (summary, passed, failed, output) = match ran {
             Ran::Interrupted => {
                 self.close_run(&run_id, "interrupted")?;
@@ -122,12 +138,20 @@ impl Threads {
             }
             Ran::Fatal(reason) => {
                 self.close_run(&run_id, &format!("failed: {reason}"))?;
-                return self
-                    .stuck(
-                        record,
-                        format!("Stopped: the agent cannot continue ({reason})"),
-                    )
-                    .await;
+                return self.fall_back(record, reason).await;
+            }
+            Ran::Transient(reason) => {
+                self.close_run(&run_id, &format!("failed (transient): {reason}"))?;
+                record.transient_failures += 1;
+                if record.transient_failures <= record.config.transient_retries {
+                    // The same iteration again, with the same agent.
+                    return self.save(record);
+                }
+                let why = format!(
+                    "{reason} ({} transient failures in a row)",
+                    record.transient_failures
+                );
+                return self.fall_back(record, why).await;
             }
             Ran::Failed(reason) => {
                 self.close_run(&run_id, &reason)?;
@@ -192,7 +216,7 @@ impl Threads {
             return Ok(());
         }
         if iteration >= record.iteration_limit {
-            let reason = max_reason(record);
+            let reason = max_reason(record, spec.criteria.len());
             return self.stuck(record, reason).await;
         }
         self.advance(
@@ -201,6 +225,49 @@ impl Threads {
                 iteration: iteration + 1,
             },
         )
+    }
+
+    /// The agent the loop runs with now, and its name.
+    pub(super) fn current_agent(&self, record: &ThreadRecord) -> Result<super::Named, ThreadError> {
+        let chain = self
+            .chain(&record.config)
+            .map_err(|reason| ThreadError::Config {
+                id: record.id.clone(),
+                reason,
+            })?;
+        let index = record
+            .current_agent
+            .as_ref()
+            .and_then(|name| chain.iter().position(|(n, _)| n == name))
+            .unwrap_or(0);
+        Ok(chain[index].clone())
+    }
+
+    /// Gives up the current agent for `why`: the next one takes the same iteration over,
+    /// or, when none is left, the thread is Stuck with every agent's reason.
+    async fn fall_back(&self, record: &mut ThreadRecord, why: String) -> Result<(), ThreadError> {
+        let chain = self
+            .chain(&record.config)
+            .map_err(|reason| ThreadError::Config {
+                id: record.id.clone(),
+                reason,
+            })?;
+        let (name, _) = self.current_agent(record)?;
+        record.exhausted.push(format!("{name}: {why}"));
+        record.transient_failures = 0;
+        let next = chain
+            .iter()
+            .position(|(n, _)| *n == name)
+            .and_then(|i| chain.get(i + 1));
+        if let Some((next, _)) = next {
+            record.current_agent = Some(next.clone());
+            return self.save(record);
+        }
+        let reason = format!(
+            "Stopped: all agents exhausted ({})",
+            record.exhausted.join("; ")
+        );
+        self.stuck(record, reason).await
     }
 
     fn build_context(
@@ -302,7 +369,7 @@ impl Threads {
     }
 
     /// Numbers, records and saves a new run; returns its id.
-    fn open_run(
+    pub(super) fn open_run(
         &self,
         record: &mut ThreadRecord,
         iteration: u32,
@@ -325,7 +392,7 @@ impl Threads {
         Ok(id)
     }
 
-    fn close_run(&self, run_id: &str, outcome: &str) -> Result<(), ThreadError> {
+    pub(super) fn close_run(&self, run_id: &str, outcome: &str) -> Result<(), ThreadError> {
         let path = self.run_dir(run_id).join("run.json");
         let mut run = record::load_run(&path)?;
         run.ended_at = Some(jiff::Timestamp::now().to_string());
@@ -334,8 +401,10 @@ impl Threads {
     }
 
     /// One agent run under the agent timeout and the stop token.
-    async fn call(
+    #[allow(clippy::too_many_arguments)] // one private call site per role
+    pub(super) async fn call(
         &self,
+        agent: &Arc<dyn Agent>,
         record: &ThreadRecord,
         run_id: &str,
         role: Role,
@@ -358,7 +427,7 @@ impl Threads {
             deadline,
             &token,
             self.options.grace + BACKSTOP_EXTRA,
-            self.agent.run(request),
+            agent.run(request),
         )
         .await;
         if self.stop.is_cancelled() {
@@ -385,6 +454,10 @@ impl Threads {
                 reason,
                 kind: FailureKind::Fatal,
             } => Ran::Fatal(reason),
+            AgentExit::Failed {
+                reason,
+                kind: FailureKind::Transient,
+            } => Ran::Transient(reason),
             AgentExit::Failed { reason, .. } => Ran::Failed(format!("the agent failed: {reason}")),
             AgentExit::ContextLimit => Ran::Failed("the agent ran out of context".into()),
             AgentExit::RateLimited { .. } => Ran::Failed("the agent was rate limited".into()),
@@ -473,9 +546,11 @@ impl Threads {
                 criterion: &criterion.text,
             },
         )?;
+        let (_, agent) = self.current_agent(record)?;
         let run_id = self.open_run(record, iteration, Role::Verify)?;
         let ran = self
             .call(
+                &agent,
                 record,
                 &run_id,
                 Role::Verify,
@@ -489,7 +564,7 @@ impl Threads {
                 self.close_run(&run_id, "interrupted")?;
                 return Ok(None);
             }
-            Ran::Failed(reason) | Ran::Fatal(reason) => {
+            Ran::Failed(reason) | Ran::Transient(reason) | Ran::Fatal(reason) => {
                 Err(format!("the verifier failed: {reason}"))
             }
             Ran::Answer(run) => match answer::parse::<VerifyAnswer>(&run) {
@@ -517,9 +592,16 @@ fn keep_answer(log: &Path, run: &AgentRun) {
     }
 }
 
-fn max_reason(record: &ThreadRecord) -> String {
+/// Seed 003's pitfall 4: say why the loop stopped and what is left.
+fn max_reason(record: &ThreadRecord, total: usize) -> String {
+    let passed = record
+        .closest
+        .as_ref()
+        .or(record.attempts.last())
+        .map_or(0, |a| a.passed.len());
     format!(
-        "Stopped: max iterations ({}) reached without every criterion passing",
-        record.config.max_iterations
+        "Stopped: max iterations ({}) reached without every criterion passing; criteria remaining: {} of {total}",
+        record.config.max_iterations,
+        total.saturating_sub(passed)
     )
 }
