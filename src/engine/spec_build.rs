@@ -13,7 +13,11 @@
 //! ```
 //!
 //! Every transition is written to `implementation.json` (atomically) before the next agent,
-//! gate or git command runs, so a killed process resumes where the work stood. Failed rounds
+//! gate or git command runs, so a killed process resumes where the work stood. A verdict is
+//! written together with its consequences: an acceptance as the spec's `verified` (then the
+//! commit; a restart commits what is uncommitted, or records HEAD when it is already the
+//! spec's commit), an invalidation as its rework task plus `planInvalidation` (then the plan
+//! files; a restart finishes that). Neither is asked of the verifier again. Failed rounds
 //! of a spec (planner runs without a plan, rejections) count against
 //! `[planning] max_attempts`.
 
