@@ -186,6 +186,20 @@ pub enum Event {
         /// The commit (none when there was nothing to commit).
         commit: Option<String>,
     },
+    /// Build mode ([`Ralph::build_specs`](crate::Ralph::build_specs)) ended.
+    SpecsFinished {
+        /// How.
+        outcome: crate::outcome::SpecsOutcome,
+    },
+    /// Plan mode ([`Ralph::plan`](crate::Ralph::plan)) saved `implementation.json`.
+    PlanSaved {
+        /// The file, relative to the workspace.
+        path: PathBuf,
+        /// Specs in it.
+        specs: usize,
+        /// Tasks in it, all specs together.
+        tasks: usize,
+    },
     /// The run ended.
     Finished {
         /// How.

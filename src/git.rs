@@ -147,6 +147,20 @@ impl Git {
         Ok(non_empty(out))
     }
 
+    /// The subject (first line of the message) of HEAD's commit, or `None` in a repository
+    /// without commits.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError::NotARepo`] outside a repository, or when git fails.
+    pub async fn head_subject(&self) -> Result<Option<String>, GitError> {
+        if self.head().await?.is_none() {
+            return Ok(None);
+        }
+        let out = self.run(&["log", "-1", "--format=%s", "HEAD"]).await?;
+        Ok(non_empty(out))
+    }
+
     /// The checked-out branch, or `None` when HEAD is detached.
     ///
     /// # Errors

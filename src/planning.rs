@@ -270,7 +270,7 @@ impl PlanFiles {
                 path,
                 line: e.line(),
                 column: e.column(),
-                message: e.to_string(),
+                message: without_position(&e),
             })
     }
 
@@ -393,6 +393,15 @@ impl PlanFiles {
         info.invalidation_reason = Some(reason.trim().to_owned());
         self.save_info(&info)?;
         Ok(info)
+    }
+}
+
+/// serde_json's message without its trailing " at line L column C" (said once, up front).
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
     }
 }
 
@@ -558,5 +567,6 @@ mod tests {
         let e = plans.load_info("x").unwrap_err().to_string();
         assert!(e.contains("x.json:2:"), "{e}");
         assert!(e.contains("maybe"), "{e}");
+        assert!(!e.contains(" at line "), "the position is said once: {e}");
     }
 }

@@ -217,3 +217,60 @@ async fn bad_answers_and_bad_paths_change_nothing() {
     assert!(err.contains("../outside.md"), "{err}");
     assert_eq!(agent.requests().len(), 2);
 }
+
+/// A hand-written implementation.json keeps the fields ralph does not know, at the top, in a
+/// spec and in a task, through plan mode's merge and through a whole build.
+#[tokio::test]
+async fn unknown_fields_survive_plan_mode_and_build_mode() {
+    let ws = workspace(&[("specs/greeter.md", "# Greeter\n\nWrite greet.sh.\n")]);
+    let dir = ws.path();
+    let hand_written = json!({
+        "owner": "platform-team",
+        "specs": [{
+            "id": "greeter", "file": "specs/greeter.md", "jira": "GR-12",
+            "tasks": [
+                {"id": "greeter-1", "description": "Write greet.sh", "estimate": "1h"},
+                {"id": "greeter-2", "description": "Test greet.sh", "status": "blocked"}
+            ]
+        }]
+    });
+    write(
+        dir,
+        "implementation.json",
+        &serde_json::to_string_pretty(&hand_written).unwrap(),
+    );
+    let raw = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("implementation.json")).unwrap())
+            .unwrap()
+    };
+    let answer = Script::new().json(json!({"specs": [
+        {"id": "greeter", "name": "Greeter", "file": "specs/greeter.md", "priority": 1,
+         "tasks": [{"description": "Write greet.sh"}, {"description": "Test greet.sh"}]}
+    ]}));
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Plan, "plan-mode", answer)
+            .on(Role::Planner, "greeter", planner("# Plan: greeter"))
+            .always(Role::Build, done())
+            .on(Role::Verify, "greeter", accept()),
+    );
+    let ralph = ralph(dir, agent, Recorder::default(), vec![]);
+    ralph.plan(Vec::<&str>::new()).await.unwrap();
+    let after_plan = raw();
+    assert_eq!(after_plan["owner"], "platform-team");
+    assert_eq!(after_plan["specs"][0]["jira"], "GR-12");
+    assert_eq!(after_plan["specs"][0]["tasks"][0]["estimate"], "1h");
+    assert_eq!(after_plan["specs"][0]["tasks"][1]["status"], "pending");
+    assert_eq!(after_plan["updatedBy"], "plan-mode");
+
+    assert_eq!(
+        ralph.build_specs().await.unwrap(),
+        SpecsOutcome::Complete { specs: 1, tasks: 2 }
+    );
+    let after_build = raw();
+    assert_eq!(after_build["owner"], "platform-team");
+    assert_eq!(after_build["specs"][0]["jira"], "GR-12");
+    assert_eq!(after_build["specs"][0]["tasks"][0]["estimate"], "1h");
+    assert_eq!(after_build["specs"][0]["status"], "completed");
+    assert_eq!(after_build["updatedBy"], "build-mode");
+}

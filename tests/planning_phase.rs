@@ -395,17 +395,31 @@ async fn nested_specs_are_mirrored_and_escaping_specs_refused() {
     assert_eq!(meta(dir, "area/0002-bar")["spec_rel"], "area/0002-bar");
     drop(ralph);
 
-    for file in ["specs/../secret.md", "secret.md", "/etc/hostname"] {
+    // `..`, outside the folder, absolute, and a symlink inside the folder pointing out. Each
+    // comes after a good spec (priority 2): it is refused before any agent runs.
+    std::os::unix::fs::symlink(dir.join("secret.md"), dir.join("specs/link.md")).unwrap();
+    write(dir, "specs/good.md", SPEC);
+    for (file, why) in [
+        ("specs/../secret.md", "`..`"),
+        ("secret.md", "not inside the specs folder"),
+        ("/etc/hostname", "absolute"),
+        ("specs/link.md", "outside the specs folder"),
+    ] {
         let mut plan = ralph::store::implementation::Implementation::default();
+        let mut good = ralph::store::implementation::SpecEntry::new("good", "specs/good.md");
+        good.priority = 1;
+        good.tasks
+            .push(ralph::store::implementation::TaskEntry::new("good-1", "x"));
         let mut spec = ralph::store::implementation::SpecEntry::new("evil", file);
+        spec.priority = 2;
         spec.tasks
             .push(ralph::store::implementation::TaskEntry::new("evil-1", "x"));
-        plan.specs.push(spec);
+        plan.specs.extend([good, spec]);
         store(dir).save(&mut plan, "test").unwrap();
         let agent = Arc::new(FakeAgent::new());
         let ralph = specs_support::ralph(dir, agent.clone(), Recorder::default(), vec![]);
         let err = ralph.build_specs().await.unwrap_err().to_string();
-        assert!(err.contains(file), "{err}");
-        assert!(agent.requests().is_empty());
+        assert!(err.contains(file) && err.contains(why), "{file}: {err}");
+        assert!(agent.requests().is_empty(), "{file}");
     }
 }

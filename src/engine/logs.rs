@@ -85,6 +85,15 @@ impl Logs {
         Ok(self.relative(&path))
     }
 
+    /// Opens `ralph-<timestamp>-<name>.log` for a whole run of a mode without stages (build
+    /// mode, plan mode) and routes the emitter's lines to it. Returns its path.
+    pub(crate) fn open_run(&mut self, name: &str, emitter: &Emitter) -> Result<PathBuf, Error> {
+        self.stamp = file_stamp();
+        let (path, file) = self.create(&format!("ralph-{}-{}", self.stamp, sanitize(name)))?;
+        emitter.set_stage_log(file);
+        Ok(self.relative(&path))
+    }
+
     /// A fresh path for one agent or gate run of the current stage:
     /// `ralph-<stamp>-<stage>-<subject>[-<kind>]-a<attempt>.log`, the kind left out when it
     /// is the stage's own agent role (`build`, `verify`, `decompose`, `investigate`).

@@ -21,6 +21,7 @@ use super::logs::{Emitter, Logs};
 use crate::agent::Role;
 use crate::answer::{PlanAnswer, PlannedSpec};
 use crate::error::Error;
+use crate::event::Event;
 use crate::output::truncate_middle;
 use crate::planning::{PlanFiles, find_specs};
 use crate::ralph::Inner;
@@ -32,8 +33,27 @@ use crate::store::implementation::{
 const SPEC_PROMPT_BYTES: usize = 16 * 1024;
 
 /// Runs plan mode over `specs` (all markdown specs of the specs folder when empty) and saves
-/// the merged `implementation.json`.
+/// the merged `implementation.json`. Its events also go to the run log
+/// `<log_dir>/ralph-<timestamp>-plan-mode.log`, which ends with the result or the error.
 pub(crate) async fn run(inner: Arc<Inner>, specs: Vec<PathBuf>) -> Result<Implementation, Error> {
+    let emitter = Emitter::new(&inner.observers);
+    let mut logs = Logs::new(&inner.workspace, &inner.config.log_dir)?;
+    logs.open_run("plan-mode", &emitter)?;
+    let result = plan(inner, specs, emitter.clone(), logs).await;
+    if let Err(e) = &result {
+        emitter.emit(&Event::Warning {
+            message: format!("plan mode stopped: {e}"),
+        });
+    }
+    result
+}
+
+async fn plan(
+    inner: Arc<Inner>,
+    specs: Vec<PathBuf>,
+    emitter: Emitter,
+    logs: Logs,
+) -> Result<Implementation, Error> {
     let planning = &inner.config.planning;
     let files = spec_files(&inner.workspace, &planning.specs_dir, specs)?;
     let store = ImplementationStore::new(inner.workspace.join(&planning.implementation));
@@ -50,8 +70,8 @@ pub(crate) async fn run(inner: Arc<Inner>, specs: Vec<PathBuf>) -> Result<Implem
         source,
     })?;
     let caller = Caller {
-        emitter: Emitter::new(&inner.observers),
-        logs: Logs::new(&inner.workspace, &inner.config.log_dir)?,
+        emitter,
+        logs,
         inner: inner.clone(),
         run_dir: Some(run_dir),
     };
@@ -80,6 +100,11 @@ pub(crate) async fn run(inner: Arc<Inner>, specs: Vec<PathBuf>) -> Result<Implem
     };
     let mut plan = merge(existing, answer);
     store.save(&mut plan, "plan-mode")?;
+    caller.emitter.emit(&Event::PlanSaved {
+        path: caller.logs.relative(store.path()),
+        specs: plan.specs.len(),
+        tasks: plan.specs.iter().map(|s| s.tasks.len()).sum(),
+    });
     Ok(plan)
 }
 
@@ -255,6 +280,8 @@ fn update_spec(spec: &mut SpecEntry, planned: PlannedSpec) {
         tasks.push(task);
     }
     spec.tasks = tasks;
+    // The tasks may have changed: an acceptance of the old ones no longer stands.
+    spec.verified = false;
     if spec.status == Status::Blocked {
         spec.status = Status::Pending;
         spec.blocked_reason = None;

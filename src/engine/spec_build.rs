@@ -13,7 +13,11 @@
 //! ```
 //!
 //! Every transition is written to `implementation.json` (atomically) before the next agent,
-//! gate or git command runs, so a killed process resumes where the work stood. Failed rounds
+//! gate or git command runs, so a killed process resumes where the work stood. A verdict is
+//! written together with its consequences: an acceptance as the spec's `verified` (then the
+//! commit; a restart commits what is uncommitted, or records HEAD when it is already the
+//! spec's commit), an invalidation as its rework task plus `planInvalidation` (then the plan
+//! files; a restart finishes that). Neither is asked of the verifier again. Failed rounds
 //! of a spec (planner runs without a plan, rejections) count against
 //! `[planning] max_attempts`.
 
@@ -38,7 +42,7 @@ use crate::git::{Git, GitError};
 use crate::model::TaskId;
 use crate::outcome::{BlockedItem, SpecsOutcome};
 use crate::output::truncate_middle;
-use crate::planning::{PlanFiles, Resume, plan_from_answer};
+use crate::planning::{PlanFiles, PlanStatus, Resume, plan_from_answer};
 use crate::ralph::Inner;
 use crate::signal::{self, TaskSignal};
 use crate::store::implementation::{
@@ -80,7 +84,17 @@ pub(crate) fn run_log(dir: &Path, role: Role, attempt: u32) -> PathBuf {
 /// Runs build mode to an outcome.
 pub(crate) async fn run(inner: Arc<Inner>) -> Result<SpecsOutcome, Error> {
     let mut build = SpecBuild::start(inner).await?;
-    build.run().await
+    let result = build.run().await;
+    match &result {
+        Ok(outcome) => build.emit(Event::SpecsFinished {
+            outcome: outcome.clone(),
+        }),
+        // The run log then ends with why the run stopped, as the caller sees it.
+        Err(e) => build.emit(Event::Warning {
+            message: format!("build mode stopped: {e}"),
+        }),
+    }
+    result
 }
 
 /// How one spec's turn ended.
@@ -142,14 +156,23 @@ impl SpecBuild {
             // Checked up front: finding out at the first commit would waste the spec's work.
             return Err(GitError::NotARepo(inner.workspace.clone()).into());
         }
+        let plans = PlanFiles::new(&inner.workspace, &config.specs_dir);
+        // Refused before any agent runs: a bad path found at its spec's turn would come
+        // after the work on the specs before it.
+        for &index in &plan.build_order() {
+            plans.spec_rel(&plan.specs[index].file)?;
+        }
+        let emitter = Emitter::new(&inner.observers);
+        let mut logs = Logs::new(&inner.workspace, &inner.config.log_dir)?;
+        logs.open_run("build-specs", &emitter)?;
         let base = Caller {
-            emitter: Emitter::new(&inner.observers),
-            logs: Logs::new(&inner.workspace, &inner.config.log_dir)?,
+            emitter,
+            logs,
             inner: inner.clone(),
             run_dir: None,
         };
         Ok(SpecBuild {
-            plans: PlanFiles::new(&inner.workspace, &config.specs_dir),
+            plans,
             inner,
             base,
             store,
@@ -190,8 +213,18 @@ impl SpecBuild {
             self.spec_mut(id)?.status = Status::InProgress;
             self.save()?;
         }
+        if spec.verified {
+            if spec.next_task().is_none() {
+                // Accepted by an earlier run that stopped before the spec was completed.
+                return self.complete_spec(id, &rel, true).await;
+            }
+            // A person added work after the acceptance: it needs a verdict of its own.
+            self.spec_mut(id)?.verified = false;
+            self.save()?;
+        }
         let mut planner_failures = 0;
         loop {
+            self.apply_invalidation(id, &rel)?;
             if self.stopped() {
                 return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
             }
@@ -224,20 +257,22 @@ impl SpecBuild {
                     TaskEnd::Interrupted => return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted)),
                 }
             }
+            // Each verdict and its consequences are one write of implementation.json, made
+            // before any other side effect: a restart never asks the verifier again about a
+            // verdict it already acted on.
             match self.verify_spec(&caller, id, &plan).await? {
-                Judgement::Accept => return self.complete_spec(id, &rel).await,
-                Judgement::Interrupted => return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted)),
-                Judgement::Reject(reason) => self.rework(id, &reason, None)?,
-                Judgement::Invalidate { reason, full } => {
-                    let info = self.plans.invalidate(&rel, &reason)?;
-                    let archived = self.plans.archive_path(&rel, info.attempt);
-                    self.emit(Event::PlanInvalidated {
-                        spec: id.to_owned(),
-                        reason: reason.clone(),
-                        archived: self.base.logs.relative(&archived),
-                    });
-                    self.rework(id, &full, Some(&reason))?;
+                Judgement::Accept => {
+                    self.spec_mut(id)?.verified = true;
+                    self.save()?;
+                    return self.complete_spec(id, &rel, false).await;
                 }
+                Judgement::Interrupted => {
+                    self.save()?;
+                    return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
+                }
+                Judgement::Reject(reason) => self.rework(id, &reason, None)?,
+                // Applied to the plan files at the top of the loop (`apply_invalidation`).
+                Judgement::Invalidate { reason, full } => self.rework(id, &full, Some(&reason))?,
             }
         }
     }
@@ -257,6 +292,30 @@ impl SpecBuild {
             }));
         }
         None
+    }
+
+    /// Applies a recorded plan invalidation to the plan files: the plan is archived as
+    /// `<rel>.attempt-N.md` and its metadata marked `invalidated`, then the record is
+    /// cleared. A restart after a crash anywhere in between finishes it the same way.
+    fn apply_invalidation(&mut self, id: &str, rel: &str) -> Result<(), Error> {
+        let Some(reason) = self.spec(id)?.plan_invalidation.clone() else {
+            return Ok(());
+        };
+        let done = self
+            .plans
+            .load_info(rel)?
+            .is_some_and(|info| info.status == PlanStatus::Invalidated);
+        if !done {
+            let info = self.plans.invalidate(rel, &reason)?;
+            let archived = self.plans.archive_path(rel, info.attempt);
+            self.emit(Event::PlanInvalidated {
+                spec: id.to_owned(),
+                reason,
+                archived: self.base.logs.relative(&archived),
+            });
+        }
+        self.spec_mut(id)?.plan_invalidation = None;
+        self.save()
     }
 
     /// Stops the spec when its failed rounds reached the limit.
@@ -674,8 +733,8 @@ impl SpecBuild {
             deadline: Instant::now() + self.inner.config.stage_timeout,
         };
         let (result, runs) = caller.structured::<VerifyAnswer>(call, |_| Ok(())).await?;
+        // Saved by the caller, with what the verdict leads to.
         self.spec_mut(id)?.verifications += runs;
-        self.save()?;
         let answer = match result {
             Structured::Interrupted => return Ok(Judgement::Interrupted),
             Structured::Unusable(reason) => {
@@ -725,19 +784,27 @@ impl SpecBuild {
             .with_criteria(spec.acceptance_criteria.clone());
         task.last_failure = Some(bounded_failure(&failure));
         spec.tasks.push(task);
+        spec.plan_invalidation = invalidation.map(|r| r.trim().to_owned());
         self.count_attempt(id, feedback)
     }
 
-    /// Commit named after the spec, spec completed, PROGRESS.md; in that order, so a crash
-    /// repeats at most the verification (the second commit then has nothing to commit).
-    async fn complete_spec(&mut self, id: &str, rel: &str) -> Result<SpecEnd, Error> {
+    /// Commit named after the spec, spec completed, PROGRESS.md; in that order. The spec is
+    /// already marked `verified`, so a crash in between never runs the verifier again:
+    /// `resumed` (a restart) commits what is uncommitted, or records HEAD when it already is
+    /// the spec's commit.
+    async fn complete_spec(
+        &mut self,
+        id: &str,
+        rel: &str,
+        resumed: bool,
+    ) -> Result<SpecEnd, Error> {
         let name = self.spec(id)?.display_name().to_owned();
-        let log_dir = self.inner.config.log_dir.to_string_lossy().into_owned();
-        let commit = self.git.commit_all(&name, &[".ralph", &log_dir]).await?;
+        let commit = self.commit_spec(&name, resumed).await?;
         let plan_path = self.plans.plan_path(rel);
         let workspace = self.inner.workspace.clone();
         let spec = self.spec_mut(id)?;
         spec.status = Status::Completed;
+        spec.verified = false;
         spec.commit = commit.clone();
         spec.completed_at = Some(now_rfc3339());
         let entry = progress_entry(spec, &plan_path, &workspace);
@@ -749,6 +816,20 @@ impl SpecBuild {
             commit,
         });
         Ok(SpecEnd::Completed)
+    }
+
+    /// The spec's commit. After a restart, nothing left to commit and HEAD named after the
+    /// spec mean the earlier run committed and stopped before recording it.
+    async fn commit_spec(&self, name: &str, resumed: bool) -> Result<Option<String>, Error> {
+        let log_dir = self.inner.config.log_dir.to_string_lossy().into_owned();
+        let exclude = [".ralph", log_dir.as_str()];
+        if resumed
+            && self.git.changes(&exclude).await?.is_empty()
+            && self.git.head_subject().await?.as_deref() == Some(name.trim())
+        {
+            return Ok(self.git.head().await?);
+        }
+        Ok(self.git.commit_all(name, &exclude).await?)
     }
 
     /// Appends to PROGRESS.md and syncs it: an audit trail, never rewritten.

@@ -172,6 +172,14 @@ pub struct SpecEntry {
     /// Why the spec is blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
+    /// Set when the verifier accepted the spec, before its commit: a restart then commits
+    /// (or records the commit already made) instead of asking the verifier again.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub verified: bool,
+    /// A plan invalidation recorded (with its rework task) but not yet applied to the plan
+    /// files: the reason. Build mode applies it before planning, also after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_invalidation: Option<String>,
     /// The commit that completed the spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
@@ -200,6 +208,8 @@ impl SpecEntry {
             verifications: 0,
             last_failure: None,
             blocked_reason: None,
+            verified: false,
+            plan_invalidation: None,
             commit: None,
             completed_at: None,
             extra: Map::new(),
@@ -294,6 +304,10 @@ impl TaskEntry {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Reads and writes one `implementation.json`.
