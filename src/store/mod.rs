@@ -6,6 +6,7 @@
 pub(crate) mod atomic;
 pub mod implementation;
 pub mod jsonl;
+mod json_locate;
 pub mod memory;
 pub mod progress;
 
