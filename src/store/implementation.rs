@@ -331,7 +331,7 @@ impl ImplementationStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Io`] when it cannot be read; [`StoreError::Malformed`] naming the file,
+    /// [`StoreError::Io`] when it cannot be read; [`StoreError::MalformedAt`] naming the file,
     /// the line and the column (`path:line:column: …`) when it is not valid JSON or not an
     /// implementation (a task without an id, an unknown status…), or when two specs or two
     /// tasks share an id (then the position is the second one's `id` value).
@@ -347,20 +347,22 @@ impl ImplementationStore {
             }
         };
         let plan: Implementation =
-            serde_json::from_str(&text).map_err(|e| StoreError::Malformed {
+            serde_json::from_str(&text).map_err(|e| StoreError::MalformedAt {
                 path: self.path.clone(),
                 line: e.line(),
-                message: format!("{}: {}", e.column(), strip_position(&e)),
+                column: e.column(),
+                message: strip_position(&e),
             })?;
         check_ids(&plan).map_err(|dup| {
             // serde keeps no positions: the repeated id is found again in the text.
             let (line, column) = super::json_locate::find(&text, &dup.path)
                 .map(|offset| super::json_locate::line_column(&text, offset))
                 .unwrap_or((1, 1));
-            StoreError::Malformed {
+            StoreError::MalformedAt {
                 path: self.path.clone(),
                 line,
-                message: format!("{column}: {}", dup.message),
+                column,
+                message: dup.message,
             }
         })?;
         Ok(Some(plan))

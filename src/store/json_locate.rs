@@ -151,7 +151,7 @@ mod tests {
         assert_eq!(at(&[Key("specs"), Index(0), Key("id")]), Some((3, 10)));
         assert_eq!(at(&[Key("specs"), Index(1), Key("id")]), Some((4, 31)));
         let task = [Key("specs"), Index(1), Key("tasks"), Index(0), Key("id")];
-        assert_eq!(at(&task), Some((5, 22)));
+        assert_eq!(at(&task), Some((5, 21)));
     }
 
     #[test]

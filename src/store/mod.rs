@@ -45,6 +45,19 @@ pub enum StoreError {
         /// What is wrong.
         message: String,
     },
+    /// A state file holds something invalid at a known line and column
+    /// (`implementation.json`: a syntax error, a repeated or empty id).
+    #[error("{path}:{line}:{column}: {message}")]
+    MalformedAt {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// 1-based column, in characters.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// Another orchestrator holds the state's lock.
     #[error(
         "{path} is locked by another ralph process{holder}; stop it first, or use another workspace",
