@@ -153,7 +153,10 @@ fn a_duplicate_spec_id_is_reported_at_its_second_occurrence() {
         "{\"specs\": [\n  {\"id\": \"a\", \"file\": \"specs/a.md\", \"note\": \"\\\"id\\\": \\\"a\\\"\"},\n  {\"owner\": {\"id\": \"a\"},\n   \"id\": \"a\", \"file\": \"specs/b.md\"}\n]}",
     );
     assert!(err.contains("implementation.json:4:10: "), "{err}");
-    assert!(err.contains("specs[1].id") && err.contains("\"a\""), "{err}");
+    assert!(
+        err.contains("specs[1].id") && err.contains("\"a\""),
+        "{err}"
+    );
 }
 
 #[test]
@@ -187,7 +190,10 @@ fn duplicate_ids_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("duplicate-task.json:"), "{err}");
-    assert!(!err.contains("duplicate-task.json:0"), "a real position: {err}");
+    assert!(
+        !err.contains("duplicate-task.json:0"),
+        "a real position: {err}"
+    );
     assert!(
         err.contains("specs[1].tasks[0].id") && err.contains("a-1"),
         "{err}"

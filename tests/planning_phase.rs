@@ -99,12 +99,30 @@ async fn the_planner_prompt_has_seed_002s_paths_and_the_scratchpad() {
     ralph.build_specs().await.unwrap();
     let prompt = &prompts(&agent, Role::Planner)[0].1;
     let shown = |p: &Path| p.display().to_string();
-    assert!(prompt.contains(&format!("Workspace root: {}\n", shown(dir))), "{prompt}");
-    assert!(prompt.contains(&shown(&dir.join(".ralph"))), "ralph home: {prompt}");
-    assert!(prompt.contains(&shown(&dir.join("build/ralph-logs/runs/a/"))), "{prompt}");
-    assert!(prompt.contains(&shown(&dir.join("specs/plans/a.md"))), "{prompt}");
-    assert!(prompt.contains(&shown(&dir.join("specs/a.md"))), "spec file: {prompt}");
-    assert!(prompt.contains(&shown(&dir.join("SCRATCHPAD.md"))), "{prompt}");
+    assert!(
+        prompt.contains(&format!("Workspace root: {}\n", shown(dir))),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join(".ralph"))),
+        "ralph home: {prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join("build/ralph-logs/runs/a/"))),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join("specs/plans/a.md"))),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join("specs/a.md"))),
+        "spec file: {prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join("SCRATCHPAD.md"))),
+        "{prompt}"
+    );
     assert!(prompt.contains("## SCRATCHPAD"), "{prompt}");
     assert!(prompt.contains("NOTE-HEAD: greet.sh lives in bin/"));
     assert!(prompt.contains("NOTE-TAIL"), "the tail is kept too");

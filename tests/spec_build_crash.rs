@@ -397,7 +397,9 @@ async fn a_stop_before_the_progress_entry_appends_it_on_restart_once() {
     assert!(text.contains(&format!("\"commit\":\"{head}\"")), "{text}");
     let warnings = recorder.of_kind("warning");
     assert!(
-        warnings.iter().any(|w| w["message"].as_str().unwrap().contains("spec a")),
+        warnings
+            .iter()
+            .any(|w| w["message"].as_str().unwrap().contains("spec a")),
         "{warnings:?}"
     );
 

@@ -122,7 +122,10 @@ fn recorded(text: &str) -> HashSet<(String, String)> {
     // A leading newline so that a file starting with an entry's heading is split alike.
     for section in format!("\n{text}").split("\n## ").skip(1) {
         let found = section.lines().find_map(|l| {
-            let json = l.trim().strip_prefix(KEY_PREFIX)?.strip_suffix(KEY_SUFFIX)?;
+            let json = l
+                .trim()
+                .strip_prefix(KEY_PREFIX)?
+                .strip_suffix(KEY_SUFFIX)?;
             let value: serde_json::Value = serde_json::from_str(json).ok()?;
             let id = value.get("spec")?.as_str()?.to_owned();
             let commit = value.get("commit").and_then(|c| c.as_str()).unwrap_or("");
@@ -186,7 +189,8 @@ mod tests {
         // File order b, a; completion order a (whole seconds), b (milliseconds).
         plan.specs
             .push(completed("b", "2026-01-17T10:30:05.5Z", Some("bbb")));
-        plan.specs.push(completed("a", "2026-01-17T10:30:05Z", None));
+        plan.specs
+            .push(completed("a", "2026-01-17T10:30:05Z", None));
         let mut by_hand = SpecEntry::new("c", "specs/c.md");
         by_hand.status = Status::Completed;
         plan.specs.push(by_hand);
@@ -194,7 +198,10 @@ mod tests {
         assert_eq!(md.reconcile(&plan, plan_path).unwrap(), ["a", "b"]);
         let first = std::fs::read_to_string(dir.path().join("PROGRESS.md")).unwrap();
         assert!(first.starts_with("# Progress\n"), "{first}");
-        assert!(first.find("· a:").unwrap() < first.find("· b:").unwrap(), "{first}");
+        assert!(
+            first.find("· a:").unwrap() < first.find("· b:").unwrap(),
+            "{first}"
+        );
         assert!(!first.contains("· c:"), "{first}");
         assert!(md.reconcile(&plan, plan_path).unwrap().is_empty());
         let again = std::fs::read_to_string(dir.path().join("PROGRESS.md")).unwrap();

@@ -161,8 +161,16 @@ impl SpecBuild {
         let plans = PlanFiles::new(&inner.workspace, &config.specs_dir);
         // Refused before any agent runs: a bad path found at its spec's turn would come
         // after the work on the specs before it.
+        // The error names the file and the key, as a person edits implementation.json by hand.
         for &index in &plan.build_order() {
-            plans.spec_rel(&plan.specs[index].file)?;
+            let spec = &plan.specs[index];
+            plans.spec_rel(&spec.file).map_err(|e| {
+                crate::store::StoreError::Other(format!(
+                    "{}: specs[{index}].file of spec {:?}: {e}",
+                    store.path().display(),
+                    spec.id
+                ))
+            })?;
         }
         let emitter = Emitter::new(&inner.observers);
         let mut logs = Logs::new(&inner.workspace, &inner.config.log_dir)?;

@@ -431,7 +431,10 @@ fn check_ids(plan: &Implementation) -> Result<(), BadId> {
         }
         for (j, task) in spec.tasks.iter().enumerate() {
             if task.id.trim().is_empty() {
-                return bad(format!("specs[{i}].tasks[{j}].id is empty"), task_path(i, j));
+                return bad(
+                    format!("specs[{i}].tasks[{j}].id is empty"),
+                    task_path(i, j),
+                );
             }
             if !tasks.insert(task.id.as_str()) {
                 let message = format!("specs[{i}].tasks[{j}].id repeats the task id {:?}", task.id);

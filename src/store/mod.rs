@@ -5,8 +5,8 @@
 
 pub(crate) mod atomic;
 pub mod implementation;
-pub mod jsonl;
 mod json_locate;
+pub mod jsonl;
 pub mod memory;
 pub mod progress;
 
