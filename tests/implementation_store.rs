@@ -108,9 +108,10 @@ fn a_round_trip_is_lossless() {
 fn a_malformed_file_is_named_with_line_and_column() {
     let store = ImplementationStore::new(fixture("malformed.json"));
     let err = store.load().unwrap_err();
-    let StoreError::Malformed {
+    let StoreError::MalformedAt {
         path,
         line,
+        column,
         message,
     } = &err
     else {
@@ -118,10 +119,10 @@ fn a_malformed_file_is_named_with_line_and_column() {
     };
     assert!(path.ends_with("malformed.json"));
     assert_eq!(*line, 8);
-    assert!(message.contains("column"), "{message}");
+    assert!(*column > 1);
     assert!(message.contains("done"), "{message}");
     let text = err.to_string();
-    assert!(text.contains("malformed.json:8"), "{text}");
+    assert!(text.contains("malformed.json:8:"), "{text}");
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("implementation.json");
@@ -130,8 +131,56 @@ fn a_malformed_file_is_named_with_line_and_column() {
         .load()
         .unwrap_err()
         .to_string();
-    assert!(text.contains("implementation.json:2"), "{text}");
-    assert!(text.contains("column"), "{text}");
+    assert!(text.contains("implementation.json:2:14: "), "{text}");
+}
+
+/// Writes `text` as an implementation.json and returns the error its load gives.
+fn load_error(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("implementation.json");
+    std::fs::write(&path, text).unwrap();
+    ImplementationStore::new(&path)
+        .load()
+        .unwrap_err()
+        .to_string()
+}
+
+/// serde gives no position for a repeated id: the second occurrence's `id` value is found in
+/// the text (past a nested `"id"` and a decoy string) and reported as `path:line:column`.
+#[test]
+fn a_duplicate_spec_id_is_reported_at_its_second_occurrence() {
+    let err = load_error(
+        "{\"specs\": [\n  {\"id\": \"a\", \"file\": \"specs/a.md\", \"note\": \"\\\"id\\\": \\\"a\\\"\"},\n  {\"owner\": {\"id\": \"a\"},\n   \"id\": \"a\", \"file\": \"specs/b.md\"}\n]}",
+    );
+    assert!(err.contains("implementation.json:4:10: "), "{err}");
+    assert!(
+        err.contains("specs[1].id") && err.contains("\"a\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_duplicate_task_id_is_reported_at_its_second_occurrence() {
+    let err = load_error(concat!(
+        "{\"specs\": [\n",
+        "  {\"id\": \"a\", \"file\": \"specs/a.md\", \"tasks\": [\n",
+        "    {\"id\": \"a-1\", \"description\": \"x\"}]},\n",
+        "  {\"id\": \"b\", \"file\": \"specs/b.md\", \"tasks\": [\n",
+        "    {\"id\": \"b-1\", \"description\": \"y\"},\n",
+        "    {\"description\": \"z\", \"id\": \"a-1\"}]}\n",
+        "]}"
+    ));
+    assert!(err.contains("implementation.json:6:32: "), "{err}");
+    assert!(err.contains("specs[1].tasks[1].id"), "{err}");
+}
+
+#[test]
+fn an_empty_task_id_is_reported_where_it_is() {
+    let err = load_error(
+        "{\"specs\": [{\"id\": \"a\", \"file\": \"a.md\",\n \"tasks\": [{\"id\": \" \", \"description\": \"x\"}]}]}",
+    );
+    assert!(err.contains("implementation.json:2:19: "), "{err}");
+    assert!(err.contains("specs[0].tasks[0].id is empty"), "{err}");
 }
 
 #[test]
@@ -140,7 +189,11 @@ fn duplicate_ids_are_refused() {
         .load()
         .unwrap_err()
         .to_string();
-    assert!(err.contains("duplicate-task.json"), "{err}");
+    assert!(err.contains("duplicate-task.json:"), "{err}");
+    assert!(
+        !err.contains("duplicate-task.json:0"),
+        "a real position: {err}"
+    );
     assert!(
         err.contains("specs[1].tasks[0].id") && err.contains("a-1"),
         "{err}"

@@ -77,6 +77,78 @@ async fn a_fresh_spec_is_planned_and_the_plan_reaches_implementer_and_verifier()
     assert_eq!(recorder.of_kind("plan_written").len(), 1);
 }
 
+/// Seed 002's planner prompt: the paths (workspace root, ralph home, run logs, plan output)
+/// and the SCRATCHPAD content, bounded.
+#[tokio::test]
+async fn the_planner_prompt_has_seed_002s_paths_and_the_scratchpad() {
+    let ws = workspace(&[("specs/a.md", SPEC)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh"])]);
+    let big = format!(
+        "NOTE-HEAD: greet.sh lives in bin/\n{}\nNOTE-TAIL\n",
+        "x".repeat(20_000)
+    );
+    write(dir, "SCRATCHPAD.md", &big);
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a"))
+            .on(Role::Build, "a-1", done())
+            .on(Role::Verify, "a", accept()),
+    );
+    let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
+    ralph.build_specs().await.unwrap();
+    let prompt = &prompts(&agent, Role::Planner)[0].1;
+    let shown = |p: &Path| p.display().to_string();
+    assert!(
+        prompt.contains(&format!("Workspace root: {}\n", shown(dir))),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join(".ralph"))),
+        "ralph home: {prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join("build/ralph-logs/runs/a/"))),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join("specs/plans/a.md"))),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join("specs/a.md"))),
+        "spec file: {prompt}"
+    );
+    assert!(
+        prompt.contains(&shown(&dir.join("SCRATCHPAD.md"))),
+        "{prompt}"
+    );
+    assert!(prompt.contains("## SCRATCHPAD"), "{prompt}");
+    assert!(prompt.contains("NOTE-HEAD: greet.sh lives in bin/"));
+    assert!(prompt.contains("NOTE-TAIL"), "the tail is kept too");
+    assert!(prompt.len() < 16_000, "bounded: {} bytes", prompt.len());
+}
+
+/// Without a SCRATCHPAD.md (or with a blank one) the prompt has no scratchpad section.
+#[tokio::test]
+async fn the_planner_prompt_has_no_scratchpad_section_without_one() {
+    let ws = workspace(&[("specs/a.md", SPEC)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh"])]);
+    write(dir, "SCRATCHPAD.md", "  \n");
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a"))
+            .on(Role::Build, "a-1", done())
+            .on(Role::Verify, "a", accept()),
+    );
+    let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
+    ralph.build_specs().await.unwrap();
+    let prompt = &prompts(&agent, Role::Planner)[0].1;
+    assert!(!prompt.contains("## SCRATCHPAD"), "{prompt}");
+    assert!(prompt.contains("none yet"), "{prompt}");
+}
+
 /// json active + md → no planner run. md without json → adopted as a hand-written plan, json
 /// created, no planner run.
 #[tokio::test]

@@ -483,3 +483,69 @@ async fn the_failure_in_a_retry_prompt_is_bounded() {
     let stored = &load(dir).specs[0].tasks[0];
     assert_eq!(stored.last_failure, None, "cleared once completed");
 }
+
+/// Hand-edited implementation.json: each bad input is an error naming the file and the key
+/// (before any agent runs), never a panic.
+#[tokio::test]
+async fn hand_edited_bad_input_names_the_file_and_the_key() {
+    let cases: [(&str, &[&str]); 4] = [
+        // A spec with an empty file.
+        (
+            r#"{"specs": [{"id": "a", "file": "", "tasks": []}]}"#,
+            &["implementation.json", "specs[0].file", "\"a\""],
+        ),
+        // A spec file that does not exist.
+        (
+            r#"{"specs": [{"id": "a", "file": "specs/gone.md"}]}"#,
+            &["implementation.json", "specs[0].file", "specs/gone.md"],
+        ),
+        // A status ralph does not know: file, line and column, and the value.
+        (
+            "{\"specs\": [{\"id\": \"a\", \"file\": \"specs/a.md\",\n \"status\": \"paused\"}]}",
+            &["implementation.json:2:", "paused"],
+        ),
+        // A spec without a file.
+        (
+            r#"{"specs": [{"id": "a"}]}"#,
+            &["implementation.json:1:", "file"],
+        ),
+    ];
+    for (json, wanted) in cases {
+        let ws = workspace(&[("specs/a.md", "# A\n")]);
+        let dir = ws.path();
+        write(dir, "implementation.json", json);
+        let agent = Arc::new(FakeAgent::new());
+        let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
+        let err = ralph.build_specs().await.unwrap_err().to_string();
+        for want in wanted {
+            assert!(err.contains(want), "{json}: {want:?} in {err}");
+        }
+        assert!(agent.requests().is_empty(), "{json}");
+    }
+}
+
+/// A spec with no tasks goes straight to the verifier; a non-UTF-8 spec is shown lossily.
+#[tokio::test]
+async fn a_spec_without_tasks_and_a_non_utf8_spec_are_verified_not_panicked_on() {
+    let ws = workspace(&[]);
+    let dir = ws.path();
+    std::fs::create_dir_all(dir.join("specs")).unwrap();
+    std::fs::write(dir.join("specs/a.md"), b"# A \xff\xfe spec\n").unwrap();
+    write(
+        dir,
+        "implementation.json",
+        r#"{"specs": [{"id": "a", "file": "specs/a.md", "tasks": []}]}"#,
+    );
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a"))
+            .on(Role::Verify, "a", accept()),
+    );
+    let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
+    assert_eq!(
+        ralph.build_specs().await.unwrap(),
+        SpecsOutcome::Complete { specs: 1, tasks: 0 }
+    );
+    let verify = &prompts(&agent, Role::Verify)[0].1;
+    assert!(verify.contains("# A \u{fffd}\u{fffd} spec"), "{verify}");
+}

@@ -351,3 +351,90 @@ async fn a_stop_before_the_commit_commits_on_restart_without_a_second_verificati
         Some(git(dir, &["rev-parse", "HEAD"]).trim())
     );
 }
+
+/// The progress entries' headings, in file order.
+fn progress_headings(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("PROGRESS.md"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("## "))
+        .map(|l| l.split_once(" · ").unwrap().1.to_owned())
+        .collect()
+}
+
+/// Stopped after the spec was marked completed, before its PROGRESS.md entry was appended
+/// (the append fails): the restart appends the missing entry, with the spec's commit, and
+/// runs no agent; a third run writes nothing.
+#[tokio::test]
+async fn a_stop_before_the_progress_entry_appends_it_on_restart_once() {
+    let ws = workspace(&[("specs/a.md", SPEC)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh"])]);
+    let progress = dir.join("PROGRESS.md");
+    let accepted = |e: &Event| matches!(e, Event::Verdict { accepted: true, .. });
+    let ralph1 = build(dir, one_task_agent(), block_at(progress.clone(), accepted));
+    let err = ralph1.build_specs().await.unwrap_err().to_string();
+    assert!(err.contains("PROGRESS.md"), "{err}");
+    drop(ralph1);
+    unblock(&progress);
+    assert!(!progress.exists());
+    let spec = &load(dir).specs[0];
+    assert_eq!(spec.status, Status::Completed, "completed before the stop");
+    let head = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
+    assert_eq!(spec.commit.as_deref(), Some(head.as_str()));
+
+    let idle = Arc::new(FakeAgent::new());
+    let recorder = Recorder::default();
+    let ralph2 = build(dir, idle.clone(), recorder.clone());
+    assert_eq!(
+        ralph2.build_specs().await.unwrap(),
+        SpecsOutcome::Complete { specs: 0, tasks: 0 }
+    );
+    assert!(idle.requests().is_empty());
+    let text = std::fs::read_to_string(&progress).unwrap();
+    assert_eq!(progress_headings(dir), ["a: Spec a"], "{text}");
+    assert!(text.contains(&format!("- Commit: {head}")), "{text}");
+    assert!(text.contains(&format!("\"commit\":\"{head}\"")), "{text}");
+    let warnings = recorder.of_kind("warning");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w["message"].as_str().unwrap().contains("spec a")),
+        "{warnings:?}"
+    );
+
+    drop(ralph2);
+    let ralph3 = build(dir, idle, Recorder::default());
+    ralph3.build_specs().await.unwrap();
+    assert_eq!(std::fs::read_to_string(&progress).unwrap(), text);
+}
+
+/// Two specs; the run stops before the first one's entry. The restart builds the second
+/// spec and PROGRESS.md ends with both entries, in completion order, each once.
+#[tokio::test]
+async fn a_missed_entry_comes_before_the_next_specs_entry() {
+    let ws = workspace(&[("specs/a.md", SPEC), ("specs/b.md", "# B\n")]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh"]), ("b", 2, &["Do b"])]);
+    let progress = dir.join("PROGRESS.md");
+    let accepted = |e: &Event| matches!(e, Event::Verdict { accepted: true, .. });
+    let ralph1 = build(dir, one_task_agent(), block_at(progress.clone(), accepted));
+    ralph1.build_specs().await.unwrap_err();
+    drop(ralph1);
+    unblock(&progress);
+
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "b", planner("# Plan: b"))
+            .on(Role::Build, "b-1", done())
+            .on(Role::Verify, "b", accept()),
+    );
+    let ralph2 = build(dir, agent, Recorder::default());
+    assert_eq!(
+        ralph2.build_specs().await.unwrap(),
+        SpecsOutcome::Complete { specs: 1, tasks: 1 }
+    );
+    assert_eq!(progress_headings(dir), ["a: Spec a", "b: Spec b"]);
+    let text = std::fs::read_to_string(&progress).unwrap();
+    assert_eq!(text.matches("# Progress").count(), 1, "{text}");
+}

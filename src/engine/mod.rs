@@ -19,6 +19,7 @@ pub(crate) mod dry_run;
 mod investigate;
 pub(crate) mod logs;
 pub(crate) mod plan_mode;
+mod progress_md;
 pub(crate) mod spec_build;
 mod verify;
 

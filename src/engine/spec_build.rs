@@ -21,7 +21,6 @@
 //! of a spec (planner runs without a plan, rejections) count against
 //! `[planning] max_attempts`.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +31,7 @@ use tokio::time::Instant;
 use super::build::gate_failure;
 use super::call::{Call, Caller, Ending, Structured, backoff, until_deadline};
 use super::logs::{Emitter, Logs, now_rfc3339};
+use super::progress_md::{self, ProgressMd};
 use super::{bounded_failure, first_line};
 use crate::agent::{FailureKind, Role};
 use crate::answer::{VerdictKind, VerifyAnswer};
@@ -53,6 +53,8 @@ use crate::store::implementation::{
 const SPEC_PROMPT_BYTES: usize = 16 * 1024;
 /// How much of the scratchpad goes into the planner's prompt.
 const SCRATCHPAD_BYTES: usize = 8 * 1024;
+/// The planner's notes file in the workspace (seed 002); its content goes into the prompt.
+const SCRATCHPAD: &str = "SCRATCHPAD.md";
 /// How many `git status` lines the verifier sees.
 const CHANGES_SHOWN: usize = 200;
 
@@ -159,8 +161,16 @@ impl SpecBuild {
         let plans = PlanFiles::new(&inner.workspace, &config.specs_dir);
         // Refused before any agent runs: a bad path found at its spec's turn would come
         // after the work on the specs before it.
+        // The error names the file and the key, as a person edits implementation.json by hand.
         for &index in &plan.build_order() {
-            plans.spec_rel(&plan.specs[index].file)?;
+            let spec = &plan.specs[index];
+            plans.spec_rel(&spec.file).map_err(|e| {
+                crate::store::StoreError::Other(format!(
+                    "{}: specs[{index}].file of spec {:?}: {e}",
+                    store.path().display(),
+                    spec.id
+                ))
+            })?;
         }
         let emitter = Emitter::new(&inner.observers);
         let mut logs = Logs::new(&inner.workspace, &inner.config.log_dir)?;
@@ -171,7 +181,7 @@ impl SpecBuild {
             inner: inner.clone(),
             run_dir: None,
         };
-        Ok(SpecBuild {
+        let build = SpecBuild {
             plans,
             inner,
             base,
@@ -180,7 +190,14 @@ impl SpecBuild {
             plan,
             specs_done: 0,
             tasks_done: 0,
-        })
+        };
+        // An earlier run may have stopped between completing a spec and its entry.
+        for id in build.reconcile_progress()? {
+            build.emit(Event::Warning {
+                message: format!("PROGRESS.md lacked the entry of completed spec {id}; appended"),
+            });
+        }
+        Ok(build)
     }
 
     async fn run(&mut self) -> Result<SpecsOutcome, Error> {
@@ -216,7 +233,7 @@ impl SpecBuild {
         if spec.verified {
             if spec.next_task().is_none() {
                 // Accepted by an earlier run that stopped before the spec was completed.
-                return self.complete_spec(id, &rel, true).await;
+                return self.complete_spec(id, true).await;
             }
             // A person added work after the acceptance: it needs a verdict of its own.
             self.spec_mut(id)?.verified = false;
@@ -264,7 +281,7 @@ impl SpecBuild {
                 Judgement::Accept => {
                     self.spec_mut(id)?.verified = true;
                     self.save()?;
-                    return self.complete_spec(id, &rel, false).await;
+                    return self.complete_spec(id, false).await;
                 }
                 Judgement::Interrupted => {
                     self.save()?;
@@ -428,7 +445,11 @@ impl SpecBuild {
             spec: &'a SpecEntry,
             spec_text: String,
             workspace: String,
+            ralph_home: String,
+            log_dir: String,
+            spec_path: String,
             plan_path: String,
+            scratchpad_path: String,
             phrase: &'a str,
             scratchpad: Option<String>,
             previous_plan: Option<String>,
@@ -437,15 +458,24 @@ impl SpecBuild {
         let spec = self.spec(id)?;
         let plan_path = self.plans.plan_path(rel);
         let phrase = self.inner.config.planning.magic_phrase.as_str();
+        let workspace = &self.inner.workspace;
+        let shown = |p: &Path| p.display().to_string();
+        let scratchpad_path = workspace.join(SCRATCHPAD);
+        let log_dir = match &caller.run_dir {
+            Some(dir) => dir.clone(),
+            None => workspace.join(&self.inner.config.log_dir),
+        };
         let ctx = Ctx {
             spec,
             spec_text: self.spec_text(spec)?,
-            workspace: self.inner.workspace.display().to_string(),
-            plan_path: self.base.logs.relative(&plan_path).display().to_string(),
+            workspace: shown(workspace),
+            ralph_home: shown(&workspace.join(crate::thread::STATE_DIR)),
+            log_dir: shown(&log_dir),
+            spec_path: shown(&workspace.join(&spec.file)),
+            plan_path: shown(&plan_path),
+            scratchpad_path: shown(&scratchpad_path),
             phrase,
-            scratchpad: std::fs::read_to_string(self.inner.workspace.join("SCRATCHPAD.md"))
-                .ok()
-                .map(|s| truncate_middle(s.trim(), SCRATCHPAD_BYTES)),
+            scratchpad: scratchpad(&scratchpad_path),
             previous_plan,
             reason,
         };
@@ -792,24 +822,18 @@ impl SpecBuild {
     /// already marked `verified`, so a crash in between never runs the verifier again:
     /// `resumed` (a restart) commits what is uncommitted, or records HEAD when it already is
     /// the spec's commit.
-    async fn complete_spec(
-        &mut self,
-        id: &str,
-        rel: &str,
-        resumed: bool,
-    ) -> Result<SpecEnd, Error> {
+    async fn complete_spec(&mut self, id: &str, resumed: bool) -> Result<SpecEnd, Error> {
         let name = self.spec(id)?.display_name().to_owned();
         let commit = self.commit_spec(&name, resumed).await?;
-        let plan_path = self.plans.plan_path(rel);
-        let workspace = self.inner.workspace.clone();
         let spec = self.spec_mut(id)?;
         spec.status = Status::Completed;
         spec.verified = false;
         spec.commit = commit.clone();
         spec.completed_at = Some(now_rfc3339());
-        let entry = progress_entry(spec, &plan_path, &workspace);
         self.save()?;
-        self.append_progress(&entry)?;
+        // Reconciled, not appended blindly: the entry of a spec completed by a run that
+        // stopped before writing it comes first, and nothing is written twice.
+        self.reconcile_progress()?;
         self.specs_done += 1;
         self.emit(Event::SpecCommitted {
             spec: id.to_owned(),
@@ -832,29 +856,15 @@ impl SpecBuild {
         Ok(self.git.commit_all(name, &exclude).await?)
     }
 
-    /// Appends to PROGRESS.md and syncs it: an audit trail, never rewritten.
-    fn append_progress(&self, entry: &str) -> Result<(), Error> {
-        let path = self
-            .inner
-            .workspace
-            .join(&self.inner.config.planning.progress);
-        let io = |source| Error::Io {
-            path: path.clone(),
-            source,
-        };
-        let fresh = !path.exists();
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io)?;
-        let text = if fresh {
-            format!("# Progress\n{entry}")
-        } else {
-            entry.to_owned()
-        };
-        file.write_all(text.as_bytes()).map_err(io)?;
-        file.sync_all().map_err(io)
+    /// Appends the PROGRESS.md entries of completed specs that it lacks (see
+    /// [`progress_md`](super::progress_md)); returns their spec ids.
+    fn reconcile_progress(&self) -> Result<Vec<String>, Error> {
+        let workspace = &self.inner.workspace;
+        let md = ProgressMd::new(workspace.join(&self.inner.config.planning.progress));
+        md.reconcile(&self.plan, |spec| match self.plans.spec_rel(&spec.file) {
+            Ok(rel) => progress_md::shown(&self.plans.plan_path(&rel), workspace),
+            Err(_) => "(none)".to_owned(),
+        })
     }
 
     // ── helpers ─────────────────────────────────────────────────────────────────────────
@@ -889,31 +899,19 @@ impl SpecBuild {
     }
 }
 
+/// The scratchpad's content, bounded; `None` when there is none or it is blank. Read as
+/// bytes: a non-UTF-8 scratchpad is shown lossily rather than silently dropped.
+fn scratchpad(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim();
+    (!text.is_empty()).then(|| truncate_middle(text, SCRATCHPAD_BYTES))
+}
+
 fn missing(id: &str) -> Error {
     Error::Store(crate::store::StoreError::Other(format!(
         "spec {id} is no longer in implementation.json"
     )))
-}
-
-/// One PROGRESS.md entry: date, spec, tasks, commit, plan.
-fn progress_entry(spec: &SpecEntry, plan: &Path, workspace: &Path) -> String {
-    let mut text = format!(
-        "\n## {} · {}: {}\n\n",
-        spec.completed_at.as_deref().unwrap_or_default(),
-        spec.id,
-        spec.display_name()
-    );
-    text.push_str(&format!("- Tasks ({}):\n", spec.tasks.len()));
-    for task in &spec.tasks {
-        text.push_str(&format!("  - [x] {} {}\n", task.id, task.description));
-    }
-    text.push_str(&format!(
-        "- Commit: {}\n",
-        spec.commit.as_deref().unwrap_or("nothing to commit")
-    ));
-    let plan = plan.strip_prefix(workspace).unwrap_or(plan);
-    text.push_str(&format!("- Plan: {}\n", plan.display()));
-    text
 }
 
 #[cfg(test)]

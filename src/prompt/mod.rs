@@ -23,7 +23,7 @@
 //! |---|---|
 //! | `task` | `spec`, `task` (a [`TaskEntry`](crate::store::implementation::TaskEntry): `id`, `description`…), `criteria` (the task's acceptance criteria, or a default), `completed` (the spec's completed tasks), `plan` (the active plan's text), `gates` (names) |
 //! | `task_retry` | as `task`, plus `attempt` (this session's number for the task) and `failure` (the previous failure, bounded) |
-//! | `planner` | `spec`, `spec_text`, `workspace`, `plan_path`, `phrase` (the magic phrase), `scratchpad`, `previous_plan` and `reason` (when re-planning) |
+//! | `planner` | `spec`, `spec_text`, `workspace`, `spec_path`, `ralph_home` (`.ralph`), `log_dir` (the spec's run logs), `plan_path`, `scratchpad_path`, `phrase` (the magic phrase), `scratchpad` (its content, bounded), `previous_plan` and `reason` (when re-planning) |
 //! | `spec_verify` | `spec`, `spec_text`, `plan`, `changes` (`git status` lines of the uncommitted work) |
 //! | `plan_mode` | `specs` (`file`, `text`), `existing` (`id`, `file`, `status`, `completed`: descriptions) |
 

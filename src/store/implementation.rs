@@ -331,9 +331,10 @@ impl ImplementationStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Io`] when it cannot be read; [`StoreError::Malformed`] naming the file,
-    /// the line and the column when it is not valid JSON or not an implementation (a task
-    /// without an id, an unknown status…), or when two specs or two tasks share an id.
+    /// [`StoreError::Io`] when it cannot be read; [`StoreError::MalformedAt`] naming the file,
+    /// the line and the column (`path:line:column: …`) when it is not valid JSON or not an
+    /// implementation (a task without an id, an unknown status…), or when two specs or two
+    /// tasks share an id (then the position is the second one's `id` value).
     pub fn load(&self) -> Result<Option<Implementation>, StoreError> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(text) => text,
@@ -346,15 +347,23 @@ impl ImplementationStore {
             }
         };
         let plan: Implementation =
-            serde_json::from_str(&text).map_err(|e| StoreError::Malformed {
+            serde_json::from_str(&text).map_err(|e| StoreError::MalformedAt {
                 path: self.path.clone(),
                 line: e.line(),
-                message: format!("column {}: {}", e.column(), strip_position(&e)),
+                column: e.column(),
+                message: strip_position(&e),
             })?;
-        check_ids(&plan).map_err(|message| StoreError::Malformed {
-            path: self.path.clone(),
-            line: 0,
-            message,
+        check_ids(&plan).map_err(|dup| {
+            // serde keeps no positions: the repeated id is found again in the text.
+            let (line, column) = super::json_locate::find(&text, &dup.path)
+                .map(|offset| super::json_locate::line_column(&text, offset))
+                .unwrap_or((1, 1));
+            StoreError::MalformedAt {
+                path: self.path.clone(),
+                line,
+                column,
+                message: dup.message,
+            }
         })?;
         Ok(Some(plan))
     }
@@ -390,26 +399,46 @@ fn strip_position(e: &serde_json::Error) -> String {
     }
 }
 
+/// A repeated or empty id: what is wrong, and where (the JSON path of the `id` value).
+struct BadId {
+    message: String,
+    path: Vec<super::json_locate::Step>,
+}
+
 /// Ids are what build mode and the fake scripts key on: they must be unique and non-empty.
-fn check_ids(plan: &Implementation) -> Result<(), String> {
+fn check_ids(plan: &Implementation) -> Result<(), BadId> {
+    use super::json_locate::Step;
+    let spec_path = |i| vec![Step::Key("specs"), Step::Index(i), Step::Key("id")];
+    let task_path = |i, j| {
+        vec![
+            Step::Key("specs"),
+            Step::Index(i),
+            Step::Key("tasks"),
+            Step::Index(j),
+            Step::Key("id"),
+        ]
+    };
+    let bad = |message: String, path| Err(BadId { message, path });
     let mut specs = std::collections::HashSet::new();
     let mut tasks = std::collections::HashSet::new();
     for (i, spec) in plan.specs.iter().enumerate() {
         if spec.id.trim().is_empty() {
-            return Err(format!("specs[{i}].id is empty"));
+            return bad(format!("specs[{i}].id is empty"), spec_path(i));
         }
         if !specs.insert(spec.id.as_str()) {
-            return Err(format!("specs[{i}].id repeats the spec id {:?}", spec.id));
+            let message = format!("specs[{i}].id repeats the spec id {:?}", spec.id);
+            return bad(message, spec_path(i));
         }
         for (j, task) in spec.tasks.iter().enumerate() {
             if task.id.trim().is_empty() {
-                return Err(format!("specs[{i}].tasks[{j}].id is empty"));
+                return bad(
+                    format!("specs[{i}].tasks[{j}].id is empty"),
+                    task_path(i, j),
+                );
             }
             if !tasks.insert(task.id.as_str()) {
-                return Err(format!(
-                    "specs[{i}].tasks[{j}].id repeats the task id {:?}",
-                    task.id
-                ));
+                let message = format!("specs[{i}].tasks[{j}].id repeats the task id {:?}", task.id);
+                return bad(message, task_path(i, j));
             }
         }
     }

@@ -5,6 +5,7 @@
 
 pub(crate) mod atomic;
 pub mod implementation;
+mod json_locate;
 pub mod jsonl;
 pub mod memory;
 pub mod progress;
@@ -41,6 +42,19 @@ pub enum StoreError {
         path: PathBuf,
         /// 1-based line number.
         line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A state file holds something invalid at a known line and column
+    /// (`implementation.json`: a syntax error, a repeated or empty id).
+    #[error("{path}:{line}:{column}: {message}")]
+    MalformedAt {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// 1-based column, in characters.
+        column: usize,
         /// What is wrong.
         message: String,
     },
