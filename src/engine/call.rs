@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::logs::{Emitter, Logs};
-pub(super) use crate::agent::retry::backoff;
 use crate::agent::retry;
+pub(super) use crate::agent::retry::backoff;
 use crate::agent::{AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
 use crate::answer::{self, Answer};
 use crate::error::Error;
