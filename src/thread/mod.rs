@@ -44,6 +44,11 @@
 //! [`agent`](Threads::agent) to fall back on, in order: the thread is Stuck with "all
 //! agents exhausted" only when every one failed fatally or kept failing transiently.
 //!
+//! A rate-limited run is waited out until the limit resets (the reset time in
+//! [`ThreadRecord::rate_limited_until`] meanwhile; the stop token pauses the thread), then the
+//! same iteration runs again: the wait is not an iteration. A transient failure backs off
+//! [`ThreadOptions::transient_backoff`], doubling, before the next try.
+//!
 //! # Example
 //!
 //! ```
