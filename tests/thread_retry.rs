@@ -11,10 +11,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use ralph::agent::{
-    Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind, FakeAgent, Script,
+    Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind, FakeAgent, Role, Script,
 };
 use ralph::thread::phase::{Phase, PhaseKind};
 use ralph::thread::{RunConfig, ThreadOptions, ThreadRecord, Threads};
+use serde_json::json;
 use thread_support::{SPEC, finalized, no_claim, repo, writes};
 
 /// `inner`, but rate limited for `reset` (when given) on its first run; records the
@@ -251,4 +252,36 @@ async fn a_rate_limit_does_not_count_as_a_transient_failure() {
     assert_eq!(tries, [1, 1, 1]);
     assert!(second.requests().is_empty());
     assert!(thread.exhausted.is_empty(), "{:?}", thread.exhausted);
+}
+
+#[tokio::test]
+async fn a_rate_limited_verifier_is_asked_again_once_the_limit_resets() {
+    let dir = repo().await;
+    let spec = format!("{SPEC}- [ ] the greeting is friendly\n");
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(writes("hello\n"))
+            .then(Script::new().rate_limit(0))
+            .then(Script::new().json(json!({"verdict": "accept", "reason": "friendly"}))),
+    );
+    let threads = quick(dir.path(), Arc::clone(&agent), options(2, Duration::ZERO));
+    let id = finalized(&threads, &spec);
+    let thread = threads.start(&id).await.unwrap();
+    assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
+    let calls: Vec<(Role, u32)> = agent
+        .requests()
+        .iter()
+        .map(|r| (r.role, r.attempt))
+        .collect();
+    assert_eq!(
+        calls,
+        [(Role::Build, 1), (Role::Verify, 1), (Role::Verify, 1)]
+    );
+    assert_eq!(thread.attempts.len(), 1);
+    assert!(
+        thread.attempts[0].failed.is_empty(),
+        "{:?}",
+        thread.attempts
+    );
+    assert!(run_json(&threads, &format!("{id}-r2")).contains("rate limited"));
 }
