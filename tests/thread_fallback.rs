@@ -29,11 +29,14 @@ fn chain(
         .agent("first", Arc::clone(first))
         .agent("second", Arc::clone(second))
         .options(
-            ThreadOptions::default().quick(quick).config(
-                RunConfig::default()
-                    .max_iterations(3)
-                    .agents(["first", "second"]),
-            ),
+            ThreadOptions::default()
+                .quick(quick)
+                .transient_backoff(std::time::Duration::from_millis(1))
+                .config(
+                    RunConfig::default()
+                        .max_iterations(3)
+                        .agents(["first", "second"]),
+                ),
         )
 }
 

@@ -9,6 +9,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::logs::{Emitter, Logs};
+use crate::agent::retry;
+pub(super) use crate::agent::retry::backoff;
 use crate::agent::{AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
 use crate::answer::{self, Answer};
 use crate::error::Error;
@@ -270,30 +272,17 @@ impl Caller {
 
     /// How long to wait for a rate limit to reset (at most a day), reported as an event.
     fn rate_limit_wait(&self, until: SystemTime) -> Duration {
-        let wait = until
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO)
-            .min(Duration::from_secs(24 * 3600));
-        // Rounded up: a wait of 0.9s is reported as 1s, never as "0 seconds".
+        let wait = retry::wait_until(until);
         self.emitter.emit(&Event::RateLimited {
-            wait_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+            wait_secs: retry::whole_secs(wait),
         });
         wait
     }
 
     /// Sleeps `wait` unless the run is stopped first (then returns false).
     pub(crate) async fn pause(&self, wait: Duration) -> bool {
-        tokio::select! {
-            () = tokio::time::sleep(wait) => true,
-            () = self.inner.stop.cancelled() => false,
-        }
+        retry::sleep(wait, &self.inner.stop).await
     }
-}
-
-/// `base` doubled `n` times, at most a minute.
-pub(super) fn backoff(base: Duration, n: u32) -> Duration {
-    base.saturating_mul(1 << n.min(16))
-        .min(Duration::from_secs(60))
 }
 
 /// Runs `fut` until it finishes. At `deadline` (or when `token` is cancelled from above) it

@@ -170,6 +170,15 @@ impl Threads {
                     self.close_run(&run_id, &format!("failed: {reason}"))?;
                     return Err(self.assess_failed(id, format!("the agent failed: {reason}")));
                 }
+                // A one-off review is not worth holding the caller for hours: the person
+                // calls `assess` again once the limit resets.
+                Ran::RateLimited(until) => {
+                    let resets = jiff::Timestamp::try_from(until)
+                        .map_or_else(|_| "an unknown time".to_owned(), |t| t.to_string());
+                    let reason = format!("the agent is rate limited until {resets}");
+                    self.close_run(&run_id, &format!("failed: {reason}"))?;
+                    return Err(self.assess_failed(id, reason));
+                }
             };
             match answer::parse::<AssessAnswer>(&run) {
                 Ok(answer) => {

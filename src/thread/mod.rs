@@ -44,6 +44,11 @@
 //! [`agent`](Threads::agent) to fall back on, in order: the thread is Stuck with "all
 //! agents exhausted" only when every one failed fatally or kept failing transiently.
 //!
+//! A rate-limited run is waited out until the limit resets (the reset time in
+//! [`ThreadRecord::rate_limited_until`] meanwhile; the stop token pauses the thread), then the
+//! same iteration runs again: the wait is not an iteration. A transient failure backs off
+//! [`ThreadOptions::transient_backoff`], doubling, before the next try.
+//!
 //! # Example
 //!
 //! ```
@@ -211,7 +216,7 @@ pub enum ThreadError {
 }
 
 /// How threads run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ThreadOptions {
     /// Quick mode: skip assessment, configuration and polish, advancing to the next human
@@ -221,6 +226,21 @@ pub struct ThreadOptions {
     pub config: RunConfig,
     /// Time a stopped agent gets to return before it is dropped (which kills it).
     pub grace: Duration,
+    /// The wait before the loop tries again after a transient failure (overload, 5xx); it
+    /// doubles with each failure in a row, up to a minute. Default: the workspace
+    /// [`Config`](crate::Config)'s `transient_backoff` (2 s).
+    pub transient_backoff: Duration,
+}
+
+impl Default for ThreadOptions {
+    fn default() -> Self {
+        ThreadOptions {
+            quick: false,
+            config: RunConfig::default(),
+            grace: Duration::ZERO,
+            transient_backoff: crate::Config::default().transient_backoff,
+        }
+    }
 }
 
 impl ThreadOptions {
@@ -236,6 +256,36 @@ impl ThreadOptions {
     pub fn config(mut self, config: RunConfig) -> Self {
         self.config = config;
         self
+    }
+
+    /// Sets the first wait after a transient failure (see
+    /// [`transient_backoff`](Self::transient_backoff)).
+    #[must_use]
+    pub fn transient_backoff(mut self, wait: Duration) -> Self {
+        self.transient_backoff = wait;
+        self
+    }
+
+    /// The workspace settings threads share with the engine: `grace` and
+    /// `transient_backoff` of `config`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ralph::Config;
+    /// use ralph::thread::ThreadOptions;
+    ///
+    /// let mut config = Config::default();
+    /// config.transient_backoff = Duration::from_millis(500);
+    /// let options = ThreadOptions::from_config(&config);
+    /// assert_eq!(options.transient_backoff, Duration::from_millis(500));
+    /// ```
+    #[must_use]
+    pub fn from_config(config: &crate::Config) -> Self {
+        ThreadOptions {
+            grace: config.grace,
+            transient_backoff: config.transient_backoff,
+            ..ThreadOptions::default()
+        }
     }
 }
 
@@ -446,6 +496,7 @@ impl Threads {
             current_agent: None,
             exhausted: Vec::new(),
             transient_failures: 0,
+            rate_limited_until: None,
             updated_at: String::new(),
         };
         self.write_spec(&mut record, spec)?;

@@ -79,6 +79,10 @@ pub struct ThreadRecord {
     /// Transient failures in a row of the current agent.
     #[serde(default)]
     pub transient_failures: u32,
+    /// While the loop waits out a rate limit: when the limit resets (RFC 3339). The wait
+    /// is not an iteration; `None` when the loop is not waiting.
+    #[serde(default)]
+    pub rate_limited_until: Option<String>,
     /// RFC 3339 time of the last write.
     #[serde(default)]
     pub updated_at: String,

@@ -11,7 +11,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -20,6 +20,7 @@ use super::phase::Phase;
 use super::record::{self, Attempt, RECENT_ATTEMPTS, RunRecord, StuckReport};
 use super::spec::{Criterion, ThreadSpec};
 use super::{ThreadError, ThreadRecord, Threads};
+use crate::agent::retry;
 use crate::agent::{Agent, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
 use crate::answer::{self, Answer, VerdictKind, VerifyAnswer};
 use crate::engine::call::until_deadline;
@@ -45,6 +46,9 @@ pub(super) enum Ran {
     /// Failed in a way no further iteration of this agent can fix (bad credentials, no
     /// agent): the next agent takes over.
     Fatal(String),
+    /// The agent's usage limit was hit; it resets at this time. Not an iteration: the same
+    /// run is made again once the limit resets.
+    RateLimited(SystemTime),
     /// The person interrupted it.
     Interrupted,
 }
@@ -69,12 +73,14 @@ impl Threads {
             Err(e) => {
                 if let Ok(mut record) = self.get(&id) {
                     record.runner_pid = None;
+                    record.rate_limited_until = None;
                     let _ = self.save(&mut record);
                 }
                 return Err(e);
             }
         };
         record.runner_pid = None;
+        record.rate_limited_until = None;
         self.save(&mut record)?;
         Ok(record)
     }
@@ -128,13 +134,22 @@ impl Threads {
                 None,
             )
             .await;
-        if !matches!(ran, Ran::Transient(_)) {
+        // A rate limit is not a failure of the agent: it leaves the count of transient
+        // failures in a row as it was.
+        if !matches!(ran, Ran::Transient(_) | Ran::RateLimited(_)) {
             record.transient_failures = 0;
         }
         let (summary, passed, failed, output) = match ran {
             Ran::Interrupted => {
                 self.close_run(&run_id, "interrupted")?;
                 return self.pause(record, iteration, spec);
+            }
+            Ran::RateLimited(until) => {
+                // The same iteration again once the limit resets; the phase is unchanged.
+                if !self.wait_out_rate_limit(record, &run_id, until).await? {
+                    return self.pause(record, iteration, spec);
+                }
+                return Ok(());
             }
             Ran::Fatal(reason) => {
                 self.close_run(&run_id, &format!("failed: {reason}"))?;
@@ -144,8 +159,17 @@ impl Threads {
                 self.close_run(&run_id, &format!("failed (transient): {reason}"))?;
                 record.transient_failures += 1;
                 if record.transient_failures <= record.config.transient_retries {
-                    // The same iteration again, with the same agent.
-                    return self.save(record);
+                    // The same iteration again, with the same agent, after a backoff that
+                    // doubles with each failure in a row.
+                    self.save(record)?;
+                    let wait = retry::backoff(
+                        self.options.transient_backoff,
+                        record.transient_failures - 1,
+                    );
+                    if !retry::sleep(wait, &self.stop).await {
+                        return self.pause(record, iteration, spec);
+                    }
+                    return Ok(());
                 }
                 let why = format!(
                     "{reason} ({} transient failures in a row)",
@@ -268,6 +292,33 @@ impl Threads {
             record.exhausted.join("; ")
         );
         self.stuck(record, reason).await
+    }
+
+    /// Closes `run_id` as rate limited and waits until `until` (at most a day), with the
+    /// reset time in the record ([`ThreadRecord::rate_limited_until`]) meanwhile so that
+    /// status shows the wait. Returns false when the stop token ended the wait.
+    async fn wait_out_rate_limit(
+        &self,
+        record: &mut ThreadRecord,
+        run_id: &str,
+        until: SystemTime,
+    ) -> Result<bool, ThreadError> {
+        let wait = retry::wait_until(until);
+        let resets = jiff::Timestamp::try_from(SystemTime::now() + wait)
+            .map_or_else(|_| "unknown".to_owned(), |t| t.to_string());
+        self.close_run(
+            run_id,
+            &format!(
+                "rate limited: resets at {resets}, waiting {}s",
+                retry::whole_secs(wait)
+            ),
+        )?;
+        record.rate_limited_until = Some(resets);
+        self.save(record)?;
+        let waited = retry::sleep(wait, &self.stop).await;
+        record.rate_limited_until = None;
+        self.save(record)?;
+        Ok(waited)
     }
 
     fn build_context(
@@ -460,7 +511,7 @@ impl Threads {
             } => Ran::Transient(reason),
             AgentExit::Failed { reason, .. } => Ran::Failed(format!("the agent failed: {reason}")),
             AgentExit::ContextLimit => Ran::Failed("the agent ran out of context".into()),
-            AgentExit::RateLimited { .. } => Ran::Failed("the agent was rate limited".into()),
+            AgentExit::RateLimited { until } => Ran::RateLimited(until),
         }
     }
 
@@ -547,23 +598,35 @@ impl Threads {
             },
         )?;
         let (_, agent) = self.current_agent(record)?;
-        let run_id = self.open_run(record, iteration, Role::Verify)?;
-        let ran = self
-            .call(
-                &agent,
-                record,
-                &run_id,
-                Role::Verify,
-                iteration,
-                prompt,
-                Some(VerifyAnswer::schema()),
-            )
-            .await;
+        let (run_id, ran) = loop {
+            let run_id = self.open_run(record, iteration, Role::Verify)?;
+            let ran = self
+                .call(
+                    &agent,
+                    record,
+                    &run_id,
+                    Role::Verify,
+                    iteration,
+                    prompt.clone(),
+                    Some(VerifyAnswer::schema()),
+                )
+                .await;
+            match ran {
+                Ran::RateLimited(until) => {
+                    if !self.wait_out_rate_limit(record, &run_id, until).await? {
+                        return Ok(None);
+                    }
+                }
+                ran => break (run_id, ran),
+            }
+        };
         let verdict = match ran {
             Ran::Interrupted => {
                 self.close_run(&run_id, "interrupted")?;
                 return Ok(None);
             }
+            // Waited out above; kept total without a panic.
+            Ran::RateLimited(_) => Err("the verifier was rate limited".to_owned()),
             Ran::Failed(reason) | Ran::Transient(reason) | Ran::Fatal(reason) => {
                 Err(format!("the verifier failed: {reason}"))
             }

@@ -1,0 +1,81 @@
+//! Waiting out rate limits and transient failures: the pure pieces the engine's agent
+//! calls and a thread's iterations share.
+
+use std::time::{Duration, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+/// The longest a rate limit is waited out: a reset time further ahead is taken as a wrong
+/// clock, not as a reason to sleep for days.
+pub(crate) const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// The longest one transient backoff lasts, however often it doubled.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// `base` doubled `n` times, at most a minute.
+pub(crate) fn backoff(base: Duration, n: u32) -> Duration {
+    base.saturating_mul(1 << n.min(16)).min(MAX_BACKOFF)
+}
+
+/// How long from now until `until` (zero when it has passed), at most
+/// [`MAX_RATE_LIMIT_WAIT`].
+pub(crate) fn wait_until(until: SystemTime) -> Duration {
+    until
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO)
+        .min(MAX_RATE_LIMIT_WAIT)
+}
+
+/// Whole seconds of `wait`, rounded up: a wait of 0.9 s is reported as 1 s, never as
+/// "0 seconds".
+pub(crate) fn whole_secs(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
+/// Sleeps `wait` unless `stop` is cancelled first; returns whether the whole wait passed.
+pub(crate) async fn sleep(wait: Duration, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(wait) => true,
+        () = stop.cancelled() => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_a_minute() {
+        let base = Duration::from_secs(2);
+        assert_eq!(backoff(base, 0), base);
+        assert_eq!(backoff(base, 1), Duration::from_secs(4));
+        assert_eq!(backoff(base, 2), Duration::from_secs(8));
+        assert_eq!(backoff(base, 10), MAX_BACKOFF);
+        assert_eq!(backoff(base, u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn a_past_reset_waits_nothing_and_a_far_one_is_capped() {
+        let past = SystemTime::now() - Duration::from_secs(5);
+        assert_eq!(wait_until(past), Duration::ZERO);
+        let far = SystemTime::now() + Duration::from_secs(7 * 24 * 3600);
+        assert_eq!(wait_until(far), MAX_RATE_LIMIT_WAIT);
+        let soon = wait_until(SystemTime::now() + Duration::from_secs(60));
+        assert!(soon > Duration::from_secs(50) && soon <= Duration::from_secs(60));
+    }
+
+    #[test]
+    fn whole_seconds_round_up() {
+        assert_eq!(whole_secs(Duration::ZERO), 0);
+        assert_eq!(whole_secs(Duration::from_millis(900)), 1);
+        assert_eq!(whole_secs(Duration::from_secs(3)), 3);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_token_ends_the_sleep() {
+        let stop = CancellationToken::new();
+        assert!(sleep(Duration::ZERO, &stop).await);
+        stop.cancel();
+        assert!(!sleep(MAX_RATE_LIMIT_WAIT, &stop).await);
+    }
+}
