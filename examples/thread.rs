@@ -2,15 +2,16 @@
 //! (each command is a new process; the state lives in `<workspace>/.ralph/`).
 //!
 //! ```text
-//! cd my-repo                                   # a git repository with a commit
-//! cargo run --example thread -- new --title "Greeter" --spec fixtures/thread/spec.md
-//! cargo run --example thread -- assess         # optional AI review of the spec
-//! cargo run --example thread -- finalize       # checkpoint: you approve the spec
-//! cargo run --example thread -- start          # preflight, default settings, the loop
-//! cargo run --example thread -- status
-//! cargo run --example thread -- review         # Implemented → PendingReview (--quick: automatic)
-//! cargo run --example thread -- approve        # checkpoint: you approve the changes
-//! cargo run --example thread -- commit         # checkpoint: commits on ralph/<id>
+//! git init -q -b main /tmp/greeter && git -C /tmp/greeter commit -q --allow-empty -m init
+//! alias thread='cargo run -q --example thread -- --workspace /tmp/greeter'  # default: the current directory
+//! thread new --title "Greeter" --spec fixtures/thread/spec.md
+//! thread assess         # optional AI review of the spec
+//! thread finalize       # checkpoint: you approve the spec
+//! thread start          # preflight, default settings, the loop
+//! thread status
+//! thread review         # Implemented → PendingReview (--quick: automatic)
+//! thread approve        # checkpoint: you approve the changes
+//! thread commit         # checkpoint: commits on ralph/<id>
 //! ```
 //!
 //! Ctrl+C while the loop runs stops the agent cleanly and saves the thread as Paused;
