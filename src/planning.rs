@@ -425,9 +425,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlanError> {
     atomic::replace(path, bytes).map_err(io)
 }
 
-/// The planner's final answer as a plan: its last non-empty line must be `phrase` (a whole
-/// line, surrounding whitespace ignored); the plan is everything above it, which must not be
-/// empty.
+/// The planner's final answer as a plan: its last non-empty line must be `phrase` by the
+/// rules of the one marker parser ([`signal::last_line`](crate::signal::last_line): a whole
+/// line, surrounding whitespace ignored, never inside a code fence); the plan is everything
+/// above it, which must not be empty.
 ///
 /// ```
 /// use ralph::planning::plan_from_answer;
@@ -443,16 +444,13 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlanError> {
 ///
 /// A message for the planner's next attempt.
 pub fn plan_from_answer(answer: &str, phrase: &str) -> Result<String, String> {
-    let trimmed = answer.trim_end();
-    let (body, last) = match trimmed.rfind('\n') {
-        Some(at) => (&trimmed[..at], &trimmed[at + 1..]),
-        None => ("", trimmed),
-    };
-    if last.trim() != phrase {
+    if crate::signal::last_line(answer) != Some(phrase) {
         return Err(format!(
             "the last non-empty line of the answer was not `{phrase}` on its own"
         ));
     }
+    let trimmed = answer.trim_end();
+    let body = trimmed.rfind('\n').map_or("", |at| &trimmed[..at]);
     let plan = body.trim();
     if plan.is_empty() {
         return Err("the plan above the final line was empty".into());

@@ -67,14 +67,20 @@ pub(crate) struct SpecDoc {
     text: String,
 }
 
+/// A spec file's text as prompts carry it: read as bytes (non-UTF-8 shown lossily), trimmed,
+/// bounded to [`SPEC_PROMPT_BYTES`]; the agent can read the file for the rest.
+pub(crate) fn spec_for_prompt(workspace: &Path, rel: impl AsRef<Path>) -> Result<String, Error> {
+    let path = workspace.join(rel);
+    let bytes = std::fs::read(&path).map_err(|source| Error::Spec { path, source })?;
+    Ok(truncate_middle(
+        String::from_utf8_lossy(&bytes).trim(),
+        SPEC_PROMPT_BYTES,
+    ))
+}
+
 impl SpecDoc {
     fn read(workspace: &Path, rel: &str) -> Result<Self, Error> {
-        let path = workspace.join(rel);
-        let bytes = std::fs::read(&path).map_err(|source| Error::Spec {
-            path: path.clone(),
-            source,
-        })?;
-        let text = String::from_utf8_lossy(&bytes);
+        let text = spec_for_prompt(workspace, rel)?;
         let name = text
             .lines()
             .find_map(|l| l.strip_prefix("# "))
@@ -88,7 +94,7 @@ impl SpecDoc {
         Ok(SpecDoc {
             name,
             path: rel.to_owned(),
-            text: truncate_middle(text.trim(), SPEC_PROMPT_BYTES),
+            text,
         })
     }
 }

@@ -22,15 +22,11 @@ use crate::agent::Role;
 use crate::answer::{PlanAnswer, PlannedSpec};
 use crate::error::Error;
 use crate::event::Event;
-use crate::output::truncate_middle;
 use crate::planning::{PlanFiles, find_specs};
 use crate::ralph::Inner;
 use crate::store::implementation::{
     Implementation, ImplementationStore, SpecEntry, Status, TaskEntry,
 };
-
-/// How much of each spec goes into the prompt.
-const SPEC_PROMPT_BYTES: usize = 16 * 1024;
 
 /// Runs plan mode over `specs` (all markdown specs of the specs folder when empty) and saves
 /// the merged `implementation.json`. Its events also go to the run log
@@ -158,11 +154,9 @@ fn prompt(inner: &Inner, files: &[String], existing: &Implementation) -> Result<
     }
     let mut specs = Vec::new();
     for file in files {
-        let path = inner.workspace.join(file);
-        let bytes = std::fs::read(&path).map_err(|source| Error::Spec { path, source })?;
         specs.push(SpecText {
             file,
-            text: truncate_middle(String::from_utf8_lossy(&bytes).trim(), SPEC_PROMPT_BYTES),
+            text: super::spec_for_prompt(&inner.workspace, file)?,
         });
     }
     let existing = existing

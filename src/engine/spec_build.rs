@@ -49,8 +49,6 @@ use crate::store::implementation::{
     Implementation, ImplementationStore, SpecEntry, Status, TaskEntry,
 };
 
-/// How much of a spec's text goes into a prompt; agents can read the file for the rest.
-const SPEC_PROMPT_BYTES: usize = 16 * 1024;
 /// How much of the scratchpad goes into the planner's prompt.
 const SCRATCHPAD_BYTES: usize = 8 * 1024;
 /// The planner's notes file in the workspace (seed 002); its content goes into the prompt.
@@ -870,12 +868,7 @@ impl SpecBuild {
     // ── helpers ─────────────────────────────────────────────────────────────────────────
 
     fn spec_text(&self, spec: &SpecEntry) -> Result<String, Error> {
-        let path = self.inner.workspace.join(&spec.file);
-        let bytes = std::fs::read(&path).map_err(|source| Error::Spec { path, source })?;
-        Ok(truncate_middle(
-            String::from_utf8_lossy(&bytes).trim(),
-            SPEC_PROMPT_BYTES,
-        ))
+        super::spec_for_prompt(&self.inner.workspace, &spec.file)
     }
 
     fn spec(&self, id: &str) -> Result<&SpecEntry, Error> {
