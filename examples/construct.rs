@@ -30,9 +30,11 @@
 //! cargo run --example construct -- build --workspace /tmp/ws  # plan, implement, verify, commit each spec
 //! ```
 //!
-//! Exit codes: 0 spec complete, 2 stopped at a limit, 3 blocked, 1 error, 130 interrupted
-//! (Ctrl+C stops the running agent or gate cleanly and saves the state; the same command
-//! resumes).
+//! Exit codes: 0 spec complete, 2 stopped at a limit, 3 blocked, 1 error; 130, 143 or 129
+//! when SIGINT (Ctrl+C), SIGTERM or SIGHUP stopped it. In every mode a signal stops the
+//! running agent or gate cleanly (everything it started is killed) and saves the state; a
+//! second signal stops at once; the same command resumes. `--dry-run` works in every mode and
+//! writes nothing.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -44,7 +46,9 @@ use std::time::Instant;
 
 use clap::Parser;
 use ralph::model::TaskStatus;
-use ralph::{Agent, ClaudeCli, Event, FakeAgent, Observer, Outcome, Ralph, SpecsOutcome};
+use ralph::{
+    Agent, ClaudeCli, Event, FakeAgent, Interrupts, Observer, Outcome, Ralph, SpecsOutcome,
+};
 
 /// Where the bundled demo lives.
 const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo");
@@ -80,10 +84,12 @@ struct Args {
     /// Print events as NDJSON on stdout instead of the live display.
     #[arg(long)]
     json: bool,
-    /// Run one iteration, then stop (exit 0); run again for the next.
+    /// Run one iteration (in build mode: one agent session), then stop (exit 0); run again
+    /// for the next.
     #[arg(long)]
     once: bool,
-    /// Show the stage, next task, prompt template and limits the run would use; run nothing.
+    /// Show what the run would do next (stage or step, task, prompt template, limits); run
+    /// and write nothing.
     #[arg(long)]
     dry_run: bool,
 }
@@ -105,16 +111,14 @@ enum AgentKind {
 }
 
 #[tokio::main]
-async fn main() -> ExitCode {
+pub(crate) async fn main() -> ExitCode {
     let mut args = Args::parse();
     if args.plan {
         args.mode = Some(Mode::Plan);
     }
     let result = match args.mode {
         Some(mode) => run_specs(args, mode).await.map(Some),
-        None => run(args)
-            .await
-            .map(|outcome| outcome.map(|o| o.exit_code())),
+        None => run(args).await,
     };
     match result {
         Ok(Some(code)) => ExitCode::from(code as u8),
@@ -126,11 +130,28 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Listens for SIGINT, SIGTERM and SIGHUP: the first stops the run cleanly.
+fn interrupts(ralph: &Ralph) -> std::io::Result<Interrupts> {
+    Interrupts::listen(ralph.workspace(), ralph.stop_token(), |signal| {
+        eprintln!(
+            "\n{signal}: stopping the running agent or gate and saving the state… (again to stop at once)"
+        );
+    })
+}
+
+/// The exit code: the outcome's, or the signal's that interrupted the run.
+fn exit_code(interrupts: &Interrupts, code: i32) -> i32 {
+    match interrupts.received() {
+        Some(signal) if code == 130 => i32::from(signal.exit_code()),
+        _ => code,
+    }
+}
+
 /// Runs the loop; `None` for a dry run.
-async fn run(args: Args) -> Result<Option<Outcome>, Box<dyn std::error::Error>> {
+async fn run(args: Args) -> Result<Option<i32>, Box<dyn std::error::Error>> {
     let (workspace, agent, fake) = match args.agent {
         AgentKind::Fake => {
-            let workspace = prepare_workspace(args.workspace.as_deref())?;
+            let workspace = prepare_workspace(args.workspace.as_deref(), args.dry_run)?;
             let script = args
                 .script
                 .clone()
@@ -181,14 +202,7 @@ async fn run(args: Args) -> Result<Option<Outcome>, Box<dyn std::error::Error>> 
         return Ok(None);
     }
 
-    let stop = ralph.stop_token();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\ninterrupt: stopping the running agent or gate and saving the state…");
-            stop.cancel();
-        }
-    });
-
+    let interrupts = interrupts(&ralph)?;
     let started = Instant::now();
     let board = ralph.board().await?;
     if !args.json {
@@ -213,13 +227,18 @@ async fn run(args: Args) -> Result<Option<Outcome>, Box<dyn std::error::Error>> 
     {
         eprintln!("note: {e}");
     }
-    Ok(Some(outcome))
+    Ok(Some(exit_code(&interrupts, outcome.exit_code())))
 }
 
-/// The workspace: the given one (seeded with the demo's spec and config if it has neither),
-/// or a fresh temporary copy of the demo that is kept for inspection.
-fn prepare_workspace(given: Option<&Path>) -> Result<PathBuf, Box<dyn std::error::Error>> {
+/// The workspace: the given one (seeded with the demo's spec and config if it has neither,
+/// unless this is a dry run, which writes nothing), or a fresh temporary copy of the demo
+/// that is kept for inspection.
+fn prepare_workspace(
+    given: Option<&Path>,
+    dry_run: bool,
+) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let dir = match given {
+        Some(dir) if dry_run => return Ok(dir.to_path_buf()),
         Some(dir) => {
             std::fs::create_dir_all(dir)?;
             dir.to_path_buf()
@@ -242,7 +261,11 @@ fn prepare_workspace(given: Option<&Path>) -> Result<PathBuf, Box<dyn std::error
 async fn run_specs(args: Args, mode: Mode) -> Result<i32, Box<dyn std::error::Error>> {
     let (workspace, agent): (PathBuf, Arc<dyn Agent>) = match args.agent {
         AgentKind::Fake => {
-            let workspace = prepare_plan_workspace(args.workspace.as_deref()).await?;
+            let workspace = match &args.workspace {
+                // A dry run writes nothing: the workspace is taken as it is.
+                Some(dir) if args.dry_run => dir.clone(),
+                given => prepare_plan_workspace(given.as_deref()).await?,
+            };
             let script = args
                 .script
                 .clone()
@@ -263,17 +286,22 @@ async fn run_specs(args: Args, mode: Mode) -> Result<i32, Box<dyn std::error::Er
     } else {
         Arc::new(Display)
     };
-    let ralph = Ralph::builder()
+    let mut builder = Ralph::builder()
         .workspace(&workspace)
         .agent(agent)
-        .observer(observer)
-        .build()?;
-    let stop = ralph.stop_token();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stop.cancel();
+        .observer(observer);
+    if args.once {
+        builder = builder.once(true);
+    }
+    let ralph = builder.build()?;
+    if args.dry_run {
+        match mode {
+            Mode::Plan => println!("{}", ralph.dry_run_plan(args.spec.iter())?),
+            Mode::Build => println!("{}", ralph.dry_run_build()?),
         }
-    });
+        return Ok(0);
+    }
+    let interrupts = interrupts(&ralph)?;
     if !args.json {
         let name = match mode {
             Mode::Plan => "plan",
@@ -283,7 +311,15 @@ async fn run_specs(args: Args, mode: Mode) -> Result<i32, Box<dyn std::error::Er
     }
     match mode {
         Mode::Plan => {
-            let plan = ralph.plan(args.spec.iter()).await?;
+            let plan = match ralph.plan(args.spec.iter()).await {
+                Ok(plan) => plan,
+                // Plan mode stopped by a signal saves nothing and reports it as an error.
+                Err(e) if interrupts.received().is_some() => {
+                    eprintln!("{e}");
+                    return Ok(exit_code(&interrupts, 130));
+                }
+                Err(e) => return Err(e.into()),
+            };
             if !args.json {
                 println!("\n── implementation.json ──");
                 for spec in &plan.specs {
@@ -313,7 +349,7 @@ async fn run_specs(args: Args, mode: Mode) -> Result<i32, Box<dyn std::error::Er
                     workspace.join(&ralph.config().planning.progress).display()
                 );
             }
-            Ok(outcome.exit_code())
+            Ok(exit_code(&interrupts, outcome.exit_code()))
         }
     }
 }
@@ -491,6 +527,7 @@ fn describe(event: &Event) -> Option<String> {
                 .unwrap_or("(nothing to commit)")
         ),
         Event::Warning { message } => format!("  warning: {message}"),
+        Event::StateRepaired { note } => format!("  state repaired: {note}"),
         _ => return None,
     })
 }

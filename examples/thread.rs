@@ -14,8 +14,10 @@
 //! thread commit         # checkpoint: commits on ralph/<id>
 //! ```
 //!
-//! Ctrl+C while the loop runs stops the agent cleanly and saves the thread as Paused;
-//! `resume` continues from the same iteration. A stuck thread offers `diagnose`,
+//! Ctrl+C (SIGINT), SIGTERM or SIGHUP while the loop runs stops the agent cleanly and saves
+//! the thread as Paused (exit 130, 143 or 129; a second signal stops at once); `resume`
+//! continues from the same iteration. `--dry-run` shows what `start`, `resume` or `assist`
+//! would do, and runs and writes nothing. A stuck thread offers `diagnose`,
 //! `reconfigure`, `assist` (after you edited files), `revise --spec FILE --yes` (resets the
 //! work tree to the baseline) and `abandon`. Commands act on the active thread unless
 //! `--id` names another.
@@ -31,7 +33,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use ralph::thread::phase::Phase;
 use ralph::thread::{Confirm, RunConfig, ThreadOptions, ThreadRecord, Threads};
-use ralph::{Agent, ClaudeCli, FakeAgent};
+use ralph::{Agent, ClaudeCli, Event, FakeAgent, Interrupts, Observer};
 
 /// The bundled FakeAgent script.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/thread/script.toml");
@@ -58,6 +60,9 @@ struct Args {
     /// Iterations per round of the loop.
     #[arg(long, global = true, default_value_t = 5)]
     max_iterations: u32,
+    /// Show what `start`, `resume` or `assist` would do; run and write nothing.
+    #[arg(long, global = true)]
+    dry_run: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -125,9 +130,9 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> ExitCode {
+pub(crate) async fn main() -> ExitCode {
     match run(Args::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             let mut message = e.to_string();
             let mut source = e.source();
@@ -141,7 +146,8 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+/// Runs the command; the exit code is 0, or the signal's that paused the loop.
+async fn run(args: Args) -> Result<u8, Box<dyn std::error::Error>> {
     let workspace = match &args.workspace {
         Some(w) => w.clone(),
         None => std::env::current_dir()?,
@@ -155,20 +161,24 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let options = ThreadOptions::default()
         .quick(args.quick)
         .config(RunConfig::default().max_iterations(args.max_iterations));
-    let threads = Threads::new(&workspace, agent)?.options(options);
-    // Ctrl+C pauses the loop: the agent is stopped and the thread saved as Paused.
-    let stop = threads.stop_token();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stop.cancel();
-        }
-    });
+    let threads = Threads::new(&workspace, agent)?
+        .options(options)
+        .observer(Warnings);
+    // SIGINT, SIGTERM or SIGHUP pause the loop: the agent is stopped and the thread saved
+    // as Paused.
+    let interrupts = Interrupts::listen(threads.workspace(), threads.stop_token(), |signal| {
+        eprintln!("\n{signal}: stopping the agent and pausing the thread… (again to stop at once)");
+    })?;
     let id = || -> Result<String, Box<dyn std::error::Error>> {
         args.id
             .clone()
             .or_else(|| threads.active())
             .ok_or_else(|| "no active thread: create one with `new` or pass --id".into())
     };
+    if args.dry_run {
+        println!("{}", threads.dry_run(&id()?)?);
+        return Ok(0);
+    }
     let thread = match &args.command {
         Command::New { title, spec } => threads.create(title, &std::fs::read_to_string(spec)?)?,
         Command::List => {
@@ -176,7 +186,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 let t = threads.get(&id)?;
                 println!("{id}  {}  {}", t.phase, t.title);
             }
-            return Ok(());
+            return Ok(0);
         }
         Command::Assess => threads.assess(&id()?).await?,
         Command::Finalize => threads.finalize(&id()?)?,
@@ -202,7 +212,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Command::Diagnose => {
             let report = threads.diagnose(&id()?)?;
             println!("{}", serde_json::to_string_pretty(&report)?);
-            return Ok(());
+            return Ok(0);
         }
         Command::Revise { spec, yes } => {
             let text = spec.as_ref().map(std::fs::read_to_string).transpose()?;
@@ -225,11 +235,25 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Command::Abandon => threads.abandon(&id()?).await?,
         Command::Diff => {
             print!("{}", threads.diff(&id()?).await?);
-            return Ok(());
+            return Ok(0);
         }
     };
     show(&thread);
-    Ok(())
+    Ok(match (interrupts.received(), &thread.phase) {
+        (Some(signal), Phase::Paused { .. }) => signal.exit_code(),
+        _ => 0,
+    })
+}
+
+/// Prints warnings (a killed run's leftovers killed) to stderr.
+struct Warnings;
+
+impl Observer for Warnings {
+    fn on_event(&self, event: &Event) {
+        if let Event::Warning { message } = event {
+            eprintln!("warning: {message}");
+        }
+    }
 }
 
 /// Prints the thread's phase and what a person can do next.

@@ -111,7 +111,7 @@ impl Default for Config {
             max_iterations: 10,
             stage_timeout: Duration::from_secs(300),
             agent_timeout: Duration::from_secs(300),
-            grace: Duration::from_secs(5),
+            grace: crate::process::DEFAULT_GRACE,
             retries: 2,
             verify_concurrency: 4,
             transient_retries: 4,
@@ -418,6 +418,7 @@ impl Config {
     ///
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_paths()?;
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             key: key.to_owned(),
             message,
@@ -472,6 +473,44 @@ impl Config {
                     format!("repeats the gate name {:?}", gate.name),
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The files and folders ralph writes stay inside the workspace: relative, not empty,
+    /// never going up with `..` (the rule spec paths follow too). A state file or log folder
+    /// outside it would escape the workspace's lock.
+    fn check_paths(&self) -> Result<(), ConfigError> {
+        let store = self.store.effective_path();
+        for (key, path) in [
+            ("store.path", store.as_path()),
+            ("log_dir", self.log_dir.as_path()),
+            ("planning.specs_dir", self.planning.specs_dir.as_path()),
+            (
+                "planning.implementation",
+                self.planning.implementation.as_path(),
+            ),
+            ("planning.progress", self.planning.progress.as_path()),
+        ] {
+            let message = if path.as_os_str().is_empty() {
+                "is empty"
+            } else if path.is_absolute() {
+                "is absolute; give it relative to the workspace"
+            } else if path
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+            {
+                "goes up with `..`; it must stay inside the workspace"
+            } else {
+                continue;
+            };
+            return Err(ConfigError::Invalid {
+                key: key.to_owned(),
+                message: format!("{message} (got {:?})", path.display().to_string()),
+                source_name: None,
+            });
         }
         Ok(())
     }

@@ -151,6 +151,13 @@ pub enum Event {
         /// Seconds until the reset.
         wait_secs: u64,
     },
+    /// Loading the state had to repair it: a torn final write, left by a crash, was
+    /// dropped. Nothing acknowledged was lost (the dropped changes were never reported
+    /// saved); the step that wrote them runs again.
+    StateRepaired {
+        /// What was dropped, and where.
+        note: String,
+    },
     /// Something went wrong that did not stop the run.
     Warning {
         /// What.

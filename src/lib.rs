@@ -62,29 +62,41 @@
 //! # }
 //! ```
 
+// Layers, top to bottom (a module imports only from its own layer or those below; the
+// pipelines never import one another; `tests/layers.rs` checks it):
+//   facade      ralph, mock, the re-exports below
+//   pipelines   construct, specs, thread
+//   runtime     runtime
+//   seams       agent, gate, store, prioritize, and the data they exchange: model, answer,
+//               prompt, event, outcome, config, context
+//   foundation  process, files, time, git, signal (the marker parser), output, logfile
 pub mod agent;
 pub mod answer;
 pub mod config;
+mod construct;
 pub mod context;
-mod engine;
-mod error;
 pub mod event;
+mod files;
 pub mod gate;
 pub mod git;
+#[cfg(test)]
+mod layers;
 pub mod logfile;
 #[cfg(feature = "test-util")]
 pub mod mock;
 pub mod model;
 pub mod outcome;
 pub mod output;
-pub mod planning;
 pub mod prioritize;
 pub mod process;
 pub mod prompt;
 mod ralph;
+mod runtime;
 pub mod signal;
+pub mod specs;
 pub mod store;
 pub mod thread;
+mod time;
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
@@ -94,11 +106,14 @@ pub struct ReadmeDoctests;
 pub use agent::claude::ClaudeCli;
 pub use agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FakeAgent, Role};
 pub use config::Config;
-pub use engine::dry_run::DryRun;
-pub use error::{BuildError, Error};
+pub use construct::dry_run::DryRun;
 pub use event::{Event, Observer};
 pub use gate::{Gate, GateReport, GateStatus, ShellGate};
 pub use outcome::{Outcome, SpecsOutcome};
 pub use prioritize::{CriticalPath, Prioritizer};
 pub use ralph::{Ralph, RalphBuilder};
+pub use runtime::error::{BuildError, Error};
+pub use runtime::interrupt::{Interrupt, Interrupts};
+pub use runtime::spec::SpecPathError;
+pub use runtime::workspace::STATE_DIR;
 pub use store::{JsonlStore, MemoryStore, ProgressStore, Store};

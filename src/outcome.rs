@@ -153,16 +153,24 @@ pub enum SpecsOutcome {
         /// The last failure.
         reason: String,
     },
+    /// `once` was set: one agent session (a planner, an implementer or a verifier run) and
+    /// what it led to were done and saved; the next call goes on from there.
+    Once {
+        /// What the session was and how it ended.
+        step: String,
+        /// Specs not yet completed.
+        remaining: usize,
+    },
     /// Stopped by the stop token; the state is saved and the same call resumes.
     Interrupted,
 }
 
 impl SpecsOutcome {
-    /// The exit code the example uses: 0 complete, 2 attempts exhausted, 3 blocked,
+    /// The exit code the example uses: 0 complete or once, 2 attempts exhausted, 3 blocked,
     /// 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
-            SpecsOutcome::Complete { .. } => 0,
+            SpecsOutcome::Complete { .. } | SpecsOutcome::Once { .. } => 0,
             SpecsOutcome::AttemptsExhausted { .. } => 2,
             SpecsOutcome::Blocked { .. } => 3,
             SpecsOutcome::Interrupted => 130,
@@ -191,6 +199,10 @@ impl fmt::Display for SpecsOutcome {
             } => write!(
                 f,
                 "Stopped: spec {spec} failed {attempts} attempt(s); last: {reason}"
+            ),
+            SpecsOutcome::Once { step, remaining } => write!(
+                f,
+                "Stopped after one step (once): {step}. Specs remaining: {remaining}"
             ),
             SpecsOutcome::Interrupted => {
                 f.write_str("Interrupted: state saved; run the same command to resume.")

@@ -145,6 +145,19 @@ pub fn truncate_middle(text: &str, max: usize) -> String {
     out.to_string()
 }
 
+/// How much of a failure (a gate's output, a verifier's reason) a retry prompt carries.
+const FAILURE_PROMPT_BYTES: usize = 8 * 1024;
+
+/// The first line of `text`, at most 300 bytes: a one-line reason for events and records.
+pub(crate) fn first_line(text: &str) -> String {
+    truncate_middle(text.lines().next().unwrap_or(""), 300)
+}
+
+/// A failure bounded for a retry prompt.
+pub(crate) fn bounded_failure(text: &str) -> String {
+    truncate_middle(text, FAILURE_PROMPT_BYTES)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,15 +11,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::config::{Config, ConfigError, Overrides, StoreKind};
-use crate::engine::Engine;
-use crate::engine::dry_run::DryRun;
-use crate::error::{BuildError, Error};
+use crate::construct::Engine;
+use crate::construct::dry_run::DryRun;
 use crate::event::Observer;
 use crate::gate::{Gate, ShellGate};
 use crate::model::{Board, Change, Issue, Task};
 use crate::outcome::Outcome;
 use crate::prioritize::{CriticalPath, Prioritizer};
 use crate::prompt::Prompts;
+use crate::runtime::Context;
+use crate::runtime::error::{BuildError, Error};
 use crate::store::{JsonlStore, MemoryStore, ProgressStore, Store};
 
 /// The orchestrator: a workspace, an agent, gates, a store, a prioritizer and observers,
@@ -39,23 +40,8 @@ use crate::store::{JsonlStore, MemoryStore, ProgressStore, Store};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Ralph {
-    pub(crate) inner: Arc<Inner>,
-}
-
-/// What every stage of a run shares.
-pub(crate) struct Inner {
-    pub(crate) workspace: PathBuf,
-    pub(crate) config: Config,
-    pub(crate) agent: Arc<dyn Agent>,
-    pub(crate) gates: Vec<Arc<dyn Gate>>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) prioritizer: Arc<dyn Prioritizer>,
-    pub(crate) observers: Vec<Arc<dyn Observer>>,
-    pub(crate) prompts: Prompts,
-    pub(crate) stop: CancellationToken,
-    /// ralph opened the store itself and holds its lock: no other ralph runs here, so
-    /// processes tagged with this workspace are leftovers of a killed one.
-    pub(crate) exclusive: bool,
+    inner: Arc<Context>,
+    /// Set while a run of this `Ralph` goes on: one at a time.
     running: AtomicBool,
 }
 
@@ -188,13 +174,13 @@ impl Ralph {
     pub async fn plan<P: AsRef<Path>>(
         &self,
         specs: impl IntoIterator<Item = P>,
-    ) -> Result<crate::store::implementation::Implementation, Error> {
+    ) -> Result<crate::specs::Implementation, Error> {
         let specs = specs
             .into_iter()
             .map(|p| p.as_ref().to_path_buf())
             .collect();
         let _guard = self.guard()?;
-        crate::engine::plan_mode::run(self.inner.clone(), specs).await
+        crate::specs::plan_mode::run(self.inner.clone(), specs).await
     }
 
     /// Build mode (seeds 004 and 002) over `implementation.json`, with no agent parsing it:
@@ -221,7 +207,7 @@ impl Ralph {
     /// git command, so dropping the future loses at most the step in progress.
     pub async fn build_specs(&self) -> Result<crate::outcome::SpecsOutcome, Error> {
         let _guard = self.guard()?;
-        crate::engine::spec_build::run(self.inner.clone()).await
+        crate::specs::build::run(self.inner.clone()).await
     }
 
     /// `implementation.json` as it is on disk (`None` before plan mode ran).
@@ -229,21 +215,19 @@ impl Ralph {
     /// # Errors
     ///
     /// [`Error::Store`] when it cannot be read or is malformed.
-    pub fn implementation(
-        &self,
-    ) -> Result<Option<crate::store::implementation::Implementation>, Error> {
+    pub fn implementation(&self) -> Result<Option<crate::specs::Implementation>, Error> {
         let path = self
             .inner
             .workspace
             .join(&self.inner.config.planning.implementation);
-        Ok(crate::store::ImplementationStore::new(path).load()?)
+        Ok(crate::specs::ImplementationStore::new(path).load()?)
     }
 
     fn guard(&self) -> Result<ResetOnDrop<'_>, Error> {
-        if self.inner.running.swap(true, Ordering::SeqCst) {
+        if self.running.swap(true, Ordering::SeqCst) {
             return Err(Error::AlreadyRunning);
         }
-        Ok(ResetOnDrop(&self.inner.running))
+        Ok(ResetOnDrop(&self.running))
     }
 
     /// Seed 003's `--dry-run`: what [`construct`](Self::construct) on `spec` would do next
@@ -273,14 +257,41 @@ impl Ralph {
     /// [`Error::Store`] when the state cannot be loaded; [`Error::Spec`] /
     /// [`Error::SpecMismatch`] as for `construct`.
     pub async fn dry_run(&self, spec: impl AsRef<Path>) -> Result<DryRun, Error> {
-        crate::engine::dry_run::dry_run(&self.inner, Some(spec.as_ref())).await
+        crate::construct::dry_run::dry_run(&self.inner, Some(spec.as_ref())).await
+    }
+
+    /// What [`plan`](Self::plan) on `specs` would do: the specs it would read, the file it
+    /// would write, the prompt it would use. Starts no agent, takes no lock, writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SpecPath`] for a spec path that breaks the rule, [`Error::PlanMode`] when
+    /// there are no specs.
+    pub fn dry_run_plan<P: AsRef<Path>>(
+        &self,
+        specs: impl IntoIterator<Item = P>,
+    ) -> Result<crate::specs::PlanDryRun, Error> {
+        let specs = specs
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
+        crate::specs::dry_run::plan(&self.inner, specs)
+    }
+
+    /// What [`build_specs`](Self::build_specs) would do next: the spec, its next step (plan,
+    /// a task's session, the verification) and that step's prompt template, the gates and
+    /// the limits. Starts no agent or gate, takes no lock, writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoImplementation`] without `implementation.json`; [`Error::Store`] when it
+    /// is malformed; [`Error::SpecPath`] for a spec path that breaks the rule.
+    pub fn dry_run_build(&self) -> Result<crate::specs::BuildDryRun, Error> {
+        crate::specs::dry_run::build(&self.inner)
     }
 
     async fn run(&self, spec: Option<&Path>) -> Result<Outcome, Error> {
-        if self.inner.running.swap(true, Ordering::SeqCst) {
-            return Err(Error::AlreadyRunning);
-        }
-        let _reset = ResetOnDrop(&self.inner.running);
+        let _guard = self.guard()?;
         let mut engine = Engine::start(self.inner.clone(), spec).await?;
         engine.run().await
     }
@@ -424,14 +435,13 @@ impl RalphBuilder {
         let config = Config::load(&workspace, &self.overrides)?;
         let gates = collect_gates(&config, self.gates)?;
         let prompts = Prompts::load(&workspace, &config.prompts)?;
-        let exclusive = self.store.is_none()
-            && matches!(config.store.kind, StoreKind::Jsonl | StoreKind::Progress);
         let store = match self.store {
             Some(store) => store,
             None => open_store(&workspace, &config)?,
         };
         Ok(Ralph {
-            inner: Arc::new(Inner {
+            running: AtomicBool::new(false),
+            inner: Arc::new(Context {
                 workspace,
                 config,
                 agent,
@@ -443,8 +453,6 @@ impl RalphBuilder {
                 observers: self.observers,
                 prompts,
                 stop: self.stop.unwrap_or_default(),
-                exclusive,
-                running: AtomicBool::new(false),
             }),
         })
     }

@@ -5,10 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use ralph::specs::{Implementation, ImplementationStore, SpecEntry, Status, TaskEntry};
 use ralph::store::StoreError;
-use ralph::store::implementation::{
-    Implementation, ImplementationStore, SpecEntry, Status, TaskEntry,
-};
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::Recorder;
 use ralph::agent::Script;
-use ralph::store::implementation::Status;
+use ralph::specs::Status;
 use ralph::{FakeAgent, Role, SpecsOutcome};
 use serde_json::json;
 use specs_support::*;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use common::Recorder;
 use ralph::agent::Script;
-use ralph::planning::{PlanFiles, PlanStatus};
-use ralph::store::implementation::Status;
+use ralph::specs::Status;
+use ralph::specs::plan_files::{PlanFiles, PlanStatus};
 use ralph::{FakeAgent, Role, SpecsOutcome};
 use serde_json::Value;
 use specs_support::*;
@@ -445,14 +445,10 @@ async fn planner_failures_retry_with_backoff_and_count_against_the_limit() {
 async fn nested_specs_are_mirrored_and_escaping_specs_refused() {
     let ws = workspace(&[("specs/area/0002-bar.md", SPEC), ("secret.md", "x")]);
     let dir = ws.path();
-    let mut plan = ralph::store::implementation::Implementation::default();
-    let mut spec =
-        ralph::store::implementation::SpecEntry::new("0002-bar", "specs/area/0002-bar.md");
+    let mut plan = ralph::specs::Implementation::default();
+    let mut spec = ralph::specs::SpecEntry::new("0002-bar", "specs/area/0002-bar.md");
     spec.tasks
-        .push(ralph::store::implementation::TaskEntry::new(
-            "0002-bar-1",
-            "x",
-        ));
+        .push(ralph::specs::TaskEntry::new("0002-bar-1", "x"));
     plan.specs.push(spec);
     store(dir).save(&mut plan, "test").unwrap();
     let agent = Arc::new(
@@ -477,15 +473,13 @@ async fn nested_specs_are_mirrored_and_escaping_specs_refused() {
         ("/etc/hostname", "absolute"),
         ("specs/link.md", "outside the specs folder"),
     ] {
-        let mut plan = ralph::store::implementation::Implementation::default();
-        let mut good = ralph::store::implementation::SpecEntry::new("good", "specs/good.md");
+        let mut plan = ralph::specs::Implementation::default();
+        let mut good = ralph::specs::SpecEntry::new("good", "specs/good.md");
         good.priority = 1;
-        good.tasks
-            .push(ralph::store::implementation::TaskEntry::new("good-1", "x"));
-        let mut spec = ralph::store::implementation::SpecEntry::new("evil", file);
+        good.tasks.push(ralph::specs::TaskEntry::new("good-1", "x"));
+        let mut spec = ralph::specs::SpecEntry::new("evil", file);
         spec.priority = 2;
-        spec.tasks
-            .push(ralph::store::implementation::TaskEntry::new("evil-1", "x"));
+        spec.tasks.push(ralph::specs::TaskEntry::new("evil-1", "x"));
         plan.specs.extend([good, spec]);
         store(dir).save(&mut plan, "test").unwrap();
         let agent = Arc::new(FakeAgent::new());

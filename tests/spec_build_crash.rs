@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::Recorder;
-use ralph::store::implementation::Status;
+use ralph::specs::Status;
 use ralph::{Event, FakeAgent, Ralph, Role, SpecsOutcome};
 use serde_json::Value;
 use specs_support::*;

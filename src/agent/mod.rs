@@ -6,7 +6,6 @@
 
 pub mod claude;
 pub mod fake;
-pub(crate) mod retry;
 
 use std::fmt;
 use std::path::PathBuf;

@@ -43,7 +43,7 @@ impl ShellGate {
             command: command.into(),
             required: true,
             timeout: Duration::from_secs(300),
-            grace: Duration::from_secs(5),
+            grace: crate::process::DEFAULT_GRACE,
         }
     }
 

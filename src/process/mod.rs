@@ -44,6 +44,7 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
+use std::time::Duration;
 
 pub use child::{SupervisedChild, Termination};
 pub use run::ProcessReport;
@@ -56,6 +57,10 @@ pub use spec::ProcessSpec;
 /// and stays reachable by their sweeps. Reserved: a value given in [`ProcessSpec::env`]
 /// is replaced.
 pub const COOKIE_VAR: &str = "RALPH_RUN_COOKIE";
+
+/// The default time between SIGTERM and SIGKILL when ralph stops a process: the one
+/// default of every mode, gate and agent (`grace` in the config overrides it).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// The owner tag of the processes ralph runs for `workspace` (see [`ProcessSpec::owner`]):
 /// `ws-` and a hash of its canonical path, the same in every ralph process.

@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::DEFAULT_GRACE;
 use crate::output::{DEFAULT_HEAD, DEFAULT_TAIL};
-
-/// Default time between SIGTERM and SIGKILL.
-const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// A program to run under supervision: its arguments, environment, input, limits and log.
 ///

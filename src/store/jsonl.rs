@@ -24,32 +24,41 @@
 //! appending (temp file, fsync, rename, fsync the directory). Each rewrite costs O(board)
 //! but follows at least as many appends, so a persist stays O(1) amortized.
 //!
-//! # Locking
+//! # One writer
 //!
-//! The store holds an exclusive lock on `<path>.lock` for its lifetime, so two ralphs cannot
-//! interleave writes to one state. The lock is an OS file lock: it dies with its process,
-//! and a lock file left by a dead process does not block.
+//! The store assumes it is the only writer of its file: ralph's runtime holds the
+//! workspace's lock (`.ralph/ralph.lock`) for every run, in every mode. What it does not
+//! assume is that the file stays put: before every write it checks that the file it read
+//! is still there, unreplaced and of the length it left it, and refuses to write
+//! ([`StoreError::Changed`]) when it is not. A state file deleted, replaced or truncated
+//! under a running ralph therefore stops the run with an error naming the file, instead of
+//! a run that reports success while its state is gone.
+//!
+//! Opening the store writes nothing, and neither does loading it: the file (and its
+//! directory) is created by the first persist. A dry run can load a board safely.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions, TryLockError};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::{Store, StoreError, atomic};
+use super::{Store, StoreError};
+use crate::files::atomic;
+use crate::files::seen::{self, Seen};
 use crate::model::{Board, Change};
 
 /// Superseded lines always tolerated before compacting, however small the board.
 const MIN_SUPERSEDED: usize = 1000;
 
-/// The board as `plan.jsonl` lines: append-only, fsynced, compacted, locked.
+/// The board as `plan.jsonl` lines: append-only, fsynced, compacted.
 ///
 /// The file is read once, on the first [`load`](Store::load) or
 /// [`persist`](Store::persist); afterwards the store answers from an in-memory board it
-/// keeps in step with every persist. Edits made to the file by hand while the store is open
-/// are therefore not seen (and the lock says no other ralph may make them).
+/// keeps in step with every persist. A change made to the file from outside while the store
+/// is in use is caught at the next persist, which then fails (see the module docs).
 ///
 /// File I/O runs on tokio's blocking pool, so the store must be used inside a tokio runtime.
 ///
@@ -61,15 +70,20 @@ const MIN_SUPERSEDED: usize = 1000;
 /// let path = dir.path().join(".ralph/plan.jsonl");
 ///
 /// let store = JsonlStore::open(&path)?;
+/// assert!(store.load().await?.tasks.is_empty());
+/// assert!(!path.exists(), "opening and loading write nothing");
 /// store.persist(&[Change::Task(Task::new("t-1", "write docs"))]).await?;
-/// // One ralph per state: a second open is refused while the first is alive…
-/// assert!(JsonlStore::open(&path).is_err());
 /// drop(store);
 ///
-/// // …and the next start resumes from the file.
+/// // The next start resumes from the file.
 /// let store = JsonlStore::open(&path)?;
 /// assert_eq!(store.load().await?.tasks.len(), 1);
 /// assert_eq!(std::fs::read_to_string(&path)?, "{\"t\":\"task\",\"id\":\"t-1\",\"name\":\"write docs\",\"s\":\"p\"}\n");
+///
+/// // A state file deleted under the store is not silently recreated.
+/// std::fs::remove_file(&path)?;
+/// let err = store.persist(&[Change::Task(Task::new("t-2", "more"))]).await.unwrap_err();
+/// assert!(err.to_string().contains("was deleted"), "{err}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -83,8 +97,6 @@ pub struct JsonlStore {
 /// What the blocking tasks share with the store handle.
 struct Shared {
     path: PathBuf,
-    /// Holds the lock on `<path>.lock`; closing it when the store drops releases the lock.
-    _lock: File,
     /// `None` until the file is read, and again after a failed write, so that the next call
     /// re-reads what is really on disk instead of trusting a board that may have drifted.
     log: Mutex<Option<Log>>,
@@ -92,16 +104,18 @@ struct Shared {
     recovered: Mutex<Option<String>>,
 }
 
-/// The open file and what it holds.
+/// What the file holds, and how to tell it is still the file that was read.
 struct Log {
-    /// Opened for appending.
-    file: File,
+    /// Opened for appending by the first write; `None` until then.
+    file: Option<File>,
     board: Board,
     /// Record lines in the file, superseded or not.
     lines: usize,
     /// Length of the good part of the file: everything up to the end of the last record.
     end: u64,
     tail: Tail,
+    /// The file as last read or written: `None` when it did not exist.
+    seen: Option<Seen>,
 }
 
 /// How the file ends.
@@ -116,24 +130,15 @@ enum Tail {
 }
 
 impl JsonlStore {
-    /// Opens the store at `path`, creating missing parent directories, and takes the lock on
-    /// `<path>.lock` until the store is dropped. The file itself is read (and created if
-    /// missing) on the first load or persist.
+    /// The store at `path`. Writes nothing: the file and its directory are created by the
+    /// first [`persist`](Store::persist); a missing file loads as an empty board.
     ///
     /// # Errors
     ///
-    /// [`StoreError::Locked`] when another store, in this or another process, holds the
-    /// lock; [`StoreError::Io`] when the directory or lock file cannot be created.
+    /// None today; the `Result` leaves room for stores that must check their path.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let path = path.as_ref().to_path_buf();
-        let dir = atomic::dir_of(&path);
-        fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-        let lock = lock(&path)?;
-        // Only the lock holder compacts, so temp files seen now are from a crashed one.
-        atomic::remove_stale_temps(&path);
         let shared = Shared {
-            path,
-            _lock: lock,
+            path: path.as_ref().to_path_buf(),
             log: Mutex::new(None),
             recovered: Mutex::new(None),
         };
@@ -149,7 +154,8 @@ impl JsonlStore {
 
     /// What the last read of the file had to repair, if anything: a torn final line, left by
     /// a write that a crash interrupted, was dropped. The changes on it were never reported
-    /// as persisted, so nothing acknowledged is lost; callers may want to log the note.
+    /// as persisted, so nothing acknowledged is lost. Also given by
+    /// [`Store::recovered`], which the runtime reports as an event.
     pub fn recovered(&self) -> Option<String> {
         lock_ignoring_poison(&self.shared.recovered).clone()
     }
@@ -185,6 +191,10 @@ impl Store for JsonlStore {
         let changes = changes.to_vec();
         self.blocking(move |shared| shared.persist(changes)).await
     }
+
+    fn recovered(&self) -> Option<String> {
+        JsonlStore::recovered(self)
+    }
 }
 
 impl Shared {
@@ -198,6 +208,8 @@ impl Shared {
         let bytes = encode(&changes).map_err(unencodable)?;
         let mut slot = self.slot();
         let log = self.loaded(&mut slot)?;
+        // Checked before the board changes: a refused write leaves the store as it was.
+        log.check_unchanged(&self.path)?;
         log.lines += changes.len() + usize::from(changes.len() > 1);
         log.board.apply_all(changes);
         let written = if log.should_compact() {
@@ -237,15 +249,29 @@ impl Shared {
 }
 
 impl Log {
-    /// Reads the whole file, creating it if missing. Returns a note if a torn tail was dropped.
-    fn read(path: &Path) -> Result<(Log, Option<String>), StoreError> {
-        let file = open_data(path).map_err(|e| io_error(path, e))?;
-        let mut log = Log {
-            file: file.try_clone().map_err(|e| io_error(path, e))?,
+    fn empty() -> Log {
+        Log {
+            file: None,
             board: Board::new(),
             lines: 0,
             end: 0,
             tail: Tail::Clean,
+            seen: None,
+        }
+    }
+
+    /// Reads the whole file (a missing one is an empty board); writes nothing. Returns a
+    /// note if a torn tail was dropped.
+    fn read(path: &Path) -> Result<(Log, Option<String>), StoreError> {
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Log::empty(), None)),
+            Err(e) => return Err(io_error(path, e)),
+        };
+        let meta = file.metadata().map_err(|e| io_error(path, e))?;
+        let mut log = Log {
+            seen: Some(Seen::of(&meta)),
+            ..Log::empty()
         };
         let mut reader = BufReader::new(file);
         let mut line = Vec::new();
@@ -337,18 +363,46 @@ impl Log {
         self.lines.saturating_sub(live) > MIN_SUPERSEDED.max(2 * live)
     }
 
-    /// Appends `bytes` (whole lines) with one write, then fsyncs.
+    /// Refuses to write when the file is not the one this log last read or wrote: deleted,
+    /// replaced, truncated or grown by someone else.
+    fn check_unchanged(&self, path: &Path) -> Result<(), StoreError> {
+        let now = Seen::at(path).map_err(|e| io_error(path, e))?;
+        match seen::change(self.seen, now) {
+            None => Ok(()),
+            Some(how) => Err(StoreError::Changed {
+                path: path.to_path_buf(),
+                how,
+            }),
+        }
+    }
+
+    /// Appends `bytes` (whole lines) with one write, then fsyncs; the first write creates
+    /// the file.
     fn append(&mut self, path: &Path, mut bytes: Vec<u8>) -> Result<(), StoreError> {
         let io = |e| io_error(path, e);
+        let file = match self.file.take() {
+            Some(file) => file,
+            None => {
+                if self.seen.is_none() {
+                    // The first write of a new file: its directory may not exist yet.
+                    let dir = atomic::dir_of(path);
+                    fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+                    atomic::remove_stale_temps(path);
+                }
+                open_data(path).map_err(io)?
+            }
+        };
+        let file = self.file.insert(file);
         match self.tail {
             Tail::Clean => {}
             Tail::Unterminated => bytes.insert(0, b'\n'),
-            Tail::Torn => self.file.set_len(self.end).map_err(io)?,
+            Tail::Torn => file.set_len(self.end).map_err(io)?,
         }
-        self.file.write_all(&bytes).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        file.write_all(&bytes).map_err(io)?;
+        file.sync_data().map_err(io)?;
         self.end += bytes.len() as u64;
         self.tail = Tail::Clean;
+        self.seen = Some(Seen::of(&file.metadata().map_err(io)?));
         Ok(())
     }
 
@@ -356,9 +410,14 @@ impl Log {
     fn compact(&mut self, path: &Path) -> Result<(), StoreError> {
         let snapshot = self.board.snapshot();
         let bytes = encode_lines(&snapshot).map_err(unencodable)?;
+        let dir = atomic::dir_of(path);
+        fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        atomic::remove_stale_temps(path);
         atomic::replace(path, &bytes).map_err(|e| io_error(path, e))?;
         // The old handle still points at the replaced file; appends must go to the new one.
-        self.file = open_data(path).map_err(|e| io_error(path, e))?;
+        let file = open_data(path).map_err(|e| io_error(path, e))?;
+        self.seen = Some(Seen::of(&file.metadata().map_err(|e| io_error(path, e))?));
+        self.file = Some(file);
         self.lines = snapshot.len();
         self.end = bytes.len() as u64;
         self.tail = Tail::Clean;
@@ -486,50 +545,6 @@ fn open_data(path: &Path) -> io::Result<File> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => options.open(path),
         Err(e) => Err(e),
     }
-}
-
-/// Takes the exclusive lock on `<data>.lock` and records who holds it.
-pub(crate) fn lock(data: &Path) -> Result<File, StoreError> {
-    let mut name = data.as_os_str().to_owned();
-    name.push(".lock");
-    let path = PathBuf::from(name);
-    // No truncate: the holder's note must survive for whoever finds the lock taken.
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| io_error(&path, e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => {
-            let holder = holder(&mut file);
-            return Err(StoreError::Locked { path, holder });
-        }
-        Err(TryLockError::Error(e)) => return Err(io_error(&path, e)),
-    }
-    stamp(&mut file).map_err(|e| io_error(&path, e))?;
-    Ok(file)
-}
-
-/// Writes who holds the lock into the lock file, for the error another ralph will show.
-fn stamp(file: &mut File) -> io::Result<()> {
-    file.set_len(0)?;
-    let note = format!(
-        "pid {}, since {}\n",
-        std::process::id(),
-        jiff::Timestamp::now()
-    );
-    file.write_all(note.as_bytes())
-}
-
-/// The lock holder's note, if it wrote one.
-fn holder(file: &mut File) -> Option<String> {
-    let mut note = String::new();
-    file.read_to_string(&mut note).ok()?;
-    let note = note.trim();
-    (!note.is_empty()).then(|| note.to_owned())
 }
 
 fn unencodable(e: serde_json::Error) -> StoreError {

@@ -3,9 +3,6 @@
 //! The engine persists every transition before the next agent or gate runs, so a store must
 //! make each [`persist`](Store::persist) durable before it returns.
 
-pub(crate) mod atomic;
-pub mod implementation;
-mod json_locate;
 pub mod jsonl;
 pub mod memory;
 pub mod progress;
@@ -17,7 +14,6 @@ use async_trait::async_trait;
 
 use crate::model::{Board, Change};
 
-pub use implementation::ImplementationStore;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
 pub use progress::ProgressStore;
@@ -69,9 +65,30 @@ pub enum StoreError {
         /// What the lock file says about its holder, if anything.
         holder: Option<String>,
     },
+    /// The state file was deleted, replaced or changed by someone else while a run used
+    /// it. Nothing is written over it: the run stops rather than report work whose state
+    /// is gone.
+    #[error(
+        "{path} {how} while ralph was using it; stopped without writing, so that no work is reported done without its state (restore the file, or remove it to start over)"
+    )]
+    Changed {
+        /// The state file.
+        path: PathBuf,
+        /// What happened to it: `was deleted`, `was replaced`, `was truncated (…)`, `grew (…)`.
+        how: String,
+    },
     /// Anything else.
     #[error("{0}")]
     Other(String),
+}
+
+impl From<crate::files::LockError> for StoreError {
+    fn from(e: crate::files::LockError) -> Self {
+        match e {
+            crate::files::LockError::Held { path, holder } => StoreError::Locked { path, holder },
+            crate::files::LockError::Io { path, source } => StoreError::Io { path, source },
+        }
+    }
 }
 
 /// Runs `f` on `shared` on the blocking pool: file I/O and fsync must not stall the runtime.
@@ -118,6 +135,13 @@ pub trait Store: Send + Sync {
     fn edited_externally(&self) -> bool {
         false
     }
+
+    /// What the last load had to repair, if anything (a torn final line left by a crash
+    /// was dropped): a note the runtime reports as an
+    /// [`Event::StateRepaired`](crate::event::Event::StateRepaired). Default `None`.
+    fn recovered(&self) -> Option<String> {
+        None
+    }
 }
 
 #[async_trait]
@@ -133,6 +157,10 @@ impl<T: Store + ?Sized> Store for Box<T> {
     fn edited_externally(&self) -> bool {
         (**self).edited_externally()
     }
+
+    fn recovered(&self) -> Option<String> {
+        (**self).recovered()
+    }
 }
 
 #[async_trait]
@@ -147,6 +175,10 @@ impl<T: Store + ?Sized> Store for Arc<T> {
 
     fn edited_externally(&self) -> bool {
         (**self).edited_externally()
+    }
+
+    fn recovered(&self) -> Option<String> {
+        (**self).recovered()
     }
 }
 

@@ -86,7 +86,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -94,7 +93,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, atomic, jsonl};
+use super::{Store, StoreError};
+use crate::files::atomic;
+use crate::files::seen::{self, Seen};
 use crate::model::{Board, Change, Issue, RunState, Task, TaskId, TaskStatus};
 use crate::signal::{FenceTracker, is_marker_line};
 
@@ -134,21 +135,22 @@ pub struct ProgressStore {
 struct Shared {
     path: PathBuf,
     sidecar: PathBuf,
-    /// Holds the lock on `<sidecar>.lock` for the store's lifetime.
-    _lock: File,
-    /// Serializes this process's read-modify-write cycles.
-    writing: Mutex<()>,
+    /// Serializes this process's read-modify-write cycles, and holds the sidecar as this
+    /// store last wrote it (`None` before its first write): the sidecar is ralph's alone, so
+    /// one deleted or replaced under a running store is lost state, refused at the next
+    /// write. (The markdown is the person's too: their edits are reconciled, and a deleted
+    /// one is written again.)
+    writing: Mutex<Option<Seen>>,
 }
 
 impl ProgressStore {
-    /// Opens the store for the progress file `path` (which need not exist yet; the first
-    /// persist creates it), with its sidecar at `.ralph/<stem>-state.json` beside it, and
-    /// takes the sidecar's lock until the store is dropped.
+    /// The store for the progress file `path` (which need not exist yet), with its sidecar
+    /// at `.ralph/<stem>-state.json` beside it. Writes nothing: the first persist creates
+    /// the files and their directories.
     ///
     /// # Errors
     ///
-    /// [`StoreError::Locked`] when another store holds the lock; [`StoreError::Io`] when the
-    /// sidecar's directory or lock file cannot be created.
+    /// None today; the `Result` leaves room for stores that must check their path.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let stem = path
@@ -171,19 +173,12 @@ impl ProgressStore {
         sidecar: impl Into<PathBuf>,
     ) -> Result<Self, StoreError> {
         let (path, sidecar) = (path.into(), sidecar.into());
-        for dir in [atomic::dir_of(&path), atomic::dir_of(&sidecar)] {
-            std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-        }
-        let lock = jsonl::lock(&sidecar)?;
-        // Only the lock holder writes, so temp files seen now are from a crashed one.
-        atomic::remove_stale_temps(&path);
-        atomic::remove_stale_temps(&sidecar);
+        let seen = Seen::at(&sidecar).map_err(|e| io_error(&sidecar, e))?;
         Ok(ProgressStore {
             shared: Arc::new(Shared {
                 path,
                 sidecar,
-                _lock: lock,
-                writing: Mutex::new(()),
+                writing: Mutex::new(seen),
             }),
         })
     }
@@ -253,7 +248,23 @@ impl Shared {
     }
 
     fn persist(&self, changes: Vec<Change>) -> Result<(), StoreError> {
-        let _guard = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Seen::at(&self.sidecar).map_err(|e| io_error(&self.sidecar, e))?;
+        if let Some(how) = seen::change(*seen, now) {
+            return Err(StoreError::Changed {
+                path: self.sidecar.clone(),
+                how,
+            });
+        }
+        if seen.is_none() {
+            // The first write: the directories may not exist yet, and a crashed writer's
+            // temp files may (the runtime's workspace lock makes this the only writer).
+            for dir in [atomic::dir_of(&self.path), atomic::dir_of(&self.sidecar)] {
+                std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+            }
+            atomic::remove_stale_temps(&self.path);
+            atomic::remove_stale_temps(&self.sidecar);
+        }
         let (doc, mut board) = self.read()?;
         let counters = (board.run.next_task, board.run.next_issue);
         board.apply_all(changes);
@@ -266,7 +277,9 @@ impl Shared {
         let sidecar = Sidecar::of(&board, fingerprint(&text));
         let json = serde_json::to_vec_pretty(&sidecar)
             .map_err(|e| StoreError::Other(format!("cannot write the sidecar as JSON: {e}")))?;
-        atomic::replace(&self.sidecar, &json).map_err(|e| io_error(&self.sidecar, e))
+        atomic::replace(&self.sidecar, &json).map_err(|e| io_error(&self.sidecar, e))?;
+        *seen = Seen::at(&self.sidecar).map_err(|e| io_error(&self.sidecar, e))?;
+        Ok(())
     }
 }
 

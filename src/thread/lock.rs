@@ -1,49 +1,32 @@
-//! The workspace's thread lock: `.ralph/threads.lock`, an exclusive OS file lock (the one
-//! [`JsonlStore`](crate::store::JsonlStore) takes on its state) held by the process that
-//! checks "no other thread is running" and then runs a loop.
-//!
-//! Without it two `start`s racing in two processes could both see no thread Running and
-//! both go on. The lock dies with its process, so a crashed runner never blocks the next.
-
-use std::fs::File;
+//! A thread's loop holds the workspace's lock (`.ralph/ralph.lock`, the one every mode
+//! takes) from preflight's "no other thread is running" check through the loop, so two
+//! `start`s racing in two processes cannot both see no thread Running and both go on, and a
+//! construct or build run cannot work on the same tree at the same time. Taking it also
+//! kills what an earlier, killed run left running. The lock dies with its process, so a
+//! crashed runner never blocks the next.
 
 use super::phase::PhaseKind;
 use super::{ThreadError, Threads};
-use crate::store::StoreError;
-
-/// Held while preflight checks and while a loop runs; dropping it releases the lock.
-#[derive(Debug)]
-pub(super) struct RunLock {
-    file: File,
-}
-
-impl Drop for RunLock {
-    fn drop(&mut self) {
-        // Unlock explicitly: closing is not enough while a child forked by another thread
-        // (a git or gate process not yet exec'd) still shares the open file.
-        let _ = self.file.unlock();
-    }
-}
+use crate::event::Event;
+use crate::files::LockError;
+use crate::runtime::workspace::RunLock;
 
 impl Threads {
     /// Takes the lock, or says which thread holds it (and in which process).
-    pub(super) fn lock_runs(&self) -> Result<RunLock, ThreadError> {
-        std::fs::create_dir_all(&self.root).map_err(|error| ThreadError::Io {
-            path: self.root.clone(),
-            error,
-        })?;
-        match crate::store::jsonl::lock(&self.root.join("threads")) {
-            Ok(file) => Ok(RunLock { file }),
-            Err(StoreError::Locked { path, holder }) => Err(ThreadError::Busy {
+    pub(super) async fn lock_runs(&self) -> Result<RunLock, ThreadError> {
+        match RunLock::take(&self.workspace).await {
+            Ok(lock) => {
+                if let Some(message) = lock.swept_warning() {
+                    self.emitter.emit(&Event::Warning { message });
+                }
+                Ok(lock)
+            }
+            Err(LockError::Held { path, holder }) => Err(ThreadError::Busy {
                 message: self.holder_message(&path, holder),
             }),
-            Err(StoreError::Io { path, source }) => Err(ThreadError::Io {
+            Err(LockError::Io { path, source }) => Err(ThreadError::Io {
                 path,
                 error: source,
-            }),
-            Err(other) => Err(ThreadError::Io {
-                path: self.root.join("threads.lock"),
-                error: std::io::Error::other(other.to_string()),
             }),
         }
     }

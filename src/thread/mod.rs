@@ -81,6 +81,7 @@
 //! ```
 
 mod assess;
+mod dry_run;
 mod lock;
 pub mod phase;
 mod preflight;
@@ -95,17 +96,19 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::event::Observer;
 use crate::git::{Git, GitError};
 use crate::prompt::Prompts;
+use crate::runtime::logs::Emitter;
 pub use assess::{AssessAnswer, AssessIssue, Assessment};
+pub use dry_run::ThreadDryRun;
 use phase::{Phase, PhaseKind, TransitionError};
 pub use record::{Attempt, RunConfig, RunRecord, StuckReport, ThreadRecord};
 
 /// An agent and the name the loop knows it by.
 type Named = (String, Arc<dyn Agent>);
 
-/// The folder of ralph's own state, inside the workspace.
-pub const STATE_DIR: &str = ".ralph";
+pub use crate::runtime::workspace::STATE_DIR;
 
 /// What git must never count, commit or reset: ralph's state.
 const KEEP: &[&str] = &[STATE_DIR];
@@ -237,8 +240,8 @@ impl Default for ThreadOptions {
         ThreadOptions {
             quick: false,
             config: RunConfig::default(),
-            grace: Duration::ZERO,
-            transient_backoff: crate::Config::default().transient_backoff,
+            grace: crate::process::DEFAULT_GRACE,
+            transient_backoff: crate::config::Config::default().transient_backoff,
         }
     }
 }
@@ -280,7 +283,7 @@ impl ThreadOptions {
     /// assert_eq!(options.transient_backoff, Duration::from_millis(500));
     /// ```
     #[must_use]
-    pub fn from_config(config: &crate::Config) -> Self {
+    pub fn from_config(config: &crate::config::Config) -> Self {
         ThreadOptions {
             grace: config.grace,
             transient_backoff: config.transient_backoff,
@@ -309,6 +312,10 @@ pub struct Threads {
     options: ThreadOptions,
     stop: CancellationToken,
     prompts: Prompts,
+    /// Sends events to the observers: warnings (leftovers killed), and each agent run and
+    /// criterion check of the loop.
+    emitter: Emitter,
+    observers: Vec<Arc<dyn Observer>>,
 }
 
 impl std::fmt::Debug for Threads {
@@ -349,13 +356,22 @@ impl Threads {
             workspace,
             agent: Arc::new(agent),
             agents: Vec::new(),
-            options: ThreadOptions {
-                grace: Duration::from_secs(5),
-                ..ThreadOptions::default()
-            },
+            options: ThreadOptions::default(),
             stop: CancellationToken::new(),
             prompts: Prompts::builtin(),
+            emitter: Emitter::new(&[]),
+            observers: Vec::new(),
         })
+    }
+
+    /// Adds an observer of the [`Event`](crate::Event)s of this workspace's runs: a warning
+    /// when starting a loop killed what an earlier, killed run left running, each agent run
+    /// (`AgentFinished`) and each criterion command (`GateFinished`).
+    #[must_use]
+    pub fn observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observers.push(Arc::new(observer));
+        self.emitter = Emitter::new(&self.observers);
+        self
     }
 
     /// Sets the options.
@@ -561,7 +577,7 @@ impl Threads {
     /// [`ThreadError::Io`] naming `active_thread`.
     pub fn set_active(&self, id: &str) -> Result<(), ThreadError> {
         let path = self.root.join("active_thread");
-        crate::store::atomic::replace(&path, format!("{id}\n").as_bytes())
+        crate::files::atomic::replace(&path, format!("{id}\n").as_bytes())
             .map_err(|error| ThreadError::Io { path, error })
     }
 
@@ -724,7 +740,7 @@ impl Threads {
         let mut record = self.load_for(id, PhaseKind::Preflight)?;
         self.advance(&mut record, Phase::Preflight)?;
         // Held from the "no other thread running" check through the loop quick mode runs.
-        let _lock = match self.lock_runs() {
+        let _lock = match self.lock_runs().await {
             Ok(lock) => lock,
             Err(ThreadError::Busy { message }) => {
                 let failures = vec![message];
@@ -779,7 +795,7 @@ impl Threads {
     /// Cancel through [`stop_token`](Self::stop_token), which saves the thread as Paused;
     /// dropping the future kills the agent but may leave the thread Running.
     pub async fn run(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let _lock = self.lock_runs()?;
+        let _lock = self.lock_runs().await?;
         let record = self.only(id, &[PhaseKind::Configuring], PhaseKind::Running)?;
         self.run_record(record).await
     }
@@ -811,7 +827,7 @@ impl Threads {
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
     /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let _lock = self.lock_runs()?;
+        let _lock = self.lock_runs().await?;
         let mut record = self.get(id)?;
         if record.is_orphaned() {
             self.recover(&mut record)?;
@@ -875,7 +891,7 @@ impl Threads {
     /// [`ThreadError::Transition`] unless Stuck.
     /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn manual_assist(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let _lock = self.lock_runs()?;
+        let _lock = self.lock_runs().await?;
         let record = self.get(id)?;
         if record.phase.kind() != PhaseKind::Stuck {
             return Err(transition(&record, PhaseKind::Running));
@@ -994,7 +1010,7 @@ impl Threads {
     /// [`ThreadError::Transition`] unless PendingReview.
     /// [`ThreadError::Busy`] while a loop runs in another process or handle.
     pub async fn send_back(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let _lock = self.lock_runs()?;
+        let _lock = self.lock_runs().await?;
         let record = self.get(id)?;
         if record.phase.kind() != PhaseKind::PendingReview {
             return Err(transition(&record, PhaseKind::Running));
@@ -1086,7 +1102,7 @@ impl Threads {
             record.phase.kind(),
             PhaseKind::Running | PhaseKind::Verifying
         ) {
-            let lock = self.lock_runs()?;
+            let lock = self.lock_runs().await?;
             record = self.load_for(id, PhaseKind::Abandoned)?;
             Some(lock)
         } else {

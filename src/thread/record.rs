@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ThreadError;
 use super::phase::Phase;
+use crate::files::atomic;
 use crate::git::Baseline;
-use crate::store::atomic;
 
 /// The layout of `thread.json` this build writes.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -1,5 +1,4 @@
-//! The Running/Verifying loop of a thread (seed 003's iteration loop inside seed 001's
-//! phases).
+//! The Running/Verifying loop of a thread: an iteration loop inside the thread's phases.
 //!
 //! Each iteration is a fresh agent run (a new process for a real agent) with the spec, the
 //! iteration number, the last few attempts and the criteria that failed last time. The
@@ -11,30 +10,31 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::phase::Phase;
 use super::record::{self, Attempt, RECENT_ATTEMPTS, RunRecord, StuckReport};
 use super::spec::{Criterion, ThreadSpec};
 use super::{ThreadError, ThreadRecord, Threads};
-use crate::agent::retry;
-use crate::agent::{Agent, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
+use crate::agent::{Agent, AgentRun, FailureKind, Role};
 use crate::answer::{self, Answer, VerdictKind, VerifyAnswer};
-use crate::engine::call::until_deadline;
-use crate::gate::{Gate, GateContext, ShellGate};
+use crate::context::ContextThresholds;
+use crate::gate::ShellGate;
+use crate::model::{KillReason, TaskId};
 use crate::output::truncate_middle;
+use crate::runtime::call::{Call, Caller, Ending, Limits, Policy};
+use crate::runtime::deadline;
+use crate::runtime::gates::{self, GateEnd};
+use crate::time;
 
 /// How much of a final answer an attempt keeps.
 const OUTPUT_KEPT: usize = 4000;
 /// How much of a failed check's output its failure message keeps.
 const CHECK_OUTPUT_KEPT: usize = 1500;
-/// Extra time a stopped agent gets beyond the grace before it is dropped.
-const BACKSTOP_EXTRA: Duration = Duration::from_secs(5);
 
-/// How one agent run ended, for the loop.
+/// How one agent run ended, for the loop: the runtime's [`Ending`] as a thread reads it.
 #[allow(clippy::large_enum_variant)] // one per agent run, matched at once
 pub(super) enum Ran {
     /// A final answer (whatever it says).
@@ -51,6 +51,32 @@ pub(super) enum Ran {
     RateLimited(SystemTime),
     /// The person interrupted it.
     Interrupted,
+}
+
+impl Ran {
+    fn of(ended: Result<Ending, crate::agent::AgentError>, timeout: std::time::Duration) -> Ran {
+        let timed_out = || format!("timed out after {}", humantime::format_duration(timeout));
+        match ended {
+            Err(e) => Ran::Fatal(format!("the agent could not run: {e}")),
+            Ok(Ending::Answer(run)) => Ran::Answer(run),
+            Ok(Ending::Interrupted) => Ran::Interrupted,
+            Ok(Ending::RateLimited(until)) => Ran::RateLimited(until),
+            Ok(Ending::Failed {
+                reason,
+                kind: FailureKind::Fatal,
+            }) => Ran::Fatal(reason),
+            Ok(Ending::Failed {
+                reason,
+                kind: FailureKind::Transient,
+            }) => Ran::Transient(reason),
+            Ok(Ending::Failed { reason, .. }) => Ran::Failed(format!("the agent failed: {reason}")),
+            Ok(Ending::Killed {
+                reason: KillReason::ContextLimit,
+                ..
+            }) => Ran::Failed("the agent ran out of context".into()),
+            Ok(Ending::Killed { .. }) => Ran::Failed(timed_out()),
+        }
+    }
 }
 
 /// What checking the criteria found.
@@ -162,11 +188,11 @@ impl Threads {
                     // The same iteration again, with the same agent, after a backoff that
                     // doubles with each failure in a row.
                     self.save(record)?;
-                    let wait = retry::backoff(
+                    let wait = time::backoff(
                         self.options.transient_backoff,
                         record.transient_failures - 1,
                     );
-                    if !retry::sleep(wait, &self.stop).await {
+                    if !time::sleep(wait, &self.stop).await {
                         return self.pause(record, iteration, spec);
                     }
                     return Ok(());
@@ -303,19 +329,19 @@ impl Threads {
         run_id: &str,
         until: SystemTime,
     ) -> Result<bool, ThreadError> {
-        let wait = retry::wait_until(until);
+        let wait = time::wait_until(until);
         let resets = jiff::Timestamp::try_from(SystemTime::now() + wait)
             .map_or_else(|_| "unknown".to_owned(), |t| t.to_string());
         self.close_run(
             run_id,
             &format!(
                 "rate limited: resets at {resets}, waiting {}s",
-                retry::whole_secs(wait)
+                time::whole_secs(wait)
             ),
         )?;
         record.rate_limited_until = Some(resets);
         self.save(record)?;
-        let waited = retry::sleep(wait, &self.stop).await;
+        let waited = time::sleep(wait, &self.stop).await;
         record.rate_limited_until = None;
         self.save(record)?;
         Ok(waited)
@@ -451,7 +477,9 @@ impl Threads {
         record::write_json(&path, &run)
     }
 
-    /// One agent run under the agent timeout and the stop token.
+    /// One agent run through the runtime's call path, under the agent timeout and the stop
+    /// token, with rate limits and transient failures handed back: the thread decides
+    /// (wait, back off, or fall back to its next agent).
     #[allow(clippy::too_many_arguments)] // one private call site per role
     pub(super) async fn call(
         &self,
@@ -464,55 +492,35 @@ impl Threads {
         schema: Option<serde_json::Value>,
     ) -> Ran {
         let log = self.run_dir(run_id).join("output.log");
-        let token = self.stop.child_token();
         let timeout = record.config.agent_timeout;
-        let mut request = AgentRequest::new(role, prompt, &self.workspace)
-            .subject(record.id.clone())
-            .attempt(iteration)
-            .log_path(&log)
-            .timeout(timeout)
-            .stop(token.clone());
-        request.schema = schema;
-        let deadline = Instant::now() + timeout;
-        let outcome = until_deadline(
-            deadline,
-            &token,
-            self.options.grace + BACKSTOP_EXTRA,
-            agent.run(request),
-        )
-        .await;
-        if self.stop.is_cancelled() {
-            return Ran::Interrupted;
-        }
-        let run = match outcome {
-            None => {
-                return Ran::Failed(format!(
-                    "timed out after {}",
-                    humantime::format_duration(timeout)
-                ));
-            }
-            Some(Err(e)) => return Ran::Fatal(format!("the agent could not run: {e}")),
-            Some(Ok(run)) => run,
+        let limits = Limits {
+            agent_timeout: timeout,
+            grace: self.options.grace,
+            context: ContextThresholds::default(),
+            transient_retries: 0,
+            transient_backoff: self.options.transient_backoff,
         };
-        keep_answer(&log, &run);
-        match run.exit {
-            AgentExit::Completed => Ran::Answer(run),
-            AgentExit::TimedOut | AgentExit::Stopped => Ran::Failed(format!(
-                "timed out after {}",
-                humantime::format_duration(timeout)
-            )),
-            AgentExit::Failed {
-                reason,
-                kind: FailureKind::Fatal,
-            } => Ran::Fatal(reason),
-            AgentExit::Failed {
-                reason,
-                kind: FailureKind::Transient,
-            } => Ran::Transient(reason),
-            AgentExit::Failed { reason, .. } => Ran::Failed(format!("the agent failed: {reason}")),
-            AgentExit::ContextLimit => Ran::Failed("the agent ran out of context".into()),
-            AgentExit::RateLimited { until } => Ran::RateLimited(until),
+        let caller = Caller::new(
+            Arc::clone(agent),
+            &self.workspace,
+            limits,
+            Policy::HandBack,
+            self.stop.clone(),
+            self.emitter.clone(),
+        );
+        let mut call = Call {
+            role,
+            subject: Some(record.id.clone()),
+            attempt: iteration,
+            prompt,
+            deadline: deadline::after(timeout),
+            log: log.clone(),
+        };
+        let ended = caller.call_with(&mut call, schema).await;
+        if let Ok(Ending::Answer(run)) = &ended {
+            keep_answer(&log, run);
         }
+        Ran::of(ended, timeout)
     }
 
     /// Checks every criterion: commands in a real shell, the rest by a read-only verifier.
@@ -542,24 +550,36 @@ impl Threads {
         Ok(Checked::Results { passed, failed })
     }
 
-    /// `None` when interrupted; `Err(why)` when the command failed.
+    /// `None` when interrupted; `Err(why)` when the command failed. Run through the
+    /// runtime's gate path: a `ShellGate` per criterion.
     async fn check_command(
         &self,
         record: &ThreadRecord,
         index: usize,
         command: &str,
     ) -> Option<Result<(), String>> {
+        let timeout = record.config.check_timeout;
         let gate = ShellGate::new(format!("criterion-{}", index + 1), command)
-            .timeout(record.config.check_timeout)
+            .timeout(timeout)
             .grace(self.options.grace);
-        let ctx = GateContext::new(&self.workspace).stop(self.stop.child_token());
-        let report = gate.check(ctx).await;
-        if self.stop.is_cancelled() {
-            return None;
-        }
-        Some(match report {
-            Ok(report) if report.status.passed() => Ok(()),
-            Ok(report) => {
+        let task = TaskId::new(record.id.as_str());
+        let run = gates::GateRun {
+            workspace: &self.workspace,
+            stop: &self.stop,
+            grace: self.options.grace,
+            // The gate's own timeout comes first; the deadline is only the backstop.
+            deadline: deadline::after(deadline::backstop(timeout)),
+            emitter: &self.emitter,
+            task: &task,
+        };
+        Some(match gates::check_one(&gate, run, None).await {
+            Ok(GateEnd::Interrupted) => return None,
+            Ok(GateEnd::TimedOut) => Err(format!(
+                "timed out after {}",
+                humantime::format_duration(timeout)
+            )),
+            Ok(GateEnd::Report(report)) if report.status.passed() => Ok(()),
+            Ok(GateEnd::Report(report)) => {
                 let output = report.output.to_string();
                 let output = output.trim();
                 Err(if output.is_empty() {

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use ralph::agent::Script;
-use ralph::store::ImplementationStore;
-use ralph::store::implementation::{Implementation, SpecEntry, TaskEntry};
+use ralph::specs::ImplementationStore;
+use ralph::specs::{Implementation, SpecEntry, TaskEntry};
 use ralph::{FakeAgent, Observer, Ralph, ShellGate};
 use serde_json::json;
 

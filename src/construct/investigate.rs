@@ -1,15 +1,16 @@
-//! INVESTIGATE (seed 000): each open issue becomes tasks, or is judged out of scope.
+//! INVESTIGATE: each open issue becomes tasks, or is judged out of scope.
 
 use serde::Serialize;
-use tokio::time::Instant;
 
-use super::call::{Call, Structured};
-use super::{Engine, Flow, SpecDoc};
+use super::{Engine, Flow};
 use crate::agent::Role;
 use crate::answer::InvestigateAnswer;
-use crate::error::Error;
 use crate::event::Event;
 use crate::model::{Change, Issue, IssueStatus, Task};
+use crate::runtime::call::Structured;
+use crate::runtime::deadline;
+use crate::runtime::error::Error;
+use crate::runtime::spec::SpecDoc;
 
 /// How many planned tasks the investigate prompt lists.
 const PLANNED_IN_PROMPT: usize = 100;
@@ -53,13 +54,13 @@ impl Engine {
                 })
                 .collect(),
         };
-        let call = Call {
-            role: Role::Investigate,
-            subject: Some(issue.id.to_string()),
-            attempt: issue.attempts + 1,
-            prompt: self.inner.prompts.render("investigate", &ctx)?,
-            deadline: Instant::now() + self.config().stage_timeout,
-        };
+        let call = self.call(
+            Role::Investigate,
+            issue.id.as_str(),
+            issue.attempts.saturating_add(1),
+            self.ctx.prompts.render("investigate", &ctx)?,
+            deadline::after(self.config().stage_timeout),
+        );
         let (result, runs) = self
             .caller
             .structured::<InvestigateAnswer>(call, |a| self.check_dep_ids(&a.tasks))

@@ -1,6 +1,6 @@
-//! The construct loop (seed 000): the stage is derived from the board, each stage's
-//! transitions are persisted before the next agent or gate runs, so a restarted process
-//! resumes where the work stood.
+//! The construct loop: the stage is derived from the board, each stage's transitions are
+//! persisted before the next agent or gate runs, so a restarted process resumes where the
+//! work stood.
 //!
 //! ```text
 //! loop until complete | max iterations | blocked | interrupted
@@ -12,43 +12,39 @@
 //!                issues; verdicts applied; re-prioritized; iteration ends
 //! ```
 
-pub(crate) mod build;
-pub(crate) mod call;
+mod build;
 mod decompose;
 pub(crate) mod dry_run;
 mod investigate;
-pub(crate) mod logs;
-pub(crate) mod plan_mode;
-mod progress_md;
-pub(crate) mod spec_build;
+mod ready;
 mod verify;
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use serde::Serialize;
 use serde_json::json;
+use tokio::time::Instant;
 
-use self::call::Caller;
-use self::logs::{Emitter, Logs};
+use crate::agent::Role;
 use crate::answer::{DepRef, ProposedTask};
 use crate::config::Config;
-use crate::error::Error;
 use crate::event::Event;
 use crate::model::{
     Board, Change, Issue, IssueStatus, IterationEntry, RunState, Stage, Task, TaskId, TaskStatus,
 };
 use crate::outcome::{BlockedItem, Outcome};
-use crate::output::truncate_middle;
-use crate::ralph::Inner;
+use crate::output::{bounded_failure, first_line};
+use crate::runtime::Context;
+use crate::runtime::call::{Call, Caller};
+use crate::runtime::error::Error;
+use crate::runtime::logs::{Emitter, Logs};
+use crate::runtime::spec::{self, SpecDoc};
+use crate::runtime::workspace::RunLock;
+use crate::time::now_rfc3339;
 
-/// How much of the spec goes into a prompt; agents can read the file for the rest.
-const SPEC_PROMPT_BYTES: usize = 16 * 1024;
 /// How many recently finished task names the BUILD prompt lists.
 const RECENT_TASKS: usize = 20;
-/// How much of a failure (gate output, verifier reason) goes into a retry prompt.
-const FAILURE_PROMPT_BYTES: usize = 8 * 1024;
 
 /// What a stage tells the loop.
 #[derive(Debug, PartialEq, Eq)]
@@ -59,52 +55,16 @@ pub(crate) enum Flow {
     Interrupted,
 }
 
-/// The spec being constructed, as prompts see it.
-#[derive(Clone, Debug, Serialize)]
-pub(crate) struct SpecDoc {
-    name: String,
-    path: String,
-    text: String,
-}
-
-/// A spec file's text as prompts carry it: read as bytes (non-UTF-8 shown lossily), trimmed,
-/// bounded to [`SPEC_PROMPT_BYTES`]; the agent can read the file for the rest.
-pub(crate) fn spec_for_prompt(workspace: &Path, rel: impl AsRef<Path>) -> Result<String, Error> {
-    let path = workspace.join(rel);
-    let bytes = std::fs::read(&path).map_err(|source| Error::Spec { path, source })?;
-    Ok(truncate_middle(
-        String::from_utf8_lossy(&bytes).trim(),
-        SPEC_PROMPT_BYTES,
-    ))
-}
-
-impl SpecDoc {
-    fn read(workspace: &Path, rel: &str) -> Result<Self, Error> {
-        let text = spec_for_prompt(workspace, rel)?;
-        let name = text
-            .lines()
-            .find_map(|l| l.strip_prefix("# "))
-            .map(|t| t.trim().to_owned())
-            .unwrap_or_else(|| {
-                Path::new(rel)
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| rel.to_owned())
-            });
-        Ok(SpecDoc {
-            name,
-            path: rel.to_owned(),
-            text,
-        })
-    }
-}
-
 /// One construct run.
 pub(crate) struct Engine {
-    inner: Arc<Inner>,
+    ctx: Arc<Context>,
     board: Board,
     spec: SpecDoc,
+    emitter: Emitter,
+    logs: Logs,
     caller: Caller,
+    /// The workspace's lock, held for the run.
+    _lock: RunLock,
     recent: VecDeque<String>,
     /// The iteration this run started in: with `once`, the run ends when it is over.
     first_iteration: u32,
@@ -113,19 +73,17 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Loads the board, settles which spec is constructed, and seeds a fresh board with the
-    /// spec as its first issue.
-    pub(crate) async fn start(inner: Arc<Inner>, spec: Option<&Path>) -> Result<Self, Error> {
-        let board = inner.store.load().await?;
-        let rel = resolve_spec(&inner.workspace, &board.run, spec)?;
-        let spec = SpecDoc::read(&inner.workspace, &rel)?;
-        let logs = Logs::new(&inner.workspace, &inner.config.log_dir)?;
-        let caller = Caller {
-            emitter: Emitter::new(&inner.observers),
-            inner: inner.clone(),
-            logs,
-            run_dir: None,
-        };
+    /// Starts the run (the workspace's lock, the sweep of a killed run's leftovers), loads
+    /// the board, settles which spec is constructed, and seeds a fresh board with the spec
+    /// as its first issue.
+    pub(crate) async fn start(ctx: Arc<Context>, spec: Option<&Path>) -> Result<Self, Error> {
+        let emitter = Emitter::new(&ctx.observers);
+        let lock = ctx.begin(&emitter).await?;
+        let board = ctx.load_board(&emitter).await?;
+        let rel = resolve_spec(&ctx.workspace, &board.run, spec)?;
+        let spec = SpecDoc::read(&ctx.workspace, &rel)?;
+        let logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
+        let caller = ctx.caller(emitter.clone());
         let recent = board
             .tasks
             .values()
@@ -137,45 +95,27 @@ impl Engine {
             .cloned()
             .collect();
         let mut engine = Engine {
-            inner,
+            ctx,
             board,
             spec,
+            emitter,
+            logs,
             caller,
+            _lock: lock,
             recent,
             first_iteration: 0,
-            iteration_started: (std::time::Instant::now(), logs::now_rfc3339()),
+            iteration_started: (std::time::Instant::now(), now_rfc3339()),
         };
-        engine.sweep_leftovers().await;
         engine.begin(rel).await?;
         engine.first_iteration = engine.board.run.iteration;
         Ok(engine)
-    }
-
-    /// Kills what an earlier ralph on this workspace left running when it was killed (its
-    /// gates' and agents' processes carry the workspace's owner tag). Only when ralph holds
-    /// the store's lock: then none of them can belong to a live run.
-    async fn sweep_leftovers(&self) {
-        if !self.inner.exclusive {
-            return;
-        }
-        let owner = crate::process::owner_of(&self.inner.workspace);
-        let killed = tokio::task::spawn_blocking(move || crate::process::sweep_owner(&owner))
-            .await
-            .unwrap_or(0);
-        if killed > 0 {
-            self.emit(Event::Warning {
-                message: format!(
-                    "killed {killed} process(es) left running by an earlier, killed run of this workspace"
-                ),
-            });
-        }
     }
 
     /// Records the spec, the config line and iteration 1 on a new board; seeds the issue.
     async fn begin(&mut self, rel: String) -> Result<(), Error> {
         let mut run = self.board.run.clone();
         let mut changes = Vec::new();
-        let config = config_line(&self.inner.config);
+        let config = config_line(&self.ctx.config);
         if self.board.config.as_ref() != Some(&config) {
             changes.push(Change::Config(config));
         }
@@ -196,13 +136,13 @@ impl Engine {
     /// Runs stages until an outcome.
     pub(crate) async fn run(&mut self) -> Result<Outcome, Error> {
         loop {
-            if self.inner.stop.is_cancelled() {
+            if self.ctx.stop.is_cancelled() {
                 return Ok(self.finish(Outcome::Interrupted));
             }
-            if self.inner.store.edited_externally() {
+            if self.ctx.store.edited_externally() {
                 // Seed 003: a person may have ticked, added or removed tasks since the last
                 // stage; their file is the truth.
-                self.board = self.inner.store.load().await?;
+                self.board = self.ctx.store.load().await?;
             }
             let stage = self.board.stage();
             if let Some(outcome) = self.outcome_at(stage) {
@@ -214,7 +154,7 @@ impl Engine {
                     remaining: self.remaining(),
                 }));
             }
-            let log = self.caller.logs.enter(stage, &self.caller.emitter)?;
+            let log = self.logs.enter(stage, &self.emitter)?;
             self.emit(Event::StageEntered {
                 iteration: self.board.run.iteration,
                 stage,
@@ -234,7 +174,7 @@ impl Engine {
 
     /// The outcome if the loop should end at `stage`.
     fn outcome_at(&self, stage: Stage) -> Option<Outcome> {
-        stop_outcome(&self.board, &self.inner.config, stage)
+        stop_outcome(&self.board, &self.ctx.config, stage)
     }
 
     /// Work not yet accepted: remaining tasks plus open issues (each becomes tasks).
@@ -254,21 +194,40 @@ impl Engine {
         if changes.is_empty() {
             return Ok(());
         }
-        self.inner.store.persist(&changes).await?;
+        self.ctx.store.persist(&changes).await?;
         self.board.apply_all(changes);
         Ok(())
     }
 
     fn emit(&self, event: Event) {
-        self.caller.emitter.emit(&event);
+        self.emitter.emit(&event);
+    }
+
+    /// A call of `role` about `subject`, with its log beside the stage's.
+    fn call(
+        &self,
+        role: Role,
+        subject: &str,
+        attempt: u32,
+        prompt: String,
+        deadline: Instant,
+    ) -> Call {
+        Call {
+            role,
+            subject: Some(subject.to_owned()),
+            attempt,
+            log: self.logs.run_log(subject, role.as_str(), attempt),
+            prompt,
+            deadline,
+        }
     }
 
     fn config(&self) -> &Config {
-        &self.inner.config
+        &self.ctx.config
     }
 
     fn stopped(&self) -> bool {
-        self.inner.stop.is_cancelled()
+        self.ctx.stop.is_cancelled()
     }
 
     /// The task `id`, which the engine took from the board itself.
@@ -285,7 +244,7 @@ impl Engine {
     fn next_iteration(&mut self, completed: usize, note: &str) -> RunState {
         let (started, at) = std::mem::replace(
             &mut self.iteration_started,
-            (std::time::Instant::now(), logs::now_rfc3339()),
+            (std::time::Instant::now(), now_rfc3339()),
         );
         let mut run = self.board.run.clone();
         run.log_iteration(IterationEntry::new(
@@ -389,24 +348,15 @@ fn remaining(board: &Board) -> usize {
     board.remaining_tasks().count() + board.open_issues().count()
 }
 
-/// The spec path relative to the workspace, reconciled with the one on record.
+/// The spec path relative to the workspace (by the one rule of every mode), reconciled with
+/// the one on record.
 fn resolve_spec(workspace: &Path, run: &RunState, given: Option<&Path>) -> Result<String, Error> {
-    let Some(given) = given else {
-        return run.spec.clone().ok_or(Error::NoSpec);
+    // The recorded spec is held to the rule too: state written by an older ralph may name
+    // a path it no longer accepts.
+    let Some(given) = given.or(run.spec.as_deref().map(Path::new)) else {
+        return Err(Error::NoSpec);
     };
-    let absolute = if given.is_absolute() {
-        given.to_path_buf()
-    } else {
-        workspace.join(given)
-    };
-    let canonical = absolute.canonicalize().map_err(|source| Error::Spec {
-        path: absolute.clone(),
-        source,
-    })?;
-    let rel: PathBuf = canonical
-        .strip_prefix(workspace)
-        .map(Path::to_path_buf)
-        .unwrap_or(canonical);
+    let rel = spec::inside(workspace, Path::new(""), given)?;
     let rel = rel.to_string_lossy().into_owned();
     match &run.spec {
         Some(recorded) if *recorded != rel => Err(Error::SpecMismatch {
@@ -462,14 +412,4 @@ fn blocked_items(board: &Board) -> Vec<BlockedItem> {
         items.push(BlockedItem::new(task.id.as_str(), reason));
     }
     items
-}
-
-/// The first line of `text`, for one-line event reasons.
-fn first_line(text: &str) -> String {
-    truncate_middle(text.lines().next().unwrap_or(""), 300)
-}
-
-/// Bounds a failure for a retry prompt.
-fn bounded_failure(text: &str) -> String {
-    truncate_middle(text, FAILURE_PROMPT_BYTES)
 }

@@ -1,4 +1,4 @@
-//! Plan mode (seed 004): the agent, in the read-only plan role, reads the freeform markdown
+//! Plan mode: the agent, in the read-only plan role, reads the freeform markdown
 //! specs and answers with structured specs, tasks, acceptance criteria and priorities
 //! ([`PlanAnswer`]); ralph merges that into `implementation.json`, so build mode never has
 //! to parse prose.
@@ -14,28 +14,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
-use tokio::time::Instant;
 
-use super::call::{Call, Caller, Structured};
-use super::logs::{Emitter, Logs};
+use super::implementation::{Implementation, ImplementationStore, SpecEntry, Status, TaskEntry};
+use super::plan_files::{PlanFiles, find_specs};
 use crate::agent::Role;
 use crate::answer::{PlanAnswer, PlannedSpec};
-use crate::error::Error;
 use crate::event::Event;
-use crate::planning::{PlanFiles, find_specs};
-use crate::ralph::Inner;
-use crate::store::implementation::{
-    Implementation, ImplementationStore, SpecEntry, Status, TaskEntry,
-};
+use crate::runtime::Context;
+use crate::runtime::call::{Call, Structured};
+use crate::runtime::deadline;
+use crate::runtime::error::Error;
+use crate::runtime::logs::{self, Emitter, Logs};
+use crate::runtime::spec;
 
 /// Runs plan mode over `specs` (all markdown specs of the specs folder when empty) and saves
 /// the merged `implementation.json`. Its events also go to the run log
 /// `<log_dir>/ralph-<timestamp>-plan-mode.log`, which ends with the result or the error.
-pub(crate) async fn run(inner: Arc<Inner>, specs: Vec<PathBuf>) -> Result<Implementation, Error> {
-    let emitter = Emitter::new(&inner.observers);
-    let mut logs = Logs::new(&inner.workspace, &inner.config.log_dir)?;
+pub(crate) async fn run(ctx: Arc<Context>, specs: Vec<PathBuf>) -> Result<Implementation, Error> {
+    let emitter = Emitter::new(&ctx.observers);
+    let mut logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
     logs.open_run("plan-mode", &emitter)?;
-    let result = plan(inner, specs, emitter.clone(), logs).await;
+    let result = plan(ctx, specs, emitter.clone()).await;
     if let Err(e) = &result {
         emitter.emit(&Event::Warning {
             message: format!("plan mode stopped: {e}"),
@@ -45,38 +44,26 @@ pub(crate) async fn run(inner: Arc<Inner>, specs: Vec<PathBuf>) -> Result<Implem
 }
 
 async fn plan(
-    inner: Arc<Inner>,
+    ctx: Arc<Context>,
     specs: Vec<PathBuf>,
     emitter: Emitter,
-    logs: Logs,
 ) -> Result<Implementation, Error> {
-    let planning = &inner.config.planning;
-    let files = spec_files(&inner.workspace, &planning.specs_dir, specs)?;
-    let store = ImplementationStore::new(inner.workspace.join(&planning.implementation));
+    let _lock = ctx.begin(&emitter).await?;
+    let planning = &ctx.config.planning;
+    let files = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
+    let store = ImplementationStore::new(ctx.workspace.join(&planning.implementation));
     let existing = store.load()?.unwrap_or_default();
-    let prompt = prompt(&inner, &files, &existing)?;
+    let prompt = prompt(&ctx, &files, &existing)?;
 
-    let run_dir = inner
-        .workspace
-        .join(&inner.config.log_dir)
-        .join("runs/plan-mode")
-        .join(super::logs::file_stamp());
-    std::fs::create_dir_all(&run_dir).map_err(|source| Error::Io {
-        path: run_dir.clone(),
-        source,
-    })?;
-    let caller = Caller {
-        emitter,
-        logs,
-        inner: inner.clone(),
-        run_dir: Some(run_dir),
-    };
+    let run_dir = logs::run_folder(&ctx.workspace, &ctx.config.log_dir, "plan-mode")?;
+    let caller = ctx.caller(emitter);
     let call = Call {
         role: Role::Plan,
         subject: Some("plan-mode".into()),
         attempt: 1,
         prompt,
-        deadline: Instant::now() + inner.config.stage_timeout,
+        deadline: deadline::after(ctx.config.stage_timeout),
+        log: logs::folder_log(&run_dir, Role::Plan, 1),
     };
     let (answer, _) = caller
         .structured::<PlanAnswer>(call, |a| check_files(a, &files))
@@ -97,7 +84,7 @@ async fn plan(
     let mut plan = merge(existing, answer);
     store.save(&mut plan, "plan-mode")?;
     caller.emitter.emit(&Event::PlanSaved {
-        path: caller.logs.relative(store.path()),
+        path: ctx.relative(store.path()),
         specs: plan.specs.len(),
         tasks: plan.specs.iter().map(|s| s.tasks.len()).sum(),
     });
@@ -105,7 +92,7 @@ async fn plan(
 }
 
 /// The specs to plan, relative to the workspace, each checked to stay inside the specs folder.
-fn spec_files(
+pub(crate) fn spec_files(
     workspace: &Path,
     specs_dir: &Path,
     given: Vec<PathBuf>,
@@ -115,10 +102,7 @@ fn spec_files(
     } else {
         given
             .into_iter()
-            .map(|p| {
-                let rel = p.strip_prefix(workspace).unwrap_or(&p);
-                rel.to_string_lossy().into_owned()
-            })
+            .map(|p| p.to_string_lossy().into_owned())
             .collect()
     };
     if files.is_empty() {
@@ -134,7 +118,7 @@ fn spec_files(
     Ok(files)
 }
 
-fn prompt(inner: &Inner, files: &[String], existing: &Implementation) -> Result<String, Error> {
+fn prompt(ctx: &Context, files: &[String], existing: &Implementation) -> Result<String, Error> {
     #[derive(Serialize)]
     struct SpecText<'a> {
         file: &'a str,
@@ -156,7 +140,7 @@ fn prompt(inner: &Inner, files: &[String], existing: &Implementation) -> Result<
     for file in files {
         specs.push(SpecText {
             file,
-            text: super::spec_for_prompt(&inner.workspace, file)?,
+            text: spec::for_prompt(&ctx.workspace, file)?,
         });
     }
     let existing = existing
@@ -174,9 +158,7 @@ fn prompt(inner: &Inner, files: &[String], existing: &Implementation) -> Result<
                 .collect(),
         })
         .collect();
-    Ok(inner
-        .prompts
-        .render("plan_mode", &Ctx { specs, existing })?)
+    Ok(ctx.prompts.render("plan_mode", &Ctx { specs, existing })?)
 }
 
 /// Every planned spec must be one of the specs given.

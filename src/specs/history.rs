@@ -1,5 +1,7 @@
-//! Build mode's PROGRESS.md (seed 004): an append-only audit trail, one entry per completed
-//! spec, reconciled with `implementation.json` rather than written once.
+//! Build mode's history of completed specs (`[planning] progress`, `PROGRESS.md` by
+//! default): an append-only audit trail, one entry per completed spec, reconciled with
+//! `implementation.json` rather than written once. Not to be confused with the construct
+//! loop's [`ProgressStore`](crate::ProgressStore), a board people edit.
 //!
 //! A spec is marked completed (an atomic write of `implementation.json`) before its entry is
 //! appended, so a stop in between would lose the entry. Instead of appending "the entry of
@@ -22,23 +24,23 @@ use std::collections::HashSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
-use crate::store::implementation::{Implementation, SpecEntry, Status};
+use crate::runtime::error::Error;
+use crate::specs::implementation::{Implementation, SpecEntry, Status};
 
 const KEY_PREFIX: &str = "<!-- ralph-progress ";
 const KEY_SUFFIX: &str = " -->";
 /// What an entry says when the spec had nothing to commit.
 const NO_COMMIT: &str = "nothing to commit";
 
-/// One PROGRESS.md file.
+/// One history file.
 #[derive(Debug)]
-pub(crate) struct ProgressMd {
+pub(crate) struct History {
     path: PathBuf,
 }
 
-impl ProgressMd {
+impl History {
     pub(crate) fn new(path: PathBuf) -> Self {
-        ProgressMd { path }
+        History { path }
     }
 
     /// Appends the entry of every completed spec of `plan` that the file lacks, in completion
@@ -184,7 +186,7 @@ mod tests {
     #[test]
     fn entries_are_appended_once_in_completion_order() {
         let dir = tempfile::tempdir().unwrap();
-        let md = ProgressMd::new(dir.path().join("PROGRESS.md"));
+        let md = History::new(dir.path().join("PROGRESS.md"));
         let mut plan = Implementation::default();
         // File order b, a; completion order a (whole seconds), b (milliseconds).
         plan.specs

@@ -1,4 +1,4 @@
-//! VERIFY (seed 000): one verifier per done task, concurrently (fork/join, bounded); verdicts
+//! VERIFY: one verifier per done task, concurrently (fork/join, bounded); verdicts
 //! are recorded as they arrive (those that arrive together, in one batch); then gap analysis; then, in one persisted batch, the
 //! verdicts are applied, new tasks and issues added, pending work re-prioritized, and the
 //! iteration ends.
@@ -9,15 +9,17 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::call::{Call, Caller, Structured};
-use super::{Engine, Flow, SpecDoc, bounded_failure};
+use super::{Engine, Flow, bounded_failure};
 use crate::agent::Role;
 use crate::answer::{GapAnswer, VerdictKind, VerifyAnswer};
-use crate::error::Error;
 use crate::event::Event;
 use crate::model::{
     Change, Issue, IssueId, RunState, Task, TaskId, TaskStatus, Tombstone, Verdict,
 };
+use crate::runtime::call::{Call, Caller, Structured};
+use crate::runtime::deadline;
+use crate::runtime::error::Error;
+use crate::runtime::spec::SpecDoc;
 
 /// What a verifier job returns: the task, and its verdict with the runs used, or nothing if
 /// the run was interrupted.
@@ -30,7 +32,7 @@ impl Engine {
         }
         // Gap analysis is a step of its own, with its own time: slow verifiers (or rate limits)
         // must not leave it none, which would skip it and could end the run without it.
-        let gap_deadline = Instant::now() + self.config().stage_timeout;
+        let gap_deadline = deadline::after(self.config().stage_timeout);
         let Some(gaps) = self.gap_analysis(gap_deadline).await? else {
             return Ok(Flow::Interrupted);
         };
@@ -92,20 +94,20 @@ impl Engine {
             spec: &'a SpecDoc,
             task: &'a Task,
         }
-        let prompt = self.inner.prompts.render(
+        let prompt = self.ctx.prompts.render(
             "verify",
             &Ctx {
                 spec: &self.spec,
                 task: &task,
             },
         )?;
-        let call = Call {
-            role: Role::Verify,
-            subject: Some(task.id.to_string()),
-            attempt: task.verifications + 1,
+        let call = self.call(
+            Role::Verify,
+            task.id.as_str(),
+            task.verifications.saturating_add(1),
             prompt,
-            deadline: Instant::now() + self.config().stage_timeout,
-        };
+            deadline::after(self.config().stage_timeout),
+        );
         let caller = self.caller.clone();
         jobs.spawn(async move { (task.id.clone(), verify_one(caller, call).await) });
         Ok(())
@@ -171,13 +173,13 @@ impl Engine {
                 .take(200)
                 .collect(),
         };
-        let call = Call {
-            role: Role::GapAnalysis,
-            subject: Some(format!("iteration-{}", self.board.run.iteration)),
-            attempt: 1,
-            prompt: self.inner.prompts.render("gap_analysis", &ctx)?,
+        let call = self.call(
+            Role::GapAnalysis,
+            &format!("iteration-{}", self.board.run.iteration),
+            1,
+            self.ctx.prompts.render("gap_analysis", &ctx)?,
             deadline,
-        };
+        );
         let (result, _) = self
             .caller
             .structured::<GapAnswer>(call, |a| self.check_dep_ids(&a.tasks))
@@ -284,7 +286,7 @@ impl Engine {
             .filter(|t| t.is_buildable())
             .cloned()
             .collect();
-        let result = self.inner.prioritizer.prioritize(&pending)?;
+        let result = self.ctx.prioritizer.prioritize(&pending)?;
         let mut labels = Vec::with_capacity(result.order.len());
         for (rank, assignment) in result.order.iter().enumerate() {
             labels.push(format!("{}:{}", assignment.id, assignment.priority));
@@ -323,7 +325,7 @@ fn apply_verdict(mut task: Task, verdict: &Verdict) -> Task {
     task.status = TaskStatus::Pending;
     task.tombstones.push(Tombstone {
         reason: format!("rejected by the verifier: {}", verdict.reason),
-        at: super::logs::now_rfc3339(),
+        at: crate::time::now_rfc3339(),
     });
     task.retry_base = task.attempts;
     task.last_failure = Some(bounded_failure(&format!(

@@ -1,4 +1,4 @@
-//! The crate's top-level error.
+//! The errors of a run, in every mode, and of building one.
 
 use std::path::PathBuf;
 
@@ -98,9 +98,22 @@ pub enum Error {
     /// A git command failed (build mode commits each completed spec).
     #[error(transparent)]
     Git(#[from] crate::git::GitError),
-    /// A plan file or a spec path of build mode is unusable.
+    /// A spec path breaks the rule every mode applies: relative to the workspace, and
+    /// inside it (and inside the specs folder, in plan and build mode) once symlinks are
+    /// resolved.
     #[error(transparent)]
-    Plan(#[from] crate::planning::PlanError),
+    SpecPath(#[from] super::spec::SpecPathError),
+    /// Another ralph process runs on this workspace (it holds `.ralph/ralph.lock`).
+    #[error(
+        "{path} is locked by another ralph process{holder}; stop it first, or use another workspace",
+        holder = .holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default()
+    )]
+    Busy {
+        /// The lock file.
+        path: PathBuf,
+        /// What the lock file says about its holder (`pid N, since T`), if anything.
+        holder: Option<String>,
+    },
     /// Build mode found no `implementation.json`.
     #[error("no {0}: run plan mode first (`Ralph::plan`)")]
     NoImplementation(PathBuf),
@@ -116,4 +129,13 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<crate::files::LockError> for Error {
+    fn from(e: crate::files::LockError) -> Self {
+        match e {
+            crate::files::LockError::Held { path, holder } => Error::Busy { path, holder },
+            crate::files::LockError::Io { path, source } => Error::Io { path, source },
+        }
+    }
 }

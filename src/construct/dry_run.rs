@@ -1,5 +1,6 @@
-//! `--dry-run` (seed 003): what the next step of a run would be, worked out from the stored
-//! board and the config without starting an agent or a gate and without writing anything.
+//! The construct loop's dry run: what the next step of a run would be, worked out from the
+//! stored board and the config without starting an agent or a gate, without taking the
+//! workspace's lock and without writing anything.
 
 use std::fmt;
 use std::path::Path;
@@ -7,12 +8,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::build::ReadyQueue;
+use super::ready::ReadyQueue;
 use super::{resolve_spec, stop_outcome};
-use crate::error::Error;
 use crate::model::{Stage, TaskId};
 use crate::outcome::Outcome;
-use crate::ralph::Inner;
+use crate::runtime::Context;
+use crate::runtime::error::Error;
 
 /// What [`Ralph::dry_run`](crate::Ralph::dry_run) found: the stage that would run, its next
 /// item, the prompt template it would use and where that comes from, and the limits.
@@ -51,6 +52,9 @@ pub struct DryRun {
     pub once: bool,
     /// `recent_attempts`.
     pub recent_attempts: usize,
+    /// What loading the state had to repair (a torn final write dropped), if anything; the
+    /// run would redo the step that wrote it.
+    pub repaired: Option<String>,
 }
 
 impl fmt::Display for DryRun {
@@ -71,6 +75,9 @@ impl fmt::Display for DryRun {
         if let Some(stop) = &self.stop {
             writeln!(f, "  would stop: {}", stop.lines().next().unwrap_or(""))?;
         }
+        if let Some(note) = &self.repaired {
+            writeln!(f, "  state:     {note}")?;
+        }
         writeln!(f, "  remaining: {}", self.remaining)?;
         write!(
             f,
@@ -87,10 +94,10 @@ impl fmt::Display for DryRun {
 }
 
 /// Works out the [`DryRun`] for `spec` (or the spec on record). Reads the store; writes nothing.
-pub(crate) async fn dry_run(inner: &Inner, spec: Option<&Path>) -> Result<DryRun, Error> {
-    let board = inner.store.load().await?;
-    let spec = resolve_spec(&inner.workspace, &board.run, spec)?;
-    let config = &inner.config;
+pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun, Error> {
+    let board = ctx.store.load().await?;
+    let spec = resolve_spec(&ctx.workspace, &board.run, spec)?;
+    let config = &ctx.config;
     let fresh = !board.run.seeded && board.tasks.is_empty() && board.issues.is_empty();
     let iteration = board.run.iteration.max(1);
     let (stage, next) = if fresh {
@@ -136,7 +143,8 @@ pub(crate) async fn dry_run(inner: &Inner, spec: Option<&Path>) -> Result<DryRun
         spec,
         stage,
         iteration,
-        template_source: template.and_then(|t| inner.prompts.origin(t).map(str::to_owned)),
+        template_source: template.and_then(|t| ctx.prompts.origin(t).map(str::to_owned)),
+        repaired: ctx.store.recovered(),
         template: template.map(str::to_owned),
         next,
         stop,

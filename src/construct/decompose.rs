@@ -1,17 +1,17 @@
-//! DECOMPOSE (seed 000): a killed task is replaced by 2–5 subtasks, designed by an agent that
+//! DECOMPOSE: a killed task is replaced by 2–5 subtasks, designed by an agent that
 //! sees only the head and tail of the killed run's log (the whole log is what overflowed).
 
 use serde::Serialize;
-use tokio::time::Instant;
 
-use super::call::{Call, Structured};
 use super::{Engine, Flow};
 use crate::agent::Role;
 use crate::answer::DecomposeAnswer;
-use crate::error::Error;
 use crate::event::Event;
 use crate::logfile;
 use crate::model::{Change, Task, TaskStatus};
+use crate::runtime::call::Structured;
+use crate::runtime::deadline;
+use crate::runtime::error::Error;
 
 /// Lines of the kill log the decomposer sees from the start and from the end (seed 000).
 pub(crate) const LOG_HEAD_LINES: usize = 50;
@@ -60,14 +60,12 @@ impl Engine {
             tail: usize,
         }
         let log = match &task.kill_log {
-            Some(path) => match logfile::excerpt(
-                &self.caller.logs.resolve(path),
-                LOG_HEAD_LINES,
-                LOG_TAIL_LINES,
-            ) {
-                Ok(excerpt) => excerpt.to_string(),
-                Err(e) => format!("(the log {} cannot be read: {e})", path.display()),
-            },
+            Some(path) => {
+                match logfile::excerpt(&self.logs.resolve(path), LOG_HEAD_LINES, LOG_TAIL_LINES) {
+                    Ok(excerpt) => excerpt.to_string(),
+                    Err(e) => format!("(the log {} cannot be read: {e})", path.display()),
+                }
+            }
             None => "(no log was recorded)".to_owned(),
         };
         let ctx = Ctx {
@@ -76,13 +74,13 @@ impl Engine {
             head: LOG_HEAD_LINES,
             tail: LOG_TAIL_LINES,
         };
-        let call = Call {
-            role: Role::Decompose,
-            subject: Some(task.id.to_string()),
-            attempt: 1,
-            prompt: self.inner.prompts.render("decompose", &ctx)?,
-            deadline: Instant::now() + self.config().stage_timeout,
-        };
+        let call = self.call(
+            Role::Decompose,
+            task.id.as_str(),
+            1,
+            self.ctx.prompts.render("decompose", &ctx)?,
+            deadline::after(self.config().stage_timeout),
+        );
         let (result, _) = self
             .caller
             .structured::<DecomposeAnswer>(call, |a| self.check_dep_ids(&a.subtasks))

@@ -1,6 +1,11 @@
-//! Running one agent call under ralph's limits, and reading structured answers.
+//! The one way every mode runs an agent: one [`Call`] under the step's deadline, the
+//! agent's stop token and the grace, ending in an [`Ending`].
+//!
+//! What a rate limit or a transient failure (overload, 5xx) does depends on the caller's
+//! [`Policy`]: the construct loop, plan mode and build mode ride them out in place (the
+//! wait is no attempt and moves the deadline), threads have them handed back (a thread may
+//! switch to its next agent instead).
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -8,52 +13,78 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::logs::{Emitter, Logs};
-use crate::agent::retry;
-pub(super) use crate::agent::retry::backoff;
-use crate::agent::{AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
+use super::deadline::until_deadline;
+use super::error::Error;
+use super::logs::{Emitter, unused};
+use crate::agent::{
+    Agent, AgentError, AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind, Role,
+};
 use crate::answer::{self, Answer};
-use crate::error::Error;
+use crate::context::ContextThresholds;
 use crate::event::Event;
 use crate::model::KillReason;
-use crate::ralph::Inner;
+use crate::time;
 
-/// How long a stopped agent or gate may take to return before ralph drops it (which kills
-/// its processes) and moves on: a stop must never hang the loop.
-const BACKSTOP_EXTRA: Duration = Duration::from_secs(5);
-
-/// How one agent call ended, from the engine's point of view.
+/// How one agent call ended.
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // one per agent call, moved once
 pub(crate) enum Ending {
-    /// The agent completed and gave a final answer.
+    /// The agent completed and gave a final answer (whatever it says).
     Answer(AgentRun),
-    /// The agent ran and failed.
+    /// The agent ran and failed. Under [`Policy::RideOut`] never `Transient`: those were
+    /// retried, and one that kept failing ends as `Attempt`.
     Failed { reason: String, kind: FailureKind },
-    /// Stopped by a limit: the stage deadline, the agent timeout, or the context limit.
+    /// Stopped by a limit: the step's deadline, the agent timeout, or the context limit.
     Killed {
         reason: KillReason,
         log: Option<PathBuf>,
     },
-    /// The user stopped the run.
+    /// The agent's usage limit was hit; it resets at this time. Only under
+    /// [`Policy::HandBack`].
+    RateLimited(SystemTime),
+    /// The run was stopped (the stop token: Ctrl+C, SIGTERM, SIGHUP).
     Interrupted,
 }
 
-/// What one agent run gives before rate limits are ridden out.
-#[allow(clippy::large_enum_variant)] // one per agent run, matched at once
-enum Once {
-    Ended(Ending),
-    RateLimited(SystemTime),
+/// What a rate limit or a transient failure does to a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Policy {
+    /// Wait a rate limit out until it resets; back a transient failure off
+    /// (`transient_backoff`, doubling, at most `transient_retries` times) and run again.
+    /// Neither counts as an attempt, and the time waited extends the call's deadline.
+    RideOut,
+    /// End the call with [`Ending::RateLimited`] or a `Transient` [`Ending::Failed`]: the
+    /// caller decides.
+    HandBack,
 }
 
-/// One agent call's parameters.
+/// The limits of the agent runs of a caller.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Wall-clock limit of one agent run (the step's deadline may cut it shorter).
+    pub(crate) agent_timeout: Duration,
+    /// SIGTERM → SIGKILL.
+    pub(crate) grace: Duration,
+    /// Context-pressure tiers.
+    pub(crate) context: ContextThresholds,
+    /// Transient failures ridden out per call under [`Policy::RideOut`].
+    pub(crate) transient_retries: u32,
+    /// The first wait before such a retry.
+    pub(crate) transient_backoff: Duration,
+}
+
+/// One agent call.
 #[derive(Debug)]
 pub(crate) struct Call {
     pub(crate) role: Role,
     pub(crate) subject: Option<String>,
     pub(crate) attempt: u32,
     pub(crate) prompt: String,
+    /// The step's deadline; waits under [`Policy::RideOut`] move it.
     pub(crate) deadline: Instant,
+    /// Where the agent writes its transcript; a run made again (after a wait) writes beside
+    /// it ([`unused`]).
+    pub(crate) log: PathBuf,
 }
 
 /// The result of a structured call (one retry on an invalid answer already made).
@@ -65,39 +96,72 @@ pub(crate) enum Structured<T> {
     Interrupted,
 }
 
-/// Runs agent calls for one stage. Cheap to clone into concurrent verifier jobs.
+/// Runs agent calls. Cheap to clone into concurrent verifier jobs.
 #[derive(Clone)]
 pub(crate) struct Caller {
-    pub(crate) inner: Arc<Inner>,
+    agent: Arc<dyn Agent>,
+    workspace: PathBuf,
+    limits: Limits,
+    policy: Policy,
+    stop: CancellationToken,
     pub(crate) emitter: Emitter,
-    pub(crate) logs: Logs,
-    /// Build mode's run folder (`runs/<spec>/<timestamp>/`): agent logs go there, named by
-    /// role (`plan-attempt-N.log`, `impl-attempt-N.log`, `verify.log`).
-    pub(crate) run_dir: Option<PathBuf>,
 }
 
 impl Caller {
-    /// Runs one call: agent timeout = min(agent_timeout, time to the deadline); at the
-    /// deadline the agent is asked to stop, and dropped if it does not within the grace.
-    /// Runs one call, riding out rate limits (waited until they reset) and transient
-    /// failures (backed off `transient_backoff`, doubling, at most `transient_retries`
-    /// times). Neither counts as an attempt, and the time waited extends the call's deadline:
-    /// it is not the task's time.
-    pub(crate) async fn call(
+    pub(crate) fn new(
+        agent: Arc<dyn Agent>,
+        workspace: impl Into<PathBuf>,
+        limits: Limits,
+        policy: Policy,
+        stop: CancellationToken,
+        emitter: Emitter,
+    ) -> Self {
+        Caller {
+            agent,
+            workspace: workspace.into(),
+            limits,
+            policy,
+            stop,
+            emitter,
+        }
+    }
+
+    /// Runs one call to an [`Ending`]: the agent timeout is the smaller of `agent_timeout`
+    /// and the time left to the deadline; at the deadline the agent is asked to stop, and
+    /// dropped if it does not within the grace. Rate limits and transient failures follow the
+    /// caller's [`Policy`].
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError`] when the agent could not run at all.
+    pub(crate) async fn call(&self, call: &mut Call) -> Result<Ending, AgentError> {
+        self.call_with(call, None).await
+    }
+
+    /// As [`call`](Self::call), asking for an answer matching `schema` (read it with
+    /// [`answer::parse`]; [`structured`](Self::structured) also retries an invalid one).
+    ///
+    /// # Errors
+    ///
+    /// As [`call`](Self::call).
+    pub(crate) async fn call_with(
         &self,
         call: &mut Call,
         schema: Option<serde_json::Value>,
-    ) -> Result<Ending, Error> {
-        let config = &self.inner.config;
+    ) -> Result<Ending, AgentError> {
         let mut transient = 0u32;
         loop {
-            let wait = match self.call_once(call, schema.clone()).await? {
-                Once::RateLimited(until) => self.rate_limit_wait(until),
-                Once::Ended(Ending::Failed {
+            let ending = self.run_once(call, schema.clone()).await?;
+            if self.policy == Policy::HandBack {
+                return Ok(ending);
+            }
+            let wait = match ending {
+                Ending::RateLimited(until) => self.rate_limit_wait(until),
+                Ending::Failed {
                     reason,
                     kind: FailureKind::Transient,
-                }) if transient < config.transient_retries => {
-                    let backoff = backoff(config.transient_backoff, transient);
+                } if transient < self.limits.transient_retries => {
+                    let backoff = time::backoff(self.limits.transient_backoff, transient);
                     transient += 1;
                     self.emitter.emit(&Event::Warning {
                         message: format!(
@@ -109,16 +173,16 @@ impl Caller {
                     });
                     backoff
                 }
-                Once::Ended(Ending::Failed {
+                Ending::Failed {
                     reason,
                     kind: FailureKind::Transient,
-                }) => {
+                } => {
                     return Ok(Ending::Failed {
                         reason: format!("{reason} (still failing after {transient} retries)"),
                         kind: FailureKind::Attempt,
                     });
                 }
-                Once::Ended(ending) => return Ok(ending),
+                ending => return Ok(ending),
             };
             let started = Instant::now();
             if !self.pause(wait).await {
@@ -129,36 +193,28 @@ impl Caller {
     }
 
     /// One agent run under the deadline.
-    async fn call_once(
+    async fn run_once(
         &self,
         call: &Call,
         schema: Option<serde_json::Value>,
-    ) -> Result<Once, Error> {
-        let config = &self.inner.config;
-        let subject = call.subject.clone().unwrap_or_else(|| "-".into());
-        let log = match &self.run_dir {
-            Some(dir) => super::spec_build::run_log(dir, call.role, call.attempt),
-            None => self
-                .logs
-                .run_log(&subject, call.role.as_str(), call.attempt),
-        };
-        let token = self.inner.stop.child_token();
+    ) -> Result<Ending, AgentError> {
+        let log = unused(&call.log);
+        let token = self.stop.child_token();
         let remaining = call.deadline.saturating_duration_since(Instant::now());
-        let mut request = AgentRequest::new(call.role, call.prompt.clone(), &self.inner.workspace)
+        let mut request = AgentRequest::new(call.role, call.prompt.clone(), &self.workspace)
             .attempt(call.attempt)
             .log_path(&log)
-            .timeout(config.agent_timeout.min(remaining))
-            .context(config.context)
+            .timeout(self.limits.agent_timeout.min(remaining))
+            .context(self.limits.context)
             .events(self.forward_events(call.subject.clone()))
             .stop(token.clone());
         request.subject = call.subject.clone();
         request.schema = schema;
-        let agent = self.inner.agent.clone();
         let outcome = until_deadline(
             call.deadline,
             &token,
-            config.grace + BACKSTOP_EXTRA,
-            agent.run(request),
+            self.limits.grace,
+            self.agent.run(request),
         )
         .await;
         let run = match outcome {
@@ -174,21 +230,19 @@ impl Caller {
             cost_usd: run.cost_usd,
             turns: run.turns,
             session_id: run.session_id.clone(),
-            log: run.log_path.as_deref().map(|p| self.logs.relative(p)),
+            log: run.log_path.as_deref().map(|p| self.relative(p)),
         });
         Ok(self.classify(run, call.deadline))
     }
 
-    fn classify(&self, run: AgentRun, deadline: Instant) -> Once {
-        let log = run.log_path.as_deref().map(|p| self.logs.relative(p));
-        if self.inner.stop.is_cancelled() {
-            return Once::Ended(Ending::Interrupted);
+    fn classify(&self, run: AgentRun, deadline: Instant) -> Ending {
+        let log = run.log_path.as_deref().map(|p| self.relative(p));
+        if self.stop.is_cancelled() {
+            return Ending::Interrupted;
         }
-        if let AgentExit::RateLimited { until } = run.exit {
-            return Once::RateLimited(until);
-        }
-        Once::Ended(match run.exit {
+        match run.exit {
             AgentExit::Completed => Ending::Answer(run),
+            AgentExit::RateLimited { until } => Ending::RateLimited(until),
             AgentExit::Failed { reason, kind } => Ending::Failed { reason, kind },
             AgentExit::ContextLimit => Ending::Killed {
                 reason: KillReason::ContextLimit,
@@ -208,7 +262,7 @@ impl Caller {
                 reason: "the agent stopped without an answer".into(),
                 kind: FailureKind::Attempt,
             },
-        })
+        }
     }
 
     fn forward_events(&self, subject: Option<String>) -> AgentEvents {
@@ -224,6 +278,11 @@ impl Caller {
     /// Runs a structured call: the answer is parsed against `T`'s schema and `extra` checks;
     /// an invalid answer is retried once (attempt + 1) with the error shown. Returns the
     /// result and the number of agent runs made.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Agent`] when the agent could not run, [`Error::AgentFatal`] when it failed
+    /// in a way no retry can fix.
     pub(crate) async fn structured<T: Answer>(
         &self,
         mut call: Call,
@@ -233,8 +292,7 @@ impl Caller {
         let mut last_error = String::new();
         while runs < 2 {
             runs += 1;
-            let ending = self.call(&mut call, Some(T::schema())).await?;
-            let run = match ending {
+            let run = match self.call_with(&mut call, Some(T::schema())).await? {
                 Ending::Answer(run) => run,
                 Ending::Interrupted => return Ok((Structured::Interrupted, runs)),
                 Ending::Failed {
@@ -250,6 +308,12 @@ impl Caller {
                 Ending::Killed { reason, .. } => {
                     return Ok((
                         Structured::Unusable(format!("the agent was stopped ({reason})")),
+                        runs,
+                    ));
+                }
+                Ending::RateLimited(_) => {
+                    return Ok((
+                        Structured::Unusable("the agent is rate limited".into()),
                         runs,
                     ));
                 }
@@ -271,34 +335,23 @@ impl Caller {
     }
 
     /// How long to wait for a rate limit to reset (at most a day), reported as an event.
-    fn rate_limit_wait(&self, until: SystemTime) -> Duration {
-        let wait = retry::wait_until(until);
+    pub(crate) fn rate_limit_wait(&self, until: SystemTime) -> Duration {
+        let wait = time::wait_until(until);
         self.emitter.emit(&Event::RateLimited {
-            wait_secs: retry::whole_secs(wait),
+            wait_secs: time::whole_secs(wait),
         });
         wait
     }
 
     /// Sleeps `wait` unless the run is stopped first (then returns false).
     pub(crate) async fn pause(&self, wait: Duration) -> bool {
-        retry::sleep(wait, &self.inner.stop).await
+        time::sleep(wait, &self.stop).await
     }
-}
 
-/// Runs `fut` until it finishes. At `deadline` (or when `token` is cancelled from above) it
-/// cancels `token` and gives `fut` `backstop` more to return; past that, `fut` is dropped
-/// (agents and gates kill their processes on drop) and `None` is returned.
-pub(crate) async fn until_deadline<T>(
-    deadline: Instant,
-    token: &CancellationToken,
-    backstop: Duration,
-    fut: impl Future<Output = T>,
-) -> Option<T> {
-    tokio::pin!(fut);
-    tokio::select! {
-        out = &mut fut => return Some(out),
-        () = tokio::time::sleep_until(deadline) => token.cancel(),
-        () = token.cancelled() => {}
+    /// `path` relative to the workspace when inside it (as `kill_log` records it).
+    fn relative(&self, path: &std::path::Path) -> PathBuf {
+        path.strip_prefix(&self.workspace)
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|_| path.to_path_buf())
     }
-    tokio::time::timeout(backstop, fut).await.ok()
 }

@@ -1,14 +1,26 @@
-//! Stage logs (`build/ralph-logs/ralph-<timestamp>-<stage>.log`), agent and gate run logs
-//! beside them, and the emitter that sends events to observers and the stage log.
+//! Where logs go, in every mode, and the emitter that sends events to observers and to the
+//! current log.
+//!
+//! Two layouts, one per pipeline that asks for it:
+//!
+//! * the construct loop's stage logs, `<log_dir>/ralph-<timestamp>-<stage>.log`, with each
+//!   agent or gate run's log beside them ([`Logs::run_log`]);
+//! * build mode's run folders, `<log_dir>/runs/<spec>/<timestamp>/` holding
+//!   `plan-attempt-N.log`, `impl-attempt-N.log` and `verify.log` ([`folder_log`]), with one
+//!   event log per call of a mode without stages ([`Logs::open_run`]).
+//!
+//! Threads keep each run's transcript in `.ralph/runs/<run-id>/output.log`.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::error::Error;
+use super::error::Error;
+use crate::agent::Role;
 use crate::event::{Event, Observer};
 use crate::model::Stage;
+use crate::time::{file_stamp, now_rfc3339};
 
 /// Sends events to the observers and, one JSON line each, to the current stage log.
 #[derive(Clone)]
@@ -109,7 +121,7 @@ impl Logs {
             self.stamp,
             sanitize(subject)
         );
-        unique_path(&self.dir, &base)
+        unused(&self.dir.join(format!("{base}.log")))
     }
 
     /// `path` relative to the workspace when inside it (as `kill_log` records it).
@@ -142,17 +154,6 @@ impl Logs {
     }
 }
 
-fn unique_path(dir: &Path, base: &str) -> PathBuf {
-    let first = dir.join(format!("{base}.log"));
-    if !first.exists() {
-        return first;
-    }
-    (1..)
-        .map(|n| dir.join(format!("{base}-{n}.log")))
-        .find(|p| !p.exists())
-        .unwrap_or(first)
-}
-
 pub(crate) fn sanitize(text: &str) -> String {
     text.chars()
         .map(|c| {
@@ -166,22 +167,53 @@ pub(crate) fn sanitize(text: &str) -> String {
         .collect()
 }
 
-/// `20260119T103000.123Z`: sortable, no colons (valid on every file system).
-pub(crate) fn file_stamp() -> String {
-    let now = jiff::Timestamp::now();
-    format!(
-        "{}.{:03}Z",
-        now.strftime("%Y%m%dT%H%M%S"),
-        now.subsec_millisecond()
-    )
+/// A new run folder `<log_dir>/runs/<name>/<timestamp>/`, created.
+pub(crate) fn run_folder(workspace: &Path, log_dir: &Path, name: &str) -> Result<PathBuf, Error> {
+    let dir = workspace
+        .join(log_dir)
+        .join("runs")
+        .join(sanitize(name))
+        .join(file_stamp());
+    std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    Ok(dir)
 }
 
-/// The current time as RFC 3339 (`2026-01-19T10:30:00.123Z`).
-pub(crate) fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .round(jiff::Unit::Millisecond)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
+/// The path of one agent run's log in a run folder: `plan-attempt-N.log` (N the plan's
+/// attempt), `impl-attempt-N.log` (N counts the implementer sessions in the folder),
+/// `verify.log`; a number is added when the name is taken.
+pub(crate) fn folder_log(dir: &Path, role: Role, attempt: u32) -> PathBuf {
+    let base = match role {
+        Role::Planner => format!("plan-attempt-{attempt}"),
+        Role::Build => {
+            let n = (1..)
+                .find(|n| !dir.join(format!("impl-attempt-{n}.log")).exists())
+                .unwrap_or(1);
+            format!("impl-attempt-{n}")
+        }
+        Role::Verify => "verify".to_owned(),
+        other => format!("{other}-attempt-{attempt}"),
+    };
+    unused(&dir.join(format!("{base}.log")))
+}
+
+/// `path` if nothing is there yet, else the first free `<stem>-<n>.log` beside it (n from
+/// 2): a retried run never writes into an earlier run's log.
+pub(crate) fn unused(path: &Path) -> PathBuf {
+    if !path.exists() {
+        return path.to_path_buf();
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (2..)
+        .map(|n| dir.join(format!("{stem}-{n}.log")))
+        .find(|p| !p.exists())
+        .unwrap_or_else(|| path.to_path_buf())
 }
 
 #[cfg(test)]
@@ -207,5 +239,20 @@ mod tests {
             run.to_str().unwrap().ends_with("-build-agent-t_1_x-a2.log"),
             "{run:?}"
         );
+    }
+
+    #[test]
+    fn folder_logs_are_named_by_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert!(folder_log(d, Role::Planner, 2).ends_with("plan-attempt-2.log"));
+        let first = folder_log(d, Role::Build, 1);
+        assert!(first.ends_with("impl-attempt-1.log"));
+        std::fs::write(&first, "").unwrap();
+        assert!(folder_log(d, Role::Build, 1).ends_with("impl-attempt-2.log"));
+        let verify = folder_log(d, Role::Verify, 1);
+        assert!(verify.ends_with("verify.log"));
+        std::fs::write(&verify, "").unwrap();
+        assert!(folder_log(d, Role::Verify, 2).ends_with("verify-2.log"));
     }
 }

@@ -29,7 +29,7 @@
 //! `commit`…) is left out while it is empty. Writes are atomic (temp file, fsync, rename).
 //!
 //! ```
-//! use ralph::store::implementation::{ImplementationStore, Status};
+//! use ralph::specs::{ImplementationStore, Status};
 //!
 //! let dir = tempfile::tempdir()?;
 //! std::fs::write(dir.path().join("implementation.json"), r#"{"specs": [{
@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::StoreError;
+use crate::store::StoreError;
 
 /// The format version ralph writes.
 pub const VERSION: u32 = 1;
@@ -374,7 +374,7 @@ impl ImplementationStore {
     ///
     /// [`StoreError::Io`] when the file or its folder cannot be written.
     pub fn save(&self, plan: &mut Implementation, by: &str) -> Result<(), StoreError> {
-        plan.updated_at = Some(crate::engine::logs::now_rfc3339());
+        plan.updated_at = Some(crate::time::now_rfc3339());
         plan.updated_by = Some(by.to_owned());
         let io = |source| StoreError::Io {
             path: self.path.clone(),
@@ -386,7 +386,7 @@ impl ImplementationStore {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        super::atomic::replace(&self.path, &bytes).map_err(io)
+        crate::files::atomic::replace(&self.path, &bytes).map_err(io)
     }
 }
 

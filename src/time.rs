@@ -1,5 +1,5 @@
-//! Waiting out rate limits and transient failures: the pure pieces the engine's agent
-//! calls and a thread's iterations share.
+//! Clocks and waits: timestamps for records and file names, and the waits every mode
+//! shares (a transient failure's backoff, a rate limit's reset, a cancellable sleep).
 
 use std::time::{Duration, SystemTime};
 
@@ -38,6 +38,24 @@ pub(crate) async fn sleep(wait: Duration, stop: &CancellationToken) -> bool {
         () = tokio::time::sleep(wait) => true,
         () = stop.cancelled() => false,
     }
+}
+
+/// The current time as RFC 3339 (`2026-01-19T10:30:00.123Z`).
+pub(crate) fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Millisecond)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// `20260119T103000.123Z`: sortable, no colons (valid on every file system).
+pub(crate) fn file_stamp() -> String {
+    let now = jiff::Timestamp::now();
+    format!(
+        "{}.{:03}Z",
+        now.strftime("%Y%m%dT%H%M%S"),
+        now.subsec_millisecond()
+    )
 }
 
 #[cfg(test)]

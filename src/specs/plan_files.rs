@@ -1,5 +1,5 @@
-//! Seed 002's plan files: before a spec is implemented, a read-only planner writes a plan;
-//! the verifier may invalidate it; a restarted ralph resumes from the files alone.
+//! The plan files of build mode: before a spec is implemented, a read-only planner writes a
+//! plan; the verifier may invalidate it; a restarted ralph resumes from the files alone.
 //!
 //! ```text
 //! specs/
@@ -15,7 +15,7 @@
 //! that leaves the specs folder (`..`, an absolute path, a symlink pointing out) is refused.
 //!
 //! What to do on start is [`decide`], a pure function of the metadata and whether the plan
-//! file exists (seed 002's table):
+//! file exists:
 //!
 //! | `<rel>.json` | `<rel>.md` | [`Resume`] |
 //! |---|---|---|
@@ -26,7 +26,7 @@
 //! | `active` | missing | [`Resume::Replan`] (the plan file is gone; no reason) |
 //!
 //! ```
-//! use ralph::planning::{PlanFiles, Resume};
+//! use ralph::specs::plan_files::{PlanFiles, Resume};
 //!
 //! let ws = tempfile::tempdir()?;
 //! std::fs::create_dir_all(ws.path().join("specs/area"))?;
@@ -48,12 +48,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::store::atomic;
+use crate::files::atomic;
+use crate::runtime::error::Error;
+use crate::runtime::spec::{self, SpecPathError};
+use crate::store::StoreError;
 
 /// Whether a plan is in force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,7 +113,7 @@ pub enum Resume {
     Adopt,
 }
 
-/// Seed 002's resume table (see the [module docs](self)).
+/// The resume table (see the [module docs](self)).
 pub fn decide(info: Option<&PlanInfo>, plan_exists: bool) -> Resume {
     match (info, plan_exists) {
         (None, false) => Resume::Fresh,
@@ -127,41 +130,6 @@ pub fn decide(info: Option<&PlanInfo>, plan_exists: bool) -> Resume {
             },
         },
     }
-}
-
-/// A plan file could not be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PlanError {
-    /// The spec's path leaves the specs folder, or does not exist.
-    #[error("spec path {file:?} {reason}")]
-    SpecPath {
-        /// The path as given.
-        file: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A plan file could not be read or written.
-    #[error("i/o error on {path}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A plan's metadata is not valid.
-    #[error("{path}:{line}:{column}: {message}")]
-    Malformed {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        column: usize,
-        /// What is wrong.
-        message: String,
-    },
 }
 
 /// The plan files of one workspace.
@@ -194,49 +162,11 @@ impl PlanFiles {
     ///
     /// # Errors
     ///
-    /// [`PlanError::SpecPath`] when the path is absolute, has a `..`, is not inside the specs
-    /// folder, does not exist, or resolves (through a symlink) outside the specs folder.
-    pub fn spec_rel(&self, file: &str) -> Result<String, PlanError> {
-        let refuse = |reason: String| PlanError::SpecPath {
-            file: file.to_owned(),
-            reason,
-        };
-        let path = Path::new(file);
-        if path.is_absolute() {
-            return Err(refuse(
-                "is absolute; give it relative to the workspace".into(),
-            ));
-        }
-        if path.components().any(|c| c == Component::ParentDir) {
-            return Err(refuse("goes up with `..`".into()));
-        }
-        let inside = path.strip_prefix(&self.specs_dir).map_err(|_| {
-            refuse(format!(
-                "is not inside the specs folder {}",
-                self.specs_dir.display()
-            ))
-        })?;
-        let specs = self.workspace.join(&self.specs_dir);
-        let real = self
-            .workspace
-            .join(path)
-            .canonicalize()
-            .map_err(|e| refuse(format!("cannot be read: {e}")))?;
-        let real_specs = specs
-            .canonicalize()
-            .map_err(|e| refuse(format!("has no specs folder: {e}")))?;
-        if !real.starts_with(&real_specs) {
-            return Err(refuse(format!(
-                "resolves to {}, outside the specs folder",
-                real.display()
-            )));
-        }
-        let rel = inside.with_extension("");
-        let rel = rel.to_string_lossy().into_owned();
-        if rel.is_empty() {
-            return Err(refuse("names no file".into()));
-        }
-        Ok(rel)
+    /// [`SpecPathError`] when the path is absolute, has a `..`, does not exist, or is not
+    /// inside the specs folder once symlinks are resolved: the rule every mode applies.
+    pub fn spec_rel(&self, file: &str) -> Result<String, SpecPathError> {
+        let inside = spec::inside(&self.workspace, &self.specs_dir, Path::new(file))?;
+        Ok(inside.with_extension("").to_string_lossy().into_owned())
     }
 
     /// `specs/plans/<rel>.md`.
@@ -258,28 +188,28 @@ impl PlanFiles {
     ///
     /// # Errors
     ///
-    /// [`PlanError::Io`] or [`PlanError::Malformed`] (with line and column).
-    pub fn load_info(&self, rel: &str) -> Result<Option<PlanInfo>, PlanError> {
+    /// [`Error::Io`], or [`Error::Store`] with [`StoreError::MalformedAt`] (the line and column).
+    pub fn load_info(&self, rel: &str) -> Result<Option<PlanInfo>, Error> {
         let path = self.meta_path(rel);
         let Some(text) = read_optional(&path)? else {
             return Ok(None);
         };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| PlanError::Malformed {
+        serde_json::from_str(&text).map(Some).map_err(|e| {
+            Error::Store(StoreError::MalformedAt {
                 path,
                 line: e.line(),
                 column: e.column(),
                 message: without_position(&e),
             })
+        })
     }
 
     /// Writes the metadata atomically.
     ///
     /// # Errors
     ///
-    /// [`PlanError::Io`].
-    pub fn save_info(&self, info: &PlanInfo) -> Result<(), PlanError> {
+    /// [`Error::Io`].
+    pub fn save_info(&self, info: &PlanInfo) -> Result<(), Error> {
         let mut bytes = serde_json::to_vec_pretty(info).unwrap_or_default();
         bytes.push(b'\n');
         write_atomic(&self.meta_path(&info.spec_rel), &bytes)
@@ -289,8 +219,8 @@ impl PlanFiles {
     ///
     /// # Errors
     ///
-    /// [`PlanError::Io`].
-    pub fn load_content(&self, rel: &str) -> Result<Option<String>, PlanError> {
+    /// [`Error::Io`].
+    pub fn load_content(&self, rel: &str) -> Result<Option<String>, Error> {
         read_optional(&self.plan_path(rel))
     }
 
@@ -298,8 +228,8 @@ impl PlanFiles {
     ///
     /// # Errors
     ///
-    /// [`PlanError::Io`].
-    pub fn archived(&self, rel: &str, attempt: u32) -> Result<Option<String>, PlanError> {
+    /// [`Error::Io`].
+    pub fn archived(&self, rel: &str, attempt: u32) -> Result<Option<String>, Error> {
         read_optional(&self.archive_path(rel, attempt))
     }
 
@@ -308,7 +238,7 @@ impl PlanFiles {
     /// # Errors
     ///
     /// As [`load_info`](Self::load_info).
-    pub fn resume(&self, rel: &str) -> Result<Resume, PlanError> {
+    pub fn resume(&self, rel: &str) -> Result<Resume, Error> {
         let info = self.load_info(rel)?;
         Ok(decide(info.as_ref(), self.plan_path(rel).is_file()))
     }
@@ -318,21 +248,21 @@ impl PlanFiles {
     ///
     /// # Errors
     ///
-    /// [`PlanError::Io`].
+    /// [`Error::Io`].
     pub fn write_plan(
         &self,
         rel: &str,
         spec_id: &str,
         text: &str,
         attempt: u32,
-    ) -> Result<PlanInfo, PlanError> {
+    ) -> Result<PlanInfo, Error> {
         let body = text.trim_end().to_owned() + "\n";
         write_atomic(&self.plan_path(rel), body.as_bytes())?;
         let info = PlanInfo {
             spec_rel: rel.to_owned(),
             spec_id: spec_id.to_owned(),
             status: PlanStatus::Active,
-            created_at_utc: crate::engine::logs::now_rfc3339(),
+            created_at_utc: crate::time::now_rfc3339(),
             invalidated_at_utc: None,
             invalidation_reason: None,
             attempt,
@@ -346,13 +276,13 @@ impl PlanFiles {
     ///
     /// # Errors
     ///
-    /// [`PlanError::Io`].
-    pub fn adopt(&self, rel: &str, spec_id: &str) -> Result<PlanInfo, PlanError> {
+    /// [`Error::Io`].
+    pub fn adopt(&self, rel: &str, spec_id: &str) -> Result<PlanInfo, Error> {
         let mut info = PlanInfo {
             spec_rel: rel.to_owned(),
             spec_id: spec_id.to_owned(),
             status: PlanStatus::Active,
-            created_at_utc: crate::engine::logs::now_rfc3339(),
+            created_at_utc: crate::time::now_rfc3339(),
             invalidated_at_utc: None,
             invalidation_reason: None,
             attempt: 1,
@@ -370,8 +300,8 @@ impl PlanFiles {
     ///
     /// # Errors
     ///
-    /// [`PlanError::Io`] or [`PlanError::Malformed`].
-    pub fn invalidate(&self, rel: &str, reason: &str) -> Result<PlanInfo, PlanError> {
+    /// [`Error::Io`] or [`Error::Store`].
+    pub fn invalidate(&self, rel: &str, reason: &str) -> Result<PlanInfo, Error> {
         let mut info = match self.load_info(rel)? {
             Some(info) => info,
             None => self.adopt(rel, rel.rsplit('/').next().unwrap_or(rel))?,
@@ -379,17 +309,17 @@ impl PlanFiles {
         let plan = self.plan_path(rel);
         if plan.is_file() {
             let archive = self.archive_path(rel, info.attempt);
-            std::fs::rename(&plan, &archive).map_err(|source| PlanError::Io {
+            std::fs::rename(&plan, &archive).map_err(|source| Error::Io {
                 path: plan.clone(),
                 source,
             })?;
-            atomic::sync_dir(&atomic::dir_of(&plan)).map_err(|source| PlanError::Io {
+            atomic::sync_dir(&atomic::dir_of(&plan)).map_err(|source| Error::Io {
                 path: plan.clone(),
                 source,
             })?;
         }
         info.status = PlanStatus::Invalidated;
-        info.invalidated_at_utc = Some(crate::engine::logs::now_rfc3339());
+        info.invalidated_at_utc = Some(crate::time::now_rfc3339());
         info.invalidation_reason = Some(reason.trim().to_owned());
         self.save_info(&info)?;
         Ok(info)
@@ -405,19 +335,19 @@ fn without_position(e: &serde_json::Error) -> String {
     }
 }
 
-fn read_optional(path: &Path) -> Result<Option<String>, PlanError> {
+fn read_optional(path: &Path) -> Result<Option<String>, Error> {
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(PlanError::Io {
+        Err(source) => Err(Error::Io {
             path: path.to_path_buf(),
             source,
         }),
     }
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlanError> {
-    let io = |source| PlanError::Io {
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
     };
@@ -431,7 +361,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlanError> {
 /// above it, which must not be empty.
 ///
 /// ```
-/// use ralph::planning::plan_from_answer;
+/// use ralph::specs::plan_files::plan_from_answer;
 ///
 /// let plan = plan_from_answer("# Plan: x\n1. Edit lib.rs\n\nPLAN_COMPLETE\n", "PLAN_COMPLETE");
 /// assert_eq!(plan.unwrap(), "# Plan: x\n1. Edit lib.rs");
@@ -463,19 +393,19 @@ pub fn plan_from_answer(answer: &str, phrase: &str) -> Result<String, String> {
 ///
 /// # Errors
 ///
-/// [`PlanError::Io`] when a folder cannot be read.
-pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<Vec<String>, PlanError> {
+/// [`Error::Io`] when a folder cannot be read.
+pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<Vec<String>, Error> {
     let mut found = Vec::new();
     let mut todo = vec![specs_dir.to_path_buf()];
     while let Some(dir) = todo.pop() {
         let abs = workspace.join(&dir);
-        let entries = std::fs::read_dir(&abs).map_err(|source| PlanError::Io {
+        let entries = std::fs::read_dir(&abs).map_err(|source| Error::Io {
             path: abs.clone(),
             source,
         })?;
         for entry in entries.flatten() {
             let rel = dir.join(entry.file_name());
-            let kind = entry.file_type().map_err(|source| PlanError::Io {
+            let kind = entry.file_type().map_err(|source| Error::Io {
                 path: entry.path(),
                 source,
             })?;
@@ -507,7 +437,7 @@ mod tests {
         }
     }
 
-    /// Seed 002's resume table, row by row.
+    /// The resume table, row by row.
     #[test]
     fn resume_table() {
         let active = info(PlanStatus::Active, 1, None);
@@ -546,10 +476,10 @@ mod tests {
         for (file, why) in [
             ("specs/../outside.md", "`..`"),
             ("/etc/passwd", "absolute"),
-            ("outside.md", "not inside the specs folder"),
+            ("outside.md", "outside the folder specs"),
             ("specs/missing.md", "cannot be read"),
             #[cfg(unix)]
-            ("specs/link.md", "outside the specs folder"),
+            ("specs/link.md", "outside the folder specs"),
         ] {
             let e = plans.spec_rel(file).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains(file), "{file}: {e}");

@@ -1,0 +1,325 @@
+//! BUILD: the next unblocked task by priority, in a fresh agent session; the signal from
+//! its final answer; the required gates; retries that carry the failure.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::ready::ReadyQueue;
+use super::{Engine, Flow, bounded_failure, first_line};
+use crate::agent::{FailureKind, Role};
+use crate::event::Event;
+use crate::model::{
+    Attempt as AttemptRecord, Change, KillReason, Task, TaskId, TaskStatus, Tombstone,
+};
+use crate::runtime::call::Ending;
+use crate::runtime::deadline;
+use crate::runtime::error::Error;
+use crate::runtime::gates::{self, GatesEnd};
+use crate::runtime::gave_up;
+use crate::runtime::spec::SpecDoc;
+use crate::signal::{self, TaskSignal};
+use crate::time::now_rfc3339;
+
+/// How a task's turn in BUILD ended.
+enum TaskEnd {
+    Done,
+    Blocked,
+    Killed,
+    Interrupted,
+}
+
+/// How one attempt ended.
+enum AttemptEnd {
+    Done,
+    Blocked(String),
+    Failed(String),
+    /// A required gate failed: its name, and the failure for the retry prompt.
+    GateFailed(String, String),
+    Killed(KillReason, Option<PathBuf>),
+    Interrupted,
+}
+
+impl Engine {
+    /// Builds tasks until none is ready; a kill ends the stage early (DECOMPOSE is next).
+    pub(super) async fn build(&mut self) -> Result<Flow, Error> {
+        let mut queue = ReadyQueue::new(&self.board);
+        while let Some(id) = queue.pop() {
+            match self.build_task(&id).await? {
+                TaskEnd::Done => queue.finished(&id),
+                TaskEnd::Blocked => {}
+                TaskEnd::Killed => break,
+                TaskEnd::Interrupted => return Ok(Flow::Interrupted),
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Runs attempts of one task until it is done, blocked, killed or interrupted.
+    async fn build_task(&mut self, id: &TaskId) -> Result<TaskEnd, Error> {
+        let mut deadline = deadline::after(self.config().stage_timeout);
+        loop {
+            if self.stopped() {
+                return Ok(TaskEnd::Interrupted);
+            }
+            let task = self.task(id)?;
+            let round = task.round_attempts() + 1;
+            if round > self.config().retries.saturating_add(1) {
+                let reason = gave_up(round - 1, task.last_failure.as_deref());
+                return self.block_task(task, reason, None).await;
+            }
+            self.emit(Event::TaskStarted {
+                task: id.clone(),
+                name: task.name.clone(),
+                attempt: round,
+            });
+            let mut tried = None;
+            let attempt = self
+                .attempt(&task, round, &mut deadline, &mut tried)
+                .await?;
+            let mut after = task.clone();
+            after.attempts += 1;
+            let memo = self.memo(&task, tried, &attempt);
+            match attempt {
+                AttemptEnd::Done => return self.finish_task(after, memo).await,
+                AttemptEnd::Blocked(reason) => return self.block_task(after, reason, memo).await,
+                AttemptEnd::Killed(reason, log) => {
+                    return self.kill_task(after, reason, log, memo).await;
+                }
+                AttemptEnd::Interrupted => return Ok(TaskEnd::Interrupted),
+                // The last allowed attempt failed: blocked now, with no retry announced.
+                AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure)
+                    if round > self.config().retries =>
+                {
+                    after.last_failure = Some(bounded_failure(&failure));
+                    let reason = gave_up(round, Some(&failure));
+                    return self.block_task(after, reason, memo).await;
+                }
+                AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure) => {
+                    self.retry_task(after, round, failure, memo).await?;
+                }
+            }
+        }
+    }
+
+    /// The run state with this attempt remembered (seed 003's recent attempts), to persist
+    /// with the attempt's result; `None` for an interrupted attempt, which is run again.
+    fn memo(&self, task: &Task, tried: Option<String>, attempt: &AttemptEnd) -> Option<Change> {
+        let result = match attempt {
+            AttemptEnd::Done => "done".to_owned(),
+            AttemptEnd::Blocked(reason) => format!("blocked: {reason}"),
+            AttemptEnd::Failed(failure) => format!("failed: {}", first_line(failure)),
+            AttemptEnd::GateFailed(gate, _) => format!("gates failed: {gate}"),
+            AttemptEnd::Killed(reason, _) => format!("killed: {reason}"),
+            AttemptEnd::Interrupted => return None,
+        };
+        let tried =
+            tried.unwrap_or_else(|| format!("attempt {} of {}", task.attempts + 1, task.name));
+        let record = AttemptRecord::new(
+            self.board.run.iteration,
+            task.id.clone(),
+            tried,
+            result,
+            now_rfc3339(),
+        );
+        let mut run = self.board.run.clone();
+        run.remember_attempt(record, self.config().recent_attempts);
+        Some(Change::Run(run))
+    }
+
+    /// One agent run and, if it claims done, the gates. Time spent waiting out rate limits
+    /// and transient failures moves `deadline`. `tried` gets the first line of the agent's
+    /// answer.
+    async fn attempt(
+        &mut self,
+        task: &Task,
+        round: u32,
+        deadline: &mut Instant,
+        tried: &mut Option<String>,
+    ) -> Result<AttemptEnd, Error> {
+        let mut call = self.call(
+            Role::Build,
+            task.id.as_str(),
+            task.attempts.saturating_add(1),
+            self.build_prompt(task, round)?,
+            *deadline,
+        );
+        let ending = self.caller.call(&mut call).await?;
+        *deadline = call.deadline;
+        let run = match ending {
+            Ending::Answer(run) => run,
+            Ending::Interrupted => return Ok(AttemptEnd::Interrupted),
+            Ending::Killed { reason, log } => return Ok(AttemptEnd::Killed(reason, log)),
+            Ending::Failed {
+                reason,
+                kind: FailureKind::Fatal,
+            } => return Err(Error::AgentFatal(reason)),
+            Ending::Failed { reason, .. } => {
+                return Ok(AttemptEnd::Failed(format!(
+                    "The agent run failed: {reason}"
+                )));
+            }
+            // Ridden out by the construct loop's caller; kept total.
+            Ending::RateLimited(_) => {
+                return Ok(AttemptEnd::Failed("The agent was rate limited.".into()));
+            }
+        };
+        *tried = summary(&run.final_text);
+        let killed_log = run.log_path.as_deref().map(|p| self.ctx.relative(p));
+        match signal::parse(&run.final_text).task {
+            TaskSignal::Done => self.run_gates(task, call.attempt, *deadline, killed_log).await,
+            TaskSignal::Blocked { reason } if reason.trim().is_empty() => {
+                Ok(AttemptEnd::Blocked("the agent gave no reason".into()))
+            }
+            TaskSignal::Blocked { reason } => Ok(AttemptEnd::Blocked(reason)),
+            TaskSignal::Conflict => Ok(AttemptEnd::Failed(
+                "Your final answer contained both <TASK_DONE> and <TASK_BLOCKED …>; end it with exactly one of them.".into(),
+            )),
+            _ => Ok(AttemptEnd::Failed(
+                "Your final answer did not end with <TASK_DONE> on a line of its own, so the task was not counted as done.".into(),
+            )),
+        }
+    }
+
+    /// Runs the gates in order; the first required failure fails the attempt, and the
+    /// deadline stopping a gate kills it (DECOMPOSE follows).
+    async fn run_gates(
+        &self,
+        task: &Task,
+        attempt: u32,
+        deadline: Instant,
+        agent_log: Option<PathBuf>,
+    ) -> Result<AttemptEnd, Error> {
+        let run = self.ctx.gate_run(&self.emitter, deadline, &task.id);
+        let logs = &self.logs;
+        let log = |gate: &str| logs.run_log(&format!("gate-{gate}"), task.id.as_str(), attempt);
+        Ok(match gates::check_all(&self.ctx.gates, run, log).await? {
+            GatesEnd::Passed => AttemptEnd::Done,
+            GatesEnd::Failed { gate, failure } => AttemptEnd::GateFailed(gate, failure),
+            GatesEnd::TimedOut { .. } => AttemptEnd::Killed(KillReason::Timeout, agent_log),
+            GatesEnd::Interrupted => AttemptEnd::Interrupted,
+        })
+    }
+
+    fn build_prompt(&self, task: &Task, round: u32) -> Result<String, Error> {
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            spec: &'a SpecDoc,
+            task: &'a Task,
+            completed: Vec<&'a str>,
+            gates: Vec<&'a str>,
+            attempt: u32,
+            failure: Option<&'a str>,
+            attempts: &'a [AttemptRecord],
+        }
+        let ctx = Ctx {
+            spec: &self.spec,
+            task,
+            completed: self.recent.iter().map(String::as_str).collect(),
+            gates: self.ctx.gates.iter().map(|g| g.name()).collect(),
+            attempt: round,
+            failure: task.last_failure.as_deref(),
+            attempts: &self.board.run.attempts,
+        };
+        let template = if round > 1 { "retry" } else { "build" };
+        Ok(self.ctx.prompts.render(template, &ctx)?)
+    }
+
+    async fn finish_task(
+        &mut self,
+        mut task: Task,
+        memo: Option<Change>,
+    ) -> Result<TaskEnd, Error> {
+        task.status = TaskStatus::Done;
+        task.last_failure = None;
+        let (id, name) = (task.id.clone(), task.name.clone());
+        self.commit(with_memo(task, memo)).await?;
+        self.remember_finished(&name);
+        self.emit(Event::TaskDone { task: id });
+        Ok(TaskEnd::Done)
+    }
+
+    async fn block_task(
+        &mut self,
+        mut task: Task,
+        reason: String,
+        memo: Option<Change>,
+    ) -> Result<TaskEnd, Error> {
+        task.status = TaskStatus::Blocked;
+        task.blocked_reason = Some(reason.clone());
+        let id = task.id.clone();
+        self.commit(with_memo(task, memo)).await?;
+        self.emit(Event::TaskBlocked { task: id, reason });
+        Ok(TaskEnd::Blocked)
+    }
+
+    async fn retry_task(
+        &mut self,
+        mut task: Task,
+        round: u32,
+        failure: String,
+        memo: Option<Change>,
+    ) -> Result<(), Error> {
+        task.last_failure = Some(bounded_failure(&failure));
+        let id = task.id.clone();
+        self.commit(with_memo(task, memo)).await?;
+        self.emit(Event::TaskRetry {
+            task: id,
+            attempt: round,
+            reason: first_line(&failure),
+        });
+        Ok(())
+    }
+
+    /// Records a kill (seed 000: `kill_reason`, `kill_log`, a tombstone); DECOMPOSE follows.
+    async fn kill_task(
+        &mut self,
+        mut task: Task,
+        reason: KillReason,
+        log: Option<PathBuf>,
+        memo: Option<Change>,
+    ) -> Result<TaskEnd, Error> {
+        let limit = match reason {
+            KillReason::Timeout => format!(
+                "stopped by the timeout ({})",
+                humantime::format_duration(
+                    self.config().stage_timeout.min(self.config().agent_timeout)
+                )
+            ),
+            _ => format!(
+                "stopped at the context limit ({:.0}%)",
+                self.config().context.kill * 100.0
+            ),
+        };
+        task.kill_reason = Some(reason);
+        task.kill_log = log.clone();
+        task.tombstones.push(Tombstone {
+            reason: limit,
+            at: now_rfc3339(),
+        });
+        let id = task.id.clone();
+        self.commit(with_memo(task, memo)).await?;
+        self.emit(Event::TaskKilled {
+            task: id,
+            reason,
+            log,
+        });
+        Ok(TaskEnd::Killed)
+    }
+}
+
+/// The task's change and, in the same batch, the run state that remembers the attempt.
+fn with_memo(task: Task, memo: Option<Change>) -> Vec<Change> {
+    std::iter::once(Change::Task(task)).chain(memo).collect()
+}
+
+/// What an attempt tried, for the recent-attempts memory: the first line of the agent's
+/// answer that is not a marker.
+fn summary(answer: &str) -> Option<String> {
+    answer
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("<TASK_") && *l != "RALPH_DONE")
+        .map(first_line)
+}

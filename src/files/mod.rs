@@ -1,0 +1,8 @@
+//! Files that must survive a crash or be held by one process: atomic replacement and
+//! exclusive lock files. Used by every store and by the runtime's workspace lock.
+
+pub(crate) mod atomic;
+pub(crate) mod lock;
+pub(crate) mod seen;
+
+pub(crate) use lock::{LockError, LockFile};

@@ -1,0 +1,89 @@
+//! Noticing a state file being deleted, replaced or rewritten behind a writer's back.
+//!
+//! A writer remembers the file as it last read or wrote it ([`Seen`]: device, inode,
+//! length) and, before its next write, compares. Without this a state file deleted under a
+//! running process is silently recreated (or appended to through an unlinked inode), and
+//! the run reports success while its state is gone.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// A file's identity and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    dev: u64,
+    ino: u64,
+    len: u64,
+}
+
+impl Seen {
+    pub(crate) fn of(meta: &fs::Metadata) -> Seen {
+        Seen {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+        }
+    }
+
+    /// The file at `path` now; `None` when there is none.
+    pub(crate) fn at(path: &Path) -> io::Result<Option<Seen>> {
+        match fs::metadata(path) {
+            Ok(meta) => Ok(Some(Seen::of(&meta))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What happened to a file between `before` and `now`, or `None` if nothing did:
+/// `was deleted`, `was created`, `was replaced`, `was truncated (…)`, `grew (…)`.
+pub(crate) fn change(before: Option<Seen>, now: Option<Seen>) -> Option<String> {
+    Some(match (before, now) {
+        (before, now) if before == now => return None,
+        (Some(_), None) => "was deleted".to_owned(),
+        (None, Some(_)) => "was created".to_owned(),
+        (Some(b), Some(n)) if (b.dev, b.ino) != (n.dev, n.ino) => "was replaced".to_owned(),
+        (Some(b), Some(n)) if n.len < b.len => {
+            format!("was truncated (from {} to {} bytes)", b.len, n.len)
+        }
+        (Some(b), Some(n)) => format!("grew (from {} to {} bytes)", b.len, n.len),
+        (None, None) => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_change_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state");
+        assert_eq!(Seen::at(&path).unwrap(), None);
+        fs::write(&path, "abc").unwrap();
+        let first = Seen::at(&path).unwrap();
+        assert_eq!(change(None, first).as_deref(), Some("was created"));
+        assert_eq!(change(first, Seen::at(&path).unwrap()), None);
+        fs::write(&path, "ab").unwrap();
+        let shorter = Seen::at(&path).unwrap();
+        assert_eq!(
+            change(first, shorter).as_deref(),
+            Some("was truncated (from 3 to 2 bytes)")
+        );
+        assert_eq!(
+            change(shorter, first).as_deref(),
+            Some("grew (from 2 to 3 bytes)")
+        );
+        let other = dir.path().join("other");
+        fs::write(&other, "ab").unwrap();
+        fs::rename(&other, &path).unwrap();
+        assert_eq!(
+            change(shorter, Seen::at(&path).unwrap()).as_deref(),
+            Some("was replaced")
+        );
+        fs::remove_file(&path).unwrap();
+        assert_eq!(change(shorter, None).as_deref(), Some("was deleted"));
+    }
+}

@@ -1,0 +1,148 @@
+//! The one way every mode runs gates: each under the step's deadline, the run's stop token
+//! and the grace, reported as an event; in order, the first required failure ending the
+//! check.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::deadline::until_deadline;
+use super::logs::Emitter;
+use crate::event::Event;
+use crate::gate::{Gate, GateContext, GateError, GateReport, GateStatus};
+use crate::model::TaskId;
+
+/// Where and under which limits gates run.
+#[derive(Clone, Copy)]
+pub(crate) struct GateRun<'a> {
+    pub(crate) workspace: &'a Path,
+    /// The run's stop token; each gate gets a child of it.
+    pub(crate) stop: &'a CancellationToken,
+    pub(crate) grace: Duration,
+    /// The step's deadline.
+    pub(crate) deadline: Instant,
+    pub(crate) emitter: &'a Emitter,
+    /// What the gates check, for the events.
+    pub(crate) task: &'a TaskId,
+}
+
+/// How one gate ended.
+#[derive(Debug)]
+pub(crate) enum GateEnd {
+    /// It ran to a report (passed, failed, or its own timeout).
+    Report(GateReport),
+    /// The step's deadline stopped it.
+    TimedOut,
+    /// The run was stopped.
+    Interrupted,
+}
+
+/// How a check of all the gates ended.
+#[derive(Debug)]
+pub(crate) enum GatesEnd {
+    /// Every required gate passed (optional failures were reported, not enforced).
+    Passed,
+    /// A required gate failed: its name, and the failure for the retry prompt.
+    Failed { gate: String, failure: String },
+    /// The step's deadline stopped this gate.
+    TimedOut { gate: String },
+    /// The run was stopped.
+    Interrupted,
+}
+
+/// Runs one gate, logging to `log`.
+///
+/// # Errors
+///
+/// [`GateError`] when the gate could not run at all.
+pub(crate) async fn check_one(
+    gate: &dyn Gate,
+    run: GateRun<'_>,
+    log: Option<PathBuf>,
+) -> Result<GateEnd, GateError> {
+    let token = run.stop.child_token();
+    let mut ctx = GateContext::new(run.workspace).stop(token.clone());
+    if let Some(log) = log {
+        ctx = ctx.log_path(log);
+    }
+    let Some(report) = until_deadline(run.deadline, &token, run.grace, gate.check(ctx)).await
+    else {
+        return Ok(if run.stop.is_cancelled() {
+            GateEnd::Interrupted
+        } else {
+            GateEnd::TimedOut
+        });
+    };
+    let report = report?;
+    run.emitter.emit(&Event::GateFinished {
+        task: run.task.clone(),
+        gate: report.name.clone(),
+        required: report.required,
+        status: report.status.clone(),
+        duration: report.duration,
+    });
+    if run.stop.is_cancelled() {
+        return Ok(GateEnd::Interrupted);
+    }
+    // Stopped without the run being stopped: the deadline cancelled its token.
+    if report.status == GateStatus::Stopped {
+        return Ok(GateEnd::TimedOut);
+    }
+    Ok(GateEnd::Report(report))
+}
+
+/// Runs `gates` in order, each logging to `log(gate name)`, until a required one fails.
+///
+/// # Errors
+///
+/// [`GateError`] when a gate could not run at all.
+pub(crate) async fn check_all(
+    gates: &[Arc<dyn Gate>],
+    run: GateRun<'_>,
+    log: impl Fn(&str) -> PathBuf,
+) -> Result<GatesEnd, GateError> {
+    for gate in gates {
+        match check_one(gate.as_ref(), run, Some(log(gate.name()))).await? {
+            GateEnd::Report(report) if report.blocks() => {
+                return Ok(GatesEnd::Failed {
+                    gate: report.name.clone(),
+                    failure: failure(&report),
+                });
+            }
+            GateEnd::Report(_) => {}
+            GateEnd::TimedOut => {
+                return Ok(GatesEnd::TimedOut {
+                    gate: gate.name().to_owned(),
+                });
+            }
+            GateEnd::Interrupted => return Ok(GatesEnd::Interrupted),
+        }
+    }
+    Ok(GatesEnd::Passed)
+}
+
+/// The failure for the retry prompt: a headline with the output's last line (usually the
+/// error), then the bounded output itself.
+pub(crate) fn failure(report: &GateReport) -> String {
+    let output = report.output.to_string();
+    let last = output.lines().rev().find(|l| !l.trim().is_empty());
+    let headline = match last {
+        Some(line) => format!(
+            "Quality gate `{}` {}: {}",
+            report.name,
+            report.status,
+            line.trim()
+        ),
+        None => format!(
+            "Quality gate `{}` {} with no output.",
+            report.name, report.status
+        ),
+    };
+    format!(
+        "{headline}\n\nIts output:\n\n```\n{}\n```",
+        output.trim_end()
+    )
+}

@@ -1,0 +1,151 @@
+//! The run machinery every pipeline goes through, so that a promise made once holds in
+//! every mode: the construct loop, plan mode, build mode and threads.
+//!
+//! | promise | where |
+//! |---|---|
+//! | one agent-call path: deadline, grace, rate limits, transient failures, events | [`call`] |
+//! | one gate path: deadline, stop, events, the retry prompt's failure text | [`gates`] |
+//! | one deadline rule and its backstop | [`deadline`] |
+//! | one lock per workspace, and the sweep of a killed run's leftovers under it | [`workspace`] |
+//! | one rule for spec paths | [`spec`] |
+//! | logs and the event emitter | [`logs`] |
+//! | SIGINT, SIGTERM and SIGHUP stop a run the same way | [`interrupt`] |
+//!
+//! Layers: the facade (`Ralph`, `Threads`' public calls) → the pipelines (`construct`,
+//! `specs`, `thread`) → this runtime → the seams (`agent`, `gate`, `store`, `prioritize`,
+//! and the data they exchange) → the foundation (`process`, `files`, `time`, `git`, the
+//! marker parser). A module imports only from its own layer or those below, and pipelines
+//! never import one another; `tests/layers.rs` checks it.
+
+pub(crate) mod call;
+pub(crate) mod deadline;
+pub(crate) mod error;
+pub(crate) mod gates;
+pub(crate) mod interrupt;
+pub(crate) mod logs;
+pub(crate) mod spec;
+pub(crate) mod workspace;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use self::call::{Caller, Limits, Policy};
+use self::error::Error;
+use self::gates::GateRun;
+use self::logs::Emitter;
+use self::workspace::RunLock;
+use crate::agent::Agent;
+use crate::config::Config;
+use crate::event::{Event, Observer};
+use crate::gate::Gate;
+use crate::model::{Board, TaskId};
+use crate::prioritize::Prioritizer;
+use crate::prompt::Prompts;
+use crate::store::Store;
+
+/// What a run of the construct loop, plan mode or build mode works with: the workspace, the
+/// validated config, the four seams, the observers, the prompts and the stop token. Built
+/// once by [`RalphBuilder::build`](crate::RalphBuilder::build).
+pub(crate) struct Context {
+    /// Canonical.
+    pub(crate) workspace: PathBuf,
+    pub(crate) config: Config,
+    pub(crate) agent: Arc<dyn Agent>,
+    pub(crate) gates: Vec<Arc<dyn Gate>>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) prioritizer: Arc<dyn Prioritizer>,
+    pub(crate) observers: Vec<Arc<dyn Observer>>,
+    pub(crate) prompts: Prompts,
+    pub(crate) stop: CancellationToken,
+}
+
+/// Why a task that used up its attempts is blocked, in every mode: the count and the last
+/// failure's first line.
+pub(crate) fn gave_up(attempts: u32, last_failure: Option<&str>) -> String {
+    format!(
+        "gave up after {attempts} attempts: {}",
+        last_failure.map_or_else(|| "no detail".into(), crate::output::first_line)
+    )
+}
+
+impl Context {
+    /// Starts a run of any mode: takes the workspace's lock (refused while another run holds
+    /// it) and kills what an earlier, killed run left running, saying so on `emitter`. Hold
+    /// the returned lock for the whole run.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] while another ralph runs on the workspace; [`Error::Io`] when
+    /// `.ralph/` cannot be created.
+    pub(crate) async fn begin(&self, emitter: &Emitter) -> Result<RunLock, Error> {
+        let lock = RunLock::take(&self.workspace).await?;
+        if let Some(message) = lock.swept_warning() {
+            emitter.emit(&Event::Warning { message });
+        }
+        Ok(lock)
+    }
+
+    /// Loads the board; a torn tail the store had to drop is reported on `emitter`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when it cannot be loaded.
+    pub(crate) async fn load_board(&self, emitter: &Emitter) -> Result<Board, Error> {
+        let board = self.store.load().await?;
+        if let Some(note) = self.store.recovered() {
+            emitter.emit(&Event::StateRepaired { note });
+        }
+        Ok(board)
+    }
+
+    /// The limits of this run's agent calls.
+    pub(crate) fn limits(&self) -> Limits {
+        let config = &self.config;
+        Limits {
+            agent_timeout: config.agent_timeout,
+            grace: config.grace,
+            context: config.context,
+            transient_retries: config.transient_retries,
+            transient_backoff: config.transient_backoff,
+        }
+    }
+
+    /// A caller that rides out rate limits and transient failures.
+    pub(crate) fn caller(&self, emitter: Emitter) -> Caller {
+        Caller::new(
+            self.agent.clone(),
+            &self.workspace,
+            self.limits(),
+            Policy::RideOut,
+            self.stop.clone(),
+            emitter,
+        )
+    }
+
+    /// How this run's gates run for `task` until `deadline`.
+    pub(crate) fn gate_run<'a>(
+        &'a self,
+        emitter: &'a Emitter,
+        deadline: Instant,
+        task: &'a TaskId,
+    ) -> GateRun<'a> {
+        GateRun {
+            workspace: &self.workspace,
+            stop: &self.stop,
+            grace: self.config.grace,
+            deadline,
+            emitter,
+            task,
+        }
+    }
+
+    /// `path` relative to the workspace when inside it (as events and `kill_log` show it).
+    pub(crate) fn relative(&self, path: &std::path::Path) -> PathBuf {
+        path.strip_prefix(&self.workspace)
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|_| path.to_path_buf())
+    }
+}

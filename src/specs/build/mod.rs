@@ -1,0 +1,395 @@
+//! Build mode over `implementation.json`, with a planning phase before each spec.
+//!
+//! ```text
+//! for each spec not completed, by priority:
+//!   PLAN      resume rules over specs/plans/<rel>.{md,json}; a read-only planner when needed
+//!   TASKS     each pending task in order, one fresh agent session per attempt:
+//!               task prompt (+ plan) -> <TASK_DONE> | <TASK_BLOCKED> -> required gates
+//!               -> completed | retry with the failure (bounded) | blocked (the spec stops)
+//!   VERIFY    the whole spec, read-only, with the plan and the changed files:
+//!               accept -> git commit named after the spec, spec completed, PROGRESS.md
+//!               PLAN_INVALIDATION: <reason> -> plan archived, re-plan, rework task
+//!               reject -> a task carrying the feedback, same plan
+//! ```
+//!
+//! Every transition is written to `implementation.json` (atomically) before the next agent,
+//! gate or git command runs, so a killed process resumes where the work stood. A verdict is
+//! written together with its consequences: an acceptance as the spec's `verified` (then the
+//! commit; a restart commits what is uncommitted, or records HEAD when it is already the
+//! spec's commit), an invalidation as its rework task plus `planInvalidation` (then the plan
+//! files; a restart finishes that). Neither is asked of the verifier again. Failed rounds
+//! of a spec (planner runs without a plan, rejections) count against
+//! `[planning] max_attempts`; a session cut short by a stop or by ralph's death counts
+//! against nothing.
+//!
+//! One file per step: [`plan`] (the planner), [`tasks`] (the implementer sessions and their
+//! gates), [`verify`] (the verdict and what follows it).
+
+mod plan;
+mod tasks;
+mod verify;
+
+use std::sync::Arc;
+
+use self::plan::PlanStep;
+use self::verify::Judgement;
+use super::history;
+use super::implementation::{Implementation, ImplementationStore, SpecEntry, Status};
+use super::plan_files::{PlanFiles, PlanStatus};
+use crate::event::Event;
+use crate::git::{Git, GitError};
+use crate::outcome::{BlockedItem, SpecsOutcome};
+use crate::output::first_line;
+use crate::runtime::Context;
+use crate::runtime::call::Caller;
+use crate::runtime::error::Error;
+use crate::runtime::logs::{self, Emitter, Logs};
+use crate::runtime::spec;
+use crate::runtime::workspace::RunLock;
+use crate::time;
+
+/// Runs build mode to an outcome.
+pub(crate) async fn run(ctx: Arc<Context>) -> Result<SpecsOutcome, Error> {
+    let emitter = Emitter::new(&ctx.observers);
+    let mut logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
+    logs.open_run("build-specs", &emitter)?;
+    let result = match SpecBuild::start(ctx, emitter.clone()).await {
+        Ok(mut build) => build.run().await,
+        Err(e) => Err(e),
+    };
+    match &result {
+        Ok(outcome) => emitter.emit(&Event::SpecsFinished {
+            outcome: outcome.clone(),
+        }),
+        // The run log then ends with why the run stopped, as the caller sees it.
+        Err(e) => emitter.emit(&Event::Warning {
+            message: format!("build mode stopped: {e}"),
+        }),
+    }
+    result
+}
+
+/// How one spec's turn ended.
+enum SpecEnd {
+    Completed,
+    Stop(SpecsOutcome),
+}
+
+struct SpecBuild {
+    ctx: Arc<Context>,
+    emitter: Emitter,
+    caller: Caller,
+    store: ImplementationStore,
+    plans: PlanFiles,
+    git: Git,
+    plan: Implementation,
+    specs_done: usize,
+    tasks_done: usize,
+    /// The agent session this run made, when it made one: with `once`, the run stops after
+    /// it.
+    step: Option<String>,
+    /// The workspace's lock, held for the run.
+    _lock: RunLock,
+}
+
+impl SpecBuild {
+    async fn start(ctx: Arc<Context>, emitter: Emitter) -> Result<Self, Error> {
+        let lock = ctx.begin(&emitter).await?;
+        let config = &ctx.config.planning;
+        let store = ImplementationStore::new(ctx.workspace.join(&config.implementation));
+        let plan = store
+            .load()?
+            .ok_or_else(|| Error::NoImplementation(store.path().to_path_buf()))?;
+        let git = Git::new(&ctx.workspace);
+        if !git.is_repo().await {
+            // Checked up front: finding out at the first commit would waste the spec's work.
+            return Err(GitError::NotARepo(ctx.workspace.clone()).into());
+        }
+        let plans = PlanFiles::new(&ctx.workspace, &config.specs_dir);
+        // Refused before any agent runs: a bad path found at its spec's turn would come
+        // after the work on the specs before it. The error names the file and the key, as a
+        // person edits implementation.json by hand.
+        for &index in &plan.build_order() {
+            let entry = &plan.specs[index];
+            plans.spec_rel(&entry.file).map_err(|e| {
+                crate::store::StoreError::Other(format!(
+                    "{}: specs[{index}].file of spec {:?}: {e}",
+                    store.path().display(),
+                    entry.id
+                ))
+            })?;
+        }
+        let build = SpecBuild {
+            caller: ctx.caller(emitter.clone()),
+            ctx,
+            emitter,
+            store,
+            plans,
+            git,
+            plan,
+            specs_done: 0,
+            tasks_done: 0,
+            step: None,
+            _lock: lock,
+        };
+        // An earlier run may have stopped between completing a spec and its entry.
+        for id in build.reconcile_history()? {
+            build.emit(Event::Warning {
+                message: format!("PROGRESS.md lacked the entry of completed spec {id}; appended"),
+            });
+        }
+        Ok(build)
+    }
+
+    async fn run(&mut self) -> Result<SpecsOutcome, Error> {
+        loop {
+            if self.stopped() {
+                return Ok(SpecsOutcome::Interrupted);
+            }
+            if let Some(once) = self.once_over() {
+                return Ok(once);
+            }
+            let Some(&index) = self.plan.build_order().first() else {
+                return Ok(SpecsOutcome::Complete {
+                    specs: self.specs_done,
+                    tasks: self.tasks_done,
+                });
+            };
+            let id = self.plan.specs[index].id.clone();
+            if let SpecEnd::Stop(outcome) = self.build_spec(&id).await? {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Plan, tasks, verify, until the spec is completed or cannot go on.
+    async fn build_spec(&mut self, id: &str) -> Result<SpecEnd, Error> {
+        if let Some(end) = self.already_stuck(id) {
+            return Ok(end);
+        }
+        let entry = self.spec(id)?.clone();
+        let rel = self.plans.spec_rel(&entry.file)?;
+        let dir = logs::run_folder(&self.ctx.workspace, &self.ctx.config.log_dir, id)?;
+        if entry.status == Status::Pending {
+            self.spec_mut(id)?.status = Status::InProgress;
+            self.save()?;
+        }
+        if entry.verified {
+            if entry.next_task().is_none() {
+                // Accepted by an earlier run that stopped before the spec was completed.
+                return self.complete_spec(id, true).await;
+            }
+            // A person added work after the acceptance: it needs a verdict of its own.
+            self.spec_mut(id)?.verified = false;
+            self.save()?;
+        }
+        let mut planner_failures = 0;
+        loop {
+            self.apply_invalidation(id, &rel)?;
+            if self.stopped() {
+                return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
+            }
+            if let Some(once) = self.once_over() {
+                return Ok(SpecEnd::Stop(once));
+            }
+            if let Some(end) = self.exhausted(id)? {
+                return Ok(end);
+            }
+            let plan = match self.ensure_plan(&dir, id, &rel).await? {
+                PlanStep::Ready(plan) => plan,
+                PlanStep::Interrupted => return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted)),
+                PlanStep::Failed(reason) => {
+                    self.count_attempt(id, &format!("the planner failed: {reason}"))?;
+                    let wait = time::backoff(self.ctx.config.transient_backoff, planner_failures);
+                    planner_failures += 1;
+                    self.emit(Event::Warning {
+                        message: format!(
+                            "planner of {id}: {reason}; retrying in {}",
+                            humantime::format_duration(wait)
+                        ),
+                    });
+                    if !self.caller.pause(wait).await {
+                        return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
+                    }
+                    continue;
+                }
+            };
+            while let Some(index) = self.spec(id)?.next_task() {
+                if let Some(once) = self.once_over() {
+                    return Ok(SpecEnd::Stop(once));
+                }
+                match self.build_task(&dir, id, index, &plan).await? {
+                    tasks::TaskTurn::Completed => {}
+                    tasks::TaskTurn::Blocked => return Ok(SpecEnd::Stop(self.blocked(id)?)),
+                    tasks::TaskTurn::Interrupted => {
+                        return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
+                    }
+                    tasks::TaskTurn::Paused => continue,
+                }
+            }
+            if let Some(once) = self.once_over() {
+                return Ok(SpecEnd::Stop(once));
+            }
+            // Each verdict and its consequences are one write of implementation.json, made
+            // before any other side effect: a restart never asks the verifier again about a
+            // verdict it already acted on.
+            match self.verify_spec(&dir, id, &plan).await? {
+                Judgement::Accept => {
+                    self.spec_mut(id)?.verified = true;
+                    self.save()?;
+                    return self.complete_spec(id, false).await;
+                }
+                Judgement::Interrupted => {
+                    self.save()?;
+                    return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
+                }
+                Judgement::Reject(reason) => self.rework(id, &reason, None)?,
+                // Applied to the plan files at the top of the loop (`apply_invalidation`).
+                Judgement::Invalidate { reason, full } => self.rework(id, &full, Some(&reason))?,
+            }
+        }
+    }
+
+    /// A spec left blocked or out of attempts by an earlier run stays so until a person
+    /// changes `implementation.json` (resets the status or the task).
+    fn already_stuck(&self, id: &str) -> Option<SpecEnd> {
+        let entry = self.plan.spec(id)?;
+        if entry.tasks.iter().any(|t| t.status == Status::Blocked) {
+            return self.blocked(id).ok().map(SpecEnd::Stop);
+        }
+        if entry.status == Status::Blocked {
+            return Some(SpecEnd::Stop(SpecsOutcome::AttemptsExhausted {
+                spec: id.to_owned(),
+                attempts: entry.attempts,
+                reason: entry.blocked_reason.clone().unwrap_or_default(),
+            }));
+        }
+        None
+    }
+
+    /// Applies a recorded plan invalidation to the plan files: the plan is archived as
+    /// `<rel>.attempt-N.md` and its metadata marked `invalidated`, then the record is
+    /// cleared. A restart after a crash anywhere in between finishes it the same way.
+    fn apply_invalidation(&mut self, id: &str, rel: &str) -> Result<(), Error> {
+        let Some(reason) = self.spec(id)?.plan_invalidation.clone() else {
+            return Ok(());
+        };
+        let done = self
+            .plans
+            .load_info(rel)?
+            .is_some_and(|info| info.status == PlanStatus::Invalidated);
+        if !done {
+            let info = self.plans.invalidate(rel, &reason)?;
+            let archived = self.plans.archive_path(rel, info.attempt);
+            self.emit(Event::PlanInvalidated {
+                spec: id.to_owned(),
+                reason,
+                archived: self.ctx.relative(&archived),
+            });
+        }
+        self.spec_mut(id)?.plan_invalidation = None;
+        self.save()
+    }
+
+    /// Stops the spec when its failed rounds reached the limit.
+    fn exhausted(&mut self, id: &str) -> Result<Option<SpecEnd>, Error> {
+        let max = self.ctx.config.planning.max_attempts;
+        let entry = self.spec_mut(id)?;
+        if entry.attempts < max {
+            return Ok(None);
+        }
+        entry.status = Status::Blocked;
+        let reason = format!(
+            "gave up after {} failed attempts: {}",
+            entry.attempts,
+            entry.last_failure.as_deref().unwrap_or("no detail")
+        );
+        entry.blocked_reason = Some(reason.clone());
+        let attempts = entry.attempts;
+        self.save()?;
+        Ok(Some(SpecEnd::Stop(SpecsOutcome::AttemptsExhausted {
+            spec: id.to_owned(),
+            attempts,
+            reason,
+        })))
+    }
+
+    /// Counts a failed round against the spec, remembering why.
+    fn count_attempt(&mut self, id: &str, reason: &str) -> Result<(), Error> {
+        let entry = self.spec_mut(id)?;
+        entry.attempts = entry.attempts.saturating_add(1);
+        entry.last_failure = Some(first_line(reason));
+        self.save()
+    }
+
+    fn blocked(&self, id: &str) -> Result<SpecsOutcome, Error> {
+        let items = self
+            .spec(id)?
+            .tasks
+            .iter()
+            .filter(|t| t.status == Status::Blocked)
+            .map(|t| BlockedItem::new(&t.id, t.blocked_reason.clone().unwrap_or_default()))
+            .collect();
+        Ok(SpecsOutcome::Blocked {
+            spec: id.to_owned(),
+            items,
+        })
+    }
+
+    /// Appends the PROGRESS.md entries of completed specs that it lacks (see
+    /// [`history`]); returns their spec ids.
+    fn reconcile_history(&self) -> Result<Vec<String>, Error> {
+        let workspace = &self.ctx.workspace;
+        let file = history::History::new(workspace.join(&self.ctx.config.planning.progress));
+        file.reconcile(&self.plan, |entry| match self.plans.spec_rel(&entry.file) {
+            Ok(rel) => history::shown(&self.plans.plan_path(&rel), workspace),
+            Err(_) => "(none)".to_owned(),
+        })
+    }
+
+    // ── helpers ─────────────────────────────────────────────────────────────────────────
+
+    fn spec_text(&self, entry: &SpecEntry) -> Result<String, Error> {
+        spec::for_prompt(&self.ctx.workspace, &entry.file)
+    }
+
+    fn spec(&self, id: &str) -> Result<&SpecEntry, Error> {
+        self.plan.spec(id).ok_or_else(|| missing(id))
+    }
+
+    fn spec_mut(&mut self, id: &str) -> Result<&mut SpecEntry, Error> {
+        self.plan.spec_mut(id).ok_or_else(|| missing(id))
+    }
+
+    fn save(&mut self) -> Result<(), Error> {
+        Ok(self.store.save(&mut self.plan, "build-mode")?)
+    }
+
+    fn emit(&self, event: Event) {
+        self.emitter.emit(&event);
+    }
+
+    fn stopped(&self) -> bool {
+        self.ctx.stop.is_cancelled()
+    }
+
+    /// With `once`, the outcome to stop with once this run made its agent session.
+    fn once_over(&self) -> Option<SpecsOutcome> {
+        let step = self.step.as_ref().filter(|_| self.ctx.config.once)?;
+        Some(SpecsOutcome::Once {
+            step: step.clone(),
+            remaining: self.plan.build_order().len(),
+        })
+    }
+
+    /// The gates' names, for the prompts.
+    fn gate_names(&self) -> Vec<&str> {
+        self.ctx.gates.iter().map(|g| g.name()).collect()
+    }
+}
+
+fn missing(id: &str) -> Error {
+    Error::Store(crate::store::StoreError::Other(format!(
+        "spec {id} is no longer in implementation.json"
+    )))
+}

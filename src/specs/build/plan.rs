@@ -1,0 +1,156 @@
+//! The planning step of a spec: reuse, adopt or write its plan by the resume rules of
+//! [`plan_files`](crate::specs::plan_files), with a read-only planner when one is needed.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::SpecBuild;
+use crate::agent::{FailureKind, Role};
+use crate::event::Event;
+use crate::output::truncate_middle;
+use crate::runtime::call::{Call, Ending};
+use crate::runtime::deadline;
+use crate::runtime::error::Error;
+use crate::runtime::logs::folder_log;
+use crate::runtime::workspace::state_dir;
+use crate::specs::implementation::SpecEntry;
+use crate::specs::plan_files::{Resume, plan_from_answer};
+
+/// How much of the scratchpad goes into the planner's prompt.
+const SCRATCHPAD_BYTES: usize = 8 * 1024;
+/// The planner's notes file in the workspace; its content goes into the prompt.
+const SCRATCHPAD: &str = "SCRATCHPAD.md";
+
+/// What the planning step gave.
+pub(super) enum PlanStep {
+    Ready(String),
+    Failed(String),
+    Interrupted,
+}
+
+impl SpecBuild {
+    /// An active plan's text, by the resume rules.
+    pub(super) async fn ensure_plan(
+        &mut self,
+        dir: &Path,
+        id: &str,
+        rel: &str,
+    ) -> Result<PlanStep, Error> {
+        let (attempt, reason) = match self.plans.resume(rel)? {
+            Resume::UseActive => return self.active_plan(rel),
+            Resume::Adopt => {
+                self.plans.adopt(rel, id)?;
+                return self.active_plan(rel);
+            }
+            Resume::Replan { attempt, reason } => (attempt, reason),
+            _ => (1, None),
+        };
+        let previous = match attempt {
+            1 => None,
+            n => self.plans.archived(rel, n - 1)?,
+        };
+        self.run_planner(dir, id, rel, attempt, previous, reason)
+            .await
+    }
+
+    fn active_plan(&self, rel: &str) -> Result<PlanStep, Error> {
+        Ok(match self.plans.load_content(rel)? {
+            Some(text) => PlanStep::Ready(text.trim().to_owned()),
+            None => PlanStep::Failed("the plan file disappeared".into()),
+        })
+    }
+
+    async fn run_planner(
+        &mut self,
+        dir: &Path,
+        id: &str,
+        rel: &str,
+        attempt: u32,
+        previous_plan: Option<String>,
+        reason: Option<String>,
+    ) -> Result<PlanStep, Error> {
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            spec: &'a SpecEntry,
+            spec_text: String,
+            workspace: String,
+            ralph_home: String,
+            log_dir: String,
+            spec_path: String,
+            plan_path: String,
+            scratchpad_path: String,
+            phrase: &'a str,
+            scratchpad: Option<String>,
+            previous_plan: Option<String>,
+            reason: Option<String>,
+        }
+        let entry = self.spec(id)?;
+        let plan_path = self.plans.plan_path(rel);
+        let phrase = self.ctx.config.planning.magic_phrase.as_str();
+        let workspace = &self.ctx.workspace;
+        let shown = |p: &Path| p.display().to_string();
+        let scratchpad_path = workspace.join(SCRATCHPAD);
+        let ctx = Ctx {
+            spec: entry,
+            spec_text: self.spec_text(entry)?,
+            workspace: shown(workspace),
+            ralph_home: shown(&state_dir(workspace)),
+            log_dir: shown(dir),
+            spec_path: shown(&workspace.join(&entry.file)),
+            plan_path: shown(&plan_path),
+            scratchpad_path: shown(&scratchpad_path),
+            phrase,
+            scratchpad: scratchpad(&scratchpad_path),
+            previous_plan,
+            reason,
+        };
+        let mut call = Call {
+            role: Role::Planner,
+            subject: Some(id.to_owned()),
+            attempt,
+            prompt: self.ctx.prompts.render("planner", &ctx)?,
+            deadline: deadline::after(self.ctx.config.stage_timeout),
+            log: folder_log(dir, Role::Planner, attempt),
+        };
+        let run = match self.caller.call(&mut call).await? {
+            Ending::Answer(run) => run,
+            Ending::Interrupted => return Ok(PlanStep::Interrupted),
+            Ending::Failed {
+                reason,
+                kind: FailureKind::Fatal,
+            } => return Err(Error::AgentFatal(reason)),
+            Ending::Failed { reason, .. } => return Ok(PlanStep::Failed(reason)),
+            Ending::Killed { reason, .. } => {
+                return Ok(PlanStep::Failed(format!(
+                    "the planner was stopped ({reason})"
+                )));
+            }
+            // Ridden out by build mode's caller; kept total.
+            Ending::RateLimited(_) => {
+                return Ok(PlanStep::Failed("the planner was rate limited".into()));
+            }
+        };
+        self.step = Some(format!("planned {id} (attempt {attempt})"));
+        let text = match plan_from_answer(&run.final_text, phrase) {
+            Ok(text) => text,
+            Err(why) => return Ok(PlanStep::Failed(why)),
+        };
+        self.plans.write_plan(rel, id, &text, attempt)?;
+        self.emit(Event::PlanWritten {
+            spec: id.to_owned(),
+            attempt,
+            path: self.ctx.relative(&plan_path),
+        });
+        Ok(PlanStep::Ready(text))
+    }
+}
+
+/// The scratchpad's content, bounded; `None` when there is none or it is blank. Read as
+/// bytes: a non-UTF-8 scratchpad is shown lossily rather than silently dropped.
+fn scratchpad(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim();
+    (!text.is_empty()).then(|| truncate_middle(text, SCRATCHPAD_BYTES))
+}

@@ -1,0 +1,249 @@
+//! The tasks of a spec: one fresh implementer session per attempt, its marker, then the
+//! required gates; a failure goes into the next session's prompt.
+
+use std::path::Path;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::SpecBuild;
+use crate::agent::{FailureKind, Role};
+use crate::event::Event;
+use crate::model::TaskId;
+use crate::output::{bounded_failure, first_line};
+use crate::runtime::call::{Call, Ending};
+use crate::runtime::deadline;
+use crate::runtime::error::Error;
+use crate::runtime::gates::{self, GatesEnd};
+use crate::runtime::gave_up;
+use crate::runtime::logs::{folder_log, sanitize};
+use crate::signal::{self, TaskSignal};
+use crate::specs::implementation::{SpecEntry, Status, TaskEntry};
+use crate::time::now_rfc3339;
+
+/// How a task's turn ended.
+pub(super) enum TaskTurn {
+    Completed,
+    Blocked,
+    /// `once`: the run's one session is made; the task goes on next time.
+    Paused,
+    Interrupted,
+}
+
+/// How one implementer session ended.
+enum Session {
+    Done,
+    Blocked(String),
+    Failed(String),
+    Interrupted,
+}
+
+impl SpecBuild {
+    /// Sessions of one task until it is completed, blocked, out of retries or interrupted.
+    /// A session counts against the retries when it ends (done, blocked or failed): one cut
+    /// short by a stop, or by ralph's death, is run again under the same number.
+    pub(super) async fn build_task(
+        &mut self,
+        dir: &Path,
+        id: &str,
+        index: usize,
+        plan: &str,
+    ) -> Result<TaskTurn, Error> {
+        loop {
+            if self.stopped() {
+                return Ok(TaskTurn::Interrupted);
+            }
+            let task = self.spec(id)?.tasks[index].clone();
+            if task.attempts > self.ctx.config.retries {
+                let reason = gave_up(task.attempts, task.last_failure.as_deref());
+                return self.block_task(id, index, reason);
+            }
+            let session = task.attempts.saturating_add(1);
+            let prompt = self.task_prompt(id, &task, session, plan)?;
+            if task.status != Status::InProgress {
+                self.spec_mut(id)?.tasks[index].status = Status::InProgress;
+                self.save()?;
+            }
+            self.emit(Event::TaskStarted {
+                task: TaskId::new(task.id.as_str()),
+                name: task.description.clone(),
+                attempt: session,
+            });
+            if self.ctx.config.once && self.step.is_some() {
+                return Ok(TaskTurn::Paused);
+            }
+            let ended = self.session(dir, &task, session, prompt).await?;
+            if !matches!(ended, Session::Interrupted) {
+                self.spec_mut(id)?.tasks[index].attempts = session;
+                self.step = Some(format!("ran task {} (session {session})", task.id));
+            }
+            match ended {
+                Session::Done => return self.complete_task(id, index),
+                Session::Blocked(reason) => return self.block_task(id, index, reason),
+                Session::Interrupted => return Ok(TaskTurn::Interrupted),
+                Session::Failed(failure) => {
+                    self.spec_mut(id)?.tasks[index].last_failure = Some(bounded_failure(&failure));
+                    // The last allowed session failed: blocked now, with no retry announced.
+                    if session > self.ctx.config.retries {
+                        return self.block_task(id, index, gave_up(session, Some(&failure)));
+                    }
+                    self.save()?;
+                    self.emit(Event::TaskRetry {
+                        task: TaskId::new(task.id.as_str()),
+                        attempt: session,
+                        reason: first_line(&failure),
+                    });
+                }
+            }
+        }
+    }
+
+    fn task_prompt(
+        &self,
+        id: &str,
+        task: &TaskEntry,
+        session: u32,
+        plan: &str,
+    ) -> Result<String, Error> {
+        #[derive(Serialize)]
+        struct Ctx<'a> {
+            spec: &'a SpecEntry,
+            task: &'a TaskEntry,
+            criteria: Vec<&'a str>,
+            completed: Vec<&'a TaskEntry>,
+            plan: &'a str,
+            gates: Vec<&'a str>,
+            attempt: u32,
+            failure: Option<&'a str>,
+        }
+        let entry = self.spec(id)?;
+        let mut criteria: Vec<&str> = task
+            .acceptance_criteria
+            .iter()
+            .map(String::as_str)
+            .collect();
+        if criteria.is_empty() {
+            criteria.push("The task is implemented and the quality gates pass.");
+        }
+        let ctx = Ctx {
+            spec: entry,
+            task,
+            criteria,
+            completed: entry
+                .tasks
+                .iter()
+                .filter(|t| t.status == Status::Completed)
+                .collect(),
+            plan,
+            gates: self.gate_names(),
+            attempt: session,
+            failure: task.last_failure.as_deref(),
+        };
+        let template = if task.last_failure.is_some() {
+            "task_retry"
+        } else {
+            "task"
+        };
+        Ok(self.ctx.prompts.render(template, &ctx)?)
+    }
+
+    /// One implementer session: a fresh agent run, its marker, then the gates.
+    async fn session(
+        &self,
+        dir: &Path,
+        task: &TaskEntry,
+        session: u32,
+        prompt: String,
+    ) -> Result<Session, Error> {
+        let mut call = Call {
+            role: Role::Build,
+            subject: Some(task.id.clone()),
+            attempt: session,
+            prompt,
+            deadline: deadline::after(self.ctx.config.stage_timeout),
+            log: folder_log(dir, Role::Build, session),
+        };
+        let run = match self.caller.call(&mut call).await? {
+            Ending::Answer(run) => run,
+            Ending::Interrupted => return Ok(Session::Interrupted),
+            Ending::Failed {
+                reason,
+                kind: FailureKind::Fatal,
+            } => return Err(Error::AgentFatal(reason)),
+            Ending::Failed { reason, .. } => {
+                return Ok(Session::Failed(format!("The agent run failed: {reason}")));
+            }
+            Ending::Killed { reason, .. } => {
+                return Ok(Session::Failed(format!(
+                    "The agent was stopped ({reason}) before it finished; do less per session."
+                )));
+            }
+            // Ridden out by build mode's caller; kept total.
+            Ending::RateLimited(_) => {
+                return Ok(Session::Failed("The agent was rate limited.".into()));
+            }
+        };
+        Ok(match signal::parse(&run.final_text).task {
+            TaskSignal::Done => self.gates(dir, task, session, call.deadline).await?,
+            TaskSignal::Blocked { reason } if reason.trim().is_empty() => {
+                Session::Blocked("the agent gave no reason".into())
+            }
+            TaskSignal::Blocked { reason } => Session::Blocked(reason),
+            TaskSignal::Conflict => Session::Failed(
+                "Your final answer contained both <TASK_DONE> and <TASK_BLOCKED …>; end it with exactly one of them.".into(),
+            ),
+            _ => Session::Failed(
+                "Your final answer did not end with <TASK_DONE> on a line of its own, so the task was not counted as done.".into(),
+            ),
+        })
+    }
+
+    /// The gates in order: a required gate's failure fails the session; an optional gate's
+    /// failure is reported (an event), not enforced.
+    async fn gates(
+        &self,
+        dir: &Path,
+        task: &TaskEntry,
+        session: u32,
+        deadline: Instant,
+    ) -> Result<Session, Error> {
+        let id = TaskId::new(task.id.as_str());
+        let run = self.ctx.gate_run(&self.emitter, deadline, &id);
+        let log = |gate: &str| {
+            dir.join(format!(
+                "{}.log",
+                sanitize(&format!("gate-{gate}-{}-a{session}", task.id))
+            ))
+        };
+        Ok(match gates::check_all(&self.ctx.gates, run, log).await? {
+            GatesEnd::Passed => Session::Done,
+            GatesEnd::Failed { failure, .. } => Session::Failed(failure),
+            GatesEnd::TimedOut { gate } => {
+                Session::Failed(format!("Quality gate `{gate}` did not finish in time."))
+            }
+            GatesEnd::Interrupted => Session::Interrupted,
+        })
+    }
+
+    fn complete_task(&mut self, id: &str, index: usize) -> Result<TaskTurn, Error> {
+        let entry = &mut self.spec_mut(id)?.tasks[index];
+        entry.status = Status::Completed;
+        entry.last_failure = None;
+        entry.completed_at = Some(now_rfc3339());
+        let task = TaskId::new(entry.id.as_str());
+        self.save()?;
+        self.tasks_done += 1;
+        self.emit(Event::TaskDone { task });
+        Ok(TaskTurn::Completed)
+    }
+
+    fn block_task(&mut self, id: &str, index: usize, reason: String) -> Result<TaskTurn, Error> {
+        let entry = &mut self.spec_mut(id)?.tasks[index];
+        entry.status = Status::Blocked;
+        entry.blocked_reason = Some(reason.clone());
+        let task = TaskId::new(entry.id.as_str());
+        self.save()?;
+        self.emit(Event::TaskBlocked { task, reason });
+        Ok(TaskTurn::Blocked)
+    }
+}

@@ -1,0 +1,208 @@
+//! Dry runs of plan mode and build mode: what the next call would do, worked out from
+//! `implementation.json`, the plan files and the config, without starting an agent or a
+//! gate, without taking the workspace's lock and without writing anything.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::implementation::{ImplementationStore, Status};
+use super::plan_files::{PlanFiles, Resume};
+use super::plan_mode::spec_files;
+use crate::runtime::Context;
+use crate::runtime::error::Error;
+
+/// What [`Ralph::dry_run_plan`](crate::Ralph::dry_run_plan) found: the specs plan mode would
+/// read, the file it would write, and the prompt it would use.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct PlanDryRun {
+    /// The markdown specs, relative to the workspace.
+    pub specs: Vec<String>,
+    /// `implementation.json`, relative to the workspace.
+    pub implementation: PathBuf,
+    /// Whether it exists (plan mode then merges into it).
+    pub exists: bool,
+    /// The override file of the `plan_mode` template; `None` for the built-in one.
+    pub template_source: Option<String>,
+    /// `stage_timeout`.
+    pub stage_timeout: Duration,
+}
+
+impl fmt::Display for PlanDryRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "Dry run of plan mode (nothing was run or written)")?;
+        writeln!(f, "  specs:     {}", self.specs.join(", "))?;
+        writeln!(
+            f,
+            "  writes:    {} ({})",
+            self.implementation.display(),
+            if self.exists { "merged into" } else { "new" }
+        )?;
+        let source = self.template_source.as_deref().unwrap_or("built-in");
+        writeln!(f, "  prompt:    plan_mode ({source})")?;
+        write!(
+            f,
+            "  limits:    stage timeout {}",
+            humantime::format_duration(self.stage_timeout)
+        )
+    }
+}
+
+/// What [`Ralph::dry_run_build`](crate::Ralph::dry_run_build) found: the spec build mode
+/// would work on, its next step and the prompt template of that step, and the limits.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct BuildDryRun {
+    /// The spec the next call works on (id), if any is left.
+    pub spec: Option<String>,
+    /// The next step: `plan`, `task <id>: <description> (session N)`, `verify`.
+    pub next: Option<String>,
+    /// The prompt template of that step (`planner`, `task`, `task_retry`, `spec_verify`).
+    pub template: Option<String>,
+    /// The override file of that template; `None` for the built-in one.
+    pub template_source: Option<String>,
+    /// Why the call would stop at once, if it would.
+    pub stop: Option<String>,
+    /// Specs not yet completed, in build order.
+    pub remaining: Vec<String>,
+    /// The gates run after each session, by name.
+    pub gates: Vec<String>,
+    /// `retries`.
+    pub retries: u32,
+    /// `planning.max_attempts`.
+    pub max_attempts: u32,
+    /// `stage_timeout`.
+    pub stage_timeout: Duration,
+    /// `agent_timeout`.
+    pub agent_timeout: Duration,
+    /// `once`.
+    pub once: bool,
+}
+
+impl fmt::Display for BuildDryRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "Dry run of build mode (nothing was run or written)")?;
+        if let Some(spec) = &self.spec {
+            writeln!(f, "  spec:      {spec}")?;
+        }
+        if let Some(next) = &self.next {
+            writeln!(f, "  next:      {next}")?;
+        }
+        if let Some(template) = &self.template {
+            let source = self.template_source.as_deref().unwrap_or("built-in");
+            writeln!(f, "  prompt:    {template} ({source})")?;
+        }
+        if let Some(stop) = &self.stop {
+            writeln!(f, "  would stop: {}", stop.lines().next().unwrap_or(""))?;
+        }
+        writeln!(f, "  remaining: {}", list(&self.remaining))?;
+        writeln!(f, "  gates:     {}", list(&self.gates))?;
+        write!(
+            f,
+            "  limits:    retries {}, max attempts {}, stage timeout {}, agent timeout {}, once {}",
+            self.retries,
+            self.max_attempts,
+            humantime::format_duration(self.stage_timeout),
+            humantime::format_duration(self.agent_timeout),
+            if self.once { "yes" } else { "no" },
+        )
+    }
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// Works out the [`PlanDryRun`] for `specs` (all of the specs folder when empty).
+pub(crate) fn plan(ctx: &Context, specs: Vec<PathBuf>) -> Result<PlanDryRun, Error> {
+    let planning = &ctx.config.planning;
+    let specs = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
+    Ok(PlanDryRun {
+        specs,
+        implementation: planning.implementation.clone(),
+        exists: ctx.workspace.join(&planning.implementation).exists(),
+        template_source: ctx.prompts.origin("plan_mode").map(str::to_owned),
+        stage_timeout: ctx.config.stage_timeout,
+    })
+}
+
+/// Works out the [`BuildDryRun`].
+pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
+    let config = &ctx.config;
+    let store = ImplementationStore::new(ctx.workspace.join(&config.planning.implementation));
+    let plan = store
+        .load()?
+        .ok_or_else(|| Error::NoImplementation(store.path().to_path_buf()))?;
+    let plans = PlanFiles::new(&ctx.workspace, &config.planning.specs_dir);
+    let order = plan.build_order();
+    let mut report = BuildDryRun {
+        spec: None,
+        next: None,
+        template: None,
+        template_source: None,
+        stop: None,
+        remaining: order.iter().map(|&i| plan.specs[i].id.clone()).collect(),
+        gates: ctx.gates.iter().map(|g| g.name().to_owned()).collect(),
+        retries: config.retries,
+        max_attempts: config.planning.max_attempts,
+        stage_timeout: config.stage_timeout,
+        agent_timeout: config.agent_timeout,
+        once: config.once,
+    };
+    let Some(&first) = order.first() else {
+        report.stop = Some("every spec is complete".into());
+        return Ok(report);
+    };
+    let spec = &plan.specs[first];
+    report.spec = Some(spec.id.clone());
+    if let Some(task) = spec.tasks.iter().find(|t| t.status == Status::Blocked) {
+        report.stop = Some(format!(
+            "Blocked: task {} of spec {}: {}",
+            task.id,
+            spec.id,
+            task.blocked_reason.as_deref().unwrap_or("")
+        ));
+        return Ok(report);
+    }
+    if spec.status == Status::Blocked || spec.attempts >= config.planning.max_attempts {
+        report.stop = Some(format!(
+            "Stopped: spec {} used its {} attempt(s)",
+            spec.id, spec.attempts
+        ));
+        return Ok(report);
+    }
+    let rel = plans.spec_rel(&spec.file)?;
+    let needs_plan = !matches!(plans.resume(&rel)?, Resume::UseActive | Resume::Adopt)
+        || spec.plan_invalidation.is_some();
+    let (next, template) = if needs_plan {
+        (
+            "plan (a read-only planner writes the spec's plan)".to_owned(),
+            "planner",
+        )
+    } else if let Some(index) = spec.next_task() {
+        let task = &spec.tasks[index];
+        let session = task.attempts.saturating_add(1);
+        let template = if task.last_failure.is_some() {
+            "task_retry"
+        } else {
+            "task"
+        };
+        (
+            format!("task {}: {} (session {session})", task.id, task.description),
+            template,
+        )
+    } else {
+        ("verify the spec".to_owned(), "spec_verify")
+    };
+    report.next = Some(next);
+    report.template_source = ctx.prompts.origin(template).map(str::to_owned);
+    report.template = Some(template.to_owned());
+    Ok(report)
+}

@@ -1,0 +1,20 @@
+//! Plan mode and build mode over `implementation.json`: several markdown specs, each planned,
+//! built task by task with the gates after each session, verified, and committed.
+//!
+//! * [`Ralph::plan`](crate::Ralph::plan) (plan mode) turns the markdown specs into
+//!   [`implementation.json`](implementation) with one structured answer;
+//! * [`Ralph::build_specs`](crate::Ralph::build_specs) (build mode) works through it with no
+//!   agent parsing it: a plan per spec ([`plan_files`]), one fresh session per task attempt,
+//!   a verifier per spec, a commit per verified spec and an entry in `PROGRESS.md`.
+
+pub(crate) mod build;
+pub mod dry_run;
+mod history;
+pub mod implementation;
+mod json_locate;
+pub mod plan_files;
+pub(crate) mod plan_mode;
+
+pub use dry_run::{BuildDryRun, PlanDryRun};
+pub use implementation::{Implementation, ImplementationStore, SpecEntry, Status, TaskEntry};
+pub use plan_files::{PlanFiles, PlanInfo, PlanStatus, Resume};

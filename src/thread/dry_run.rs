@@ -1,0 +1,168 @@
+//! A thread's dry run: what the next call that runs the loop (`start`, `run`, `resume`,
+//! `manual_assist`) would do, worked out from the record and the spec, without starting
+//! an agent or a check, without taking the workspace's lock and without writing anything.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::phase::{Phase, PhaseKind};
+use super::spec::ThreadSpec;
+use super::{ThreadError, Threads};
+
+/// What [`Threads::dry_run`] found.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ThreadDryRun {
+    /// The thread.
+    pub id: String,
+    /// Its phase.
+    pub phase: PhaseKind,
+    /// What the next call that runs the loop would do; `None` when the phase waits for a
+    /// person's checkpoint instead.
+    pub next: Option<String>,
+    /// What the phase waits for, when it waits for a person.
+    pub waits_for: Option<String>,
+    /// The promise tag the model must print to claim done, if the spec has one.
+    pub promise: Option<String>,
+    /// The acceptance criteria: each with `(command)` or `(verifier)`.
+    pub criteria: Vec<String>,
+    /// The agents the loop would run with, in order.
+    pub agents: Vec<String>,
+    /// Iterations per round.
+    pub max_iterations: u32,
+    /// One agent run's limit.
+    pub agent_timeout: Duration,
+    /// One criterion command's limit.
+    pub check_timeout: Duration,
+}
+
+impl fmt::Display for ThreadDryRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "Dry run of thread {} (nothing was run or written)",
+            self.id
+        )?;
+        writeln!(f, "  phase:     {}", self.phase)?;
+        if let Some(next) = &self.next {
+            writeln!(f, "  next:      {next}")?;
+            writeln!(f, "  prompt:    thread (built-in)")?;
+        }
+        if let Some(waits) = &self.waits_for {
+            writeln!(f, "  waits for: {waits}")?;
+        }
+        if let Some(promise) = &self.promise {
+            writeln!(f, "  promise:   {promise}")?;
+        }
+        for criterion in &self.criteria {
+            writeln!(f, "  criterion: {criterion}")?;
+        }
+        writeln!(f, "  agents:    {}", self.agents.join(", "))?;
+        write!(
+            f,
+            "  limits:    {} iteration(s) per round, agent timeout {}, check timeout {}",
+            self.max_iterations,
+            humantime::format_duration(self.agent_timeout),
+            humantime::format_duration(self.check_timeout),
+        )
+    }
+}
+
+impl Threads {
+    /// What the next call that runs thread `id`'s loop would do (see [`ThreadDryRun`]).
+    /// Starts no agent or check, takes no lock, writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::NotFound`], a corrupt record, or an unreadable spec revision.
+    pub fn dry_run(&self, id: &str) -> Result<ThreadDryRun, ThreadError> {
+        let record = self.get(id)?;
+        let spec = ThreadSpec::parse(&self.spec_text(&record)?).ok();
+        let config = match record.phase.kind() {
+            // Quick mode starts with the default settings.
+            PhaseKind::Finalized | PhaseKind::PreflightFailed if self.options.quick => {
+                self.options.config.clone()
+            }
+            _ => record.config.clone(),
+        };
+        let agents = match self.chain(&config) {
+            Ok(chain) => chain.into_iter().map(|(name, _)| name).collect(),
+            Err(reason) => vec![format!("(unusable: {reason})")],
+        };
+        let next_iteration = record.attempts.last().map_or(1, |a| a.iteration + 1);
+        let round = |from: u32| {
+            format!(
+                "iterations {from} to {} with {}",
+                from.saturating_add(config.max_iterations.saturating_sub(1)),
+                agents.first().map_or("the agent", String::as_str)
+            )
+        };
+        let (next, waits_for) = match &record.phase {
+            Phase::Finalized | Phase::PreflightFailed { .. } => (
+                Some(format!(
+                    "preflight (a clean tree, a commit to start from, the spec's promise tag and \
+                     criteria, an agent, no other thread running), then {}",
+                    if self.options.quick {
+                        round(next_iteration)
+                    } else {
+                        "Configuring".to_owned()
+                    }
+                )),
+                None,
+            ),
+            Phase::Configuring => (Some(round(next_iteration)), None),
+            Phase::Paused { iteration, .. } => {
+                (Some(format!("resume: {}", round(*iteration))), None)
+            }
+            Phase::Running { iteration } | Phase::Verifying { iteration } => (
+                Some(format!(
+                    "recover it as Paused (its process is gone), then resume: {}",
+                    round(*iteration)
+                )),
+                None,
+            ),
+            Phase::Stuck { .. } => (
+                Some(format!("manual assist: {}", round(next_iteration))),
+                Some("a person's choice: revise, reconfigure, assist or abandon".into()),
+            ),
+            Phase::Drafting | Phase::Assessing => {
+                (None, Some("a person to finalize the spec".into()))
+            }
+            Phase::Implemented | Phase::Polishing => {
+                (None, Some("polish, or submission for review".into()))
+            }
+            Phase::PendingReview { .. } => {
+                (None, Some("a person's review: approve or send back".into()))
+            }
+            Phase::Approved | Phase::ReadyToCommit { .. } => {
+                (None, Some("a person to commit".into()))
+            }
+            _ => (None, Some("nothing: the thread is over".into())),
+        };
+        Ok(ThreadDryRun {
+            id: record.id.clone(),
+            phase: record.phase.kind(),
+            next,
+            waits_for,
+            promise: spec.as_ref().map(|s| s.promise.clone()),
+            criteria: spec
+                .iter()
+                .flat_map(|s| &s.criteria)
+                .map(|c| {
+                    let how = if c.command.is_some() {
+                        "command"
+                    } else {
+                        "verifier"
+                    };
+                    format!("{} ({how})", c.text)
+                })
+                .collect(),
+            agents,
+            max_iterations: config.max_iterations,
+            agent_timeout: config.agent_timeout,
+            check_timeout: config.check_timeout,
+        })
+    }
+}
