@@ -47,10 +47,12 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::files::seen::Watch;
 use crate::store::StoreError;
 
 /// The format version ralph writes.
@@ -311,15 +313,24 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// Reads and writes one `implementation.json`.
+///
+/// A store that read the file refuses to write over it when, since, it was deleted,
+/// replaced or rewritten by someone else ([`StoreError::Changed`]): a person's edit made
+/// while a run goes on is not silently overwritten, and a file deleted under a run does not
+/// come back holding only what the run knew.
 #[derive(Clone, Debug)]
 pub struct ImplementationStore {
     path: PathBuf,
+    watch: Arc<Watch>,
 }
 
 impl ImplementationStore {
     /// The store of the file at `path` (which need not exist yet).
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        ImplementationStore { path: path.into() }
+        ImplementationStore {
+            path: path.into(),
+            watch: Arc::default(),
+        }
     }
 
     /// The file.
@@ -336,16 +347,19 @@ impl ImplementationStore {
     /// implementation (a task without an id, an unknown status…), or when two specs or two
     /// tasks share an id (then the position is the second one's `id` value).
     pub fn load(&self) -> Result<Option<Implementation>, StoreError> {
+        let io = |source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        };
         let text = match std::fs::read_to_string(&self.path) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(StoreError::Io {
-                    path: self.path.clone(),
-                    source,
-                });
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.watch.saw(&self.path).map_err(io)?;
+                return Ok(None);
             }
+            Err(source) => return Err(io(source)),
         };
+        self.watch.saw(&self.path).map_err(io)?;
         let plan: Implementation =
             serde_json::from_str(&text).map_err(|e| StoreError::MalformedAt {
                 path: self.path.clone(),
@@ -372,8 +386,18 @@ impl ImplementationStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Io`] when the file or its folder cannot be written.
+    /// [`StoreError::Io`] when the file or its folder cannot be written;
+    /// [`StoreError::Changed`] when the file changed since this store read or wrote it.
     pub fn save(&self, plan: &mut Implementation, by: &str) -> Result<(), StoreError> {
+        if let Some(how) = self.watch.change(&self.path).map_err(|source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        })? {
+            return Err(StoreError::Changed {
+                path: self.path.clone(),
+                how,
+            });
+        }
         plan.updated_at = Some(crate::time::now_rfc3339());
         plan.updated_by = Some(by.to_owned());
         let io = |source| StoreError::Io {
@@ -386,7 +410,8 @@ impl ImplementationStore {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        crate::files::atomic::replace(&self.path, &bytes).map_err(io)
+        crate::files::atomic::replace(&self.path, &bytes).map_err(io)?;
+        self.watch.saw(&self.path).map_err(io)
     }
 }
 

@@ -97,6 +97,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::event::Observer;
+use crate::files::seen::Watch;
 use crate::git::{Git, GitError};
 use crate::prompt::Prompts;
 use crate::runtime::logs::Emitter;
@@ -165,6 +166,17 @@ pub enum ThreadError {
         path: PathBuf,
         /// What serde said (with line and column), or what is missing.
         message: String,
+    },
+    /// `thread.json` was deleted, replaced or rewritten by someone else while this handle
+    /// used it; nothing was written over it.
+    #[error(
+        "{path} {how} while ralph was using it; stopped without writing over it (restore the file, or check which other process changed it)"
+    )]
+    Changed {
+        /// The file.
+        path: PathBuf,
+        /// What happened to it.
+        how: String,
     },
     /// `thread.json` comes from a newer ralph.
     #[error(
@@ -316,6 +328,8 @@ pub struct Threads {
     /// criterion check of the loop.
     emitter: Emitter,
     observers: Vec<Arc<dyn Observer>>,
+    /// Each `thread.json` as this handle last read or wrote it.
+    seen: Watch,
 }
 
 impl std::fmt::Debug for Threads {
@@ -361,6 +375,7 @@ impl Threads {
             prompts: Prompts::builtin(),
             emitter: Emitter::new(&[]),
             observers: Vec::new(),
+            seen: Watch::default(),
         })
     }
 
@@ -534,7 +549,9 @@ impl Threads {
                 self.root.join("threads"),
             ));
         }
-        record::load(&path)
+        let record = record::load(&path)?;
+        self.saw(&path)?;
+        Ok(record)
     }
 
     /// The ids of every thread, sorted.
@@ -614,8 +631,27 @@ impl Threads {
         Ok(())
     }
 
+    /// Saves `record`, refusing when its `thread.json` was deleted, replaced or rewritten by
+    /// someone else since this handle read or wrote it: a thread's state lost under a
+    /// running loop stops the loop with an error naming the file.
     fn save(&self, record: &mut ThreadRecord) -> Result<(), ThreadError> {
-        record::save(&self.record_path(&record.id), record)
+        let path = self.record_path(&record.id);
+        let io = |error| ThreadError::Io {
+            path: path.clone(),
+            error,
+        };
+        if let Some(how) = self.seen.change(&path).map_err(io)? {
+            return Err(ThreadError::Changed { path, how });
+        }
+        record::save(&path, record)?;
+        self.saw(&path)
+    }
+
+    fn saw(&self, path: &Path) -> Result<(), ThreadError> {
+        self.seen.saw(path).map_err(|error| ThreadError::Io {
+            path: path.to_path_buf(),
+            error,
+        })
     }
 
     /// Moves `record` to `to` if the table allows it, and saves. A new value of the same
