@@ -14,12 +14,12 @@ use crate::model::{
     Attempt as AttemptRecord, Change, KillReason, Task, TaskId, TaskStatus, Tombstone,
 };
 use crate::runtime::call::Ending;
+use crate::runtime::claim::{self, Claim};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::gates::{self, GatesEnd};
 use crate::runtime::gave_up;
 use crate::runtime::spec::SpecDoc;
-use crate::signal::{self, TaskSignal};
 use crate::time::now_rfc3339;
 
 /// How a task's turn in BUILD ended.
@@ -167,18 +167,13 @@ impl Engine {
         };
         *tried = summary(&run.final_text);
         let killed_log = run.log_path.as_deref().map(|p| self.ctx.relative(p));
-        match signal::parse(&run.final_text).task {
-            TaskSignal::Done => self.run_gates(task, call.attempt, *deadline, killed_log).await,
-            TaskSignal::Blocked { reason } if reason.trim().is_empty() => {
-                Ok(AttemptEnd::Blocked("the agent gave no reason".into()))
+        match claim::of(&run.final_text) {
+            Claim::Done => {
+                self.run_gates(task, call.attempt, *deadline, killed_log)
+                    .await
             }
-            TaskSignal::Blocked { reason } => Ok(AttemptEnd::Blocked(reason)),
-            TaskSignal::Conflict => Ok(AttemptEnd::Failed(
-                "Your final answer contained both <TASK_DONE> and <TASK_BLOCKED …>; end it with exactly one of them.".into(),
-            )),
-            _ => Ok(AttemptEnd::Failed(
-                "Your final answer did not end with <TASK_DONE> on a line of its own, so the task was not counted as done.".into(),
-            )),
+            Claim::Blocked(reason) => Ok(AttemptEnd::Blocked(reason)),
+            Claim::NotDone(why) => Ok(AttemptEnd::Failed(why)),
         }
     }
 

@@ -389,10 +389,14 @@ impl ImplementationStore {
     /// [`StoreError::Io`] when the file or its folder cannot be written;
     /// [`StoreError::Changed`] when the file changed since this store read or wrote it.
     pub fn save(&self, plan: &mut Implementation, by: &str) -> Result<(), StoreError> {
-        if let Some(how) = self.watch.change(&self.path).map_err(|source| StoreError::Io {
-            path: self.path.clone(),
-            source,
-        })? {
+        if let Some(how) = self
+            .watch
+            .change(&self.path)
+            .map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            })?
+        {
             return Err(StoreError::Changed {
                 path: self.path.clone(),
                 how,

@@ -12,12 +12,12 @@ use crate::event::Event;
 use crate::model::TaskId;
 use crate::output::{bounded_failure, first_line};
 use crate::runtime::call::{Call, Ending};
+use crate::runtime::claim::{self, Claim};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::gates::{self, GatesEnd};
 use crate::runtime::gave_up;
 use crate::runtime::logs::{folder_log, sanitize};
-use crate::signal::{self, TaskSignal};
 use crate::specs::implementation::{SpecEntry, Status, TaskEntry};
 use crate::time::now_rfc3339;
 
@@ -183,18 +183,10 @@ impl SpecBuild {
                 return Ok(Session::Failed("The agent was rate limited.".into()));
             }
         };
-        Ok(match signal::parse(&run.final_text).task {
-            TaskSignal::Done => self.gates(dir, task, session, call.deadline).await?,
-            TaskSignal::Blocked { reason } if reason.trim().is_empty() => {
-                Session::Blocked("the agent gave no reason".into())
-            }
-            TaskSignal::Blocked { reason } => Session::Blocked(reason),
-            TaskSignal::Conflict => Session::Failed(
-                "Your final answer contained both <TASK_DONE> and <TASK_BLOCKED …>; end it with exactly one of them.".into(),
-            ),
-            _ => Session::Failed(
-                "Your final answer did not end with <TASK_DONE> on a line of its own, so the task was not counted as done.".into(),
-            ),
+        Ok(match claim::of(&run.final_text) {
+            Claim::Done => self.gates(dir, task, session, call.deadline).await?,
+            Claim::Blocked(reason) => Session::Blocked(reason),
+            Claim::NotDone(why) => Session::Failed(why),
         })
     }
 
