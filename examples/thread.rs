@@ -158,7 +158,9 @@ async fn run(args: Args) -> Result<u8, Box<dyn std::error::Error>> {
         )?),
         AgentKind::Claude => Box::new(ClaudeCli::from_workspace(&workspace)?),
     };
-    let options = ThreadOptions::default()
+    // The workspace's ralph.toml gives the grace and the transient backoff.
+    let config = ralph::Config::load(&workspace, &Default::default())?;
+    let options = ThreadOptions::from_config(&config)
         .quick(args.quick)
         .config(RunConfig::default().max_iterations(args.max_iterations));
     let threads = Threads::new(&workspace, agent)?
