@@ -2118,9 +2118,12 @@ async fn another_spec_on_a_workspace_with_state_is_an_error() {
         other => panic!("expected SpecMismatch, got {other:?}"),
     }
     assert!(err.to_string().contains("spec.md") && err.to_string().contains("other.md"));
-    // The same spec, given as an absolute path, is the same spec.
-    let again = ralph.construct(h.path().join("spec.md")).await.unwrap();
+    // The same spec again resumes the finished state; given as an absolute path it breaks
+    // the one rule of every mode (relative to the workspace).
+    let again = ralph.construct("spec.md").await.unwrap();
     assert_eq!(again.exit_code(), 0);
+    let err = ralph.construct(h.path().join("spec.md")).await.unwrap_err();
+    assert!(matches!(err, Error::SpecPath(_)), "{err:?}");
     assert_eq!(h.agent.requests().len(), 4, "nothing ran after completion");
 }
 
@@ -2128,7 +2131,8 @@ async fn another_spec_on_a_workspace_with_state_is_an_error() {
 async fn a_missing_spec_is_an_error_naming_it() {
     let h = Harness::new(FakeAgent::new());
     let err = h.ralph(|b| b).construct("nope.md").await.unwrap_err();
-    assert!(matches!(err, Error::Spec { .. }), "{err:?}");
+    assert!(matches!(err, Error::SpecPath(_)), "{err:?}");
+    assert!(err.to_string().contains("cannot be read"), "{err}");
     assert!(err.to_string().contains("nope.md"), "{err}");
     assert!(h.store.persisted().is_empty());
 }
@@ -2190,36 +2194,38 @@ async fn a_malformed_config_file_fails_the_build_naming_key_and_file(
 }
 
 #[tokio::test]
-async fn two_ralphs_on_one_state_file_are_refused() {
+async fn two_ralphs_on_one_workspace_are_refused_while_one_runs() {
     let dir = workspace(SPEC);
     let first = Ralph::builder()
+        .workspace(dir.path())
+        .agent(one_task().on(Role::Build, "t-1", Script::new().hang()))
+        .build()
+        .unwrap();
+    let stop = first.stop_token();
+    let running = tokio::spawn(async move { first.construct("spec.md").await });
+    let lock = dir.path().join(".ralph/ralph.lock");
+    while !std::fs::read_to_string(&lock).is_ok_and(|t| t.contains("pid")) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Building is free: it writes nothing and locks nothing.
+    let second = Ralph::builder()
         .workspace(dir.path())
         .agent(FakeAgent::new())
         .build()
         .unwrap();
 
-    let err = Ralph::builder()
-        .workspace(dir.path())
-        .agent(FakeAgent::new())
-        .build()
-        .unwrap_err();
+    let err = second.construct("spec.md").await.unwrap_err();
 
-    assert!(
-        matches!(err, BuildError::Store(StoreError::Locked { .. })),
-        "{err:?}"
-    );
+    assert!(matches!(err, Error::Busy { .. }), "{err:?}");
     let message = err.to_string();
     assert!(
-        message.contains("is locked by another ralph process"),
+        message.contains("is locked by another ralph process (pid "),
         "{message}"
     );
-    assert!(message.contains("plan.jsonl"), "{message}");
-    drop(first);
-    let _again = build_unlocked(|| {
-        Ralph::builder()
-            .workspace(dir.path())
-            .agent(FakeAgent::new())
-    });
+    assert!(message.contains("ralph.lock"), "{message}");
+    stop.cancel();
+    assert_eq!(running.await.unwrap().unwrap(), Outcome::Interrupted);
+    assert!(second.dry_run("spec.md").await.is_ok());
 }
 
 #[tokio::test]

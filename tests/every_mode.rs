@@ -11,35 +11,15 @@ mod common;
 mod specs_support;
 mod thread_support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use common::{Recorder, accept as accepts, done, no_gaps, tasks, write};
+use common::{Recorder, accept as accepts, done, no_gaps, tasks, tree, write};
 use ralph::agent::{Agent, AgentError, AgentRequest, AgentRun, FakeAgent, Script};
 use ralph::store::StoreError;
 use ralph::thread::phase::PhaseKind;
 use ralph::{Error, Event, JsonlStore, MemoryStore, Outcome, Ralph, Role, SpecsOutcome};
-
-/// Every file under `dir` with its bytes: what a dry run must leave exactly as it was.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                out.insert(path.strip_prefix(root).unwrap().to_path_buf(), Vec::new());
-                walk(&path, root, out);
-            } else {
-                let bytes = std::fs::read(&path).unwrap();
-                out.insert(path.strip_prefix(root).unwrap().to_path_buf(), bytes);
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
 
 /// An agent that deletes `victim` before its first run, then runs `inner`.
 struct DeletesFirst {

@@ -11,6 +11,11 @@ use common::example;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// The bundled demo's files.
+fn demo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo")
+}
+
 fn construct(workspace: &std::path::Path) -> Command {
     let mut cmd = Command::new(example());
     cmd.arg("--workspace").arg(workspace);
@@ -124,8 +129,12 @@ fn a_second_ralph_on_the_same_workspace_is_refused() {
 }
 
 #[test]
-fn dry_run_shows_the_next_step_and_runs_nothing() {
+fn dry_run_shows_the_next_step_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
+    for file in ["spec.md", "ralph.toml"] {
+        std::fs::copy(demo().join(file), dir.path().join(file)).unwrap();
+    }
+    let before = common::tree(dir.path());
     let out = construct(dir.path()).arg("--dry-run").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
@@ -142,6 +151,57 @@ fn dry_run_shows_the_next_step_and_runs_nothing() {
         "no agent ran"
     );
     assert!(!dir.path().join("build").exists(), "no stage log written");
+    assert_eq!(
+        common::tree(dir.path()),
+        before,
+        "nothing written, not even a lock"
+    );
+}
+
+#[test]
+fn plan_and_build_dry_runs_show_the_next_step_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = construct(dir.path()).arg("plan").output().unwrap();
+    assert_eq!(plan.status.code(), Some(0), "{plan:?}");
+    let before = common::tree(dir.path());
+    for (mode, parts) in [
+        (
+            "plan",
+            &[
+                "Dry run of plan mode",
+                "specs/farewell.md, specs/greeter.md",
+                "merged into",
+            ][..],
+        ),
+        (
+            "build",
+            &[
+                "Dry run of build mode",
+                "spec:      greeter",
+                "next:      plan",
+                "prompt:    planner (built-in)",
+            ][..],
+        ),
+    ] {
+        let out = construct(dir.path())
+            .args([mode, "--dry-run"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{mode}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for part in parts {
+            assert!(
+                stdout.contains(part),
+                "{mode}: missing {part:?} in\n{stdout}"
+            );
+        }
+        assert_eq!(common::tree(dir.path()), before, "{mode}: nothing written");
+    }
 }
 
 #[test]

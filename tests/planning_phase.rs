@@ -469,9 +469,9 @@ async fn nested_specs_are_mirrored_and_escaping_specs_refused() {
     write(dir, "specs/good.md", SPEC);
     for (file, why) in [
         ("specs/../secret.md", "`..`"),
-        ("secret.md", "not inside the specs folder"),
+        ("secret.md", "outside the folder specs"),
         ("/etc/hostname", "absolute"),
-        ("specs/link.md", "outside the specs folder"),
+        ("specs/link.md", "outside the folder specs"),
     ] {
         let mut plan = ralph::specs::Implementation::default();
         let mut good = ralph::specs::SpecEntry::new("good", "specs/good.md");

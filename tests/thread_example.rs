@@ -68,6 +68,28 @@ async fn the_bundled_script_goes_from_spec_to_commit() {
 }
 
 #[tokio::test]
+async fn a_dry_run_says_what_start_would_do_and_writes_nothing() {
+    let dir = repo().await;
+    let ws = dir.path();
+    ok(thread(ws, &["new", "--title", "Greeter", "--spec", SPEC])
+        .output()
+        .unwrap());
+    ok(thread(ws, &["finalize"]).output().unwrap());
+    let before = common::tree(ws);
+    let out = ok(thread(ws, &["--dry-run", "start"]).output().unwrap());
+    for part in [
+        "Dry run of thread 1-greeter",
+        "phase:     Finalized",
+        "next:      preflight",
+        "promise:   GREETER_DONE",
+        "criterion: greets by name",
+    ] {
+        assert!(out.contains(part), "missing {part:?} in\n{out}");
+    }
+    assert_eq!(common::tree(ws), before, "nothing written");
+}
+
+#[tokio::test]
 async fn ctrl_c_pauses_and_resume_continues() {
     let dir = repo().await;
     let ws = dir.path();
@@ -102,7 +124,10 @@ async fn ctrl_c_pauses_and_resume_continues() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let paused = ok(child.wait_with_output().unwrap());
+    let out = child.wait_with_output().unwrap();
+    // Paused by SIGINT: the exit code says so (130), as in every mode.
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    let paused = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         paused.contains("phase: Paused")
             && paused.contains("paused at iteration 1")

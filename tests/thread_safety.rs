@@ -1,4 +1,4 @@
-//! Git and process safety of threads: the workspace lock (`.ralph/threads.lock`) between
+//! Git and process safety of threads: the workspace lock (`.ralph/ralph.lock`) between
 //! two handles, a detached-HEAD baseline on revise, and what abandon keeps.
 
 #![allow(clippy::unwrap_used)]
@@ -57,7 +57,7 @@ async fn a_second_handle_cannot_run_start_or_abandon_while_a_loop_runs() {
     let holder = format!("thread {a} is Running in process {pid}");
     assert!(matches!(busy, ThreadError::Busy { .. }), "{busy:?}");
     assert!(
-        busy.to_string().contains(&holder) && busy.to_string().contains("threads.lock"),
+        busy.to_string().contains(&holder) && busy.to_string().contains("ralph.lock"),
         "{busy}"
     );
     assert_eq!(second.get(&b).unwrap().phase, Phase::Configuring);
@@ -65,7 +65,7 @@ async fn a_second_handle_cannot_run_start_or_abandon_while_a_loop_runs() {
         panic!("{:?}", failed.phase)
     };
     assert!(
-        failures[0].contains(&holder) && failures[0].contains("threads.lock"),
+        failures[0].contains(&holder) && failures[0].contains("ralph.lock"),
         "{failures:?}"
     );
     assert!(abandon.to_string().contains(&holder), "{abandon}");

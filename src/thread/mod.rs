@@ -32,7 +32,7 @@
 //! # One loop at a time
 //!
 //! Preflight's "no other thread running" check and every running loop hold an exclusive
-//! OS lock on `.ralph/threads.lock`, so a second process (or a second [`Threads`] on the
+//! OS lock on `.ralph/ralph.lock` (the one every mode takes), so a second process (or a second [`Threads`] on the
 //! same workspace) cannot slip in between: its `start` ends PreflightFailed and its `run`,
 //! `resume` or `abandon` of a running thread fail with [`ThreadError::Busy`], naming the
 //! thread and the process that runs it.
@@ -212,7 +212,7 @@ pub enum ThreadError {
         /// What is wrong.
         reason: String,
     },
-    /// Another process runs a thread of this workspace (it holds `.ralph/threads.lock`).
+    /// Another process runs a thread of this workspace (it holds `.ralph/ralph.lock`).
     #[error("{message}")]
     Busy {
         /// Which thread runs where, and what to do.

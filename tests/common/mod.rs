@@ -82,6 +82,25 @@ pub fn write(dir: &Path, rel: &str, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// Every file and folder under `dir` with its bytes: what a dry run must leave as it was.
+pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if path.is_dir() {
+                out.insert(rel, Vec::new());
+                walk(&path, root, out);
+            } else {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
 /// An investigate answer with tasks `(name, accept)`.
 pub fn tasks(list: &[(&str, &str)]) -> Script {
     let tasks: Vec<Value> = list
