@@ -165,7 +165,7 @@ impl Ralph {
     /// # Errors
     ///
     /// [`Error::PlanMode`] when there are no specs or the agent gave no usable answer (the
-    /// file is then unchanged); [`Error::Plan`] for a spec path outside the specs folder;
+    /// file is then unchanged); [`Error::SpecPath`] for a spec path outside the specs folder;
     /// [`Error::Store`] when `implementation.json` is malformed or cannot be written.
     ///
     /// # Cancel safety
@@ -197,7 +197,7 @@ impl Ralph {
     /// # Errors
     ///
     /// [`Error::NoImplementation`] without `implementation.json`; [`Error::Git`] outside a
-    /// git repository or when a commit fails; [`Error::Plan`] for a spec outside the specs
+    /// git repository or when a commit fails; [`Error::SpecPath`] for a spec outside the specs
     /// folder; otherwise as [`construct`](Self::construct). Blocks, exhausted attempts and
     /// interrupts are [`SpecsOutcome`](crate::outcome::SpecsOutcome)s.
     ///

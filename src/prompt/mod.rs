@@ -16,12 +16,12 @@
 //! | `thread_assess` | `title`, `spec_version`, `problems` (what ralph's own parse of the spec found) — `spec.text` is the thread's spec |
 //!
 //! Build mode over `implementation.json` (seeds 004 and 002) has its own templates; there
-//! `spec` is a [`SpecEntry`](crate::store::implementation::SpecEntry) as in the file (`id`,
+//! `spec` is a [`SpecEntry`](crate::specs::SpecEntry) as in the file (`id`,
 //! `name`, `file`, `context`, `tasks`, `acceptanceCriteria`…):
 //!
 //! | template | variables |
 //! |---|---|
-//! | `task` | `spec`, `task` (a [`TaskEntry`](crate::store::implementation::TaskEntry): `id`, `description`…), `criteria` (the task's acceptance criteria, or a default), `completed` (the spec's completed tasks), `plan` (the active plan's text), `gates` (names) |
+//! | `task` | `spec`, `task` (a [`TaskEntry`](crate::specs::TaskEntry): `id`, `description`…), `criteria` (the task's acceptance criteria, or a default), `completed` (the spec's completed tasks), `plan` (the active plan's text), `gates` (names) |
 //! | `task_retry` | as `task`, plus `attempt` (this session's number for the task) and `failure` (the previous failure, bounded) |
 //! | `planner` | `spec`, `spec_text`, `workspace`, `spec_path`, `ralph_home` (`.ralph`), `log_dir` (the spec's run logs), `plan_path`, `scratchpad_path`, `phrase` (the magic phrase), `scratchpad` (its content, bounded), `previous_plan` and `reason` (when re-planning) |
 //! | `spec_verify` | `spec`, `spec_text`, `plan`, `changes` (`git status` lines of the uncommitted work) |

@@ -1,26 +1,4 @@
-//! Stopping a run from outside, the same way in every mode: SIGINT (Ctrl+C), SIGTERM (what
-//! CI runners, `timeout` and `kill` send) and SIGHUP (a closed terminal).
-//!
-//! The first signal cancels the run's stop token: the running agent or gate stops its
-//! processes (SIGTERM, the grace, SIGKILL, then the sweep of everything they started), the
-//! state is saved, and the run returns its interrupted outcome (a thread is Paused). An
-//! attempt cut short this way is not counted against the task's retries. A second signal
-//! does not wait out the grace: it kills at once every process the runs on the workspace
-//! started, and exits the process.
-//!
-//! ```no_run
-//! use ralph::{FakeAgent, Interrupts, Ralph};
-//!
-//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let ralph = Ralph::builder().workspace(".").agent(FakeAgent::new()).build()?;
-//! let interrupts = Interrupts::listen(ralph.workspace(), ralph.stop_token(), |signal| {
-//!     eprintln!("{signal}: stopping the running agent or gate and saving the state…");
-//! })?;
-//! let outcome = ralph.resume().await?;
-//! let code = interrupts.received().map_or(outcome.exit_code(), |s| i32::from(s.exit_code()));
-//! std::process::exit(code);
-//! # }
-//! ```
+//! Stopping a run from outside, the same way in every mode: see [`Interrupts`].
 
 use std::fmt;
 use std::path::Path;
@@ -63,8 +41,29 @@ impl fmt::Display for Interrupt {
     }
 }
 
-/// Listens for SIGINT, SIGTERM and SIGHUP for the rest of the process (see the
-/// [module docs](self)).
+/// Stopping a run from outside, the same way in every mode: SIGINT (Ctrl+C), SIGTERM (what
+/// CI runners, `timeout` and `kill` send) and SIGHUP (a closed terminal).
+///
+/// The first signal cancels the run's stop token: the running agent or gate stops its
+/// processes (SIGTERM, the grace, SIGKILL, then the sweep of everything they started), the
+/// state is saved, and the run returns its interrupted outcome (a thread is Paused). An
+/// attempt cut short this way is not counted against the task's retries. A second signal
+/// does not wait out the grace: it kills at once every process the runs on the workspace
+/// started, and exits the process.
+///
+/// ```no_run
+/// use ralph::{FakeAgent, Interrupts, Ralph};
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ralph = Ralph::builder().workspace(".").agent(FakeAgent::new()).build()?;
+/// let interrupts = Interrupts::listen(ralph.workspace(), ralph.stop_token(), |signal| {
+///     eprintln!("{signal}: stopping the running agent or gate and saving the state…");
+/// })?;
+/// let outcome = ralph.resume().await?;
+/// let code = interrupts.received().map_or(outcome.exit_code(), |s| i32::from(s.exit_code()));
+/// std::process::exit(code);
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Interrupts {
     first: Arc<OnceLock<Interrupt>>,
