@@ -1,48 +1,13 @@
-//! What the benches that run `fake_claude` share.
+//! What the benches that run `fake-claude` share.
 
 #![allow(dead_code)] // each bench uses a part
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-/// The `fake_claude` example (`examples/fake_claude.rs`), a stand-in for the `claude` binary,
-/// built by `cargo build --example fake_claude` for the profile this bench was built with:
-/// `bench` when it runs from `target/release` (`cargo bench`), else `dev` (`cargo test
-/// --benches` runs benches once, from `target/debug`). A no-op when it is up to date.
-///
-/// Robust where a path guessed in advance is not: a stale or missing binary is rebuilt, into
-/// the target dir this bench was built in (so `CARGO_TARGET_DIR` and `--target-dir` hold),
-/// next to this bench's own binary (`target/<profile>/examples/`).
+/// `fake-claude` (`fixtures/bin/fake_claude.rs`), a stand-in for the `claude` binary, built by
+/// cargo for this bench's profile.
 pub(crate) fn fake_claude() -> PathBuf {
-    let exe = std::env::current_exe().expect("the bench's path");
-    // target/<profile dir>/deps/<bench>-<hash>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("release") => "bench",
-        _ => "dev",
-    };
-    let target_dir = profile_dir.parent().expect("target/<profile>");
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--quiet",
-            "--profile",
-            profile,
-            "--example",
-            "fake_claude",
-        ])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo build");
-    assert!(status.success(), "cargo build --example fake_claude failed");
-    let path = profile_dir.join("examples").join("fake_claude");
-    assert!(path.exists(), "{} is missing", path.display());
-    path
+    PathBuf::from(env!("CARGO_BIN_EXE_fake-claude"))
 }
 
 /// The arguments of `cargo bench` mean a measurement; anything else (`cargo test --benches`)

@@ -11,7 +11,7 @@ use crate::config::duration;
 /// The environment variable naming the `claude` binary when `claude.bin` is not set.
 pub const BIN_ENV: &str = "RALPH_CLAUDE_BIN";
 
-/// How the CLI treats tool calls that need approval (its `--permission-mode`; PROTOCOL §8).
+/// How the CLI treats tool calls that need approval (its `--permission-mode`; fixtures/claude/PROTOCOL.md §8).
 ///
 /// In `-p` mode nothing ever prompts: a refused tool call is reported to the model, which
 /// carries on.

@@ -1,6 +1,6 @@
 //! The parser of the Claude CLI's `--output-format stream-json --verbose` stdout.
 //!
-//! The CLI writes one JSON object per line (see `claude-cli/PROTOCOL.md`): `system` lines
+//! The CLI writes one JSON object per line (see `fixtures/claude/PROTOCOL.md`): `system` lines
 //! (`init`, `api_retry`, `permission_denied`, `status`, `compact_boundary`, …), one `assistant`
 //! line per content block of each API message, `user` lines with tool results, optional
 //! `stream_event` and `rate_limit_event` lines, and a last `result` line with the outcome.
@@ -26,7 +26,7 @@
 //! # The final text
 //!
 //! [`StreamSummary::final_text`] is `result.result` of a run that completed (`is_error:
-//! false`), and nothing otherwise. This is PROTOCOL §4's strict option: `result.result` is the
+//! false`), and nothing otherwise. This is fixtures/claude/PROTOCOL.md §4's strict option: `result.result` is the
 //! last text block of the final assistant message only, so a marker the model wrote in an
 //! earlier turn (`"I am done. <TASK_DONE>"`, then a tool call, then `"Verified."`) or in a
 //! message cut off by an API error is not part of it. Markers are the engine's business

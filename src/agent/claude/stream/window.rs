@@ -17,7 +17,7 @@
 /// | `claude-opus-5-5`, `claude-sonnet-5-5`, `claude-haiku-5-5`, `claude-fable-5-2`, the aliases `opus`, `sonnet`, `haiku`, `fable` | 1,000,000 |
 /// | `claude-sonnet-4-5`, `claude-haiku-4-5` (and dated names such as `claude-sonnet-4-5-20250929`) | 200,000 |
 ///
-/// These are the windows CLI 2.1.328 reported for those names (PROTOCOL §5).
+/// These are the windows CLI 2.1.328 reported for those names (fixtures/claude/PROTOCOL.md §5).
 ///
 /// ```
 /// use ralph::agent::claude::stream::ContextWindows;

@@ -1,0 +1,167 @@
+//! Kills: a gate timeout, the stage timeout, the context limit; a compaction that works is no kill.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// 8. Gate timeout.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_gate_past_its_timeout_fails_the_attempt_and_leaves_no_process() {
+    let h = Harness::new(one_task().always(Role::Build, done()));
+    let slow = ShellGate::new("slow", "echo $$ >> gate.pids; exec sleep 30")
+        .timeout(Duration::from_millis(300))
+        .grace(Duration::from_millis(100));
+
+    let outcome = h.run(|b| b.gate(slow).retries(1)).await;
+
+    let items = blocked(&outcome);
+    assert_eq!(items[0].id, "t-1");
+    assert!(
+        items[0]
+            .reason
+            .starts_with("gave up after 2 attempts: Quality gate `slow` timed out"),
+        "{}",
+        items[0].reason
+    );
+    assert_eq!(
+        h.gate_statuses(),
+        [GateStatus::TimedOut, GateStatus::TimedOut]
+    );
+    let builds = h.requests(Role::Build, "t-1");
+    assert_eq!(attempts(&builds), [1, 2]);
+    assert!(
+        builds[1].prompt.contains("Quality gate `slow` timed out"),
+        "{}",
+        builds[1].prompt
+    );
+    // A timeout is a failed attempt, not a kill.
+    assert_eq!(h.task("t-1").kill_reason, None);
+    assert!(h.events.of_kind("task_killed").is_empty());
+
+    let pids: Vec<u32> = std::fs::read_to_string(h.path().join("gate.pids"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    for pid in pids {
+        assert!(!sleep_alive(pid), "the gate's sleep {pid} survived");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. Kills: stage timeout, context limit; a compaction that works is no kill.
+// ---------------------------------------------------------------------------------------
+
+#[rstest]
+#[case::stage_timeout(
+    Script::new().print("compiling the world", 20).hang(),
+    Some((KillReason::Timeout, "stopped by the timeout (400ms)"))
+)]
+#[case::context_limit(
+    Script::new().print("compiling the world", 20).usage(96, 100, None),
+    Some((KillReason::ContextLimit, "stopped at the context limit (95%)"))
+)]
+#[case::failed_compaction(
+    Script::new().print("compiling the world", 20).usage(90, 100, Some(85)),
+    Some((KillReason::ContextLimit, "stopped at the context limit (95%)"))
+)]
+#[case::compaction_succeeds(
+    Script::new().usage(90, 100, Some(40)).write("done.txt", "hi\n").answer("Done.\n<TASK_DONE>"),
+    None
+)]
+#[tokio::test]
+async fn a_killed_task_is_decomposed_and_a_compacted_one_carries_on(
+    #[case] first_run: Script,
+    #[case] kill: Option<(KillReason, &str)>,
+) {
+    let mut agent = one_task()
+        .on(Role::Build, "t-1", first_run)
+        .always(Role::Build, writes_done());
+    if kill.is_some() {
+        agent = agent.on(
+            Role::Decompose,
+            "t-1",
+            Script::new().json(json!({"subtasks": [
+                {"name": "Write the greeting", "accept": "greets"},
+                {"name": "Write the farewell", "accept": "says bye"}
+            ]})),
+        );
+    }
+    let h = Harness::new(agent);
+
+    let outcome = h
+        .run(|b| {
+            b.gate(done_gate())
+                .stage_timeout(Duration::from_millis(400))
+        })
+        .await;
+
+    h.agent.verify().unwrap();
+    let Some((reason, tombstone)) = kill else {
+        assert_eq!(
+            outcome,
+            Outcome::Complete {
+                iterations: 1,
+                accepted: 1
+            }
+        );
+        assert!(h.events.of_kind("task_killed").is_empty());
+        let compacted: Vec<_> = h
+            .events
+            .of_kind("agent")
+            .into_iter()
+            .filter(|e| e["kind"] == "compacted")
+            .collect();
+        assert_eq!(compacted.len(), 1);
+        assert_eq!(compacted[0]["subject"], "t-1");
+        let task = h.task("t-1");
+        assert_eq!(
+            (task.status, task.kill_reason),
+            (TaskStatus::Accepted, None)
+        );
+        return;
+    };
+
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 2,
+            accepted: 2
+        }
+    );
+    let killed = h.events.of_kind("task_killed");
+    assert_eq!(killed.len(), 1);
+    assert_eq!(killed[0]["reason"], reason.to_string());
+    // The kill was persisted (pending + kill_reason + kill_log) before DECOMPOSE ran.
+    let history = h.history("t-1");
+    let at_kill = history.iter().find(|t| t.kill_reason.is_some()).unwrap();
+    assert_eq!(at_kill.status, TaskStatus::Pending);
+    assert_eq!(at_kill.kill_reason, Some(reason));
+    let log = at_kill.kill_log.clone().unwrap();
+    assert!(log.is_relative() && log.starts_with("build/ralph-logs"));
+    let text = std::fs::read_to_string(h.path().join(&log)).unwrap();
+    assert!(text.contains("compiling the world"));
+    assert_eq!(at_kill.tombstones[0].reason, tombstone);
+
+    let decompose = &h.requests(Role::Decompose, "t-1")[0];
+    assert!(decompose.prompt.contains("compiling the world"));
+    assert!(decompose.prompt.contains(&reason.to_string()));
+    let board = h.store.board();
+    assert_eq!(board.tasks["t-1"].status, TaskStatus::Decomposed);
+    for sub in ["t-1a", "t-1b"] {
+        assert_eq!(board.tasks[sub].status, TaskStatus::Accepted);
+        assert_eq!(board.tasks[sub].parent.as_ref().unwrap(), "t-1");
+    }
+    assert_eq!(
+        h.events.stages(),
+        [
+            (1, "INVESTIGATE".to_owned()),
+            (1, "BUILD".to_owned()),
+            (1, "DECOMPOSE".to_owned()),
+            (2, "BUILD".to_owned()),
+            (2, "VERIFY".to_owned()),
+        ]
+    );
+}

@@ -1,0 +1,643 @@
+//! Seed 003 (the rslph build loop) in the engine, over a real markdown progress file: `once`,
+//! `dry_run`, max iterations, recent-attempt memory, the iteration log, re-reading the file
+//! each iteration, and each pitfall of the seed.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::*;
+use ralph::agent::Script;
+use ralph::model::{KillReason, Stage, TaskStatus};
+use ralph::{
+    Event, FakeAgent, Observer, Outcome, ProgressStore, Ralph, RalphBuilder, Role, ShellGate, Store,
+};
+
+const SPEC: &str = "# Greeter\nWrite the files the progress file lists.\n";
+
+const PROGRESS: &str = "# Progress: Greeter
+
+## Status
+
+In progress
+
+## Phase 1: Files
+
+- [ ] Write a.txt
+- [ ] Write b.txt
+";
+
+/// A workspace with `spec.md` and `PROGRESS.md` (`progress`).
+fn workspace_with(progress: &str) -> tempfile::TempDir {
+    let dir = workspace(SPEC);
+    write(dir.path(), "PROGRESS.md", progress);
+    dir
+}
+
+fn progress_path(dir: &Path) -> PathBuf {
+    dir.join("PROGRESS.md")
+}
+
+fn builder(dir: &Path, agent: Arc<FakeAgent>) -> RalphBuilder {
+    Ralph::builder()
+        .workspace(dir)
+        .agent(agent)
+        .store(ProgressStore::open(progress_path(dir)).unwrap())
+        .stage_timeout(Duration::from_secs(20))
+}
+
+/// Builds `t-1` and `t-2` (each writes its file and claims done); verifiers accept.
+fn builds_both() -> FakeAgent {
+    FakeAgent::new()
+        .always(Role::Verify, accept("ok"))
+        .always(Role::GapAnalysis, no_gaps())
+        .on(
+            Role::Build,
+            "t-1",
+            Script::new()
+                .write("a.txt", "a\n")
+                .answer("Wrote a.txt.\n<TASK_DONE>"),
+        )
+        .on(
+            Role::Build,
+            "t-2",
+            Script::new()
+                .write("b.txt", "b\n")
+                .answer("Wrote b.txt.\n<TASK_DONE>"),
+        )
+}
+
+fn text(dir: &Path) -> String {
+    std::fs::read_to_string(progress_path(dir)).unwrap()
+}
+
+fn builds(agent: &FakeAgent) -> Vec<(String, u32)> {
+    agent
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == Role::Build)
+        .map(|r| (r.subject.unwrap_or_default(), r.attempt))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_progress_file_is_built_ticked_and_logged() {
+    let dir = workspace_with(PROGRESS);
+    let agent = Arc::new(builds_both());
+    let outcome = builder(dir.path(), agent.clone())
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 1,
+            accepted: 2
+        }
+    );
+    let text = text(dir.path());
+    assert!(text.contains("- [x] Write a.txt <!-- id:t-1 -->"), "{text}");
+    assert!(text.contains("- [x] Write b.txt <!-- id:t-2 -->"), "{text}");
+    assert!(
+        text.contains("- Iteration 1, t-1: tried: Wrote a.txt. — result: done"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| 1 | ")
+            && text.contains(" | 2 | 2 accepted, 0 rejected, 0 new task(s), 0 new issue(s) |"),
+        "one log row, two tasks completed\n{text}"
+    );
+}
+
+/// Pitfall 1, context pollution: every agent run is its own request (a fresh process for
+/// the real CLI, which has no session to continue), and a later iteration's prompt carries
+/// what it needs itself.
+#[tokio::test]
+async fn every_iteration_runs_a_fresh_agent() {
+    let dir = workspace_with(PROGRESS);
+    let agent = Arc::new(
+        builds_both()
+            .on_attempt(Role::Verify, "t-2", 1, reject("b.txt must say hello"))
+            .on(
+                Role::Build,
+                "t-2",
+                Script::new()
+                    .write("b.txt", "hello\n")
+                    .answer("Now says hello.\n<TASK_DONE>"),
+            ),
+    );
+    let outcome = builder(dir.path(), agent.clone())
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 2,
+            accepted: 2
+        }
+    );
+    assert_eq!(
+        builds(&agent),
+        vec![("t-1".into(), 1), ("t-2".into(), 1), ("t-2".into(), 2)]
+    );
+    let second = agent
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == Role::Build)
+        .nth(2)
+        .unwrap();
+    assert!(second.prompt.contains("# Task: Write b.txt"));
+    assert!(
+        second.prompt.contains("b.txt must say hello"),
+        "the rejection travels in the prompt"
+    );
+    assert!(second.prompt.contains("## Recent Attempts"));
+}
+
+#[tokio::test]
+async fn once_runs_one_iteration_and_the_next_call_the_next() {
+    let dir = workspace_with(PROGRESS);
+    let agent = Arc::new(
+        builds_both()
+            .on_attempt(Role::Verify, "t-2", 1, reject("not yet"))
+            .on(Role::Build, "t-2", done()),
+    );
+    let outcome = builder(dir.path(), agent.clone())
+        .once(true)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Once {
+            iteration: 1,
+            remaining: 1
+        }
+    );
+    assert_eq!(
+        outcome.to_string(),
+        "Stopped after one iteration (once): iteration 1 finished. Tasks remaining: 1"
+    );
+    assert_eq!(builds(&agent).len(), 2);
+
+    let outcome = builder(dir.path(), agent.clone())
+        .once(true)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 2,
+            accepted: 2
+        },
+        "completion wins over once"
+    );
+    assert_eq!(builds(&agent).len(), 3);
+}
+
+/// Pitfall 4, max iterations silent failure: the run says why it stopped and what remains.
+#[tokio::test]
+async fn max_iterations_says_so_with_the_remaining_count() {
+    let dir = workspace_with(PROGRESS);
+    let agent = Arc::new(
+        FakeAgent::new()
+            .always(Role::Verify, reject("never good enough"))
+            .always(Role::GapAnalysis, no_gaps())
+            .always(Role::Build, done()),
+    );
+    let outcome = builder(dir.path(), agent)
+        .max_iterations(2)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.to_string(),
+        "Stopped: max iterations (2) reached. Tasks remaining: 2"
+    );
+    assert_eq!(outcome.exit_code(), 2);
+}
+
+/// Pitfall 5, recent attempts growing unbounded: only the last N are kept, in the prompt and
+/// in the file.
+#[tokio::test]
+async fn recent_attempts_are_trimmed_in_the_prompt_and_the_file() {
+    let dir = workspace_with("# Progress: x\n\n## Tasks\n\n- [ ] Make the gate pass\n");
+    let mut agent = FakeAgent::new();
+    for n in 1..=5 {
+        agent = agent.on_attempt(
+            Role::Build,
+            "t-1",
+            n,
+            Script::new().answer(format!("try number {n}\n<TASK_DONE>")),
+        );
+    }
+    let agent = Arc::new(agent);
+    let outcome = builder(dir.path(), agent.clone())
+        .gate(ShellGate::new("never", "echo nope; exit 1"))
+        .retries(4)
+        .recent_attempts(2)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Blocked { .. }), "{outcome:?}");
+    let prompts: Vec<String> = agent.requests().into_iter().map(|r| r.prompt).collect();
+    assert_eq!(prompts.len(), 5);
+    assert!(
+        !prompts[0].contains("## Recent Attempts"),
+        "nothing to remember yet"
+    );
+    let last = &prompts[4];
+    assert!(
+        last.contains("tried: try number 3 — result: gates failed: never"),
+        "{last}"
+    );
+    assert!(
+        last.contains("tried: try number 4 — result: gates failed: never"),
+        "{last}"
+    );
+    assert!(
+        !last.contains("try number 2 "),
+        "older attempts are gone\n{last}"
+    );
+    let text = text(dir.path());
+    let remembered: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("- Iteration 1, t-1"))
+        .collect();
+    assert_eq!(remembered.len(), 2, "{text}");
+    assert!(remembered[1].contains("try number 5"), "{text}");
+    assert!(!text.contains("try number 3 "), "{text}");
+}
+
+#[tokio::test]
+async fn the_iteration_log_gets_one_row_per_iteration() {
+    let dir = workspace_with(PROGRESS);
+    let agent = Arc::new(
+        builds_both()
+            .on_attempt(Role::Verify, "t-2", 1, reject("again"))
+            .on(Role::Build, "t-2", done()),
+    );
+    builder(dir.path(), agent)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    let store = ProgressStore::open(progress_path(dir.path())).unwrap();
+    let log = store.load().await.unwrap().run.log;
+    let rows: Vec<(u32, usize)> = log
+        .iter()
+        .map(|e| (e.iteration, e.tasks_completed))
+        .collect();
+    assert_eq!(rows, vec![(1, 1), (2, 1)]);
+    assert_eq!(
+        log[0].note,
+        "1 accepted, 1 rejected, 0 new task(s), 0 new issue(s)"
+    );
+}
+
+/// Edits the progress file when iteration 1 ends, as a person would between iterations.
+struct EditAfterFirst(PathBuf);
+
+impl Observer for EditAfterFirst {
+    fn on_event(&self, event: &Event) {
+        if let Event::IterationFinished { iteration: 1 } = event {
+            let text = std::fs::read_to_string(&self.0).unwrap();
+            let text = text.replace(
+                "- [ ] Write b.txt <!-- id:t-2 -->",
+                "- [x] Write b.txt <!-- id:t-2 -->\n- [ ] Write c.txt",
+            );
+            std::fs::write(&self.0, text).unwrap();
+        }
+    }
+}
+
+/// Re-read each iteration: a task ticked and a task added by hand between iterations count.
+#[tokio::test]
+async fn a_persons_edits_between_iterations_are_honored() {
+    let dir = workspace_with(PROGRESS);
+    let agent = Arc::new(
+        builds_both()
+            .on_attempt(Role::Verify, "t-2", 1, reject("wrong"))
+            .on(
+                Role::Build,
+                "t-3",
+                Script::new()
+                    .write("c.txt", "c\n")
+                    .answer("Wrote c.txt.\n<TASK_DONE>"),
+            ),
+    );
+    let outcome = builder(dir.path(), agent.clone())
+        .observer(EditAfterFirst(progress_path(dir.path())))
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 2,
+            accepted: 3
+        }
+    );
+    assert_eq!(
+        builds(&agent),
+        vec![("t-1".into(), 1), ("t-2".into(), 1), ("t-3".into(), 1)],
+        "t-2 was ticked by hand: not rebuilt; the added line became t-3 and was built"
+    );
+    assert!(text(dir.path()).contains("- [x] Write c.txt <!-- id:t-3 -->"));
+}
+
+/// Cancels the stop token when `task` starts.
+struct StopWhen(&'static str, tokio_util::sync::CancellationToken);
+
+impl Observer for StopWhen {
+    fn on_event(&self, event: &Event) {
+        if let Event::TaskStarted { task, .. } = event
+            && task == self.0
+        {
+            self.1.cancel();
+        }
+    }
+}
+
+/// Pitfall 2, lost progress on interrupt: a stop mid-agent keeps what was done, and the next
+/// run resumes without redoing it.
+#[tokio::test]
+async fn an_interrupt_mid_agent_loses_nothing_and_the_next_run_resumes() {
+    let dir = workspace_with(PROGRESS);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let first = Arc::new(
+        FakeAgent::new()
+            .on(
+                Role::Build,
+                "t-1",
+                Script::new()
+                    .write("a.txt", "a\n")
+                    .answer("Wrote a.txt.\n<TASK_DONE>"),
+            )
+            .on(Role::Build, "t-2", Script::new().hang()),
+    );
+    let outcome = builder(dir.path(), first.clone())
+        .stop_token(stop.clone())
+        .observer(StopWhen("t-2", stop))
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Interrupted);
+    {
+        let store = ProgressStore::open(progress_path(dir.path())).unwrap();
+        let board = store.load().await.unwrap();
+        assert_eq!(
+            board.tasks["t-1"].status,
+            TaskStatus::Done,
+            "t-1's work is on record"
+        );
+        assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending);
+    }
+
+    let second = Arc::new(builds_both());
+    let outcome = builder(dir.path(), second.clone())
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 1,
+            accepted: 2
+        }
+    );
+    assert_eq!(
+        builds(&second),
+        vec![("t-2".into(), 1)],
+        "t-1 is not built again"
+    );
+}
+
+/// Pitfall 6, timeout: a hanging agent is stopped at the limit, and the attempt is
+/// remembered as killed.
+#[tokio::test]
+async fn a_hanging_agent_is_killed_at_the_timeout_and_remembered() {
+    let dir = workspace_with("# Progress: x\n\n## Tasks\n\n- [ ] Hang\n");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let agent = Arc::new(FakeAgent::new().on(Role::Build, "t-1", Script::new().hang()));
+    struct StopOnKill(tokio_util::sync::CancellationToken);
+    impl Observer for StopOnKill {
+        fn on_event(&self, event: &Event) {
+            if matches!(event, Event::TaskKilled { .. }) {
+                self.0.cancel();
+            }
+        }
+    }
+    let outcome = builder(dir.path(), agent)
+        .agent_timeout(Duration::from_millis(300))
+        .stop_token(stop.clone())
+        .observer(StopOnKill(stop))
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Interrupted);
+    let text = text(dir.path());
+    assert!(text.contains("result: killed: timeout"), "{text}");
+    let store = ProgressStore::open(progress_path(dir.path())).unwrap();
+    assert_eq!(
+        store.load().await.unwrap().tasks["t-1"].kill_reason,
+        Some(KillReason::Timeout)
+    );
+}
+
+/// Pitfall 3, RALPH_DONE parsed as task text: only a line of its own in Status counts.
+#[tokio::test]
+async fn ralph_done_counts_only_alone_in_the_status_section() {
+    let elsewhere = [
+        "# Progress: x\n\n## Status\n\nWrite RALPH_DONE when finished\n\n## Tasks\n\n- [ ] Write a.txt\n",
+        "# Progress: x\n\n## Status\n\nIn progress\n\n## Tasks\n\n- [ ] RALPH_DONE\n",
+        "# Progress: x\n\n## Tasks\n\n- [ ] Write a.txt\n\nRALPH_DONE\n",
+        "# Progress: x\n\n## Tasks\n\n- [ ] Write a.txt\n\n## Recent Attempts\n\nRALPH_DONE\n",
+        "# Progress: x\n\n## Status\n\n```\nRALPH_DONE\n```\n\n## Tasks\n\n- [ ] Write a.txt\n",
+    ];
+    for progress in elsewhere {
+        let dir = workspace_with(progress);
+        let agent = Arc::new(
+            FakeAgent::new()
+                .always(Role::Build, done())
+                .always(Role::Verify, accept("ok"))
+                .always(Role::GapAnalysis, no_gaps()),
+        );
+        let outcome = builder(dir.path(), agent.clone())
+            .build()
+            .unwrap()
+            .construct("spec.md")
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Complete {
+                iterations: 1,
+                accepted: 1
+            },
+            "{progress}"
+        );
+        assert_eq!(
+            builds(&agent).len(),
+            1,
+            "the task was built, not skipped:\n{progress}"
+        );
+    }
+
+    let dir = workspace_with(
+        "# Progress: x\n\n## Status\n\nEnough for now.\nRALPH_DONE\n\n## Tasks\n\n- [ ] A\n- [ ] B\n",
+    );
+    let agent = Arc::new(FakeAgent::new());
+    let outcome = builder(dir.path(), agent.clone())
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Declared { remaining: 2 },
+        "a person's stop, boxes left: stopped, not complete"
+    );
+    assert!(agent.requests().is_empty());
+}
+
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(snapshot(&path));
+        } else {
+            out.insert(path.clone(), std::fs::read(&path).unwrap());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn dry_run_shows_the_next_step_and_touches_nothing() {
+    let dir = workspace_with(PROGRESS);
+    write(dir.path(), "prompts/build.md", "Custom: {{ task.name }}\n");
+    write(
+        dir.path(),
+        "ralph.toml",
+        "max_iterations = 7\nrecent_attempts = 3\n[prompts]\nbuild = \"prompts/build.md\"\n",
+    );
+    // Give the file its trailers and sidecar first, as a run would have.
+    ProgressStore::open(progress_path(dir.path()))
+        .unwrap()
+        .persist(&[])
+        .await
+        .unwrap();
+    let agent = Arc::new(FakeAgent::new());
+    let ralph = builder(dir.path(), agent.clone())
+        .gate(ShellGate::new("touch", "touch gate-ran"))
+        .once(true)
+        .build()
+        .unwrap();
+    let before = snapshot(dir.path());
+
+    let report = ralph.dry_run("spec.md").await.unwrap();
+
+    assert_eq!(snapshot(dir.path()), before, "no file written or changed");
+    assert!(agent.requests().is_empty(), "no agent started");
+    assert_eq!(report.stage, Stage::Build);
+    assert_eq!(report.next, Some(("t-1".into(), "Write a.txt".into())));
+    assert_eq!(report.template.as_deref(), Some("build"));
+    assert!(
+        report
+            .template_source
+            .as_deref()
+            .unwrap()
+            .ends_with("prompts/build.md")
+    );
+    let shown = report.to_string();
+    for part in [
+        "stage:     BUILD (iteration 1)",
+        "next:      t-1: Write a.txt",
+        "prompts/build.md)",
+        "max iterations 7, stage timeout 20s, agent timeout 5m, retries 2, once yes, recent attempts 3",
+        "remaining: 2",
+    ] {
+        assert!(shown.contains(part), "missing {part:?} in\n{shown}");
+    }
+}
+
+#[tokio::test]
+async fn store_kind_progress_and_the_new_keys_come_from_ralph_toml() {
+    let dir = workspace_with(PROGRESS);
+    write(
+        dir.path(),
+        "ralph.toml",
+        "once = true\nrecent_attempts = 1\n[store]\nkind = \"progress\"\n",
+    );
+    let agent = Arc::new(builds_both().on_attempt(Role::Verify, "t-2", 1, reject("no")));
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent.clone())
+        .build()
+        .unwrap();
+    assert!(ralph.config().once);
+    assert_eq!(ralph.config().recent_attempts, 1);
+    let outcome = ralph.construct("spec.md").await.unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Once {
+            iteration: 1,
+            remaining: 1
+        }
+    );
+    let text = text(dir.path());
+    assert!(text.contains("- [x] Write a.txt <!-- id:t-1 -->"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("- Iteration "))
+            .count(),
+        1,
+        "{text}"
+    );
+}
+
+#[test]
+fn old_plan_lines_without_the_new_fields_still_load() {
+    let run: ralph::model::Change = serde_json::from_str(
+        r#"{"t":"run","iteration":3,"seeded":true,"next_task":4,"next_issue":1}"#,
+    )
+    .unwrap();
+    let ralph::model::Change::Run(run) = run else {
+        panic!("not a run line")
+    };
+    assert!(run.attempts.is_empty() && run.log.is_empty());
+    let line = serde_json::to_string(&ralph::model::Change::Run(run)).unwrap();
+    assert!(
+        !line.contains("attempts") && !line.contains("\"log\""),
+        "{line}"
+    );
+}

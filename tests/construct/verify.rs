@@ -1,0 +1,177 @@
+//! Verifier rejections (tombstone, fresh retry budget, the reason in the prompt) and verifiers run concurrently, bounded.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// 6. A verifier rejection: tombstone, fresh retry budget, the reason in the prompt.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_rejected_task_is_rebuilt_with_a_fresh_retry_budget_and_the_reason() {
+    const WHY: &str = "done.txt greets nobody in particular";
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                tasks(&[("Write done.txt", "greets")]),
+            )
+            // Round 1: one failed attempt, then done.
+            .on_attempt(Role::Build, "t-1", 1, done())
+            .on_attempt(Role::Build, "t-1", 2, writes_done())
+            .on_attempt(Role::Verify, "t-1", 1, reject(WHY))
+            // Round 2: again one failed attempt, then done; with retries = 1 this only
+            // works if the rejection reset the budget.
+            .on_attempt(
+                Role::Build,
+                "t-1",
+                3,
+                Script::new().answer("Greeting everyone now."),
+            )
+            .on_attempt(Role::Build, "t-1", 4, done())
+            .on_attempt(Role::Verify, "t-1", 2, accept("greets"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+
+    let outcome = h.run(|b| b.gate(done_gate()).retries(1)).await;
+
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 2,
+            accepted: 1
+        }
+    );
+    h.agent.verify().unwrap();
+    assert_eq!(
+        attempts(&h.requests(Role::Build, "t-1")),
+        [1, 2, 3, 4],
+        "build attempts are never reset"
+    );
+    assert_eq!(
+        h.started(),
+        [
+            ("t-1".into(), 1),
+            ("t-1".into(), 2),
+            ("t-1".into(), 1),
+            ("t-1".into(), 2)
+        ],
+        "the attempt within the round restarts after a rejection"
+    );
+    let builds = h.requests(Role::Build, "t-1");
+    assert!(builds[2].prompt.contains(WHY), "{}", builds[2].prompt);
+    assert!(builds[2].prompt.contains("Earlier Rounds of This Task"));
+    assert!(builds[3].prompt.contains(NOT_AT_END));
+
+    let verdicts: Vec<bool> = h
+        .events
+        .of_kind("verdict")
+        .iter()
+        .map(|v| v["accepted"].as_bool().unwrap())
+        .collect();
+    assert_eq!(verdicts, [false, true]);
+
+    // The rejection was recorded: pending again, tombstone with the reason, budget reset.
+    let rejected = h
+        .history("t-1")
+        .into_iter()
+        .find(|t| t.status == TaskStatus::Pending && !t.tombstones.is_empty())
+        .unwrap();
+    assert_eq!(rejected.attempts, 2);
+    assert_eq!(rejected.retry_base, 2);
+    assert_eq!(rejected.verdict, None);
+    assert!(rejected.last_failure.as_deref().unwrap().contains(WHY));
+    let task = h.task("t-1");
+    assert_eq!(task.tombstones.len(), 1);
+    assert_eq!(
+        task.tombstones[0].reason,
+        format!("rejected by the verifier: {WHY}")
+    );
+    assert_eq!(task.verifications, 2);
+    assert_eq!(task.status, TaskStatus::Accepted);
+}
+
+// ---------------------------------------------------------------------------------------
+// 14. Verifiers run concurrently, bounded.
+// ---------------------------------------------------------------------------------------
+
+/// Wraps an agent and records the most verifier runs in flight at once.
+struct Gauge {
+    inner: FakeAgent,
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+#[async_trait]
+impl Agent for Gauge {
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        let verify = request.role == Role::Verify;
+        if verify {
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max.fetch_max(now, Ordering::SeqCst);
+        }
+        let run = self.inner.run(request).await;
+        if verify {
+            self.now.fetch_sub(1, Ordering::SeqCst);
+        }
+        run
+    }
+}
+
+#[rstest]
+#[case::one_at_a_time(1, 1, 100)]
+#[case::three_at_once(3, 3, 300)]
+#[case::more_slots_than_tasks(8, 6, 300)]
+#[tokio::test]
+async fn verifiers_run_concurrently_up_to_the_limit(
+    #[case] concurrency: usize,
+    #[case] expected_max: usize,
+    #[case] verifier_millis: u64,
+) {
+    let dir = workspace(SPEC);
+    let gauge = Arc::new(Gauge {
+        inner: FakeAgent::new()
+            .always(
+                Role::Verify,
+                Script::new()
+                    .delay(Duration::from_millis(verifier_millis))
+                    .json(json!({"verdict": "accept", "reason": "fine"})),
+            )
+            .always(Role::GapAnalysis, no_gaps()),
+        now: AtomicUsize::new(0),
+        max: AtomicUsize::new(0),
+    });
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(gauge.clone())
+        .store(MemoryStore::new())
+        .verify_concurrency(concurrency)
+        .build()
+        .unwrap();
+    for n in 1..=6 {
+        ralph
+            .add_task(
+                Task::new(format!("t-{n}"), format!("task {n}")).with_status(TaskStatus::Done),
+            )
+            .await
+            .unwrap();
+    }
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 1,
+            accepted: 6
+        }
+    );
+    let verifiers = gauge
+        .inner
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == Role::Verify)
+        .count();
+    assert_eq!(verifiers, 6);
+    assert_eq!(gauge.max.load(Ordering::SeqCst), expected_max);
+}

@@ -1,0 +1,9 @@
+//! What every mode goes through: process supervision, gates, signals (the matrix of every mode × signal), and the promises every mode keeps.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod every_mode;
+mod process;
+mod shell_gate;
+mod signal_matrix;

@@ -1,0 +1,8 @@
+//! The stores (`plan.jsonl`, the progress file) and real git.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod git;
+mod jsonl;
+mod progress;

@@ -1,0 +1,146 @@
+//! Helpers shared by every test binary (`tests/<area>/main.rs` includes this module), with
+//! [`specs`] for plan and build mode and [`threads`] for threads.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+pub mod messages_api;
+pub mod specs;
+pub mod threads;
+
+/// Every real CLI transcript in `fixtures/claude/transcripts/` (see its README).
+pub const RECORDED_TRANSCRIPTS: [&str; 14] = [
+    "api-500-then-ok",
+    "api-error-401",
+    "api-error-500",
+    "autocompact",
+    "blocked",
+    "max-turns",
+    "midstream-error-resume",
+    "partial-messages",
+    "permission-denied",
+    "sigint-during-tool",
+    "sigterm-during-tool-no-result",
+    "structured-output",
+    "tool-flow-done",
+    "usage-growth-cached",
+];
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use ralph::agent::Script;
+use ralph::{Event, Observer};
+use serde_json::{Value, json};
+
+/// Collects every event.
+#[derive(Clone, Default)]
+pub struct Recorder(Arc<Mutex<Vec<Event>>>);
+
+impl Recorder {
+    pub fn events(&self) -> Vec<Event> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// `(iteration, STAGE)` of every stage entered.
+    pub fn stages(&self) -> Vec<(u32, String)> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::StageEntered {
+                    iteration, stage, ..
+                } => Some((iteration, stage.to_string())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Events as JSON values whose `event` is `kind`.
+    pub fn of_kind(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .filter(|v| v["event"] == kind)
+            .collect()
+    }
+}
+
+impl Observer for Recorder {
+    fn on_event(&self, event: &Event) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+/// A workspace with a spec file.
+pub fn workspace(spec: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.md"), spec).unwrap();
+    dir
+}
+
+pub fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Every file and folder under `dir` with its bytes: what a dry run must leave as it was.
+pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if path.is_dir() {
+                out.insert(rel, Vec::new());
+                walk(&path, root, out);
+            } else {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// An investigate answer with tasks `(name, accept)`.
+pub fn tasks(list: &[(&str, &str)]) -> Script {
+    let tasks: Vec<Value> = list
+        .iter()
+        .map(|(name, accept)| json!({"name": name, "accept": accept}))
+        .collect();
+    Script::new().json(json!({ "tasks": tasks }))
+}
+
+pub fn accept(reason: &str) -> Script {
+    Script::new().json(json!({"verdict": "accept", "reason": reason}))
+}
+
+pub fn reject(reason: &str) -> Script {
+    Script::new().json(json!({"verdict": "reject", "reason": reason}))
+}
+
+pub fn no_gaps() -> Script {
+    Script::new().json(json!({"tasks": [], "issues": []}))
+}
+
+pub fn done() -> Script {
+    Script::new().answer("Implemented.\n<TASK_DONE>")
+}
+
+/// The `construct` example, built as a binary the tests reach
+/// (`fixtures/bin/construct_example.rs`).
+pub fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_construct-example"))
+}
+
+/// The `thread` example, built as a binary the tests reach
+/// (`fixtures/bin/thread_example.rs`).
+pub fn thread_example() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_thread-example"))
+}
+
+/// `fake-claude`, a stand-in for the `claude` CLI (`fixtures/bin/fake_claude.rs`).
+pub fn fake_claude() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fake-claude"))
+}

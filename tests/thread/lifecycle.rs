@@ -1,0 +1,606 @@
+//! Threads end to end with real git, real shells for the criteria and the FakeAgent.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::threads::{SPEC, finalized, no_claim, repo, threads, writes};
+use ralph::agent::{FakeAgent, Role, Script};
+use ralph::git::Git;
+use ralph::thread::phase::{Phase, PhaseKind};
+use ralph::thread::{Confirm, RunConfig, ThreadError};
+use serde_json::json;
+
+#[tokio::test]
+async fn quick_mode_stops_at_every_checkpoint_and_recommends_approval() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = threads.create("Greeter", SPEC).unwrap().id;
+    // Checkpoint 1: nothing moves a Drafting thread to Finalized but `finalize`.
+    assert_eq!(threads.get(&id).unwrap().phase, Phase::Drafting);
+    let refused = threads.start(&id).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("from Drafting to Preflight"),
+        "{refused}"
+    );
+    threads.finalize(&id).unwrap();
+
+    let thread = threads.start(&id).await.unwrap();
+    // Checkpoint 3: quick mode reaches review and stops, recommending approval.
+    assert_eq!(
+        thread.phase,
+        Phase::PendingReview {
+            recommend_approve: true
+        }
+    );
+    assert_eq!(agent.requests().len(), 1);
+    // Checkpoint 4: approval prepares the commit and stops before it.
+    let approved = threads.approve(&id).await.unwrap();
+    assert_eq!(approved.phase.kind(), PhaseKind::ReadyToCommit);
+    let git = Git::new(dir.path());
+    let branch = format!("ralph/{id}");
+    assert_eq!(
+        git.current_branch().await.unwrap().as_deref(),
+        Some(branch.as_str())
+    );
+    assert_eq!(
+        git.changes(&[".ralph"]).await.unwrap(),
+        ["?? hello.txt"],
+        "nothing committed before the person commits"
+    );
+    let done = threads.commit(&id, Some("Add hello.txt")).await.unwrap();
+    let Phase::Done { commit: Some(sha) } = done.phase else {
+        panic!("{:?}", done.phase)
+    };
+    assert_eq!(git.head().await.unwrap().as_deref(), Some(sha.as_str()));
+    assert!(git.changes(&[".ralph"]).await.unwrap().is_empty());
+    // `.ralph` is ralph's, never committed.
+    assert!(
+        !git.changes(&[]).await.unwrap().is_empty(),
+        ".ralph stays untracked"
+    );
+}
+
+#[tokio::test]
+async fn methodical_mode_walks_every_forward_row() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on_role(
+                Role::Assess,
+                Script::new().json(json!({"ready": false, "issues": [
+                    {"section": "Acceptance Criteria", "problem": "vague", "suggestion": "say which file"}
+                ]})),
+            )
+            .on_role(
+                Role::Assess,
+                Script::new().json(json!({"ready": true, "issues": []})),
+            )
+            .then(writes("hello\n")),
+    );
+    let threads = threads(dir.path(), &agent, false, 3);
+    let id = threads.create("Greeter", SPEC).unwrap().id;
+    // Drafting → Assessing → Drafting: the AI review found issues.
+    let reviewed = threads.assess(&id).await.unwrap();
+    assert_eq!(reviewed.phase, Phase::Drafting);
+    assert!(!reviewed.assessment.unwrap().ready);
+    let revised = threads.edit_spec(&id, SPEC).unwrap();
+    assert_eq!(revised.spec_version, 2);
+    // Drafting → Assessing, ready: it stays there until the person finalizes.
+    assert_eq!(threads.assess(&id).await.unwrap().phase, Phase::Assessing);
+    assert_eq!(threads.finalize(&id).unwrap().phase, Phase::Finalized);
+    assert_eq!(threads.reopen(&id).unwrap().phase, Phase::Drafting);
+    threads.finalize(&id).unwrap();
+
+    // Methodical: preflight stops at Configuring for the person's settings.
+    let configuring = threads.start(&id).await.unwrap();
+    assert_eq!(configuring.phase, Phase::Configuring);
+    assert_eq!(agent.requests().len(), 2, "only the two reviews so far");
+    threads
+        .configure(&id, RunConfig::default().max_iterations(2))
+        .unwrap();
+    let implemented = threads.run(&id).await.unwrap();
+    assert_eq!(
+        implemented.phase,
+        Phase::Implemented,
+        "no auto review in methodical mode"
+    );
+    assert_eq!(threads.polish(&id).unwrap().phase, Phase::Polishing);
+    assert_eq!(threads.polish_done(&id).unwrap().phase, Phase::Implemented);
+    let review = threads.submit_for_review(&id).unwrap();
+    assert_eq!(
+        review.phase,
+        Phase::PendingReview {
+            recommend_approve: true
+        }
+    );
+    assert_eq!(threads.approve(&id).await.unwrap().phase, Phase::Approved);
+    let ready = threads.prepare_commit(&id, None).unwrap();
+    let Phase::ReadyToCommit { message } = &ready.phase else {
+        panic!()
+    };
+    assert!(message.starts_with("Greeter"));
+    let done = threads.commit(&id, None).await.unwrap();
+    assert_eq!(done.phase.kind(), PhaseKind::Done);
+    // Terminal: nothing leaves Done.
+    let err = threads.abandon(&id).await.unwrap_err();
+    assert!(err.to_string().contains("from Done to Abandoned"), "{err}");
+}
+
+#[tokio::test]
+async fn failed_criteria_go_back_to_running_with_the_failures_in_the_next_prompt() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(writes("goodbye\n"))
+            .then(writes("hello\n")),
+    );
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    let thread = threads.start(&id).await.unwrap();
+    assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
+    let requests = agent.requests();
+    // A fresh agent run per iteration (seed 003, pitfall 1), numbered by iteration.
+    assert_eq!(requests.len(), 2);
+    assert_eq!((requests[0].attempt, requests[1].attempt), (1, 2));
+    assert!(
+        requests[1]
+            .prompt
+            .contains("Criteria That Failed Last Time")
+    );
+    assert!(requests[1].prompt.contains("it says hello"));
+    assert!(
+        requests[1]
+            .prompt
+            .contains("iteration 1: claimed done; 1 of 2 criteria passed")
+    );
+    // Run records for each agent run.
+    for n in 1..=2 {
+        let run = threads.run_dir(&format!("{id}-r{n}"));
+        assert!(run.join("run.json").exists() && run.join("output.log").exists());
+    }
+    assert_eq!(thread.current_run_id, Some(format!("{id}-r2")));
+}
+
+#[tokio::test]
+async fn max_iterations_ends_stuck_with_a_clear_message_and_the_report() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")).then(no_claim()));
+    let threads = threads(dir.path(), &agent, true, 2);
+    let id = finalized(&threads, SPEC);
+    let thread = threads.start(&id).await.unwrap();
+    let Phase::Stuck { reason } = &thread.phase else {
+        panic!("{:?}", thread.phase)
+    };
+    assert!(
+        reason.starts_with("Stopped: max iterations (2) reached")
+            && reason.ends_with("criteria remaining: 1 of 2"),
+        "{reason}"
+    );
+    let report = threads.diagnose(&id).unwrap();
+    assert_eq!(&report.reason, reason);
+    assert_eq!(report.spec_version, 1);
+    assert_eq!(report.iterations, 2);
+    assert_eq!(report.passed, ["hello.txt exists: `test -f hello.txt`"]);
+    assert_eq!(report.failed.len(), 1);
+    assert!(
+        report.failed[0].starts_with("it says hello"),
+        "{:?}",
+        report.failed
+    );
+    let closest = report.closest.unwrap();
+    assert_eq!(
+        closest.iteration, 1,
+        "the attempt with most criteria passing"
+    );
+    assert!(closest.output.contains("SHIPPED"));
+    assert!(report.diff.contains("+goodbye"), "{}", report.diff);
+    // Diagnose leaves it Stuck.
+    assert_eq!(threads.get(&id).unwrap().phase.kind(), PhaseKind::Stuck);
+}
+
+#[tokio::test]
+async fn stuck_then_verifying_stuck_when_the_last_iteration_claims_done_and_fails() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")));
+    let threads = threads(dir.path(), &agent, true, 1);
+    let id = finalized(&threads, SPEC);
+    let thread = threads.start(&id).await.unwrap();
+    let Phase::Stuck { reason } = &thread.phase else {
+        panic!("{:?}", thread.phase)
+    };
+    assert!(
+        reason.starts_with("Stopped: max iterations (1) reached"),
+        "{reason}"
+    );
+    assert_eq!(
+        thread.attempts[0].summary,
+        "claimed done; 1 of 2 criteria passed"
+    );
+}
+
+#[tokio::test]
+async fn the_promise_tag_counts_only_as_the_last_line_of_the_final_answer() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(
+                Script::new()
+                    .write("hello.txt", "hello\n")
+                    // The tag in the transcript (tool output, an earlier turn) is not the answer.
+                    .print("SHIPPED", 1)
+                    .answer("I will print SHIPPED when done."),
+            )
+            .then(Script::new().answer("SHIPPED\nBut first, one more thing."))
+            .then(Script::new().answer("```\nSHIPPED\n```")),
+    );
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    let thread = threads.start(&id).await.unwrap();
+    assert!(
+        matches!(thread.phase, Phase::Stuck { .. }),
+        "{:?}",
+        thread.phase
+    );
+    assert!(
+        thread
+            .attempts
+            .iter()
+            .all(|a| a.summary.starts_with("no claim")),
+        "{:?}",
+        thread.attempts
+    );
+}
+
+#[tokio::test]
+async fn stuck_choices_reconfigure_and_manual_assist() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(no_claim())
+            .then(no_claim())
+            .then(writes("hello\n")),
+    );
+    let threads = threads(dir.path(), &agent, false, 1);
+    let id = finalized(&threads, SPEC);
+    threads.start(&id).await.unwrap();
+    assert_eq!(
+        threads.run(&id).await.unwrap().phase.kind(),
+        PhaseKind::Stuck
+    );
+    // Reconfigure keeps the changes, then the loop runs a new round.
+    assert_eq!(threads.reconfigure(&id).unwrap().phase, Phase::Configuring);
+    assert_eq!(
+        threads.run(&id).await.unwrap().phase.kind(),
+        PhaseKind::Stuck
+    );
+    // Manual assist: the person edits files, the loop continues.
+    let thread = threads.manual_assist(&id).await.unwrap();
+    assert_eq!(thread.phase, Phase::Implemented);
+    let attempts: Vec<u32> = agent.requests().iter().map(|r| r.attempt).collect();
+    assert_eq!(attempts, [1, 2, 3], "iterations continue across rounds");
+}
+
+#[tokio::test]
+async fn revise_from_stuck_needs_confirmation_and_resets_to_the_baseline() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")));
+    let threads = threads(dir.path(), &agent, true, 1);
+    let id = finalized(&threads, SPEC);
+    threads.start(&id).await.unwrap();
+    let git = Git::new(dir.path());
+    let branch = format!("ralph/{id}");
+    assert!(git.branch_exists(&branch).await.unwrap());
+
+    let refused = threads.revise(&id, None, Confirm::No).await.unwrap_err();
+    assert!(
+        matches!(refused, ThreadError::NeedsConfirmation { .. }),
+        "{refused}"
+    );
+    assert!(
+        dir.path().join("hello.txt").exists(),
+        "nothing reset without confirmation"
+    );
+    assert_eq!(threads.get(&id).unwrap().phase.kind(), PhaseKind::Stuck);
+
+    let new_spec = SPEC.replace("Write hello.txt", "Write hello.txt, lower case");
+    let drafting = threads
+        .revise(&id, Some(&new_spec), Confirm::ResetToBaseline)
+        .await
+        .unwrap();
+    assert_eq!(drafting.phase, Phase::Drafting);
+    assert_eq!(drafting.spec_version, 2);
+    assert!(!dir.path().join("hello.txt").exists(), "reset to baseline");
+    assert_eq!(git.current_branch().await.unwrap().as_deref(), Some("main"));
+    assert!(
+        !git.branch_exists(&branch).await.unwrap(),
+        "managed branch deleted"
+    );
+    // Revisions are immutable files.
+    assert_eq!(
+        std::fs::read_to_string(threads.spec_path(&id, 1)).unwrap(),
+        SPEC
+    );
+    assert_eq!(
+        std::fs::read_to_string(threads.spec_path(&id, 2)).unwrap(),
+        new_spec
+    );
+    // And the state survived the reset.
+    assert!(
+        threads
+            .state_dir()
+            .join("threads")
+            .join(&id)
+            .join("thread.json")
+            .exists()
+    );
+}
+
+#[tokio::test]
+async fn review_can_send_back_to_running_or_to_drafting_with_a_reset() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(writes("hello\n"))
+            .then(writes("hello again\n")),
+    );
+    let threads = threads(dir.path(), &agent, true, 2);
+    let id = finalized(&threads, SPEC);
+    threads.start(&id).await.unwrap();
+    let again = threads.send_back(&id).await.unwrap();
+    assert_eq!(again.phase.kind(), PhaseKind::PendingReview);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello again\n"
+    );
+    let drafting = threads
+        .revise(&id, None, Confirm::ResetToBaseline)
+        .await
+        .unwrap();
+    assert_eq!(drafting.phase, Phase::Drafting);
+    assert!(!dir.path().join("hello.txt").exists());
+}
+
+#[tokio::test]
+async fn criteria_without_a_command_are_judged_by_a_read_only_verifier() {
+    let dir = repo().await;
+    let spec = format!("{SPEC}- [ ] the greeting is friendly\n");
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on_attempt(Role::Build, "1-greeter", 1, writes("hello\n"))
+            .on_attempt(
+                Role::Verify,
+                "1-greeter",
+                1,
+                Script::new().json(json!({"verdict": "reject", "reason": "too curt"})),
+            )
+            .on_attempt(Role::Build, "1-greeter", 2, writes("hello, friend\n"))
+            .on_attempt(
+                Role::Verify,
+                "1-greeter",
+                2,
+                Script::new().json(json!({"verdict": "accept", "reason": "friendly"})),
+            ),
+    );
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, &spec);
+    let thread = threads.start(&id).await.unwrap();
+    assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
+    let verify: Vec<_> = agent
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == Role::Verify)
+        .collect();
+    assert_eq!(verify.len(), 2);
+    assert!(verify[0].structured && verify[0].prompt.contains("read-only verifier"));
+    assert!(thread.attempts[0].failed[0].contains("too curt"));
+    agent.verify().unwrap();
+}
+
+#[tokio::test]
+async fn recent_attempts_are_bounded() {
+    let dir = repo().await;
+    let mut agent = FakeAgent::new();
+    for _ in 0..7 {
+        agent = agent.then(no_claim());
+    }
+    let agent = Arc::new(agent);
+    let threads = threads(dir.path(), &agent, true, 7);
+    let id = finalized(&threads, SPEC);
+    let thread = threads.start(&id).await.unwrap();
+    assert_eq!(thread.attempts.len(), 5);
+    assert_eq!(thread.attempts[0].iteration, 3);
+    let last = agent.requests().pop().unwrap();
+    assert_eq!(last.prompt.matches("- iteration ").count(), 5);
+}
+
+#[tokio::test]
+async fn a_hanging_iteration_times_out_and_counts_as_failed() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(Script::new().hang())
+            .then(writes("hello\n")),
+    );
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    threads.configure(&id, RunConfig::default()).unwrap_err(); // not Configuring yet: refused with the phase named
+    let threads = threads.options(
+        ralph::thread::ThreadOptions::default()
+            .quick(true)
+            .config(RunConfig::default().agent_timeout(Duration::from_millis(300))),
+    );
+    let started = std::time::Instant::now();
+    let thread = threads.start(&id).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
+    assert!(
+        thread.attempts[0].summary.contains("timed out"),
+        "{:?}",
+        thread.attempts
+    );
+}
+
+#[tokio::test]
+async fn interrupt_pauses_and_resume_continues_from_the_same_iteration() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new().then(no_claim()).then(Script::new().hang()));
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    let stop = threads.stop_token();
+    let log = threads.run_dir(&format!("{id}-r2")).join("output.log");
+    let interrupter = async {
+        while !log.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.cancel();
+    };
+    let (thread, ()) = tokio::join!(threads.start(&id), interrupter);
+    let thread = thread.unwrap();
+    assert_eq!(
+        thread.phase,
+        Phase::Paused {
+            iteration: 2,
+            criteria_passing: 0,
+            criteria_total: 2
+        }
+    );
+    // Saved before returning.
+    assert_eq!(threads.get(&id).unwrap().phase, thread.phase);
+    let run =
+        std::fs::read_to_string(threads.run_dir(&format!("{id}-r2")).join("run.json")).unwrap();
+    assert!(run.contains("interrupted"));
+
+    // A new process: fresh token, fresh agent.
+    let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
+    let threads = crate::support::threads::threads(dir.path(), &agent, true, 3);
+    assert_eq!(threads.reconfigure(&id).unwrap().phase, Phase::Configuring);
+    assert_eq!(threads.abandon(&id).await.unwrap().phase, Phase::Abandoned);
+}
+
+#[tokio::test]
+async fn resume_runs_the_interrupted_iteration_again() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new().then(Script::new().hang()));
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    let stop = threads.stop_token();
+    let log = threads.run_dir(&format!("{id}-r1")).join("output.log");
+    let interrupter = async {
+        while !log.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.cancel();
+    };
+    let (paused, ()) = tokio::join!(threads.start(&id), interrupter);
+    assert_eq!(paused.unwrap().phase.kind(), PhaseKind::Paused);
+
+    let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
+    let threads = crate::support::threads::threads(dir.path(), &agent, true, 3);
+    let thread = threads.resume(&id).await.unwrap();
+    assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
+    assert_eq!(agent.requests()[0].attempt, 1, "the same iteration");
+}
+
+#[tokio::test]
+async fn refused_calls_name_both_phases_and_change_nothing() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new());
+    let threads = threads(dir.path(), &agent, false, 3);
+    let id = threads.create("Greeter", SPEC).unwrap().id;
+    let cases = [
+        threads.approve(&id).await.unwrap_err(),
+        threads.commit(&id, None).await.unwrap_err(),
+        threads.resume(&id).await.unwrap_err(),
+        threads.run(&id).await.unwrap_err(),
+        threads.manual_assist(&id).await.unwrap_err(),
+        threads.polish(&id).unwrap_err(),
+        threads.fix_spec(&id).unwrap_err(),
+    ];
+    for err in cases {
+        let message = err.to_string();
+        assert!(message.contains("from Drafting to"), "{message}");
+    }
+    assert_eq!(threads.get(&id).unwrap().phase, Phase::Drafting);
+    assert_eq!(threads.active().as_deref(), Some(id.as_str()));
+}
+
+#[tokio::test]
+async fn interrupt_during_verification_pauses_and_the_claim_is_checked_again() {
+    let dir = repo().await;
+    let spec = format!("{SPEC}- [ ] slow check: `sleep 30`\n");
+    let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, &spec);
+    let stop = threads.stop_token();
+    let state = threads
+        .state_dir()
+        .join("threads")
+        .join(&id)
+        .join("thread.json");
+    let interrupter = async {
+        loop {
+            let text = std::fs::read_to_string(&state).unwrap_or_default();
+            if text.contains(r#""type": "Verifying""#) {
+                // Let the first two checks pass and the sleep start.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.cancel();
+    };
+    let started = std::time::Instant::now();
+    let (thread, ()) = tokio::join!(threads.start(&id), interrupter);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the check was stopped"
+    );
+    assert_eq!(
+        thread.unwrap().phase,
+        Phase::Paused {
+            iteration: 1,
+            criteria_passing: 0,
+            criteria_total: 3
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_thread_left_running_by_a_dead_process_is_resumed_at_its_iteration() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new().then(no_claim()));
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    let path = threads
+        .state_dir()
+        .join("threads")
+        .join(&id)
+        .join("thread.json");
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    for phase in ["Running", "Verifying"] {
+        // What a SIGKILLed `start` leaves: the phase it was in, and its pid.
+        let mut record: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        record["phase"] = json!({"type": phase, "data": {"iteration": 2}});
+        record["runner_pid"] = json!(dead);
+        record["iteration_limit"] = json!(3);
+        std::fs::write(&path, record.to_string()).unwrap();
+        assert!(threads.get(&id).unwrap().is_orphaned());
+
+        let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
+        let threads = crate::support::threads::threads(dir.path(), &agent, true, 3);
+        let thread = threads.resume(&id).await.unwrap();
+        assert_eq!(thread.phase.kind(), PhaseKind::PendingReview, "{phase}");
+        assert_eq!(
+            agent.requests()[0].attempt,
+            2,
+            "{phase}: the same iteration"
+        );
+        assert_eq!(thread.runner_pid, None);
+    }
+}

@@ -1,0 +1,235 @@
+//! Every preflight failure with real git: each leaves the thread PreflightFailed with a
+//! clear message, and retry / fix spec work from there.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use crate::support::threads::{SPEC, finalized, repo, threads};
+use async_trait::async_trait;
+use ralph::agent::{Agent, AgentError, AgentRequest, AgentRun, FakeAgent};
+use ralph::git::Git;
+use ralph::thread::Threads;
+use ralph::thread::phase::{Phase, PhaseKind};
+
+/// The failures of a thread that must be PreflightFailed.
+fn failures(phase: &Phase) -> Vec<String> {
+    match phase {
+        Phase::PreflightFailed { failures } => failures.clone(),
+        other => panic!("expected PreflightFailed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_dirty_tree_fails_and_retry_passes_once_clean() {
+    let dir = repo().await;
+    std::fs::write(dir.path().join("README.md"), "# changed\n").unwrap();
+    let agent = Arc::new(FakeAgent::new());
+    let threads = threads(dir.path(), &agent, false, 3);
+    let id = finalized(&threads, SPEC);
+    let thread = threads.start(&id).await.unwrap();
+    let f = failures(&thread.phase);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].contains("uncommitted changes (1 path(s): README.md)"),
+        "{}",
+        f[0]
+    );
+    // Retry after the person commits.
+    Git::new(dir.path()).commit_all("wip", &[]).await.unwrap();
+    let thread = threads.start(&id).await.unwrap();
+    assert_eq!(thread.phase, Phase::Configuring);
+}
+
+#[tokio::test]
+async fn a_dirty_tree_on_the_threads_own_branch_is_fine_and_keeps_the_baseline() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new());
+    let threads = threads(dir.path(), &agent, false, 3);
+    // A spec with no promise yet, so the first preflight fails after capturing a baseline.
+    let id = finalized(&threads, &SPEC.replace("<promise>SHIPPED</promise>", ""));
+    let git = Git::new(dir.path());
+    let head = git.head().await.unwrap().unwrap();
+    git.create_branch(&format!("ralph/{id}"), &head)
+        .await
+        .unwrap();
+    std::fs::write(dir.path().join("wip.txt"), "work in progress\n").unwrap();
+
+    let failed = threads.start(&id).await.unwrap();
+    let f = failures(&failed.phase);
+    assert_eq!(f.len(), 1, "only the spec fails, not the dirty tree: {f:?}");
+    let baseline = failed.baseline.clone().unwrap();
+    assert_eq!(baseline.commit_sha, head);
+
+    // The person commits on the branch, fixes the spec and retries: same baseline.
+    git.commit_all("wip", &[".ralph"]).await.unwrap();
+    std::fs::write(dir.path().join("more.txt"), "more\n").unwrap();
+    threads.fix_spec(&id).unwrap();
+    threads.edit_spec(&id, SPEC).unwrap();
+    threads.finalize(&id).unwrap();
+    let passed = threads.start(&id).await.unwrap();
+    assert_eq!(passed.phase, Phase::Configuring);
+    assert_eq!(passed.baseline, Some(baseline));
+    assert_eq!(passed.branch, Some(format!("ralph/{id}")));
+}
+
+#[tokio::test]
+async fn an_empty_repository_has_no_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    Git::new(dir.path()).init().await.unwrap();
+    let agent = Arc::new(FakeAgent::new());
+    let threads = threads(dir.path(), &agent, false, 3);
+    let id = finalized(&threads, SPEC);
+    let f = failures(&threads.start(&id).await.unwrap().phase);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].contains("no baseline to return to") && f[0].contains("has no commit yet"),
+        "{}",
+        f[0]
+    );
+}
+
+#[tokio::test]
+async fn a_directory_that_is_not_a_repository_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Arc::new(FakeAgent::new());
+    let threads = threads(dir.path(), &agent, false, 3);
+    let id = finalized(&threads, SPEC);
+    let f = failures(&threads.start(&id).await.unwrap().phase);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(f[0].contains("is not a git repository"), "{}", f[0]);
+}
+
+#[tokio::test]
+async fn a_spec_without_a_promise_tag_fails_and_fix_spec_goes_back_to_drafting() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new());
+    let threads = threads(dir.path(), &agent, false, 3);
+    let id = finalized(&threads, &SPEC.replace("<promise>SHIPPED</promise>", ""));
+    let f = failures(&threads.start(&id).await.unwrap().phase);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].starts_with("spec v1 (") && f[0].contains("no promise tag"),
+        "{}",
+        f[0]
+    );
+    assert_eq!(threads.fix_spec(&id).unwrap().phase, Phase::Drafting);
+    threads.edit_spec(&id, SPEC).unwrap();
+    threads.finalize(&id).unwrap();
+    assert_eq!(threads.start(&id).await.unwrap().phase, Phase::Configuring);
+}
+
+#[tokio::test]
+async fn unparseable_or_missing_criteria_fail() {
+    for (spec, expected) in [
+        (
+            "# T\n<promise>OK</promise>\n## Acceptance Criteria\n- works somehow\n",
+            "line 4: cannot parse acceptance criterion",
+        ),
+        (
+            "# T\n<promise>OK</promise>\n## Acceptance Criteria\n\nNothing yet.\n",
+            "line 3: the Acceptance Criteria section has no `- [ ]` items",
+        ),
+        (
+            "# T\n<promise>OK</promise>\n",
+            "no `## Acceptance Criteria` section",
+        ),
+    ] {
+        let dir = repo().await;
+        let agent = Arc::new(FakeAgent::new());
+        let threads = threads(dir.path(), &agent, false, 3);
+        let id = finalized(&threads, spec);
+        let f = failures(&threads.start(&id).await.unwrap().phase);
+        assert!(f.len() == 1 && f[0].contains(expected), "{f:?}");
+    }
+}
+
+/// An agent whose program is missing.
+#[derive(Debug)]
+struct Unavailable;
+
+#[async_trait]
+impl Agent for Unavailable {
+    fn name(&self) -> &str {
+        "claude"
+    }
+    async fn run(&self, _: AgentRequest) -> Result<AgentRun, AgentError> {
+        unreachable!("never run when unavailable")
+    }
+    async fn check(&self) -> Result<(), AgentError> {
+        Err(AgentError::Other("claude was not found on PATH".into()))
+    }
+}
+
+#[tokio::test]
+async fn an_unavailable_agent_fails() {
+    let dir = repo().await;
+    let threads = Threads::new(dir.path(), Unavailable).unwrap();
+    let id = finalized(&threads, SPEC);
+    let f = failures(&threads.start(&id).await.unwrap().phase);
+    assert_eq!(
+        f,
+        ["the agent `claude` is not available: claude was not found on PATH"]
+    );
+}
+
+#[tokio::test]
+async fn the_claude_cli_is_unavailable_when_its_binary_is_missing() {
+    let missing = ralph::ClaudeCli::new().bin("/nonexistent/claude");
+    let err = missing.check().await.unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/claude"), "{err}");
+    let present = ralph::ClaudeCli::new().bin("/bin/sh");
+    present.check().await.unwrap();
+}
+
+#[tokio::test]
+async fn another_running_thread_fails() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new());
+    let threads = threads(dir.path(), &agent, false, 3);
+    let first = finalized(&threads, SPEC);
+    threads.start(&first).await.unwrap();
+    // Simulate a loop running in another process: its thread.json says Running.
+    let path = threads
+        .state_dir()
+        .join("threads")
+        .join(&first)
+        .join("thread.json");
+    // Simulate a loop running in another (live) process: this test's own pid.
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(
+            r#""type": "Configuring""#,
+            r#""type": "Running", "data": {"iteration": 1}"#,
+        )
+        .replace(
+            r#""runner_pid": null"#,
+            &format!(r#""runner_pid": {}"#, std::process::id()),
+        );
+    std::fs::write(&path, text).unwrap();
+    assert_eq!(
+        threads.get(&first).unwrap().phase.kind(),
+        PhaseKind::Running
+    );
+
+    let second = threads.create("Second", SPEC).unwrap().id;
+    threads.finalize(&second).unwrap();
+    let f = failures(&threads.start(&second).await.unwrap().phase);
+    assert!(
+        f.iter().any(|m| m
+            == &format!("thread {first} is Running; pause or finish it before starting another")),
+        "{f:?}"
+    );
+    // The process behind it died: still refused, with what to do.
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        &format!(r#""runner_pid": {}"#, std::process::id()),
+        r#""runner_pid": null"#,
+    );
+    std::fs::write(&path, text).unwrap();
+    let f = failures(&threads.start(&second).await.unwrap().phase);
+    assert!(
+        f.iter()
+            .any(|m| m.contains("by a process that is gone; `resume` or `abandon` it")),
+        "{f:?}"
+    );
+}
