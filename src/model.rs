@@ -464,7 +464,7 @@ pub struct RunState {
     /// The most recent BUILD attempts, oldest first, trimmed to `recent_attempts` (seed 003's
     /// failure memory: the next prompts show them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<Attempt>,
+    pub attempts: Vec<RecentAttempt>,
     /// One entry per finished iteration, oldest first, trimmed to
     /// [`ITERATION_LOG_LIMIT`] entries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -479,7 +479,7 @@ pub const ITERATION_LOG_LIMIT: usize = 200;
 /// Attempts").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct Attempt {
+pub struct RecentAttempt {
     /// The iteration it ran in.
     pub iteration: u32,
     /// The task it was for.
@@ -493,7 +493,7 @@ pub struct Attempt {
     pub at: String,
 }
 
-impl Attempt {
+impl RecentAttempt {
     /// An attempt record; `tried` and `result` are cut to one line.
     pub fn new(
         iteration: u32,
@@ -502,7 +502,7 @@ impl Attempt {
         result: impl AsRef<str>,
         at: impl Into<String>,
     ) -> Self {
-        Attempt {
+        RecentAttempt {
             iteration,
             task,
             tried: one_line(tried.as_ref()),
@@ -572,7 +572,7 @@ fn one_line(text: &str) -> String {
 
 impl RunState {
     /// Records `attempt`, keeping only the last `keep` attempts.
-    pub fn remember_attempt(&mut self, attempt: Attempt, keep: usize) {
+    pub fn remember_attempt(&mut self, attempt: RecentAttempt, keep: usize) {
         self.attempts.push(attempt);
         let excess = self.attempts.len().saturating_sub(keep);
         self.attempts.drain(..excess);
@@ -888,7 +888,10 @@ mod tests {
         let mut run = RunState::default();
         for i in 1..=7 {
             let tried = format!("try {i}\nsecond line");
-            run.remember_attempt(Attempt::new(i, TaskId::new("t-1"), tried, "done", "now"), 5);
+            run.remember_attempt(
+                RecentAttempt::new(i, TaskId::new("t-1"), tried, "done", "now"),
+                5,
+            );
         }
         let kept: Vec<u32> = run.attempts.iter().map(|a| a.iteration).collect();
         assert_eq!(kept, vec![3, 4, 5, 6, 7]);

@@ -155,7 +155,7 @@ impl Ralph {
         self.run(None).await
     }
 
-    /// Plan mode (seed 004): the agent, in the read-only [`Role::Plan`](crate::Role::Plan),
+    /// Plan mode (seed 004): the agent, in the read-only [`Role::Breakdown`](crate::Role::Breakdown),
     /// reads the markdown `specs` (paths relative to the workspace, inside `[planning]
     /// specs_dir`; none means every `.md` there except `plans/`) and answers with specs,
     /// tasks, acceptance criteria and priorities, which are merged into

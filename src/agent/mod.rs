@@ -35,10 +35,13 @@ pub enum Role {
     GapAnalysis,
     /// Split a killed task into 2–5 subtasks (structured answer).
     Decompose,
-    /// Turn specs into a plan (structured answer).
-    Plan,
-    /// Plan one spec before it is implemented (seed 002): read-only; the final answer is the
-    /// plan, ending with the magic phrase.
+    /// Plan mode: break the markdown specs down into specs, tasks and acceptance criteria
+    /// for `implementation.json` (structured answer). Read from scripts as `breakdown`, or
+    /// `plan` as before.
+    #[serde(alias = "plan")]
+    Breakdown,
+    /// Build mode's planner: write one spec's implementation plan before it is implemented;
+    /// read-only; the final answer is the plan, ending with the magic phrase.
     Planner,
     /// Review a thread's spec before it is finalized (seed 001's Assessing): read-only,
     /// structured answer.
@@ -64,7 +67,7 @@ impl Role {
             Role::Verify => "verify",
             Role::GapAnalysis => "gap_analysis",
             Role::Decompose => "decompose",
-            Role::Plan => "plan",
+            Role::Breakdown => "breakdown",
             Role::Planner => "planner",
             Role::Assess => "assess",
         }

@@ -10,9 +10,7 @@ use super::ready::ReadyQueue;
 use super::{Engine, Flow, bounded_failure, first_line};
 use crate::agent::{FailureKind, Role};
 use crate::event::Event;
-use crate::model::{
-    Attempt as AttemptRecord, Change, KillReason, Task, TaskId, TaskStatus, Tombstone,
-};
+use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus, Tombstone};
 use crate::runtime::call::Ending;
 use crate::runtime::claim::{self, Claim};
 use crate::runtime::deadline;
@@ -116,7 +114,7 @@ impl Engine {
         };
         let tried =
             tried.unwrap_or_else(|| format!("attempt {} of {}", task.attempts + 1, task.name));
-        let record = AttemptRecord::new(
+        let record = RecentAttempt::new(
             self.board.run.iteration,
             task.id.clone(),
             tried,
@@ -206,7 +204,7 @@ impl Engine {
             gates: Vec<&'a str>,
             attempt: u32,
             failure: Option<&'a str>,
-            attempts: &'a [AttemptRecord],
+            attempts: &'a [RecentAttempt],
         }
         let ctx = Ctx {
             spec: &self.spec,

@@ -94,6 +94,22 @@ pub struct PlanInfo {
     pub extra: Map<String, Value>,
 }
 
+impl PlanInfo {
+    /// An active plan's metadata, written now.
+    fn active(rel: &str, spec_id: &str, attempt: u32) -> Self {
+        PlanInfo {
+            spec_rel: rel.to_owned(),
+            spec_id: spec_id.to_owned(),
+            status: PlanStatus::Active,
+            created_at_utc: crate::time::now_rfc3339(),
+            invalidated_at_utc: None,
+            invalidation_reason: None,
+            attempt,
+            extra: Map::new(),
+        }
+    }
+}
+
 /// What to do about a spec's plan before implementing it. See [`decide`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -258,16 +274,7 @@ impl PlanFiles {
     ) -> Result<PlanInfo, Error> {
         let body = text.trim_end().to_owned() + "\n";
         write_atomic(&self.plan_path(rel), body.as_bytes())?;
-        let info = PlanInfo {
-            spec_rel: rel.to_owned(),
-            spec_id: spec_id.to_owned(),
-            status: PlanStatus::Active,
-            created_at_utc: crate::time::now_rfc3339(),
-            invalidated_at_utc: None,
-            invalidation_reason: None,
-            attempt,
-            extra: Map::new(),
-        };
+        let info = PlanInfo::active(rel, spec_id, attempt);
         self.save_info(&info)?;
         Ok(info)
     }
@@ -278,16 +285,7 @@ impl PlanFiles {
     ///
     /// [`Error::Io`].
     pub fn adopt(&self, rel: &str, spec_id: &str) -> Result<PlanInfo, Error> {
-        let mut info = PlanInfo {
-            spec_rel: rel.to_owned(),
-            spec_id: spec_id.to_owned(),
-            status: PlanStatus::Active,
-            created_at_utc: crate::time::now_rfc3339(),
-            invalidated_at_utc: None,
-            invalidation_reason: None,
-            attempt: 1,
-            extra: Map::new(),
-        };
+        let mut info = PlanInfo::active(rel, spec_id, 1);
         info.extra
             .insert("adopted".into(), Value::String("hand-written".into()));
         self.save_info(&info)?;

@@ -58,12 +58,12 @@ async fn plan(
     let run_dir = logs::run_folder(&ctx.workspace, &ctx.config.log_dir, "plan-mode")?;
     let caller = ctx.caller(emitter);
     let call = Call {
-        role: Role::Plan,
+        role: Role::Breakdown,
         subject: Some("plan-mode".into()),
         attempt: 1,
         prompt,
         deadline: deadline::after(ctx.config.stage_timeout),
-        log: logs::folder_log(&run_dir, Role::Plan, 1),
+        log: logs::folder_log(&run_dir, Role::Breakdown, 1),
     };
     let (answer, _) = caller
         .structured::<PlanAnswer>(call, |a| check_files(a, &files))

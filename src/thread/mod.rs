@@ -104,7 +104,7 @@ use crate::runtime::logs::Emitter;
 pub use assess::{AssessAnswer, AssessIssue, Assessment};
 pub use dry_run::ThreadDryRun;
 use phase::{Phase, PhaseKind, TransitionError};
-pub use record::{Attempt, RunConfig, RunRecord, StuckReport, ThreadRecord};
+pub use record::{IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord};
 
 /// An agent and the name the loop knows it by.
 type Named = (String, Arc<dyn Agent>);
@@ -450,6 +450,15 @@ impl Threads {
                     })
             })
             .collect()
+    }
+
+    /// The agents `record`'s settings run with; an unknown name is [`ThreadError::Config`].
+    fn record_chain(&self, record: &ThreadRecord) -> Result<Vec<Named>, ThreadError> {
+        self.chain(&record.config)
+            .map_err(|reason| ThreadError::Config {
+                id: record.id.clone(),
+                reason,
+            })
     }
 
     /// Uses `token` to interrupt the loop (see [`stop_token`](Self::stop_token)).
@@ -837,14 +846,10 @@ impl Threads {
     }
 
     async fn run_record(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
-        let chain = self
-            .chain(&record.config)
-            .map_err(|reason| ThreadError::Config {
-                id: record.id.clone(),
-                reason,
-            })?;
+        let chain = self.record_chain(&record)?;
         let first = record.attempts.last().map_or(1, |a| a.iteration + 1);
-        record.iteration_limit = first + record.config.max_iterations - 1;
+        record.iteration_limit =
+            first.saturating_add(record.config.max_iterations.saturating_sub(1));
         record.runner_pid = Some(std::process::id());
         // A new round starts with the first agent again.
         record.current_agent = chain.first().map(|(name, _)| name.clone());

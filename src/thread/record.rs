@@ -59,10 +59,10 @@ pub struct ThreadRecord {
     pub iteration_limit: u32,
     /// The last few attempts, newest last (at most [`RECENT_ATTEMPTS`]).
     #[serde(default)]
-    pub attempts: Vec<Attempt>,
+    pub attempts: Vec<IterationRecord>,
     /// The attempt that passed the most criteria so far (the "closest output").
     #[serde(default)]
-    pub closest: Option<Attempt>,
+    pub closest: Option<IterationRecord>,
     /// What the last stuck loop left (kept until the next one).
     #[serde(default)]
     pub stuck: Option<StuckReport>,
@@ -157,7 +157,7 @@ impl RunConfig {
 /// One iteration's result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct Attempt {
+pub struct IterationRecord {
     /// The iteration.
     pub iteration: u32,
     /// Its run id.
@@ -190,7 +190,7 @@ pub struct StuckReport {
     /// Criteria that failed at the closest attempt.
     pub failed: Vec<String>,
     /// The closest-to-success attempt (most criteria passing), if any.
-    pub closest: Option<Attempt>,
+    pub closest: Option<IterationRecord>,
     /// `git diff` of the work tree from the baseline.
     pub diff: String,
 }

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::phase::Phase;
-use super::record::{self, Attempt, RECENT_ATTEMPTS, RunRecord, StuckReport};
+use super::record::{self, IterationRecord, RECENT_ATTEMPTS, RunRecord, StuckReport};
 use super::spec::{Criterion, ThreadSpec};
 use super::{ThreadError, ThreadRecord, Threads};
 use crate::agent::{Agent, AgentRun, FailureKind, Role};
@@ -244,7 +244,7 @@ impl Threads {
         let all_passed = verified && failed.is_empty();
         self.remember(
             record,
-            Attempt {
+            IterationRecord {
                 iteration,
                 run_id,
                 summary,
@@ -279,12 +279,7 @@ impl Threads {
 
     /// The agent the loop runs with now, and its name.
     pub(super) fn current_agent(&self, record: &ThreadRecord) -> Result<super::Named, ThreadError> {
-        let chain = self
-            .chain(&record.config)
-            .map_err(|reason| ThreadError::Config {
-                id: record.id.clone(),
-                reason,
-            })?;
+        let chain = self.record_chain(record)?;
         let index = record
             .current_agent
             .as_ref()
@@ -296,12 +291,7 @@ impl Threads {
     /// Gives up the current agent for `why`: the next one takes the same iteration over,
     /// or, when none is left, the thread is Stuck with every agent's reason.
     async fn fall_back(&self, record: &mut ThreadRecord, why: String) -> Result<(), ThreadError> {
-        let chain = self
-            .chain(&record.config)
-            .map_err(|reason| ThreadError::Config {
-                id: record.id.clone(),
-                reason,
-            })?;
+        let chain = self.record_chain(record)?;
         let (name, _) = self.current_agent(record)?;
         record.exhausted.push(format!("{name}: {why}"));
         record.transient_failures = 0;
@@ -366,7 +356,7 @@ impl Threads {
             iteration: u32,
             max_iterations: u32,
             promise: &'a str,
-            attempts: &'a [Attempt],
+            attempts: &'a [IterationRecord],
             failed: &'a [String],
         }
         let ctx = Ctx {
@@ -386,7 +376,7 @@ impl Threads {
 
     /// Keeps `attempt` among the last [`RECENT_ATTEMPTS`], and as the closest if it passed
     /// more criteria than any before.
-    fn remember(&self, record: &mut ThreadRecord, attempt: Attempt) {
+    fn remember(&self, record: &mut ThreadRecord, attempt: IterationRecord) {
         let closer = record.closest.as_ref().is_none_or(|c| {
             attempt.passed.len() > c.passed.len() || c.passed.is_empty() && c.output.is_empty()
         });

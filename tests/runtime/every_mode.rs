@@ -244,7 +244,7 @@ async fn plan_mode_does_not_overwrite_an_implementation_json_replaced_under_it()
         "priority": 1, "tasks": [{"description": "new"}]}]});
     let agent = DeletesFirst {
         victim: file.clone(),
-        inner: FakeAgent::new().always(Role::Plan, Script::new().json(answer)),
+        inner: FakeAgent::new().always(Role::Breakdown, Script::new().json(answer)),
     };
     let ralph = Ralph::builder()
         .workspace(dir.path())

@@ -340,7 +340,7 @@ async fn build_mode_needs_no_plan_role_and_says_what_is_missing() {
         ralph.build_specs().await.unwrap(),
         SpecsOutcome::Complete { specs: 1, tasks: 1 }
     );
-    assert!(agent.requests().iter().all(|r| r.role != Role::Plan));
+    assert!(agent.requests().iter().all(|r| r.role != Role::Breakdown));
 
     let plain = tempfile::tempdir().unwrap();
     write(plain.path(), "specs/a.md", SPEC_A);

@@ -133,7 +133,7 @@ async fn plan_mode_writes_one_event_log_per_call() {
         {"id": "greeter", "name": "Greeter", "file": "specs/greeter.md", "priority": 1,
          "tasks": [{"description": "Write greet.sh"}, {"description": "Test it"}]}
     ]}));
-    let agent = Arc::new(FakeAgent::new().on(Role::Plan, "plan-mode", answer));
+    let agent = Arc::new(FakeAgent::new().on(Role::Breakdown, "plan-mode", answer));
     let ralph = ralph(dir, agent, Recorder::default(), vec![]);
     ralph.plan(Vec::<&str>::new()).await.unwrap();
     let logs = run_logs(dir, "-plan-mode.log");
@@ -148,7 +148,7 @@ async fn plan_mode_writes_one_event_log_per_call() {
     // An unusable answer: the log ends with the error plan mode returned.
     drop(ralph);
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    let agent = Arc::new(FakeAgent::new().always(Role::Plan, Script::new().answer("no JSON")));
+    let agent = Arc::new(FakeAgent::new().always(Role::Breakdown, Script::new().answer("no JSON")));
     let ralph = crate::support::specs::ralph(dir, agent, Recorder::default(), vec![]);
     let err = ralph
         .plan(Vec::<&str>::new())

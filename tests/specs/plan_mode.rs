@@ -46,7 +46,7 @@ fn specs() -> Vec<(&'static str, &'static str)> {
 async fn plan_mode_creates_implementation_json_from_the_specs() {
     let ws = workspace(&specs());
     let dir = ws.path();
-    let agent = Arc::new(FakeAgent::new().on(Role::Plan, "plan-mode", plan_answer()));
+    let agent = Arc::new(FakeAgent::new().on(Role::Breakdown, "plan-mode", plan_answer()));
     let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
     assert!(ralph.implementation().unwrap().is_none());
 
@@ -66,7 +66,7 @@ async fn plan_mode_creates_implementation_json_from_the_specs() {
     let requests = agent.requests();
     assert_eq!(requests.len(), 1);
     assert!(requests[0].structured, "a schema was sent");
-    assert!(!Role::Plan.may_write());
+    assert!(!Role::Breakdown.may_write());
     for part in [
         "specs/greeter.md",
         "Hello, NAME!",
@@ -84,7 +84,7 @@ async fn plan_mode_creates_implementation_json_from_the_specs() {
 async fn build_mode_runs_from_plan_modes_file_without_parsing() {
     let ws = workspace(&specs());
     let dir = ws.path();
-    let planner_agent = Arc::new(FakeAgent::new().on(Role::Plan, "plan-mode", plan_answer()));
+    let planner_agent = Arc::new(FakeAgent::new().on(Role::Breakdown, "plan-mode", plan_answer()));
     let ralph1 = ralph(dir, planner_agent, Recorder::default(), vec![]);
     ralph1
         .plan(["specs/greeter.md", "specs/farewell.md"])
@@ -107,7 +107,7 @@ async fn build_mode_runs_from_plan_modes_file_without_parsing() {
         builder_agent
             .requests()
             .iter()
-            .all(|r| r.role != Role::Plan)
+            .all(|r| r.role != Role::Breakdown)
     );
     assert_eq!(commits(dir), ["Farewell", "Greeter", "Initial commit"]);
 }
@@ -120,7 +120,7 @@ async fn replanning_keeps_completed_tasks_and_their_history() {
     let dir = ws.path();
     let agent = Arc::new(
         FakeAgent::new()
-            .on(Role::Plan, "plan-mode", plan_answer())
+            .on(Role::Breakdown, "plan-mode", plan_answer())
             .on(Role::Planner, "greeter", planner("# Plan: greeter"))
             .on_attempt(Role::Build, "greeter-1", 1, Script::new().answer("not yet"))
             .on_attempt(Role::Build, "greeter-1", 2, done())
@@ -130,7 +130,7 @@ async fn replanning_keeps_completed_tasks_and_their_history() {
                 Script::new().answer("<TASK_BLOCKED reason=\"unclear\">"),
             )
             .on(
-                Role::Plan,
+                Role::Breakdown,
                 "plan-mode",
                 Script::new().json(json!({"specs": [
                     {"id": "greeter", "name": "Greeter", "file": "specs/greeter.md", "priority": 1,
@@ -179,7 +179,7 @@ async fn replanning_keeps_completed_tasks_and_their_history() {
     let second_prompt = &agent
         .requests()
         .into_iter()
-        .filter(|r| r.role == Role::Plan)
+        .filter(|r| r.role == Role::Breakdown)
         .nth(1)
         .unwrap()
         .prompt;
@@ -195,7 +195,7 @@ async fn bad_answers_and_bad_paths_change_nothing() {
     let wrong = Script::new().json(json!({"specs": [
         {"id": "x", "name": "X", "file": "specs/other.md", "priority": 1, "tasks": []}
     ]}));
-    let agent = Arc::new(FakeAgent::new().always(Role::Plan, wrong));
+    let agent = Arc::new(FakeAgent::new().always(Role::Breakdown, wrong));
     let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
     let err = ralph
         .plan(["specs/greeter.md"])
@@ -246,7 +246,7 @@ async fn unknown_fields_survive_plan_mode_and_build_mode() {
     ]}));
     let agent = Arc::new(
         FakeAgent::new()
-            .on(Role::Plan, "plan-mode", answer)
+            .on(Role::Breakdown, "plan-mode", answer)
             .on(Role::Planner, "greeter", planner("# Plan: greeter"))
             .always(Role::Build, done())
             .on(Role::Verify, "greeter", accept()),

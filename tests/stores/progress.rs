@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use ralph::model::{
-    Attempt, Change, IterationEntry, RunState, Task, TaskId, TaskStatus, Tombstone,
+    Change, IterationEntry, RecentAttempt, RunState, Task, TaskId, TaskStatus, Tombstone,
 };
 use ralph::store::StoreError;
 use ralph::{ProgressStore, Store};
@@ -322,7 +322,7 @@ async fn recent_attempts_and_iteration_log_are_bounded_in_the_file() {
     let store = ProgressStore::open(&path).unwrap();
     let mut run = store.load().await.unwrap().run;
     for i in 1..=8 {
-        let attempt = Attempt::new(
+        let attempt = RecentAttempt::new(
             i,
             TaskId::new("t-1"),
             format!("try {i}"),
