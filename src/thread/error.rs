@@ -1,0 +1,122 @@
+//! What a thread operation can fail with.
+
+use std::path::PathBuf;
+
+use super::phase::{PhaseKind, TransitionError};
+use crate::git::GitError;
+
+/// A thread operation failed. Refused moves name both phases.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ThreadError {
+    /// The move is not in seed 001's tables.
+    #[error("thread {id}: {refused}")]
+    Transition {
+        /// The thread.
+        id: String,
+        /// The refused move (its message is part of this one's).
+        refused: TransitionError,
+    },
+    /// The call needs a phase the thread is not in (a data-only call such as `configure`).
+    #[error("thread {id} is {phase}; {action} needs it to be {needed}")]
+    WrongPhase {
+        /// The thread.
+        id: String,
+        /// Its phase.
+        phase: PhaseKind,
+        /// What was asked.
+        action: &'static str,
+        /// The phase(s) it needs.
+        needed: &'static str,
+    },
+    /// A reset of the work tree was asked without the person's confirmation.
+    #[error(
+        "thread {id}: going back to Drafting resets the work tree to {baseline} and deletes its changes; call again with the confirmation to continue"
+    )]
+    NeedsConfirmation {
+        /// The thread.
+        id: String,
+        /// The baseline commit.
+        baseline: String,
+    },
+    /// No such thread.
+    #[error("no thread {0} (looked in {1})")]
+    NotFound(String, PathBuf),
+    /// A file could not be read or written.
+    #[error("{path}: {error}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why (its message is part of this one's).
+        error: std::io::Error,
+    },
+    /// `thread.json` or `run.json` is not what ralph wrote.
+    #[error("{path} is corrupt: {message}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What serde said (with line and column), or what is missing.
+        message: String,
+    },
+    /// `thread.json` was deleted, replaced or rewritten by someone else while this handle
+    /// used it; nothing was written over it.
+    #[error(
+        "{path} {how} while ralph was using it; stopped without writing over it (restore the file, or check which other process changed it)"
+    )]
+    Changed {
+        /// The file.
+        path: PathBuf,
+        /// What happened to it.
+        how: String,
+    },
+    /// `thread.json` comes from a newer ralph.
+    #[error(
+        "{path} has schema_version {found}, but this ralph knows versions up to {known}; upgrade ralph"
+    )]
+    NewerSchema {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: u64,
+        /// The newest this build reads.
+        known: u32,
+    },
+    /// git failed.
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// The workspace cannot be used.
+    #[error("workspace {path}: {reason}")]
+    Workspace {
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A prompt could not be rendered.
+    #[error(transparent)]
+    Prompt(#[from] crate::prompt::PromptError),
+    /// The loop's settings cannot be used (an unknown agent name).
+    #[error("thread {id}: {reason}")]
+    Config {
+        /// The thread.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another process runs a thread of this workspace (it holds `.ralph/ralph.lock`).
+    #[error("{message}")]
+    Busy {
+        /// Which thread runs where, and what to do.
+        message: String,
+    },
+    /// The AI review of the spec gave no usable feedback; the thread stays Assessing.
+    #[error(
+        "thread {id}: the assessment failed: {reason}; the thread stays Assessing, call `assess` again or `finalize`"
+    )]
+    Assessment {
+        /// The thread.
+        id: String,
+        /// Why (the agent's failure, or the parse error of its second answer).
+        reason: String,
+    },
+}

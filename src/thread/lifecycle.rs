@@ -1,0 +1,481 @@
+//! A thread's moves through its lifecycle, as the calls a person (or quick mode) makes: the
+//! spec, implementation (preflight, the loop, pause and resume, stuck), polish, review and
+//! commit. The four human checkpoints are [`finalize`](Threads::finalize), the choices of a
+//! stuck thread, [`approve`](Threads::approve) and [`commit`](Threads::commit).
+
+use super::phase::{Phase, PhaseKind};
+use super::record::{RunConfig, StuckReport, ThreadRecord};
+use super::{Confirm, KEEP, ThreadError, Threads, preflight, spec, transition};
+
+impl Threads {
+    // ---- Phase 1: the spec --------------------------------------------------------------
+
+    /// Replaces the spec while Drafting: writes the next revision `spec/v<N+1>.md`.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::WrongPhase`] outside Drafting.
+    pub fn edit_spec(&self, id: &str, text: &str) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.get(id)?;
+        if record.phase.kind() != PhaseKind::Drafting {
+            return Err(Self::wrong_phase(&record, "editing the spec", "Drafting"));
+        }
+        self.write_spec(&mut record, text)?;
+        self.save(&mut record)?;
+        Ok(record)
+    }
+
+    /// **Checkpoint 1**, Drafting or Assessing → Finalized: the person approves the spec.
+    /// Quick mode stops here too: starting is the person's next call.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub fn finalize(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        self.simple(id, Phase::Finalized)
+    }
+
+    /// Finalized → Drafting: reopen the spec.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub fn reopen(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        self.only(id, &[PhaseKind::Finalized], PhaseKind::Drafting)?;
+        self.simple(id, Phase::Drafting)
+    }
+
+    /// PreflightFailed → Drafting: the spec needs fixes.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub fn fix_spec(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        self.only(id, &[PhaseKind::PreflightFailed], PhaseKind::Drafting)?;
+        self.simple(id, Phase::Drafting)
+    }
+
+    // ---- Phase 2: implementation --------------------------------------------------------
+
+    /// Finalized (or PreflightFailed, to retry) → Preflight, then Configuring or
+    /// PreflightFailed. Entering Preflight from Finalized captures the git baseline; passing
+    /// moves the work to the branch `ralph/<id>`. In quick mode the loop then runs with the
+    /// default settings, up to the next checkpoint.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase; I/O and git errors. Failed checks
+    /// are not errors: the thread is PreflightFailed with one message per check.
+    pub async fn start(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.load_for(id, PhaseKind::Preflight)?;
+        self.advance(&mut record, Phase::Preflight)?;
+        // Held from the "no other thread running" check through the loop quick mode runs.
+        let _lock = match self.lock_runs().await {
+            Ok(lock) => lock,
+            Err(ThreadError::Busy { message }) => {
+                let failures = vec![message];
+                self.advance(&mut record, Phase::PreflightFailed { failures })?;
+                return Ok(record);
+            }
+            Err(e) => return Err(e),
+        };
+        let failures = preflight::run(self, &mut record).await?;
+        if !failures.is_empty() {
+            self.advance(&mut record, Phase::PreflightFailed { failures })?;
+            return Ok(record);
+        }
+        self.advance(&mut record, Phase::Configuring)?;
+        if self.options.quick {
+            record.config = self.options.config.clone();
+            return self.run_record(record).await;
+        }
+        Ok(record)
+    }
+
+    /// Sets the loop's settings while Configuring.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::WrongPhase`] outside Configuring; [`ThreadError::Config`] when
+    /// `config.agents` names an agent not registered with [`agent`](Self::agent).
+    pub fn configure(&self, id: &str, config: RunConfig) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.get(id)?;
+        if record.phase.kind() != PhaseKind::Configuring {
+            return Err(Self::wrong_phase(&record, "configure", "Configuring"));
+        }
+        self.chain(&config).map_err(|reason| ThreadError::Config {
+            id: id.to_owned(),
+            reason,
+        })?;
+        record.config = config;
+        self.save(&mut record)?;
+        Ok(record)
+    }
+
+    /// Configuring → Running: runs the loop from iteration 1 until it needs a person
+    /// (Implemented, Stuck, Paused; PendingReview in quick mode).
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel through [`stop_token`](Self::stop_token), which saves the thread as Paused;
+    /// dropping the future kills the agent but may leave the thread Running.
+    pub async fn run(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let _lock = self.lock_runs().await?;
+        let record = self.only(id, &[PhaseKind::Configuring], PhaseKind::Running)?;
+        self.run_record(record).await
+    }
+
+    async fn run_record(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+        let chain = self.record_chain(&record)?;
+        let first = record.attempts.last().map_or(1, |a| a.iteration + 1);
+        record.iteration_limit =
+            first.saturating_add(record.config.max_iterations.saturating_sub(1));
+        record.runner_pid = Some(std::process::id());
+        // A new round starts with the first agent again.
+        record.current_agent = chain.first().map(|(name, _)| name.clone());
+        record.exhausted.clear();
+        record.transient_failures = 0;
+        self.advance(&mut record, Phase::Running { iteration: first })?;
+        self.drive(record).await
+    }
+
+    /// Paused → Running: continues from the interrupted iteration. A thread left Running or
+    /// Verifying by a process that died (killed, crashed, the machine went down) is first
+    /// recovered as Paused at that iteration, which then runs again.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
+    pub async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let _lock = self.lock_runs().await?;
+        let mut record = self.get(id)?;
+        if record.is_orphaned() {
+            self.recover(&mut record)?;
+        }
+        let Phase::Paused { iteration, .. } = record.phase else {
+            return Err(transition(&record, PhaseKind::Running));
+        };
+        record.runner_pid = Some(std::process::id());
+        self.advance(&mut record, Phase::Running { iteration })?;
+        self.drive(record).await
+    }
+
+    /// A thread left Running or Verifying by a process that died is Paused at the iteration
+    /// it was in (through Verifying → Running → Paused, all rows of the table): that
+    /// iteration runs again.
+    fn recover(&self, record: &mut ThreadRecord) -> Result<(), ThreadError> {
+        let iteration = match record.phase {
+            Phase::Verifying { iteration } => {
+                self.advance(record, Phase::Running { iteration })?;
+                iteration
+            }
+            Phase::Running { iteration } => iteration,
+            _ => return Ok(()),
+        };
+        let criteria_passing = record.attempts.last().map_or(0, |a| a.passed.len());
+        let criteria_total = self
+            .spec_text(record)
+            .ok()
+            .and_then(|t| spec::ThreadSpec::parse(&t).ok())
+            .map_or(0, |s| s.criteria.len());
+        record.runner_pid = None;
+        self.advance(
+            record,
+            Phase::Paused {
+                iteration,
+                criteria_passing,
+                criteria_total,
+            },
+        )
+    }
+
+    /// Paused or Stuck → Configuring: change the settings, keeping the changes made.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub fn reconfigure(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        self.only(
+            id,
+            &[PhaseKind::Paused, PhaseKind::Stuck],
+            PhaseKind::Configuring,
+        )?;
+        self.simple(id, Phase::Configuring)
+    }
+
+    /// **Checkpoint 2** (Stuck), manual assist → Running: the person edited files; the loop
+    /// runs another round of `max_iterations`.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] unless Stuck.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
+    pub async fn manual_assist(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let _lock = self.lock_runs().await?;
+        let record = self.get(id)?;
+        if record.phase.kind() != PhaseKind::Stuck {
+            return Err(transition(&record, PhaseKind::Running));
+        }
+        self.run_record(record).await
+    }
+
+    /// **Checkpoint 2** (Stuck), diagnose: the stuck report; the thread stays Stuck.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::WrongPhase`] unless Stuck.
+    pub fn diagnose(&self, id: &str) -> Result<StuckReport, ThreadError> {
+        let record = self.get(id)?;
+        match (&record.phase, record.stuck) {
+            (Phase::Stuck { .. }, Some(report)) => Ok(report),
+            _ => Err(Self::wrong_phase(&self.get(id)?, "diagnose", "Stuck")),
+        }
+    }
+
+    /// **Checkpoint 2** (Stuck) or review (PendingReview) → Drafting: the spec was wrong.
+    /// Resets the work tree to the baseline, deletes `ralph/<id>`, and writes `new_spec` (if
+    /// given) as the next revision. Refused unless `confirm` is [`Confirm::ResetToBaseline`].
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::NeedsConfirmation`] without it (nothing changes),
+    /// [`ThreadError::Transition`] from another phase, git errors.
+    pub async fn revise(
+        &self,
+        id: &str,
+        new_spec: Option<&str>,
+        confirm: Confirm,
+    ) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.load_for(id, PhaseKind::Drafting)?;
+        if !matches!(
+            record.phase.kind(),
+            PhaseKind::Stuck | PhaseKind::PendingReview
+        ) {
+            return Err(transition(&record, PhaseKind::Drafting));
+        }
+        if confirm != Confirm::ResetToBaseline {
+            return Err(ThreadError::NeedsConfirmation {
+                id: id.to_owned(),
+                baseline: record
+                    .baseline
+                    .as_ref()
+                    .map_or_else(|| "the baseline".to_owned(), |b| b.commit_sha.clone()),
+            });
+        }
+        self.reset_to_baseline(&mut record).await?;
+        if let Some(text) = new_spec {
+            self.write_spec(&mut record, text)?;
+        }
+        record.attempts.clear();
+        record.closest = None;
+        self.advance(&mut record, Phase::Drafting)?;
+        Ok(record)
+    }
+
+    async fn reset_to_baseline(&self, record: &mut ThreadRecord) -> Result<(), ThreadError> {
+        let git = self.git();
+        if let Some(baseline) = &record.baseline {
+            // Leaves `ralph/<id>` for the baseline branch, or the baseline commit detached.
+            git.reset_to(baseline, KEEP).await?;
+            if let Some(branch) = &record.branch
+                && git.branch_exists(branch).await?
+            {
+                git.delete_branch(branch).await?;
+            }
+        }
+        record.baseline = None;
+        record.branch = None;
+        Ok(())
+    }
+
+    // ---- Phases 3–5: polish, review, commit ---------------------------------------------
+
+    /// Implemented → Polishing.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub fn polish(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        self.simple(id, Phase::Polishing)
+    }
+
+    /// Polishing → Implemented.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub fn polish_done(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        self.only(id, &[PhaseKind::Polishing], PhaseKind::Implemented)?;
+        self.simple(id, Phase::Implemented)
+    }
+
+    /// Implemented → PendingReview, with "recommend approve" when every criterion passed
+    /// at the last verification.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub fn submit_for_review(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.load_for(id, PhaseKind::PendingReview)?;
+        let recommend_approve = all_passed(&record);
+        self.advance(&mut record, Phase::PendingReview { recommend_approve })?;
+        Ok(record)
+    }
+
+    /// PendingReview → Running: the review found implementation bugs; the loop runs
+    /// another round in the same work tree.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] unless PendingReview.
+    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
+    pub async fn send_back(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let _lock = self.lock_runs().await?;
+        let record = self.get(id)?;
+        if record.phase.kind() != PhaseKind::PendingReview {
+            return Err(transition(&record, PhaseKind::Running));
+        }
+        self.run_record(record).await
+    }
+
+    /// **Checkpoint 3**, PendingReview → Approved. Quick mode then prepares the commit
+    /// message (ReadyToCommit) and stops there.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub async fn approve(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.load_for(id, PhaseKind::Approved)?;
+        self.advance(&mut record, Phase::Approved)?;
+        if self.options.quick {
+            return self.prepare_commit(id, None);
+        }
+        Ok(record)
+    }
+
+    /// Approved → ReadyToCommit with `message`, or one generated from the title and spec.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase.
+    pub fn prepare_commit(
+        &self,
+        id: &str,
+        message: Option<&str>,
+    ) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.load_for(id, PhaseKind::ReadyToCommit)?;
+        let message = match message {
+            Some(m) => m.to_owned(),
+            None => format!(
+                "{}\n\nImplemented by ralph (thread {}, spec v{}).",
+                record.title, record.id, record.spec_version
+            ),
+        };
+        self.advance(&mut record, Phase::ReadyToCommit { message })?;
+        Ok(record)
+    }
+
+    /// **Checkpoint 4**, ReadyToCommit → Done: the person's explicit commit. Commits every
+    /// change (except `.ralph/`) on the thread's branch `ralph/<id>` with `message` or the
+    /// prepared one; merging it is left to the person.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from any other phase; git errors (a refusing hook).
+    pub async fn commit(
+        &self,
+        id: &str,
+        message: Option<&str>,
+    ) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.load_for(id, PhaseKind::Done)?;
+        let Phase::ReadyToCommit { message: prepared } = &record.phase else {
+            return Err(transition(&record, PhaseKind::Done));
+        };
+        let message = message.unwrap_or(prepared).to_owned();
+        let git = self.git();
+        if let Some(branch) = &record.branch
+            && git.current_branch().await?.as_deref() != Some(branch.as_str())
+        {
+            git.switch(branch).await?;
+        }
+        let commit = git.commit_all(&message, KEEP).await?;
+        self.advance(&mut record, Phase::Done { commit })?;
+        Ok(record)
+    }
+
+    /// Any non-terminal phase → Abandoned. Nothing is deleted: the branch `ralph/<id>`
+    /// and every change on it are kept for the person (to read, cherry-pick or delete), and
+    /// the spec revisions and run records stay in `.ralph/`. When the work tree is on
+    /// `ralph/<id>` and clean (the changes were committed there, or there were none), HEAD
+    /// goes back to the baseline branch (or the baseline commit, detached) so the person is
+    /// where they started; with uncommitted changes it stays on `ralph/<id>`, since switching
+    /// would carry them along or fail.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Transition`] from Done or Abandoned; [`ThreadError::Busy`] when the
+    /// thread's loop runs in another live process (pause it first); git errors.
+    pub async fn abandon(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let mut record = self.load_for(id, PhaseKind::Abandoned)?;
+        // A loop running elsewhere would overwrite the abandoned record with its next phase.
+        let _lock = if matches!(
+            record.phase.kind(),
+            PhaseKind::Running | PhaseKind::Verifying
+        ) {
+            let lock = self.lock_runs().await?;
+            record = self.load_for(id, PhaseKind::Abandoned)?;
+            Some(lock)
+        } else {
+            None
+        };
+        self.leave_branch(&record).await?;
+        record.runner_pid = None;
+        self.advance(&mut record, Phase::Abandoned)?;
+        Ok(record)
+    }
+
+    /// Back to the baseline when on the thread's branch with nothing uncommitted.
+    async fn leave_branch(&self, record: &ThreadRecord) -> Result<(), ThreadError> {
+        let (Some(branch), Some(baseline)) = (&record.branch, &record.baseline) else {
+            return Ok(());
+        };
+        let git = self.git();
+        if git.current_branch().await?.as_deref() != Some(branch.as_str())
+            || !git.changes(KEEP).await?.is_empty()
+        {
+            return Ok(());
+        }
+        match &baseline.branch {
+            Some(base) => git.switch(base).await?,
+            None => git.detach(&baseline.commit_sha).await?,
+        }
+        Ok(())
+    }
+
+    /// The diff of the work tree from the thread's baseline (empty before Preflight).
+    ///
+    /// # Errors
+    ///
+    /// git errors.
+    pub async fn diff(&self, id: &str) -> Result<String, ThreadError> {
+        let record = self.get(id)?;
+        match &record.baseline {
+            Some(b) => Ok(self.git().diff_from(&b.commit_sha).await?),
+            None => Ok(String::new()),
+        }
+    }
+}
+
+/// Whether the latest attempt passed every criterion.
+fn all_passed(record: &ThreadRecord) -> bool {
+    record
+        .attempts
+        .last()
+        .is_some_and(|a| a.failed.is_empty() && !a.passed.is_empty())
+}
