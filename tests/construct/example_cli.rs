@@ -218,3 +218,22 @@ fn once_stops_after_one_iteration_with_exit_0() {
     );
     assert!(!stdout.contains("iteration 2 ·"), "{stdout}");
 }
+
+#[test]
+fn a_torn_tail_repaired_at_load_is_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let once = construct(dir.path()).arg("--once").output().unwrap();
+    assert_eq!(once.status.code(), Some(0), "{once:?}");
+    // A crash mid-write leaves a line without its newline.
+    let state = dir.path().join(".ralph/plan.jsonl");
+    let mut text = std::fs::read(&state).unwrap();
+    text.extend_from_slice(br#"{"t":"task","id":"t-9","na"#);
+    std::fs::write(&state, text).unwrap();
+    let out = construct(dir.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("state repaired: dropped a torn final line"),
+        "{stdout}"
+    );
+}
