@@ -517,3 +517,33 @@ async fn a_torn_tail_dropped_at_load_is_an_event() {
         "{repaired:?}"
     );
 }
+
+// ── The files ralph writes stay inside the workspace ────────────────────────────────────
+
+#[test]
+fn state_and_log_paths_outside_the_workspace_are_refused_naming_the_key() {
+    for (toml, key) in [
+        ("[store]\npath = \"../outside-plan.jsonl\"\n", "store.path"),
+        ("[store]\npath = \"\"\n", "store.path"),
+        ("log_dir = \"/tmp/logs\"\n", "log_dir"),
+        ("log_dir = \"../x\"\n", "log_dir"),
+        (
+            "[planning]\nimplementation = \"../impl.json\"\n",
+            "planning.implementation",
+        ),
+    ] {
+        let dir = crate::support::workspace("# S\n");
+        write(dir.path(), "ralph.toml", toml);
+        let err = Ralph::builder()
+            .workspace(dir.path())
+            .agent(FakeAgent::new())
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{toml}: {err}");
+        assert!(
+            !dir.path().join(".ralph").exists(),
+            "{toml}: nothing written"
+        );
+    }
+}
