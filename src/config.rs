@@ -344,12 +344,25 @@ impl Overrides {
         Ok(())
     }
 
-    fn provider(&self) -> Serialized<Dict> {
+    fn dict(&self) -> Dict {
         let mut dict = Dict::new();
         for (key, value) in &self.0 {
             merge_nested(&mut dict, key, value.clone());
         }
-        Serialized::defaults(dict)
+        dict
+    }
+}
+
+/// Where overrides come from, as errors name it.
+const OVERRIDES_SOURCE: &str = "the program (RalphBuilder::config)";
+
+impl figment::Provider for Overrides {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::named(OVERRIDES_SOURCE)
+    }
+
+    fn data(&self) -> Result<figment::value::Map<figment::Profile, Dict>, figment::Error> {
+        Serialized::defaults(self.dict()).data()
     }
 }
 
@@ -388,7 +401,7 @@ impl Config {
                     .split("__")
                     .filter(|key| is_config_key(key.as_str())),
             )
-            .merge(overrides.provider())
+            .merge(overrides.clone())
     }
 
     /// Loads and validates the configuration of `workspace`.
@@ -419,6 +432,7 @@ impl Config {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.check_paths()?;
+        self.check_bounds()?;
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             key: key.to_owned(),
             message,
@@ -478,7 +492,93 @@ impl Config {
     }
 }
 
+/// The largest values of the settings: far above what any run needs, and low enough that no
+/// arithmetic on them can overflow (a deadline is `now + timeout`, a count is incremented and
+/// compared). A value above its bound is refused at load, naming the key.
+pub mod bounds {
+    use std::time::Duration;
+
+    /// `max_iterations`.
+    pub const MAX_ITERATIONS: u32 = 100_000;
+    /// `retries`, `transient_retries`, `planning.max_attempts`.
+    pub const MAX_RETRIES: u32 = 1_000;
+    /// `verify_concurrency`.
+    pub const MAX_CONCURRENCY: usize = 1_024;
+    /// `recent_attempts`.
+    pub const MAX_RECENT_ATTEMPTS: usize = 10_000;
+    /// Every timeout (`stage_timeout`, `agent_timeout`, a gate's `timeout`, the claude
+    /// section's `idle_timeout`): a week.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// `grace`, `transient_backoff`, the claude section's `result_grace`: an hour.
+    pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+}
+
 impl Config {
+    /// Every count and duration within its bound (see [`bounds`]).
+    fn check_bounds(&self) -> Result<(), ConfigError> {
+        use bounds::*;
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.to_owned(),
+            message,
+            source_name: None,
+        };
+        let at_most = |key: &str, value: u64, max: u64| {
+            if value > max {
+                Err(invalid(key, format!("must be at most {max}, got {value}")))
+            } else {
+                Ok(())
+            }
+        };
+        at_most(
+            "max_iterations",
+            self.max_iterations.into(),
+            MAX_ITERATIONS.into(),
+        )?;
+        at_most("retries", self.retries.into(), MAX_RETRIES.into())?;
+        at_most(
+            "transient_retries",
+            self.transient_retries.into(),
+            MAX_RETRIES.into(),
+        )?;
+        at_most(
+            "planning.max_attempts",
+            self.planning.max_attempts.into(),
+            MAX_RETRIES.into(),
+        )?;
+        let usize_at_most =
+            |key: &str, value: usize, max: usize| at_most(key, value as u64, max as u64);
+        usize_at_most(
+            "verify_concurrency",
+            self.verify_concurrency,
+            MAX_CONCURRENCY,
+        )?;
+        usize_at_most("recent_attempts", self.recent_attempts, MAX_RECENT_ATTEMPTS)?;
+        let durations = [
+            ("stage_timeout", self.stage_timeout, MAX_TIMEOUT),
+            ("agent_timeout", self.agent_timeout, MAX_TIMEOUT),
+            ("grace", self.grace, MAX_WAIT),
+            ("transient_backoff", self.transient_backoff, MAX_WAIT),
+        ];
+        let gates = self.gates.iter().enumerate().map(|(i, g)| (i, g.timeout));
+        for (key, value, max) in durations
+            .into_iter()
+            .map(|(k, v, m)| (k.to_owned(), v, m))
+            .chain(gates.map(|(i, t)| (format!("gates[{i}].timeout"), t, MAX_TIMEOUT)))
+        {
+            if value > max {
+                return Err(invalid(
+                    &key,
+                    format!(
+                        "must be at most {}, got {}",
+                        humantime::format_duration(max),
+                        humantime::format_duration(value)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The files and folders ralph writes stay inside the workspace: relative, not empty,
     /// never going up with `..` (the rule spec paths follow too). A state file or log folder
     /// outside it would escape the workspace's lock.
@@ -781,6 +881,125 @@ mod tests {
             )?;
             let msg = load_in(jail).unwrap_err().to_string();
             assert!(msg.contains("gates[1].name"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn every_count_and_duration_has_a_bound_named_with_the_value_and_the_file() {
+        Jail::expect_with(|jail| {
+            for (toml, key, said) in [
+                (
+                    "retries = 4294967295",
+                    "retries",
+                    "must be at most 1000, got 4294967295",
+                ),
+                (
+                    "max_iterations = 100001",
+                    "max_iterations",
+                    "at most 100000",
+                ),
+                (
+                    "transient_retries = 1001",
+                    "transient_retries",
+                    "at most 1000",
+                ),
+                (
+                    "verify_concurrency = 1025",
+                    "verify_concurrency",
+                    "at most 1024",
+                ),
+                (
+                    "recent_attempts = 10001",
+                    "recent_attempts",
+                    "at most 10000",
+                ),
+                (
+                    "stage_timeout = \"100000000000000h\"",
+                    "stage_timeout",
+                    "at most 7days",
+                ),
+                ("agent_timeout = \"8d\"", "agent_timeout", "at most 7days"),
+                ("grace = \"2h\"", "grace", "at most 1h"),
+                (
+                    "transient_backoff = \"2h\"",
+                    "transient_backoff",
+                    "at most 1h",
+                ),
+                (
+                    "[planning]\nmax_attempts = 5000",
+                    "planning.max_attempts",
+                    "at most 1000",
+                ),
+                (
+                    "[[gates]]\nname = \"t\"\ncommand = \"true\"\ntimeout = \"5000000000y\"",
+                    "gates[0].timeout",
+                    "at most 7days",
+                ),
+                (
+                    "[claude]\nmax_turns = 10001",
+                    "claude.max_turns",
+                    "at most 10000",
+                ),
+                (
+                    "[claude]\nmax_retries = 101",
+                    "claude.max_retries",
+                    "at most 100",
+                ),
+                (
+                    "[claude]\nmax_budget_usd = 1e9",
+                    "claude.max_budget_usd",
+                    "at most",
+                ),
+                (
+                    "[claude]\nidle_timeout = \"8d\"",
+                    "claude.idle_timeout",
+                    "at most 7days",
+                ),
+                (
+                    "[claude]\nresult_grace = \"2h\"",
+                    "claude.result_grace",
+                    "at most 1h",
+                ),
+                (
+                    "[claude.context_windows]\nbig = 1000000000",
+                    "claude.context_windows.big",
+                    "at most 100000000 tokens",
+                ),
+            ] {
+                jail.create_file("ralph.toml", toml)?;
+                let msg = load_in(jail).unwrap_err().to_string();
+                assert!(msg.contains(key) && msg.contains(said), "{toml}: {msg}");
+                assert!(msg.contains("ralph.toml"), "{toml}: {msg}");
+            }
+            jail.create_file("ralph.toml", "retries = 1000\nmax_iterations = 100000\n")?;
+            let c = load_in(jail).unwrap();
+            assert_eq!(
+                (c.retries, c.max_iterations),
+                (1000, 100_000),
+                "the bounds load"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_value_set_by_the_program_is_named_as_such() {
+        Jail::expect_with(|jail| {
+            let mut overrides = Overrides::default();
+            overrides.set("max_iterations", 0).unwrap();
+            let msg = Config::load(jail.directory(), &overrides)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("max_iterations must be at least 1")
+                    && msg.contains("set in the program (RalphBuilder::config)"),
+                "{msg}"
+            );
+            assert!(!msg.contains("BTreeMap"), "{msg}");
+            jail.set_env("RALPH_RETRIES", "5000");
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("RALPH_"), "{msg}");
             Ok(())
         });
     }

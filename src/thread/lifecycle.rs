@@ -103,10 +103,13 @@ impl Threads {
         if record.phase.kind() != PhaseKind::Configuring {
             return Err(Self::wrong_phase(&record, "configure", "Configuring"));
         }
-        self.chain(&config).map_err(|reason| ThreadError::Config {
-            id: id.to_owned(),
-            reason,
-        })?;
+        config
+            .validate()
+            .and_then(|()| self.chain(&config).map(drop))
+            .map_err(|reason| ThreadError::Config {
+                id: id.to_owned(),
+                reason,
+            })?;
         record.config = config;
         self.save(&mut record)?;
         Ok(record)
@@ -131,6 +134,13 @@ impl Threads {
     }
 
     async fn run_record(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+        record
+            .config
+            .validate()
+            .map_err(|reason| ThreadError::Config {
+                id: record.id.clone(),
+                reason,
+            })?;
         let chain = self.record_chain(&record)?;
         let first = record.attempts.last().map_or(1, |a| a.iteration + 1);
         record.iteration_limit =

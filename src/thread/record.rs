@@ -125,6 +125,44 @@ impl Default for RunConfig {
 }
 
 impl RunConfig {
+    /// Checks the numbers against the bounds every mode uses
+    /// ([`config::bounds`](crate::config::bounds)): at least one iteration, at most
+    /// [`MAX_ITERATIONS`](crate::config::bounds::MAX_ITERATIONS); timeouts longer than zero
+    /// and at most a week; at most [`MAX_RETRIES`](crate::config::bounds::MAX_RETRIES)
+    /// transient retries.
+    ///
+    /// # Errors
+    ///
+    /// The first setting out of range, named, with its value and the range.
+    pub fn validate(&self) -> Result<(), String> {
+        use crate::config::bounds::{MAX_ITERATIONS, MAX_RETRIES, MAX_TIMEOUT};
+        if !(1..=MAX_ITERATIONS).contains(&self.max_iterations) {
+            return Err(format!(
+                "max_iterations must be from 1 to {MAX_ITERATIONS}, got {}",
+                self.max_iterations
+            ));
+        }
+        if self.transient_retries > MAX_RETRIES {
+            return Err(format!(
+                "transient_retries must be at most {MAX_RETRIES}, got {}",
+                self.transient_retries
+            ));
+        }
+        for (key, value) in [
+            ("agent_timeout", self.agent_timeout),
+            ("check_timeout", self.check_timeout),
+        ] {
+            if value.is_zero() || value > MAX_TIMEOUT {
+                return Err(format!(
+                    "{key} must be longer than zero and at most {}, got {}",
+                    humantime::format_duration(MAX_TIMEOUT),
+                    humantime::format_duration(value)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Sets the iterations per round.
     #[must_use]
     pub fn max_iterations(mut self, n: u32) -> Self {
@@ -355,5 +393,36 @@ impl ThreadRecord {
     pub fn is_orphaned(&self) -> bool {
         matches!(self.phase, Phase::Running { .. } | Phase::Verifying { .. })
             && !self.runner_pid.is_some_and(process_alive)
+    }
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::*;
+
+    #[test]
+    fn loop_settings_out_of_range_are_named() {
+        for (config, said) in [
+            (
+                RunConfig::default().max_iterations(0),
+                "max_iterations must be from 1 to",
+            ),
+            (
+                RunConfig::default().max_iterations(u32::MAX),
+                "max_iterations must be from 1 to",
+            ),
+            (
+                RunConfig::default().transient_retries(5000),
+                "transient_retries must be at most",
+            ),
+            (
+                RunConfig::default().agent_timeout(Duration::ZERO),
+                "agent_timeout must be longer",
+            ),
+        ] {
+            let err = config.validate().unwrap_err();
+            assert!(err.contains(said), "{err}");
+        }
+        RunConfig::default().validate().unwrap();
     }
 }

@@ -547,3 +547,36 @@ fn state_and_log_paths_outside_the_workspace_are_refused_naming_the_key() {
         );
     }
 }
+
+// ── Numbers are range-checked where they enter ──────────────────────────────────────────
+
+#[tokio::test]
+async fn out_of_range_numbers_are_refused_naming_the_key_in_every_mode() {
+    // The construct loop, plan mode and build mode share the config.
+    let dir = build_workspace(&["one"]);
+    let err = Ralph::builder()
+        .workspace(dir.path())
+        .agent(FakeAgent::new())
+        .retries(u32::MAX)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("retries must be at most 1000, got 4294967295")
+            && err.contains("RalphBuilder::config"),
+        "{err}"
+    );
+    // Threads take their loop settings per thread.
+    let repo = crate::support::threads::repo().await;
+    let threads = ralph::thread::Threads::new(repo.path(), FakeAgent::new()).unwrap();
+    let id = crate::support::threads::finalized(&threads, crate::support::threads::SPEC);
+    threads.start(&id).await.unwrap();
+    let err = threads
+        .configure(&id, ralph::thread::RunConfig::default().max_iterations(0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("max_iterations must be from 1 to 100000, got 0"),
+        "{err}"
+    );
+}

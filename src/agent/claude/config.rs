@@ -182,9 +182,73 @@ impl ClaudeConfig {
                 "must be at least 1 token".to_owned(),
             ));
         }
+        if let Some((model, w)) = self
+            .context_windows
+            .iter()
+            .find(|(_, w)| **w > MAX_CONTEXT_WINDOW)
+        {
+            return Err((
+                format!("context_windows.{model}"),
+                format!("must be at most {MAX_CONTEXT_WINDOW} tokens, got {w}"),
+            ));
+        }
+        let bounded = [
+            (
+                "max_turns",
+                u64::from(self.max_turns.unwrap_or(0)),
+                MAX_TURNS,
+            ),
+            ("max_retries", u64::from(self.max_retries), MAX_RETRIES),
+        ];
+        for (key, value, max) in bounded {
+            if value > max {
+                return Err((
+                    key.to_owned(),
+                    format!("must be at most {max}, got {value}"),
+                ));
+            }
+        }
+        if let Some(budget) = self.max_budget_usd.filter(|b| *b > MAX_BUDGET_USD) {
+            return Err((
+                "max_budget_usd".to_owned(),
+                format!("must be at most {MAX_BUDGET_USD} dollars, got {budget}"),
+            ));
+        }
+        for (key, value, max) in [
+            (
+                "idle_timeout",
+                self.idle_timeout,
+                crate::config::bounds::MAX_TIMEOUT,
+            ),
+            (
+                "result_grace",
+                self.result_grace,
+                crate::config::bounds::MAX_WAIT,
+            ),
+        ] {
+            if value > max {
+                return Err((
+                    key.to_owned(),
+                    format!(
+                        "must be at most {}, got {}",
+                        humantime::format_duration(max),
+                        humantime::format_duration(value)
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 }
+
+/// The largest `max_turns`: far above any task, and safe to count up to.
+const MAX_TURNS: u64 = 10_000;
+/// The largest `max_retries` the CLI is told (each retry can wait minutes).
+const MAX_RETRIES: u64 = 100;
+/// The largest `max_budget_usd`: a typo guard, not a policy.
+const MAX_BUDGET_USD: f64 = 1_000_000.0;
+/// The largest context window a model name may be given, in tokens.
+const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 
 #[cfg(test)]
 mod tests {
