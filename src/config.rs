@@ -1010,3 +1010,7 @@ mod tests {
         assert!(text.contains("stage_timeout = \"5m\""), "{text}");
     }
 }
+
+#[cfg(test)]
+#[path = "config_props.rs"]
+mod props;

@@ -637,3 +637,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "signal_props.rs"]
+mod props;

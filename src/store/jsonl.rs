@@ -15,7 +15,9 @@
 //! [`persist`](Store::persist) appends the changes' lines with one write and `fdatasync`s
 //! before returning, so a persist costs O(changes), not O(board). A crash mid-write can only
 //! leave a torn last line; the next load drops it (see [`JsonlStore::recovered`]) and cuts
-//! it off before appending again. Any other malformed line is an error, never skipped.
+//! it off before appending again. (A write that reached the disk but for its final newline
+//! is whole, and is kept.) Any other malformed line is an error, never skipped. Property
+//! tests cut and garble the file at random to hold this.
 //!
 //! # Compaction
 //!
@@ -626,3 +628,7 @@ mod tests {
         assert!(text.ends_with("\"t-2\",\"name\":\"x\",\"s\":\"p\"}\n"));
     }
 }
+
+#[cfg(test)]
+#[path = "jsonl_props.rs"]
+mod props;

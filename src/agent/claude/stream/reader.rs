@@ -378,3 +378,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "reader_props.rs"]
+mod props;
