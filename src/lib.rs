@@ -62,6 +62,8 @@
 //! # }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 // Layers, top to bottom (a module imports only from its own layer or those below; the
 // pipelines never import one another; `tests/layers.rs` checks it):
 //   facade      ralph, mock, the re-exports below
