@@ -1,4 +1,14 @@
-//! The `Prioritizer` seam and the default [`CriticalPath`] algorithm (seed 000).
+//! The `Prioritizer` seam and the default [`CriticalPath`] algorithm.
+//!
+//! # When it runs, and what its order means
+//!
+//! The construct loop calls the prioritizer every time tasks are added: after INVESTIGATE
+//! turns an issue into tasks, after DECOMPOSE splits a killed task, and at the end of VERIFY
+//! (after gap analysis added tasks and rejected ones came back). It is given every task that
+//! can still be built, and its answer is saved with the tasks that caused it. BUILD then takes
+//! the ready tasks (those whose dependencies are finished) **in the prioritizer's order**; a
+//! task it has not ordered yet (added by hand, say) comes after those it has, by priority,
+//! then by creation.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -23,35 +33,40 @@ pub struct PriorityReport {
     pub low: usize,
 }
 
-/// One task's place in the order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Assignment {
-    /// The task.
-    pub id: TaskId,
-    /// Its effective priority (the explicit one when set).
-    pub priority: Priority,
-}
-
-/// The result of a prioritization: every given task, in the order it should run.
+/// The result of a prioritization: the tasks in the order BUILD should take them, each with
+/// its priority. Build one with [`Prioritized::from_order`].
+///
+/// ```
+/// use ralph::model::{Priority, TaskId};
+/// use ralph::prioritize::Prioritized;
+///
+/// let out = Prioritized::from_order([("t-2", Priority::High), ("t-1", Priority::Low)]);
+/// assert_eq!(out.order[0], (TaskId::new("t-2"), Priority::High));
+/// assert_eq!((out.report.high, out.report.low), (1, 1));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Prioritized {
-    /// Tasks in execution order: priority descending, never before a task it depends on.
-    pub order: Vec<Assignment>,
+    /// The tasks in execution order, each with the priority to record for it (a task's
+    /// explicit priority is kept whatever this says). A task given but left out keeps its
+    /// place after those ordered.
+    pub order: Vec<(TaskId, Priority)>,
     /// The counts.
     pub report: PriorityReport,
 }
 
 impl Prioritized {
-    /// Builds the result from an ordered list, computing the report.
-    pub fn from_order(order: Vec<Assignment>) -> Self {
+    /// The result for `order` (tasks in execution order, with their priorities); the
+    /// report is counted from it.
+    pub fn from_order<I: Into<TaskId>>(order: impl IntoIterator<Item = (I, Priority)>) -> Self {
+        let order: Vec<(TaskId, Priority)> =
+            order.into_iter().map(|(id, p)| (id.into(), p)).collect();
         let mut report = PriorityReport {
             prioritized: order.len(),
             ..PriorityReport::default()
         };
-        for a in &order {
-            match a.priority {
+        for (_, priority) in &order {
+            match priority {
                 Priority::High => report.high += 1,
                 Priority::Medium => report.medium += 1,
                 Priority::Low => report.low += 1,
@@ -156,7 +171,7 @@ fn _assert_prioritizer_object_safe(
 /// let out = CriticalPath::new().prioritize(&tasks)?;
 ///
 /// // t-2 -> t-3 is the critical path; the README can wait.
-/// let order: Vec<_> = out.order.iter().map(|a| (a.id.as_str(), a.priority)).collect();
+/// let order: Vec<_> = out.order.iter().map(|(id, p)| (id.as_str(), *p)).collect();
 /// assert_eq!(
 ///     order,
 ///     [("t-2", Priority::High), ("t-3", Priority::High), ("t-1", Priority::Low)]
@@ -199,11 +214,8 @@ impl Prioritizer for CriticalPath {
         let order = graph
             .order_by(&priorities)
             .into_iter()
-            .map(|v| Assignment {
-                id: tasks[v].id.clone(),
-                priority: priorities[v],
-            })
-            .collect();
+            .map(|v| (tasks[v].id.clone(), priorities[v]))
+            .collect::<Vec<_>>();
         Ok(Prioritized::from_order(order))
     }
 }
@@ -603,13 +615,13 @@ mod tests {
     fn priority_of(out: &Prioritized, id: &str) -> Priority {
         out.order
             .iter()
-            .find(|a| a.id == id)
-            .map(|a| a.priority)
+            .find(|(task, _)| *task == id)
+            .map(|(_, priority)| *priority)
             .expect("task in the order")
     }
 
     fn ids(out: &Prioritized) -> Vec<&str> {
-        out.order.iter().map(|a| a.id.as_str()).collect()
+        out.order.iter().map(|(id, _)| id.as_str()).collect()
     }
 
     fn cycle_of(tasks: &[Task]) -> Vec<String> {
@@ -860,7 +872,7 @@ mod tests {
             .order
             .iter()
             .enumerate()
-            .all(|(i, a)| a.id.as_str() == format!("t-{i}"));
+            .all(|(i, (id, _))| id.as_str() == format!("t-{i}"));
         assert!(in_order);
     }
 

@@ -42,8 +42,11 @@ impl Engine {
                 let note = format!("decomposed {} killed task(s)", last + 1);
                 changes.push(Change::Run(self.next_iteration(0, &note)));
             }
+            // The subtasks are prioritized with everything else that can be built.
+            let prioritized = self.prioritize(&mut changes)?;
             self.commit(changes).await?;
             self.emit(event);
+            self.emit(prioritized);
         }
         self.emit(Event::IterationFinished { iteration });
         Ok(Flow::Continue)

@@ -107,14 +107,24 @@ impl Engine {
         tasks: Vec<Task>,
         mut changes: Vec<Change>,
     ) -> Result<(), Error> {
+        let tasks_made = !tasks.is_empty();
         let event = Event::IssueInvestigated {
             issue: issue.id.clone(),
             tasks: tasks.into_iter().map(|t| t.id).collect(),
             reason: issue.reason.clone(),
         };
         changes.push(Change::Issue(issue));
+        // New tasks are prioritized with everything else that can be built, in the same
+        // batch: BUILD takes them in the prioritizer's order.
+        let prioritized = match tasks_made {
+            true => Some(self.prioritize(&mut changes)?),
+            false => None,
+        };
         self.commit(changes).await?;
         self.emit(event);
+        if let Some(prioritized) = prioritized {
+            self.emit(prioritized);
+        }
         Ok(())
     }
 }

@@ -19,7 +19,7 @@ mod investigate;
 mod ready;
 mod verify;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -31,7 +31,8 @@ use crate::answer::{DepRef, ProposedTask};
 use crate::config::Config;
 use crate::event::Event;
 use crate::model::{
-    Board, Change, Issue, IssueStatus, IterationEntry, RunState, Stage, Task, TaskId, TaskStatus,
+    Board, Change, Issue, IssueStatus, IterationEntry, Priority, RunState, Stage, Task, TaskId,
+    TaskStatus,
 };
 use crate::outcome::{BlockedItem, Outcome};
 use crate::output::{bounded_failure, first_line};
@@ -263,6 +264,78 @@ impl Engine {
             self.recent.pop_front();
         }
         self.recent.push_back(name.to_owned());
+    }
+
+    /// Adds to `changes` the ranks and priorities the prioritizer gives every task that can
+    /// still be built once `changes` are applied: a changed task is updated in its change, any
+    /// other appended; a buildable task the prioritizer leaves out loses its rank (it comes
+    /// after the ordered ones). Called for every batch that adds tasks (INVESTIGATE,
+    /// DECOMPOSE, the end of VERIFY), so BUILD always follows the prioritizer's order. Returns
+    /// the event to report.
+    fn prioritize(&self, changes: &mut Vec<Change>) -> Result<Event, Error> {
+        let mut index: HashMap<TaskId, usize> = HashMap::new();
+        for (i, change) in changes.iter().enumerate() {
+            if let Change::Task(task) = change {
+                index.insert(task.id.clone(), i);
+            }
+        }
+        let (updates, event) = {
+            let current = |id: &TaskId| match index.get(id).map(|&i| &changes[i]) {
+                Some(Change::Task(task)) => Some(task),
+                _ => self.board.tasks.get(id),
+            };
+            // New tasks in the order they were made: the prioritizer sees creation order.
+            let new = changes.iter().filter_map(|c| match c {
+                Change::Task(task) if !self.board.tasks.contains_key(&task.id) => Some(&task.id),
+                _ => None,
+            });
+            let pending: Vec<Task> = self
+                .board
+                .tasks
+                .keys()
+                .chain(new)
+                .filter_map(current)
+                .filter(|t| t.is_buildable())
+                .cloned()
+                .collect();
+            let result = self.ctx.prioritizer.prioritize(&pending)?;
+            let mut ranked: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
+            let mut labels = Vec::with_capacity(result.order.len());
+            for (rank, (id, priority)) in result.order.iter().enumerate() {
+                labels.push(format!("{id}:{priority}"));
+                ranked
+                    .entry(id)
+                    .or_insert((u32::try_from(rank).unwrap_or(u32::MAX), *priority));
+            }
+            let mut updates = Vec::new();
+            for before in &pending {
+                let mut task = before.clone();
+                match ranked.get(&task.id) {
+                    Some(&(rank, priority)) => {
+                        task.rank = Some(rank);
+                        if task.priority.is_none() {
+                            task.computed_priority = Some(priority);
+                        }
+                    }
+                    None => task.rank = None,
+                }
+                if task != *before {
+                    updates.push(task);
+                }
+            }
+            let event = Event::Prioritized {
+                report: result.report,
+                order: labels,
+            };
+            (updates, event)
+        };
+        for task in updates {
+            match index.get(&task.id) {
+                Some(&i) => changes[i] = Change::Task(task),
+                None => changes.push(Change::Task(task)),
+            }
+        }
+        Ok(event)
     }
 
     /// Checks that every id dependency of proposed tasks names a task on the board.

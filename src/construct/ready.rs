@@ -5,14 +5,14 @@ use std::collections::{BinaryHeap, HashMap};
 
 use crate::model::{Board, Priority, Task, TaskId};
 
-/// Buildable tasks whose dependencies are finished, highest priority first, then by the
-/// prioritizer's rank, then by creation order. Finishing a task releases its dependents, so
+/// Buildable tasks whose dependencies are finished, in the prioritizer's order (its rank);
+/// tasks it has not ranked after, highest priority first, then by creation order. Finishing a task releases its dependents, so
 /// each pick costs O(log n) instead of a scan of the board.
 pub(crate) struct ReadyQueue {
-    heap: BinaryHeap<(Priority, Reverse<u32>, Reverse<usize>, TaskId)>,
+    heap: BinaryHeap<(Reverse<u32>, Priority, Reverse<usize>, TaskId)>,
     waiting: HashMap<TaskId, usize>,
     dependents: HashMap<TaskId, Vec<TaskId>>,
-    keys: HashMap<TaskId, (Priority, Reverse<u32>, Reverse<usize>)>,
+    keys: HashMap<TaskId, (Reverse<u32>, Priority, Reverse<usize>)>,
 }
 
 impl ReadyQueue {
@@ -28,8 +28,8 @@ impl ReadyQueue {
                 continue;
             }
             let key = (
-                task.effective_priority(),
                 Reverse(task.rank.unwrap_or(u32::MAX)),
+                task.effective_priority(),
                 Reverse(index),
             );
             let unmet: Vec<&TaskId> = task
@@ -81,8 +81,9 @@ mod tests {
     use crate::model::{Change, TaskStatus};
 
     #[test]
-    fn ready_queue_orders_by_priority_then_rank_and_releases_dependents() {
+    fn ready_queue_follows_the_rank_then_priority_and_releases_dependents() {
         let mut board = Board::new();
+        // The prioritizer put the low-priority docs first: its order wins.
         let mut low = Task::new("t-1", "docs").with_priority(Priority::Low);
         low.rank = Some(0);
         let mut b = Task::new("t-2", "b");
@@ -93,11 +94,20 @@ mod tests {
             .with_deps(["t-1"])
             .with_priority(Priority::High);
         let done = Task::new("t-5", "e").with_status(TaskStatus::Done);
-        board.apply_all([low, b, c, waits, done].into_iter().map(Change::Task));
+        // Not ranked yet: after the ranked ones, by priority.
+        let unranked_low = Task::new("t-6", "f").with_priority(Priority::Low);
+        let unranked_high = Task::new("t-7", "g").with_priority(Priority::High);
+        board.apply_all(
+            [low, b, c, waits, done, unranked_low, unranked_high]
+                .into_iter()
+                .map(Change::Task),
+        );
         let mut q = ReadyQueue::new(&board);
+        assert_eq!(q.pop().unwrap(), "t-1");
         assert_eq!(q.pop().unwrap(), "t-3");
         assert_eq!(q.pop().unwrap(), "t-2");
-        assert_eq!(q.pop().unwrap(), "t-1");
+        assert_eq!(q.pop().unwrap(), "t-7");
+        assert_eq!(q.pop().unwrap(), "t-6");
         assert!(q.pop().is_none());
         q.finished(&TaskId::new("t-1"));
         assert_eq!(q.pop().unwrap(), "t-4");

@@ -231,8 +231,6 @@ impl Engine {
             order.push(task.id.clone());
             changed.insert(task.id.clone(), task);
         }
-        let prioritized = self.prioritize(&mut changed, &mut order)?;
-
         let mut changes: Vec<Change> = order
             .iter()
             .filter_map(|id| changed.remove(id))
@@ -241,6 +239,7 @@ impl Engine {
         let issue_ids: Vec<IssueId> = new_issues.iter().map(|i| i.id.clone()).collect();
         changes.extend(new_issues.into_iter().map(Change::Issue));
         changes.push(Change::Run(run));
+        let prioritized = self.prioritize(&mut changes)?;
         let iteration = self.board.run.iteration;
         self.commit(changes).await?;
 
@@ -263,55 +262,6 @@ impl Engine {
                 Issue::new(id, text.trim()).with_origin("verify")
             })
             .collect()
-    }
-
-    /// Re-prioritizes every buildable task (as it will be after `changed`), adding the tasks
-    /// whose priority or rank moved to `changed`. Returns the event to report.
-    fn prioritize(
-        &self,
-        changed: &mut HashMap<TaskId, Task>,
-        order: &mut Vec<TaskId>,
-    ) -> Result<Event, Error> {
-        let current = |id: &TaskId| changed.get(id).or_else(|| self.board.tasks.get(id));
-        let pending: Vec<Task> = self
-            .board
-            .tasks
-            .keys()
-            .chain(
-                order
-                    .iter()
-                    .filter(|id| !self.board.tasks.contains_key(*id)),
-            )
-            .filter_map(current)
-            .filter(|t| t.is_buildable())
-            .cloned()
-            .collect();
-        let result = self.ctx.prioritizer.prioritize(&pending)?;
-        let mut labels = Vec::with_capacity(result.order.len());
-        for (rank, assignment) in result.order.iter().enumerate() {
-            labels.push(format!("{}:{}", assignment.id, assignment.priority));
-            let found = changed
-                .get(&assignment.id)
-                .or_else(|| self.board.tasks.get(&assignment.id));
-            let Some(before) = found.cloned() else {
-                continue;
-            };
-            let mut task = before.clone();
-            if task.priority.is_none() {
-                task.computed_priority = Some(assignment.priority);
-            }
-            task.rank = Some(rank as u32);
-            if task != before {
-                if !changed.contains_key(&task.id) {
-                    order.push(task.id.clone());
-                }
-                changed.insert(task.id.clone(), task);
-            }
-        }
-        Ok(Event::Prioritized {
-            report: result.report,
-            order: labels,
-        })
     }
 }
 

@@ -236,7 +236,7 @@ async fn a_fresh_spec_is_persisted_as_an_issue_before_the_investigator_runs() {
 }
 
 #[tokio::test]
-async fn the_prioritizer_is_called_once_per_verify_with_only_the_buildable_tasks() {
+async fn the_prioritizer_is_called_whenever_tasks_are_added_with_only_the_buildable_tasks() {
     let dir = workspace("# Greeter\nWrite done.txt.\n");
     let mut board = Board::new();
     let mut blocked = Task::new("t-3", "Migrate").with_status(TaskStatus::Blocked);
@@ -270,6 +270,14 @@ async fn the_prioritizer_is_called_once_per_verify_with_only_the_buildable_tasks
     let ids = |tasks: &[Task]| -> Vec<String> { tasks.iter().map(|t| t.id.to_string()).collect() };
     let mut seq = Sequence::new();
     let mut prioritizer = MockPrioritizer::new();
+    // INVESTIGATE added t-6.
+    prioritizer
+        .expect_prioritize()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(move |tasks: &[Task]| ids(tasks) == ["t-4", "t-6"])
+        .returning(|tasks| CriticalPath::new().prioritize(tasks));
+    // VERIFY of iteration 1: t-2 rejected, t-7 from the gap analysis.
     prioritizer
         .expect_prioritize()
         .times(1)
@@ -501,4 +509,54 @@ async fn a_prioritizer_error_aborts_verify_after_the_verdicts_are_saved() {
     assert_eq!(task.status, TaskStatus::Done);
     assert_eq!(task.verdict.as_ref().map(|v| v.accepted), Some(false));
     assert_eq!(board.run.iteration, 1);
+}
+
+/// A user's prioritizer: the newest task first, built from its own result.
+struct NewestFirst;
+
+impl Prioritizer for NewestFirst {
+    fn prioritize(
+        &self,
+        tasks: &[Task],
+    ) -> Result<ralph::prioritize::Prioritized, ralph::prioritize::PrioritizeError> {
+        let order = tasks
+            .iter()
+            .rev()
+            .map(|t| (t.id.clone(), ralph::model::Priority::Medium));
+        Ok(ralph::prioritize::Prioritized::from_order(order))
+    }
+}
+
+#[tokio::test]
+async fn a_custom_prioritizer_orders_the_first_build() {
+    let dir = workspace("# Greeter\nThree independent tasks.\n");
+    let agent = FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("One", "1"), ("Two", "2"), ("Three", "3")]),
+        )
+        .always(Role::Build, done())
+        .always(Role::Verify, accept("fine"))
+        .always(Role::GapAnalysis, no_gaps());
+    let events = Recorder::default();
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(MemoryStore::new())
+        .prioritizer(NewestFirst)
+        .observer(events.clone())
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let built: Vec<String> = events
+        .of_kind("task_started")
+        .into_iter()
+        .map(|e| e["task"].as_str().unwrap().to_owned())
+        .collect();
+    // Without the prioritizer the tasks would be built in creation order.
+    assert_eq!(built, ["t-3", "t-2", "t-1"]);
 }
