@@ -814,17 +814,14 @@ impl FakeRun {
             (None, Some(value)) => value.to_string(),
             (None, None) => String::new(),
         };
-        AgentRun {
-            exit,
-            final_text,
-            structured: self.structured,
-            usage: self.usage,
-            session_id: None,
-            log_path: self.log_path,
-            duration: self.started.elapsed(),
-            cost_usd: None,
-            turns: Some(1),
-        }
+        let mut run = AgentRun::new(exit);
+        run.final_text = final_text;
+        run.structured = self.structured;
+        run.usage = self.usage;
+        run.log_path = self.log_path;
+        run.duration = self.started.elapsed();
+        run.turns = Some(1);
+        run
     }
 }
 

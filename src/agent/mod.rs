@@ -4,8 +4,11 @@
 //! answer, usage, how it ended, where its log is. Whether a task is *done* is decided by the
 //! engine from those facts (see [`signal`](crate::signal)), never by the agent.
 
+mod claim;
 pub mod claude;
 pub mod fake;
+
+pub use claim::Claim;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -174,6 +177,15 @@ pub enum AgentEvent {
         until: SystemTime,
         /// Which limit (`five_hour`, `seven_day`, …), when reported.
         limit: Option<String>,
+    },
+    /// A stdout line was longer than the line cap: its long strings were cut, and the run
+    /// goes on (the whole line is in the log). Counted in [`AgentRun::oversized_lines`].
+    OversizedLine,
+    /// After the run, processes it left behind (background jobs, `setsid` children of its
+    /// tools) were found alive and killed. Counted in [`AgentRun::leaked`].
+    LeftoversKilled {
+        /// How many.
+        count: usize,
     },
     /// Something worth a line in the log.
     Note {
@@ -353,8 +365,11 @@ pub enum AgentExit {
     },
 }
 
-/// What one agent run produced. Raw data: the engine derives the signal from it.
-#[derive(Clone, Debug, PartialEq)]
+/// What one agent run produced. Raw data: what it means for a task is
+/// [`claim`](AgentRun::claim), the rule every mode applies.
+///
+/// Serializable, so a tool can keep the facts of each run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AgentRun {
     /// How the run ended.
@@ -375,6 +390,20 @@ pub struct AgentRun {
     pub cost_usd: Option<f64>,
     /// API round trips, when known.
     pub turns: Option<u32>,
+    /// Processes the run left behind (background jobs, `setsid` children of its tools),
+    /// found alive after it ended and killed.
+    #[serde(default)]
+    pub leaked: usize,
+    /// Output lines longer than the agent's line cap, whose long strings were cut.
+    #[serde(default)]
+    pub oversized_lines: u64,
+    /// The agent process's exit code, when it exited (a process agent; last process of the
+    /// run).
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The signal that ended the agent process, when one did.
+    #[serde(default)]
+    pub exit_signal: Option<i32>,
 }
 
 impl AgentRun {
@@ -390,6 +419,27 @@ impl AgentRun {
             duration: Duration::ZERO,
             cost_usd: None,
             turns: None,
+            leaked: 0,
+            oversized_lines: 0,
+            exit_code: None,
+            exit_signal: None,
+        }
+    }
+
+    /// What the final answer claims about the task, by the rule every mode applies (the
+    /// marker parser's: `<TASK_DONE>` as the last line of the final answer, …): see
+    /// [`Claim`]. Only a completed run claims anything.
+    ///
+    /// ```
+    /// use ralph::agent::{AgentRun, Claim};
+    ///
+    /// assert_eq!(AgentRun::completed("Did it.\n<TASK_DONE>").claim(), Claim::Done);
+    /// assert!(matches!(AgentRun::completed("I will say <TASK_DONE> later.").claim(), Claim::NotDone(_)));
+    /// ```
+    pub fn claim(&self) -> Claim {
+        match self.exit {
+            AgentExit::Completed => claim::of(&self.final_text),
+            _ => Claim::NotDone("The agent run did not complete.".into()),
         }
     }
 

@@ -8,11 +8,11 @@ use tokio::time::Instant;
 
 use super::ready::ReadyQueue;
 use super::{Engine, Flow, bounded_failure, first_line};
+use crate::agent::Claim;
 use crate::agent::{FailureKind, Role};
 use crate::event::Event;
 use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus, Tombstone};
 use crate::runtime::call::Ending;
-use crate::runtime::claim::{self, Claim};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::gates::{self, GatesEnd};
@@ -165,7 +165,7 @@ impl Engine {
         };
         *tried = summary(&run.final_text);
         let killed_log = run.log_path.as_deref().map(|p| self.ctx.relative(p));
-        match claim::of(&run.final_text) {
+        match run.claim() {
             Claim::Done => {
                 self.run_gates(task, call.attempt, *deadline, killed_log)
                     .await

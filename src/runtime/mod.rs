@@ -4,7 +4,6 @@
 //! | promise | where |
 //! |---|---|
 //! | one agent-call path: deadline, grace, rate limits, transient failures, events | [`call`] |
-//! | one reading of what a final answer claims about its task | [`claim`] |
 //! | one gate path: deadline, stop, events, the retry prompt's failure text | [`gates`] |
 //! | one deadline rule and its backstop | [`deadline`] |
 //! | one lock per workspace, and the sweep of a killed run's leftovers under it | [`workspace`] |
@@ -19,7 +18,6 @@
 //! never import one another; `tests/layers.rs` checks it.
 
 pub(crate) mod call;
-pub(crate) mod claim;
 pub(crate) mod deadline;
 pub(crate) mod error;
 pub(crate) mod gates;

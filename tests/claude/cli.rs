@@ -782,13 +782,15 @@ async fn grandchildren_in_sessions_of_their_own_die_with_the_run(
         .unwrap();
     assert!(!alive(shell), "the grandchild's shell {shell} still runs");
     f.assert_nothing_left(); // the shell's `sleep` too
+    // What was killed is a fact of the run, and an event as it happens.
+    assert!(run.leaked >= 1, "{run:?}");
     assert!(
         events
-            .notes()
+            .all()
             .iter()
-            .any(|n| n.contains("process(es) the CLI left behind")),
+            .any(|e| matches!(e, AgentEvent::LeftoversKilled { count } if *count >= 1)),
         "{:?}",
-        events.notes()
+        events.all()
     );
 }
 
@@ -934,6 +936,10 @@ async fn a_huge_answer_completes_and_is_logged_whole() {
     assert!(run.final_text.ends_with("\n<TASK_DONE>"));
     assert!(run.final_text.len() < 1 << 20, "{}", run.final_text.len());
     assert_eq!(run.usage.output_tokens, (HUGE + 12).div_ceil(4));
+    // Both lines (the assistant message and the result) passed the 8 MiB cap: a counted
+    // fact of the run.
+    assert_eq!(run.oversized_lines, 2, "{run:?}");
+    assert_eq!(run.exit_code, Some(0));
     // Two copies of the answer plus the JSON around them.
     let logged = std::fs::metadata(f.log()).unwrap().len();
     assert!(logged > 2 * HUGE && logged < 2 * HUGE + 4096, "{logged}");

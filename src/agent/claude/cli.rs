@@ -517,6 +517,8 @@ struct Totals {
     usage: Usage,
     cost_usd: Option<f64>,
     turns: Option<u32>,
+    leaked: usize,
+    oversized_lines: u64,
 }
 
 impl Totals {
@@ -534,6 +536,8 @@ impl Totals {
         if let Some(turns) = summary.num_turns {
             self.turns = Some(self.turns.unwrap_or(0).saturating_add(turns));
         }
+        self.leaked = self.leaked.saturating_add(segment.leaked);
+        self.oversized_lines = self.oversized_lines.saturating_add(summary.oversized_lines);
     }
 
     fn finish(self, segment: &Segment, request: &AgentRequest, started: Instant) -> AgentRun {
@@ -576,6 +580,10 @@ impl Totals {
         run.duration = started.elapsed();
         run.cost_usd = self.cost_usd;
         run.turns = self.turns;
+        run.leaked = self.leaked;
+        run.oversized_lines = self.oversized_lines;
+        run.exit_code = segment.exit.and_then(|e| e.code());
+        run.exit_signal = segment.exit.and_then(|e| e.signal());
         run
     }
 }

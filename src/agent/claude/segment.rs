@@ -62,6 +62,8 @@ pub(super) struct Segment {
     pub(super) exit: Option<Exit>,
     /// The head and tail of its stderr.
     pub(super) stderr: String,
+    /// Processes it left behind, killed after it ended.
+    pub(super) leaked: usize,
 }
 
 /// The context tiers of a run, across its processes.
@@ -150,8 +152,8 @@ pub(super) async fn run(
     };
     let ended = ended.map_err(|e| AgentError::Other(e.to_string()))?;
     if ended.leaked > 0 {
-        watch.events.emit(AgentEvent::Note {
-            message: format!("killed {} process(es) the CLI left behind", ended.leaked),
+        watch.events.emit(AgentEvent::LeftoversKilled {
+            count: ended.leaked,
         });
     }
     Ok(Segment {
@@ -159,6 +161,7 @@ pub(super) async fn run(
         summary,
         exit: ended.exit,
         stderr,
+        leaked: ended.leaked,
     })
 }
 

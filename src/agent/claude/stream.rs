@@ -524,10 +524,7 @@ impl StreamParser {
         match shrinker.finish() {
             Some(shrunk) => {
                 self.oversized_lines += 1;
-                emit(AgentEvent::Note {
-                    message: "a stdout line exceeded the line cap; its long strings were cut"
-                        .to_owned(),
-                });
+                emit(AgentEvent::OversizedLine);
                 self.line(&shrunk.json, Some(&shrunk), emit);
             }
             None => {

@@ -7,12 +7,12 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::SpecBuild;
+use crate::agent::Claim;
 use crate::agent::{FailureKind, Role};
 use crate::event::Event;
 use crate::model::TaskId;
 use crate::output::{bounded_failure, first_line};
 use crate::runtime::call::{Call, Ending};
-use crate::runtime::claim::{self, Claim};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::gates::{self, GatesEnd};
@@ -183,7 +183,7 @@ impl SpecBuild {
                 return Ok(Session::Failed("The agent was rate limited.".into()));
             }
         };
-        Ok(match claim::of(&run.final_text) {
+        Ok(match run.claim() {
             Claim::Done => self.gates(dir, task, session, call.deadline).await?,
             Claim::Blocked(reason) => Session::Blocked(reason),
             Claim::NotDone(why) => Session::Failed(why),

@@ -1,12 +1,14 @@
 //! What an implementer's final answer claims about its task, read the same way in every
-//! mode by the one marker parser ([`signal::parse`]): done (the gates then decide), blocked
-//! with a reason, or not done, with what to tell the next attempt.
+//! mode by the one marker parser: done (the gates then decide), blocked with a reason, or not
+//! done, with what to tell the next attempt.
 
 use crate::signal::{self, TaskSignal};
 
-/// The claim of one final answer.
+/// What a final answer claims about its task ([`AgentRun::claim`](super::AgentRun::claim)).
+/// A claim of done is no verdict: the required gates and the verifier still decide.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Claim {
+#[non_exhaustive]
+pub enum Claim {
     /// `<TASK_DONE>` as the last line: the required gates decide.
     Done,
     /// `<TASK_BLOCKED reason="…">`: the task waits for a person, for this reason.
