@@ -34,10 +34,10 @@
 //! timeout = "10m"
 //! ```
 //!
-//! `RALPH_MAX_ITERATIONS=3` or `RALPH_CONTEXT__WARN=0.6` override single keys. Only
-//! variables whose first key is a config key are read, so unrelated `RALPH_*` variables
-//! (`RALPH_CLAUDE_BIN`) are left alone; unknown keys in `ralph.toml` are errors, so a typo
-//! is never silently ignored.
+//! `RALPH_MAX_ITERATIONS=3` or `RALPH_CONTEXT__WARN=0.6` override single keys. A
+//! `RALPH_…` variable that names no setting is an error naming it (with the closest setting),
+//! like an unknown key in `ralph.toml`, so a typo is never silently ignored; the few
+//! variables ralph reads otherwise are listed in [`ENV_ALLOWED`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -300,9 +300,22 @@ pub struct PromptPaths {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// A value could not be read (figment's message names the key and the file).
-    #[error("{0}")]
+    /// A value could not be read. The message names the key as written (`context.warn`) and
+    /// where it was set: the file, the `RALPH_…` variable, or the program.
+    #[error("{}", describe_load(.0))]
     Load(Box<figment::Error>),
+    /// A `RALPH_…` environment variable names no setting (a typo would otherwise be
+    /// silently ignored). Variables ralph reads itself are allowed: see [`ENV_ALLOWED`].
+    #[error(
+        "environment variable {var} names no setting of ralph{}; unset it, or see the settings in ralph.toml's docs",
+        .hint.as_ref().map(|h| format!(" (did you mean {h}?)")).unwrap_or_default()
+    )]
+    UnknownEnv {
+        /// The variable.
+        var: String,
+        /// The variable of the closest setting, if one is close.
+        hint: Option<String>,
+    },
     /// A value was read but is not acceptable.
     #[error("invalid config: {key} {message}{}", origin_suffix(.source_name))]
     Invalid {
@@ -410,6 +423,7 @@ impl Config {
     ///
     /// [`ConfigError`] naming the key and where its value came from.
     pub fn load(workspace: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        check_env_names()?;
         let figment = Self::figment(workspace, overrides);
         let config: Config = figment.extract()?;
         config.validate().map_err(|mut e| {
@@ -623,28 +637,101 @@ fn describe_source(meta: &figment::Metadata) -> String {
     }
 }
 
+/// figment's errors, said the way a person wrote the setting: the key without figment's
+/// `default.` profile, and for an environment variable, the variable itself.
+fn describe_load(error: &figment::Error) -> String {
+    error
+        .clone()
+        .into_iter()
+        .map(|e| {
+            let mut text = e.kind.to_string();
+            if !e.path.is_empty() {
+                text.push_str(&format!(" for key {:?}", e.path.join(".")));
+            }
+            if let Some(meta) = &e.metadata {
+                if meta.name.contains("environment") {
+                    let var = format!("{ENV_PREFIX}{}", e.path.join("__").to_ascii_uppercase());
+                    text.push_str(&format!(" in environment variable {var}"));
+                } else {
+                    text.push_str(&format!(" in {}", describe_source(meta)));
+                }
+            }
+            text
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `RALPH_…` variables that are not settings but that ralph (or its tests and CI) reads, and
+/// so are not refused as typos: the Claude CLI's path, the run cookie ralph gives the
+/// processes it starts, and the switches of ralph's own test suite.
+pub const ENV_ALLOWED: &[&str] = &[
+    "RALPH_CLAUDE_BIN",
+    "RALPH_RUN_COOKIE",
+    "RALPH_SKIP_REAL_CLAUDE",
+    "RALPH_CLAUDE_CACHE",
+];
+
+/// The top-level settings, as `Config` serializes them: the one list, so a new field is a
+/// new variable without a second list to keep.
+fn setting_names() -> Vec<String> {
+    match Value::serialize(Config::default()) {
+        Ok(Value::Dict(_, dict)) => dict.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Whether an environment key (after the prefix, split on `__`) names a config key.
 fn is_config_key(key: &str) -> bool {
-    const KEYS: &[&str] = &[
-        "max_iterations",
-        "stage_timeout",
-        "agent_timeout",
-        "grace",
-        "retries",
-        "verify_concurrency",
-        "transient_retries",
-        "transient_backoff",
-        "context",
-        "store",
-        "log_dir",
-        "prompts",
-        "claude",
-        "planning",
-        "once",
-        "recent_attempts",
-    ];
     let first = key.split('.').next().unwrap_or(key);
-    KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
+    setting_names()
+        .iter()
+        .any(|k| k.eq_ignore_ascii_case(first))
+}
+
+/// Refuses a `RALPH_…` variable that names no setting and is not in [`ENV_ALLOWED`].
+fn check_env_names() -> Result<(), ConfigError> {
+    let names = setting_names();
+    for (var, _) in std::env::vars_os() {
+        let Some(var) = var.to_str() else { continue };
+        let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        if ENV_ALLOWED.contains(&var) || rest.is_empty() {
+            continue;
+        }
+        let first = rest.split("__").next().unwrap_or(rest).to_ascii_lowercase();
+        if names.iter().any(|n| *n == first) {
+            continue;
+        }
+        let hint = names
+            .iter()
+            .map(|n| (edit_distance(n, &first), n))
+            .filter(|(d, _)| *d <= 2)
+            .min()
+            .map(|(_, n)| format!("{ENV_PREFIX}{}", n.to_ascii_uppercase()));
+        return Err(ConfigError::UnknownEnv {
+            var: var.to_owned(),
+            hint,
+        });
+    }
+    Ok(())
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 /// Serde for durations as human strings: `"5m"`, `"90s"`, `"1h 30m"`, `"250ms"`.
@@ -1000,6 +1087,63 @@ mod tests {
             jail.set_env("RALPH_RETRIES", "5000");
             let msg = load_in(jail).unwrap_err().to_string();
             assert!(msg.contains("RALPH_"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_misspelled_environment_variable_is_an_error_naming_it() {
+        Jail::expect_with(|jail| {
+            jail.set_env("RALPH_MAX_ITERATONS", "1");
+            let e = load_in(jail).unwrap_err();
+            assert!(matches!(e, ConfigError::UnknownEnv { .. }), "{e:?}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("RALPH_MAX_ITERATONS")
+                    && msg.contains("did you mean RALPH_MAX_ITERATIONS?"),
+                "{msg}"
+            );
+            jail.clear_env();
+            for allowed in ENV_ALLOWED {
+                jail.set_env(allowed, "x");
+            }
+            load_in(jail).unwrap();
+            jail.set_env("RALPH_GATES", "[]");
+            load_in(jail).unwrap();
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn keys_are_said_as_written_and_where_they_were_set() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ralph.toml", "max_iteration = 4\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("for key \"max_iteration\""), "{msg}");
+            assert!(!msg.contains("default."), "{msg}");
+            jail.create_file("ralph.toml", "")?;
+            jail.set_env("RALPH_CONTEXT__WARN", "lots");
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("for key \"context.warn\"")
+                    && msg.contains("in environment variable RALPH_CONTEXT__WARN"),
+                "{msg}"
+            );
+            jail.clear_env();
+            let mut overrides = Overrides::default();
+            overrides.set("log_dirr", "x").unwrap();
+            let msg = Config::load(jail.directory(), &overrides)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("for key \"log_dirr\"")
+                    && msg.contains("in the program (RalphBuilder::config)"),
+                "{msg}"
+            );
+            assert!(
+                !msg.contains("BTreeMap") && !msg.contains("src/config.rs"),
+                "{msg}"
+            );
             Ok(())
         });
     }

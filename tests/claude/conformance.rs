@@ -45,7 +45,7 @@ impl Rig {
             .max_retries(0)
             .idle_timeout(Duration::from_secs(60))
             .grace(Duration::from_secs(3))
-            .env("RALPH_TEST_MARK", &mark);
+            .env("TEST_RUN_MARK", &mark);
         for (key, value) in api.env().into_iter().chain(home.env()) {
             claude = claude.env(key, value);
         }
@@ -75,7 +75,7 @@ impl Rig {
 
     /// Processes the run started that are still alive.
     fn leftovers(&self) -> Vec<i32> {
-        alive_with_env("RALPH_TEST_MARK", &self.mark)
+        alive_with_env("TEST_RUN_MARK", &self.mark)
     }
 }
 
@@ -319,7 +319,7 @@ async fn a_stop_during_a_long_tool_call_leaves_nothing() {
     let mark = rig.mark.clone();
     tokio::spawn(async move {
         // Stop once the tool is running: its sleep carries the mark.
-        while alive_with_env("RALPH_TEST_MARK", &mark).len() < 3 {
+        while alive_with_env("TEST_RUN_MARK", &mark).len() < 3 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         stop.cancel();

@@ -170,7 +170,7 @@ fn killed_after_the_first_acceptance_round() {
 /// Live processes carrying `mark`, but `me`.
 fn others(mark: &str, me: u32) -> Vec<i32> {
     let me = i32::try_from(me).unwrap();
-    alive_with_env("RALPH_TEST_MARK", mark)
+    alive_with_env("TEST_RUN_MARK", mark)
         .into_iter()
         .filter(|pid| *pid != me)
         .collect()
@@ -204,7 +204,7 @@ fn processes_left_by_a_killed_run_are_killed_at_the_next_start() {
             .arg("--workspace")
             .arg(workspace)
             .arg("--json")
-            .env("RALPH_TEST_MARK", mark)
+            .env("TEST_RUN_MARK", mark)
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn the example")
