@@ -368,7 +368,7 @@ async fn a_tiny_line_cap_sends_every_line_through_the_scanner_and_changes_nothin
         let without_notes = |events: Vec<AgentEvent>| -> Vec<AgentEvent> {
             events
                 .into_iter()
-                .filter(|e| !matches!(e, AgentEvent::Note { .. }))
+                .filter(|e| !matches!(e, AgentEvent::Note { .. } | AgentEvent::OversizedLine))
                 .collect()
         };
         assert_eq!(
