@@ -184,7 +184,9 @@ impl Engine {
         deadline: Instant,
         agent_log: Option<PathBuf>,
     ) -> Result<AttemptEnd, Error> {
-        let run = self.ctx.gate_run(&self.emitter, deadline, &task.id);
+        let run = self
+            .ctx
+            .gate_run(&self.emitter, deadline, (&task.id, &task.name, attempt));
         let logs = &self.logs;
         let log = |gate: &str| logs.run_log(&format!("gate-{gate}"), task.id.as_str(), attempt);
         Ok(match gates::check_all(&self.ctx.gates, run, log).await? {

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::model::TaskId;
 use crate::output::BoundedOutput;
 
 pub use shell::ShellGate;
@@ -28,6 +29,12 @@ pub struct GateContext {
     pub stop: CancellationToken,
     /// Where to write the full output, if anywhere.
     pub log_path: Option<PathBuf>,
+    /// The task whose work is checked (in a thread: the thread), if any.
+    pub task: Option<TaskId>,
+    /// That task's name (in a thread: its title).
+    pub task_name: Option<String>,
+    /// The attempt checked: 1 for the task's first (in a thread: the iteration).
+    pub attempt: u32,
 }
 
 impl GateContext {
@@ -37,7 +44,19 @@ impl GateContext {
             workspace: workspace.into(),
             stop: CancellationToken::new(),
             log_path: None,
+            task: None,
+            task_name: None,
+            attempt: 1,
         }
+    }
+
+    /// Sets the task checked, its name and the attempt.
+    #[must_use]
+    pub fn task(mut self, id: impl Into<TaskId>, name: impl Into<String>, attempt: u32) -> Self {
+        self.task = Some(id.into());
+        self.task_name = Some(name.into());
+        self.attempt = attempt;
+        self
     }
 
     /// Sets the stop token.
@@ -165,6 +184,30 @@ pub enum GateError {
         #[source]
         source: std::io::Error,
     },
+    /// The check could not be made for another reason: a gate of your own that calls a
+    /// service, parses a report… (a check that ran and failed is `Ok` with
+    /// [`GateStatus::Failed`], not this).
+    #[error("gate {gate} could not check")]
+    Other {
+        /// The gate.
+        gate: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl GateError {
+    /// An [`Other`](GateError::Other) error of gate `gate`.
+    pub fn other(
+        gate: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        GateError::Other {
+            gate: gate.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// A quality check. Usable as `dyn Gate`, so a mixed list of gates is one `Vec`.

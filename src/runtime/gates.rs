@@ -25,8 +25,10 @@ pub(crate) struct GateRun<'a> {
     /// The step's deadline.
     pub(crate) deadline: Instant,
     pub(crate) emitter: &'a Emitter,
-    /// What the gates check, for the events.
+    /// What the gates check: the task, its name and the attempt.
     pub(crate) task: &'a TaskId,
+    pub(crate) task_name: &'a str,
+    pub(crate) attempt: u32,
 }
 
 /// How one gate ended.
@@ -64,7 +66,11 @@ pub(crate) async fn check_one(
     log: Option<PathBuf>,
 ) -> Result<GateEnd, GateError> {
     let token = run.stop.child_token();
-    let mut ctx = GateContext::new(run.workspace).stop(token.clone());
+    let mut ctx = GateContext::new(run.workspace).stop(token.clone()).task(
+        run.task.clone(),
+        run.task_name,
+        run.attempt,
+    );
     if let Some(log) = log {
         ctx = ctx.log_path(log);
     }

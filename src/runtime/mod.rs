@@ -125,12 +125,12 @@ impl Context {
         )
     }
 
-    /// How this run's gates run for `task` until `deadline`.
+    /// How this run's gates check `attempt` of `task` (named `name`) until `deadline`.
     pub(crate) fn gate_run<'a>(
         &'a self,
         emitter: &'a Emitter,
         deadline: Instant,
-        task: &'a TaskId,
+        (task, name, attempt): (&'a TaskId, &'a str, u32),
     ) -> GateRun<'a> {
         GateRun {
             workspace: &self.workspace,
@@ -139,6 +139,8 @@ impl Context {
             deadline,
             emitter,
             task,
+            task_name: name,
+            attempt,
         }
     }
 

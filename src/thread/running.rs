@@ -525,7 +525,7 @@ impl Threads {
         let mut failed = Vec::new();
         for (i, criterion) in spec.criteria.iter().enumerate() {
             let verdict = match &criterion.command {
-                Some(command) => self.check_command(record, i, command).await,
+                Some(command) => self.check_command(record, iteration, i, command).await,
                 None => {
                     self.check_by_verifier(record, iteration, criterion, spec_text)
                         .await?
@@ -545,6 +545,7 @@ impl Threads {
     async fn check_command(
         &self,
         record: &ThreadRecord,
+        iteration: u32,
         index: usize,
         command: &str,
     ) -> Option<Result<(), String>> {
@@ -561,6 +562,8 @@ impl Threads {
             deadline: deadline::after(deadline::backstop(timeout)),
             emitter: &self.emitter,
             task: &task,
+            task_name: &record.title,
+            attempt: iteration,
         };
         Some(match gates::check_one(&gate, run, None).await {
             Ok(GateEnd::Interrupted) => return None,

@@ -560,3 +560,62 @@ async fn a_custom_prioritizer_orders_the_first_build() {
     // Without the prioritizer the tasks would be built in creation order.
     assert_eq!(built, ["t-3", "t-2", "t-1"]);
 }
+
+/// A gate of a user's own: it fails a task's first attempt and remembers what it checked.
+#[derive(Default)]
+struct Remembers(std::sync::Mutex<Vec<(Option<String>, Option<String>, u32)>>);
+
+#[async_trait::async_trait]
+impl ralph::Gate for Remembers {
+    fn name(&self) -> &str {
+        "remembers"
+    }
+
+    async fn check(&self, ctx: ralph::gate::GateContext) -> Result<GateReport, GateError> {
+        let seen = (
+            ctx.task.as_ref().map(ToString::to_string),
+            ctx.task_name.clone(),
+            ctx.attempt,
+        );
+        self.0.lock().unwrap().push(seen);
+        let status = if ctx.attempt == 1 {
+            GateStatus::Failed {
+                code: Some(1),
+                signal: None,
+            }
+        } else {
+            GateStatus::Passed
+        };
+        Ok(GateReport::new("remembers", true, status))
+    }
+}
+
+#[tokio::test]
+async fn a_gate_knows_the_task_and_the_attempt_it_checks() {
+    let dir = workspace("# Greeter\n");
+    let gate = Arc::new(Remembers::default());
+    let agent = FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("Write it", "it exists")]),
+        )
+        .always(Role::Build, done())
+        .always(Role::Verify, accept("fine"))
+        .always(Role::GapAnalysis, no_gaps());
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(MemoryStore::new())
+        .gate(gate.clone())
+        .build()
+        .unwrap();
+    let outcome = ralph.construct("spec.md").await.unwrap();
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let seen = gate.0.lock().unwrap().clone();
+    let task = (Some("t-1".to_owned()), Some("Write it".to_owned()));
+    assert_eq!(
+        seen,
+        [(task.0.clone(), task.1.clone(), 1), (task.0, task.1, 2)]
+    );
+}

@@ -200,7 +200,9 @@ impl SpecBuild {
         deadline: Instant,
     ) -> Result<Session, Error> {
         let id = TaskId::new(task.id.as_str());
-        let run = self.ctx.gate_run(&self.emitter, deadline, &id);
+        let run = self
+            .ctx
+            .gate_run(&self.emitter, deadline, (&id, &task.description, session));
         let log = |gate: &str| {
             dir.join(format!(
                 "{}.log",
