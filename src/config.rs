@@ -701,7 +701,7 @@ fn check_env_names() -> Result<(), ConfigError> {
             continue;
         }
         let first = rest.split("__").next().unwrap_or(rest).to_ascii_lowercase();
-        if names.iter().any(|n| *n == first) {
+        if names.contains(&first) {
             continue;
         }
         let hint = names
