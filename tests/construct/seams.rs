@@ -561,9 +561,12 @@ async fn a_custom_prioritizer_orders_the_first_build() {
     assert_eq!(built, ["t-3", "t-2", "t-1"]);
 }
 
+/// What a gate was asked to check: the task, its name, the attempt.
+type Checked = (Option<String>, Option<String>, u32);
+
 /// A gate of a user's own: it fails a task's first attempt and remembers what it checked.
 #[derive(Default)]
-struct Remembers(std::sync::Mutex<Vec<(Option<String>, Option<String>, u32)>>);
+struct Remembers(std::sync::Mutex<Vec<Checked>>);
 
 #[async_trait::async_trait]
 impl ralph::Gate for Remembers {
@@ -577,7 +580,7 @@ impl ralph::Gate for Remembers {
             ctx.task_name.clone(),
             ctx.attempt,
         );
-        self.0.lock().unwrap().push(seen);
+        self.0.lock().expect("not poisoned").push(seen);
         let status = if ctx.attempt == 1 {
             GateStatus::Failed {
                 code: Some(1),
