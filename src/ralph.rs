@@ -311,7 +311,7 @@ impl Drop for ResetOnDrop<'_> {
 #[derive(Default)]
 pub struct RalphBuilder {
     workspace: Option<PathBuf>,
-    agent: Option<Arc<dyn Agent>>,
+    agent: Option<Box<dyn Agent>>,
     gates: Vec<Arc<dyn Gate>>,
     store: Option<Arc<dyn Store>>,
     prioritizer: Option<Arc<dyn Prioritizer>>,
@@ -340,8 +340,12 @@ impl RalphBuilder {
     }
 
     /// The agent. Required. Pass an `Arc` to keep a handle (e.g. to a `FakeAgent`).
+    ///
+    /// [`build`](Self::build) hands it the loaded config ([`Agent::configure`]): a
+    /// [`ClaudeCli`](crate::ClaudeCli) takes `[claude]` from `ralph.toml`, `RALPH_CLAUDE__*`
+    /// and [`config("claude.…")`](Self::config), except what its own methods set, which wins.
     pub fn agent(mut self, agent: impl Agent + 'static) -> Self {
-        self.agent = Some(Arc::new(agent));
+        self.agent = Some(Box::new(agent));
         self
     }
 
@@ -428,11 +432,12 @@ impl RalphBuilder {
     /// ralph holds its lock).
     pub fn build(self) -> Result<Ralph, BuildError> {
         let workspace = canonical_workspace(self.workspace.ok_or(BuildError::MissingWorkspace)?)?;
-        let agent = self.agent.ok_or(BuildError::MissingAgent)?;
+        let mut agent = self.agent.ok_or(BuildError::MissingAgent)?;
         if let Some(e) = self.override_error {
             return Err(e.into());
         }
         let config = Config::load(&workspace, &self.overrides)?;
+        agent.configure(&config);
         let gates = collect_gates(&config, self.gates)?;
         let prompts = Prompts::load(&workspace, &config.prompts)?;
         let store = match self.store {
@@ -444,7 +449,7 @@ impl RalphBuilder {
             inner: Arc::new(Context {
                 workspace,
                 config,
-                agent,
+                agent: Arc::from(agent),
                 gates,
                 store,
                 prioritizer: self
@@ -576,5 +581,82 @@ mod tests {
         assert_eq!(ralph.config().max_iterations, 2);
         assert_eq!(ralph.config().retries, 4);
         assert_eq!(ralph.config().stage_timeout, Duration::from_millis(1500));
+    }
+}
+
+#[cfg(test)]
+mod claude_settings {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::agent::claude::{ClaudeCli, ClaudeConfig};
+    use crate::agent::{AgentError, AgentRequest, AgentRun};
+
+    /// A `ClaudeCli` that keeps, where the test can see it, the settings it ends up with.
+    struct Seen(ClaudeCli, Arc<Mutex<Option<(ClaudeConfig, Duration)>>>);
+
+    #[async_trait]
+    impl Agent for Seen {
+        async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+            self.0.run(request).await
+        }
+
+        fn configure(&mut self, config: &Config) {
+            self.0.configure(config);
+            let grace = self.0.grace_period();
+            *self.1.lock().unwrap() = Some((self.0.config().clone(), grace));
+        }
+    }
+
+    fn settings_after_build(cli: ClaudeCli) -> (ClaudeConfig, Duration) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("ralph.toml"),
+            "grace = \"2s\"\n[claude]\nmodel = \"from-toml\"\nmax_turns = 9\n",
+        )
+        .unwrap();
+        let seen = Arc::new(Mutex::new(None));
+        Ralph::builder()
+            .workspace(dir.path())
+            .agent(Seen(cli, seen.clone()))
+            .store(MemoryStore::new())
+            .config("claude.max_turns", 7)
+            .build()
+            .unwrap();
+        let settings = seen.lock().unwrap().take();
+        settings.expect("build configures the agent")
+    }
+
+    #[test]
+    fn a_claude_cli_given_to_the_builder_takes_the_workspace_settings() {
+        let (claude, grace) = settings_after_build(ClaudeCli::new());
+        assert_eq!(claude.model.as_deref(), Some("from-toml"));
+        assert_eq!(
+            claude.max_turns,
+            Some(7),
+            "the builder's config beats ralph.toml"
+        );
+        assert_eq!(grace, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn settings_made_in_code_win_over_the_workspace() {
+        let cli = ClaudeCli::new().model("mine").grace(Duration::from_secs(1));
+        let (claude, grace) = settings_after_build(cli);
+        assert_eq!(claude.model.as_deref(), Some("mine"));
+        assert_eq!(
+            claude.max_turns,
+            Some(7),
+            "what code left unset still comes from config"
+        );
+        assert_eq!(grace, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_cli_built_from_a_whole_config_keeps_all_of_it() {
+        let (claude, _) = settings_after_build(ClaudeCli::from_config(ClaudeConfig::default()));
+        assert_eq!(claude, ClaudeConfig::default());
     }
 }

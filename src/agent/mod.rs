@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Config;
 use crate::context::ContextThresholds;
 
 pub use fake::{FakeAgent, FakeAgentError, Script, Step};
@@ -546,6 +547,16 @@ pub trait Agent: Send + Sync {
     async fn check(&self) -> Result<(), AgentError> {
         Ok(())
     }
+
+    /// Takes the workspace's [`Config`] when [`RalphBuilder::build`](crate::RalphBuilder::build)
+    /// loads it, before any run. [`ClaudeCli`] takes `[claude]` and `grace` from it, except
+    /// the settings set in code. The default takes nothing.
+    ///
+    /// An agent passed to the builder inside an `Arc` that is shared elsewhere keeps its own
+    /// settings: the builder cannot change what others hold.
+    fn configure(&mut self, config: &Config) {
+        let _ = config;
+    }
 }
 
 #[async_trait]
@@ -561,6 +572,10 @@ impl<T: Agent + ?Sized> Agent for Box<T> {
     async fn check(&self) -> Result<(), AgentError> {
         (**self).check().await
     }
+
+    fn configure(&mut self, config: &Config) {
+        (**self).configure(config);
+    }
 }
 
 #[async_trait]
@@ -575,6 +590,12 @@ impl<T: Agent + ?Sized> Agent for Arc<T> {
 
     async fn check(&self) -> Result<(), AgentError> {
         (**self).check().await
+    }
+
+    fn configure(&mut self, config: &Config) {
+        if let Some(agent) = Arc::get_mut(self) {
+            agent.configure(config);
+        }
     }
 }
 

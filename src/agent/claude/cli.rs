@@ -1,5 +1,6 @@
 //! [`ClaudeCli`]: the Claude Code CLI as an [`Agent`].
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -77,6 +78,34 @@ const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task fro
 pub struct ClaudeCli {
     config: ClaudeConfig,
     grace: Duration,
+    /// The settings set in code (by the builder methods; all of them for
+    /// [`from_config`](Self::from_config)): the workspace's `[claude]` does not replace
+    /// them (see [`Agent::configure`]).
+    explicit: SetInCode,
+}
+
+/// Which of a [`ClaudeCli`]'s settings were set in code.
+#[derive(Clone, Debug)]
+enum SetInCode {
+    /// Every one ([`ClaudeCli::from_config`]).
+    All,
+    /// These, by their name in `[claude]`.
+    These(BTreeSet<&'static str>),
+}
+
+impl SetInCode {
+    fn insert(&mut self, name: &'static str) {
+        if let SetInCode::These(names) = self {
+            names.insert(name);
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        match self {
+            SetInCode::All => true,
+            SetInCode::These(names) => names.contains(name),
+        }
+    }
 }
 
 impl Default for ClaudeCli {
@@ -88,14 +117,24 @@ impl Default for ClaudeCli {
 impl ClaudeCli {
     /// The CLI with the default [`ClaudeConfig`] and a 5-second grace.
     pub fn new() -> Self {
-        Self::from_config(ClaudeConfig::default())
+        Self::configured(ClaudeConfig::default())
     }
 
-    /// The CLI as `config` says.
+    /// The CLI as `config` says. Every setting counts as set in code: a `Ralph` it is given
+    /// to keeps them (the workspace's `[claude]` does not replace them), and takes only
+    /// `grace` from the workspace.
     pub fn from_config(config: ClaudeConfig) -> Self {
+        ClaudeCli {
+            explicit: SetInCode::All,
+            ..Self::configured(config)
+        }
+    }
+
+    fn configured(config: ClaudeConfig) -> Self {
         ClaudeCli {
             config,
             grace: Config::default().grace,
+            explicit: SetInCode::These(BTreeSet::new()),
         }
     }
 
@@ -107,7 +146,14 @@ impl ClaudeCli {
     /// [`ConfigError`] naming the bad key and where it was set.
     pub fn from_workspace(workspace: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let config = Config::load(workspace.as_ref(), &Overrides::default())?;
-        Ok(Self::from_config(config.claude).grace(config.grace))
+        let mut cli = Self::configured(config.claude);
+        cli.grace = config.grace;
+        Ok(cli)
+    }
+
+    /// How long a stopped CLI gets between SIGTERM and SIGKILL.
+    pub fn grace_period(&self) -> Duration {
+        self.grace
     }
 
     /// The configuration.
@@ -119,6 +165,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn bin(mut self, bin: impl Into<PathBuf>) -> Self {
         self.config.bin = Some(bin.into());
+        self.explicit.insert("bin");
         self
     }
 
@@ -126,6 +173,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.config.model = Some(model.into());
+        self.explicit.insert("model");
         self
     }
 
@@ -133,6 +181,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn max_turns(mut self, turns: u32) -> Self {
         self.config.max_turns = Some(turns);
+        self.explicit.insert("max_turns");
         self
     }
 
@@ -140,6 +189,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn max_budget_usd(mut self, dollars: f64) -> Self {
         self.config.max_budget_usd = Some(dollars);
+        self.explicit.insert("max_budget_usd");
         self
     }
 
@@ -147,6 +197,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn permission_mode(mut self, mode: PermissionMode) -> Self {
         self.config.permission_mode = mode;
+        self.explicit.insert("permission_mode");
         self
     }
 
@@ -154,6 +205,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn read_only_mode(mut self, mode: PermissionMode) -> Self {
         self.config.read_only_mode = mode;
+        self.explicit.insert("read_only_mode");
         self
     }
 
@@ -161,6 +213,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn allowed_tool(mut self, tool: impl Into<String>) -> Self {
         self.config.allowed_tools.push(tool.into());
+        self.explicit.insert("allowed_tools");
         self
     }
 
@@ -168,6 +221,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn disallowed_tool(mut self, tool: impl Into<String>) -> Self {
         self.config.disallowed_tools.push(tool.into());
+        self.explicit.insert("disallowed_tools");
         self
     }
 
@@ -175,6 +229,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn append_system_prompt(mut self, text: impl Into<String>) -> Self {
         self.config.append_system_prompt = Some(text.into());
+        self.explicit.insert("append_system_prompt");
         self
     }
 
@@ -182,6 +237,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn bare(mut self, bare: bool) -> Self {
         self.config.bare = bare;
+        self.explicit.insert("bare");
         self
     }
 
@@ -189,6 +245,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn session_persistence(mut self, keep: bool) -> Self {
         self.config.session_persistence = keep;
+        self.explicit.insert("session_persistence");
         self
     }
 
@@ -196,6 +253,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn max_retries(mut self, retries: u32) -> Self {
         self.config.max_retries = retries;
+        self.explicit.insert("max_retries");
         self
     }
 
@@ -203,6 +261,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.config.idle_timeout = idle;
+        self.explicit.insert("idle_timeout");
         self
     }
 
@@ -210,6 +269,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn result_grace(mut self, grace: Duration) -> Self {
         self.config.result_grace = grace;
+        self.explicit.insert("result_grace");
         self
     }
 
@@ -217,6 +277,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self.explicit.insert("grace");
         self
     }
 
@@ -228,6 +289,7 @@ impl ClaudeCli {
         S: Into<String>,
     {
         self.config.args.extend(args.into_iter().map(Into::into));
+        self.explicit.insert("args");
         self
     }
 
@@ -235,6 +297,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.env.insert(key.into(), value.into());
+        self.explicit.insert("env");
         self
     }
 
@@ -242,6 +305,7 @@ impl ClaudeCli {
     #[must_use]
     pub fn context_window(mut self, model: impl Into<String>, tokens: u64) -> Self {
         self.config.context_windows.insert(model.into(), tokens);
+        self.explicit.insert("context_windows");
         self
     }
 
@@ -357,6 +421,33 @@ impl Agent for ClaudeCli {
             std::path::Path::new(&program.path).display(),
             program.source
         )))
+    }
+
+    /// Takes the workspace's `[claude]` (from `ralph.toml`, `RALPH_CLAUDE__*` and
+    /// `RalphBuilder::config("claude.…")`) and `grace`, except the settings set in code,
+    /// which win.
+    fn configure(&mut self, config: &Config) {
+        if !self.explicit.contains("grace") {
+            self.grace = config.grace;
+        }
+        let SetInCode::These(mine) = &self.explicit else {
+            return;
+        };
+        let (Ok(serde_json::Value::Object(mut merged)), Ok(serde_json::Value::Object(set))) = (
+            serde_json::to_value(&config.claude),
+            serde_json::to_value(&self.config),
+        ) else {
+            return;
+        };
+        for name in mine {
+            match set.get(*name) {
+                Some(value) => merged.insert((*name).to_owned(), value.clone()),
+                None => merged.remove(*name),
+            };
+        }
+        if let Ok(claude) = serde_json::from_value(serde_json::Value::Object(merged)) {
+            self.config = claude;
+        }
     }
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
