@@ -33,9 +33,9 @@ use std::process::Stdio;
 use std::sync::LazyLock;
 
 use divan::{Bencher, black_box};
+use ralph::__internals::process::ProcessSpec;
 use ralph::ClaudeCli;
 use ralph::agent::{Agent, AgentExit, AgentRequest, Role};
-use ralph::process::ProcessSpec;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;

@@ -382,12 +382,40 @@ async fn prepare_plan_workspace(
             std::fs::copy(demo.join(from), &target)?;
         }
     }
-    let git = ralph::git::Git::new(&dir);
-    if !git.is_repo().await {
-        git.init().await?;
-        git.commit_all("Specs of the plan demo", &[]).await?;
+    if !dir.join(".git").exists() {
+        git(&dir, &["init", "-q", "-b", "main"])?;
+        git(&dir, &["add", "-A"])?;
+        git(
+            &dir,
+            &[
+                "-c",
+                "user.name=ralph demo",
+                "-c",
+                "user.email=demo@ralph.invalid",
+                "commit",
+                "-q",
+                "-m",
+                "Specs of the plan demo",
+            ],
+        )?;
     }
     Ok(dir)
+}
+
+/// Runs git in `dir`; an error names the command that failed.
+fn git(dir: &Path, args: &[&str]) -> std::io::Result<()> {
+    let status = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "git {} failed: {status}",
+            args.join(" ")
+        )))
+    }
 }
 
 async fn summary(ralph: &Ralph, outcome: &Outcome, started: Instant) -> Result<(), ralph::Error> {

@@ -31,8 +31,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ralph::thread::phase::Phase;
-use ralph::thread::{Confirm, RunConfig, ThreadOptions, ThreadRecord, Threads};
+use ralph::thread::{Confirm, Phase, RunConfig, ThreadOptions, ThreadRecord, Threads};
 use ralph::{Agent, ClaudeCli, Event, FakeAgent, Interrupts, Observer};
 
 /// The bundled FakeAgent script.
@@ -159,7 +158,7 @@ async fn run(args: Args) -> Result<u8, Box<dyn std::error::Error>> {
         AgentKind::Claude => Box::new(ClaudeCli::from_workspace(&workspace)?),
     };
     // The workspace's ralph.toml gives the grace and the transient backoff.
-    let config = ralph::Config::load(&workspace, &Default::default())?;
+    let config = ralph::Config::load(&workspace)?;
     let options = ThreadOptions::from_config(&config)
         .quick(args.quick)
         .config(RunConfig::default().max_iterations(args.max_iterations));

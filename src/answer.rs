@@ -17,7 +17,7 @@ use crate::model::{Complexity, Priority};
 /// the id of a task already on the board.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
-pub enum DepRef {
+pub(crate) enum DepRef {
     /// 0-based index of an earlier task in the same list.
     Index(usize),
     /// An existing task id, e.g. `t-2`.
@@ -27,7 +27,7 @@ pub enum DepRef {
 /// A task an agent proposes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ProposedTask {
+pub(crate) struct ProposedTask {
     /// One-line description.
     pub name: String,
     /// Acceptance criteria: how a verifier can tell it is done.
@@ -49,7 +49,7 @@ pub struct ProposedTask {
 /// INVESTIGATE: an issue becomes tasks, or is out of scope.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct InvestigateAnswer {
+pub(crate) struct InvestigateAnswer {
     /// True when the issue is not part of the spec's work.
     #[serde(default)]
     pub out_of_scope: bool,
@@ -64,7 +64,7 @@ pub struct InvestigateAnswer {
 /// `accept` or `reject`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum VerdictKind {
+pub(crate) enum VerdictKind {
     /// The task meets its acceptance criteria.
     Accept,
     /// It does not.
@@ -74,7 +74,7 @@ pub enum VerdictKind {
 /// VERIFY: one done task judged against its acceptance criteria (seed 000's verifier JSON).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct VerifyAnswer {
+pub(crate) struct VerifyAnswer {
     /// The task judged (optional; checked when present).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
@@ -90,7 +90,7 @@ pub struct VerifyAnswer {
 /// VERIFY's gap analysis: work the spec still needs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct GapAnswer {
+pub(crate) struct GapAnswer {
     /// Missing work, as tasks.
     #[serde(default)]
     pub tasks: Vec<ProposedTask>,
@@ -102,7 +102,7 @@ pub struct GapAnswer {
 /// DECOMPOSE: a killed task split into smaller ones.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct DecomposeAnswer {
+pub(crate) struct DecomposeAnswer {
     /// 2–5 subtasks, each completable in one iteration.
     #[schemars(length(min = 2, max = 5))]
     pub subtasks: Vec<ProposedTask>,
@@ -111,7 +111,7 @@ pub struct DecomposeAnswer {
 /// Plan mode: the freeform specs as structured work (seed 004's `implementation.json`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PlanAnswer {
+pub(crate) struct PlanAnswer {
     /// One entry per spec.
     pub specs: Vec<PlannedSpec>,
 }
@@ -119,7 +119,7 @@ pub struct PlanAnswer {
 /// One spec, as plan mode extracted it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PlannedSpec {
+pub(crate) struct PlannedSpec {
     /// A stable kebab-case id.
     pub id: String,
     /// A human name (the commit message of the spec).
@@ -141,7 +141,7 @@ pub struct PlannedSpec {
 /// One task of a planned spec.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PlannedTask {
+pub(crate) struct PlannedTask {
     /// What to do.
     pub description: String,
     /// How a verifier can tell it is done.
@@ -176,7 +176,7 @@ impl Answer for PlanAnswer {
 }
 
 /// A structured answer type: its schema and the checks beyond it.
-pub trait Answer: DeserializeOwned + JsonSchema {
+pub(crate) trait Answer: DeserializeOwned + JsonSchema {
     /// Checks what the schema cannot express.
     ///
     /// # Errors
@@ -256,7 +256,7 @@ fn check_tasks(field: &str, tasks: &[ProposedTask]) -> Result<(), String> {
 /// # Errors
 ///
 /// A message for the agent: what was missing or wrong, with serde's line and column.
-pub fn parse<T: Answer>(run: &AgentRun) -> Result<T, String> {
+pub(crate) fn parse<T: Answer>(run: &AgentRun) -> Result<T, String> {
     let value = match &run.structured {
         Some(value) => value.clone(),
         None => {

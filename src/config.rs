@@ -42,13 +42,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use figment::Figment;
+/// The layered configuration [`Config::figment`] returns (the `figment` crate).
+pub use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::claude::ClaudeConfig;
-use crate::context::ContextThresholds;
+pub use crate::context::ContextThresholds;
+pub use crate::prompt::PromptError;
 
 /// The config file ralph reads from the workspace.
 pub const CONFIG_FILE: &str = "ralph.toml";
@@ -343,7 +345,7 @@ impl From<figment::Error> for ConfigError {
 
 /// Builder-level overrides: dotted keys with values, merged above everything else.
 #[derive(Clone, Debug, Default)]
-pub struct Overrides(Vec<(String, Value)>);
+pub(crate) struct Overrides(Vec<(String, Value)>);
 
 impl Overrides {
     /// Sets `key` (dotted, e.g. `context.warn`) to `value`.
@@ -351,7 +353,7 @@ impl Overrides {
     /// # Errors
     ///
     /// When `value` cannot be represented as a config value.
-    pub fn set(&mut self, key: &str, value: impl Serialize) -> Result<(), ConfigError> {
+    pub(crate) fn set(&mut self, key: &str, value: impl Serialize) -> Result<(), ConfigError> {
         let value = Value::serialize(value)?;
         self.0.push((key.to_owned(), value));
         Ok(())
@@ -400,8 +402,15 @@ fn merge_nested(dict: &mut Dict, key: &str, value: Value) {
 }
 
 impl Config {
-    /// The layered figment for `workspace`: defaults < `ralph.toml` < `RALPH_*` < `overrides`.
-    pub fn figment(workspace: &Path, overrides: &Overrides) -> Figment {
+    /// The layered figment for `workspace`: defaults < `ralph.toml` < `RALPH_*`. Merge your
+    /// own providers above it and [`extract`](Figment::extract) a `Config`, or read other
+    /// keys of `ralph.toml` through it.
+    pub fn figment(workspace: &Path) -> Figment {
+        Self::figment_with(workspace, &Overrides::default())
+    }
+
+    /// [`figment`](Self::figment) with the builder's `overrides` on top.
+    pub(crate) fn figment_with(workspace: &Path, overrides: &Overrides) -> Figment {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         let file = workspace.join(CONFIG_FILE);
         if file.exists() {
@@ -422,9 +431,14 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError`] naming the key and where its value came from.
-    pub fn load(workspace: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+    pub fn load(workspace: &Path) -> Result<Config, ConfigError> {
+        Self::load_with(workspace, &Overrides::default())
+    }
+
+    /// [`load`](Self::load) with the builder's `overrides` on top.
+    pub(crate) fn load_with(workspace: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
         check_env_names()?;
-        let figment = Self::figment(workspace, overrides);
+        let figment = Self::figment_with(workspace, overrides);
         let config: Config = figment.extract()?;
         config.validate().map_err(|mut e| {
             if let ConfigError::Invalid {
@@ -782,7 +796,7 @@ mod tests {
     use figment::Jail;
 
     fn load_in(jail: &Jail) -> Result<Config, ConfigError> {
-        Config::load(jail.directory(), &Overrides::default())
+        Config::load(jail.directory())
     }
 
     #[test]
@@ -809,7 +823,7 @@ mod tests {
             let mut overrides = Overrides::default();
             overrides.set("max_iterations", 3).unwrap();
             overrides.set("context.kill", 0.9).unwrap();
-            let c = Config::load(jail.directory(), &overrides).unwrap();
+            let c = Config::load_with(jail.directory(), &overrides).unwrap();
             assert_eq!(c.max_iterations, 3, "builder beats file");
             assert_eq!(c.retries, 1, "env beats file");
             assert_eq!(
@@ -1075,7 +1089,7 @@ mod tests {
         Jail::expect_with(|jail| {
             let mut overrides = Overrides::default();
             overrides.set("max_iterations", 0).unwrap();
-            let msg = Config::load(jail.directory(), &overrides)
+            let msg = Config::load_with(jail.directory(), &overrides)
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -1132,7 +1146,7 @@ mod tests {
             jail.clear_env();
             let mut overrides = Overrides::default();
             overrides.set("log_dirr", "x").unwrap();
-            let msg = Config::load(jail.directory(), &overrides)
+            let msg = Config::load_with(jail.directory(), &overrides)
                 .unwrap_err()
                 .to_string();
             assert!(

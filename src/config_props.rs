@@ -8,7 +8,7 @@
 use figment::Jail;
 use proptest::prelude::*;
 
-use super::{Config, ConfigError, Overrides, bounds};
+use super::{Config, ConfigError, bounds};
 
 /// TOML-ish text: real keys and sections, values of every shape, and noise.
 fn tomlish() -> impl Strategy<Value = String> {
@@ -60,7 +60,7 @@ proptest! {
     fn any_file_loads_or_names_where_it_is_wrong(text in tomlish()) {
         Jail::expect_with(|jail| {
             jail.create_file("ralph.toml", &text)?;
-            if let Err(e) = Config::load(jail.directory(), &Overrides::default()) {
+            if let Err(e) = Config::load(jail.directory()) {
                 assert!(names_a_key_or_the_file(&e), "{text:?}: {e}");
             }
             Ok(())
@@ -75,7 +75,7 @@ proptest! {
     ) {
         Jail::expect_with(|jail| {
             jail.set_env(format!("RALPH_{key}"), &value);
-            if let Err(e) = Config::load(jail.directory(), &Overrides::default()) {
+            if let Err(e) = Config::load(jail.directory()) {
                 assert!(e.to_string().contains("RALPH_"), "{key}={value:?}: {e}");
             }
             Ok(())
@@ -92,7 +92,7 @@ proptest! {
                 "ralph.toml",
                 &format!("retries = {retries}\nmax_iterations = {iterations}\n"),
             )?;
-            let loaded = Config::load(jail.directory(), &Overrides::default());
+            let loaded = Config::load(jail.directory());
             let fits = retries <= u64::from(bounds::MAX_RETRIES)
                 && iterations <= u64::from(bounds::MAX_ITERATIONS);
             match loaded {

@@ -105,7 +105,7 @@ impl ContextMonitor {
     /// Feeds the context size after an API call.
     ///
     /// ```
-    /// use ralph::context::{ContextAction, ContextMonitor, ContextThresholds};
+    /// use ralph::__internals::context::{ContextAction, ContextMonitor, ContextThresholds};
     ///
     /// let mut m = ContextMonitor::new(ContextThresholds::default(), 1000);
     /// assert_eq!(m.observe(500), ContextAction::Continue);

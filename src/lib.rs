@@ -73,28 +73,42 @@
 //               prompt, event, outcome, config, context
 //   foundation  process, files, time, git, signal (the marker parser), output, logfile
 pub mod agent;
-pub mod answer;
+mod answer;
 pub mod config;
 mod construct;
-pub mod context;
-pub mod event;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+mod context;
+mod event;
 mod files;
 pub mod gate;
-pub mod git;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+mod git;
 #[cfg(test)]
 mod layers;
-pub mod logfile;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+mod logfile;
 #[cfg(feature = "test-util")]
 pub mod mock;
 pub mod model;
-pub mod outcome;
-pub mod output;
+mod outcome;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+mod output;
 pub mod prioritize;
-pub mod process;
-pub mod prompt;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+mod process;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+mod prompt;
 mod ralph;
 mod runtime;
-pub mod signal;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+mod signal;
 pub mod specs;
 pub mod store;
 pub mod thread;
@@ -111,6 +125,15 @@ pub use config::Config;
 pub use construct::dry_run::DryRun;
 pub use event::{Event, Observer};
 pub use gate::{Gate, GateReport, GateStatus, ShellGate};
+pub use git::GitError;
+
+/// The attribute every implementation of [`Agent`], [`Gate`], [`Store`] and [`Observer`]'s
+/// async methods carries: `#[ralph::async_trait]`, with no dependency of your own.
+pub use async_trait::async_trait;
+/// The stop token of a run ([`Ralph::stop_token`], [`RalphBuilder::stop_token`],
+/// [`AgentRequest`]'s `stop`): cancel it and the running agent or gate is stopped.
+pub use tokio_util::sync::CancellationToken;
+pub use outcome::BlockedItem;
 pub use outcome::{Outcome, SpecsOutcome};
 pub use prioritize::{CriticalPath, Prioritizer};
 pub use ralph::{Ralph, RalphBuilder};
@@ -118,4 +141,49 @@ pub use runtime::error::{BuildError, Error};
 pub use runtime::interrupt::{Interrupt, Interrupts};
 pub use runtime::spec::SpecPathError;
 pub use runtime::workspace::STATE_DIR;
+
+/// Internals the crate's own benches and tests reach: not part of the API, no stability
+/// promise. Behind the `internals` feature.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod __internals {
+    #![allow(missing_docs)]
+    pub mod stream {
+        pub use crate::agent::claude::stream::*;
+    }
+    pub mod context {
+        pub use crate::context::*;
+    }
+    pub mod git {
+        pub use crate::git::*;
+    }
+    pub mod logfile {
+        pub use crate::logfile::*;
+    }
+    pub mod output {
+        pub use crate::output::*;
+    }
+    pub mod process {
+        pub use crate::process::*;
+    }
+    pub mod prompt {
+        pub use crate::prompt::*;
+    }
+    pub mod signal {
+        pub use crate::signal::*;
+    }
+    pub mod plan_files {
+        pub use crate::specs::plan_files::*;
+    }
+    pub mod phase {
+        pub use crate::thread::phase::*;
+    }
+    pub mod record {
+        pub use crate::thread::record::*;
+    }
+    pub mod thread_spec {
+        pub use crate::thread::spec::*;
+    }
+    pub use crate::specs::implementation::ImplementationStore;
+}
 pub use store::{JsonlStore, MemoryStore, ProgressStore, Store};

@@ -39,7 +39,7 @@ const CHUNK: usize = 64 << 10;
 /// omitted. Lines are decoded as lossy UTF-8, without their `\n` or `\r\n`.
 ///
 /// ```
-/// use ralph::logfile::excerpt;
+/// use ralph::__internals::logfile::excerpt;
 ///
 /// # fn main() -> std::io::Result<()> {
 /// let dir = tempfile::tempdir()?;

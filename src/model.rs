@@ -7,7 +7,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use indexmap::IndexMap;
+/// The ordered map of [`Board::tasks`] and [`Board::issues`] (the `indexmap` crate).
+pub use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

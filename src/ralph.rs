@@ -436,7 +436,7 @@ impl RalphBuilder {
         if let Some(e) = self.override_error {
             return Err(e.into());
         }
-        let config = Config::load(&workspace, &self.overrides)?;
+        let config = Config::load_with(&workspace, &self.overrides)?;
         agent.configure(&config);
         let gates = collect_gates(&config, self.gates)?;
         let prompts = Prompts::load(&workspace, &config.prompts)?;

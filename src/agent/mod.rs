@@ -6,7 +6,7 @@
 
 mod claim;
 pub mod claude;
-pub mod fake;
+mod fake;
 
 pub use claim::Claim;
 
@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::ContextThresholds;
 
-pub use fake::{FakeAgent, FakeAgentError, Script, Step};
+pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -14,9 +14,7 @@ use crate::runtime::deadline;
 use crate::runtime::error::Error;
 
 /// Lines of the kill log the decomposer sees from the start and from the end (seed 000).
-pub(crate) const LOG_HEAD_LINES: usize = 50;
-/// See [`LOG_HEAD_LINES`].
-pub(crate) const LOG_TAIL_LINES: usize = 100;
+use crate::logfile::{DEFAULT_HEAD_LINES as LOG_HEAD_LINES, DEFAULT_TAIL_LINES as LOG_TAIL_LINES};
 
 impl Engine {
     pub(super) async fn decompose(&mut self) -> Result<Flow, Error> {

@@ -3,7 +3,7 @@
 //! A failing check is an outcome (`Ok` with [`GateStatus::Failed`]), not an error; `Err`
 //! means the check could not run at all.
 
-pub mod shell;
+mod shell;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::TaskId;
-use crate::output::BoundedOutput;
+pub use crate::output::BoundedOutput;
 
 pub use shell::ShellGate;
 

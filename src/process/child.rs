@@ -31,7 +31,7 @@ const EXIT_POLL: Duration = Duration::from_millis(100);
 ///
 /// ```
 /// use tokio::io::{AsyncBufReadExt, BufReader};
-/// use ralph::process::ProcessSpec;
+/// use ralph::__internals::process::ProcessSpec;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

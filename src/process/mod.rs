@@ -16,10 +16,10 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ralph::process::ProcessSpec;
+//! use ralph::__internals::process::ProcessSpec;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), ralph::process::ProcessError> {
+//! # async fn main() -> Result<(), ralph::__internals::process::ProcessError> {
 //! let report = ProcessSpec::new("sh")
 //!     .args(["-c", "echo hello; echo oops >&2; exit 3"])
 //!     .timeout(Duration::from_secs(10))

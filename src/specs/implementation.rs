@@ -29,7 +29,8 @@
 //! `commit`…) is left out while it is empty. Writes are atomic (temp file, fsync, rename).
 //!
 //! ```
-//! use ralph::specs::{ImplementationStore, Status};
+//! use ralph::__internals::ImplementationStore;
+//! use ralph::specs::Status;
 //!
 //! let dir = tempfile::tempdir()?;
 //! std::fs::write(dir.path().join("implementation.json"), r#"{"specs": [{
@@ -56,7 +57,7 @@ use crate::files::seen::Watch;
 use crate::store::StoreError;
 
 /// The format version ralph writes.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// The status of a spec or a task.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -8,13 +8,16 @@
 //!   a verifier per spec, a commit per verified spec and an entry in `PROGRESS.md`.
 
 pub(crate) mod build;
-pub mod dry_run;
+pub(crate) mod dry_run;
 mod history;
-pub mod implementation;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+pub(crate) mod implementation;
 mod json_locate;
-pub mod plan_files;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+pub(crate) mod plan_files;
 pub(crate) mod plan_mode;
 
 pub use dry_run::{BuildDryRun, PlanDryRun};
-pub use implementation::{Implementation, ImplementationStore, SpecEntry, Status, TaskEntry};
-pub use plan_files::{PlanFiles, PlanInfo, PlanStatus, Resume};
+pub(crate) use implementation::ImplementationStore;
+pub use implementation::{Implementation, SpecEntry, Status, TaskEntry};

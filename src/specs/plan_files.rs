@@ -26,7 +26,7 @@
 //! | `active` | missing | [`Resume::Replan`] (the plan file is gone; no reason) |
 //!
 //! ```
-//! use ralph::specs::plan_files::{PlanFiles, Resume};
+//! use ralph::__internals::plan_files::{PlanFiles, Resume};
 //!
 //! let ws = tempfile::tempdir()?;
 //! std::fs::create_dir_all(ws.path().join("specs/area"))?;
@@ -359,7 +359,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 /// above it, which must not be empty.
 ///
 /// ```
-/// use ralph::specs::plan_files::plan_from_answer;
+/// use ralph::__internals::plan_files::plan_from_answer;
 ///
 /// let plan = plan_from_answer("# Plan: x\n1. Edit lib.rs\n\nPLAN_COMPLETE\n", "PLAN_COMPLETE");
 /// assert_eq!(plan.unwrap(), "# Plan: x\n1. Edit lib.rs");

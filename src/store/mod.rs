@@ -3,9 +3,9 @@
 //! The engine persists every transition before the next agent or gate runs, so a store must
 //! make each [`persist`](Store::persist) durable before it returns.
 
-pub mod jsonl;
-pub mod memory;
-pub mod progress;
+mod jsonl;
+mod memory;
+mod progress;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -100,7 +100,7 @@ use crate::model::{Board, Change, Issue, RunState, Task, TaskId, TaskStatus};
 use crate::signal::{FenceTracker, is_marker_line};
 
 /// The marker that, alone on a line of the Status section, declares the work complete.
-pub const RALPH_DONE: &str = "RALPH_DONE";
+pub(super) const RALPH_DONE: &str = "RALPH_DONE";
 
 /// The board as a markdown progress file plus a JSON sidecar; see the [module docs](self).
 ///

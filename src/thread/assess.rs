@@ -21,7 +21,7 @@ use crate::answer::{self, Answer};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
-pub struct AssessAnswer {
+pub(super) struct AssessAnswer {
     /// The spec can be finalized as it is (then `issues` is empty).
     pub ready: bool,
     /// What to fix.

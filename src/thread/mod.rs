@@ -53,16 +53,18 @@
 //!
 //! ```
 //! use ralph::agent::{FakeAgent, Script};
-//! use ralph::git::Git;
-//! use ralph::thread::{Threads, ThreadOptions, phase::PhaseKind};
+//! use ralph::thread::{PhaseKind, ThreadOptions, Threads};
+//! # use std::process::Command;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
-//! let git = Git::new(dir.path());
-//! git.init().await?;
+//! # let git = |args: &[&str]| Command::new("git").args(args).current_dir(dir.path()).output();
+//! # git(&["init", "-q", "-b", "main"])?;
 //! std::fs::write(dir.path().join(".gitignore"), ".ralph/\n")?;
-//! git.commit_all("init", &[]).await?;
+//! # git(&["add", "-A"])?;
+//! # git(&["-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "init"])?;
+//! // A git repository with one commit: a thread works on its own branch.
 //!
 //! let agent = FakeAgent::new().then(Script::new().write("hello.txt", "hello\n").answer("Wrote it.\nSHIPPED"));
 //! let threads = Threads::new(dir.path(), agent)?.options(ThreadOptions::default().quick(true));
@@ -75,7 +77,8 @@
 //! threads.approve(&id).await?;                // checkpoint 3
 //! let done = threads.commit(&id, None).await?; // checkpoint 4: commits on ralph/<id>
 //! assert_eq!(done.phase.kind(), PhaseKind::Done);
-//! assert_eq!(git.current_branch().await?.as_deref(), Some(format!("ralph/{id}").as_str()));
+//! # let branch = git(&["branch", "--show-current"])?.stdout;
+//! # assert_eq!(String::from_utf8(branch)?.trim(), format!("ralph/{id}"));
 //! # Ok(())
 //! # }
 //! ```
@@ -86,12 +89,15 @@ mod error;
 mod lifecycle;
 mod lock;
 mod options;
-pub mod phase;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+pub(crate) mod phase;
 mod preflight;
-pub mod record;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+pub(crate) mod record;
 mod registry;
 mod running;
-pub mod spec;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+pub(crate) mod spec;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -101,13 +107,15 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::event::Observer;
 use crate::files::seen::Watch;
+pub use crate::git::Baseline;
 use crate::git::Git;
 use crate::prompt::Prompts;
 use crate::runtime::logs::Emitter;
-pub use assess::{AssessAnswer, AssessIssue, Assessment};
+pub use assess::{AssessIssue, Assessment};
 pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
 pub use options::{Confirm, ThreadOptions};
+pub use phase::{Phase, PhaseKind, TransitionError};
 pub use record::{IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord};
 
 /// An agent and the name the loop knows it by.

@@ -7,11 +7,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use ralph::agent::claude::stream::{
+use ralph::__internals::signal::{self, TaskSignal};
+use ralph::__internals::stream::{
     FailureCause, LineReader, Piece, RunOutcome, StreamOptions, StreamParser, StreamSummary,
 };
 use ralph::agent::{AgentEvent, AgentExit, FailureKind};
-use ralph::signal::{self, TaskSignal};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -35,7 +35,7 @@ async fn parse_capped(stdout: &[u8], max_line: usize) -> (StreamSummary, Vec<Age
 }
 
 async fn parse(stdout: &[u8]) -> (StreamSummary, Vec<AgentEvent>) {
-    parse_capped(stdout, ralph::agent::claude::stream::DEFAULT_MAX_LINE).await
+    parse_capped(stdout, ralph::__internals::stream::DEFAULT_MAX_LINE).await
 }
 
 async fn fixture(name: &str) -> (StreamSummary, Vec<AgentEvent>) {
@@ -72,7 +72,7 @@ fn tools(events: &[AgentEvent]) -> Vec<&str> {
         .collect()
 }
 
-fn failure(summary: &StreamSummary) -> &ralph::agent::claude::stream::Failure {
+fn failure(summary: &StreamSummary) -> &ralph::__internals::stream::Failure {
     summary
         .outcome
         .failure()

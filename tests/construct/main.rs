@@ -29,12 +29,12 @@ use std::time::Duration;
 
 use crate::support::*;
 use async_trait::async_trait;
-use ralph::agent::fake::RecordedRequest;
+use ralph::BlockedItem;
+use ralph::Event;
+use ralph::agent::RecordedRequest;
 use ralph::agent::{FailureKind, Script};
-use ralph::event::Event;
 use ralph::gate::GateStatus;
 use ralph::model::{Change, IssueStatus, KillReason, Task, TaskStatus};
-use ralph::outcome::BlockedItem;
 use ralph::store::StoreError;
 use ralph::{
     Agent, AgentError, AgentRequest, AgentRun, BuildError, Error, FakeAgent, JsonlStore,

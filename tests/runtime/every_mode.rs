@@ -14,7 +14,7 @@ use crate::support::{Recorder, accept as accepts, done, no_gaps, tasks, tree, wr
 use async_trait::async_trait;
 use ralph::agent::{Agent, AgentError, AgentRequest, AgentRun, FakeAgent, Script};
 use ralph::store::StoreError;
-use ralph::thread::phase::PhaseKind;
+use ralph::thread::PhaseKind;
 use ralph::{Error, Event, JsonlStore, MemoryStore, Outcome, Ralph, Role, SpecsOutcome};
 
 /// An agent that deletes `victim` before its first run, then runs `inner`.
@@ -351,13 +351,16 @@ async fn plan_mode_refuses_spec_paths_outside_the_specs_folder() {
 /// Starts `sleep <secs>` in a session of its own, tagged as a process of `workspace`'s
 /// runs: what a SIGKILLed ralph leaves behind.
 fn leftover(workspace: &Path, secs: u32) -> u32 {
-    let owner = ralph::process::owner_of(workspace);
+    let owner = ralph::__internals::process::owner_of(workspace);
     let out = std::process::Command::new("sh")
         .args([
             "-c",
             &format!("setsid sleep {secs} >/dev/null 2>&1 & echo $!"),
         ])
-        .env(ralph::process::COOKIE_VAR, format!("dead-run:{owner}"))
+        .env(
+            ralph::__internals::process::COOKIE_VAR,
+            format!("dead-run:{owner}"),
+        )
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()

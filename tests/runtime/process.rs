@@ -5,7 +5,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use ralph::process::{COOKIE_VAR, Exit, ProcessError, ProcessSpec};
+use ralph::__internals::process::{COOKIE_VAR, Exit, ProcessError, ProcessSpec};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 

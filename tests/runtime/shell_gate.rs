@@ -5,8 +5,8 @@ use std::error::Error as _;
 use std::fs;
 use std::time::Duration;
 
+use ralph::__internals::output::{DEFAULT_HEAD, DEFAULT_TAIL};
 use ralph::gate::{Gate, GateContext, GateError, GateStatus, ShellGate};
-use ralph::output::{DEFAULT_HEAD, DEFAULT_TAIL};
 use tokio_util::sync::CancellationToken;
 
 fn gate(command: &str) -> ShellGate {

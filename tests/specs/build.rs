@@ -403,7 +403,7 @@ async fn run_logs_go_to_the_specs_run_folder() {
 /// named in `[prompts]` replaces the built-in template.
 #[test]
 fn task_and_retry_prompts_follow_seed_004() {
-    use ralph::prompt::Prompts;
+    use ralph::__internals::prompt::Prompts;
     use serde_json::json;
     let ctx = json!({
         "spec": {"id": "a", "name": "Avatars", "file": "specs/a.md", "context": "Use src/aws.ts."},

@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ralph::specs::{Implementation, ImplementationStore, SpecEntry, Status, TaskEntry};
+use ralph::__internals::ImplementationStore;
+use ralph::specs::{Implementation, SpecEntry, Status, TaskEntry};
 use ralph::store::StoreError;
 use serde_json::Value;
 

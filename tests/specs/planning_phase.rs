@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use crate::support::Recorder;
 use crate::support::specs::*;
+use ralph::__internals::plan_files::{PlanFiles, PlanStatus};
 use ralph::agent::Script;
 use ralph::specs::Status;
-use ralph::specs::plan_files::{PlanFiles, PlanStatus};
 use ralph::{FakeAgent, Role, SpecsOutcome};
 use serde_json::Value;
 

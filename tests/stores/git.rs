@@ -1,9 +1,9 @@
-//! `ralph::git` against real git in temporary repositories.
+//! `ralph::__internals::git` against real git in temporary repositories.
 
 use std::fs;
 use std::path::Path;
 
-use ralph::git::{Git, GitError};
+use ralph::__internals::git::{Git, GitError};
 
 /// A repository with one commit on `main`, isolated from the machine's git configuration.
 async fn repo(dir: &Path) -> Git {

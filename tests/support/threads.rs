@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use ralph::__internals::git::Git;
 use ralph::agent::{FakeAgent, Script};
-use ralph::git::Git;
 use ralph::thread::{RunConfig, ThreadOptions, Threads};
 
 /// A spec whose two criteria are shell commands about `hello.txt`.

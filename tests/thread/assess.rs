@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::support::threads::{SPEC, repo, threads};
 use ralph::agent::{FakeAgent, Role, Script};
 use ralph::thread::ThreadError;
-use ralph::thread::phase::{Phase, PhaseKind};
+use ralph::thread::{Phase, PhaseKind};
 use serde_json::json;
 
 fn issues() -> serde_json::Value {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::support::threads::{SPEC, finalized, repo, writes};
 use ralph::agent::{FailureKind, FakeAgent, Role, Script};
-use ralph::thread::phase::{Phase, PhaseKind};
+use ralph::thread::{Phase, PhaseKind};
 use ralph::thread::{RunConfig, ThreadError, ThreadOptions, Threads};
 
 fn fatal(reason: &str) -> Script {

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::threads::{SPEC, finalized, no_claim, repo, threads, writes};
+use ralph::__internals::git::Git;
 use ralph::agent::{FakeAgent, Role, Script};
-use ralph::git::Git;
-use ralph::thread::phase::{Phase, PhaseKind};
 use ralph::thread::{Confirm, RunConfig, ThreadError};
+use ralph::thread::{Phase, PhaseKind};
 use serde_json::json;
 
 #[tokio::test]

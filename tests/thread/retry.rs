@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use ralph::agent::{
     Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind, FakeAgent, Role, Script,
 };
-use ralph::thread::phase::{Phase, PhaseKind};
+use ralph::thread::{Phase, PhaseKind};
 use ralph::thread::{RunConfig, ThreadOptions, ThreadRecord, Threads};
 use serde_json::json;
 

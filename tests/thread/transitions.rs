@@ -1,9 +1,9 @@
-//! Seed 001's transition tables, row by row, against `ralph::thread::phase`; and every
+//! Seed 001's transition tables, row by row, against `ralph::__internals::phase`; and every
 //! other pair refused with both phases named.
 
 #![allow(clippy::unwrap_used)]
 
-use ralph::thread::phase::{Group, PhaseKind as K, TRANSITIONS, check, find};
+use ralph::__internals::phase::{Group, PhaseKind as K, TRANSITIONS, check, find};
 use rstest::rstest;
 
 #[rstest]

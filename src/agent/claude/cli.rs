@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::agent::{
     Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage,
 };
-use crate::config::{Config, ConfigError, Overrides};
+use crate::config::{Config, ConfigError};
 use crate::context::ContextAction;
 use crate::process::ProcessSpec;
 
@@ -145,7 +145,7 @@ impl ClaudeCli {
     ///
     /// [`ConfigError`] naming the bad key and where it was set.
     pub fn from_workspace(workspace: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        let config = Config::load(workspace.as_ref(), &Overrides::default())?;
+        let config = Config::load(workspace.as_ref())?;
         let mut cli = Self::configured(config.claude);
         cli.grace = config.grace;
         Ok(cli)

@@ -6,7 +6,9 @@ mod command;
 mod config;
 mod segment;
 mod session;
-pub mod stream;
+#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
+// reached through `__internals`
+pub(crate) mod stream;
 
 pub use cli::ClaudeCli;
 pub use config::{BIN_ENV, ClaudeConfig, PermissionMode};

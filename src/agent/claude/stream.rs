@@ -45,7 +45,7 @@
 //!
 //! ```
 //! use ralph::agent::AgentEvent;
-//! use ralph::agent::claude::stream::{LineReader, RunOutcome, StreamOptions, StreamParser};
+//! use ralph::__internals::stream::{LineReader, RunOutcome, StreamOptions, StreamParser};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -84,7 +84,9 @@ use lenient::{Obj, Status, StrOrObj};
 use shrink::{Limits, Shrinker, Shrunk};
 use wire::{Block, Line, TokenUsage};
 
-pub use outcome::{Failure, FailureCause, RunOutcome};
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))] // reached through `__internals`
+pub use outcome::FailureCause;
+pub use outcome::{Failure, RunOutcome};
 pub use reader::{DEFAULT_MAX_LINE, LineReader, Piece};
 pub use window::ContextWindows;
 
@@ -359,7 +361,7 @@ impl StreamParser {
     ///
     /// ```
     /// use ralph::agent::{AgentEvent, AgentEvents, AgentExit, FailureKind};
-    /// use ralph::agent::claude::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
+    /// use ralph::__internals::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> std::io::Result<()> {

@@ -46,7 +46,7 @@ pub enum Piece<'a> {
 /// timer) loses no byte and tees none twice; the next call resumes where it stopped.
 ///
 /// ```
-/// use ralph::agent::claude::stream::{LineReader, Piece};
+/// use ralph::__internals::stream::{LineReader, Piece};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> std::io::Result<()> {
