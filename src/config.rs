@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The layered configuration [`Config::figment`] returns (the `figment` crate).
+#[doc(no_inline)]
 pub use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Value};

@@ -132,6 +132,7 @@ pub use git::GitError;
 pub use async_trait::async_trait;
 /// The stop token of a run ([`Ralph::stop_token`], [`RalphBuilder::stop_token`],
 /// [`AgentRequest`]'s `stop`): cancel it and the running agent or gate is stopped.
+#[doc(no_inline)]
 pub use tokio_util::sync::CancellationToken;
 pub use outcome::BlockedItem;
 pub use outcome::{Outcome, SpecsOutcome};

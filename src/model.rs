@@ -8,6 +8,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// The ordered map of [`Board::tasks`] and [`Board::issues`] (the `indexmap` crate).
+#[doc(no_inline)]
 pub use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
