@@ -437,7 +437,10 @@ impl Config {
     }
 
     /// [`load`](Self::load) with the builder's `overrides` on top.
-    pub(crate) fn load_with(workspace: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+    pub(crate) fn load_with(
+        workspace: &Path,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
         check_env_names()?;
         let figment = Self::figment_with(workspace, overrides);
         let config: Config = figment.extract()?;

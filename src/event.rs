@@ -223,6 +223,34 @@ pub enum Event {
 /// let print = |e: &Event| eprintln!("{e:?}");
 /// let _: &dyn Observer = &print;
 /// ```
+///
+/// # Implementing
+///
+/// One method, called for each event in order. [`Event`] is `#[non_exhaustive]`: match the
+/// variants you need and let the rest pass.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// use ralph::{Event, Observer};
+///
+/// /// Counts the tokens every agent run used.
+/// #[derive(Default)]
+/// struct TokenMeter(AtomicU64);
+///
+/// impl Observer for TokenMeter {
+///     fn on_event(&self, event: &Event) {
+///         if let Event::AgentFinished { usage, .. } = event {
+///             let used = usage.input_tokens + usage.output_tokens;
+///             self.0.fetch_add(used, Ordering::Relaxed);
+///         }
+///     }
+/// }
+///
+/// let meter = TokenMeter::default();
+/// meter.on_event(&Event::Warning { message: "not a run".into() });
+/// assert_eq!(meter.0.load(Ordering::Relaxed), 0);
+/// ```
 pub trait Observer: Send + Sync {
     /// Called for each event, in order.
     fn on_event(&self, event: &Event);

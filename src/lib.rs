@@ -130,10 +130,6 @@ pub use git::GitError;
 /// The attribute every implementation of [`Agent`], [`Gate`], [`Store`] and [`Observer`]'s
 /// async methods carries: `#[ralph::async_trait]`, with no dependency of your own.
 pub use async_trait::async_trait;
-/// The stop token of a run ([`Ralph::stop_token`], [`RalphBuilder::stop_token`],
-/// [`AgentRequest`]'s `stop`): cancel it and the running agent or gate is stopped.
-#[doc(no_inline)]
-pub use tokio_util::sync::CancellationToken;
 pub use outcome::BlockedItem;
 pub use outcome::{Outcome, SpecsOutcome};
 pub use prioritize::{CriticalPath, Prioritizer};
@@ -142,6 +138,10 @@ pub use runtime::error::{BuildError, Error};
 pub use runtime::interrupt::{Interrupt, Interrupts};
 pub use runtime::spec::SpecPathError;
 pub use runtime::workspace::STATE_DIR;
+/// The stop token of a run ([`Ralph::stop_token`], [`RalphBuilder::stop_token`],
+/// [`AgentRequest`]'s `stop`): cancel it and the running agent or gate is stopped.
+#[doc(no_inline)]
+pub use tokio_util::sync::CancellationToken;
 
 /// Internals the crate's own benches and tests reach: not part of the API, no stability
 /// promise. Behind the `internals` feature.

@@ -100,6 +100,38 @@ fn join_ids(ids: &[TaskId]) -> String {
 ///
 /// The input is the set of tasks to order (the engine passes the pending ones); a dependency
 /// on a task outside that set counts as already satisfied.
+///
+/// # Implementing
+///
+/// Return the tasks in the order BUILD should take them, each with its priority, through
+/// [`Prioritized::from_order`]. The engine calls it whenever tasks are added (after
+/// INVESTIGATE, DECOMPOSE and gap analysis) and BUILD follows the order; a task left out of
+/// it is built after those in it.
+///
+/// ```
+/// use ralph::model::{Priority, Task, TaskId};
+/// use ralph::prioritize::{PrioritizeError, Prioritized, Prioritizer};
+///
+/// /// Documentation first, then the rest in the order they came.
+/// struct DocsFirst;
+///
+/// impl Prioritizer for DocsFirst {
+///     fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
+///         let is_docs = |t: &Task| t.name.to_lowercase().contains("readme");
+///         let (docs, rest): (Vec<&Task>, Vec<&Task>) = tasks.iter().partition(|t| is_docs(t));
+///         Ok(Prioritized::from_order(
+///             docs.into_iter()
+///                 .map(|t| (t.id.clone(), Priority::High))
+///                 .chain(rest.into_iter().map(|t| (t.id.clone(), Priority::Medium))),
+///         ))
+///     }
+/// }
+///
+/// let tasks = [Task::new("t-1", "Add the parser"), Task::new("t-2", "Write the README")];
+/// let out = DocsFirst.prioritize(&tasks)?;
+/// assert_eq!(out.order[0], (TaskId::from("t-2"), Priority::High));
+/// # Ok::<(), PrioritizeError>(())
+/// ```
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Prioritizer`, or use `ralph::CriticalPath`"
 )]

@@ -520,6 +520,47 @@ pub enum AgentError {
 ///
 /// Dropping the future of [`run`](Agent::run) must not leave processes behind: implementations
 /// that spawn processes kill them on drop. The graceful path is [`AgentRequest::stop`].
+///
+/// # Implementing
+///
+/// Put `#[ralph::async_trait]` on the impl (the trait's methods are async; without it the
+/// compiler reports E0195). Answer with an [`AgentRun`]: its final text is where the task
+/// markers are read ([`AgentRun::claim`]), and a run that ends early says why in
+/// [`AgentRun::exit`].
+///
+/// ```
+/// use ralph::agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Claim, Role};
+/// use ralph::async_trait;
+///
+/// /// Says every task is done, without doing anything: the gates and the verifier will
+/// /// disagree, which is what such an agent is for in a test.
+/// struct Boaster;
+///
+/// #[async_trait]
+/// impl Agent for Boaster {
+///     fn name(&self) -> &str {
+///         "boaster"
+///     }
+///
+///     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+///         if request.stop.is_cancelled() {
+///             return Ok(AgentRun::new(AgentExit::Stopped));
+///         }
+///         Ok(AgentRun::completed(format!(
+///             "Read {} bytes of {} prompt.\n<TASK_DONE>",
+///             request.prompt.len(),
+///             request.role.as_str(),
+///         )))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), AgentError> {
+/// let run = Boaster.run(AgentRequest::new(Role::Build, "Write hello.txt", ".")).await?;
+/// assert_eq!(run.claim(), Claim::Done);
+/// # Ok(())
+/// # }
+/// ```
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Agent` for your type, or use `ralph::FakeAgent` in tests"
 )]

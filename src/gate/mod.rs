@@ -211,6 +211,50 @@ impl GateError {
 }
 
 /// A quality check. Usable as `dyn Gate`, so a mixed list of gates is one `Vec`.
+///
+/// # Implementing
+///
+/// Put `#[ralph::async_trait]` on the impl. A check that ran and failed is `Ok` with a
+/// failed [`GateStatus`]; [`GateError`] is for a check that could not run at all. The
+/// [`GateContext`] says where to run and which task and attempt are checked.
+///
+/// ```
+/// use ralph::async_trait;
+/// use ralph::gate::{BoundedOutput, Gate, GateContext, GateError, GateReport, GateStatus};
+///
+/// /// Passes when the workspace has a file of this name.
+/// struct HasFile(&'static str);
+///
+/// #[async_trait]
+/// impl Gate for HasFile {
+///     fn name(&self) -> &str {
+///         "has-file"
+///     }
+///
+///     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
+///         let found = tokio::fs::try_exists(ctx.workspace.join(self.0))
+///             .await
+///             .map_err(|e| GateError::other(self.name(), e))?;
+///         let status = if found {
+///             GateStatus::Passed
+///         } else {
+///             GateStatus::Failed { code: None, signal: None }
+///         };
+///         let said = format!("{} {}", self.0, if found { "exists" } else { "is missing" });
+///         Ok(GateReport::new(self.name(), self.required(), status)
+///             .with_output(BoundedOutput::from_text(&said)))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let ctx = GateContext::new(dir.path()).task("t-1", "Write the README", 1);
+/// let report = HasFile("README.md").check(ctx).await?;
+/// assert!(report.blocks(), "required, and the file is missing");
+/// # Ok(())
+/// # }
+/// ```
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Gate` for your check, or use `ralph::ShellGate` for a shell command"
 )]

@@ -108,6 +108,49 @@ where
 }
 
 /// Loads and persists the work state. Usable as `dyn Store`.
+///
+/// # Implementing
+///
+/// Put `#[ralph::async_trait]` on the impl. [`persist`](Store::persist) gets the changes of
+/// one transition in order and returns once they are durable; [`load`](Store::load) rebuilds
+/// the board, for instance by replaying them with [`Board::apply`]. Blocking I/O belongs on
+/// `tokio::task::spawn_blocking`.
+///
+/// ```
+/// use std::sync::Mutex;
+///
+/// use ralph::async_trait;
+/// use ralph::model::{Board, Change, Task};
+/// use ralph::store::{Store, StoreError};
+///
+/// /// Keeps every change, in memory: an audit log a test can read.
+/// #[derive(Default)]
+/// struct Journal(Mutex<Vec<Change>>);
+///
+/// #[async_trait]
+/// impl Store for Journal {
+///     async fn load(&self) -> Result<Board, StoreError> {
+///         let changes = self.0.lock().map_err(|e| StoreError::Other(e.to_string()))?;
+///         let mut board = Board::default();
+///         board.apply_all(changes.iter().cloned());
+///         Ok(board)
+///     }
+///
+///     async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
+///         let mut kept = self.0.lock().map_err(|e| StoreError::Other(e.to_string()))?;
+///         kept.extend_from_slice(changes);
+///         Ok(())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), StoreError> {
+/// let journal = Journal::default();
+/// journal.persist(&[Change::Task(Task::new("t-1", "Write hello.txt"))]).await?;
+/// assert_eq!(journal.load().await?.tasks.len(), 1);
+/// # Ok(())
+/// # }
+/// ```
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Store`, or use `ralph::JsonlStore` / `ralph::MemoryStore`"
 )]
