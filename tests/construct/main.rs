@@ -8,6 +8,7 @@ mod support;
 
 mod agent_failures;
 mod crash_resume;
+mod custom_tool;
 mod deps;
 mod example_cli;
 mod example_flow;
