@@ -10,9 +10,9 @@
 //! Beside it:
 //!
 //! * **Build mode** (seeds 004 and 002): [`Ralph::plan`] turns markdown specs into
-//!   `implementation.json` ([`specs::implementation`]); [`Ralph::build_specs`] works through
+//!   `implementation.json` ([`specs::Implementation`]); [`Ralph::build_specs`] works through
 //!   it spec by spec and task by task — a read-only planner writes the spec's plan first
-//!   ([`specs::plan_files`]), each task gets one fresh agent session and the gates, and a verified
+//!   (`.ralph/plans/`), each task gets one fresh agent session and the gates, and a verified
 //!   spec becomes a git commit named after it.
 //! * **Threads** (seed 001, [`thread`]): one piece of work from draft to commit, with human
 //!   checkpoints, preflight, a git baseline and a managed branch.

@@ -115,7 +115,7 @@ const RALPH_DONE: &str = "RALPH_DONE";
 const TASK_BLOCKED: &str = "<TASK_BLOCKED";
 const PLAN_INVALIDATION: &str = "PLAN_INVALIDATION:";
 
-/// Parses the markers of an agent's final answer; see the [module docs](self) for the rules.
+/// Parses the markers of an agent's final answer; see the module docs for the rules.
 ///
 /// ```
 /// use ralph::__internals::signal::{parse, TaskSignal};

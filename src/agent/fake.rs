@@ -1,35 +1,4 @@
 //! `FakeAgent`: a deterministic, scripted [`Agent`] for tests, CI and demos.
-//!
-//! A fake agent holds *entries*: a [`Script`] (the steps of one run) plus what requests it
-//! answers — a role, optionally a subject (task or issue id) and an attempt number. Entries
-//! with no role answer any request, in order ("in sequence"). Each request takes the most
-//! specific unconsumed matching entry; ties go to the earliest. Entries are consumed once
-//! unless marked `repeat`.
-//!
-//! Attempt numbers come from the persisted board, so a script keyed by attempt behaves the
-//! same when a killed run is resumed by a new process.
-//!
-//! ```
-//! use ralph::agent::{FakeAgent, Role, Script};
-//!
-//! let agent = FakeAgent::new()
-//!     .on(Role::Build, "t-1", Script::new().write("hello.txt", "hello\n").answer("Done.\n<TASK_DONE>"))
-//!     .on_role(Role::Verify, Script::new().json(serde_json::json!({"verdict": "accept", "reason": "ok"})));
-//! assert_eq!(agent.unconsumed().len(), 2);
-//! ```
-//!
-//! Scripts can also be written in TOML (see [`FakeAgent::from_toml`]):
-//!
-//! ```toml
-//! [[run]]
-//! role = "build"
-//! subject = "t-1"
-//! attempt = 1
-//! [[run.steps]]
-//! write = { path = "src/lib.rs", content = "pub fn f() {}\n" }
-//! [[run.steps]]
-//! answer = "Implemented.\n<TASK_DONE>"
-//! ```
 
 use std::fmt;
 use std::io::Write as _;
@@ -347,7 +316,38 @@ pub enum FakeAgentError {
     BadStep(String),
 }
 
-/// A scripted [`Agent`]. See the [module docs](self).
+/// `FakeAgent`: a deterministic, scripted [`Agent`] for tests, CI and demos.
+///
+/// A fake agent holds *entries*: a [`Script`] (the steps of one run) plus what requests it
+/// answers — a role, optionally a subject (task or issue id) and an attempt number. Entries
+/// with no role answer any request, in order ("in sequence"). Each request takes the most
+/// specific unconsumed matching entry; ties go to the earliest. Entries are consumed once
+/// unless marked `repeat`.
+///
+/// Attempt numbers come from the persisted board, so a script keyed by attempt behaves the
+/// same when a killed run is resumed by a new process.
+///
+/// ```
+/// use ralph::agent::{FakeAgent, Role, Script};
+///
+/// let agent = FakeAgent::new()
+///     .on(Role::Build, "t-1", Script::new().write("hello.txt", "hello\n").answer("Done.\n<TASK_DONE>"))
+///     .on_role(Role::Verify, Script::new().json(serde_json::json!({"verdict": "accept", "reason": "ok"})));
+/// assert_eq!(agent.unconsumed().len(), 2);
+/// ```
+///
+/// Scripts can also be written in TOML (see [`FakeAgent::from_toml`]):
+///
+/// ```toml
+/// [[run]]
+/// role = "build"
+/// subject = "t-1"
+/// attempt = 1
+/// [[run.steps]]
+/// write = { path = "src/lib.rs", content = "pub fn f() {}\n" }
+/// [[run.steps]]
+/// answer = "Implemented.\n<TASK_DONE>"
+/// ```
 #[derive(Default)]
 pub struct FakeAgent {
     state: Mutex<State>,
@@ -446,7 +446,7 @@ impl FakeAgent {
         self
     }
 
-    /// Loads entries from TOML (see the [module docs](self)).
+    /// Loads entries from TOML (the format is in the [`FakeAgent`] docs).
     ///
     /// # Errors
     ///

@@ -2,7 +2,7 @@
 //!
 //! An agent returns raw facts ([`AgentRun`]): the final answer's text, an optional structured
 //! answer, usage, how it ended, where its log is. Whether a task is *done* is decided by the
-//! engine from those facts (see [`signal`](crate::signal)), never by the agent.
+//! engine from those facts (see [`Claim`]), never by the agent.
 
 mod claim;
 pub mod claude;
@@ -590,7 +590,7 @@ pub trait Agent: Send + Sync {
     }
 
     /// Takes the workspace's [`Config`] when [`RalphBuilder::build`](crate::RalphBuilder::build)
-    /// loads it, before any run. [`ClaudeCli`] takes `[claude]` and `grace` from it, except
+    /// loads it, before any run. [`ClaudeCli`](claude::ClaudeCli) takes `[claude]` and `grace` from it, except
     /// the settings set in code. The default takes nothing.
     ///
     /// An agent passed to the builder inside an `Arc` that is shared elsewhere keeps its own

@@ -2,9 +2,9 @@
 //! built task by task with the gates after each session, verified, and committed.
 //!
 //! * [`Ralph::plan`](crate::Ralph::plan) (plan mode) turns the markdown specs into
-//!   [`implementation.json`](implementation) with one structured answer;
+//!   `implementation.json` ([`Implementation`]) with one structured answer;
 //! * [`Ralph::build_specs`](crate::Ralph::build_specs) (build mode) works through it with no
-//!   agent parsing it: a plan per spec ([`plan_files`]), one fresh session per task attempt,
+//!   agent parsing it: a plan per spec (`.ralph/plans/`), one fresh session per task attempt,
 //!   a verifier per spec, a commit per verified spec and an entry in `PROGRESS.md`.
 
 pub(crate) mod build;

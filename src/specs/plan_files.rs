@@ -129,7 +129,7 @@ pub enum Resume {
     Adopt,
 }
 
-/// The resume table (see the [module docs](self)).
+/// The resume table (see the module docs).
 pub fn decide(info: Option<&PlanInfo>, plan_exists: bool) -> Resume {
     match (info, plan_exists) {
         (None, false) => Resume::Fresh,

@@ -1,88 +1,4 @@
 //! `ProgressStore`: the board as seed 003's markdown progress file, which people read and edit
-//! while ralph runs.
-//!
-//! # Format
-//!
-//! ```markdown
-//! # Progress: Greeter
-//!
-//! ## Status
-//!
-//! In progress
-//!
-//! ## Phase 1: Setup
-//!
-//! - [x] Create the project <!-- id:t-1 -->
-//! - [ ] Write hello.txt <!-- id:t-2 -->
-//!
-//! ## Recent Attempts
-//!
-//! - Iteration 1, t-2: tried: Wrote the file. — result: gates failed: test
-//!
-//! ## Iteration Log
-//!
-//! | Iteration | Started | Duration | Tasks Completed | Notes |
-//! |---|---|---|---|---|
-//! | 1 | 2026-01-18T10:00:00Z | 4m 2s | 1 | 1 accepted, 0 rejected, 0 new task(s), 0 new issue(s) |
-//! ```
-//!
-//! Sections start at `#` and `##` headings (outside fenced code). Who owns what:
-//!
-//! * **Status** (`## Status`) belongs to people; ralph keeps it as written. `RALPH_DONE` on
-//!   a line of its own in it (outside fenced code) stops the loop before the next agent
-//!   run. It is a stop, not a verdict: with work left the run ends with
-//!   [`Outcome::Declared`](crate::Outcome::Declared) (exit code 2) and the remaining count,
-//!   never [`Outcome::Complete`](crate::Outcome::Complete), since done is decided by the
-//!   gates and the verifier. `RALPH_DONE` anywhere else (in a task's text, in Recent
-//!   Attempts, in a sentence) counts for nothing. The file lives in the workspace, so an
-//!   agent could write it too (the build prompt never asks it to); at worst that stops the
-//!   loop early, and the outcome says how much is left.
-//! * **Task lines** are `- [ ] name` / `- [x] name` (also `*` or `+` bullets, any indent) in
-//!   any other section (`## Phase N: …`, `### …` below it, a preamble). ralph rewrites them
-//!   with the task's current name and box and an id trailer `<!-- id:t-3 -->`, and keeps
-//!   every other line of these sections (prose, notes, sub-headings) as written.
-//! * **Recent Attempts** and **Iteration Log** belong to ralph: regenerated at each write
-//!   from the run state (the last `recent_attempts` attempts; the last
-//!   [`ITERATION_LOG_LIMIT`](crate::model::ITERATION_LOG_LIMIT) iterations).
-//!
-//! # Task ids
-//!
-//! A task line's id is its `<!-- id:… -->` trailer. A line without one (a hand-written file,
-//! or a task a person added) gets the next free `t-<n>` in document order — on a fresh file
-//! that is its position (`t-1`, `t-2`, …) — and ralph writes the trailer at its next write,
-//! so the id stays with the line however lines move afterwards. Two lines with one id are
-//! an error.
-//!
-//! # What the markdown cannot hold
-//!
-//! Attempt counts, tombstones, done-awaiting-verify, verdicts, issues, run counters, the
-//! recent attempts and the iteration log live in a sidecar JSON file next to it
-//! (`.ralph/<stem>-state.json`, e.g. `.ralph/progress-state.json`). Loading reconciles the two:
-//!
-//! * `[x]` → accepted (a person ticking a box by hand is honored); `[ ]` → what the sidecar
-//!   says (pending, done, blocked), or pending for a line it does not know (a task a person
-//!   added). A task accepted in the sidecar whose box a person unticked is pending again (a
-//!   decomposed task, shown ticked, stays decomposed).
-//! * A task in the sidecar but no longer in the file was deleted by a person: it is gone, and
-//!   tasks that depended on it no longer wait for it.
-//! * The task's name is the line's text: a person may reword it.
-//!
-//! # Durability
-//!
-//! Each [`persist`](Store::persist) re-reads both files (so edits made since the last
-//! load are kept), applies the changes, and replaces the markdown and then the sidecar, each
-//! atomically (temp file, fsync, rename). The sidecar records a hash of the markdown it goes
-//! with, which tells a person's edit from a crash between the two writes. The store holds
-//! an exclusive lock on `<sidecar>.lock` for its lifetime.
-//!
-//! The engine re-reads the file at the start of every stage. An edit to a task the engine is
-//! working on in that very stage can be overwritten by the engine's next write of that task
-//! (a tick on a task being built, a deleted line of a task being built); edits to other
-//! tasks and to prose are kept.
-//!
-//! Malformed input — a file that is not UTF-8, a checkbox line that cannot be read
-//! (`- [~] x`, `- [ ]` with no text, a broken trailer), a duplicated id, a sidecar that is not
-//! valid JSON — is a [`StoreError::Malformed`] naming the file and line.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -102,7 +18,91 @@ use crate::signal::{FenceTracker, is_marker_line};
 /// The marker that, alone on a line of the Status section, declares the work complete.
 pub(super) const RALPH_DONE: &str = "RALPH_DONE";
 
-/// The board as a markdown progress file plus a JSON sidecar; see the [module docs](self).
+/// `ProgressStore`: the board as seed 003's markdown progress file, which people read and edit
+/// while ralph runs.
+///
+/// # Format
+///
+/// ```markdown
+/// # Progress: Greeter
+///
+/// ## Status
+///
+/// In progress
+///
+/// ## Phase 1: Setup
+///
+/// - [x] Create the project <!-- id:t-1 -->
+/// - [ ] Write hello.txt <!-- id:t-2 -->
+///
+/// ## Recent Attempts
+///
+/// - Iteration 1, t-2: tried: Wrote the file. — result: gates failed: test
+///
+/// ## Iteration Log
+///
+/// | Iteration | Started | Duration | Tasks Completed | Notes |
+/// |---|---|---|---|---|
+/// | 1 | 2026-01-18T10:00:00Z | 4m 2s | 1 | 1 accepted, 0 rejected, 0 new task(s), 0 new issue(s) |
+/// ```
+///
+/// Sections start at `#` and `##` headings (outside fenced code). Who owns what:
+///
+/// * **Status** (`## Status`) belongs to people; ralph keeps it as written. `RALPH_DONE` on
+///   a line of its own in it (outside fenced code) stops the loop before the next agent
+///   run. It is a stop, not a verdict: with work left the run ends with
+///   [`Outcome::Declared`](crate::Outcome::Declared) (exit code 2) and the remaining count,
+///   never [`Outcome::Complete`](crate::Outcome::Complete), since done is decided by the
+///   gates and the verifier. `RALPH_DONE` anywhere else (in a task's text, in Recent
+///   Attempts, in a sentence) counts for nothing. The file lives in the workspace, so an
+///   agent could write it too (the build prompt never asks it to); at worst that stops the
+///   loop early, and the outcome says how much is left.
+/// * **Task lines** are `- [ ] name` / `- [x] name` (also `*` or `+` bullets, any indent) in
+///   any other section (`## Phase N: …`, `### …` below it, a preamble). ralph rewrites them
+///   with the task's current name and box and an id trailer `<!-- id:t-3 -->`, and keeps
+///   every other line of these sections (prose, notes, sub-headings) as written.
+/// * **Recent Attempts** and **Iteration Log** belong to ralph: regenerated at each write
+///   from the run state (the last `recent_attempts` attempts; the last
+///   [`ITERATION_LOG_LIMIT`](crate::model::ITERATION_LOG_LIMIT) iterations).
+///
+/// # Task ids
+///
+/// A task line's id is its `<!-- id:… -->` trailer. A line without one (a hand-written file,
+/// or a task a person added) gets the next free `t-<n>` in document order — on a fresh file
+/// that is its position (`t-1`, `t-2`, …) — and ralph writes the trailer at its next write,
+/// so the id stays with the line however lines move afterwards. Two lines with one id are
+/// an error.
+///
+/// # What the markdown cannot hold
+///
+/// Attempt counts, tombstones, done-awaiting-verify, verdicts, issues, run counters, the
+/// recent attempts and the iteration log live in a sidecar JSON file next to it
+/// (`.ralph/<stem>-state.json`, e.g. `.ralph/progress-state.json`). Loading reconciles the two:
+///
+/// * `[x]` → accepted (a person ticking a box by hand is honored); `[ ]` → what the sidecar
+///   says (pending, done, blocked), or pending for a line it does not know (a task a person
+///   added). A task accepted in the sidecar whose box a person unticked is pending again (a
+///   decomposed task, shown ticked, stays decomposed).
+/// * A task in the sidecar but no longer in the file was deleted by a person: it is gone, and
+///   tasks that depended on it no longer wait for it.
+/// * The task's name is the line's text: a person may reword it.
+///
+/// # Durability
+///
+/// Each [`persist`](Store::persist) re-reads both files (so edits made since the last
+/// load are kept), applies the changes, and replaces the markdown and then the sidecar, each
+/// atomically (temp file, fsync, rename). The sidecar records a hash of the markdown it goes
+/// with, which tells a person's edit from a crash between the two writes. The store holds
+/// an exclusive lock on `<sidecar>.lock` for its lifetime.
+///
+/// The engine re-reads the file at the start of every stage. An edit to a task the engine is
+/// working on in that very stage can be overwritten by the engine's next write of that task
+/// (a tick on a task being built, a deleted line of a task being built); edits to other
+/// tasks and to prose are kept.
+///
+/// Malformed input — a file that is not UTF-8, a checkbox line that cannot be read
+/// (`- [~] x`, `- [ ]` with no text, a broken trailer), a duplicated id, a sidecar that is not
+/// valid JSON — is a [`StoreError::Malformed`] naming the file and line.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {

@@ -10,7 +10,7 @@
 //! | one agent run | `runs/<run-id>/run.json` and its transcript `runs/<run-id>/output.log` |
 //! | the selected thread | `active_thread` (its id) |
 //!
-//! Every move is checked against the table of [`phase`] and persisted before the call
+//! Every move is checked against the table of transitions between [`PhaseKind`]s and persisted before the call
 //! returns. The four human checkpoints are separate methods a person calls:
 //! [`finalize`](Threads::finalize), the choices of a stuck thread
 //! ([`revise`](Threads::revise), [`reconfigure`](Threads::reconfigure),

@@ -41,7 +41,7 @@ const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task fro
 ///   pass their schema with `--json-schema` and take the CLI's `structured_output`, never
 ///   prose. As root, bypassing permissions sets `IS_SANDBOX=1`, without which the CLI
 ///   refuses to start.
-/// * **Outcome.** From the `result` line alone (see [`stream`](super::stream)): never from
+/// * **Outcome.** From the `result` line alone : never from
 ///   the exit code or `subtype`. A CLI that exits without writing anything (a bad flag, a
 ///   missing runtime) is [`FailureKind::Fatal`] with its stderr: every run would fail alike.
 /// * **Clocks.** The request's timeout bounds the whole run; [`idle_timeout`](Self::idle_timeout)
@@ -50,7 +50,7 @@ const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task fro
 ///   SIGTERM (the CLI then kills its tool processes), the grace, SIGKILL.
 /// * **Cleanup.** The CLI's Bash tool runs commands in sessions of their own, and background
 ///   jobs outlive even a clean exit. Every process the CLI starts inherits ralph's run cookie
-///   ([`process`](crate::process)), so when the run ends, however it ends, every one of them
+///   so when the run ends, however it ends, every one of them
 ///   is found and killed.
 /// * **Context.** The context in use after each API call is checked against the request's
 ///   tiers: *warn* emits an event; *compact* interrupts the CLI (SIGINT keeps the session),

@@ -1,5 +1,5 @@
 //! The Claude Code CLI as an agent: [`ClaudeCli`], its [`ClaudeConfig`], and the parser of
-//! its `--output-format stream-json` stdout ([`stream`]).
+//! its `--output-format stream-json` stdout.
 
 mod cli;
 mod command;

@@ -181,7 +181,7 @@ pub struct StreamSummary {
     pub model: Option<String>,
     /// How the run ended.
     pub outcome: RunOutcome,
-    /// `result.result` of a completed run (see the [module docs](self#the-final-text)).
+    /// `result.result` of a completed run (see the module docs, "The final text").
     pub final_text: Option<String>,
     /// Bytes cut from the middle of [`final_text`](Self::final_text) because the `result` line
     /// was longer than the reader's cap; 0 when the text is exact.
