@@ -168,6 +168,7 @@ pub enum Event {
         /// Its number.
         iteration: u32,
     },
+    #[cfg(feature = "specs")]
     /// Build mode wrote a new active plan for a spec (seed 002).
     PlanWritten {
         /// The spec's id.
@@ -177,6 +178,7 @@ pub enum Event {
         /// The plan file, relative to the workspace.
         path: PathBuf,
     },
+    #[cfg(feature = "specs")]
     /// The verifier invalidated a spec's plan; it was archived and the spec is re-planned.
     PlanInvalidated {
         /// The spec's id.
@@ -186,6 +188,7 @@ pub enum Event {
         /// Where the old plan was kept, relative to the workspace.
         archived: PathBuf,
     },
+    #[cfg(feature = "specs")]
     /// A spec was verified and committed.
     SpecCommitted {
         /// The spec's id.
@@ -193,11 +196,13 @@ pub enum Event {
         /// The commit (none when there was nothing to commit).
         commit: Option<String>,
     },
+    #[cfg(feature = "specs")]
     /// Build mode ([`Ralph::build_specs`](crate::Ralph::build_specs)) ended.
     SpecsFinished {
         /// How.
         outcome: crate::outcome::SpecsOutcome,
     },
+    #[cfg(feature = "specs")]
     /// Plan mode ([`Ralph::plan`](crate::Ralph::plan)) saved `implementation.json`.
     PlanSaved {
         /// The file, relative to the workspace.

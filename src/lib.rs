@@ -7,22 +7,45 @@
 //! killed) with the stage derived from the persisted [`Board`](model::Board), so a killed
 //! process resumes where the work stood.
 //!
-//! Beside it:
+//! Beside it, each behind a feature (see [Features](#features)):
 //!
-//! * **Build mode** (seeds 004 and 002): [`Ralph::plan`] turns markdown specs into
-//!   `implementation.json` ([`specs::Implementation`]); [`Ralph::build_specs`] works through
+//! * **Build mode** (seeds 004 and 002, feature `specs`): `Ralph::plan` turns markdown specs
+//!   into `implementation.json` (`specs::Implementation`); `Ralph::build_specs` works through
 //!   it spec by spec and task by task — a read-only planner writes the spec's plan first
 //!   (`.ralph/plans/`), each task gets one fresh agent session and the gates, and a verified
 //!   spec becomes a git commit named after it.
-//! * **Threads** (seed 001, [`thread`]): one piece of work from draft to commit, with human
+//! * **Threads** (seed 001, feature `threads`, the `thread` module): one piece of work from draft to commit, with human
 //!   checkpoints, preflight, a git baseline and a managed branch.
+//!
+//! And always:
+//!
 //! * **The progress file** (seed 003): [`ProgressStore`] keeps the construct loop's board in a
 //!   markdown file people edit; [`Config::once`] and [`Ralph::dry_run`] run one iteration, or
 //!   none.
 //!
 //! Four seams, each usable as `dyn`: [`Agent`] (the real Claude CLI, or the deterministic
-//! [`FakeAgent`]), [`Gate`] ([`ShellGate`]), [`Store`] ([`JsonlStore`], [`MemoryStore`]) and
+//! `FakeAgent` of the `test-util` feature), [`Gate`] ([`ShellGate`]), [`Store`] ([`JsonlStore`], [`MemoryStore`]) and
 //! [`Prioritizer`] ([`CriticalPath`]). Observers receive an [`Event`] stream.
+//!
+//! # Features
+//!
+//! The construct loop, the four seams, the Claude CLI agent and the stores are always there.
+//! The rest is opt-in, so a tool that uses one pipeline sees only its types:
+//!
+//! * `specs` — plan mode and build mode over `implementation.json` (`Ralph::plan`,
+//!   `Ralph::build_specs`, the `specs` module).
+//! * `threads` — threads with human checkpoints (the `thread` module).
+//! * `full` — both.
+//! * `test-util` — the deterministic `FakeAgent` (scripts in Rust or TOML) and the mockall
+//!   mocks of the four seams (`mock`), for your tests.
+//!
+//! ```toml
+//! [dependencies]
+//! ralph-loop = { version = "0.1", features = ["full"] }
+//!
+//! [dev-dependencies]
+//! ralph-loop = { version = "0.1", features = ["test-util"] }
+//! ```
 //!
 //! # Example
 //!
@@ -63,6 +86,12 @@
 //! ```
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Parts of the runtime serve only the optional pipelines: unused without them. Dead code is
+// still found in the full build (`--all-features`, as CI lints).
+#![cfg_attr(
+    not(all(feature = "specs", feature = "threads")),
+    allow(dead_code, unused_imports, unreachable_pub)
+)]
 
 // Layers, top to bottom (a module imports only from its own layer or those below; the
 // pipelines never import one another; `tests/layers.rs` checks it):
@@ -109,8 +138,10 @@ mod runtime;
 #[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
 // reached through `__internals`
 mod signal;
+#[cfg(feature = "specs")]
 pub mod specs;
 pub mod store;
+#[cfg(feature = "threads")]
 pub mod thread;
 mod time;
 
@@ -119,19 +150,24 @@ mod time;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "test-util")]
+pub use agent::FakeAgent;
 pub use agent::claude::ClaudeCli;
-pub use agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FakeAgent, Role};
+pub use agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Role};
 pub use config::Config;
 pub use construct::dry_run::DryRun;
 pub use event::{Event, Observer};
 pub use gate::{Gate, GateReport, GateStatus, ShellGate};
+#[cfg(any(feature = "specs", feature = "threads"))]
 pub use git::GitError;
 
 /// The attribute every implementation of [`Agent`], [`Gate`], [`Store`] and [`Observer`]'s
 /// async methods carries: `#[ralph::async_trait]`, with no dependency of your own.
 pub use async_trait::async_trait;
 pub use outcome::BlockedItem;
-pub use outcome::{Outcome, SpecsOutcome};
+pub use outcome::Outcome;
+#[cfg(feature = "specs")]
+pub use outcome::SpecsOutcome;
 pub use prioritize::{CriticalPath, Prioritizer};
 pub use ralph::{Ralph, RalphBuilder};
 pub use runtime::error::{BuildError, Error};

@@ -155,6 +155,7 @@ impl Ralph {
         self.run(None).await
     }
 
+    #[cfg(feature = "specs")]
     /// Plan mode (seed 004): the agent, in the read-only [`Role::Breakdown`](crate::Role::Breakdown),
     /// reads the markdown `specs` (paths relative to the workspace, inside `[planning]
     /// specs_dir`; none means every `.md` there except `plans/`) and answers with specs,
@@ -183,6 +184,7 @@ impl Ralph {
         crate::specs::plan_mode::run(self.inner.clone(), specs).await
     }
 
+    #[cfg(feature = "specs")]
     /// Build mode (seeds 004 and 002) over `implementation.json`, with no agent parsing it:
     /// specs by priority; for each, an active plan (seed 002's resume rules; a read-only
     /// [`Role::Planner`](crate::Role::Planner) writes one when needed), then its pending
@@ -210,6 +212,7 @@ impl Ralph {
         crate::specs::build::run(self.inner.clone()).await
     }
 
+    #[cfg(feature = "specs")]
     /// `implementation.json` as it is on disk (`None` before plan mode ran).
     ///
     /// # Errors
@@ -260,6 +263,7 @@ impl Ralph {
         crate::construct::dry_run::dry_run(&self.inner, Some(spec.as_ref())).await
     }
 
+    #[cfg(feature = "specs")]
     /// What [`plan`](Self::plan) on `specs` would do: the specs it would read, the file it
     /// would write, the prompt it would use. Starts no agent, takes no lock, writes nothing.
     ///
@@ -278,6 +282,7 @@ impl Ralph {
         crate::specs::dry_run::plan(&self.inner, specs)
     }
 
+    #[cfg(feature = "specs")]
     /// What [`build_specs`](Self::build_specs) would do next: the spec, its next step (plan,
     /// a task's session, the verification) and that step's prompt template, the gates and
     /// the limits. Starts no agent or gate, takes no lock, writes nothing.

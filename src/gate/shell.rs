@@ -84,7 +84,7 @@ impl Gate for ShellGate {
         self.required
     }
 
-    /// Runs the command; see [`ProcessSpec::run`] for how it is supervised.
+    /// Runs the command in its own process group, supervised as the type's docs say.
     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
         let report = self.spec(ctx).run().await.map_err(|err| self.error(err))?;
         let mut gate = GateReport::new(&self.name, self.required, status(&report));

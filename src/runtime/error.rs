@@ -96,6 +96,7 @@ pub enum Error {
     #[error("a construct run is already in progress on this Ralph")]
     AlreadyRunning,
     /// A git command failed (build mode commits each completed spec).
+    #[cfg(feature = "specs")]
     #[error(transparent)]
     Git(#[from] crate::git::GitError),
     /// A spec path breaks the rule every mode applies: relative to the workspace, and

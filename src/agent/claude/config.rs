@@ -125,8 +125,7 @@ pub struct ClaudeConfig {
     pub args: Vec<String>,
     /// Extra environment variables of the CLI (`ANTHROPIC_BASE_URL`, `API_TIMEOUT_MS`, …).
     pub env: IndexMap<String, String>,
-    /// Context windows by model name, ahead of the built-in table
-    /// ([`ContextWindows`](super::stream::ContextWindows)).
+    /// Context windows by model name, ahead of the built-in table of known models.
     pub context_windows: IndexMap<String, u64>,
 }
 
