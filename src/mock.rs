@@ -6,53 +6,58 @@
 
 #![allow(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-use async_trait::async_trait;
+pub use generated::{MockAgent, MockGate, MockPrioritizer, MockStore};
 
-use crate::agent::{Agent, AgentError, AgentRequest, AgentRun};
-use crate::gate::{Gate, GateContext, GateError, GateReport};
-use crate::model::{Board, Change, Task};
-use crate::prioritize::{PrioritizeError, Prioritized, Prioritizer};
-use crate::store::{Store, StoreError};
+/// What `mockall::mock!` generates, kept out of the docs but for the mocks themselves.
+mod generated {
+    use async_trait::async_trait;
 
-mockall::mock! {
-    /// A mock [`Agent`].
-    pub Agent {}
+    use crate::agent::{Agent, AgentError, AgentRequest, AgentRun};
+    use crate::gate::{Gate, GateContext, GateError, GateReport};
+    use crate::model::{Board, Change, Task};
+    use crate::prioritize::{PrioritizeError, Prioritized, Prioritizer};
+    use crate::store::{Store, StoreError};
 
-    #[async_trait]
-    impl Agent for Agent {
-        fn name(&self) -> &str;
-        async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError>;
+    mockall::mock! {
+        /// A mock [`Agent`].
+        pub Agent {}
+
+        #[async_trait]
+        impl Agent for Agent {
+            fn name(&self) -> &str;
+            async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError>;
+        }
     }
-}
 
-mockall::mock! {
-    /// A mock [`Gate`].
-    pub Gate {}
+    mockall::mock! {
+        /// A mock [`Gate`].
+        pub Gate {}
 
-    #[async_trait]
-    impl Gate for Gate {
-        fn name(&self) -> &str;
-        fn required(&self) -> bool;
-        async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError>;
+        #[async_trait]
+        impl Gate for Gate {
+            fn name(&self) -> &str;
+            fn required(&self) -> bool;
+            async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError>;
+        }
     }
-}
 
-mockall::mock! {
-    /// A mock [`Store`].
-    pub Store {}
+    mockall::mock! {
+        /// A mock [`Store`].
+        pub Store {}
 
-    #[async_trait]
-    impl Store for Store {
-        async fn load(&self) -> Result<Board, StoreError>;
-        async fn persist(&self, changes: &[Change]) -> Result<(), StoreError>;
+        #[async_trait]
+        impl Store for Store {
+            async fn load(&self) -> Result<Board, StoreError>;
+            async fn persist(&self, changes: &[Change]) -> Result<(), StoreError>;
+        }
     }
-}
 
-mockall::mock! {
-    /// A mock [`Prioritizer`].
-    pub Prioritizer {}
+    mockall::mock! {
+        /// A mock [`Prioritizer`].
+        pub Prioritizer {}
 
-    impl Prioritizer for Prioritizer {
-        fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError>;
+        impl Prioritizer for Prioritizer {
+            fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError>;
+        }
     }
 }
