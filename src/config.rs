@@ -753,7 +753,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Serde for durations as human strings: `"5m"`, `"90s"`, `"1h 30m"`, `"250ms"`.
-pub mod duration {
+pub(crate) mod duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
