@@ -763,7 +763,7 @@ pub(crate) mod duration {
     /// # Errors
     ///
     /// Never, beyond the serializer's own.
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(&humantime::format_duration(*d))
     }
 
@@ -772,7 +772,7 @@ pub(crate) mod duration {
     /// # Errors
     ///
     /// When the value is not a duration string.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
