@@ -103,6 +103,7 @@
 //   foundation  process, files, time, git, signal (the marker parser), output, logfile
 pub mod agent;
 mod answer;
+mod board;
 pub mod config;
 mod construct;
 #[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]

@@ -366,6 +366,30 @@ impl Task {
     pub fn round_attempts(&self) -> u32 {
         self.attempts.saturating_sub(self.retry_base)
     }
+
+    /// A rejected round (by the verifier, or a person): pending again, with a tombstone, a
+    /// fresh retry budget and `reason` carried into the next prompt. `by` says who rejected
+    /// it (`the verifier`, `a person`).
+    pub fn reject(&mut self, by: &str, reason: &str) {
+        self.status = TaskStatus::Pending;
+        self.tombstones.push(Tombstone {
+            reason: format!("rejected by {by}: {reason}"),
+            at: crate::time::now_rfc3339(),
+        });
+        self.retry_base = self.attempts;
+        self.last_failure = Some(crate::output::bounded_failure(&format!(
+            "The previous round was rejected by {by}: {reason}"
+        )));
+        self.verdict = None;
+    }
+
+    /// A blocked task back to pending, with a fresh retry budget (after a person fixed
+    /// what blocked it: a broken gate, a missing credential).
+    pub fn unblock(&mut self) {
+        self.status = TaskStatus::Pending;
+        self.blocked_reason = None;
+        self.retry_base = self.attempts;
+    }
 }
 
 /// Where an issue is in its lifecycle.

@@ -15,7 +15,7 @@ use crate::construct::Engine;
 use crate::construct::dry_run::DryRun;
 use crate::event::Observer;
 use crate::gate::{Gate, ShellGate};
-use crate::model::{Board, Change, Issue, Task};
+use crate::model::Board;
 use crate::outcome::Outcome;
 use crate::prioritize::{CriticalPath, Prioritizer};
 use crate::prompt::Prompts;
@@ -40,7 +40,7 @@ use crate::store::{JsonlStore, MemoryStore, ProgressStore, Store};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Ralph {
-    inner: Arc<Context>,
+    pub(crate) inner: Arc<Context>,
     /// Set while a run of this `Ralph` goes on: one at a time.
     running: AtomicBool,
 }
@@ -90,37 +90,6 @@ impl Ralph {
     /// [`Error::Store`] when it cannot be loaded.
     pub async fn board(&self) -> Result<Board, Error> {
         Ok(self.inner.store.load().await?)
-    }
-
-    /// Adds an issue for INVESTIGATE, with the next free id (`i-<n>`). Returns its id.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Store`] when it cannot be saved.
-    pub async fn add_issue(&self, text: impl Into<String>) -> Result<crate::model::IssueId, Error> {
-        let mut board = self.inner.store.load().await?;
-        let id = board.next_issue_id();
-        let issue = Issue::new(id.clone(), text).with_origin("user");
-        self.inner
-            .store
-            .persist(&[Change::Issue(issue), Change::Run(board.run.clone())])
-            .await?;
-        Ok(id)
-    }
-
-    /// Adds a task as given. Returns its id.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::DuplicateTask`] when a task with its id exists (replacing it could undo an
-    /// acceptance); [`Error::Store`] when it cannot be saved.
-    pub async fn add_task(&self, task: Task) -> Result<crate::model::TaskId, Error> {
-        let id = task.id.clone();
-        if self.inner.store.load().await?.tasks.contains_key(&id) {
-            return Err(Error::DuplicateTask(id));
-        }
-        self.inner.store.persist(&[Change::Task(task)]).await?;
-        Ok(id)
     }
 
     /// Runs the construct loop on `spec` (a path relative to the workspace, or absolute

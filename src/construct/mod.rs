@@ -36,6 +36,7 @@ use crate::model::{
 };
 use crate::outcome::{BlockedItem, Outcome};
 use crate::output::{bounded_failure, first_line};
+use crate::prioritize::Prioritizer;
 use crate::runtime::Context;
 use crate::runtime::call::{Call, Caller};
 use crate::runtime::error::Error;
@@ -273,69 +274,7 @@ impl Engine {
     /// DECOMPOSE, the end of VERIFY), so BUILD always follows the prioritizer's order. Returns
     /// the event to report.
     fn prioritize(&self, changes: &mut Vec<Change>) -> Result<Event, Error> {
-        let mut index: HashMap<TaskId, usize> = HashMap::new();
-        for (i, change) in changes.iter().enumerate() {
-            if let Change::Task(task) = change {
-                index.insert(task.id.clone(), i);
-            }
-        }
-        let (updates, event) = {
-            let current = |id: &TaskId| match index.get(id).map(|&i| &changes[i]) {
-                Some(Change::Task(task)) => Some(task),
-                _ => self.board.tasks.get(id),
-            };
-            // New tasks in the order they were made: the prioritizer sees creation order.
-            let new = changes.iter().filter_map(|c| match c {
-                Change::Task(task) if !self.board.tasks.contains_key(&task.id) => Some(&task.id),
-                _ => None,
-            });
-            let pending: Vec<Task> = self
-                .board
-                .tasks
-                .keys()
-                .chain(new)
-                .filter_map(current)
-                .filter(|t| t.is_buildable())
-                .cloned()
-                .collect();
-            let result = self.ctx.prioritizer.prioritize(&pending)?;
-            let mut ranked: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
-            let mut labels = Vec::with_capacity(result.order.len());
-            for (rank, (id, priority)) in result.order.iter().enumerate() {
-                labels.push(format!("{id}:{priority}"));
-                ranked
-                    .entry(id)
-                    .or_insert((u32::try_from(rank).unwrap_or(u32::MAX), *priority));
-            }
-            let mut updates = Vec::new();
-            for before in &pending {
-                let mut task = before.clone();
-                match ranked.get(&task.id) {
-                    Some(&(rank, priority)) => {
-                        task.rank = Some(rank);
-                        if task.priority.is_none() {
-                            task.computed_priority = Some(priority);
-                        }
-                    }
-                    None => task.rank = None,
-                }
-                if task != *before {
-                    updates.push(task);
-                }
-            }
-            let event = Event::Prioritized {
-                report: result.report,
-                order: labels,
-            };
-            (updates, event)
-        };
-        for task in updates {
-            match index.get(&task.id) {
-                Some(&i) => changes[i] = Change::Task(task),
-                None => changes.push(Change::Task(task)),
-            }
-        }
-        Ok(event)
+        prioritize_changes(&self.board, &*self.ctx.prioritizer, changes)
     }
 
     /// Checks that every id dependency of proposed tasks names a task on the board.
@@ -485,4 +424,79 @@ fn blocked_items(board: &Board) -> Vec<BlockedItem> {
         items.push(BlockedItem::new(task.id.as_str(), reason));
     }
     items
+}
+
+/// Runs `prioritizer` over the buildable tasks of `board` as `changes` leave them, and adds
+/// (or updates) in `changes` every task whose rank or computed priority changed.
+///
+/// # Errors
+///
+/// [`Error::Prioritize`] on a dependency cycle.
+pub(crate) fn prioritize_changes(
+    board: &Board,
+    prioritizer: &dyn Prioritizer,
+    changes: &mut Vec<Change>,
+) -> Result<Event, Error> {
+    let mut index: HashMap<TaskId, usize> = HashMap::new();
+    for (i, change) in changes.iter().enumerate() {
+        if let Change::Task(task) = change {
+            index.insert(task.id.clone(), i);
+        }
+    }
+    let (updates, event) = {
+        let current = |id: &TaskId| match index.get(id).map(|&i| &changes[i]) {
+            Some(Change::Task(task)) => Some(task),
+            _ => board.tasks.get(id),
+        };
+        // New tasks in the order they were made: the prioritizer sees creation order.
+        let new = changes.iter().filter_map(|c| match c {
+            Change::Task(task) if !board.tasks.contains_key(&task.id) => Some(&task.id),
+            _ => None,
+        });
+        let pending: Vec<Task> = board
+            .tasks
+            .keys()
+            .chain(new)
+            .filter_map(current)
+            .filter(|t| t.is_buildable())
+            .cloned()
+            .collect();
+        let result = prioritizer.prioritize(&pending)?;
+        let mut ranked: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
+        let mut labels = Vec::with_capacity(result.order.len());
+        for (rank, (id, priority)) in result.order.iter().enumerate() {
+            labels.push(format!("{id}:{priority}"));
+            ranked
+                .entry(id)
+                .or_insert((u32::try_from(rank).unwrap_or(u32::MAX), *priority));
+        }
+        let mut updates = Vec::new();
+        for before in &pending {
+            let mut task = before.clone();
+            match ranked.get(&task.id) {
+                Some(&(rank, priority)) => {
+                    task.rank = Some(rank);
+                    if task.priority.is_none() {
+                        task.computed_priority = Some(priority);
+                    }
+                }
+                None => task.rank = None,
+            }
+            if task != *before {
+                updates.push(task);
+            }
+        }
+        let event = Event::Prioritized {
+            report: result.report,
+            order: labels,
+        };
+        (updates, event)
+    };
+    for task in updates {
+        match index.get(&task.id) {
+            Some(&i) => changes[i] = Change::Task(task),
+            None => changes.push(Change::Task(task)),
+        }
+    }
+    Ok(event)
 }

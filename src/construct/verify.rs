@@ -9,13 +9,11 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::{Engine, Flow, bounded_failure};
+use super::{Engine, Flow};
 use crate::agent::Role;
 use crate::answer::{GapAnswer, VerdictKind, VerifyAnswer};
 use crate::event::Event;
-use crate::model::{
-    Change, Issue, IssueId, RunState, Task, TaskId, TaskStatus, Tombstone, Verdict,
-};
+use crate::model::{Change, Issue, IssueId, RunState, Task, TaskId, TaskStatus, Verdict};
 use crate::runtime::call::{Call, Caller, Structured};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -272,17 +270,7 @@ fn apply_verdict(mut task: Task, verdict: &Verdict) -> Task {
         task.status = TaskStatus::Accepted;
         return task;
     }
-    task.status = TaskStatus::Pending;
-    task.tombstones.push(Tombstone {
-        reason: format!("rejected by the verifier: {}", verdict.reason),
-        at: crate::time::now_rfc3339(),
-    });
-    task.retry_base = task.attempts;
-    task.last_failure = Some(bounded_failure(&format!(
-        "The verifier rejected the previous round: {}",
-        verdict.reason
-    )));
-    task.verdict = None;
+    task.reject("the verifier", &verdict.reason);
     task
 }
 

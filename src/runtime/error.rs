@@ -89,6 +89,20 @@ pub enum Error {
     /// A task with this id is already on the board.
     #[error("task {0} already exists")]
     DuplicateTask(crate::model::TaskId),
+    /// No task on the board has this id.
+    #[error("no task {0} on the board")]
+    UnknownTask(crate::model::TaskId),
+    /// The task is not in the state the change needs (`unblock` of a task that is not
+    /// blocked, say).
+    #[error("task {task} is {status:?}; {wanted}")]
+    TaskState {
+        /// The task.
+        task: crate::model::TaskId,
+        /// Its status.
+        status: crate::model::TaskStatus,
+        /// What the change needs, as a sentence.
+        wanted: &'static str,
+    },
     /// No spec was given and none is on record.
     #[error("no spec on record in this workspace: pass one to `construct`")]
     NoSpec,

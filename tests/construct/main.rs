@@ -7,6 +7,7 @@
 mod support;
 
 mod agent_failures;
+mod board_edits;
 mod crash_resume;
 mod custom_tool;
 mod deps;
@@ -35,7 +36,7 @@ use ralph::Event;
 use ralph::agent::RecordedRequest;
 use ralph::agent::{FailureKind, Script};
 use ralph::gate::GateStatus;
-use ralph::model::{Change, IssueStatus, KillReason, Task, TaskStatus};
+use ralph::model::{Change, IssueStatus, KillReason, Priority, Task, TaskId, TaskStatus};
 use ralph::store::StoreError;
 use ralph::{
     Agent, AgentError, AgentRequest, AgentRun, BuildError, Error, FakeAgent, JsonlStore,

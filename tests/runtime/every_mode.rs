@@ -435,6 +435,16 @@ async fn every_mode_is_refused_while_another_run_holds_the_workspace() {
     busy(other.construct("spec.md").await.unwrap_err());
     busy(other.build_specs().await.unwrap_err());
     busy(other.plan(Vec::<PathBuf>::new()).await.unwrap_err());
+    // A person's changes to the board wait for the run too.
+    busy(other.add_issue("more").await.unwrap_err());
+    busy(
+        other
+            .add_task(ralph::model::Task::new("t-9", "x"))
+            .await
+            .unwrap_err(),
+    );
+    busy(other.unblock(&"t-9".into()).await.unwrap_err());
+    busy(other.prioritize().await.unwrap_err());
     let threads = ralph::thread::Threads::new(dir.path(), FakeAgent::new()).unwrap();
     let id = threads
         .create("T", crate::support::threads::SPEC)

@@ -1,0 +1,191 @@
+//! The changes a person makes to the stored board between runs (seed 000's task and issue
+//! commands): add an issue or a task, mark a task done, accept the done tasks, reject one,
+//! unblock one, prioritize again.
+//!
+//! Each takes the workspace's lock first, so it is refused with [`Error::Busy`] while a run
+//! (of any mode) or another change holds it, and is persisted through the [`Store`] before it
+//! returns.
+//!
+//! [`Store`]: crate::Store
+
+use crate::event::Event;
+use crate::model::{Board, Change, Issue, IssueId, Task, TaskId, TaskStatus};
+use crate::prioritize::PriorityReport;
+use crate::ralph::Ralph;
+use crate::runtime::error::Error;
+use crate::runtime::workspace::RunLock;
+
+impl Ralph {
+    /// Adds an issue for INVESTIGATE, with the next free id (`i-<n>`). Returns its id.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] while another ralph holds the workspace; [`Error::Store`] when the
+    /// board cannot be loaded or saved.
+    pub async fn add_issue(&self, text: impl Into<String>) -> Result<IssueId, Error> {
+        let text = text.into();
+        self.edit(|board| {
+            let id = board.next_issue_id();
+            let issue = Issue::new(id.clone(), text).with_origin("user");
+            Ok((
+                id,
+                vec![Change::Issue(issue), Change::Run(board.run.clone())],
+            ))
+        })
+        .await
+    }
+
+    /// Adds a task as given. Returns its id.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DuplicateTask`] when a task with its id exists (replacing it could undo an
+    /// acceptance); otherwise as [`add_issue`](Self::add_issue).
+    pub async fn add_task(&self, task: Task) -> Result<TaskId, Error> {
+        self.edit(|board| {
+            if board.tasks.contains_key(&task.id) {
+                return Err(Error::DuplicateTask(task.id));
+            }
+            Ok((task.id.clone(), vec![Change::Task(task)]))
+        })
+        .await
+    }
+
+    /// Marks a pending task done, as if its gates had passed: VERIFY checks it next.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not pending; otherwise as
+    /// [`add_issue`](Self::add_issue).
+    pub async fn mark_done(&self, id: &TaskId) -> Result<(), Error> {
+        self.change_task(
+            id,
+            TaskStatus::Pending,
+            "only a pending task can be marked done",
+            |t| {
+                t.status = TaskStatus::Done;
+            },
+        )
+        .await
+    }
+
+    /// Accepts every done task, as a verifier would. Returns their ids.
+    ///
+    /// # Errors
+    ///
+    /// As [`add_issue`](Self::add_issue).
+    pub async fn accept_done(&self) -> Result<Vec<TaskId>, Error> {
+        self.edit(|board| {
+            let accepted: Vec<Task> = board
+                .tasks
+                .values()
+                .filter(|t| t.status == TaskStatus::Done)
+                .map(|t| t.clone().with_status(TaskStatus::Accepted))
+                .collect();
+            let ids = accepted.iter().map(|t| t.id.clone()).collect();
+            Ok((ids, accepted.into_iter().map(Change::Task).collect()))
+        })
+        .await
+    }
+
+    /// Rejects a done task: pending again with a tombstone and a fresh retry budget, and
+    /// `reason` in its next prompt.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not done; otherwise as
+    /// [`add_issue`](Self::add_issue).
+    pub async fn reject(&self, id: &TaskId, reason: &str) -> Result<(), Error> {
+        self.change_task(
+            id,
+            TaskStatus::Done,
+            "only a done task can be rejected",
+            |t| {
+                t.reject("a person", reason);
+            },
+        )
+        .await
+    }
+
+    /// Puts a blocked task back to pending with a fresh retry budget, after whatever blocked
+    /// it (a broken gate, a missing credential) was fixed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not blocked; otherwise as
+    /// [`add_issue`](Self::add_issue).
+    pub async fn unblock(&self, id: &TaskId) -> Result<(), Error> {
+        self.change_task(
+            id,
+            TaskStatus::Blocked,
+            "only a blocked task can be unblocked",
+            Task::unblock,
+        )
+        .await
+    }
+
+    /// Runs the prioritizer over the pending tasks again and saves their priorities and
+    /// order, as the construct loop does whenever tasks are added.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Prioritize`] on a dependency cycle; otherwise as
+    /// [`add_issue`](Self::add_issue).
+    pub async fn prioritize(&self) -> Result<PriorityReport, Error> {
+        let prioritizer = self.inner.prioritizer.clone();
+        let report = self
+            .edit(|board| {
+                let mut changes = Vec::new();
+                let event =
+                    crate::construct::prioritize_changes(board, &*prioritizer, &mut changes)?;
+                Ok((event, changes))
+            })
+            .await?;
+        match report {
+            Event::Prioritized { report, .. } => Ok(report),
+            _ => Ok(PriorityReport::default()),
+        }
+    }
+
+    /// Changes task `id`, which must have status `from`, with `change`.
+    async fn change_task(
+        &self,
+        id: &TaskId,
+        from: TaskStatus,
+        wanted: &'static str,
+        change: impl FnOnce(&mut Task),
+    ) -> Result<(), Error> {
+        self.edit(|board| {
+            let mut task = board
+                .tasks
+                .get(id)
+                .cloned()
+                .ok_or_else(|| Error::UnknownTask(id.clone()))?;
+            if task.status != from {
+                return Err(Error::TaskState {
+                    task: id.clone(),
+                    status: task.status,
+                    wanted,
+                });
+            }
+            change(&mut task);
+            Ok(((), vec![Change::Task(task)]))
+        })
+        .await
+    }
+
+    /// Under the workspace's lock: loads the board, lets `decide` work out the changes, and
+    /// persists them.
+    async fn edit<T>(
+        &self,
+        decide: impl FnOnce(&mut Board) -> Result<(T, Vec<Change>), Error>,
+    ) -> Result<T, Error> {
+        let _lock = RunLock::take(&self.inner.workspace).await?;
+        let mut board = self.inner.store.load().await?;
+        let (result, changes) = decide(&mut board)?;
+        if !changes.is_empty() {
+            self.inner.store.persist(&changes).await?;
+        }
+        Ok(result)
+    }
+}
