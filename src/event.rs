@@ -272,3 +272,156 @@ impl<T: Observer + ?Sized> Observer for Arc<T> {
         (**self).on_event(event)
     }
 }
+
+/// One line a person reads: what happened, with its ids and reason. Live agent events
+/// ([`Event::Agent`]) and an empty prioritization print as nothing (an empty string).
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::StageEntered {
+                iteration, stage, ..
+            } => {
+                write!(f, "── iteration {iteration} · {stage} ──")
+            }
+            Event::IssueInvestigated {
+                issue,
+                tasks,
+                reason,
+            } => match reason {
+                Some(reason) if tasks.is_empty() => write!(f, "{issue}: {reason}"),
+                _ => write!(f, "{issue} → {}", list(tasks)),
+            },
+            Event::TaskStarted {
+                task,
+                name,
+                attempt,
+            } => {
+                write!(f, "▸ {task} {name} (attempt {attempt})")
+            }
+            Event::AgentFinished {
+                role,
+                subject,
+                exit,
+                usage,
+                duration,
+                cost_usd,
+                ..
+            } => {
+                write!(f, "  agent {role}")?;
+                if let Some(subject) = subject {
+                    write!(f, " {subject}")?;
+                }
+                write!(f, ": {} in {:.1}s", exit_word(exit), duration.as_secs_f64())?;
+                write!(
+                    f,
+                    ", {} in / {} out tokens",
+                    usage.input_tokens, usage.output_tokens
+                )?;
+                match cost_usd {
+                    Some(cost) => write!(f, ", ${cost:.4}"),
+                    None => Ok(()),
+                }
+            }
+            Event::Agent { .. } => Ok(()),
+            Event::GateFinished {
+                gate,
+                status,
+                required,
+                ..
+            } => {
+                let optional = if *required { "" } else { " (optional)" };
+                write!(f, "  gate {gate}{optional}: {status}")
+            }
+            Event::TaskRetry { reason, .. } => write!(f, "  retry: {reason}"),
+            Event::TaskDone { task } => write!(f, "✓ {task} done"),
+            Event::TaskBlocked { task, reason } => write!(f, "⨯ {task} blocked: {reason}"),
+            Event::TaskKilled { task, reason, log } => {
+                write!(f, "✗ {task} killed ({reason})")?;
+                match log {
+                    Some(log) => write!(f, "; log {}", log.display()),
+                    None => Ok(()),
+                }
+            }
+            Event::Verdict {
+                task,
+                accepted,
+                reason,
+            } => {
+                let (mark, word) = if *accepted {
+                    ("✓", "accepted")
+                } else {
+                    ("✗", "rejected")
+                };
+                write!(f, "{mark} {task} {word}: {reason}")
+            }
+            Event::GapsFound { tasks, issues } => {
+                write!(f, "gaps: tasks {} · issues {}", list(tasks), list(issues))
+            }
+            Event::Prioritized { order, .. } if order.is_empty() => Ok(()),
+            Event::Prioritized { order, .. } => write!(f, "priorities: {}", order.join(", ")),
+            Event::Decomposed { task, into } => write!(f, "{task} → {}", list(into)),
+            Event::RateLimited { wait_secs } => write!(f, "rate limited: waiting {wait_secs}s"),
+            Event::StateRepaired { note } => write!(f, "state repaired: {note}"),
+            Event::Warning { message } => write!(f, "warning: {message}"),
+            Event::IterationFinished { iteration } => write!(f, "iteration {iteration} finished"),
+            #[cfg(feature = "specs")]
+            Event::PlanWritten {
+                spec,
+                attempt,
+                path,
+            } => {
+                write!(
+                    f,
+                    "── {spec} ── plan {} (attempt {attempt})",
+                    path.display()
+                )
+            }
+            #[cfg(feature = "specs")]
+            Event::PlanInvalidated {
+                spec,
+                reason,
+                archived,
+            } => write!(
+                f,
+                "✗ {spec}: plan invalidated ({reason}); kept as {}",
+                archived.display()
+            ),
+            #[cfg(feature = "specs")]
+            Event::SpecCommitted { spec, commit } => match commit {
+                Some(commit) => write!(f, "● {spec} committed {}", &commit[..commit.len().min(10)]),
+                None => write!(f, "● {spec} verified (nothing to commit)"),
+            },
+            #[cfg(feature = "specs")]
+            Event::SpecsFinished { outcome } => write!(f, "{outcome}"),
+            #[cfg(feature = "specs")]
+            Event::PlanSaved { path, specs, tasks } => {
+                write!(f, "saved {} ({specs} specs, {tasks} tasks)", path.display())
+            }
+            Event::Finished { outcome } => write!(f, "{outcome}"),
+        }
+    }
+}
+
+/// How an agent run ended, in a word or two.
+fn exit_word(exit: &AgentExit) -> String {
+    match exit {
+        AgentExit::Completed => "completed".into(),
+        AgentExit::Failed { reason, .. } => format!("failed ({reason})"),
+        AgentExit::Stopped => "stopped".into(),
+        AgentExit::TimedOut => "timed out".into(),
+        AgentExit::ContextLimit => "context limit".into(),
+        AgentExit::RateLimited { .. } => "rate limited".into(),
+    }
+}
+
+/// `a, b, c`, or `none`.
+fn list<T: std::fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".into();
+    }
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -151,7 +151,7 @@ mod time;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-#[cfg(feature = "test-util")]
+#[cfg(feature = "fake")]
 pub use agent::FakeAgent;
 pub use agent::claude::ClaudeCli;
 pub use agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Role};

@@ -6,7 +6,7 @@
 
 mod claim;
 pub mod claude;
-#[cfg(feature = "test-util")]
+#[cfg(feature = "fake")]
 mod fake;
 
 pub use claim::Claim;
@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::ContextThresholds;
 
-#[cfg(feature = "test-util")]
+#[cfg(feature = "fake")]
 pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
@@ -506,7 +506,7 @@ pub enum AgentError {
         source: std::io::Error,
     },
     /// A fake agent's script did not cover a request.
-    #[cfg(feature = "test-util")]
+    #[cfg(feature = "fake")]
     #[error(transparent)]
     Fake(#[from] FakeAgentError),
     /// Any other failure.

@@ -1,0 +1,138 @@
+//! `ralph init`: a commented `ralph.toml` with gates guessed from the repository, and
+//! `.ralph/` kept out of git.
+
+use std::path::Path;
+
+/// A gate guessed from a file the repository has.
+struct Guess {
+    /// The file that suggests it.
+    marker: &'static str,
+    /// The commands the agent may run without asking (`--allowedTools`).
+    tools: &'static [&'static str],
+    /// `(name, command)` of each gate.
+    gates: &'static [(&'static str, &'static str)],
+}
+
+const GUESSES: &[Guess] = &[
+    Guess {
+        marker: "Cargo.toml",
+        tools: &["Bash(cargo *)"],
+        gates: &[
+            ("fmt", "cargo fmt --check"),
+            ("clippy", "cargo clippy --all-targets -- -D warnings"),
+            ("test", "cargo test"),
+        ],
+    },
+    Guess {
+        marker: "package.json",
+        tools: &["Bash(npm *)", "Bash(npx *)"],
+        gates: &[("test", "npm test")],
+    },
+    Guess {
+        marker: "pyproject.toml",
+        tools: &["Bash(python *)", "Bash(pytest *)"],
+        gates: &[("test", "python -m pytest")],
+    },
+    Guess {
+        marker: "Makefile",
+        tools: &["Bash(make *)"],
+        gates: &[("test", "make test")],
+    },
+];
+
+/// Writes `ralph.toml` (refusing to replace one) and adds `.ralph/` to `.gitignore`.
+pub(crate) fn init(workspace: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let config = workspace.join("ralph.toml");
+    if config.exists() {
+        return Err(format!(
+            "{} exists; ralph init does not replace it (edit it, or remove it first)",
+            config.display()
+        )
+        .into());
+    }
+    let text = config_text(workspace);
+    std::fs::write(&config, text)?;
+    println!("wrote {}", config.display());
+    if ignore_state(workspace)? {
+        println!("added .ralph/ to .gitignore");
+    }
+    println!("next: write a spec (spec.md), then `ralph construct spec.md`");
+    Ok(())
+}
+
+/// The commented config, with the gates of every marker file found.
+fn config_text(workspace: &Path) -> String {
+    let found: Vec<&Guess> = GUESSES
+        .iter()
+        .filter(|g| workspace.join(g.marker).exists())
+        .collect();
+    let tools: Vec<String> = [
+        "Read",
+        "Edit",
+        "Write",
+        "Bash(git diff *)",
+        "Bash(git status *)",
+    ]
+    .into_iter()
+    .chain(found.iter().flat_map(|g| g.tools.iter().copied()))
+    .map(|t| format!("{t:?}"))
+    .collect();
+    let mut text = String::from(
+        "# ralph's settings for this repository. Every key is optional; the values below are\n\
+         # the defaults unless a comment says otherwise. RALPH_<KEY> variables override them.\n\n\
+         max_iterations = 10       # construct passes before ralph stops (exit 2)\n\
+         stage_timeout = \"5m\"      # one stage of one iteration; past it the agent is killed\n\
+         retries = 2               # more build attempts per task before it is blocked\n\n\
+         [claude]\n\
+         # Set here, not left to defaults: what one agent run may cost, and what it may do.\n\
+         max_budget_usd = 2.0\n\
+         # BUILD may edit files and run the tools below without asking; anything else is\n\
+         # refused (\"bypassPermissions\" allows everything). Read-only roles run in plan mode.\n\
+         permission_mode = \"acceptEdits\"\n",
+    );
+    text.push_str(&format!(
+        "allowed_tools = [{}]\n# model = \"sonnet\"\n\n",
+        tools.join(", ")
+    ));
+    if found.is_empty() {
+        text.push_str(
+            "# No build files found: add the checks a task must pass, e.g.\n\
+             # [[gates]]\n# name = \"test\"\n# command = \"make test\"\n",
+        );
+    }
+    for guess in found {
+        text.push_str(&format!(
+            "# Gates guessed from {}: every one must pass.\n",
+            guess.marker
+        ));
+        for (name, command) in guess.gates {
+            text.push_str(&format!(
+                "[[gates]]\nname = \"{name}\"\ncommand = \"{command}\"\ntimeout = \"10m\"\n\n"
+            ));
+        }
+    }
+    text
+}
+
+/// Adds `.ralph/` to `.gitignore` unless it is there; whether it added it.
+fn ignore_state(workspace: &Path) -> std::io::Result<bool> {
+    let path = workspace.join(".gitignore");
+    let existing = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    if existing
+        .lines()
+        .any(|l| matches!(l.trim(), ".ralph" | ".ralph/" | "/.ralph" | "/.ralph/"))
+    {
+        return Ok(false);
+    }
+    let mut text = existing;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(".ralph/\n");
+    std::fs::write(&path, text)?;
+    Ok(true)
+}

@@ -1,0 +1,168 @@
+//! `ralph`: the construct loop, build mode and the board from the shell, built on the
+//! library's public API (`cargo install ralph-loop --features cli`).
+//!
+//! Exit codes: 0 complete, 1 error, 2 stopped at a limit, 3 blocked, 64 a usage error,
+//! 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a program that talks to a person
+
+mod board;
+mod display;
+mod init;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit code of a command line ralph cannot make sense of (BSD's EX_USAGE).
+const USAGE: u8 = 64;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    complete (or the command did what it says)
+  1    error (the message names the file, key or task)
+  2    stopped at a limit (iterations, timeout), or one iteration done with --once
+  3    blocked: every task left needs a person
+  64   usage error
+  130  stopped by SIGINT (Ctrl+C); 143 SIGTERM; 129 SIGHUP";
+
+/// Drive a coding agent through a written spec until it is implemented, checked by real
+/// gates, verified and committed.
+#[derive(Debug, Parser)]
+#[command(name = "ralph", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    /// The repository to work in.
+    #[arg(long, short = 'C', global = true, default_value = ".")]
+    workspace: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the bundled demo (a scripted agent, real gates) in a fresh temporary workspace.
+    Demo {
+        /// Run it in this directory instead (created if missing; must be empty or a demo).
+        #[arg(long = "in")]
+        dir: Option<PathBuf>,
+        /// Print events as NDJSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a commented ralph.toml for this repository (gates guessed from what is there)
+    /// and add .ralph/ to .gitignore.
+    Init,
+    /// The construct loop: INVESTIGATE, BUILD, VERIFY (and DECOMPOSE) until the spec is done.
+    Construct(ConstructArgs),
+    /// Plan mode: the markdown specs become implementation.json.
+    Plan {
+        /// Specs to plan, relative to the workspace. Default: every spec in the specs folder.
+        specs: Vec<PathBuf>,
+        #[command(flatten)]
+        run: RunFlags,
+    },
+    /// Build mode: implementation.json is planned, built, verified and committed spec by spec.
+    Build {
+        #[command(flatten)]
+        run: RunFlags,
+    },
+    /// The board: stage, iteration, each task, and what to do next.
+    Status,
+    /// One fact of the board, for scripts.
+    Query {
+        #[arg(value_enum)]
+        what: board::Query,
+    },
+    /// Change the tasks between runs.
+    #[command(subcommand)]
+    Task(board::TaskCommand),
+    /// Add work for INVESTIGATE.
+    #[command(subcommand)]
+    Issue(board::IssueCommand),
+}
+
+/// What every run of an agent takes.
+#[derive(Debug, Args)]
+struct RunFlags {
+    /// Show what the run would do next; start nothing, write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Run one iteration (in build mode: one agent session), then stop.
+    #[arg(long)]
+    once: bool,
+    /// Print events as NDJSON (with RFC 3339 timestamps) on stdout.
+    #[arg(long)]
+    json: bool,
+    /// The agent: `claude` (the Claude Code CLI).
+    #[arg(long, default_value = "claude")]
+    agent: String,
+    /// Use a scripted FakeAgent from this TOML file instead of a real agent.
+    #[arg(long, conflicts_with = "agent")]
+    script: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ConstructArgs {
+    /// The spec, relative to the workspace. Without it: resume the spec on record.
+    spec: Option<PathBuf>,
+    /// The stage timeout (`90s`, `5m`), over ralph.toml.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout: Option<Duration>,
+    /// Stop after this many iterations, over ralph.toml.
+    #[arg(long)]
+    max_iterations: Option<u32>,
+    #[command(flatten)]
+    run: RunFlags,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match dispatch(cli).await {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("ralph: {}", chain(&*e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
+    let workspace = cli.workspace;
+    match cli.command {
+        Command::Demo { dir, json } => run::demo(dir, json).await,
+        Command::Init => init::init(&workspace).map(|()| 0),
+        Command::Construct(args) => run::construct(&workspace, args).await,
+        Command::Plan { specs, run } => run::plan(&workspace, specs, run).await,
+        Command::Build { run } => run::build(&workspace, run).await,
+        Command::Status => board::status(&workspace).await.map(|()| 0),
+        Command::Query { what } => board::query(&workspace, what).await.map(|()| 0),
+        Command::Task(command) => board::task(&workspace, command).await.map(|()| 0),
+        Command::Issue(command) => board::issue(&workspace, command).await.map(|()| 0),
+    }
+}
+
+/// An error and its causes, once each: a cause whose text the error already shows is skipped.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,217 @@
+//! The commands that run an agent: `demo`, `construct`, `plan`, `build`.
+
+use std::path::{Path, PathBuf};
+
+use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder};
+
+use std::sync::Arc;
+
+use crate::display::{self, Lines};
+use crate::{ConstructArgs, RunFlags};
+
+/// The bundled demo, embedded so the installed binary needs no source tree.
+const DEMO_SPEC: &str = include_str!("../../../fixtures/demo/spec.md");
+const DEMO_CONFIG: &str = include_str!("../../../fixtures/demo/ralph.toml");
+const DEMO_SCRIPT: &str = include_str!("../../../fixtures/demo/script.toml");
+/// Marks a directory as one the demo made, so a second `demo --in` may resume it.
+const DEMO_MARK: &str = ".ralph/demo";
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// `ralph demo`: the bundled spec, config and script in a fresh directory; never anywhere
+/// that holds anything else.
+pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
+    let dir = match dir {
+        Some(dir) => claim_demo_dir(&dir)?,
+        None => tempfile::Builder::new()
+            .prefix("ralph-demo-")
+            .tempdir()?
+            .keep(),
+    };
+    if !dir.join(DEMO_MARK).exists() {
+        std::fs::write(dir.join("spec.md"), DEMO_SPEC)?;
+        std::fs::write(dir.join("ralph.toml"), DEMO_CONFIG)?;
+        std::fs::create_dir_all(dir.join(".ralph"))?;
+        std::fs::write(dir.join(DEMO_MARK), "")?;
+    }
+    if !json {
+        println!("ralph demo · workspace {}", dir.display());
+    }
+    let agent = FakeAgent::from_toml(DEMO_SCRIPT, "the bundled demo script")?;
+    let lines = display::observer(json);
+    let ralph = Ralph::builder()
+        .workspace(&dir)
+        .agent(agent)
+        .observer(lines.clone())
+        .build()?;
+    let spec = PathBuf::from("spec.md");
+    run_construct(&ralph, &lines, Some(spec), json).await
+}
+
+/// A directory the demo may use: missing, empty, or made by an earlier demo.
+fn claim_demo_dir(dir: &Path) -> Result<PathBuf> {
+    if dir.join(DEMO_MARK).exists() {
+        return Ok(dir.to_path_buf());
+    }
+    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        return Err(format!(
+            "{} is not empty and no demo ran there: the demo writes its own spec, config and \
+             files, so it only runs in a new or empty directory",
+            dir.display()
+        )
+        .into());
+    }
+    std::fs::create_dir_all(dir)?;
+    Ok(dir.to_path_buf())
+}
+
+/// `ralph construct [SPEC]`.
+pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u8> {
+    let lines = display::observer(args.run.json);
+    let mut builder = builder(workspace, &args.run, &lines).await?;
+    if let Some(timeout) = args.timeout {
+        builder = builder.stage_timeout(timeout);
+    }
+    if let Some(n) = args.max_iterations {
+        builder = builder.max_iterations(n);
+    }
+    let ralph = builder.build()?;
+    if args.run.dry_run {
+        let spec = match args.spec {
+            Some(spec) => spec,
+            None => recorded_spec(&ralph).await?,
+        };
+        println!("{}", ralph.dry_run(spec).await?);
+        return Ok(0);
+    }
+    if !args.run.json {
+        println!(
+            "ralph construct · workspace {}",
+            ralph.workspace().display()
+        );
+    }
+    run_construct(&ralph, &lines, args.spec, args.run.json).await
+}
+
+/// The spec on record, for a command given none.
+async fn recorded_spec(ralph: &Ralph) -> Result<PathBuf> {
+    match ralph.board().await?.run.spec {
+        Some(spec) => Ok(PathBuf::from(spec)),
+        None => Err("no spec on record here: name one, as in `ralph construct spec.md`".into()),
+    }
+}
+
+/// Runs (or resumes) the loop with the signals handled; the exit code.
+async fn run_construct(
+    ralph: &Ralph,
+    lines: &Lines,
+    spec: Option<PathBuf>,
+    json: bool,
+) -> Result<u8> {
+    let interrupts = interrupts(ralph)?;
+    let outcome = match spec {
+        Some(spec) => ralph.construct(spec).await?,
+        None => ralph.resume().await?,
+    };
+    if !json {
+        display::summary(ralph, lines, &outcome).await?;
+    }
+    Ok(exit_code(&interrupts, outcome.exit_code()))
+}
+
+/// `ralph plan [SPECS]`.
+pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags) -> Result<u8> {
+    let lines = display::observer(flags.json);
+    let ralph = builder(workspace, &flags, &lines).await?.build()?;
+    if flags.dry_run {
+        println!("{}", ralph.dry_run_plan(&specs)?);
+        return Ok(0);
+    }
+    let _interrupts = interrupts(&ralph)?;
+    let implementation = ralph.plan(&specs).await?;
+    let tasks: usize = implementation.specs.iter().map(|s| s.tasks.len()).sum();
+    println!(
+        "planned {} spec(s), {tasks} task(s) into implementation.json\nnext: ralph build",
+        implementation.specs.len()
+    );
+    Ok(0)
+}
+
+/// `ralph build`.
+pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
+    let lines = display::observer(flags.json);
+    let ralph = builder(workspace, &flags, &lines).await?.build()?;
+    if flags.dry_run {
+        println!("{}", ralph.dry_run_build()?);
+        return Ok(0);
+    }
+    let interrupts = interrupts(&ralph)?;
+    let outcome = ralph.build_specs().await?;
+    if !flags.json {
+        println!("{outcome}");
+    }
+    Ok(exit_code(&interrupts, outcome.exit_code()))
+}
+
+/// A builder with the agent the flags name, checked to be there (unless this is a dry run,
+/// which starts no agent), and the display.
+async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Lines>) -> Result<RalphBuilder> {
+    let agent: Box<dyn Agent> = match (&flags.script, flags.agent.as_str()) {
+        (Some(script), _) => Box::new(FakeAgent::from_toml_file(script)?),
+        (None, "claude") => {
+            let claude = ClaudeCli::from_workspace(workspace)?;
+            if !flags.dry_run {
+                claude.check().await.map_err(|e| {
+                    format!(
+                        "{e}: install the Claude Code CLI (npm install -g @anthropic-ai/claude-code), \
+                         or name it in ralph.toml ([claude] bin) or RALPH_CLAUDE_BIN"
+                    )
+                })?;
+            }
+            Box::new(claude)
+        }
+        (None, other) => {
+            return Err(
+                format!("unknown agent {other:?}: the agents ralph has are: claude").into(),
+            );
+        }
+    };
+    let mut builder = Ralph::builder()
+        .workspace(workspace)
+        .agent(agent)
+        .observer(lines.clone());
+    if flags.once {
+        builder = builder.once(true);
+    }
+    Ok(builder)
+}
+
+/// Listens for SIGINT, SIGTERM and SIGHUP: the first stops the run cleanly, a second at once.
+fn interrupts(ralph: &Ralph) -> std::io::Result<Interrupts> {
+    Interrupts::listen(ralph.workspace(), ralph.stop_token(), |signal| {
+        eprintln!(
+            "\n{signal}: stopping the running agent or gate and saving the state… (again to stop at once)"
+        );
+    })
+}
+
+/// The outcome's exit code, or the signal's that interrupted the run.
+fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
+    let code = match interrupts.received() {
+        Some(signal) if code == 130 => i32::from(signal.exit_code()),
+        _ => code,
+    };
+    u8::try_from(code).unwrap_or(1)
+}
+
+/// What an outcome leaves a person to do.
+pub(crate) fn next_step(outcome: &Outcome) -> Option<&'static str> {
+    Some(match outcome {
+        Outcome::Complete { .. } => return None,
+        Outcome::Blocked { .. } => {
+            "fix what blocked the tasks (see `ralph status`), then `ralph task unblock ID` and `ralph construct`"
+        }
+        Outcome::Interrupted => "`ralph construct` resumes where the work stood",
+        _ => "`ralph construct` resumes; raise the limit with --max-iterations or --timeout",
+    })
+}
