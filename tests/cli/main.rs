@@ -1,0 +1,302 @@
+//! `ralph`, the command, run as a user runs it: a separate process in a fresh git repository
+//! with a Cargo project. The binary is `$RALPH_INSTALLED_BIN` when set (CI sets it to the one
+//! `cargo install --path . --features cli` installed), else the one this build made.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::json;
+use support::messages_api::{ClaudeHome, MessagesApi, Reply, claude_or_skip};
+use support::tree;
+
+fn ralph_bin() -> PathBuf {
+    std::env::var_os("RALPH_INSTALLED_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ralph")))
+}
+
+/// A fresh git repository holding a Cargo project and a spec.
+fn project() -> tempfile::TempDir {
+    let dir = support::messages_api::git_repo();
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    std::fs::write(dir.path().join("src/lib.rs"), "").unwrap();
+    std::fs::write(dir.path().join("spec.md"), "# Hello\nCreate hello.txt.\n").unwrap();
+    dir
+}
+
+/// Runs `ralph ARGS` in `dir`, with no claude reachable unless `env` says where.
+fn ralph(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(ralph_bin());
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RALPH_CLAUDE_BIN")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn init_guesses_the_gates_ignores_the_state_and_never_overwrites() {
+    let dir = project();
+
+    let out = ralph(dir.path(), &["init"], &[]);
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let config = std::fs::read_to_string(dir.path().join("ralph.toml")).unwrap();
+    for gate in ["cargo fmt --check", "cargo clippy", "cargo test"] {
+        assert!(config.contains(gate), "{config}");
+    }
+    assert!(
+        config.contains("max_budget_usd") && config.contains("permission_mode"),
+        "{config}"
+    );
+    let ignore = std::fs::read_to_string(dir.path().join(".gitignore")).unwrap();
+    assert!(ignore.lines().any(|l| l == ".ralph/"), "{ignore}");
+
+    std::fs::write(dir.path().join("ralph.toml"), "# mine\n").unwrap();
+    let again = ralph(dir.path(), &["init"], &[]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        stderr(&again).contains("ralph.toml exists"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ralph.toml")).unwrap(),
+        "# mine\n"
+    );
+}
+
+#[test]
+fn the_board_from_the_shell_status_task_add_and_query_next() {
+    let dir = project();
+
+    let added = ralph(dir.path(), &["task", "add", r#"{"name":"x"}"#], &[]);
+    assert_eq!(stdout(&added).trim(), "t-1", "{}", stderr(&added));
+    let next = ralph(dir.path(), &["query", "next"], &[]);
+    let next: serde_json::Value = serde_json::from_str(&stdout(&next)).unwrap();
+    assert_eq!(
+        next,
+        json!({"action": "build", "item": {"id": "t-1", "name": "x"}})
+    );
+    assert_eq!(
+        stdout(&ralph(dir.path(), &["query", "stage"], &[])).trim(),
+        "BUILD"
+    );
+    assert_eq!(
+        stdout(&ralph(dir.path(), &["query", "iteration"], &[])).trim(),
+        "0"
+    );
+
+    let status = ralph(dir.path(), &["status"], &[]);
+    let text = stdout(&status);
+    assert!(
+        text.contains("t-1") && text.contains("pending") && text.contains("next:"),
+        "{text}"
+    );
+
+    let done = ralph(dir.path(), &["task", "done"], &[]);
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let reject = ralph(dir.path(), &["task", "reject", "too short"], &[]);
+    assert_eq!(reject.status.code(), Some(0), "{}", stderr(&reject));
+    let wrong = ralph(dir.path(), &["task", "unblock", "t-1"], &[]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        stderr(&wrong).contains("only a blocked task can be unblocked"),
+        "{}",
+        stderr(&wrong)
+    );
+    let issue = ralph(dir.path(), &["issue", "add", "more tests"], &[]);
+    assert_eq!(stdout(&issue).trim(), "i-1");
+}
+
+#[test]
+fn a_dry_run_of_construct_changes_no_file() {
+    let dir = project();
+    let before = tree(dir.path());
+
+    let out = ralph(dir.path(), &["construct", "spec.md", "--dry-run"], &[]);
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("INVESTIGATE"), "{}", stdout(&out));
+    assert_eq!(tree(dir.path()), before, "a dry run writes nothing");
+}
+
+#[test]
+fn construct_without_an_agent_says_what_is_missing_and_never_runs_the_demo() {
+    let dir = project();
+    let before = tree(dir.path());
+
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let message = stderr(&out);
+    assert!(
+        message.contains("claude") && message.contains("RALPH_CLAUDE_BIN"),
+        "{message}"
+    );
+    assert_eq!(tree(dir.path()), before, "nothing was written, no demo ran");
+}
+
+#[test]
+fn the_demo_runs_in_a_new_directory_only() {
+    let parent = tempfile::tempdir().unwrap();
+    let fresh = parent.path().join("demo");
+
+    let out = ralph(
+        parent.path(),
+        &["demo", "--in", fresh.to_str().unwrap()],
+        &[],
+    );
+
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+    assert!(fresh.join("greet.sh").exists());
+
+    let project = project();
+    let before = tree(project.path());
+    let refused = ralph(project.path(), &["demo", "--in", "."], &[]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("not empty"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(
+        tree(project.path()),
+        before,
+        "a user's repository is never touched"
+    );
+}
+
+#[test]
+fn usage_errors_have_their_own_exit_code() {
+    let dir = project();
+    assert_eq!(
+        ralph(dir.path(), &["constrict"], &[]).status.code(),
+        Some(64)
+    );
+    assert_eq!(
+        ralph(dir.path(), &["construct", "--max-iterations", "x"], &[])
+            .status
+            .code(),
+        Some(64)
+    );
+    let help = ralph(dir.path(), &["--help"], &[]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(stdout(&help).contains("Exit codes:"), "{}", stdout(&help));
+}
+
+#[test]
+fn json_events_carry_timestamps() {
+    let parent = tempfile::tempdir().unwrap();
+    let fresh = parent.path().join("demo");
+
+    let out = ralph(
+        parent.path(),
+        &["demo", "--json", "--in", fresh.to_str().unwrap()],
+        &[],
+    );
+
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!lines.is_empty());
+    for line in &lines {
+        let ts = line["ts"].as_str().unwrap();
+        assert!(ts.parse::<jiff::Timestamp>().is_ok(), "{ts}");
+    }
+}
+
+/// The whole path with the real pinned Claude CLI pointed at a scripted Messages API.
+#[tokio::test(flavor = "multi_thread")]
+async fn construct_with_the_real_claude_cli() {
+    let Some(bin) = claude_or_skip() else {
+        return;
+    };
+    let api = MessagesApi::with_script([
+        Reply::tool_use(
+            "StructuredOutput",
+            json!({"tasks": [{"name": "Create hello.txt", "accept": "hello.txt says hello"}]}),
+        ),
+        Reply::text_then_tool(
+            "Creating it.",
+            "Bash",
+            json!({"command": "echo hello > hello.txt"}),
+        ),
+        Reply::text("Created.\n<TASK_DONE>"),
+        Reply::tool_use(
+            "StructuredOutput",
+            json!({"verdict": "accept", "reason": "says hello"}),
+        ),
+        Reply::tool_use("StructuredOutput", json!({"tasks": [], "issues": []})),
+    ])
+    .await;
+    let home = ClaudeHome::new();
+    let dir = project();
+    let env: Vec<String> = api
+        .env()
+        .into_iter()
+        .chain(home.env())
+        .map(|(k, v)| format!("{k} = {v:?}"))
+        .collect();
+    std::fs::write(
+        dir.path().join("ralph.toml"),
+        format!(
+            "[claude]\nbin = {bin:?}\nmax_retries = 0\npermission_mode = \"bypassPermissions\"\n\
+             env = {{ {} }}\n\n[[gates]]\nname = \"hello\"\ncommand = \"grep -qx hello hello.txt\"\n",
+            env.join(", ")
+        ),
+    )
+    .unwrap();
+
+    let workspace = dir.path().to_path_buf();
+    let out =
+        tokio::task::spawn_blocking(move || ralph(&workspace, &["construct", "spec.md"], &[]))
+            .await
+            .unwrap();
+
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(api.remaining(), 0, "every scripted reply was used");
+    let status = ralph(dir.path(), &["status"], &[]);
+    assert!(stdout(&status).contains("accepted"), "{}", stdout(&status));
+}
