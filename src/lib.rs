@@ -36,8 +36,9 @@
 //!   `Ralph::build_specs`, the `specs` module).
 //! * `threads` — threads with human checkpoints (the `thread` module).
 //! * `full` — both.
-//! * `test-util` — the deterministic `FakeAgent` (scripts in Rust or TOML) and the mockall
-//!   mocks of the four seams (`mock`), for your tests.
+//! * `fake` — the deterministic `FakeAgent` (scripts in Rust or TOML).
+//! * `test-util` — `fake`, and the mockall mocks of the four seams (`mock`), for your tests.
+//! * `cli` — the `ralph` command (`cargo install ralph-loop --features cli`).
 //!
 //! ```toml
 //! [dependencies]
