@@ -151,7 +151,11 @@ fn exit_code(interrupts: &Interrupts, code: i32) -> i32 {
 async fn run(args: Args) -> Result<Option<i32>, Box<dyn std::error::Error>> {
     let (workspace, agent, fake) = match args.agent {
         AgentKind::Fake => {
-            let workspace = prepare_workspace(args.workspace.as_deref(), args.dry_run)?;
+            let workspace = prepare_workspace(
+                args.workspace.as_deref(),
+                args.dry_run,
+                args.script.is_some(),
+            )?;
             let script = args
                 .script
                 .clone()
@@ -232,13 +236,25 @@ async fn run(args: Args) -> Result<Option<i32>, Box<dyn std::error::Error>> {
 
 /// The workspace: the given one (seeded with the demo's spec and config if it has neither,
 /// unless this is a dry run, which writes nothing), or a fresh temporary copy of the demo
-/// that is kept for inspection.
+/// that is kept for inspection. The demo's script only runs in a directory that is new,
+/// empty or an earlier run's, never in a repository of yours, unless you name a script.
 fn prepare_workspace(
     given: Option<&Path>,
     dry_run: bool,
+    own_script: bool,
 ) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let dir = match given {
         Some(dir) if dry_run => return Ok(dir.to_path_buf()),
+        Some(dir) if !own_script && holds_other_files(dir) => {
+            return Err(format!(
+                "{} holds files of its own: the demo only runs in a new or empty directory \
+                 (or one with just its spec.md and ralph.toml). For your own project use \
+                 `ralph construct` (cargo install --path . --features cli), or --agent claude, \
+                 or name a --script",
+                dir.display()
+            )
+            .into());
+        }
         Some(dir) => {
             std::fs::create_dir_all(dir)?;
             dir.to_path_buf()
@@ -255,6 +271,23 @@ fn prepare_workspace(
         }
     }
     Ok(dir)
+}
+
+/// Whether `dir` holds anything but the demo's own files (its spec and config, or an earlier
+/// run of this example, which records its agent's requests): a project not to touch.
+fn holds_other_files(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    if dir.join(".ralph/fake-requests.jsonl").exists() {
+        return false;
+    }
+    entries.flatten().any(|e| {
+        !matches!(
+            e.file_name().to_str(),
+            Some("spec.md" | "ralph.toml" | ".ralph")
+        )
+    })
 }
 
 /// Plan mode or build mode over implementation.json.
@@ -472,101 +505,10 @@ struct Display;
 
 impl Observer for Display {
     fn on_event(&self, event: &Event) {
-        if let Some(line) = describe(event) {
+        // Each event says itself in one line; the summary says how the run ended.
+        let line = event.to_string();
+        if !line.is_empty() && !matches!(event, Event::Finished { .. } | Event::Agent { .. }) {
             println!("{line}");
         }
     }
-}
-
-fn describe(event: &Event) -> Option<String> {
-    Some(match event {
-        Event::StageEntered {
-            iteration, stage, ..
-        } => format!("\n── iteration {iteration} · {stage} ──"),
-        Event::IssueInvestigated {
-            issue,
-            tasks,
-            reason,
-        } => match reason {
-            Some(reason) if tasks.is_empty() => format!("  {issue}: {reason}"),
-            _ => format!("  {issue} → {}", join(tasks)),
-        },
-        Event::TaskStarted {
-            task,
-            name,
-            attempt,
-        } => format!("  ▸ {task} {name} (attempt {attempt})"),
-        Event::GateFinished {
-            gate,
-            status,
-            required,
-            ..
-        } => format!(
-            "      gate {gate}{}: {status}",
-            if *required { "" } else { " (optional)" }
-        ),
-        Event::TaskRetry { reason, .. } => format!("      retry: {reason}"),
-        Event::TaskDone { task } => format!("    ✓ {task} done"),
-        Event::TaskBlocked { task, reason } => format!("    ⨯ {task} blocked: {reason}"),
-        Event::TaskKilled { task, reason, log } => format!(
-            "    ✗ {task} killed ({reason}); log {}",
-            log.as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default()
-        ),
-        Event::Decomposed { task, into } => format!("  {task} → {}", join(into)),
-        Event::Verdict {
-            task,
-            accepted,
-            reason,
-        } => format!(
-            "  {} {task} {}: {reason}",
-            if *accepted { "✓" } else { "✗" },
-            if *accepted { "accepted" } else { "rejected" }
-        ),
-        Event::GapsFound { tasks, issues } => {
-            format!("  gaps: tasks {} · issues {}", join(tasks), join(issues))
-        }
-        Event::Prioritized { order, .. } if !order.is_empty() => {
-            format!("  priorities: {}", order.join(", "))
-        }
-        Event::RateLimited { wait_secs } => format!("  rate limited: waiting {wait_secs}s"),
-        Event::PlanWritten {
-            spec,
-            attempt,
-            path,
-        } => format!(
-            "\n── {spec} ──\n  plan {} (attempt {attempt})",
-            path.display()
-        ),
-        Event::PlanInvalidated {
-            spec,
-            reason,
-            archived,
-        } => format!(
-            "  ✗ {spec}: plan invalidated ({reason}); kept as {}",
-            archived.display()
-        ),
-        Event::SpecCommitted { spec, commit } => format!(
-            "  ● {spec} committed {}",
-            commit
-                .as_deref()
-                .map(|c| &c[..c.len().min(10)])
-                .unwrap_or("(nothing to commit)")
-        ),
-        Event::Warning { message } => format!("  warning: {message}"),
-        Event::StateRepaired { note } => format!("  state repaired: {note}"),
-        _ => return None,
-    })
-}
-
-fn join<T: std::fmt::Display>(items: &[T]) -> String {
-    if items.is_empty() {
-        return "none".into();
-    }
-    items
-        .iter()
-        .map(|i| i.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -20,6 +20,26 @@ fn construct(workspace: &std::path::Path) -> Command {
     cmd
 }
 
+/// The demo's script never runs in a repository of the user's: only in a new or empty
+/// directory, or one an earlier run made.
+#[test]
+fn the_demo_is_refused_in_a_directory_that_holds_a_project() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "mine\n").unwrap();
+    let before = crate::support::tree(dir.path());
+
+    let out = construct(dir.path()).output().unwrap();
+
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("holds files of its own"), "{stderr}");
+    assert_eq!(
+        crate::support::tree(dir.path()),
+        before,
+        "nothing was written"
+    );
+}
+
 #[test]
 fn the_demo_completes_with_exit_0_and_a_summary() {
     let dir = tempfile::tempdir().unwrap();
