@@ -1,5 +1,5 @@
 //! `ralph`, the command, run as a user runs it: a separate process in a fresh git repository
-//! with a Cargo project. The binary is `$RALPH_INSTALLED_BIN` when set (CI sets it to the one
+//! with a Cargo project. The binary is `$TEST_INSTALLED_RALPH` when set (CI sets it to the one
 //! `cargo install --path . --features cli` installed), else the one this build made.
 
 #![allow(clippy::unwrap_used)]
@@ -15,7 +15,7 @@ use support::messages_api::{ClaudeHome, MessagesApi, Reply, claude_or_skip};
 use support::tree;
 
 fn ralph_bin() -> PathBuf {
-    std::env::var_os("RALPH_INSTALLED_BIN")
+    std::env::var_os("TEST_INSTALLED_RALPH")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ralph")))
 }
