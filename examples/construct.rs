@@ -52,6 +52,8 @@ use ralph::{
 
 /// Where the bundled demo lives.
 const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo");
+/// Marks a directory this example seeded with the demo, so later runs may resume there.
+const DEMO_MARK: &str = ".ralph/demo";
 /// Where the plan-mode demo lives.
 const DEMO_PLAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo-plan");
 
@@ -270,16 +272,20 @@ fn prepare_workspace(
             std::fs::copy(Path::new(DEMO).join(file), &target)?;
         }
     }
+    if !own_script {
+        std::fs::create_dir_all(dir.join(".ralph"))?;
+        std::fs::write(dir.join(DEMO_MARK), "")?;
+    }
     Ok(dir)
 }
 
 /// Whether `dir` holds anything but the demo's own files (its spec and config, or an earlier
-/// run of this example, which records its agent's requests): a project not to touch.
+/// run of this example, which marks it): a project not to touch.
 fn holds_other_files(dir: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return false;
     };
-    if dir.join(".ralph/fake-requests.jsonl").exists() {
+    if dir.join(DEMO_MARK).exists() {
         return false;
     }
     entries.flatten().any(|e| {
