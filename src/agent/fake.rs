@@ -766,6 +766,8 @@ impl FakeRun {
         request.events.emit(AgentEvent::Usage {
             context_tokens: context,
             window: Some(window),
+            input_tokens: self.usage.input_tokens,
+            output_tokens: self.usage.output_tokens,
         });
         let mut monitor = ContextMonitor::new(request.context, window);
         match monitor.observe(context) {

@@ -145,6 +145,10 @@ pub enum AgentEvent {
         context_tokens: u64,
         /// The model's window, when known.
         window: Option<u64>,
+        /// Input tokens of the run so far (all calls, cache reads and writes included).
+        input_tokens: u64,
+        /// Output tokens of the run so far.
+        output_tokens: u64,
     },
     /// Context pressure crossed a tier (see [`ContextThresholds`]).
     ContextPressure {

@@ -300,3 +300,80 @@ async fn construct_with_the_real_claude_cli() {
     let status = ralph(dir.path(), &["status"], &[]);
     assert!(stdout(&status).contains("accepted"), "{}", stdout(&status));
 }
+
+/// In a real terminal (tmux) the demo shows a line that moves while an agent runs, then the
+/// summary; through a pipe it prints plain lines with no escape codes.
+#[test]
+fn the_live_line_moves_in_a_terminal_and_a_pipe_gets_plain_lines() {
+    let parent = tempfile::tempdir().unwrap();
+    let piped = ralph(
+        parent.path(),
+        &["demo", "--in", parent.path().join("a").to_str().unwrap()],
+        &[],
+    );
+    assert!(!stdout(&piped).contains('\u{1b}'), "escape codes in a pipe");
+
+    if Command::new("tmux").arg("-V").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs tmux (.ci/run installs it)"
+        );
+        println!("skipped: no tmux");
+        return;
+    }
+    let session = format!("ralph-test-{}", std::process::id());
+    let demo = parent.path().join("b");
+    let command = format!(
+        "{} demo --in {}; sleep 60",
+        ralph_bin().display(),
+        demo.display()
+    );
+    let started = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "160",
+            "-y",
+            "50",
+            &command,
+        ])
+        .status()
+        .unwrap();
+    assert!(started.success());
+    let mut screens = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let pane = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &session])
+            .output()
+            .unwrap();
+        let screen = String::from_utf8_lossy(&pane.stdout).into_owned();
+        let finished = screen.contains("── summary ──");
+        screens.push(screen);
+        if finished {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = Command::new("tmux")
+        .args(["kill-session", "-t", &session])
+        .status();
+
+    let moving: Vec<&String> = screens
+        .iter()
+        .filter(|s| s.contains("build t-3 Document usage in README.md · 0 in / 0 out"))
+        .collect();
+    assert!(!moving.is_empty(), "no moving line in {screens:#?}");
+    let last = screens.last().unwrap();
+    assert!(
+        last.contains("── summary ──") && last.contains("Spec complete"),
+        "{last}"
+    );
+    assert!(
+        !last.contains(" in / 0 out · $"),
+        "the moving line is cleared at the end: {last}"
+    );
+}

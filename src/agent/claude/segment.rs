@@ -222,6 +222,7 @@ async fn watch_stream(lines: &mut Lines, parser: &mut StreamParser, watch: &mut 
                 AgentEvent::Usage {
                     context_tokens,
                     window,
+                    ..
                 },
                 Some(pressure),
             ) = (&event, pressure.as_deref_mut())

@@ -1,10 +1,14 @@
-//! What a person sees while ralph runs: one line per event (or NDJSON with timestamps), and
-//! the summary at the end with the cost per task and in total.
+//! What a person sees while ralph runs: one line per event (or NDJSON with timestamps), a
+//! line that moves while an agent runs (on a terminal only), and the summary at the end with
+//! the cost per task and in total.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ralph::agent::AgentEvent;
 use ralph::model::TaskStatus;
 use ralph::{Event, Observer, Outcome, Ralph};
 
@@ -12,6 +16,8 @@ use ralph::{Event, Observer, Outcome, Ralph};
 #[derive(Default)]
 pub(crate) struct Lines {
     json: bool,
+    /// The moving line, on a terminal.
+    live: Option<Live>,
     /// Cost in USD by subject (task or issue id; `-` for runs without one).
     costs: Mutex<BTreeMap<String, f64>>,
     /// Input and output tokens, all runs together.
@@ -42,17 +48,117 @@ impl Lines {
     }
 }
 
-/// The display for a run: plain lines, or NDJSON with `--json`.
+/// The display for a run: plain lines, or NDJSON with `--json`; the moving line only when
+/// stdout is a terminal (so a pipe or a log file gets no escape codes).
 pub(crate) fn observer(json: bool) -> Arc<Lines> {
+    let live = (!json && std::io::stdout().is_terminal()).then(Live::new);
     Arc::new(Lines {
         json,
+        live,
         ..Lines::default()
     })
+}
+
+/// The line that moves while an agent runs: what it works on, for how long, its tokens, its
+/// context, and the cost so far.
+struct Live {
+    bar: ProgressBar,
+    state: Mutex<LiveState>,
+}
+
+/// What the moving line shows besides the clock.
+#[derive(Default)]
+struct LiveState {
+    /// `build t-1 Write the parser`, `investigate`, …
+    doing: String,
+    /// The running agent's input and output tokens.
+    tokens: (u64, u64),
+    /// Its context in use ÷ window.
+    context: Option<f64>,
+}
+
+impl Live {
+    fn new() -> Live {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stdout());
+        bar.set_style(
+            ProgressStyle::with_template("  {spinner} {msg} · {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        Live {
+            bar,
+            state: Mutex::new(LiveState::default()),
+        }
+    }
+
+    /// Follows the events that change the line; `cost` is the total so far.
+    fn follow(&self, event: &Event, cost: f64) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            Event::TaskStarted { task, name, .. } => {
+                *state = LiveState {
+                    doing: format!("build {task} {name}"),
+                    ..LiveState::default()
+                };
+                self.restart();
+            }
+            Event::StageEntered { stage, .. } => {
+                *state = LiveState {
+                    doing: stage.to_string().to_lowercase(),
+                    ..LiveState::default()
+                };
+                self.restart();
+            }
+            Event::Agent {
+                detail:
+                    AgentEvent::Usage {
+                        context_tokens,
+                        window,
+                        input_tokens,
+                        output_tokens,
+                    },
+                ..
+            } => {
+                state.tokens = (*input_tokens, *output_tokens);
+                state.context = window
+                    .filter(|w| *w > 0)
+                    .map(|w| *context_tokens as f64 / w as f64);
+            }
+            Event::Finished { .. } => {
+                self.bar.finish_and_clear();
+                return;
+            }
+            _ => {}
+        }
+        let context = state
+            .context
+            .map(|r| format!(" · context {:.0}%", r * 100.0))
+            .unwrap_or_default();
+        self.bar.set_message(format!(
+            "{} · {} in / {} out{context} · ${cost:.4}",
+            state.doing, state.tokens.0, state.tokens.1
+        ));
+    }
+
+    /// A new step: the clock starts again and the spinner turns on its own.
+    fn restart(&self) {
+        self.bar.reset_elapsed();
+        self.bar.enable_steady_tick(Duration::from_millis(200));
+    }
 }
 
 impl Observer for Lines {
     fn on_event(&self, event: &Event) {
         self.add(event);
+        if let Some(live) = &self.live {
+            let cost = self.lock_costs().values().fold(0.0, |a, b| a + b);
+            live.follow(event, cost);
+            let line = event.to_string();
+            if !line.is_empty() && !matches!(event, Event::Finished { .. }) {
+                // Above the moving line.
+                live.bar.println(line);
+            }
+            return;
+        }
         let mut out = std::io::stdout().lock();
         // A display that cannot print must not stop the run.
         let _ = if self.json {
@@ -101,7 +207,7 @@ pub(crate) async fn summary(
         let per_task: Vec<String> = costs.iter().map(|(s, c)| format!("{s} ${c:.4}")).collect();
         println!(
             "  cost: ${:.4} ({})",
-            costs.values().sum::<f64>(),
+            costs.values().fold(0.0, |a, b| a + b),
             per_task.join(", ")
         );
     }
