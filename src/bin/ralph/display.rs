@@ -49,14 +49,21 @@ impl Lines {
 }
 
 /// The display for a run: plain lines, or NDJSON with `--json`; the moving line only when
-/// stdout is a terminal (so a pipe or a log file gets no escape codes).
+/// stdout is a terminal and plain output was not asked for (so a pipe, a log file, `NO_COLOR`
+/// or `TERM=dumb` gets no escape codes).
 pub(crate) fn observer(json: bool) -> Arc<Lines> {
-    let live = (!json && std::io::stdout().is_terminal()).then(Live::new);
+    let live = (!json && std::io::stdout().is_terminal() && !plain_wanted()).then(Live::new);
     Arc::new(Lines {
         json,
         live,
         ..Lines::default()
     })
+}
+
+/// Whether the person asked for plain output: `NO_COLOR` set, or a `dumb` terminal.
+fn plain_wanted() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+        || std::env::var("TERM").is_ok_and(|t| t == "dumb")
 }
 
 /// The line that moves while an agent runs: what it works on, for how long, its tokens, its
