@@ -682,9 +682,11 @@ fn describe_load(error: &figment::Error) -> String {
 
 /// `RALPH_…` variables that are not settings but that ralph (or its tests and CI) reads, and
 /// so are not refused as typos: the Claude CLI's path, the run cookie ralph gives the
-/// processes it starts, and the switches of ralph's own test suite.
+/// processes it starts, the `ralph` command's log filter, and the switches of ralph's own
+/// test suite.
 pub const ENV_ALLOWED: &[&str] = &[
     "RALPH_CLAUDE_BIN",
+    "RALPH_LOG",
     "RALPH_RUN_COOKIE",
     "RALPH_SKIP_REAL_CLAUDE",
     "RALPH_CLAUDE_CACHE",

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::ready::ReadyQueue;
 use super::{Engine, Flow, bounded_failure, first_line};
@@ -73,8 +74,10 @@ impl Engine {
                 attempt: round,
             });
             let mut tried = None;
+            let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
             let attempt = self
                 .attempt(&task, round, &mut deadline, &mut tried)
+                .instrument(span)
                 .await?;
             let mut after = task.clone();
             after.attempts += 1;

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::agent::Role;
 use crate::answer::{DepRef, ProposedTask};
@@ -162,15 +163,26 @@ impl Engine {
                 stage,
                 log,
             });
-            let flow = match stage {
-                Stage::Decompose => self.decompose().await?,
-                Stage::Investigate => self.investigate().await?,
-                Stage::Build => self.build().await?,
-                _ => self.verify().await?,
-            };
+            let span = tracing::info_span!(
+                target: "ralph",
+                "stage",
+                iteration = self.board.run.iteration,
+                stage = %stage,
+            );
+            let flow = self.stage(stage).instrument(span).await?;
             if flow == Flow::Interrupted {
                 return Ok(self.finish(Outcome::Interrupted));
             }
+        }
+    }
+
+    /// Runs one stage.
+    async fn stage(&mut self, stage: Stage) -> Result<Flow, Error> {
+        match stage {
+            Stage::Decompose => self.decompose().await,
+            Stage::Investigate => self.investigate().await,
+            Stage::Build => self.build().await,
+            _ => self.verify().await,
         }
     }
 

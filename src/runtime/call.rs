@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::deadline::until_deadline;
 use super::error::Error;
@@ -210,12 +211,20 @@ impl Caller {
             .stop(token.clone());
         request.subject = call.subject.clone();
         request.schema = schema;
+        let span = tracing::info_span!(
+            target: "ralph",
+            "agent",
+            role = %call.role,
+            subject = call.subject.as_deref().unwrap_or(""),
+            attempt = call.attempt,
+        );
         let outcome = until_deadline(
             call.deadline,
             &token,
             self.limits.grace,
             self.agent.run(request),
         )
+        .instrument(span)
         .await;
         let run = match outcome {
             Some(result) => result?,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::deadline::until_deadline;
 use super::logs::Emitter;
@@ -74,8 +75,15 @@ pub(crate) async fn check_one(
     if let Some(log) = log {
         ctx = ctx.log_path(log);
     }
-    let Some(report) = until_deadline(run.deadline, &token, run.grace, gate.check(ctx)).await
-    else {
+    let span = tracing::info_span!(
+        target: "ralph",
+        "gate",
+        gate = gate.name(),
+        task = %run.task,
+        attempt = run.attempt,
+    );
+    let checked = until_deadline(run.deadline, &token, run.grace, gate.check(ctx));
+    let Some(report) = checked.instrument(span).await else {
         return Ok(if run.stop.is_cancelled() {
             GateEnd::Interrupted
         } else {

@@ -53,6 +53,7 @@ impl Emitter {
             // Logs are for people; a full disk must not stop the run, whose state is in the store.
             let _ = file.write_all(line.as_bytes());
         }
+        trace_event(event);
         for observer in self.observers.iter() {
             observer.on_event(event);
         }
@@ -60,6 +61,22 @@ impl Emitter {
 
     fn set_stage_log(&self, file: File) {
         *self.stage_log.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+    }
+}
+
+/// Every event also goes to `tracing` (target `ralph`), inside whatever span is current (a
+/// stage, an agent run, a gate): embedders see ralph's diagnostics in their own subscriber.
+fn trace_event(event: &Event) {
+    match event {
+        Event::Warning { message } => tracing::warn!(target: "ralph", "{message}"),
+        Event::StateRepaired { note } => tracing::warn!(target: "ralph", "state repaired: {note}"),
+        Event::Agent { detail, .. } => tracing::trace!(target: "ralph", ?detail, "agent"),
+        other => {
+            let line = other.to_string();
+            if !line.is_empty() {
+                tracing::info!(target: "ralph", "{line}");
+            }
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod board_edits;
 mod crash_resume;
 mod custom_tool;
 mod deps;
+mod diagnostics;
 mod example_cli;
 mod example_flow;
 mod interrupts;

@@ -11,6 +11,7 @@ mod display;
 mod init;
 mod run;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,6 +38,10 @@ struct Cli {
     /// The repository to work in.
     #[arg(long, short = 'C', global = true, default_value = ".")]
     workspace: PathBuf,
+    /// Diagnostics on stderr: -v the events, -vv debug, -vvv everything. `RALPH_LOG` takes a
+    /// filter of its own (`ralph=debug`).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -128,6 +133,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    diagnostics(cli.verbose);
     match dispatch(cli).await {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -150,6 +156,22 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Task(command) => board::task(&workspace, command).await.map(|()| 0),
         Command::Issue(command) => board::issue(&workspace, command).await.map(|()| 0),
     }
+}
+
+/// ralph's `tracing` spans and events on stderr, as `-v` or `RALPH_LOG` ask; nothing otherwise.
+fn diagnostics(verbose: u8) {
+    let filter = match (std::env::var("RALPH_LOG"), verbose) {
+        (Ok(filter), _) => filter,
+        (Err(_), 0) => return,
+        (Err(_), 1) => "ralph=info".into(),
+        (Err(_), 2) => "ralph=debug".into(),
+        (Err(_), _) => "ralph=trace".into(),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+        .try_init();
 }
 
 /// An error and its causes, once each: a cause whose text the error already shows is skipped.
