@@ -114,10 +114,10 @@ struct ConstructArgs {
     /// The spec, relative to the workspace. Without it: resume the spec on record.
     spec: Option<PathBuf>,
     /// The stage timeout (`90s`, `5m`), over ralph.toml.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = positive_duration)]
     timeout: Option<Duration>,
-    /// Stop after this many iterations, over ralph.toml.
-    #[arg(long)]
+    /// Stop after this many iterations (at least 1), over ralph.toml.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: Option<u32>,
     #[command(flatten)]
     run: RunFlags,
@@ -155,6 +155,15 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Query { what } => board::query(&workspace, what).await.map(|()| 0),
         Command::Task(command) => board::task(&workspace, command).await.map(|()| 0),
         Command::Issue(command) => board::issue(&workspace, command).await.map(|()| 0),
+    }
+}
+
+/// A duration longer than zero, as `90s` or `5m`.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err("must be longer than zero".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
     }
 }
 
