@@ -22,7 +22,7 @@
 //! assert_eq!(baseline.commit_sha, first);
 //!
 //! std::fs::write(dir.path().join("b.txt"), "b\n")?;
-//! assert!(git.diff_from(&baseline.commit_sha).await?.contains("+b"));
+//! assert!(git.diff_from(&baseline.commit_sha, &[]).await?.contains("+b"));
 //! git.reset_to(&baseline, &[]).await?;
 //! assert!(!dir.path().join("b.txt").exists());
 //! # Ok(())
@@ -300,12 +300,12 @@ impl Git {
     }
 
     /// The diff of the work tree, untracked files included, against `base`, without touching
-    /// the repository's index.
+    /// the repository's index, leaving out the `exclude` paths (ralph's own state).
     ///
     /// # Errors
     ///
     /// [`GitError`] when git fails (e.g. `base` is unknown).
-    pub async fn diff_from(&self, base: &str) -> Result<String, GitError> {
+    pub async fn diff_from(&self, base: &str, exclude: &[&str]) -> Result<String, GitError> {
         // A private index holding the whole work tree, so new files show up in the diff
         // and the user's staging area is left as it was.
         let git_dir = self.run(&["rev-parse", "--absolute-git-dir"]).await?;
@@ -317,8 +317,10 @@ impl Git {
         let env = [("GIT_INDEX_FILE", index.0.as_os_str())];
         self.run_with_env(&["read-tree", base], &env).await?;
         self.run_with_env(&["add", "-A"], &env).await?;
-        self.run_with_env(&["diff", "--cached", "--no-color", base], &env)
-            .await
+        let excluded: Vec<String> = exclude.iter().map(|p| format!(":(exclude){p}")).collect();
+        let mut diff = vec!["diff", "--cached", "--no-color", base, "--", "."];
+        diff.extend(excluded.iter().map(String::as_str));
+        self.run_with_env(&diff, &env).await
     }
 
     /// Puts the work tree back at `baseline`: checks out its branch (or, for a detached

@@ -476,7 +476,7 @@ impl Threads {
     pub async fn diff(&self, id: &str) -> Result<String, ThreadError> {
         let record = self.get(id)?;
         match &record.baseline {
-            Some(b) => Ok(self.git().diff_from(&b.commit_sha).await?),
+            Some(b) => Ok(self.git().diff_from(&b.commit_sha, KEEP).await?),
             None => Ok(String::new()),
         }
     }

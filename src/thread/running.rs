@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::phase::Phase;
 use super::record::{self, IterationRecord, RECENT_ATTEMPTS, RunRecord, StuckReport};
 use super::spec::{Criterion, ThreadSpec};
-use super::{ThreadError, ThreadRecord, Threads};
+use super::{KEEP, ThreadError, ThreadRecord, Threads};
 use crate::agent::{Agent, AgentRun, FailureKind, Role};
 use crate::answer::{self, Answer, VerdictKind, VerifyAnswer};
 use crate::context::ContextThresholds;
@@ -411,7 +411,7 @@ impl Threads {
         let diff = match &record.baseline {
             Some(b) => self
                 .git()
-                .diff_from(&b.commit_sha)
+                .diff_from(&b.commit_sha, KEEP)
                 .await
                 .unwrap_or_else(|e| format!("(no diff: {e})")),
             None => String::new(),

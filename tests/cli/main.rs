@@ -377,3 +377,96 @@ fn the_live_line_moves_in_a_terminal_and_a_pipe_gets_plain_lines() {
         "the moving line is cleared at the end: {last}"
     );
 }
+
+const THREAD_SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/thread/spec.md");
+const THREAD_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/thread/script.toml");
+
+/// `ralph thread …` with the bundled script, one process per command, in a repository that
+/// does not ignore `.ralph/`: every checkpoint, the commit message read before committing,
+/// and a diff without ralph's own state.
+#[tokio::test]
+async fn a_thread_from_spec_to_commit_with_the_message_read_first() {
+    let dir = support::threads::repo().await;
+    let ws = dir.path();
+    let thread = |args: &[&str]| {
+        let mut all = vec!["thread", "--script", THREAD_SCRIPT];
+        all.extend_from_slice(args);
+        let out = ralph(ws, &all, &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        stdout(&out)
+    };
+    thread(&["new", "--title", "Greeter", "--spec", THREAD_SPEC]);
+    let edited = ws.join("edited.md");
+    let spec = std::fs::read_to_string(THREAD_SPEC).unwrap();
+    std::fs::write(&edited, format!("{spec}\nA line added while drafting.\n")).unwrap();
+    assert!(thread(&["edit", "--file", edited.to_str().unwrap()]).contains("spec v2"));
+    std::fs::remove_file(&edited).unwrap();
+    assert!(thread(&["assess"]).contains("phase: Assessing"));
+    thread(&["finalize"]);
+    assert!(thread(&["reopen"]).contains("phase: Drafting"));
+    thread(&["finalize"]);
+    assert!(thread(&["start"]).contains("phase: Implemented"));
+    let diff = thread(&["diff"]);
+    assert!(diff.contains("greet.sh"), "{diff}");
+    assert!(
+        !diff.contains(".ralph"),
+        "ralph's own state is left out: {diff}"
+    );
+    assert!(thread(&["review"]).contains("recommend approve"));
+    thread(&["approve"]);
+    let message = thread(&["message"]);
+    assert!(
+        message.contains("Greeter") && message.contains("phase: ReadyToCommit"),
+        "{message}"
+    );
+    let done = thread(&["commit"]);
+    assert!(done.contains("phase: Done"), "{done}");
+}
+
+/// A failed preflight is not success: exit 3, with what failed and what to do.
+#[tokio::test]
+async fn a_failed_preflight_exits_3() {
+    let dir = support::threads::repo().await;
+    let ws = dir.path();
+    let spec = ws.join("spec.md");
+    // No criteria: preflight refuses it.
+    std::fs::write(&spec, "# Greeter\n<promise>SHIPPED</promise>\n").unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec!["thread", "--script", THREAD_SCRIPT];
+        all.extend_from_slice(args);
+        ralph(ws, &all, &[])
+    };
+    assert_eq!(
+        run(&["new", "--title", "G", "--spec", spec.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(run(&["finalize"]).status.code(), Some(0));
+    let started = run(&["start"]);
+    assert_eq!(
+        started.status.code(),
+        Some(3),
+        "{}\n{}",
+        stdout(&started),
+        stderr(&started)
+    );
+    assert!(
+        stdout(&started).contains("preflight:"),
+        "{}",
+        stdout(&started)
+    );
+    let fixed = run(&["fix-spec"]);
+    assert!(
+        stdout(&fixed).contains("phase: Drafting"),
+        "{}\n{}",
+        stdout(&fixed),
+        stderr(&fixed)
+    );
+}

@@ -72,7 +72,10 @@ async fn branch_diff_and_reset_to_the_baseline() {
     git.commit_all("work", &[".ralph"]).await.expect("commit");
     fs::write(dir.path().join("uncommitted.txt"), "u\n").expect("write");
 
-    let diff = git.diff_from(&baseline.commit_sha).await.expect("diff");
+    let diff = git
+        .diff_from(&baseline.commit_sha, &[])
+        .await
+        .expect("diff");
     assert!(diff.contains("+changed"), "{diff}");
     assert!(diff.contains("+added"), "{diff}");
     assert!(

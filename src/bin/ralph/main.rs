@@ -10,6 +10,7 @@ mod board;
 mod display;
 mod init;
 mod run;
+mod thread;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -87,6 +88,8 @@ enum Command {
     /// Add work for INVESTIGATE.
     #[command(subcommand)]
     Issue(board::IssueCommand),
+    /// Threads: one piece of work from draft to commit, with human checkpoints.
+    Thread(thread::ThreadArgs),
 }
 
 /// What every run of an agent takes.
@@ -155,6 +158,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Query { what } => board::query(&workspace, what).await.map(|()| 0),
         Command::Task(command) => board::task(&workspace, command).await.map(|()| 0),
         Command::Issue(command) => board::issue(&workspace, command).await.map(|()| 0),
+        Command::Thread(args) => thread::thread(&workspace, args).await,
     }
 }
 

@@ -1,0 +1,334 @@
+//! `ralph thread …`: one piece of work from draft to commit with the human checkpoints, every
+//! transition the library has, one subcommand each.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use ralph::thread::{Confirm, Phase, RunConfig, ThreadOptions, ThreadRecord, Threads};
+use ralph::{Agent, ClaudeCli, Event, FakeAgent, Interrupts, Observer};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// `ralph thread [--id ID] …`.
+#[derive(Debug, Args)]
+pub(crate) struct ThreadArgs {
+    /// The thread. Default: the active one.
+    #[arg(long, global = true)]
+    id: Option<String>,
+    /// Quick mode: skip assessment and polish, stop only at the human checkpoints.
+    #[arg(long, global = true)]
+    quick: bool,
+    /// Iterations per round of the loop (`start`, `configure`, `reconfigure`).
+    #[arg(long, global = true, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    max_iterations: u32,
+    /// Use a scripted FakeAgent from this TOML file instead of the Claude CLI.
+    #[arg(long, global = true)]
+    script: Option<PathBuf>,
+    #[command(subcommand)]
+    command: ThreadCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ThreadCommand {
+    /// Create a thread in Drafting from a spec file.
+    New {
+        /// The title.
+        #[arg(long)]
+        title: String,
+        /// The spec (markdown with `<promise>TAG</promise>` and `## Acceptance Criteria`).
+        #[arg(long)]
+        spec: PathBuf,
+    },
+    /// The threads, one per line.
+    List,
+    /// The thread: phase, attempts, and what to do next.
+    Show,
+    /// Edit the spec while Drafting: from --file, else in $EDITOR.
+    Edit {
+        /// The new spec.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Ask the agent to review the spec (Drafting → Assessing).
+    Assess,
+    /// Approve the spec (checkpoint 1: Drafting or Assessing → Finalized).
+    Finalize,
+    /// A finalized spec back to Drafting.
+    Reopen,
+    /// After a failed preflight: back to Drafting to fix the spec.
+    FixSpec,
+    /// Preflight, the settings, and the loop.
+    Start,
+    /// Set the loop's settings (Configuring), then run it.
+    Configure,
+    /// Continue a paused loop.
+    Resume,
+    /// Paused or Stuck → Configuring with new settings, then run the loop again.
+    Reconfigure,
+    /// Stuck → Running after you changed files yourself.
+    Assist,
+    /// The stuck report (ralph's own state left out).
+    Diagnose,
+    /// Back to Drafting with a new spec, the work tree reset to the baseline.
+    Revise {
+        /// The new spec.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Confirm the reset.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Implemented → Polishing.
+    Polish,
+    /// Polishing done → Implemented.
+    PolishDone,
+    /// Implemented → PendingReview.
+    Review,
+    /// PendingReview → back to the loop with your feedback in the spec.
+    SendBack,
+    /// Approve the changes under review (checkpoint 3).
+    Approve,
+    /// Prepare the commit message and show it (Approved → ReadyToCommit); commit after
+    /// reading it.
+    Message {
+        /// The message. Default: one made from the title and the spec.
+        #[arg(long)]
+        message: Option<String>,
+    },
+    /// Commit on the thread's branch with the message you read (checkpoint 4).
+    Commit {
+        /// A message instead of the prepared one.
+        #[arg(long)]
+        message: Option<String>,
+    },
+    /// Abandon the thread; nothing is deleted.
+    Abandon,
+    /// The diff from the baseline, ralph's own state left out.
+    Diff,
+    /// What `start`, `resume` or `assist` would do; run and write nothing.
+    DryRun,
+}
+
+/// Runs a thread command; the exit code.
+pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
+    let agent: Box<dyn Agent> = match &args.script {
+        Some(script) => Box::new(FakeAgent::from_toml_file(script)?),
+        None => Box::new(ClaudeCli::from_workspace(workspace)?),
+    };
+    let config = ralph::Config::load(workspace)?;
+    let settings = RunConfig::default().max_iterations(args.max_iterations);
+    let options = ThreadOptions::from_config(&config)
+        .quick(args.quick)
+        .config(settings.clone());
+    let threads = Threads::new(workspace, agent)?
+        .options(options)
+        .observer(Warnings);
+    let interrupts = Interrupts::listen(threads.workspace(), threads.stop_token(), |signal| {
+        eprintln!("\n{signal}: stopping the agent and pausing the thread… (again to stop at once)");
+    })?;
+    let id = || -> Result<String> {
+        args.id.clone().or_else(|| threads.active()).ok_or_else(|| {
+            "no active thread: create one with `ralph thread new` or pass --id".into()
+        })
+    };
+    let record = match args.command {
+        ThreadCommand::New { title, spec } => {
+            threads.create(&title, &std::fs::read_to_string(spec)?)?
+        }
+        ThreadCommand::List => {
+            for id in threads.list()? {
+                let t = threads.get(&id)?;
+                println!("{id}  {}  {}", t.phase, t.title);
+            }
+            return Ok(0);
+        }
+        ThreadCommand::Show => threads.get(&id()?)?,
+        ThreadCommand::Edit { file } => {
+            let id = id()?;
+            let text = match file {
+                Some(file) => std::fs::read_to_string(file)?,
+                None => edit_in_editor(&threads.spec_text(&threads.get(&id)?)?)?,
+            };
+            threads.edit_spec(&id, &text)?
+        }
+        ThreadCommand::Assess => threads.assess(&id()?).await?,
+        ThreadCommand::Finalize => threads.finalize(&id()?)?,
+        ThreadCommand::Reopen => threads.reopen(&id()?)?,
+        ThreadCommand::FixSpec => threads.fix_spec(&id()?)?,
+        ThreadCommand::Start => {
+            let started = threads.start(&id()?).await?;
+            configure_and_run(&threads, started, &settings).await?
+        }
+        ThreadCommand::Configure => {
+            let record = threads.get(&id()?)?;
+            configure_and_run(&threads, record, &settings).await?
+        }
+        ThreadCommand::Resume => threads.resume(&id()?).await?,
+        ThreadCommand::Reconfigure => {
+            let record = threads.reconfigure(&id()?)?;
+            configure_and_run(&threads, record, &settings).await?
+        }
+        ThreadCommand::Assist => threads.manual_assist(&id()?).await?,
+        ThreadCommand::Diagnose => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&threads.diagnose(&id()?)?)?
+            );
+            return Ok(0);
+        }
+        ThreadCommand::Revise { file, yes } => {
+            let text = file.map(std::fs::read_to_string).transpose()?;
+            let confirm = if yes {
+                Confirm::ResetToBaseline
+            } else {
+                Confirm::No
+            };
+            threads.revise(&id()?, text.as_deref(), confirm).await?
+        }
+        ThreadCommand::Polish => threads.polish(&id()?)?,
+        ThreadCommand::PolishDone => threads.polish_done(&id()?)?,
+        ThreadCommand::Review => threads.submit_for_review(&id()?)?,
+        ThreadCommand::SendBack => threads.send_back(&id()?).await?,
+        ThreadCommand::Approve => threads.approve(&id()?).await?,
+        ThreadCommand::Message { message } => {
+            let record = threads.prepare_commit(&id()?, message.as_deref())?;
+            if let Phase::ReadyToCommit { message } = &record.phase {
+                println!("{message}\n");
+            }
+            record
+        }
+        ThreadCommand::Commit { message } => threads.commit(&id()?, message.as_deref()).await?,
+        ThreadCommand::Abandon => threads.abandon(&id()?).await?,
+        ThreadCommand::Diff => {
+            print!("{}", threads.diff(&id()?).await?);
+            return Ok(0);
+        }
+        ThreadCommand::DryRun => {
+            println!("{}", threads.dry_run(&id()?)?);
+            return Ok(0);
+        }
+    };
+    show(&record);
+    Ok(match (interrupts.received(), &record.phase) {
+        (Some(signal), Phase::Paused { .. }) => signal.exit_code(),
+        (_, Phase::PreflightFailed { .. }) => 3,
+        (_, Phase::Stuck { .. }) => 2,
+        _ => 0,
+    })
+}
+
+/// A thread waiting in Configuring gets `settings` and runs; any other is returned as it is.
+async fn configure_and_run(
+    threads: &Threads,
+    record: ThreadRecord,
+    settings: &RunConfig,
+) -> Result<ThreadRecord> {
+    if !matches!(record.phase, Phase::Configuring) {
+        return Ok(record);
+    }
+    threads.configure(&record.id, settings.clone())?;
+    Ok(threads.run(&record.id).await?)
+}
+
+/// Opens `text` in `$EDITOR` (else `vi`) and returns what the person saved.
+fn edit_in_editor(text: &str) -> Result<String> {
+    let mut file = tempfile::Builder::new().suffix(".md").tempfile()?;
+    file.write_all(text.as_bytes())?;
+    file.flush()?;
+    let editor = std::env::var("EDITOR").unwrap_or_else(|_| "vi".into());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("editor")
+        .arg(file.path())
+        .status()?;
+    if !status.success() {
+        return Err(format!("{editor} exited with {status}; the spec is unchanged").into());
+    }
+    Ok(std::fs::read_to_string(file.path())?)
+}
+
+/// Warnings (a killed run's leftovers killed) on stderr.
+struct Warnings;
+
+impl Observer for Warnings {
+    fn on_event(&self, event: &Event) {
+        if let Event::Warning { message } = event {
+            eprintln!("warning: {message}");
+        }
+    }
+}
+
+/// The thread's phase and what a person can do next.
+fn show(thread: &ThreadRecord) {
+    println!(
+        "{}  {}  (spec v{})",
+        thread.id, thread.title, thread.spec_version
+    );
+    for attempt in &thread.attempts {
+        println!("  iteration {}: {}", attempt.iteration, attempt.summary);
+        for failed in &attempt.failed {
+            println!("    failed: {}", failed.lines().next().unwrap_or(""));
+        }
+    }
+    if let Some(a) = thread
+        .assessment
+        .as_ref()
+        .filter(|_| matches!(thread.phase, Phase::Drafting | Phase::Assessing))
+    {
+        println!(
+            "  assessment of spec v{}: {}",
+            a.spec_version,
+            a.recommendation()
+        );
+        for issue in &a.issues {
+            println!(
+                "    {}: {} (suggestion: {})",
+                issue.subject(),
+                issue.problem,
+                issue.suggestion
+            );
+        }
+    }
+    if let Phase::PreflightFailed { failures } = &thread.phase {
+        for failure in failures {
+            println!("  preflight: {failure}");
+        }
+    }
+    println!("phase: {}\nnext: {}", thread.phase, next(thread));
+}
+
+/// What to do next in each phase.
+fn next(thread: &ThreadRecord) -> String {
+    match &thread.phase {
+        Phase::Drafting => "`ralph thread edit`, then `assess` or `finalize`".into(),
+        Phase::Assessing => "`finalize` (you approve the spec), `edit`, or `assess` again".into(),
+        Phase::Finalized => "`start` (or `reopen` to change the spec)".into(),
+        Phase::PreflightFailed { .. } => "fix the above, then `start` again, or `fix-spec`".into(),
+        Phase::Configuring => "`configure` runs the loop with --max-iterations".into(),
+        Phase::Paused { .. } => "`resume`, `reconfigure` or `abandon`".into(),
+        Phase::Stuck { reason } => {
+            format!(
+                "{reason}: `diagnose`, `reconfigure`, `assist`, `revise --file SPEC --yes` or `abandon`"
+            )
+        }
+        Phase::Implemented => "`review` (or `polish` first)".into(),
+        Phase::PendingReview { recommend_approve } => format!(
+            "read `ralph thread diff`, then `approve` or `send-back`{}",
+            if *recommend_approve {
+                "  [recommend approve: all criteria pass]"
+            } else {
+                ""
+            }
+        ),
+        Phase::ReadyToCommit { .. } => "`commit` (or `message --message TEXT` to change it)".into(),
+        Phase::Done { commit } => format!(
+            "committed {} on {}; merge it when you are ready",
+            commit.as_deref().unwrap_or("(nothing to commit)"),
+            thread.branch.as_deref().unwrap_or("the branch")
+        ),
+        Phase::Abandoned => "nothing; the branch and the records are kept".into(),
+        _ => String::new(),
+    }
+}
