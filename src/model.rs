@@ -495,6 +495,24 @@ pub struct RunState {
     /// [`ITERATION_LOG_LIMIT`] entries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log: Vec<IterationEntry>,
+    /// Input tokens of every agent run on this board so far (saved with the run state, so at
+    /// least once per iteration).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub tokens_in: u64,
+    /// Output tokens of every agent run so far.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub tokens_out: u64,
+    /// What the agent runs cost so far, in USD, as the agents reported it.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub cost_usd: f64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_f64(n: &f64) -> bool {
+    *n == 0.0
 }
 
 /// How many [`IterationEntry`]s the run state keeps; older ones are dropped (the JSONL store

@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::model::TaskId;
+
 /// A task or issue that cannot proceed, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -69,6 +71,18 @@ pub enum Outcome {
     /// Stopped by [`Ralph::stop_token`](crate::Ralph::stop_token) (Ctrl+C); the state is saved and
     /// the same call resumes.
     Interrupted,
+    /// One required gate failed with the same output for several tasks in a row and no
+    /// task passed it meanwhile: the gate itself is likely broken (a missing tool, a typo in
+    /// its command), not the tasks. The last task stays pending (earlier ones may have used up
+    /// their retries and been blocked); fix the gate, unblock those, and run again.
+    GateBroken {
+        /// The gate.
+        gate: String,
+        /// Its output, the same each time (bounded).
+        failure: String,
+        /// The tasks it failed, in order.
+        tasks: Vec<TaskId>,
+    },
 }
 
 impl Outcome {
@@ -78,7 +92,7 @@ impl Outcome {
         match self {
             Outcome::Complete { .. } | Outcome::Once { .. } => 0,
             Outcome::MaxIterations { .. } | Outcome::Declared { .. } => 2,
-            Outcome::Blocked { .. } => 3,
+            Outcome::Blocked { .. } | Outcome::GateBroken { .. } => 3,
             Outcome::Interrupted => 130,
         }
     }
@@ -120,6 +134,20 @@ impl fmt::Display for Outcome {
             Outcome::Interrupted => {
                 f.write_str("Interrupted: state saved; run the same command to resume.")
             }
+            Outcome::GateBroken {
+                gate,
+                failure,
+                tasks,
+            } => write!(
+                f,
+                "Stopped: gate {gate} failed the same way for {} tasks in a row ({}); it looks \
+                 broken, not the tasks. Fix the gate, unblock any task it blocked, and run again.",
+                tasks.len(),
+                failure
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("no output")
+            ),
         }
     }
 }

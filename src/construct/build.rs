@@ -13,6 +13,7 @@ use crate::agent::Claim;
 use crate::agent::{FailureKind, Role};
 use crate::event::Event;
 use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus, Tombstone};
+use crate::outcome::Outcome;
 use crate::runtime::call::Ending;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -27,6 +28,49 @@ enum TaskEnd {
     Blocked,
     Killed,
     Interrupted,
+    /// The run stops with this outcome.
+    Stop(Outcome),
+}
+
+/// The same required gate failing with the same output for one task after another, with no
+/// task passing the gates in between: a broken gate, not broken tasks.
+#[derive(Debug)]
+pub(super) struct GateStreak {
+    gate: String,
+    failure: String,
+    tasks: Vec<TaskId>,
+}
+
+impl GateStreak {
+    /// Adds `task`'s failure of `gate`; the run's outcome once a second task failed the same
+    /// way.
+    fn add(
+        streak: &mut Option<GateStreak>,
+        task: &TaskId,
+        gate: &str,
+        failure: &str,
+    ) -> Option<Outcome> {
+        match streak {
+            Some(s) if s.gate == gate && s.failure == failure => {
+                if !s.tasks.contains(task) {
+                    s.tasks.push(task.clone());
+                }
+            }
+            _ => {
+                *streak = Some(GateStreak {
+                    gate: gate.to_owned(),
+                    failure: failure.to_owned(),
+                    tasks: vec![task.clone()],
+                });
+            }
+        }
+        let s = streak.as_ref()?;
+        (s.tasks.len() >= 2).then(|| Outcome::GateBroken {
+            gate: s.gate.clone(),
+            failure: bounded_failure(&s.failure),
+            tasks: s.tasks.clone(),
+        })
+    }
 }
 
 /// How one attempt ended.
@@ -50,6 +94,7 @@ impl Engine {
                 TaskEnd::Blocked => {}
                 TaskEnd::Killed => break,
                 TaskEnd::Interrupted => return Ok(Flow::Interrupted),
+                TaskEnd::Stop(outcome) => return Ok(Flow::Stop(outcome)),
             }
         }
         Ok(Flow::Continue)
@@ -82,6 +127,16 @@ impl Engine {
             let mut after = task.clone();
             after.attempts += 1;
             let memo = self.memo(&task, tried, &attempt);
+            let broken = match &attempt {
+                AttemptEnd::GateFailed(gate, failure) => {
+                    GateStreak::add(&mut self.gate_streak, id, gate, failure)
+                }
+                AttemptEnd::Done => {
+                    self.gate_streak = None;
+                    None
+                }
+                _ => None,
+            };
             match attempt {
                 AttemptEnd::Done => return self.finish_task(after, memo).await,
                 AttemptEnd::Blocked(reason) => return self.block_task(after, reason, memo).await,
@@ -95,10 +150,14 @@ impl Engine {
                 {
                     after.last_failure = Some(bounded_failure(&failure));
                     let reason = gave_up(round, Some(&failure));
-                    return self.block_task(after, reason, memo).await;
+                    let end = self.block_task(after, reason, memo).await?;
+                    return Ok(broken.map_or(end, TaskEnd::Stop));
                 }
                 AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure) => {
                     self.retry_task(after, round, failure, memo).await?;
+                    if let Some(outcome) = broken {
+                        return Ok(TaskEnd::Stop(outcome));
+                    }
                 }
             }
         }

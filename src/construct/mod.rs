@@ -56,6 +56,8 @@ pub(crate) enum Flow {
     Continue,
     /// The user stopped the run.
     Interrupted,
+    /// The run ends here with this outcome (a gate that looks broken).
+    Stop(Outcome),
 }
 
 /// One construct run.
@@ -64,6 +66,10 @@ pub(crate) struct Engine {
     board: Board,
     spec: SpecDoc,
     emitter: Emitter,
+    /// Tokens and cost of the agent runs, this run's added to what the board had.
+    spent: Arc<Spent>,
+    /// The last required gate failure, while no task has passed the gates since.
+    gate_streak: Option<build::GateStreak>,
     logs: Logs,
     caller: Caller,
     /// The workspace's lock, held for the run.
@@ -80,9 +86,14 @@ impl Engine {
     /// the board, settles which spec is constructed, and seeds a fresh board with the spec
     /// as its first issue.
     pub(crate) async fn start(ctx: Arc<Context>, spec: Option<&Path>) -> Result<Self, Error> {
-        let emitter = Emitter::new(&ctx.observers);
-        let lock = ctx.begin(&emitter).await?;
-        let board = ctx.load_board(&emitter).await?;
+        let before = Emitter::new(&ctx.observers);
+        let lock = ctx.begin(&before).await?;
+        let board = ctx.load_board(&before).await?;
+        // From here on every agent run's tokens and cost are added to the board's.
+        let spent = Arc::new(Spent::from(&board.run));
+        let mut observers = ctx.observers.clone();
+        observers.push(spent.clone());
+        let emitter = Emitter::new(&observers);
         let rel = resolve_spec(&ctx.workspace, &board.run, spec)?;
         let spec = SpecDoc::read(&ctx.workspace, &rel)?;
         let logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
@@ -102,6 +113,8 @@ impl Engine {
             board,
             spec,
             emitter,
+            spent,
+            gate_streak: None,
             logs,
             caller,
             _lock: lock,
@@ -170,8 +183,10 @@ impl Engine {
                 stage = %stage,
             );
             let flow = self.stage(stage).instrument(span).await?;
-            if flow == Flow::Interrupted {
-                return Ok(self.finish(Outcome::Interrupted));
+            match flow {
+                Flow::Continue => {}
+                Flow::Interrupted => return Ok(self.finish(Outcome::Interrupted)),
+                Flow::Stop(outcome) => return Ok(self.finish(outcome)),
             }
         }
     }
@@ -203,10 +218,16 @@ impl Engine {
         outcome
     }
 
-    /// Persists `changes`, then applies them in memory: what the board says is on disk.
-    async fn commit(&mut self, changes: Vec<Change>) -> Result<(), Error> {
+    /// Persists `changes`, then applies them in memory: what the board says is on disk. A
+    /// run state saved carries the tokens and cost spent so far.
+    async fn commit(&mut self, mut changes: Vec<Change>) -> Result<(), Error> {
         if changes.is_empty() {
             return Ok(());
+        }
+        for change in &mut changes {
+            if let Change::Run(run) = change {
+                self.spent.stamp(run);
+            }
         }
         self.ctx.store.persist(&changes).await?;
         self.board.apply_all(changes);
@@ -511,4 +532,44 @@ pub(crate) fn prioritize_changes(
         }
     }
     Ok(event)
+}
+
+/// Adds up the tokens and cost of every agent run it observes.
+#[derive(Debug, Default)]
+struct Spent(std::sync::Mutex<(u64, u64, f64)>);
+
+impl Spent {
+    fn from(run: &RunState) -> Self {
+        Spent(std::sync::Mutex::new((
+            run.tokens_in,
+            run.tokens_out,
+            run.cost_usd,
+        )))
+    }
+
+    /// Writes the totals into `run`.
+    fn stamp(&self, run: &mut RunState) {
+        let (tokens_in, tokens_out, cost) = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        run.tokens_in = tokens_in;
+        run.tokens_out = tokens_out;
+        run.cost_usd = cost;
+    }
+}
+
+impl crate::event::Observer for Spent {
+    fn on_event(&self, event: &Event) {
+        if let Event::AgentFinished {
+            usage, cost_usd, ..
+        } = event
+        {
+            let mut spent = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            spent.0 = spent
+                .0
+                .saturating_add(usage.input_tokens)
+                .saturating_add(usage.cache_read_tokens)
+                .saturating_add(usage.cache_creation_tokens);
+            spent.1 = spent.1.saturating_add(usage.output_tokens);
+            spent.2 += cost_usd.unwrap_or(0.0);
+        }
+    }
 }

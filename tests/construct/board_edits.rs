@@ -155,3 +155,32 @@ async fn prioritize_ranks_the_pending_tasks_and_reports_the_counts() {
     assert_eq!(board.tasks["t-2"].rank, Some(0));
     assert_eq!(board.tasks["t-1"].rank, Some(1));
 }
+
+/// The tokens every agent run used are saved with the board, so `ralph status` can say what
+/// the work has cost so far, across runs.
+#[tokio::test]
+async fn the_tokens_spent_are_kept_on_the_board() {
+    let dir = workspace(SPEC);
+    let store = dir.path().join(".ralph/plan.jsonl");
+    let agent = one_task().on(
+        Role::Build,
+        "t-1",
+        Script::new()
+            .usage(1_000, 200_000, None)
+            .write("done.txt", "hello\n")
+            .answer("Done.\n<TASK_DONE>"),
+    );
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .gate(done_gate())
+        .store(JsonlStore::open(&store).expect("store"))
+        .build()
+        .expect("build");
+    let outcome = ralph.construct("spec.md").await.expect("construct");
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    drop(ralph);
+
+    let board = ralph_on(dir.path()).board().await.expect("board");
+    assert!(board.run.tokens_in >= 1_000, "{:?}", board.run);
+}

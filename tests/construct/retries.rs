@@ -184,3 +184,79 @@ async fn a_flood_of_gate_output_reaches_the_retry_prompt_bounded() {
         .unwrap();
     assert!(biggest >= 5_000_000, "the gate log has {biggest} bytes");
 }
+
+/// A gate that fails the same way for one task after another is broken, not the tasks: the
+/// run stops (exit 3) before it burns through every task's retries.
+#[tokio::test]
+async fn a_gate_failing_the_same_way_for_two_tasks_stops_the_run() {
+    let agent = FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("First", "a"), ("Second", "b"), ("Third", "c")]),
+        )
+        .always(Role::Build, Script::new().answer("Done.\n<TASK_DONE>"))
+        .always(Role::Verify, accept("ok"))
+        .always(Role::GapAnalysis, no_gaps());
+    let dir = workspace(SPEC);
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .gate(ShellGate::new(
+            "test",
+            "echo 'sh: cargoo: not found'; exit 127",
+        ))
+        .store(MemoryStore::new())
+        .retries(1)
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    let Outcome::GateBroken { gate, tasks, .. } = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(gate, "test");
+    assert_eq!(tasks, &[TaskId::from("t-1"), TaskId::from("t-2")]);
+    assert_eq!(outcome.exit_code(), 3);
+    assert!(
+        outcome.to_string().contains("cargoo: not found"),
+        "{outcome}"
+    );
+    let board = ralph.board().await.unwrap();
+    assert_eq!(
+        board.tasks["t-3"].attempts, 0,
+        "the third task was never tried"
+    );
+    assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending);
+}
+
+/// Different failures (each task's own) are the tasks' business: no early stop.
+#[tokio::test]
+async fn gate_failures_that_differ_do_not_stop_the_run() {
+    let agent = FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("First", "a"), ("Second", "b")]),
+        )
+        .always(Role::Build, Script::new().answer("Done.\n<TASK_DONE>"))
+        .always(Role::Verify, accept("ok"))
+        .always(Role::GapAnalysis, no_gaps());
+    let dir = workspace(SPEC);
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .gate(ShellGate::new(
+            "test",
+            "echo \"failed at $(date +%N)\"; exit 1",
+        ))
+        .store(MemoryStore::new())
+        .retries(0)
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(matches!(outcome, Outcome::Blocked { .. }), "{outcome:?}");
+}

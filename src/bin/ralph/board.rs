@@ -119,6 +119,10 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     for issue in board.open_issues() {
         println!("{:<6} issue    {}", issue.id, issue.text);
     }
+    println!(
+        "spent {} tokens in, {} out, ${:.4}",
+        board.run.tokens_in, board.run.tokens_out, board.run.cost_usd
+    );
     if let Some(last) = board.run.log.last() {
         println!("last iteration {}: {}", last.iteration, last.note);
     }
