@@ -470,3 +470,49 @@ async fn a_failed_preflight_exits_3() {
         stderr(&fixed)
     );
 }
+
+/// A broken gate stops `ralph construct` early with exit 3 and says what to do.
+#[test]
+fn a_broken_gate_stops_construct_with_what_to_do_next() {
+    let dir = project();
+    std::fs::write(
+        dir.path().join("ralph.toml"),
+        "retries = 0\n[[gates]]\nname = \"test\"\ncommand = \"cargoo test\"\n",
+    )
+    .unwrap();
+    let script = dir.path().join("script.toml");
+    std::fs::write(
+        &script,
+        r#"
+[[run]]
+role = "investigate"
+subject = "i-1"
+[[run.steps]]
+json = { tasks = [{ name = "One", accept = "a" }, { name = "Two", accept = "b" }, { name = "Three", accept = "c" }] }
+
+[[run]]
+role = "build"
+repeat = true
+[[run.steps]]
+answer = "Done.\n<TASK_DONE>"
+"#,
+    )
+    .unwrap();
+
+    let out = ralph(
+        dir.path(),
+        &["construct", "spec.md", "--script", script.to_str().unwrap()],
+        &[],
+    );
+
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(text.contains("gate test failed the same way"), "{text}");
+    assert!(text.contains("next: fix the gate"), "{text}");
+}

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder};
+use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder, SpecsOutcome};
 
 use std::sync::Arc;
 
@@ -149,6 +149,9 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
     let outcome = ralph.build_specs().await?;
     if !flags.json {
         println!("{outcome}");
+        if let Some(next) = next_build_step(&outcome) {
+            println!("next: {next}");
+        }
     }
     Ok(exit_code(&interrupts, outcome.exit_code()))
 }
@@ -204,6 +207,21 @@ fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
 
+/// What a build-mode outcome leaves a person to do.
+fn next_build_step(outcome: &SpecsOutcome) -> Option<&'static str> {
+    Some(match outcome {
+        SpecsOutcome::Complete { .. } => return None,
+        SpecsOutcome::Blocked { .. } => {
+            "fix what blocked the spec (see implementation.json), then `ralph build`"
+        }
+        SpecsOutcome::AttemptsExhausted { .. } => {
+            "read the task's feedback in implementation.json, adjust the spec or the gates, then `ralph build`"
+        }
+        SpecsOutcome::Once { .. } => "`ralph build` runs the next session",
+        _ => "`ralph build` resumes where the work stood",
+    })
+}
+
 /// What an outcome leaves a person to do.
 pub(crate) fn next_step(outcome: &Outcome) -> Option<&'static str> {
     Some(match outcome {
@@ -212,6 +230,10 @@ pub(crate) fn next_step(outcome: &Outcome) -> Option<&'static str> {
             "fix what blocked the tasks (see `ralph status`), then `ralph task unblock ID` and `ralph construct`"
         }
         Outcome::Interrupted => "`ralph construct` resumes where the work stood",
+        Outcome::GateBroken { .. } => {
+            "fix the gate (ralph.toml), `ralph task unblock ID` for a task it blocked, then `ralph construct`"
+        }
+        Outcome::Once { .. } => "`ralph construct --once` runs the next iteration",
         _ => "`ralph construct` resumes; raise the limit with --max-iterations or --timeout",
     })
 }
