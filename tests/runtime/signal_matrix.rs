@@ -1,5 +1,5 @@
 //! The signal matrix: every mode (the construct loop, plan mode, build mode, a thread's loop)
-//! × {SIGINT, SIGTERM, SIGKILL then resume, two SIGTERMs}, through the example programs, with
+//! × {SIGINT, SIGTERM, SIGKILL then resume, two SIGTERMs}, through the `ralph` command, with
 //! a gate (in plan mode: the agent) that leaves `&` and `setsid` children behind.
 //!
 //! What must hold in every cell:
@@ -151,31 +151,28 @@ impl Cell {
         text
     }
 
-    /// The example program of this mode, with its arguments before `extra`.
+    /// The `ralph` command of this mode, with its arguments before `extra`.
     fn command(&self, extra: &[&str]) -> Command {
         let script = self.markers.path().join("x/script.toml");
-        let mut cmd = match self.mode {
-            Mode::Thread => Command::new(crate::support::thread_example()),
-            _ => Command::new(crate::support::example()),
-        };
-        cmd.arg("--workspace").arg(self.ws());
+        let mut cmd = Command::new(crate::support::ralph_bin());
+        cmd.arg("-C").arg(self.ws());
         match self.mode {
             Mode::Construct => {
-                cmd.arg("--script").arg(&script);
+                cmd.args(["construct", "spec.md", "--script"]).arg(&script);
             }
             Mode::Build => {
-                cmd.arg("build").arg("--script").arg(&script);
+                cmd.args(["build", "--script"]).arg(&script);
             }
             Mode::Plan => {
                 let [a, b, _] = self.sleeps;
-                cmd.args(["plan", "--agent", "claude"])
+                cmd.arg("plan")
                     .env("FAKE_CLAUDE_SPAWN", format!("(sleep {a} &); sleep {b}"))
                     .env("FAKE_CLAUDE_SPAWN_PIDFILE", self.marker("started"))
                     .env("FAKE_CLAUDE_HANG_AFTER", "0")
                     .env("FAKE_CLAUDE_IGNORE_TERM", "1");
             }
             Mode::Thread => {
-                cmd.arg("--script")
+                cmd.args(["thread", "--script"])
                     .arg(&script)
                     .args(["--max-iterations", "1"]);
             }
@@ -258,7 +255,7 @@ impl Cell {
                 assert!(text.contains(r#""id": "s-1""#), "{text}");
             }
             Mode::Thread => {
-                let out = self.command(&["status"]).output().unwrap();
+                let out = self.command(&["show"]).output().unwrap();
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 assert!(stdout.contains("phase: Implemented"), "{stdout}");
                 assert!(

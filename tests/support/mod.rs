@@ -141,6 +141,14 @@ pub fn thread_example() -> PathBuf {
 }
 
 /// `fake-claude`, a stand-in for the `claude` CLI (`fixtures/bin/fake_claude.rs`).
+/// The `ralph` command: `$TEST_INSTALLED_RALPH` when set (CI sets it to the binary
+/// `cargo install` made), else the one this build made.
+pub fn ralph_bin() -> PathBuf {
+    std::env::var_os("TEST_INSTALLED_RALPH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ralph")))
+}
+
 pub fn fake_claude() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fake-claude"))
 }

@@ -127,8 +127,16 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
         println!("{}", ralph.dry_run_plan(&specs)?);
         return Ok(0);
     }
-    let _interrupts = interrupts(&ralph)?;
-    let implementation = ralph.plan(&specs).await?;
+    let interrupts = interrupts(&ralph)?;
+    let implementation = match ralph.plan(&specs).await {
+        Ok(implementation) => implementation,
+        // Plan mode stopped by a signal saves nothing; the exit code is the signal's.
+        Err(e) if interrupts.received().is_some() => {
+            eprintln!("{e}");
+            return Ok(exit_code(&interrupts, 130));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let tasks: usize = implementation.specs.iter().map(|s| s.tasks.len()).sum();
     println!(
         "planned {} spec(s), {tasks} task(s) into implementation.json\nnext: ralph build",
