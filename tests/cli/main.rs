@@ -516,3 +516,50 @@ answer = "Done.\n<TASK_DONE>"
     assert!(text.contains("gate test failed the same way"), "{text}");
     assert!(text.contains("next: fix the gate"), "{text}");
 }
+
+/// A dry run writes nothing, in every mode of the command.
+#[tokio::test]
+async fn every_dry_run_of_the_command_writes_nothing() {
+    let dir = support::threads::repo().await;
+    let ws = dir.path();
+    std::fs::create_dir_all(ws.join("specs")).unwrap();
+    std::fs::write(ws.join("specs/a.md"), "# A\nWrite a.txt.\n").unwrap();
+    let thread = |args: &[&str]| {
+        let mut all = vec!["thread", "--script", THREAD_SCRIPT];
+        all.extend_from_slice(args);
+        ralph(ws, &all, &[])
+    };
+    assert_eq!(
+        thread(&["new", "--title", "Greeter", "--spec", THREAD_SPEC])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(thread(&["finalize"]).status.code(), Some(0));
+    let before = tree(ws);
+
+    for (args, code) in [
+        (vec!["construct", "specs/a.md", "--dry-run"], 0),
+        (vec!["plan", "--dry-run"], 0),
+        // No implementation.json yet: an error that says so, and still nothing written.
+        (vec!["build", "--dry-run"], 1),
+    ] {
+        let out = ralph(ws, &args, &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+    let out = thread(&["dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Dry run of thread"),
+        "{}",
+        stdout(&out)
+    );
+
+    assert_eq!(tree(ws), before, "no dry run wrote anything");
+}
