@@ -321,12 +321,52 @@ fn the_live_line_moves_in_a_terminal_and_a_pipe_gets_plain_lines() {
         println!("skipped: no tmux");
         return;
     }
-    let session = format!("ralph-test-{}", std::process::id());
-    let demo = parent.path().join("b");
+    let screens = demo_in_tmux(&parent.path().join("b"), "");
+    let moving: Vec<&String> = screens
+        .iter()
+        .filter(|s| s.contains("build t-3 Document usage in README.md · 0 in / 0 out"))
+        .collect();
+    assert!(!moving.is_empty(), "no moving line in {screens:#?}");
+    let last = screens.last().unwrap();
+    assert!(
+        last.contains("── summary ──") && last.contains("Spec complete"),
+        "{last}"
+    );
+    assert!(
+        !last.contains(" in / 0 out · $"),
+        "the moving line is cleared at the end: {last}"
+    );
+}
+
+/// With `NO_COLOR` the terminal gets plain lines too: no moving line.
+#[test]
+fn no_color_in_a_terminal_gives_plain_lines() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI needs tmux");
+        println!("skipped: no tmux");
+        return;
+    }
+    let parent = tempfile::tempdir().unwrap();
+    let screens = demo_in_tmux(&parent.path().join("demo"), "NO_COLOR=1 ");
+    assert!(
+        screens.iter().all(|s| !s.contains(" in / 0 out · $")),
+        "a moving line despite NO_COLOR: {screens:#?}"
+    );
+    assert!(screens.last().unwrap().contains("── summary ──"));
+}
+
+/// Runs `ralph demo --in DIR` in a tmux pane (with `env` before the command) and returns
+/// what the pane showed every 100 ms until the summary appeared.
+fn demo_in_tmux(dir: &Path, env: &str) -> Vec<String> {
+    let session = format!(
+        "ralph-test-{}-{}",
+        std::process::id(),
+        dir.file_name().unwrap().to_string_lossy()
+    );
     let command = format!(
-        "{} demo --in {}; sleep 60",
+        "{env}{} demo --in {}; sleep 60",
         ralph_bin().display(),
-        demo.display()
+        dir.display()
     );
     let started = Command::new("tmux")
         .args([
@@ -361,21 +401,7 @@ fn the_live_line_moves_in_a_terminal_and_a_pipe_gets_plain_lines() {
     let _ = Command::new("tmux")
         .args(["kill-session", "-t", &session])
         .status();
-
-    let moving: Vec<&String> = screens
-        .iter()
-        .filter(|s| s.contains("build t-3 Document usage in README.md · 0 in / 0 out"))
-        .collect();
-    assert!(!moving.is_empty(), "no moving line in {screens:#?}");
-    let last = screens.last().unwrap();
-    assert!(
-        last.contains("── summary ──") && last.contains("Spec complete"),
-        "{last}"
-    );
-    assert!(
-        !last.contains(" in / 0 out · $"),
-        "the moving line is cleared at the end: {last}"
-    );
+    screens
 }
 
 const THREAD_SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/thread/spec.md");
