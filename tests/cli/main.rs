@@ -7,18 +7,12 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::json;
 use support::messages_api::{ClaudeHome, MessagesApi, Reply, claude_or_skip};
-use support::tree;
-
-fn ralph_bin() -> PathBuf {
-    std::env::var_os("TEST_INSTALLED_RALPH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ralph")))
-}
+use support::{ralph_bin, tree};
 
 /// A fresh git repository holding a Cargo project and a spec.
 fn project() -> tempfile::TempDir {

@@ -187,14 +187,12 @@ async fn a_flood_of_gate_output_reaches_the_retry_prompt_bounded() {
 
 /// A gate that fails the same way for one task after another is broken, not the tasks: the
 /// run stops (exit 3) before it burns through every task's retries.
-#[tokio::test]
-async fn a_gate_failing_the_same_way_for_two_tasks_stops_the_run() {
+/// Tasks that each claim done and are accepted, checked by one required gate running
+/// `command`; the workspace is kept alive by the returned dir.
+fn gated(names: &[&str], command: &str, retries: u32) -> (tempfile::TempDir, Ralph) {
+    let list: Vec<(&str, &str)> = names.iter().map(|n| (*n, "it is done")).collect();
     let agent = FakeAgent::new()
-        .on(
-            Role::Investigate,
-            "i-1",
-            tasks(&[("First", "a"), ("Second", "b"), ("Third", "c")]),
-        )
+        .on(Role::Investigate, "i-1", tasks(&list))
         .always(Role::Build, Script::new().answer("Done.\n<TASK_DONE>"))
         .always(Role::Verify, accept("ok"))
         .always(Role::GapAnalysis, no_gaps());
@@ -202,14 +200,21 @@ async fn a_gate_failing_the_same_way_for_two_tasks_stops_the_run() {
     let ralph = Ralph::builder()
         .workspace(dir.path())
         .agent(agent)
-        .gate(ShellGate::new(
-            "test",
-            "echo 'sh: cargoo: not found'; exit 127",
-        ))
+        .gate(ShellGate::new("test", command))
         .store(MemoryStore::new())
-        .retries(1)
+        .retries(retries)
         .build()
-        .unwrap();
+        .expect("build");
+    (dir, ralph)
+}
+
+#[tokio::test]
+async fn a_gate_failing_the_same_way_for_two_tasks_stops_the_run() {
+    let (_dir, ralph) = gated(
+        &["First", "Second", "Third"],
+        "echo 'sh: cargoo: not found'; exit 127",
+        1,
+    );
 
     let outcome = ralph.construct("spec.md").await.unwrap();
 
@@ -234,27 +239,11 @@ async fn a_gate_failing_the_same_way_for_two_tasks_stops_the_run() {
 /// Different failures (each task's own) are the tasks' business: no early stop.
 #[tokio::test]
 async fn gate_failures_that_differ_do_not_stop_the_run() {
-    let agent = FakeAgent::new()
-        .on(
-            Role::Investigate,
-            "i-1",
-            tasks(&[("First", "a"), ("Second", "b")]),
-        )
-        .always(Role::Build, Script::new().answer("Done.\n<TASK_DONE>"))
-        .always(Role::Verify, accept("ok"))
-        .always(Role::GapAnalysis, no_gaps());
-    let dir = workspace(SPEC);
-    let ralph = Ralph::builder()
-        .workspace(dir.path())
-        .agent(agent)
-        .gate(ShellGate::new(
-            "test",
-            "echo \"failed at $(date +%N)\"; exit 1",
-        ))
-        .store(MemoryStore::new())
-        .retries(0)
-        .build()
-        .unwrap();
+    let (_dir, ralph) = gated(
+        &["First", "Second"],
+        "echo \"failed at $(date +%N)\"; exit 1",
+        0,
+    );
 
     let outcome = ralph.construct("spec.md").await.unwrap();
 

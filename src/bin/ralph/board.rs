@@ -182,15 +182,7 @@ fn next_action(board: &Board) -> serde_json::Value {
             .next()
             .map(|i| serde_json::json!({"id": i.id, "text": i.text})),
         Stage::Build => next_task(board).map(|t| serde_json::json!({"id": t.id, "name": t.name})),
-        Stage::Verify => {
-            let done: Vec<&TaskId> = board
-                .tasks
-                .values()
-                .filter(|t| t.status == TaskStatus::Done)
-                .map(|t| &t.id)
-                .collect();
-            Some(serde_json::json!({"tasks": done}))
-        }
+        Stage::Verify => Some(serde_json::json!({"tasks": done_ids(board)})),
         Stage::Decompose => board
             .tasks
             .values()
@@ -273,15 +265,19 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
     Ok(())
 }
 
-/// The one done task, for `reject` without an id.
-fn only_done(board: &Board) -> Result<TaskId> {
-    let done: Vec<&TaskId> = board
+/// The tasks waiting for VERIFY.
+fn done_ids(board: &Board) -> Vec<&TaskId> {
+    board
         .tasks
         .values()
         .filter(|t| t.status == TaskStatus::Done)
         .map(|t| &t.id)
-        .collect();
-    match done.as_slice() {
+        .collect()
+}
+
+/// The one done task, for `reject` without an id.
+fn only_done(board: &Board) -> Result<TaskId> {
+    match done_ids(board).as_slice() {
         [one] => Ok((*one).clone()),
         [] => Err("no task is done, so none can be rejected".into()),
         many => Err(format!(

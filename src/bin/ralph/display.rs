@@ -38,7 +38,8 @@ impl Lines {
                 *self.lock_costs().entry(key).or_default() += cost;
             }
             let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-            tokens.0 += usage.input_tokens;
+            // As the board counts them: cache reads and writes are input too.
+            tokens.0 += usage.input_tokens + usage.cache_read_tokens + usage.cache_creation_tokens;
             tokens.1 += usage.output_tokens;
         }
     }
