@@ -86,7 +86,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The exit code the `construct` example uses: 0 complete or one iteration done
+    /// The exit code the `ralph` command uses: 0 complete or one iteration done
     /// (`--once`), 2 limit or a declared stop with work left, 3 blocked, 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
@@ -194,7 +194,7 @@ pub enum SpecsOutcome {
 }
 
 impl SpecsOutcome {
-    /// The exit code the example uses: 0 complete or once, 2 attempts exhausted, 3 blocked,
+    /// The exit code the `ralph` command uses: 0 complete or once, 2 attempts exhausted, 3 blocked,
     /// 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -7,6 +7,11 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod crash_resume;
+mod demo;
+mod plan_build;
+mod thread_signals;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -28,14 +33,20 @@ fn project() -> tempfile::TempDir {
     dir
 }
 
-/// Runs `ralph ARGS` in `dir`, with no claude reachable unless `env` says where.
-fn ralph(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+/// `ralph ARGS` in `dir`, with no claude reachable.
+fn command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(ralph_bin());
     command
         .args(args)
         .current_dir(dir)
         .env_remove("RALPH_CLAUDE_BIN")
         .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    command
+}
+
+/// Runs `ralph ARGS` in `dir`, with no claude reachable unless `env` says where.
+fn ralph(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = command(dir, args);
     for (key, value) in env {
         command.env(key, value);
     }

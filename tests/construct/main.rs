@@ -8,11 +8,9 @@ mod support;
 
 mod agent_failures;
 mod board_edits;
-mod crash_resume;
 mod custom_tool;
 mod deps;
 mod diagnostics;
-mod example_cli;
 mod example_flow;
 mod interrupts;
 mod kills;

@@ -5,7 +5,6 @@ mod support;
 
 mod build;
 mod build_crash;
-mod example;
 mod implementation_store;
 mod mode_logs;
 mod plan_mode;

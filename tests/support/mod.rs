@@ -128,18 +128,6 @@ pub fn done() -> Script {
     Script::new().answer("Implemented.\n<TASK_DONE>")
 }
 
-/// The `construct` example, built as a binary the tests reach
-/// (`fixtures/bin/construct_example.rs`).
-pub fn example() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_construct-example"))
-}
-
-/// The `thread` example, built as a binary the tests reach
-/// (`fixtures/bin/thread_example.rs`).
-pub fn thread_example() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_thread-example"))
-}
-
 /// `fake-claude`, a stand-in for the `claude` CLI (`fixtures/bin/fake_claude.rs`).
 /// The `ralph` command: `$TEST_INSTALLED_RALPH` when set (CI sets it to the binary
 /// `cargo install` made), else the one this build made.

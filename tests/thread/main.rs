@@ -1,10 +1,9 @@
-//! Threads: the lifecycle, checkpoints, preflight, git safety, the loop, fallback and the example.
+//! Threads: the lifecycle, checkpoints, preflight, git safety, the loop and fallback.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod assess;
-mod example;
 mod fallback;
 mod lifecycle;
 mod preflight;

@@ -43,8 +43,13 @@ pub(crate) enum TaskCommand {
         #[arg(num_args = 1..=2, required = true)]
         args: Vec<String>,
     },
-    /// Order the pending tasks again and print the counts.
-    Prioritize,
+    /// Order the pending tasks again and print the counts as JSON.
+    Prioritize {
+        /// The spec whose tasks to order. A workspace's board holds the tasks of one spec,
+        /// the one on record, so this only checks that it is that one.
+        #[arg(long)]
+        spec: Option<std::path::PathBuf>,
+    },
     /// Put a blocked task back to pending with a fresh retry budget.
     Unblock {
         /// The task.
@@ -62,6 +67,30 @@ pub(crate) enum IssueCommand {
         /// What is wrong or missing.
         text: String,
     },
+}
+
+/// Whether `spec` names the spec the board holds the tasks of (`./spec.md` is `spec.md`).
+fn same_spec(board: &Board, spec: &Path) -> Result<()> {
+    let plain = |p: &Path| -> std::path::PathBuf {
+        p.components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect()
+    };
+    match &board.run.spec {
+        Some(recorded) if plain(Path::new(recorded)) == plain(spec) => Ok(()),
+        Some(recorded) => Err(format!(
+            "the board holds the tasks of {recorded}, not {}: one workspace builds one spec \
+             at a time",
+            spec.display()
+        )
+        .into()),
+        None => Err(format!(
+            "no spec on record here, so no tasks of {} to order: `ralph construct {}` starts it",
+            spec.display(),
+            spec.display()
+        )
+        .into()),
+    }
 }
 
 /// A task as `ralph task add` takes it.
@@ -247,7 +276,10 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             ralph.reject(&id, &reason).await?;
             println!("{id} rejected");
         }
-        TaskCommand::Prioritize => {
+        TaskCommand::Prioritize { spec } => {
+            if let Some(spec) = spec {
+                same_spec(&ralph.board().await?, &spec)?;
+            }
             let report = ralph.prioritize().await?;
             println!("{}", serde_json::to_string(&report)?);
         }

@@ -24,9 +24,9 @@ const USAGE: u8 = 64;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0    complete (or the command did what it says)
+  0    complete, one iteration done with --once, or the command did what it says
   1    error (the message names the file, key or task)
-  2    stopped at a limit (iterations, timeout), or one iteration done with --once
+  2    stopped at a limit (iterations, timeout)
   3    blocked: every task left needs a person
   64   usage error
   130  stopped by SIGINT (Ctrl+C); 143 SIGTERM; 129 SIGHUP";
@@ -107,7 +107,8 @@ struct RunFlags {
     /// The agent: `claude` (the Claude Code CLI).
     #[arg(long, default_value = "claude")]
     agent: String,
-    /// Use a scripted FakeAgent from this TOML file instead of a real agent.
+    /// Use a scripted FakeAgent from this TOML file instead of a real agent; its requests are
+    /// appended to .ralph/fake-requests.jsonl.
     #[arg(long, conflicts_with = "agent")]
     script: Option<PathBuf>,
 }

@@ -15,6 +15,9 @@ const DEMO_CONFIG: &str = include_str!("../../../fixtures/demo/ralph.toml");
 const DEMO_SCRIPT: &str = include_str!("../../../fixtures/demo/script.toml");
 /// Marks a directory as one the demo made, so a second `demo --in` may resume it.
 const DEMO_MARK: &str = ".ralph/demo";
+/// Where a scripted agent's requests are appended, one NDJSON line each, so runs across
+/// several processes (a crash, a resume) can be checked afterwards.
+pub(crate) const FAKE_REQUESTS: &str = ".ralph/fake-requests.jsonl";
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -37,7 +40,8 @@ pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
     if !json {
         println!("ralph demo · workspace {}", dir.display());
     }
-    let agent = FakeAgent::from_toml(DEMO_SCRIPT, "the bundled demo script")?;
+    let agent = FakeAgent::from_toml(DEMO_SCRIPT, "the bundled demo script")?
+        .record_to(dir.join(FAKE_REQUESTS));
     let lines = display::observer(json);
     let ralph = Ralph::builder()
         .workspace(&dir)
@@ -168,7 +172,9 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
 /// which starts no agent), and the display.
 async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Lines>) -> Result<RalphBuilder> {
     let agent: Box<dyn Agent> = match (&flags.script, flags.agent.as_str()) {
-        (Some(script), _) => Box::new(FakeAgent::from_toml_file(script)?),
+        (Some(script), _) => {
+            Box::new(FakeAgent::from_toml_file(script)?.record_to(workspace.join(FAKE_REQUESTS)))
+        }
         (None, "claude") => {
             let claude = ClaudeCli::from_workspace(workspace)?;
             if !flags.dry_run {

@@ -22,7 +22,8 @@ pub(crate) struct ThreadArgs {
     /// Iterations per round of the loop (`start`, `configure`, `reconfigure`).
     #[arg(long, global = true, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: u32,
-    /// Use a scripted FakeAgent from this TOML file instead of the Claude CLI.
+    /// Use a scripted FakeAgent from this TOML file instead of the Claude CLI; its requests
+    /// are appended to .ralph/fake-requests.jsonl.
     #[arg(long, global = true)]
     script: Option<PathBuf>,
     #[command(subcommand)]
@@ -113,7 +114,9 @@ enum ThreadCommand {
 /// Runs a thread command; the exit code.
 pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
     let agent: Box<dyn Agent> = match &args.script {
-        Some(script) => Box::new(FakeAgent::from_toml_file(script)?),
+        Some(script) => Box::new(
+            FakeAgent::from_toml_file(script)?.record_to(workspace.join(crate::run::FAKE_REQUESTS)),
+        ),
         None => Box::new(ClaudeCli::from_workspace(workspace)?),
     };
     let config = ralph::Config::load(workspace)?;
@@ -291,6 +294,12 @@ fn show(thread: &ThreadRecord) {
             );
         }
     }
+    if let Some(agent) = &thread.current_agent {
+        println!("  current model: {agent}");
+    }
+    for given_up in &thread.exhausted {
+        println!("  agent given up: {given_up}");
+    }
     if let Phase::PreflightFailed { failures } = &thread.phase {
         for failure in failures {
             println!("  preflight: {failure}");
@@ -307,7 +316,15 @@ fn next(thread: &ThreadRecord) -> String {
         Phase::Finalized => "`start` (or `reopen` to change the spec)".into(),
         Phase::PreflightFailed { .. } => "fix the above, then `start` again, or `fix-spec`".into(),
         Phase::Configuring => "`configure` runs the loop with --max-iterations".into(),
-        Phase::Paused { .. } => "`resume`, `reconfigure` or `abandon`".into(),
+        Phase::Paused {
+            iteration,
+            criteria_passing,
+            criteria_total,
+        } => format!(
+            "paused at iteration {iteration}/{} ({criteria_passing}/{criteria_total} criteria \
+             passing): `resume`, `reconfigure` or `abandon`",
+            thread.iteration_limit
+        ),
         Phase::Stuck { reason } => {
             format!(
                 "{reason}: `diagnose`, `reconfigure`, `assist`, `revise --file SPEC --yes` or `abandon`"
@@ -328,7 +345,14 @@ fn next(thread: &ThreadRecord) -> String {
             commit.as_deref().unwrap_or("(nothing to commit)"),
             thread.branch.as_deref().unwrap_or("the branch")
         ),
-        Phase::Abandoned => "nothing; the branch and the records are kept".into(),
+        Phase::Abandoned => format!(
+            "nothing was deleted{}; the records are kept",
+            thread
+                .branch
+                .as_deref()
+                .map(|b| format!(": the changes stay on {b}"))
+                .unwrap_or_default()
+        ),
         _ => String::new(),
     }
 }

@@ -1,6 +1,6 @@
-//! Crash and resume: the `construct` example is killed with SIGKILL at several points of the
-//! bundled demo, then run again on the same workspace until it finishes. No task may be lost,
-//! and no task may be run again after it was accepted.
+//! Crash and resume: `ralph demo` is killed with SIGKILL at several points of the bundled
+//! demo, then run again on the same workspace until it finishes. No task may be lost, and no
+//! task may be run again after it was accepted.
 
 #![cfg(unix)]
 #![allow(clippy::unwrap_used)]
@@ -8,29 +8,27 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use crate::support::example;
+use crate::demo::construct_demo;
 use crate::support::messages_api::alive_with_env;
 use serde_json::Value;
 
-/// How one run of the example ended.
+/// How one run ended.
 struct Run {
     code: Option<i32>,
     events: Vec<Value>,
 }
 
-/// Runs the example on `workspace` with `--json`; kills it with SIGKILL right after the
-/// first event for which `kill_at` is true, if any.
+/// Runs `ralph demo --in WORKSPACE --json`; kills it with SIGKILL right after the first
+/// event for which `kill_at` is true, if any.
 fn run(workspace: &Path, kill_at: Option<&dyn Fn(&Value) -> bool>) -> Run {
-    let mut child = Command::new(example())
-        .arg("--workspace")
+    let mut child = crate::command(workspace.parent().unwrap(), &["demo", "--json", "--in"])
         .arg(workspace)
-        .arg("--json")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("spawn the example");
+        .expect("spawn ralph demo");
     let stdout = child.stdout.take().expect("stdout");
     let mut events = Vec::new();
     for line in BufReader::new(stdout).lines() {
@@ -107,7 +105,7 @@ fn assert_nothing_after_acceptance(workspace: &Path, runs: &[Run]) {
 
 fn crash_then_resume(kill_at: &dyn Fn(&Value) -> bool) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let workspace = dir.path();
+    let workspace = &dir.path().join("ws");
     let first = run(workspace, Some(kill_at));
     assert_eq!(first.code, None, "the first run is killed by SIGKILL");
     let mut runs = vec![first];
@@ -192,6 +190,11 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
 fn processes_left_by_a_killed_run_are_killed_at_the_next_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let workspace = dir.path();
+    std::fs::copy(
+        Path::new(crate::demo::DEMO).join("spec.md"),
+        workspace.join("spec.md"),
+    )
+    .unwrap();
     // A gate that starts a daemon in a session of its own, then takes its time.
     std::fs::write(
         workspace.join("ralph.toml"),
@@ -200,14 +203,11 @@ fn processes_left_by_a_killed_run_are_killed_at_the_next_start() {
     )
     .unwrap();
     let start = |mark: &str| {
-        Command::new(example())
-            .arg("--workspace")
-            .arg(workspace)
-            .arg("--json")
+        construct_demo(workspace, &["spec.md", "--json"])
             .env("TEST_RUN_MARK", mark)
             .stdout(Stdio::null())
             .spawn()
-            .expect("spawn the example")
+            .expect("spawn ralph construct")
     };
     let first_mark = format!("first-{}", std::process::id());
 

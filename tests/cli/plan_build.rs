@@ -1,0 +1,88 @@
+//! `ralph plan` and `ralph build` on the bundled plan demo (`fixtures/demo-plan/`, a
+//! FakeAgent script): plan, then build from the resulting implementation.json, with real git
+//! and real shell gates.
+
+#![cfg(unix)]
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::{command, stderr, stdout};
+
+const DEMO_PLAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo-plan");
+
+/// A git repository holding the plan demo's specs and config, committed.
+fn plan_demo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::create_dir(ws.join("specs")).unwrap();
+    for (from, to) in [
+        ("ralph.toml", "ralph.toml"),
+        ("gitignore", ".gitignore"),
+        ("specs/greeter.md", "specs/greeter.md"),
+        ("specs/farewell.md", "specs/farewell.md"),
+    ] {
+        std::fs::copy(Path::new(DEMO_PLAN).join(from), ws.join(to)).unwrap();
+    }
+    git(ws, &["init", "-q", "-b", "main"]);
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "Specs of the plan demo"]);
+    dir
+}
+
+fn git(ws: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(ws)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `ralph MODE --script <the plan demo's script>`: the exit code and all it printed.
+fn run(mode: &str, ws: &Path) -> (Option<i32>, String) {
+    let script = Path::new(DEMO_PLAN).join("script.toml");
+    let out = command(ws, &[mode, "--script", script.to_str().unwrap()])
+        .output()
+        .unwrap();
+    (out.status.code(), stdout(&out) + &stderr(&out))
+}
+
+#[test]
+fn plan_then_build_the_plan_demo() {
+    let dir = plan_demo();
+    let ws = dir.path();
+
+    // Build first: there is nothing to build from yet.
+    let (code, text) = run("build", ws);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("run plan mode first"), "{text}");
+
+    let (code, text) = run("plan", ws);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("planned 2 spec(s), 3 task(s) into implementation.json"),
+        "{text}"
+    );
+    assert!(ws.join("implementation.json").exists());
+
+    let (code, text) = run("build", ws);
+    assert_eq!(code, Some(0), "{text}");
+    for part in [
+        "Syntax error",
+        "plan invalidated (the spec requires POSIX sh, the plan chose bash)",
+        "All specs complete: 2 spec(s) committed, 4 task(s) completed in this run.",
+    ] {
+        assert!(text.contains(part), "missing {part:?} in\n{text}");
+    }
+    assert_eq!(
+        git(ws, &["log", "--format=%s"]),
+        "Farewell\nGreeter\nSpecs of the plan demo\n"
+    );
+    assert!(ws.join("specs/plans/farewell.attempt-1.md").exists());
+    let progress = std::fs::read_to_string(ws.join("PROGRESS.md")).unwrap();
+    assert!(progress.contains("greeter: Greeter") && progress.contains("farewell: Farewell"));
+}

@@ -1,0 +1,99 @@
+//! `ralph thread` as a person runs it, one process per command: Ctrl+C pauses and `resume`
+//! continues; `abandon` deletes nothing.
+
+#![cfg(unix)]
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::support::threads::repo;
+use crate::{THREAD_SCRIPT, THREAD_SPEC, command, stderr, stdout};
+
+/// `ralph thread --script SCRIPT ARGS` in `ws`.
+fn thread(ws: &Path, script: &Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = command(ws, &["thread", "--script"]);
+    cmd.arg(script).args(args);
+    cmd
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    stdout(&out)
+}
+
+/// A thread made from the bundled spec and finalized.
+fn finalized(ws: &Path) {
+    let script = Path::new(THREAD_SCRIPT);
+    ok(thread(
+        ws,
+        script,
+        &["new", "--title", "Greeter", "--spec", THREAD_SPEC],
+    )
+    .output()
+    .unwrap());
+    ok(thread(ws, script, &["finalize"]).output().unwrap());
+}
+
+#[tokio::test]
+async fn ctrl_c_pauses_with_130_and_resume_continues() {
+    let dir = repo().await;
+    let ws = dir.path();
+    let scripts = tempfile::tempdir().unwrap();
+    let hang = scripts.path().join("hang.toml");
+    std::fs::write(
+        &hang,
+        "[[run]]\nrole = \"build\"\nattempt = 1\n[[run.steps]]\nhang = {}\n",
+    )
+    .unwrap();
+    let fix = scripts.path().join("fix.toml");
+    std::fs::write(
+        &fix,
+        "[[run]]\nrole = \"build\"\nattempt = 1\n[[run.steps]]\nwrite = { path = \"greet.sh\", content = \"echo \\\"Hello, ${1:-World}!\\\"\\n\" }\n[[run.steps]]\nanswer = \"GREETER_DONE\"\n",
+    )
+    .unwrap();
+    finalized(ws);
+    let child = thread(ws, &hang, &["--quick", "start"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = ws.join(".ralph/runs/1-greeter-r1/output.log");
+    for _ in 0..300 {
+        if log.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    // Paused by SIGINT: the exit code says so (130), as in every mode.
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    let paused = stdout(&out);
+    assert!(
+        paused.contains("phase: Paused")
+            && paused.contains("paused at iteration 1")
+            && paused.contains("current model: fake"),
+        "{paused}"
+    );
+    let resumed = ok(thread(ws, &fix, &["--quick", "resume"]).output().unwrap());
+    assert!(resumed.contains("phase: PendingReview"), "{resumed}");
+}
+
+#[tokio::test]
+async fn abandon_keeps_the_branch_and_says_so() {
+    let dir = repo().await;
+    let ws = dir.path();
+    let script = Path::new(THREAD_SCRIPT);
+    finalized(ws);
+    ok(thread(ws, script, &["start"]).output().unwrap());
+    let abandoned = ok(thread(ws, script, &["abandon"]).output().unwrap());
+    assert!(
+        abandoned.contains("phase: Abandoned")
+            && abandoned.contains("nothing was deleted: the changes stay on ralph/1-greeter"),
+        "{abandoned}"
+    );
+    assert!(ws.join("greet.sh").exists());
+}
