@@ -116,6 +116,15 @@ pub enum Event {
         /// The killed run's log.
         log: Option<PathBuf>,
     },
+    /// An issue's investigator was killed; the issue goes to DECOMPOSE.
+    IssueKilled {
+        /// The issue.
+        issue: IssueId,
+        /// Why.
+        reason: KillReason,
+        /// The killed run's log.
+        log: Option<PathBuf>,
+    },
     /// The verifier's verdict on a task.
     Verdict {
         /// The task.
@@ -144,6 +153,13 @@ pub enum Event {
         /// The killed task.
         task: TaskId,
         /// Its replacements.
+        into: Vec<TaskId>,
+    },
+    /// An issue whose investigator was killed became tasks, made from its log.
+    IssueDecomposed {
+        /// The issue.
+        issue: IssueId,
+        /// The tasks made from it.
         into: Vec<TaskId>,
     },
     /// A rate limit: the loop waits until it resets.
@@ -342,6 +358,13 @@ impl std::fmt::Display for Event {
                     None => Ok(()),
                 }
             }
+            Event::IssueKilled { issue, reason, log } => {
+                write!(f, "✗ {issue} investigation killed ({reason})")?;
+                match log {
+                    Some(log) => write!(f, "; log {}", log.display()),
+                    None => Ok(()),
+                }
+            }
             Event::Verdict {
                 task,
                 accepted,
@@ -360,6 +383,7 @@ impl std::fmt::Display for Event {
             Event::Prioritized { order, .. } if order.is_empty() => Ok(()),
             Event::Prioritized { order, .. } => write!(f, "priorities: {}", order.join(", ")),
             Event::Decomposed { task, into } => write!(f, "{task} → {}", list(into)),
+            Event::IssueDecomposed { issue, into } => write!(f, "{issue} → {}", list(into)),
             Event::RateLimited { wait_secs } => write!(f, "rate limited: waiting {wait_secs}s"),
             Event::StateRepaired { note } => write!(f, "state repaired: {note}"),
             Event::Warning { message } => write!(f, "warning: {message}"),

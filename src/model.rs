@@ -390,6 +390,19 @@ impl Task {
         self.blocked_reason = None;
         self.retry_base = self.attempts;
     }
+
+    /// A limit killed this task's agent (in BUILD or VERIFY): pending, with the kill and a
+    /// tombstone saying which limit (`note`), so DECOMPOSE takes it next.
+    pub(crate) fn record_kill(&mut self, reason: KillReason, log: Option<PathBuf>, note: &str) {
+        self.status = TaskStatus::Pending;
+        self.kill_reason = Some(reason);
+        self.kill_log = log;
+        self.verdict = None;
+        self.tombstones.push(Tombstone {
+            reason: note.to_owned(),
+            at: crate::time::now_rfc3339(),
+        });
+    }
 }
 
 /// Where an issue is in its lifecycle.
@@ -436,6 +449,13 @@ pub struct Issue {
     /// Why it is out of scope or blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why its investigator was killed; an open issue with one goes to DECOMPOSE, which
+    /// makes its tasks from the head and tail of the killed run's log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_reason: Option<KillReason>,
+    /// The killed investigator's log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_log: Option<PathBuf>,
 }
 
 impl Issue {
@@ -450,7 +470,14 @@ impl Issue {
             attempts: 0,
             tasks: Vec::new(),
             reason: None,
+            kill_reason: None,
+            kill_log: None,
         }
+    }
+
+    /// Open, with its investigator killed: DECOMPOSE takes it, not INVESTIGATE.
+    pub fn is_killed(&self) -> bool {
+        self.status == IssueStatus::Open && self.kill_reason.is_some()
     }
 
     /// Sets an explicit priority.
@@ -782,7 +809,7 @@ impl Board {
     pub fn open_issues(&self) -> impl Iterator<Item = &Issue> {
         self.issues
             .values()
-            .filter(|i| i.status == IssueStatus::Open)
+            .filter(|i| i.status == IssueStatus::Open && !i.is_killed())
     }
 
     /// Tasks that are not accepted and not decomposed.
@@ -806,7 +833,7 @@ impl Board {
         let tasks = || self.tasks.values();
         if self.declared_complete {
             Stage::Complete
-        } else if tasks().any(Task::is_killed) {
+        } else if tasks().any(Task::is_killed) || self.issues.values().any(Issue::is_killed) {
             Stage::Decompose
         } else if self.open_issues().next().is_some() {
             Stage::Investigate

@@ -12,7 +12,7 @@ use super::{Engine, Flow, bounded_failure, first_line};
 use crate::agent::Claim;
 use crate::agent::{FailureKind, Role};
 use crate::event::Event;
-use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus, Tombstone};
+use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::call::Ending;
 use crate::runtime::deadline;
@@ -337,24 +337,7 @@ impl Engine {
         log: Option<PathBuf>,
         memo: Option<Change>,
     ) -> Result<TaskEnd, Error> {
-        let limit = match reason {
-            KillReason::Timeout => format!(
-                "stopped by the timeout ({})",
-                humantime::format_duration(
-                    self.config().stage_timeout.min(self.config().agent_timeout)
-                )
-            ),
-            _ => format!(
-                "stopped at the context limit ({:.0}%)",
-                self.config().context.kill * 100.0
-            ),
-        };
-        task.kill_reason = Some(reason);
-        task.kill_log = log.clone();
-        task.tombstones.push(Tombstone {
-            reason: limit,
-            at: now_rfc3339(),
-        });
+        task.record_kill(reason, log.clone(), &self.kill_note(reason));
         let id = task.id.clone();
         self.commit(with_memo(task, memo)).await?;
         self.emit(Event::TaskKilled {

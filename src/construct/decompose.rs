@@ -1,5 +1,6 @@
-//! DECOMPOSE: a killed task is replaced by 2–5 subtasks, designed by an agent that
-//! sees only the head and tail of the killed run's log (the whole log is what overflowed).
+//! DECOMPOSE: a task killed by a limit (in BUILD or VERIFY) is replaced by 2–5 subtasks, and
+//! an issue whose investigator was killed becomes 2–5 tasks, designed by an agent that sees
+//! only the head and tail of the killed run's log (the whole log is what overflowed).
 
 use serde::Serialize;
 
@@ -8,7 +9,7 @@ use crate::agent::Role;
 use crate::answer::DecomposeAnswer;
 use crate::event::Event;
 use crate::logfile;
-use crate::model::{Change, Task, TaskStatus};
+use crate::model::{Change, Issue, IssueStatus, Task, TaskStatus};
 use crate::runtime::call::Structured;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -18,26 +19,30 @@ use crate::logfile::{DEFAULT_HEAD_LINES as LOG_HEAD_LINES, DEFAULT_TAIL_LINES as
 
 impl Engine {
     pub(super) async fn decompose(&mut self) -> Result<Flow, Error> {
-        let killed: Vec<Task> = self
-            .board
-            .tasks
-            .values()
-            .filter(|t| t.is_killed())
+        let tasks = self.board.tasks.values().filter(|t| t.is_killed());
+        let issues = self.board.issues.values().filter(|i| i.is_killed());
+        let killed: Vec<Killed> = tasks
             .cloned()
+            .map(Killed::Task)
+            .chain(issues.cloned().map(Killed::Issue))
             .collect();
         let iteration = self.board.run.iteration;
         let last = killed.len().saturating_sub(1);
-        for (i, task) in killed.into_iter().enumerate() {
+        for (i, subject) in killed.into_iter().enumerate() {
             if self.stopped() {
                 return Ok(Flow::Interrupted);
             }
-            let Some((mut changes, event)) = self.decompose_task(task).await? else {
+            let decomposed = match subject {
+                Killed::Task(task) => self.decompose_task(task).await?,
+                Killed::Issue(issue) => self.decompose_issue(issue).await?,
+            };
+            let Some((mut changes, event)) = decomposed else {
                 return Ok(Flow::Interrupted);
             };
             // Seed 000: after decomposition, the next iteration starts at once. The increment
             // rides in the last task's batch, so a crash cannot separate the two.
             if i == last {
-                let note = format!("decomposed {} killed task(s)", last + 1);
+                let note = format!("decomposed {} killed task(s) or issue(s)", last + 1);
                 changes.push(Change::Run(self.next_iteration(0, &note)));
             }
             // The subtasks are prioritized with everything else that can be built.
@@ -53,9 +58,78 @@ impl Engine {
     /// The changes that replace (or block) one killed task, and the event to report; `None`
     /// if the run was interrupted.
     async fn decompose_task(&mut self, task: Task) -> Result<Option<(Vec<Change>, Event)>, Error> {
+        let Some(result) = self.ask_decomposer(&task, "task").await? else {
+            return Ok(None);
+        };
+        Ok(Some(match result {
+            Ok(answer) => self.replace_with_subtasks(task, &answer),
+            Err(reason) => {
+                let mut blocked = task;
+                blocked.status = TaskStatus::Blocked;
+                blocked.blocked_reason = Some(reason.clone());
+                let event = Event::TaskBlocked {
+                    task: blocked.id.clone(),
+                    reason,
+                };
+                (vec![Change::Task(blocked)], event)
+            }
+        }))
+    }
+
+    /// The changes that turn one issue whose investigator was killed into tasks (or block
+    /// it), and the event to report; `None` if the run was interrupted.
+    async fn decompose_issue(
+        &mut self,
+        mut issue: Issue,
+    ) -> Result<Option<(Vec<Change>, Event)>, Error> {
+        // The decomposer's prompt speaks of a task: the issue's text is its name.
+        let mut view = Task::new(issue.id.as_str(), issue.text.clone());
+        view.kill_reason = issue.kill_reason;
+        view.kill_log = issue.kill_log.clone();
+        let Some(result) = self.ask_decomposer(&view, "issue").await? else {
+            return Ok(None);
+        };
+        Ok(Some(match result {
+            Ok(answer) => {
+                let mut run = self.board.run.clone();
+                let origin = issue.id.to_string();
+                let mut tasks = self.materialize(&answer.subtasks, None, &mut run, &origin);
+                for task in &mut tasks {
+                    task.priority = task.priority.or(issue.priority);
+                }
+                issue.status = IssueStatus::Resolved;
+                issue.tasks = tasks.iter().map(|t| t.id.clone()).collect();
+                let event = Event::IssueDecomposed {
+                    issue: issue.id.clone(),
+                    into: issue.tasks.clone(),
+                };
+                let mut changes = vec![Change::Run(run)];
+                changes.extend(tasks.into_iter().map(Change::Task));
+                changes.push(Change::Issue(issue));
+                (changes, event)
+            }
+            Err(reason) => {
+                issue.status = IssueStatus::Blocked;
+                issue.reason = Some(reason.clone());
+                let event = Event::Warning {
+                    message: format!("{} blocked: {reason}", issue.id),
+                };
+                (vec![Change::Issue(issue)], event)
+            }
+        }))
+    }
+
+    /// The decomposer's subtasks for `task` (a killed task, or an issue seen as one):
+    /// `Ok(answer)`, `Err(why not)`, or `None` if the run was interrupted.
+    async fn ask_decomposer(
+        &mut self,
+        task: &Task,
+        kind: &str,
+    ) -> Result<Option<Result<DecomposeAnswer, String>>, Error> {
         #[derive(Serialize)]
         struct Ctx<'a> {
             task: &'a Task,
+            kind: &'a str,
             log: String,
             head: usize,
             tail: usize,
@@ -70,7 +144,8 @@ impl Engine {
             None => "(no log was recorded)".to_owned(),
         };
         let ctx = Ctx {
-            task: &task,
+            task,
+            kind,
             log,
             head: LOG_HEAD_LINES,
             tail: LOG_TAIL_LINES,
@@ -86,19 +161,12 @@ impl Engine {
             .caller
             .structured::<DecomposeAnswer>(call, |a| self.check_dep_ids(&a.subtasks))
             .await?;
+        // A killed decomposer is not decomposed again: the subject waits for a person.
         Ok(match result {
             Structured::Interrupted => None,
-            Structured::Answer(answer) => Some(self.replace_with_subtasks(task, &answer)),
-            Structured::Unusable(reason) => {
-                let reason = format!("could not be decomposed: {reason}");
-                let mut blocked = task;
-                blocked.status = TaskStatus::Blocked;
-                blocked.blocked_reason = Some(reason.clone());
-                let event = Event::TaskBlocked {
-                    task: blocked.id.clone(),
-                    reason,
-                };
-                Some((vec![Change::Task(blocked)], event))
+            Structured::Answer(answer) => Some(Ok(answer)),
+            Structured::Unusable { reason, .. } => {
+                Some(Err(format!("could not be decomposed: {reason}")))
             }
         })
     }
@@ -151,4 +219,10 @@ impl Engine {
         };
         (changes, event)
     }
+}
+
+/// What DECOMPOSE takes: a killed task, or an issue whose investigator was killed.
+enum Killed {
+    Task(Task),
+    Issue(Issue),
 }

@@ -115,6 +115,15 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
                 .open_issues()
                 .next()
                 .map(|i| (i.id.to_string(), i.text.clone())),
+            Stage::Decompose => board
+                .tasks
+                .values()
+                .find(|t| t.is_killed())
+                .map(|t| (t.id.to_string(), t.name.clone()))
+                .or_else(|| {
+                    let issue = board.issues.values().find(|i| i.is_killed())?;
+                    Some((issue.id.to_string(), issue.text.clone()))
+                }),
             _ => None,
         };
         (stage, next)

@@ -87,7 +87,22 @@ impl Engine {
                 changes.extend(tasks.iter().cloned().map(Change::Task));
                 self.settle_issue(issue, tasks, changes).await?;
             }
-            Structured::Unusable(reason) => {
+            // Killed by a limit: DECOMPOSE makes the issue's tasks from the run's log.
+            Structured::Unusable {
+                kill: Some(kill), ..
+            } => {
+                let event = Event::IssueKilled {
+                    issue: issue.id.clone(),
+                    reason: kill.reason,
+                    log: kill.log.clone(),
+                };
+                issue.reason = Some(self.kill_note(kill.reason));
+                issue.kill_reason = Some(kill.reason);
+                issue.kill_log = kill.log;
+                self.commit(vec![Change::Issue(issue)]).await?;
+                self.emit(event);
+            }
+            Structured::Unusable { reason, kill: None } => {
                 if issue.attempts > self.config().retries {
                     issue.status = IssueStatus::Blocked;
                 }

@@ -32,8 +32,8 @@ use crate::answer::{DepRef, ProposedTask};
 use crate::config::Config;
 use crate::event::Event;
 use crate::model::{
-    Board, Change, Issue, IssueStatus, IterationEntry, Priority, RunState, Stage, Task, TaskId,
-    TaskStatus,
+    Board, Change, Issue, IssueStatus, IterationEntry, KillReason, Priority, RunState, Stage, Task,
+    TaskId, TaskStatus,
 };
 use crate::outcome::{BlockedItem, Outcome};
 use crate::output::{bounded_failure, first_line};
@@ -465,6 +465,24 @@ fn blocked_items(board: &Board) -> Vec<BlockedItem> {
 /// # Errors
 ///
 /// [`Error::Prioritize`] on a dependency cycle.
+impl Engine {
+    /// What a kill by `reason` means, with the limit that fired: a tombstone's text.
+    pub(super) fn kill_note(&self, reason: KillReason) -> String {
+        match reason {
+            KillReason::Timeout => format!(
+                "stopped by the timeout ({})",
+                humantime::format_duration(
+                    self.config().stage_timeout.min(self.config().agent_timeout)
+                )
+            ),
+            KillReason::ContextLimit => format!(
+                "stopped at the context limit ({:.0}%)",
+                self.config().context.kill * 100.0
+            ),
+        }
+    }
+}
+
 pub(crate) fn prioritize_changes(
     board: &Board,
     prioritizer: &dyn Prioritizer,

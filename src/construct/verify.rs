@@ -14,14 +14,22 @@ use crate::agent::Role;
 use crate::answer::{GapAnswer, VerdictKind, VerifyAnswer};
 use crate::event::Event;
 use crate::model::{Change, Issue, IssueId, RunState, Task, TaskId, TaskStatus, Verdict};
-use crate::runtime::call::{Call, Caller, Structured};
+use crate::runtime::call::{Call, Caller, Kill, Structured};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::spec::SpecDoc;
 
-/// What a verifier job returns: the task, and its verdict with the runs used, or nothing if
-/// the run was interrupted.
-type JobResult = (TaskId, Result<Option<(Verdict, u32)>, Error>);
+/// What a verifier job returns: the task, and how its check ended with the runs used, or
+/// nothing if the run was interrupted.
+type JobResult = (TaskId, Result<Option<(Checked, u32)>, Error>);
+
+/// How one verifier ended.
+enum Checked {
+    /// A verdict (a rejection naming why when the answer was unusable).
+    Verdict(Verdict),
+    /// A limit killed the verifier: the task goes to DECOMPOSE, as a killed build does.
+    Killed(Kill),
+}
 
 impl Engine {
     pub(super) async fn verify(&mut self) -> Result<Flow, Error> {
@@ -111,26 +119,39 @@ impl Engine {
         Ok(())
     }
 
-    /// Records verdicts on their tasks, in one persisted batch, then reports them.
+    /// Records verdicts (and kills) on their tasks, in one persisted batch, then reports them.
     async fn record_verdicts(
         &mut self,
-        verdicts: Vec<(TaskId, Verdict, u32)>,
+        verdicts: Vec<(TaskId, Checked, u32)>,
     ) -> Result<(), Error> {
         let changes = verdicts
             .iter()
-            .map(|(id, verdict, runs)| {
+            .map(|(id, checked, runs)| {
                 let mut task = self.task(id)?;
                 task.verifications += runs;
-                task.verdict = Some(verdict.clone());
+                match checked {
+                    Checked::Verdict(verdict) => task.verdict = Some(verdict.clone()),
+                    Checked::Killed(kill) => {
+                        let note = format!("verification {}", self.kill_note(kill.reason));
+                        task.record_kill(kill.reason, kill.log.clone(), &note);
+                    }
+                }
                 Ok(Change::Task(task))
             })
             .collect::<Result<_, Error>>()?;
         self.commit(changes).await?;
-        for (id, verdict, _) in verdicts {
-            self.emit(Event::Verdict {
-                task: id,
-                accepted: verdict.accepted,
-                reason: verdict.reason,
+        for (id, checked, _) in verdicts {
+            self.emit(match checked {
+                Checked::Verdict(verdict) => Event::Verdict {
+                    task: id,
+                    accepted: verdict.accepted,
+                    reason: verdict.reason,
+                },
+                Checked::Killed(kill) => Event::TaskKilled {
+                    task: id,
+                    reason: kill.reason,
+                    log: kill.log,
+                },
             });
         }
         Ok(())
@@ -185,7 +206,7 @@ impl Engine {
         Ok(match result {
             Structured::Answer(answer) => Some(answer),
             Structured::Interrupted => None,
-            Structured::Unusable(reason) => {
+            Structured::Unusable { reason, .. } => {
                 self.emit(Event::Warning {
                     message: format!(
                         "gap analysis gave no usable answer ({reason}); no gaps recorded"
@@ -274,23 +295,27 @@ fn apply_verdict(mut task: Task, verdict: &Verdict) -> Task {
     task
 }
 
-/// One verifier: a verdict from a valid answer; a rejection naming why when there is none.
-async fn verify_one(caller: Caller, call: Call) -> Result<Option<(Verdict, u32)>, Error> {
+/// One verifier: a verdict from a valid answer; a rejection naming why when there is none;
+/// a kill when a limit stopped it.
+async fn verify_one(caller: Caller, call: Call) -> Result<Option<(Checked, u32)>, Error> {
     let (result, runs) = caller.structured::<VerifyAnswer>(call, |_| Ok(())).await?;
-    let verdict = match result {
+    let checked = match result {
         Structured::Interrupted => return Ok(None),
-        Structured::Answer(answer) => Verdict {
+        Structured::Answer(answer) => Checked::Verdict(Verdict {
             accepted: answer.verdict == VerdictKind::Accept,
             reason: answer.reason,
             gaps: answer.gaps,
-        },
-        Structured::Unusable(reason) => Verdict {
+        }),
+        Structured::Unusable {
+            kill: Some(kill), ..
+        } => Checked::Killed(kill),
+        Structured::Unusable { reason, kill: None } => Checked::Verdict(Verdict {
             accepted: false,
             reason: format!("no usable verdict: {reason}"),
             gaps: Vec::new(),
-        },
+        }),
     };
-    Ok(Some((verdict, runs)))
+    Ok(Some((checked, runs)))
 }
 
 #[cfg(test)]

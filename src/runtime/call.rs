@@ -93,8 +93,26 @@ pub(crate) struct Call {
 pub(crate) enum Structured<T> {
     Answer(T),
     /// The call ended without a usable answer, for this reason.
-    Unusable(String),
+    Unusable {
+        reason: String,
+        /// Set when a limit killed the agent (the timeout, the context): in the construct
+        /// loop its task or issue goes to DECOMPOSE.
+        kill: Option<Kill>,
+    },
     Interrupted,
+}
+
+/// Why a limit killed an agent, and the killed run's log.
+#[derive(Debug)]
+pub(crate) struct Kill {
+    pub(crate) reason: KillReason,
+    pub(crate) log: Option<PathBuf>,
+}
+
+impl<T> Structured<T> {
+    fn unusable(reason: String) -> Self {
+        Structured::Unusable { reason, kill: None }
+    }
 }
 
 /// Runs agent calls. Cheap to clone into concurrent verifier jobs.
@@ -310,19 +328,18 @@ impl Caller {
                 } => return Err(Error::AgentFatal(reason)),
                 Ending::Failed { reason, .. } => {
                     return Ok((
-                        Structured::Unusable(format!("the agent failed: {reason}")),
+                        Structured::unusable(format!("the agent failed: {reason}")),
                         runs,
                     ));
                 }
-                Ending::Killed { reason, .. } => {
-                    return Ok((
-                        Structured::Unusable(format!("the agent was stopped ({reason})")),
-                        runs,
-                    ));
+                Ending::Killed { reason, log } => {
+                    let kill = Some(Kill { reason, log });
+                    let reason = format!("the agent was stopped ({reason})");
+                    return Ok((Structured::Unusable { reason, kill }, runs));
                 }
                 Ending::RateLimited(_) => {
                     return Ok((
-                        Structured::Unusable("the agent is rate limited".into()),
+                        Structured::unusable("the agent is rate limited".into()),
                         runs,
                     ));
                 }
@@ -338,7 +355,7 @@ impl Caller {
             );
         }
         Ok((
-            Structured::Unusable(format!("no valid answer after a retry: {last_error}")),
+            Structured::unusable(format!("no valid answer after a retry: {last_error}")),
             runs,
         ))
     }

@@ -70,7 +70,7 @@ async fn plan(
         .await?;
     let answer = match answer {
         Structured::Answer(answer) => answer,
-        Structured::Unusable(reason) => {
+        Structured::Unusable { reason, .. } => {
             return Err(Error::PlanMode(format!(
                 "no usable plan ({reason}); implementation.json was not changed"
             )));

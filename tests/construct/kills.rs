@@ -165,3 +165,140 @@ async fn a_killed_task_is_decomposed_and_a_compacted_one_carries_on(
         ]
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Kills outside BUILD go to DECOMPOSE too (audit rows 000-R49, 000-R50).
+// ---------------------------------------------------------------------------------------
+
+/// Two subtasks from the decomposer.
+fn two_parts() -> Script {
+    Script::new().json(json!({"subtasks": [
+        {"name": "Write the greeting", "accept": "greets"},
+        {"name": "Write the farewell", "accept": "says bye"}
+    ]}))
+}
+
+#[rstest]
+#[case::timeout(
+    Script::new().print("reading every file", 20).hang(),
+    KillReason::Timeout,
+    "verification stopped by the timeout (400ms)"
+)]
+#[case::context_limit(
+    Script::new().print("reading every file", 20).usage(96, 100, None),
+    KillReason::ContextLimit,
+    "verification stopped at the context limit (95%)"
+)]
+#[tokio::test]
+async fn a_killed_verifier_sends_its_task_to_decompose_not_to_a_rejection(
+    #[case] verifier: Script,
+    #[case] reason: KillReason,
+    #[case] tombstone: &str,
+) {
+    let h = Harness::new(
+        one_task()
+            .on(Role::Verify, "t-1", verifier)
+            .on(Role::Decompose, "t-1", two_parts())
+            .always(Role::Build, writes_done()),
+    );
+
+    let outcome = h
+        .run(|b| {
+            b.gate(done_gate())
+                .stage_timeout(Duration::from_millis(400))
+        })
+        .await;
+
+    h.agent.verify().unwrap();
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 2, .. }),
+        "{outcome:?}"
+    );
+    let killed = h.events.of_kind("task_killed");
+    assert_eq!(killed.len(), 1);
+    assert_eq!(killed[0]["task"], "t-1");
+    assert_eq!(killed[0]["reason"], reason.to_string());
+    // Not a verdict: no rejection, and t-1 was never built again.
+    assert!(
+        h.events
+            .of_kind("verdict")
+            .iter()
+            .all(|v| v["task"] != "t-1")
+    );
+    assert_eq!(attempts(&h.requests(Role::Build, "t-1")), [1]);
+    let at_kill = h
+        .history("t-1")
+        .into_iter()
+        .find(|t| t.kill_reason.is_some())
+        .unwrap();
+    assert_eq!(at_kill.status, TaskStatus::Pending);
+    assert_eq!(at_kill.tombstones.last().unwrap().reason, tombstone);
+    let log = at_kill.kill_log.unwrap();
+    let text = std::fs::read_to_string(h.path().join(&log)).unwrap();
+    assert!(text.contains("reading every file"), "{log:?}");
+
+    let decompose = &h.requests(Role::Decompose, "t-1")[0];
+    assert!(decompose.prompt.contains("reading every file"));
+    let board = h.store.board();
+    assert_eq!(board.tasks["t-1"].status, TaskStatus::Decomposed);
+    for sub in ["t-1a", "t-1b"] {
+        assert_eq!(board.tasks[sub].status, TaskStatus::Accepted);
+    }
+}
+
+#[tokio::test]
+async fn a_killed_investigator_sends_its_issue_to_decompose() {
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                Script::new().print("listing the repository", 20).hang(),
+            )
+            .on(Role::Decompose, "i-1", two_parts())
+            .always(Role::Build, writes_done())
+            .always(Role::Verify, accept("meets the criteria"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+
+    let outcome = h
+        .run(|b| {
+            b.gate(done_gate())
+                .stage_timeout(Duration::from_millis(400))
+        })
+        .await;
+
+    h.agent.verify().unwrap();
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 2, .. }),
+        "{outcome:?}"
+    );
+    let killed = h.events.of_kind("issue_killed");
+    assert_eq!(killed.len(), 1);
+    assert_eq!(killed[0]["issue"], "i-1");
+    assert_eq!(killed[0]["reason"], "timeout");
+    // Investigated once, never again: DECOMPOSE made its tasks from the log.
+    assert_eq!(h.requests(Role::Investigate, "i-1").len(), 1);
+    let decompose = &h.requests(Role::Decompose, "i-1")[0];
+    assert!(decompose.prompt.contains("listing the repository"));
+    assert!(
+        decompose.prompt.contains("The issue"),
+        "{}",
+        decompose.prompt
+    );
+    let decomposed = h.events.of_kind("issue_decomposed");
+    assert_eq!(decomposed[0]["into"], json!(["t-1", "t-2"]));
+    let board = h.store.board();
+    let issue = &board.issues["i-1"];
+    assert_eq!(issue.status, IssueStatus::Resolved);
+    assert_eq!(issue.kill_reason, Some(KillReason::Timeout));
+    assert_eq!(issue.tasks, ["t-1", "t-2"]);
+    assert_eq!(
+        h.events.stages()[..3],
+        [
+            (1, "INVESTIGATE".to_owned()),
+            (1, "DECOMPOSE".to_owned()),
+            (2, "BUILD".to_owned()),
+        ]
+    );
+}

@@ -216,7 +216,11 @@ fn next_action(board: &Board) -> serde_json::Value {
             .tasks
             .values()
             .find(|t| t.is_killed())
-            .map(|t| serde_json::json!({"id": t.id, "name": t.name})),
+            .map(|t| serde_json::json!({"id": t.id, "name": t.name}))
+            .or_else(|| {
+                let issue = board.issues.values().find(|i| i.is_killed())?;
+                Some(serde_json::json!({"id": issue.id, "text": issue.text}))
+            }),
         _ => None,
     };
     serde_json::json!({"action": stage_name(stage).to_lowercase(), "item": item})

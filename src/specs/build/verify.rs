@@ -81,7 +81,7 @@ impl SpecBuild {
         entry.verifications = entry.verifications.saturating_add(runs);
         let answer = match result {
             Structured::Interrupted => return Ok(Judgement::Interrupted),
-            Structured::Unusable(reason) => {
+            Structured::Unusable { reason, .. } => {
                 return Ok(Judgement::Reject(format!("no usable verdict: {reason}")));
             }
             Structured::Answer(answer) => answer,
