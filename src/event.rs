@@ -291,6 +291,36 @@ impl<T: Observer + ?Sized> Observer for Arc<T> {
 
 /// One line a person reads: what happened, with its ids and reason. Live agent events
 /// ([`Event::Agent`]) and an empty prioritization print as nothing (an empty string).
+impl Event {
+    /// The `[RALPH] Context …` line of a context event, in seed 000's words (the stage log
+    /// carries it beside the event's JSON).
+    pub(crate) fn context_line(&self) -> Option<String> {
+        let Event::Agent { detail, .. } = self else {
+            return None;
+        };
+        let pct = |ratio: f64| (ratio * 100.0).round();
+        match detail {
+            AgentEvent::ContextPressure { ratio, tier } => {
+                let what = match tier.as_str() {
+                    "warn" => "consider wrapping up",
+                    "compact" => "compacting",
+                    _ => "stopping the agent",
+                };
+                Some(format!(
+                    "[RALPH] Context pressure: {}% - {what}",
+                    pct(*ratio)
+                ))
+            }
+            AgentEvent::Compacted { before, after } => Some(format!(
+                "[RALPH] Context compacted: {}% -> {}%",
+                pct(*before),
+                pct(*after)
+            )),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -338,7 +368,10 @@ impl std::fmt::Display for Event {
                     None => Ok(()),
                 }
             }
-            Event::Agent { .. } => Ok(()),
+            Event::Agent { .. } => match self.context_line() {
+                Some(line) => f.write_str(&line),
+                None => Ok(()),
+            },
             Event::GateFinished {
                 gate,
                 status,

@@ -192,6 +192,19 @@ impl Git {
         Ok(out.lines().map(str::to_owned).collect())
     }
 
+    /// `git diff --stat` of the work tree against HEAD, leaving out the `exclude` paths.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. a repository without commits).
+    pub async fn diff_stat(&self, exclude: &[&str]) -> Result<String, GitError> {
+        let mut args: Vec<String> = ["diff", "--stat", "--no-color", "HEAD", "--", "."]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend(exclude.iter().map(|p| format!(":(exclude){p}")));
+        self.run_owned(&args).await
+    }
+
     /// Captures the current branch and HEAD commit.
     ///
     /// # Errors

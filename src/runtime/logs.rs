@@ -45,11 +45,14 @@ impl Emitter {
             .as_mut()
         {
             // One write per line: `writeln!` on a `File` makes a syscall per formatted piece.
-            let line = format!(
-                "{} {}\n",
-                now_rfc3339(),
+            let at = now_rfc3339();
+            let mut line = format!(
+                "{at} {}\n",
                 serde_json::to_string(event).unwrap_or_default()
             );
+            if let Some(text) = event.context_line() {
+                line.push_str(&format!("{at} {text}\n"));
+            }
             // Logs are for people; a full disk must not stop the run, whose state is in the store.
             let _ = file.write_all(line.as_bytes());
         }
@@ -70,6 +73,9 @@ fn trace_event(event: &Event) {
     match event {
         Event::Warning { message } => tracing::warn!(target: "ralph", "{message}"),
         Event::StateRepaired { note } => tracing::warn!(target: "ralph", "state repaired: {note}"),
+        Event::Agent { .. } if event.context_line().is_some() => {
+            tracing::warn!(target: "ralph", "{event}");
+        }
         Event::Agent { detail, .. } => tracing::trace!(target: "ralph", ?detail, "agent"),
         other => {
             let line = other.to_string();

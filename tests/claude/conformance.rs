@@ -439,6 +439,16 @@ async fn context_at_the_compact_tier_is_compacted_and_the_task_continues() {
             .contains("Continue the task"),
         "the last run continued the task after the compaction"
     );
+    // The CLI handed ralph's compaction policy to the model: what to keep, the summary's
+    // form (audit rows 000-R56 to 000-R59).
+    let compaction = requests
+        .iter()
+        .map(ToString::to_string)
+        .find(|r| r.contains("=== COMPACTED CONTEXT ==="))
+        .expect("a request carrying ralph's compaction policy");
+    for part in ["Preserve in full", "Discard:", "Uncommitted changes"] {
+        assert!(compaction.contains(part), "missing {part:?}");
+    }
     assert!(rig.leftovers().is_empty(), "{:?}", rig.leftovers());
 }
 

@@ -121,6 +121,14 @@ async fn a_killed_task_is_decomposed_and_a_compacted_one_carries_on(
             (task.status, task.kill_reason),
             (TaskStatus::Accepted, None)
         );
+        // Seed 000's log lines, in the BUILD stage's log (audit rows 000-R52, 000-R53).
+        let logs = stage_logs(h.path());
+        for line in [
+            "[RALPH] Context pressure: 90% - compacting",
+            "[RALPH] Context compacted: 90% -> 40%",
+        ] {
+            assert!(logs.contains(line), "missing {line:?} in\n{logs}");
+        }
         return;
     };
 
@@ -301,4 +309,16 @@ async fn a_killed_investigator_sends_its_issue_to_decompose() {
             (2, "BUILD".to_owned()),
         ]
     );
+}
+
+/// Every stage log of the run, one after the other.
+fn stage_logs(workspace: &Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(workspace.join("build/ralph-logs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "log") {
+            text.push_str(&std::fs::read_to_string(path).unwrap());
+        }
+    }
+    text
 }

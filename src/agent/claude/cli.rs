@@ -23,10 +23,6 @@ use super::stream::{ContextWindows, DEFAULT_MAX_LINE, RunOutcome, StreamOptions}
 /// Compactions one run may go through before it is stopped at the context limit.
 const MAX_COMPACTIONS: u32 = 2;
 
-/// The request that makes the CLI compact the resumed session (its `/compact` command).
-const COMPACT_PROMPT: &str = "/compact Keep what the task needs: its goal and instructions, \
-     the files changed so far, the decisions made, and what remains to be done.";
-
 /// The prompt that resumes the task after a compaction.
 const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task from where you \
      stopped, and end your final answer exactly as the original instructions say.";
@@ -494,11 +490,13 @@ impl ClaudeCli {
                 return Ok(totals.context_limit(&segment, request, started, &why));
             }
             compactions += 1;
+            // The CLI's `/compact`, with ralph's policy of what to keep (`compact.rs`).
+            let compact_request = super::compact::request(&request.workspace).await;
             let compacted = self
                 .segment(
                     request,
                     self.invocation(request, None, Some(&id)),
-                    COMPACT_PROMPT,
+                    &compact_request,
                     deadline,
                     None,
                 )

@@ -3,6 +3,7 @@
 
 mod cli;
 mod command;
+mod compact;
 mod config;
 mod segment;
 mod session;
