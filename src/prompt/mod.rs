@@ -224,6 +224,27 @@ mod tests {
         assert!(text.lines().all(|l| l.trim() != "<TASK_DONE>"));
     }
 
+    /// Audit row 000-R28: the six gap types of seed 000, each with what it becomes.
+    #[test]
+    fn gap_analysis_names_every_gap_type_of_the_seed() {
+        let text = Prompts::builtin()
+            .render(
+                "gap_analysis",
+                &json!({"spec": spec(), "done": [], "remaining": [], "gaps": []}),
+            )
+            .unwrap();
+        for gap in [
+            "a missing feature | a task",
+            "an incomplete implementation | a follow-up task",
+            "a bug discovered | an issue",
+            "an edge case not handled | a task when the fix is clear, else an issue",
+            "a test coverage gap | a task",
+            "a spec ambiguity | an issue",
+        ] {
+            assert!(text.contains(gap), "missing {gap:?} in\n{text}");
+        }
+    }
+
     #[test]
     fn build_prompt_shows_recent_attempts_only_when_there_are_some() {
         let p = Prompts::builtin();

@@ -184,17 +184,20 @@ impl PhaseKind {
         matches!(self, PhaseKind::Done | PhaseKind::Abandoned)
     }
 
-    /// Whether a person must act before the thread moves on (seed 001's "Human Action
-    /// Required" column). Quick mode stops at these.
+    /// Seed 001's "Human Action Required" column: the phases a person's decision makes or
+    /// unblocks. Finalized and Approved are reached only by a person's approval; in
+    /// PreflightFailed, Paused, Stuck, PendingReview and ReadyToCommit the thread waits for
+    /// one. Drafting and Assessing are "No" in the seed: the person drives the conversation,
+    /// but nothing waits on an approval.
     pub fn needs_person(self) -> bool {
         matches!(
             self,
-            PhaseKind::Drafting
-                | PhaseKind::Assessing
+            PhaseKind::Finalized
                 | PhaseKind::PreflightFailed
                 | PhaseKind::Paused
                 | PhaseKind::Stuck
                 | PhaseKind::PendingReview
+                | PhaseKind::Approved
                 | PhaseKind::ReadyToCommit
         )
     }
@@ -448,6 +451,28 @@ pub fn check(from: PhaseKind, to: PhaseKind) -> Result<(), TransitionError> {
 
 #[cfg(test)]
 mod tests {
+    /// Audit row 001-R39: the column as the seed has it, phase by phase.
+    #[test]
+    fn the_phases_needing_a_person_are_the_seeds() {
+        let needing: Vec<&str> = PhaseKind::ALL
+            .iter()
+            .filter(|k| k.needs_person())
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(
+            needing,
+            [
+                "Finalized",
+                "PreflightFailed",
+                "Paused",
+                "Stuck",
+                "PendingReview",
+                "Approved",
+                "ReadyToCommit"
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -594,3 +594,39 @@ async fn every_dry_run_of_the_command_writes_nothing() {
 
     assert_eq!(tree(ws), before, "no dry run wrote anything");
 }
+
+/// Seed 000's `query issues` and `query tasks --done`: one JSON object per line (audit row
+/// 000-R43).
+#[test]
+fn query_lists_the_open_issues_and_the_tasks() {
+    let dir = project();
+    let run = |args: &[&str]| {
+        let out = ralph(dir.path(), args, &[]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    run(&["issue", "add", "the greeting is rude"]);
+    run(&["task", "add", r#"{"name":"a"}"#]);
+    run(&["task", "add", r#"{"name":"b"}"#]);
+    run(&["task", "done", "t-1"]);
+
+    let issues: Vec<serde_json::Value> = run(&["query", "issues"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(issues.len(), 1);
+    assert_eq!(issues[0]["text"], "the greeting is rude");
+    let ids = |text: String| -> Vec<String> {
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())
+            .collect()
+    };
+    assert_eq!(ids(run(&["query", "tasks"])), ["\"t-1\"", "\"t-2\""]);
+    assert_eq!(ids(run(&["query", "tasks", "--done"])), ["\"t-1\""]);
+    assert_eq!(
+        ralph(dir.path(), &["query", "stage", "--done"], &[])
+            .status
+            .code(),
+        Some(1)
+    );
+}

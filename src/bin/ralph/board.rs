@@ -19,6 +19,10 @@ pub(crate) enum Query {
     Iteration,
     /// The next action and its item, as JSON.
     Next,
+    /// The open issues, one JSON object per line.
+    Issues,
+    /// The tasks still in the plan, one JSON object per line (`--done`: the done ones only).
+    Tasks,
 }
 
 /// `ralph task …`.
@@ -192,12 +196,29 @@ fn next_hint(board: &Board) -> String {
 }
 
 /// `ralph query`.
-pub(crate) async fn query(workspace: &Path, what: Query) -> Result<()> {
+pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<()> {
+    if done && !matches!(what, Query::Tasks) {
+        return Err("--done goes with `ralph query tasks` only".into());
+    }
     let board = open(workspace)?.board().await?;
     match what {
         Query::Stage => println!("{}", stage_name(board.stage())),
         Query::Iteration => println!("{}", board.run.iteration),
         Query::Next => println!("{}", next_action(&board)),
+        Query::Issues => {
+            for issue in board.open_issues() {
+                println!("{}", serde_json::to_string(issue)?);
+            }
+        }
+        Query::Tasks => {
+            let tasks = board.tasks.values().filter(|t| match done {
+                true => t.status == TaskStatus::Done,
+                false => t.is_remaining(),
+            });
+            for task in tasks {
+                println!("{}", serde_json::to_string(task)?);
+            }
+        }
     }
     Ok(())
 }

@@ -81,6 +81,9 @@ enum Command {
     Query {
         #[arg(value_enum)]
         what: board::Query,
+        /// With `tasks`: the done tasks only (those VERIFY takes next).
+        #[arg(long)]
+        done: bool,
     },
     /// Change the tasks between runs.
     #[command(subcommand)]
@@ -156,7 +159,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Plan { specs, run } => run::plan(&workspace, specs, run).await,
         Command::Build { run } => run::build(&workspace, run).await,
         Command::Status => board::status(&workspace).await.map(|()| 0),
-        Command::Query { what } => board::query(&workspace, what).await.map(|()| 0),
+        Command::Query { what, done } => board::query(&workspace, what, done).await.map(|()| 0),
         Command::Task(command) => board::task(&workspace, command).await.map(|()| 0),
         Command::Issue(command) => board::issue(&workspace, command).await.map(|()| 0),
         Command::Thread(args) => thread::thread(&workspace, args).await,

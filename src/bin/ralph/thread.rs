@@ -305,7 +305,11 @@ fn show(thread: &ThreadRecord) {
             println!("  preflight: {failure}");
         }
     }
-    println!("phase: {}\nnext: {}", thread.phase, next(thread));
+    let waiting = match thread.phase.kind().needs_person() {
+        true => "  (a person's decision)",
+        false => "",
+    };
+    println!("phase: {}{waiting}\nnext: {}", thread.phase, next(thread));
 }
 
 /// What to do next in each phase.
