@@ -314,10 +314,11 @@ async fn a_killed_investigator_sends_its_issue_to_decompose() {
 /// Every stage log of the run, one after the other.
 fn stage_logs(workspace: &Path) -> String {
     let mut text = String::new();
-    for entry in std::fs::read_dir(workspace.join("build/ralph-logs")).unwrap() {
-        let path = entry.unwrap().path();
+    let logs = std::fs::read_dir(workspace.join("build/ralph-logs")).expect("the log folder");
+    for entry in logs {
+        let path = entry.expect("a log").path();
         if path.extension().is_some_and(|e| e == "log") {
-            text.push_str(&std::fs::read_to_string(path).unwrap());
+            text.push_str(&std::fs::read_to_string(path).expect("a readable log"));
         }
     }
     text
