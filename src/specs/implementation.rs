@@ -124,6 +124,16 @@ impl Implementation {
         self.specs.iter_mut().find(|s| s.id == id)
     }
 
+    /// The first spec of [`build_order`](Self::build_order) that is not in `held` and
+    /// whose `dependsOn` specs are all completed.
+    pub fn next_ready(&self, held: &[String]) -> Option<usize> {
+        let completed = |id: &String| self.spec(id).is_some_and(|s| s.status == Status::Completed);
+        self.build_order().into_iter().find(|&i| {
+            let spec = &self.specs[i];
+            !held.contains(&spec.id) && spec.depends_on.iter().all(completed)
+        })
+    }
+
     /// Indexes of the specs build mode still has to do (not completed), by priority (lower
     /// first), ties in file order.
     pub fn build_order(&self) -> Vec<usize> {
@@ -162,6 +172,11 @@ pub struct SpecEntry {
     /// The spec's acceptance criteria, checked by the verifier.
     #[serde(default)]
     pub acceptance_criteria: Vec<String>,
+    /// Specs (by id) that must be completed before this one is built. A spec that is
+    /// blocked or out of attempts holds back only the specs that depend on it, directly or
+    /// through others; build mode goes on with the rest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
     /// Failed rounds counted against `[planning] max_attempts` (planner failures,
     /// verifier rejections).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -207,6 +222,7 @@ impl SpecEntry {
             context: String::new(),
             tasks: Vec::new(),
             acceptance_criteria: Vec::new(),
+            depends_on: Vec::new(),
             attempts: 0,
             verifications: 0,
             last_failure: None,
@@ -472,7 +488,53 @@ fn check_ids(plan: &Implementation) -> Result<(), BadId> {
             }
         }
     }
+    check_depends_on(plan)
+}
+
+/// `dependsOn` names other specs of the file, and never leads back to the spec itself.
+fn check_depends_on(plan: &Implementation) -> Result<(), BadId> {
+    use super::json_locate::Step;
+    for (i, spec) in plan.specs.iter().enumerate() {
+        for (k, dep) in spec.depends_on.iter().enumerate() {
+            let path = vec![
+                Step::Key("specs"),
+                Step::Index(i),
+                Step::Key("dependsOn"),
+                Step::Index(k),
+            ];
+            let message = if plan.spec(dep).is_none() {
+                format!("specs[{i}].dependsOn[{k}] names no spec: {dep:?}")
+            } else if leads_back(plan, dep, &spec.id) {
+                format!(
+                    "specs[{i}].dependsOn[{k}] ({dep:?}) depends on {:?} in turn",
+                    spec.id
+                )
+            } else {
+                continue;
+            };
+            return Err(BadId { message, path });
+        }
+    }
     Ok(())
+}
+
+/// Whether `from` depends on `target`, directly or through other specs.
+fn leads_back(plan: &Implementation, from: &str, target: &str) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![from];
+    while let Some(id) = todo.pop() {
+        if id == target {
+            return true;
+        }
+        if seen.insert(id) {
+            todo.extend(
+                plan.spec(id)
+                    .iter()
+                    .flat_map(|s| s.depends_on.iter().map(String::as_str)),
+            );
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -486,6 +548,41 @@ mod tests {
         spec.tasks.push(TaskEntry::new("a-7", "x"));
         spec.tasks.push(TaskEntry::new("custom", "y"));
         assert_eq!(spec.next_task_id(), "a-8");
+    }
+
+    #[test]
+    fn the_next_ready_spec_waits_for_its_dependencies_and_skips_the_held() {
+        let mut plan = Implementation::default();
+        for (id, deps) in [("a", &[][..]), ("b", &["a"][..]), ("c", &[][..])] {
+            let mut spec = SpecEntry::new(id, format!("specs/{id}.md"));
+            spec.depends_on = deps.iter().map(|d| (*d).to_owned()).collect();
+            plan.specs.push(spec);
+        }
+        assert_eq!(plan.next_ready(&[]), Some(0));
+        assert_eq!(plan.next_ready(&["a".into()]), Some(2), "b waits for a");
+        plan.specs[0].status = Status::Completed;
+        assert_eq!(plan.next_ready(&[]), Some(1));
+    }
+
+    #[test]
+    fn depends_on_must_name_a_spec_and_never_lead_back() {
+        let mut plan = Implementation::default();
+        let mut a = SpecEntry::new("a", "specs/a.md");
+        a.depends_on = vec!["zz".into()];
+        plan.specs.push(a);
+        let err = check_ids(&plan).err().unwrap();
+        assert_eq!(err.message, "specs[0].dependsOn[0] names no spec: \"zz\"");
+
+        let mut b = SpecEntry::new("b", "specs/b.md");
+        b.depends_on = vec!["a".into()];
+        plan.specs.push(b);
+        plan.specs[0].depends_on = vec!["b".into()];
+        let err = check_ids(&plan).err().unwrap();
+        assert!(
+            err.message.contains("depends on \"a\" in turn"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

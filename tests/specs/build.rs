@@ -199,7 +199,8 @@ async fn a_failed_gate_is_retried_in_a_new_session_with_the_failure_in_its_promp
     assert_eq!(task.last_failure, None);
 }
 
-/// Out of retries → the task is blocked with the reason, and the spec stops there.
+/// Out of retries → the task is blocked with the reason, and the spec stops there (and
+/// so does a spec that depends on it).
 #[tokio::test]
 async fn a_task_out_of_retries_or_blocked_stops_its_spec() {
     let ws = workspace(&[("specs/a.md", SPEC_A), ("specs/b.md", SPEC_B)]);
@@ -211,6 +212,7 @@ async fn a_task_out_of_retries_or_blocked_stops_its_spec() {
             ("b", 2, &["x"]),
         ],
     );
+    depends_on(dir, "b", &["a"]);
     let agent = Arc::new(
         FakeAgent::new()
             .on(Role::Planner, "a", planner("# Plan: a"))
@@ -231,7 +233,7 @@ async fn a_task_out_of_retries_or_blocked_stops_its_spec() {
     let plan = load(dir);
     assert_eq!(plan.specs[0].tasks[0].status, Status::Blocked);
     assert_eq!(plan.specs[0].tasks[1].status, Status::Pending);
-    assert_eq!(plan.specs[1].status, Status::Pending, "the next spec waits");
+    assert_eq!(plan.specs[1].status, Status::Pending, "b waits for a");
     assert_eq!(commits(dir), ["Initial commit"]);
 
     // <TASK_BLOCKED reason> blocks at once.
@@ -545,4 +547,74 @@ async fn a_spec_without_tasks_and_a_non_utf8_spec_are_verified_not_panicked_on()
     );
     let verify = &prompts(&agent, Role::Verify)[0].1;
     assert!(verify.contains("# A \u{fffd}\u{fffd} spec"), "{verify}");
+}
+
+/// Makes spec `id` depend on `deps` in the workspace's implementation.json.
+fn depends_on(dir: &std::path::Path, id: &str, deps: &[&str]) {
+    let mut plan = load(dir);
+    let spec = plan.specs.iter_mut().find(|s| s.id == id).unwrap();
+    spec.depends_on = deps.iter().map(|d| (*d).to_owned()).collect();
+    store(dir).save(&mut plan, "test").unwrap();
+}
+
+/// A blocked spec holds back only the specs that depend on it: an independent later spec is
+/// built and committed, and the outcome is still the block (audit: "a blocked spec stops
+/// every later spec").
+#[tokio::test]
+async fn a_blocked_spec_holds_back_only_the_specs_that_depend_on_it() {
+    let ws = workspace(&[
+        ("specs/a.md", SPEC_A),
+        ("specs/b.md", SPEC_B),
+        ("specs/c.md", SPEC_B),
+    ]);
+    let dir = ws.path();
+    implementation(
+        dir,
+        &[
+            ("a", 1, &["Needs a key"]),
+            ("b", 2, &["x"]),
+            ("c", 3, &["y"]),
+        ],
+    );
+    depends_on(dir, "c", &["a"]);
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a"))
+            .on(Role::Planner, "b", planner("# Plan: b"))
+            .on(
+                Role::Build,
+                "a-1",
+                Script::new().answer("<TASK_BLOCKED reason=\"no API key\">"),
+            )
+            .on(Role::Build, "b-1", done())
+            .always(Role::Verify, accept()),
+    );
+    let events = Recorder::default();
+    let ralph = ralph(dir, agent.clone(), events.clone(), vec![]);
+
+    let outcome = ralph.build_specs().await.unwrap();
+
+    let SpecsOutcome::Blocked { spec, .. } = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(spec, "a");
+    let plan = load(dir);
+    assert_eq!(plan.specs[1].status, Status::Completed, "b does not need a");
+    assert_eq!(plan.specs[2].status, Status::Pending, "c waits for a");
+    assert_eq!(commits(dir), ["Spec b", "Initial commit"]);
+    assert!(
+        prompts(&agent, Role::Planner)
+            .iter()
+            .all(|(subject, _)| subject != "c"),
+        "c was never planned"
+    );
+    assert!(
+        events.of_kind("warning").iter().any(|w| w["message"]
+            .as_str()
+            .unwrap()
+            .contains("do not depend on a")),
+        "{:?}",
+        events.of_kind("warning")
+    );
+    agent.verify().unwrap();
 }

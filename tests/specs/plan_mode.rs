@@ -129,6 +129,13 @@ async fn replanning_keeps_completed_tasks_and_their_history() {
                 "greeter-2",
                 Script::new().answer("<TASK_BLOCKED reason=\"unclear\">"),
             )
+            // farewell does not depend on greeter: build mode goes on with it.
+            .on(Role::Planner, "farewell", planner("# Plan: farewell"))
+            .on(
+                Role::Build,
+                "farewell-1",
+                Script::new().answer("<TASK_BLOCKED reason=\"later\">"),
+            )
             .on(
                 Role::Breakdown,
                 "plan-mode",

@@ -141,7 +141,12 @@ impl SpecBuild {
         Ok(build)
     }
 
+    /// Builds the specs in order. A blocked spec, or one out of attempts, holds back only
+    /// the specs that depend on it (`dependsOn`); the rest are built, and the first such
+    /// stop is the outcome once nothing else can go on.
     async fn run(&mut self) -> Result<SpecsOutcome, Error> {
+        let mut held: Vec<String> = Vec::new();
+        let mut first_stuck: Option<SpecsOutcome> = None;
         loop {
             if self.stopped() {
                 return Ok(SpecsOutcome::Interrupted);
@@ -149,17 +154,37 @@ impl SpecBuild {
             if let Some(once) = self.once_over() {
                 return Ok(once);
             }
-            let Some(&index) = self.plan.build_order().first() else {
-                return Ok(SpecsOutcome::Complete {
-                    specs: self.specs_done,
-                    tasks: self.tasks_done,
-                });
+            let Some(index) = self.plan.next_ready(&held) else {
+                return Ok(self.end(first_stuck));
             };
             let id = self.plan.specs[index].id.clone();
-            if let SpecEnd::Stop(outcome) = self.build_spec(&id).await? {
-                return Ok(outcome);
+            match self.build_spec(&id).await? {
+                SpecEnd::Completed => {}
+                SpecEnd::Stop(
+                    outcome @ (SpecsOutcome::Blocked { .. }
+                    | SpecsOutcome::AttemptsExhausted { .. }),
+                ) => {
+                    self.emit(Event::Warning {
+                        message: format!(
+                            "{outcome}; going on with the specs that do not depend on {id}"
+                        ),
+                    });
+                    held.push(id);
+                    first_stuck.get_or_insert(outcome);
+                }
+                SpecEnd::Stop(outcome) => return Ok(outcome),
             }
         }
+    }
+
+    /// The outcome when no spec is left to build: the first stuck spec's stop, or complete.
+    /// (`dependsOn` is checked at load: it names known specs and has no cycle, so a spec
+    /// left waiting waits on a stuck one.)
+    fn end(&self, first_stuck: Option<SpecsOutcome>) -> SpecsOutcome {
+        first_stuck.unwrap_or(SpecsOutcome::Complete {
+            specs: self.specs_done,
+            tasks: self.tasks_done,
+        })
     }
 
     /// Plan, tasks, verify, until the spec is completed or cannot go on.
