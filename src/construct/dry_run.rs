@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::ready::ReadyQueue;
 use super::{resolve_spec, stop_outcome};
-use crate::model::{Stage, TaskId};
+use crate::model::{Stage, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
 use crate::runtime::error::Error;
@@ -18,7 +18,7 @@ use crate::runtime::error::Error;
 /// What [`Ralph::dry_run`](crate::Ralph::dry_run) found: the stage that would run, its next
 /// item, the prompt template it would use and where that comes from, and the limits.
 ///
-/// Its `Display` is the report the `construct` example prints for `--dry-run`.
+/// Its `Display` is the report `ralph construct --dry-run` prints.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct DryRun {
@@ -40,6 +40,10 @@ pub struct DryRun {
     pub stop: Option<String>,
     /// Tasks not yet accepted, plus open issues.
     pub remaining: usize,
+    /// Tasks accepted so far, of [`tasks`](Self::tasks) (seed 003's "tasks X/Y").
+    pub accepted: usize,
+    /// Tasks on the board, decomposed ones left out (their subtasks count instead).
+    pub tasks: usize,
     /// `max_iterations`.
     pub max_iterations: u32,
     /// `stage_timeout`.
@@ -78,6 +82,7 @@ impl fmt::Display for DryRun {
         if let Some(note) = &self.repaired {
             writeln!(f, "  state:     {note}")?;
         }
+        writeln!(f, "  tasks:     {}/{} accepted", self.accepted, self.tasks)?;
         writeln!(f, "  remaining: {}", self.remaining)?;
         write!(
             f,
@@ -157,6 +162,16 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         template: template.map(str::to_owned),
         next,
         stop,
+        accepted: board
+            .tasks
+            .values()
+            .filter(|t| t.status == TaskStatus::Accepted)
+            .count(),
+        tasks: board
+            .tasks
+            .values()
+            .filter(|t| t.status != TaskStatus::Decomposed)
+            .count(),
         remaining: board.remaining_tasks().count()
             + board.open_issues().count()
             + usize::from(fresh),

@@ -585,9 +585,12 @@ async fn dry_run_shows_the_next_step_and_touches_nothing() {
         "prompts/build.md)",
         "max iterations 7, stage timeout 20s, agent timeout 5m, retries 2, once yes, recent attempts 3",
         "remaining: 2",
+        // Seed 003's "tasks X/Y" (audit row 003-R5).
+        "tasks:     0/2 accepted",
     ] {
         assert!(shown.contains(part), "missing {part:?} in\n{shown}");
     }
+    assert_eq!((report.accepted, report.tasks), (0, 2));
 }
 
 #[tokio::test]
