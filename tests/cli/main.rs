@@ -93,6 +93,38 @@ fn init_guesses_the_gates_ignores_the_state_and_never_overwrites() {
     );
 }
 
+/// Audit rows 004-R28, 004-R33: init writes build mode's `implementation.json` where a
+/// `specs/` folder exists, and never replaces one.
+#[test]
+fn init_writes_an_empty_implementation_json_beside_a_specs_folder_and_keeps_an_existing_one() {
+    let dir = project();
+    let plain = ralph(dir.path(), &["init"], &[]);
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    assert!(!dir.path().join("implementation.json").exists());
+
+    let with_specs = project();
+    std::fs::create_dir(with_specs.path().join("specs")).unwrap();
+    let out = ralph(with_specs.path(), &["init"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("implementation.json"), "{}", stdout(&out));
+    let text = std::fs::read_to_string(with_specs.path().join("implementation.json")).unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(plan["version"], 1, "{text}");
+    assert_eq!(plan["specs"], json!([]), "{text}");
+    let dry = ralph(with_specs.path(), &["build", "--dry-run"], &[]);
+    assert_eq!(dry.status.code(), Some(0), "{}", stderr(&dry));
+
+    let kept = project();
+    std::fs::create_dir(kept.path().join("specs")).unwrap();
+    std::fs::write(kept.path().join("implementation.json"), "{\"specs\":[]}\n").unwrap();
+    let out = ralph(kept.path(), &["init"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(kept.path().join("implementation.json")).unwrap(),
+        "{\"specs\":[]}\n"
+    );
+}
+
 #[test]
 fn the_board_from_the_shell_status_task_add_and_query_next() {
     let dir = project();

@@ -1,5 +1,6 @@
-//! `ralph init`: a commented `ralph.toml` with gates guessed from the repository, and
-//! `.ralph/` kept out of git.
+//! `ralph init`: a commented `ralph.toml` with gates guessed from the repository,
+//! `.ralph/` kept out of git, and, where a `specs/` folder exists, an empty
+//! `implementation.json` for build mode (seed 004's init).
 
 use std::path::Path;
 
@@ -56,8 +57,32 @@ pub(crate) fn init(workspace: &Path) -> Result<(), Box<dyn std::error::Error>> {
     if ignore_state(workspace)? {
         println!("added .ralph/ to .gitignore");
     }
+    if let Some(path) = implementation_template(workspace)? {
+        println!(
+            "wrote {} (no specs yet: `ralph plan` fills it from specs/, `ralph build` builds it)",
+            path.display()
+        );
+    }
     println!("next: write a spec (spec.md), then `ralph construct spec.md`");
     Ok(())
+}
+
+/// Writes an empty `implementation.json` when the repository has a `specs/` folder (build
+/// mode's input) and no such file; the path written, if any. An existing file is never
+/// replaced: it may hold finished work.
+fn implementation_template(
+    workspace: &Path,
+) -> Result<Option<std::path::PathBuf>, Box<dyn std::error::Error>> {
+    let path = workspace.join("implementation.json");
+    if !workspace.join("specs").is_dir() || path.exists() {
+        return Ok(None);
+    }
+    let mut plan = ralph::specs::Implementation::default();
+    plan.updated_by = Some("ralph init".into());
+    let mut text = serde_json::to_string_pretty(&plan)?;
+    text.push('\n');
+    std::fs::write(&path, text)?;
+    Ok(Some(path))
 }
 
 /// The commented config, with the gates of every marker file found.
