@@ -560,6 +560,10 @@ pub struct RecentAttempt {
     /// How it ended, in one line: `done`, `gates failed: test`, `blocked: <reason>`,
     /// `killed: <reason>`, `failed: <reason>`.
     pub result: String,
+    /// What ralph does next with the task, in one line: `verify`, `retry (attempt 2 of 3)`,
+    /// `decompose`, `a person decides`. Absent in records written before ralph kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
     /// RFC 3339 time it ended.
     pub at: String,
 }
@@ -578,8 +582,16 @@ impl RecentAttempt {
             task,
             tried: one_line(tried.as_ref()),
             result: one_line(result.as_ref()),
+            next: None,
             at: at.into(),
         }
+    }
+
+    /// The record with what comes next for its task, cut to one line.
+    #[must_use]
+    pub fn with_next(mut self, next: impl AsRef<str>) -> Self {
+        self.next = Some(one_line(next.as_ref()));
+        self
     }
 }
 

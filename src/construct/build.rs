@@ -166,12 +166,25 @@ impl Engine {
     /// The run state with this attempt remembered (seed 003's recent attempts), to persist
     /// with the attempt's result; `None` for an interrupted attempt, which is run again.
     fn memo(&self, task: &Task, tried: Option<String>, attempt: &AttemptEnd) -> Option<Change> {
-        let result = match attempt {
-            AttemptEnd::Done => "done".to_owned(),
-            AttemptEnd::Blocked(reason) => format!("blocked: {reason}"),
-            AttemptEnd::Failed(failure) => format!("failed: {}", first_line(failure)),
-            AttemptEnd::GateFailed(gate, _) => format!("gates failed: {gate}"),
-            AttemptEnd::Killed(reason, _) => format!("killed: {reason}"),
+        let round = task.round_attempts() + 1;
+        let allowed = self.config().retries.saturating_add(1);
+        let retry_or_block = || {
+            if round < allowed {
+                format!("retry (attempt {} of {allowed})", round + 1)
+            } else {
+                "blocked: out of attempts; a person decides".to_owned()
+            }
+        };
+        let (result, next) = match attempt {
+            AttemptEnd::Done => ("done".to_owned(), "verify".to_owned()),
+            AttemptEnd::Blocked(reason) => {
+                (format!("blocked: {reason}"), "a person decides".to_owned())
+            }
+            AttemptEnd::Failed(failure) => {
+                (format!("failed: {}", first_line(failure)), retry_or_block())
+            }
+            AttemptEnd::GateFailed(gate, _) => (format!("gates failed: {gate}"), retry_or_block()),
+            AttemptEnd::Killed(reason, _) => (format!("killed: {reason}"), "decompose".to_owned()),
             AttemptEnd::Interrupted => return None,
         };
         let tried =
@@ -182,7 +195,8 @@ impl Engine {
             tried,
             result,
             now_rfc3339(),
-        );
+        )
+        .with_next(next);
         let mut run = self.board.run.clone();
         run.remember_attempt(record, self.config().recent_attempts);
         Some(Change::Run(run))

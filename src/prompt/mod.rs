@@ -5,7 +5,7 @@
 //!
 //! | template | variables |
 //! |---|---|
-//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (recent task names), `gates` (names), `attempts` (recent [`RecentAttempt`](crate::model::RecentAttempt)s: `iteration`, `task`, `tried`, `result`, `at`) |
+//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (recent task names), `gates` (names), `attempts` (recent [`RecentAttempt`](crate::model::RecentAttempt)s: `iteration`, `task`, `tried`, `result`, `next`, `at`) |
 //! | `retry` | as `build`, plus `attempt` (this attempt's number in the round) and `failure` (the previous attempt's failure, bounded) |
 //! | `investigate` | `issue` (`id`, `text`), `tasks` (planned tasks: `id`, `name`) |
 //! | `verify` | `task` |

@@ -745,8 +745,13 @@ fn attempts_body(board: &Board) -> Vec<String> {
         lines.push("_None yet._".into());
     }
     for a in &board.run.attempts {
+        let next = a
+            .next
+            .as_deref()
+            .map(|n| format!(" — next: {}", inline(n)))
+            .unwrap_or_default();
         lines.push(format!(
-            "- Iteration {}, {}: tried: {} — result: {} ({})",
+            "- Iteration {}, {}: tried: {} — result: {}{next} ({})",
             a.iteration,
             a.task,
             inline(&a.tried),

@@ -106,7 +106,11 @@ fn init_writes_an_empty_implementation_json_beside_a_specs_folder_and_keeps_an_e
     std::fs::create_dir(with_specs.path().join("specs")).unwrap();
     let out = ralph(with_specs.path(), &["init"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains("implementation.json"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("implementation.json"),
+        "{}",
+        stdout(&out)
+    );
     let text = std::fs::read_to_string(with_specs.path().join("implementation.json")).unwrap();
     let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(plan["version"], 1, "{text}");

@@ -104,7 +104,7 @@ async fn a_progress_file_is_built_ticked_and_logged() {
     assert!(text.contains("- [x] Write a.txt <!-- id:t-1 -->"), "{text}");
     assert!(text.contains("- [x] Write b.txt <!-- id:t-2 -->"), "{text}");
     assert!(
-        text.contains("- Iteration 1, t-1: tried: Wrote a.txt. — result: done"),
+        text.contains("- Iteration 1, t-1: tried: Wrote a.txt. — result: done — next: verify"),
         "{text}"
     );
     assert!(
@@ -265,11 +265,15 @@ async fn recent_attempts_are_trimmed_in_the_prompt_and_the_file() {
     );
     let last = &prompts[4];
     assert!(
-        last.contains("tried: try number 3 — result: gates failed: never"),
+        last.contains(
+            "tried: try number 3 — result: gates failed: never — next: retry (attempt 4 of 5)"
+        ),
         "{last}"
     );
     assert!(
-        last.contains("tried: try number 4 — result: gates failed: never"),
+        last.contains(
+            "tried: try number 4 — result: gates failed: never — next: retry (attempt 5 of 5)"
+        ),
         "{last}"
     );
     assert!(
@@ -283,6 +287,10 @@ async fn recent_attempts_are_trimmed_in_the_prompt_and_the_file() {
         .collect();
     assert_eq!(remembered.len(), 2, "{text}");
     assert!(remembered[1].contains("try number 5"), "{text}");
+    assert!(
+        remembered[1].contains("— next: blocked: out of attempts; a person decides"),
+        "audit row 003-R12: the record says what comes next\n{text}"
+    );
     assert!(!text.contains("try number 3 "), "{text}");
 }
 
