@@ -24,6 +24,10 @@ use crate::runtime::error::Error;
 pub struct DryRun {
     /// The spec, relative to the workspace.
     pub spec: String,
+    /// Where the board is kept ([`Store::location`](crate::store::Store::location)): the
+    /// store's file, relative to the workspace when inside it (`.ralph/plan.jsonl`,
+    /// `PROGRESS.md`), or `memory`; `None` when the store does not say.
+    pub state: Option<String>,
     /// The stage the run would enter.
     pub stage: Stage,
     /// The iteration it would run in.
@@ -64,6 +68,9 @@ pub struct DryRun {
 impl fmt::Display for DryRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Dry run of {} (nothing was run or written)", self.spec)?;
+        if let Some(state) = &self.state {
+            writeln!(f, "  state:     {state}")?;
+        }
         writeln!(
             f,
             "  stage:     {} (iteration {})",
@@ -80,7 +87,7 @@ impl fmt::Display for DryRun {
             writeln!(f, "  would stop: {}", stop.lines().next().unwrap_or(""))?;
         }
         if let Some(note) = &self.repaired {
-            writeln!(f, "  state:     {note}")?;
+            writeln!(f, "  repaired:  {note}")?;
         }
         writeln!(f, "  tasks:     {}/{} accepted", self.accepted, self.tasks)?;
         writeln!(f, "  remaining: {}", self.remaining)?;
@@ -155,6 +162,11 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
     };
     Ok(DryRun {
         spec,
+        state: ctx.store.location().map(|place| {
+            Path::new(&place)
+                .strip_prefix(&ctx.workspace)
+                .map_or(place.clone(), |rel| rel.display().to_string())
+        }),
         stage,
         iteration,
         template_source: template.and_then(|t| ctx.prompts.origin(t).map(str::to_owned)),

@@ -197,6 +197,10 @@ impl Store for JsonlStore {
     fn recovered(&self) -> Option<String> {
         JsonlStore::recovered(self)
     }
+
+    fn location(&self) -> Option<String> {
+        Some(self.path().display().to_string())
+    }
 }
 
 impl Shared {

@@ -77,4 +77,8 @@ impl Store for MemoryStore {
         inner.board.apply_all(changes.iter().cloned());
         Ok(())
     }
+
+    fn location(&self) -> Option<String> {
+        Some("memory".into())
+    }
 }

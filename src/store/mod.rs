@@ -185,6 +185,12 @@ pub trait Store: Send + Sync {
     fn recovered(&self) -> Option<String> {
         None
     }
+
+    /// Where the board is kept, for reports such as the dry run (a file's path, `memory`).
+    /// Default `None`: the store does not say.
+    fn location(&self) -> Option<String> {
+        None
+    }
 }
 
 #[async_trait]
@@ -204,6 +210,10 @@ impl<T: Store + ?Sized> Store for Box<T> {
     fn recovered(&self) -> Option<String> {
         (**self).recovered()
     }
+
+    fn location(&self) -> Option<String> {
+        (**self).location()
+    }
 }
 
 #[async_trait]
@@ -222,6 +232,10 @@ impl<T: Store + ?Sized> Store for Arc<T> {
 
     fn recovered(&self) -> Option<String> {
         (**self).recovered()
+    }
+
+    fn location(&self) -> Option<String> {
+        (**self).location()
     }
 }
 

@@ -225,6 +225,10 @@ impl Store for ProgressStore {
     fn edited_externally(&self) -> bool {
         true
     }
+
+    fn location(&self) -> Option<String> {
+        Some(self.path().display().to_string())
+    }
 }
 
 impl Shared {

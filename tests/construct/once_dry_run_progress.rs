@@ -595,6 +595,8 @@ async fn dry_run_shows_the_next_step_and_touches_nothing() {
         "remaining: 2",
         // Seed 003's "tasks X/Y" (audit row 003-R5).
         "tasks:     0/2 accepted",
+        // The progress file's path (003-R5).
+        "state:     PROGRESS.md",
     ] {
         assert!(shown.contains(part), "missing {part:?} in\n{shown}");
     }
