@@ -52,6 +52,10 @@ pub enum Role {
     /// Review a thread's spec before it is finalized (seed 001's Assessing): read-only,
     /// structured answer.
     Assess,
+    /// Talk with the person about a thread's spec while it is drafted (seed 001's
+    /// Drafting): read-only, structured answer (a reply, and the revised spec when it
+    /// changes).
+    Draft,
 }
 
 impl Role {
@@ -76,6 +80,7 @@ impl Role {
             Role::Breakdown => "breakdown",
             Role::Planner => "planner",
             Role::Assess => "assess",
+            Role::Draft => "draft",
         }
     }
 }

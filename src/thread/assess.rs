@@ -11,11 +11,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::phase::{Phase, PhaseKind};
-use super::running::Ran;
 use super::spec::ThreadSpec;
 use super::{ThreadError, ThreadRecord, Threads, transition};
 use crate::agent::Role;
-use crate::answer::{self, Answer};
+use crate::answer::Answer;
 
 /// The reviewer's answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -130,7 +129,7 @@ impl Threads {
             .map(|e| e.to_string())
             .into_iter()
             .collect();
-        let mut prompt = self.prompts.render(
+        let prompt = self.prompts.render(
             "thread_assess",
             &serde_json::json!({
                 "spec": {"name": record.title, "text": spec_text},
@@ -139,65 +138,12 @@ impl Threads {
                 "problems": problems,
             }),
         )?;
-        let agent = self
-            .chain(&record.config)
-            .map_err(|reason| ThreadError::Assessment {
-                id: id.to_owned(),
-                reason,
-            })?[0]
-            .clone();
-        let mut last_error = String::new();
-        for attempt in 1..=2 {
-            let run_id = self.open_run(&mut record, 0, Role::Assess)?;
-            let ran = self
-                .call(
-                    &agent.1,
-                    &record,
-                    &run_id,
-                    Role::Assess,
-                    attempt,
-                    prompt.clone(),
-                    Some(AssessAnswer::schema()),
-                )
-                .await;
-            let run = match ran {
-                Ran::Answer(run) => run,
-                Ran::Interrupted => {
-                    self.close_run(&run_id, "interrupted")?;
-                    return Err(self.assess_failed(id, "interrupted".into()));
-                }
-                Ran::Failed(reason) | Ran::Transient(reason) | Ran::Fatal(reason) => {
-                    self.close_run(&run_id, &format!("failed: {reason}"))?;
-                    return Err(self.assess_failed(id, format!("the agent failed: {reason}")));
-                }
-                // A one-off review is not worth holding the caller for hours: the person
-                // calls `assess` again once the limit resets.
-                Ran::RateLimited(until) => {
-                    let resets = jiff::Timestamp::try_from(until)
-                        .map_or_else(|_| "an unknown time".to_owned(), |t| t.to_string());
-                    let reason = format!("the agent is rate limited until {resets}");
-                    self.close_run(&run_id, &format!("failed: {reason}"))?;
-                    return Err(self.assess_failed(id, reason));
-                }
-            };
-            match answer::parse::<AssessAnswer>(&run) {
-                Ok(answer) => {
-                    self.close_run(&run_id, "completed")?;
-                    return self.assessed(record, answer, problems, run_id);
-                }
-                Err(e) => {
-                    self.close_run(&run_id, &format!("invalid answer: {e}"))?;
-                    last_error = e;
-                }
-            }
-            prompt = format!(
-                "{prompt}\n## Your Previous Answer Was Invalid\n\n{last_error}\n\nAnswer again with only a JSON object matching the schema.\n"
-            );
-        }
-        Err(self.assess_failed(
-            id,
-            format!("the reviewer's answer was unusable twice: {last_error}"),
-        ))
+        let (answer, run_id) = self
+            .ask::<AssessAnswer>(&mut record, Role::Assess, prompt, |reason| {
+                self.assess_failed(id, reason)
+            })
+            .await?;
+        self.assessed(record, answer, problems, run_id)
     }
 
     fn assess_failed(&self, id: &str, reason: String) -> ThreadError {

@@ -119,4 +119,15 @@ pub enum ThreadError {
         /// Why (the agent's failure, or the parse error of its second answer).
         reason: String,
     },
+    /// The Drafting conversation got no usable reply; the person's message stays in the
+    /// conversation log.
+    #[error(
+        "thread {id}: no usable reply from the agent: {reason}; your message is kept in the conversation, call `discuss` again"
+    )]
+    Discussion {
+        /// The thread.
+        id: String,
+        /// Why (the agent's failure, or the parse error of its second answer).
+        reason: String,
+    },
 }

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | a thread's state (phase, baseline, pointers) | `threads/<id>/thread.json` (atomic writes, [`record::SCHEMA_VERSION`]) |
 //! | spec revisions, never rewritten | `threads/<id>/spec/v<N>.md` |
+//! | the Drafting conversation, append-only | `threads/<id>/spec/conversation.jsonl` ([`Turn`]s) |
 //! | one agent run | `runs/<run-id>/run.json` and its transcript `runs/<run-id>/output.log` |
 //! | the selected thread | `active_thread` (its id) |
 //!
@@ -37,8 +38,10 @@
 //! `resume` or `abandon` of a running thread fail with [`ThreadError::Busy`], naming the
 //! thread and the process that runs it.
 //!
-//! # Assessing and agents
+//! # Drafting, assessing and agents
 //!
+//! [`discuss`](Threads::discuss) talks with a read-only agent about the spec while it is
+//! drafted; each turn is kept, and a reply that revises the spec writes its next revision.
 //! [`assess`](Threads::assess) asks a read-only agent to review the spec; its feedback is
 //! kept in the thread. [`RunConfig::agents`] names agents registered with
 //! [`agent`](Threads::agent) to fall back on, in order: the thread is Stuck with "all
@@ -83,7 +86,9 @@
 //! # }
 //! ```
 
+mod ask;
 mod assess;
+mod draft;
 mod dry_run;
 mod error;
 mod lifecycle;
@@ -112,6 +117,7 @@ use crate::git::Git;
 use crate::prompt::Prompts;
 use crate::runtime::logs::Emitter;
 pub use assess::{AssessIssue, Assessment};
+pub use draft::Turn;
 pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
 pub use options::{Confirm, ThreadOptions};

@@ -474,6 +474,17 @@ async fn a_thread_from_spec_to_commit_with_the_message_read_first() {
     std::fs::write(&edited, format!("{spec}\nA line added while drafting.\n")).unwrap();
     assert!(thread(&["edit", "--file", edited.to_str().unwrap()]).contains("spec v2"));
     std::fs::remove_file(&edited).unwrap();
+    let discussed = thread(&["discuss", "Is the spec clear?"]);
+    assert!(
+        discussed.contains("agent: The spec is clear") && discussed.contains("phase: Drafting"),
+        "{discussed}"
+    );
+    let conversation = thread(&["conversation"]);
+    assert!(
+        conversation.contains("person: Is the spec clear?")
+            && conversation.contains("agent: The spec is clear"),
+        "{conversation}"
+    );
     assert!(thread(&["assess"]).contains("phase: Assessing"));
     thread(&["finalize"]);
     assert!(thread(&["reopen"]).contains("phase: Drafting"));

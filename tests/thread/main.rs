@@ -4,6 +4,7 @@
 mod support;
 
 mod assess;
+mod draft;
 mod fallback;
 mod lifecycle;
 mod preflight;

@@ -51,6 +51,14 @@ enum ThreadCommand {
         #[arg(long)]
         file: Option<PathBuf>,
     },
+    /// Talk with the agent about the spec while Drafting; a reply may revise it (the next
+    /// spec revision). Every turn is kept in the thread's conversation log.
+    Discuss {
+        /// What you say to the agent.
+        message: String,
+    },
+    /// The Drafting conversation so far.
+    Conversation,
     /// Ask the agent to review the spec (Drafting → Assessing).
     Assess,
     /// Approve the spec (checkpoint 1: Drafting or Assessing → Finalized).
@@ -154,6 +162,31 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
                 None => edit_in_editor(&threads.spec_text(&threads.get(&id)?)?)?,
             };
             threads.edit_spec(&id, &text)?
+        }
+        ThreadCommand::Discuss { message } => {
+            let id = id()?;
+            let reply = threads.discuss(&id, &message).await?;
+            println!("agent: {}", reply.text);
+            if reply.revised {
+                println!(
+                    "\nspec revised: v{} ({})",
+                    reply.spec_version,
+                    threads.spec_path(&id, reply.spec_version).display()
+                );
+            }
+            threads.get(&id)?
+        }
+        ThreadCommand::Conversation => {
+            let id = id()?;
+            for turn in threads.conversation(&id)? {
+                let revised = if turn.revised {
+                    format!(" [spec v{}]", turn.spec_version)
+                } else {
+                    String::new()
+                };
+                println!("{} {}:{revised} {}", turn.at, turn.by, turn.text);
+            }
+            return Ok(0);
         }
         ThreadCommand::Assess => threads.assess(&id()?).await?,
         ThreadCommand::Finalize => threads.finalize(&id()?)?,
@@ -315,7 +348,9 @@ fn show(thread: &ThreadRecord) {
 /// What to do next in each phase.
 fn next(thread: &ThreadRecord) -> String {
     match &thread.phase {
-        Phase::Drafting => "`ralph thread edit`, then `assess` or `finalize`".into(),
+        Phase::Drafting => {
+            "`ralph thread discuss \"…\"` or `edit`, then `assess` or `finalize`".into()
+        }
         Phase::Assessing => "`finalize` (you approve the spec), `edit`, or `assess` again".into(),
         Phase::Finalized => "`start` (or `reopen` to change the spec)".into(),
         Phase::PreflightFailed { .. } => "fix the above, then `start` again, or `fix-spec`".into(),
