@@ -63,11 +63,13 @@ pub const ENV_PREFIX: &str = "RALPH_";
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Config {
-    /// Iterations (INVESTIGATE → BUILD → VERIFY) before the loop stops. Default 10.
+    /// Iterations (INVESTIGATE → BUILD → VERIFY) before the loop stops. Default 10 (seed
+    /// 000's; seed 003's 20 loses, see the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
     pub max_iterations: u32,
     /// Wall-clock limit of one stage step: investigating one issue, building one task (all
     /// its attempts, agent and gates), one VERIFY fork/join, one gap analysis, decomposing
-    /// one task. Time spent waiting out a rate limit does not count. Default 5m.
+    /// one task. Time spent waiting out a rate limit does not count. Default 5m (seed 000's;
+    /// why a step and not a stage, and why not seed 003's 10m: the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
     #[serde(with = "duration")]
     pub stage_timeout: Duration,
     /// Wall-clock limit of one agent run. Default 5m.
@@ -78,7 +80,8 @@ pub struct Config {
     pub grace: Duration,
     /// Retries of a task after its first attempt fails (gates, missing marker). Default 2.
     pub retries: u32,
-    /// Verifier runs at once in VERIFY. Default 4.
+    /// Verifier runs at once in VERIFY. Default 4 (seed 000 runs them all at once; why
+    /// not: the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
     pub verify_concurrency: usize,
     /// Retries of an agent run that failed transiently (overloaded, 5xx), on top of the task's
     /// own retries: they do not count as attempts. Default 4.
@@ -101,7 +104,7 @@ pub struct Config {
     /// Plan mode and build mode over `implementation.json` (seeds 004 and 002).
     pub planning: PlanningConfig,
     /// Run one iteration, then return [`Outcome::Once`](crate::Outcome::Once) (seed 003's
-    /// `--once`). Default false.
+    /// `--once`, with an iteration a whole construct pass: see the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)). Default false.
     pub once: bool,
     /// BUILD attempts remembered in the run state and shown in the next BUILD prompts
     /// (seed 003's "Recent Attempts"); older ones are dropped. Default 5.

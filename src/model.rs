@@ -144,7 +144,8 @@ pub enum TaskStatus {
     /// The agent (or ralph, after the retry limit) declared it cannot proceed.
     #[serde(rename = "b", alias = "blocked")]
     Blocked,
-    /// Replaced by its subtasks after DECOMPOSE.
+    /// Replaced by its subtasks after DECOMPOSE (kept on record, not deleted: see the
+    /// [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
     #[serde(rename = "x", alias = "decomposed")]
     Decomposed,
 }
@@ -707,7 +708,8 @@ pub enum Change {
     Issue(Issue),
     /// Replace the run bookkeeping.
     Run(RunState),
-    /// Record the limits a run used (seed 000's config line; informational).
+    /// Record the limits a run used (seed 000's config line; informational, see the
+    /// [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
     Config(serde_json::Map<String, serde_json::Value>),
 }
 

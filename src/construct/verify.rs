@@ -157,8 +157,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Asks what the spec still needs. `None` if interrupted; an unusable answer is a
-    /// warning and counts as "no gaps found".
+    /// Asks what the spec still needs. `None` if interrupted; an unusable answer, a kill
+    /// included, is a warning and counts as "no gaps found": gap analysis belongs to no task
+    /// or issue, so there is nothing to decompose (docs/seed-differences.md, seed 000).
     async fn gap_analysis(&mut self, deadline: Instant) -> Result<Option<GapAnswer>, Error> {
         #[derive(Serialize)]
         struct Ctx<'a> {
