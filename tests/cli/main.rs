@@ -9,6 +9,7 @@ mod support;
 
 mod crash_resume;
 mod demo;
+mod docs;
 mod plan_build;
 mod thread_signals;
 
@@ -177,10 +178,20 @@ fn a_dry_run_of_construct_changes_no_file() {
     let dir = project();
     let before = tree(dir.path());
 
-    let out = ralph(dir.path(), &["construct", "spec.md", "--dry-run"], &[]);
+    // `--timeout` sets the stage timeout over ralph.toml (audit row 000-R38).
+    let out = ralph(
+        dir.path(),
+        &["construct", "spec.md", "--dry-run", "--timeout", "90s"],
+        &[],
+    );
 
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("INVESTIGATE"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("stage timeout 1m 30s"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(tree(dir.path()), before, "a dry run writes nothing");
 }
 
