@@ -101,6 +101,9 @@ pub struct Config {
     pub prompts: PromptPaths,
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
     pub claude: ClaudeConfig,
+    /// Agent CLIs run from an argv template, by name (`[agents.aider]`): see
+    /// [`CommandAgent`](crate::agent::CommandAgent).
+    pub agents: std::collections::BTreeMap<String, crate::agent::CommandConfig>,
     /// Plan mode and build mode over `implementation.json` (seeds 004 and 002).
     pub planning: PlanningConfig,
     /// Run one iteration, then return [`Outcome::Once`](crate::Outcome::Once) (seed 003's
@@ -128,6 +131,7 @@ impl Default for Config {
             log_dir: PathBuf::from("build/ralph-logs"),
             prompts: PromptPaths::default(),
             claude: ClaudeConfig::default(),
+            agents: std::collections::BTreeMap::new(),
             planning: PlanningConfig::default(),
             once: false,
             recent_attempts: 5,
@@ -795,6 +799,41 @@ pub(crate) mod duration {
             ))),
         }
     }
+
+    /// The same for an optional duration.
+    pub(crate) mod option {
+        use std::time::Duration;
+
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        /// Writes `"5m"`, or nothing.
+        ///
+        /// # Errors
+        ///
+        /// Never, beyond the serializer's own.
+        pub(crate) fn serialize<S: Serializer>(
+            d: &Option<Duration>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => super::serialize(d, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// Reads `"5m"` or nothing.
+        ///
+        /// # Errors
+        ///
+        /// When the value is not a duration string.
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Duration>, D::Error> {
+            #[derive(Deserialize)]
+            struct Text(#[serde(with = "super")] Duration);
+            Ok(Option::<Text>::deserialize(d)?.map(|t| t.0))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -921,6 +960,31 @@ mod tests {
             assert_eq!(c.gates[0].timeout, Duration::from_secs(600));
             assert!(!c.gates[1].required);
             assert_eq!(c.gates[1].timeout, Duration::from_secs(300));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn command_agents_load_from_toml_and_env_and_bad_keys_are_named() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "[agents.aider]\ncommand = [\"aider\", \"--message-file\", \"{prompt_file}\"]\nread_only_args = [\"--dry-run\"]\nidle_timeout = \"2m\"\n",
+            )?;
+            jail.set_env("RALPH_AGENTS__AIDER__ANSWER_POINTER", "/result");
+            let c = load_in(jail).unwrap();
+            let aider = &c.agents["aider"];
+            assert_eq!(aider.command[2], "{prompt_file}");
+            assert_eq!(aider.read_only_args, ["--dry-run"]);
+            assert_eq!(aider.idle_timeout, Some(Duration::from_secs(120)));
+            assert_eq!(aider.answer_pointer.as_deref(), Some("/result"));
+
+            jail.create_file("ralph.toml", "[agents.aider]\ncommnd = [\"aider\"]\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("commnd") && msg.contains("ralph.toml"),
+                "{msg}"
+            );
             Ok(())
         });
     }

@@ -6,6 +6,7 @@
 
 mod claim;
 pub mod claude;
+mod command;
 #[cfg(feature = "fake")]
 mod fake;
 
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::ContextThresholds;
 
+pub use command::{ANSWER_KEPT, CommandAgent, CommandConfig};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
 

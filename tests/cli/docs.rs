@@ -33,7 +33,11 @@ fn cited(cell: &str) -> Vec<(String, String)> {
     let mut rest = cell;
     while let Some(start) = rest.find(['`', '(']) {
         let after = &rest[start + 1..];
-        let close = if rest[start..].starts_with('`') { '`' } else { ')' };
+        let close = if rest[start..].starts_with('`') {
+            '`'
+        } else {
+            ')'
+        };
         let Some(end) = after.find(close) else { break };
         let inner = &after[..end];
         if close == '`' {
@@ -63,10 +67,9 @@ fn the_conformance_table_cites_tests_that_exist_and_explains_every_difference() 
         match row.status.as_str() {
             "✔" if row.tests.is_empty() => problems.push(format!("{}: ✔ with no test", row.id)),
             "✔" => {}
-            "≠" if !differences.contains(&row.id) => problems.push(format!(
-                "{}: ≠ but not in docs/seed-differences.md",
-                row.id
-            )),
+            "≠" if !differences.contains(&row.id) => {
+                problems.push(format!("{}: ≠ but not in docs/seed-differences.md", row.id))
+            }
             "≠" => {}
             other => problems.push(format!("{}: status {other}", row.id)),
         }

@@ -130,6 +130,60 @@ fn init_writes_an_empty_implementation_json_beside_a_specs_folder_and_keeps_an_e
     );
 }
 
+/// Any agent CLI from an `[agents.NAME]` table (issue: more agents): a shell script that
+/// answers by role takes a spec to the end through `ralph construct --agent NAME`.
+#[test]
+fn construct_runs_a_command_agent_from_ralph_toml() {
+    let dir = project();
+    std::fs::write(
+        dir.path().join("agent.sh"),
+        r#"cat > /dev/null
+case "$1" in
+  investigate) echo '{"tasks":[{"name":"Write hello.txt","accept":"hello.txt says hello"}]}' ;;
+  build) echo hello > hello.txt; printf 'Wrote hello.txt.\n<TASK_DONE>\n' ;;
+  verify) echo '{"task_id":"'"$2"'","verdict":"accept","reason":"it says hello"}' ;;
+  gap_analysis) echo '{"tasks":[],"issues":[]}' ;;
+  *) echo "unexpected role $1" >&2; exit 1 ;;
+esac
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("ralph.toml"),
+        "[agents.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
+    )
+    .unwrap();
+
+    let out = ralph(
+        dir.path(),
+        &["construct", "spec.md", "--agent", "mine"],
+        &[],
+    );
+
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    let unknown = ralph(
+        dir.path(),
+        &["construct", "spec.md", "--agent", "nobody"],
+        &[],
+    );
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        stderr(&unknown).contains("[agents.nobody]") && stderr(&unknown).contains("claude, mine"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
 #[test]
 fn the_board_from_the_shell_status_task_add_and_query_next() {
     let dir = project();

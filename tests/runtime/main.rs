@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod command_agent;
 mod every_mode;
 mod process;
 mod shell_gate;

@@ -107,7 +107,8 @@ struct RunFlags {
     /// Print events as NDJSON (with RFC 3339 timestamps) on stdout.
     #[arg(long)]
     json: bool,
-    /// The agent: `claude` (the Claude Code CLI).
+    /// The agent: `claude` (the Claude Code CLI), or the name of an `[agents.NAME]` table
+    /// of ralph.toml (any CLI run from an argv template).
     #[arg(long, default_value = "claude")]
     agent: String,
     /// Use a scripted FakeAgent from this TOML file instead of a real agent; its requests are

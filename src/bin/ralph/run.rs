@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use ralph::agent::CommandAgent;
 use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder, SpecsOutcome};
 
 use std::sync::Arc;
@@ -188,9 +189,17 @@ async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Lines>) -> Resu
             Box::new(claude)
         }
         (None, other) => {
-            return Err(
-                format!("unknown agent {other:?}: the agents ralph has are: claude").into(),
-            );
+            let config = ralph::Config::load(workspace)?;
+            let agent = CommandAgent::from_config(other, &config).map_err(|e| {
+                let known: Vec<&str> = std::iter::once("claude")
+                    .chain(config.agents.keys().map(String::as_str))
+                    .collect();
+                format!("{e} (the agents this workspace has: {})", known.join(", "))
+            })?;
+            if !flags.dry_run {
+                agent.check().await?;
+            }
+            Box::new(agent)
         }
     };
     let mut builder = Ralph::builder()

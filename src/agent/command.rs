@@ -1,0 +1,528 @@
+//! [`CommandAgent`]: any agent CLI that takes a prompt and prints its answer (Aider, Amp,
+//! Cursor's agent, a script of your own), run under the same supervision as the Claude
+//! agent: its own process group and cookie, the wall-clock and idle timeouts, SIGTERM then
+//! SIGKILL after the grace, and a sweep of whatever it left running.
+//!
+//! The command is an argv template. Its placeholders are replaced in every argument:
+//!
+//! | placeholder | becomes |
+//! |---|---|
+//! | `{prompt_file}` | a file holding the prompt (written next to the run's log, removed after the run when there is no log) |
+//! | `{workspace}` | the directory the agent works in (also its working directory) |
+//! | `{role}` | the role of the run (`build`, `verify`, …) |
+//! | `{subject}` | the task or issue the run is about (`t-3`, `i-1`), or nothing |
+//!
+//! Without `{prompt_file}` the prompt goes to the command's stdin, which survives prompts of
+//! any size. The final answer is the command's stdout (its last [`ANSWER_KEPT`] bytes), or,
+//! with [`answer_pointer`](CommandAgent::answer_pointer), the value at that JSON pointer in
+//! the last line of stdout that is a JSON object. stdout and stderr go to the run's log in
+//! full; memory holds only the bounded tail.
+//!
+//! Read-only roles (verify, investigate, plan…) get [`read_only_args`](CommandAgent::read_only_args)
+//! appended: the CLI's own sandbox or approval flags. A command without such flags is trusted
+//! to honour [`AgentRequest::role`].
+//!
+//! In `ralph.toml`:
+//!
+//! ```toml
+//! [agents.aider]
+//! command = ["aider", "--yes-always", "--no-git", "--message-file", "{prompt_file}"]
+//! read_only_args = ["--dry-run"]
+//!
+//! [agents.my-script]
+//! command = ["./agent.sh", "{role}"]        # the prompt on stdin
+//! answer_pointer = "/result"                 # from the last JSON line of stdout
+//! idle_timeout = "2m"
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::time::{Instant, sleep_until};
+
+use super::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
+use crate::config::Config;
+use crate::output::BoundedOutput;
+use crate::process::{ProcessError, ProcessSpec, SupervisedChild};
+
+/// How much of stdout is kept in memory for the final answer: its last bytes.
+pub const ANSWER_KEPT: usize = 1024 * 1024;
+
+/// How much of stderr is kept for a failure's reason.
+const STDERR_KEPT: usize = 2048;
+
+/// How long to keep reading once the process is gone: EOF normally comes at once.
+const DRAIN_LIMIT: Duration = Duration::from_millis(500);
+
+/// One `[agents.<name>]` table of `ralph.toml`: a [`CommandAgent`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CommandConfig {
+    /// The argv template: the program, then its arguments, with `{prompt_file}`,
+    /// `{workspace}`, `{role}` and `{subject}` replaced.
+    pub command: Vec<String>,
+    /// Arguments appended for read-only roles (the CLI's sandbox or approval flags).
+    pub read_only_args: Vec<String>,
+    /// A JSON pointer (`/result`) into the last JSON object line of stdout: the final
+    /// answer. Unset: the whole stdout is the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_pointer: Option<String>,
+    /// Longest silence on stdout and stderr before the run is cut as timed out. Unset: none.
+    #[serde(
+        with = "crate::config::duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_timeout: Option<Duration>,
+    /// Environment variables set for the command.
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// Runs any agent CLI from an argv template. See the [module docs](self).
+///
+/// ```no_run
+/// use ralph::agent::{Agent, AgentRequest, CommandAgent, Role};
+///
+/// # async fn demo() -> Result<(), ralph::AgentError> {
+/// let aider = CommandAgent::new("aider", ["aider", "--yes-always", "--message-file", "{prompt_file}"])
+///     .read_only_args(["--dry-run"]);
+/// let run = aider.run(AgentRequest::new(Role::Build, "Write hello.txt", ".")).await?;
+/// println!("{}", run.final_text);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct CommandAgent {
+    name: String,
+    config: CommandConfig,
+    grace: Duration,
+}
+
+impl CommandAgent {
+    /// An agent named `name` running `command` (the program, then its arguments).
+    pub fn new<I, S>(name: impl Into<String>, command: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        CommandAgent {
+            name: name.into(),
+            config: CommandConfig {
+                command: command.into_iter().map(Into::into).collect(),
+                ..CommandConfig::default()
+            },
+            grace: Config::default().grace,
+        }
+    }
+
+    /// The agent `[agents.<name>]` of `config` describes.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::Other`] naming the key when there is no such table or its `command`
+    /// is empty.
+    pub fn from_config(name: &str, config: &Config) -> Result<Self, AgentError> {
+        let table = config.agents.get(name).ok_or_else(|| {
+            AgentError::Other(format!(
+                "no agent {name:?}: add an [agents.{name}] table with a `command` to ralph.toml"
+            ))
+        })?;
+        if table.command.is_empty() {
+            return Err(AgentError::Other(format!(
+                "agents.{name}.command is empty: give the program and its arguments"
+            )));
+        }
+        Ok(CommandAgent {
+            name: name.to_owned(),
+            config: table.clone(),
+            grace: config.grace,
+        })
+    }
+
+    /// Arguments appended for read-only roles.
+    #[must_use]
+    pub fn read_only_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.read_only_args = args.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The final answer is the value at this JSON pointer (`/result`) in the last line of
+    /// stdout that is a JSON object.
+    #[must_use]
+    pub fn answer_pointer(mut self, pointer: impl Into<String>) -> Self {
+        self.config.answer_pointer = Some(pointer.into());
+        self
+    }
+
+    /// Longest silence on the command's output before the run is cut as timed out.
+    #[must_use]
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.config.idle_timeout = Some(idle);
+        self
+    }
+
+    /// Sets an environment variable for the command.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// SIGTERM → SIGKILL when ralph stops the command. Default: `grace` of the config.
+    #[must_use]
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The argv for `request`, and whether the prompt goes on stdin.
+    fn argv(&self, request: &AgentRequest, prompt_file: &Path) -> (Vec<String>, bool) {
+        let workspace = request.workspace.display().to_string();
+        let prompt_path = prompt_file.display().to_string();
+        let mut on_stdin = true;
+        let mut argv: Vec<String> = self
+            .config
+            .command
+            .iter()
+            .chain(
+                (!request.role.may_write())
+                    .then_some(&self.config.read_only_args)
+                    .into_iter()
+                    .flatten(),
+            )
+            .map(|arg| {
+                if arg.contains("{prompt_file}") {
+                    on_stdin = false;
+                }
+                arg.replace("{prompt_file}", &prompt_path)
+                    .replace("{workspace}", &workspace)
+                    .replace("{role}", request.role.as_str())
+                    .replace("{subject}", request.subject.as_deref().unwrap_or(""))
+            })
+            .collect();
+        argv.shrink_to_fit();
+        (argv, on_stdin)
+    }
+
+    /// Where the prompt file goes: beside the log, else in the temp folder.
+    fn prompt_file(request: &AgentRequest) -> (PathBuf, bool) {
+        match &request.log_path {
+            Some(log) => (log.with_extension("prompt.md"), false),
+            None => {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let unique = format!("ralph-prompt-{}-{n}.md", std::process::id());
+                (std::env::temp_dir().join(unique), true)
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Agent for CommandAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        if request.stop.is_cancelled() {
+            return Ok(AgentRun::new(AgentExit::Stopped));
+        }
+        let (prompt_file, temporary) = Self::prompt_file(&request);
+        let (argv, on_stdin) = self.argv(&request, &prompt_file);
+        if !on_stdin {
+            write_file(&prompt_file, request.prompt.as_bytes()).await?;
+        }
+        let ran = self.supervise(&request, &argv, on_stdin).await;
+        if temporary && !on_stdin {
+            let _ = tokio::fs::remove_file(&prompt_file).await;
+        }
+        ran
+    }
+
+    async fn check(&self) -> Result<(), AgentError> {
+        let program = self
+            .config
+            .command
+            .first()
+            .ok_or_else(|| AgentError::Other(format!("agent {}: no command", self.name)))?;
+        if program.contains('/') || which(program).is_some() {
+            Ok(())
+        } else {
+            Err(AgentError::Other(format!(
+                "agent {}: {program} is not on PATH",
+                self.name
+            )))
+        }
+    }
+
+    fn configure(&mut self, config: &Config) {
+        self.grace = config.grace;
+    }
+}
+
+/// What the two output pumps saw.
+struct Output {
+    stdout: BoundedOutput,
+    stderr: BoundedOutput,
+}
+
+/// Why the run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    Exited,
+    Stopped,
+    TimedOut,
+}
+
+impl CommandAgent {
+    async fn supervise(
+        &self,
+        request: &AgentRequest,
+        argv: &[String],
+        on_stdin: bool,
+    ) -> Result<AgentRun, AgentError> {
+        let started = Instant::now();
+        let mut spec = ProcessSpec::new(&argv[0])
+            .args(&argv[1..])
+            .owner(crate::process::owner_of(&request.workspace))
+            .cwd(&request.workspace)
+            .envs(self.config.env.iter())
+            .grace(self.grace);
+        if on_stdin {
+            spec = spec.stdin(request.prompt.as_bytes().to_vec());
+        }
+        let spawn_error = |e: ProcessError| AgentError::Spawn {
+            program: argv[0].clone(),
+            source: std::io::Error::other(e.to_string()),
+        };
+        let mut child = spec.spawn().map_err(spawn_error)?;
+        let log = open_log(request.log_path.as_deref()).await?;
+        let stdout = child.take_stdout();
+        let stderr = child.take_stderr();
+        let (active, activity) = tokio::sync::watch::channel(Instant::now());
+        let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active));
+        let deadline = request.timeout.map(|t| started + t);
+        let ending = self.watch(&mut child, request, deadline, activity).await;
+        let (exit, leaked) = match ending {
+            Ending::Exited => {
+                let exit = child.wait().await.ok();
+                (exit, child.kill_all().await)
+            }
+            Ending::Stopped | Ending::TimedOut => match child.terminate(self.grace).await {
+                Ok(t) => (t.exit, t.leaked),
+                Err(_) => (None, child.kill_all().await),
+            },
+        };
+        let output = match tokio::time::timeout(DRAIN_LIMIT, &mut pumps).await {
+            Ok(Ok(output)) => output,
+            // Something that escaped the sweep holds the pipes: what was read is lost with
+            // the task, which is aborted; the log has it.
+            _ => {
+                pumps.abort();
+                Output {
+                    stdout: BoundedOutput::new(0, 0),
+                    stderr: BoundedOutput::new(0, 0),
+                }
+            }
+        };
+        let mut run = self.judge(ending, exit, &output);
+        run.duration = started.elapsed();
+        run.log_path = request.log_path.clone();
+        run.leaked = leaked;
+        run.exit_code = exit.and_then(crate::process::Exit::code);
+        run.exit_signal = exit.and_then(crate::process::Exit::signal);
+        if leaked > 0 {
+            request
+                .events
+                .emit(super::AgentEvent::LeftoversKilled { count: leaked });
+        }
+        Ok(run)
+    }
+
+    /// Waits for the exit, the deadline, the stop token or an idle spell, whichever first.
+    async fn watch(
+        &self,
+        child: &mut SupervisedChild,
+        request: &AgentRequest,
+        deadline: Option<Instant>,
+        mut activity: tokio::sync::watch::Receiver<Instant>,
+    ) -> Ending {
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let mut open = true;
+        loop {
+            let idle_at = self
+                .config
+                .idle_timeout
+                .map_or(far, |idle| *activity.borrow() + idle);
+            tokio::select! {
+                _ = child.wait() => return Ending::Exited,
+                () = request.stop.cancelled() => return Ending::Stopped,
+                () = sleep_until(deadline.unwrap_or(far)) => return Ending::TimedOut,
+                () = sleep_until(idle_at) => return Ending::TimedOut,
+                // Each read moves the idle clock; once both pipes are closed only the exit,
+                // the deadline, the stop or the idle clock can end the wait.
+                changed = activity.changed(), if open => open = changed.is_ok(),
+            }
+        }
+    }
+
+    /// The run's exit and final answer from how it ended and what it printed.
+    fn judge(
+        &self,
+        ending: Ending,
+        exit: Option<crate::process::Exit>,
+        output: &Output,
+    ) -> AgentRun {
+        match ending {
+            Ending::Stopped => return AgentRun::new(AgentExit::Stopped),
+            Ending::TimedOut => return AgentRun::new(AgentExit::TimedOut),
+            Ending::Exited => {}
+        }
+        let stdout = output.stdout.tail();
+        if !exit.is_some_and(crate::process::Exit::success) {
+            let how = match (
+                exit.and_then(crate::process::Exit::code),
+                exit.and_then(crate::process::Exit::signal),
+            ) {
+                (Some(code), _) => format!("exited with code {code}"),
+                (None, Some(signal)) => format!("was killed by signal {signal}"),
+                (None, None) => "ended".to_owned(),
+            };
+            let stderr = output.stderr.to_string();
+            let detail = if stderr.trim().is_empty() {
+                last_line(&stdout)
+            } else {
+                stderr.trim().to_owned()
+            };
+            return AgentRun::new(AgentExit::Failed {
+                reason: format!("{} {how}: {detail}", self.name),
+                kind: FailureKind::Attempt,
+            });
+        }
+        match &self.config.answer_pointer {
+            None => AgentRun::completed(stdout.trim_end()),
+            Some(pointer) => match pointed(&stdout, pointer) {
+                Ok(text) => AgentRun::completed(text),
+                Err(reason) => AgentRun::new(AgentExit::Failed {
+                    reason: format!("{}: {reason}", self.name),
+                    kind: FailureKind::Attempt,
+                }),
+            },
+        }
+    }
+}
+
+/// The answer at `pointer` in the last line of `stdout` that is a JSON object: a string as
+/// it is, any other value as JSON.
+fn pointed(stdout: &str, pointer: &str) -> Result<String, String> {
+    let value = stdout
+        .lines()
+        .rev()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .ok_or_else(|| {
+            format!("no JSON object line on stdout for the answer pointer {pointer:?}")
+        })?;
+    match value.pointer(pointer) {
+        Some(serde_json::Value::String(text)) => Ok(text.clone()),
+        Some(other) => Ok(other.to_string()),
+        None => Err(format!(
+            "the last JSON line of stdout has nothing at {pointer:?}"
+        )),
+    }
+}
+
+fn last_line(text: &str) -> String {
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no output")
+        .to_owned()
+}
+
+async fn write_file(path: &Path, bytes: &[u8]) -> Result<(), AgentError> {
+    let io = |source| AgentError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        tokio::fs::create_dir_all(dir).await.map_err(io)?;
+    }
+    tokio::fs::write(path, bytes).await.map_err(io)
+}
+
+async fn open_log(path: Option<&Path>) -> Result<Option<tokio::fs::File>, AgentError> {
+    let Some(path) = path else { return Ok(None) };
+    let io = |source| AgentError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        tokio::fs::create_dir_all(dir).await.map_err(io)?;
+    }
+    let file = tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .await
+        .map_err(io)?;
+    Ok(Some(file))
+}
+
+/// Reads stdout and stderr to their ends into bounded buffers, both into the log, marking
+/// each read on `activity`.
+async fn pump_both(
+    stdout: Option<tokio::process::ChildStdout>,
+    stderr: Option<tokio::process::ChildStderr>,
+    log: Option<tokio::fs::File>,
+    activity: tokio::sync::watch::Sender<Instant>,
+) -> Output {
+    let log = tokio::sync::Mutex::new(log);
+    let mut out = BoundedOutput::new(0, ANSWER_KEPT);
+    let mut err = BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2);
+    tokio::join!(
+        pump(stdout, &mut out, &log, &activity),
+        pump(stderr, &mut err, &log, &activity)
+    );
+    Output {
+        stdout: out,
+        stderr: err,
+    }
+}
+
+async fn pump(
+    source: Option<impl AsyncRead + Unpin>,
+    into: &mut BoundedOutput,
+    log: &tokio::sync::Mutex<Option<tokio::fs::File>>,
+    activity: &tokio::sync::watch::Sender<Instant>,
+) {
+    let Some(mut source) = source else { return };
+    let mut buf = vec![0; 64 * 1024];
+    while let Ok(n) = source.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        into.push(&buf[..n]);
+        activity.send_replace(Instant::now());
+        if let Some(file) = log.lock().await.as_mut() {
+            // A log that cannot be written loses the transcript, not the run.
+            let _ = file.write_all(&buf[..n]).await;
+        }
+    }
+}
+
+/// `program` found on `PATH`.
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
