@@ -101,9 +101,13 @@ pub struct Config {
     pub prompts: PromptPaths,
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
     pub claude: ClaudeConfig,
-    /// Agent CLIs run from an argv template, by name (`[agents.aider]`): see
+    /// Agent CLIs run from an argv template, by name (`[agent.aider]`): see
     /// [`CommandAgent`](crate::agent::CommandAgent).
-    pub agents: std::collections::BTreeMap<String, crate::agent::CommandConfig>,
+    pub agent: std::collections::BTreeMap<String, crate::agent::CommandConfig>,
+    /// The agents the `ralph` command runs, in fallback order (`["claude", "aider"]`): on a
+    /// rate limit or an unavailable agent the next one takes the run (see
+    /// [`Fallback`](crate::agent::Fallback)). Empty: `claude`, or `--agent`.
+    pub agents: Vec<String>,
     /// Plan mode and build mode over `implementation.json` (seeds 004 and 002).
     pub planning: PlanningConfig,
     /// Run one iteration, then return [`Outcome::Once`](crate::Outcome::Once) (seed 003's
@@ -131,7 +135,8 @@ impl Default for Config {
             log_dir: PathBuf::from("build/ralph-logs"),
             prompts: PromptPaths::default(),
             claude: ClaudeConfig::default(),
-            agents: std::collections::BTreeMap::new(),
+            agent: std::collections::BTreeMap::new(),
+            agents: Vec::new(),
             planning: PlanningConfig::default(),
             once: false,
             recent_attempts: 5,
@@ -969,17 +974,17 @@ mod tests {
         Jail::expect_with(|jail| {
             jail.create_file(
                 "ralph.toml",
-                "[agents.aider]\ncommand = [\"aider\", \"--message-file\", \"{prompt_file}\"]\nread_only_args = [\"--dry-run\"]\nidle_timeout = \"2m\"\n",
+                "[agent.aider]\ncommand = [\"aider\", \"--message-file\", \"{prompt_file}\"]\nread_only_args = [\"--dry-run\"]\nidle_timeout = \"2m\"\n",
             )?;
-            jail.set_env("RALPH_AGENTS__AIDER__ANSWER_POINTER", "/result");
+            jail.set_env("RALPH_AGENT__AIDER__ANSWER_POINTER", "/result");
             let c = load_in(jail).unwrap();
-            let aider = &c.agents["aider"];
+            let aider = &c.agent["aider"];
             assert_eq!(aider.command[2], "{prompt_file}");
             assert_eq!(aider.read_only_args, ["--dry-run"]);
             assert_eq!(aider.idle_timeout, Some(Duration::from_secs(120)));
             assert_eq!(aider.answer_pointer.as_deref(), Some("/result"));
 
-            jail.create_file("ralph.toml", "[agents.aider]\ncommnd = [\"aider\"]\n")?;
+            jail.create_file("ralph.toml", "[agent.aider]\ncommnd = [\"aider\"]\n")?;
             let msg = load_in(jail).unwrap_err().to_string();
             assert!(
                 msg.contains("commnd") && msg.contains("ralph.toml"),

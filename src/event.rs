@@ -368,6 +368,10 @@ impl std::fmt::Display for Event {
                     None => Ok(()),
                 }
             }
+            Event::Agent {
+                detail: AgentEvent::AgentChosen { agent, reason },
+                ..
+            } => write!(f, "agent {agent} takes the run: {reason}"),
             Event::Agent { .. } => match self.context_line() {
                 Some(line) => f.write_str(&line),
                 None => Ok(()),

@@ -25,11 +25,11 @@
 //! In `ralph.toml`:
 //!
 //! ```toml
-//! [agents.aider]
+//! [agent.aider]
 //! command = ["aider", "--yes-always", "--no-git", "--message-file", "{prompt_file}"]
 //! read_only_args = ["--dry-run"]
 //!
-//! [agents.my-script]
+//! [agent.my-script]
 //! command = ["./agent.sh", "{role}"]        # the prompt on stdin
 //! answer_pointer = "/result"                 # from the last JSON line of stdout
 //! idle_timeout = "2m"
@@ -56,7 +56,7 @@ const STDERR_KEPT: usize = 2048;
 /// How long to keep reading once the process is gone: EOF normally comes at once.
 const DRAIN_LIMIT: Duration = Duration::from_millis(500);
 
-/// One `[agents.<name>]` table of `ralph.toml`: a [`CommandAgent`].
+/// One `[agent.<name>]` table of `ralph.toml`: a [`CommandAgent`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
@@ -117,21 +117,21 @@ impl CommandAgent {
         }
     }
 
-    /// The agent `[agents.<name>]` of `config` describes.
+    /// The agent `[agent.<name>]` of `config` describes.
     ///
     /// # Errors
     ///
     /// [`AgentError::Other`] naming the key when there is no such table or its `command`
     /// is empty.
     pub fn from_config(name: &str, config: &Config) -> Result<Self, AgentError> {
-        let table = config.agents.get(name).ok_or_else(|| {
+        let table = config.agent.get(name).ok_or_else(|| {
             AgentError::Other(format!(
-                "no agent {name:?}: add an [agents.{name}] table with a `command` to ralph.toml"
+                "no agent {name:?}: add an [agent.{name}] table with a `command` to ralph.toml"
             ))
         })?;
         if table.command.is_empty() {
             return Err(AgentError::Other(format!(
-                "agents.{name}.command is empty: give the program and its arguments"
+                "agent.{name}.command is empty: give the program and its arguments"
             )));
         }
         Ok(CommandAgent {
@@ -252,11 +252,17 @@ impl Agent for CommandAgent {
             .command
             .first()
             .ok_or_else(|| AgentError::Other(format!("agent {}: no command", self.name)))?;
-        if program.contains('/') || which(program).is_some() {
+        let found = if program.contains('/') {
+            // A relative path is resolved in the workspace, unknown here.
+            !Path::new(program).is_absolute() || Path::new(program).is_file()
+        } else {
+            which(program).is_some()
+        };
+        if found {
             Ok(())
         } else {
             Err(AgentError::Other(format!(
-                "agent {}: {program} is not on PATH",
+                "agent {}: {program} is not there (nor on PATH)",
                 self.name
             )))
         }

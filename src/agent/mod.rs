@@ -9,6 +9,7 @@ pub mod claude;
 mod command;
 #[cfg(feature = "fake")]
 mod fake;
+mod fallback;
 
 pub use claim::Claim;
 
@@ -27,6 +28,7 @@ use crate::context::ContextThresholds;
 pub use command::{ANSWER_KEPT, CommandAgent, CommandConfig};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
+pub use fallback::Fallback;
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -200,6 +202,13 @@ pub enum AgentEvent {
     LeftoversKilled {
         /// How many.
         count: usize,
+    },
+    /// A [`Fallback`] chain gave the run to `agent`, passing over the ones before it.
+    AgentChosen {
+        /// The agent that takes the run.
+        agent: String,
+        /// Why the ones before it were passed over (`claude is rate limited until …`).
+        reason: String,
     },
     /// Something worth a line in the log.
     Note {

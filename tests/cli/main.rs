@@ -130,7 +130,7 @@ fn init_writes_an_empty_implementation_json_beside_a_specs_folder_and_keeps_an_e
     );
 }
 
-/// Any agent CLI from an `[agents.NAME]` table (issue: more agents): a shell script that
+/// Any agent CLI from an `[agent.NAME]` table (issue: more agents): a shell script that
 /// answers by role takes a spec to the end through `ralph construct --agent NAME`.
 #[test]
 fn construct_runs_a_command_agent_from_ralph_toml() {
@@ -150,7 +150,7 @@ esac
     .unwrap();
     std::fs::write(
         dir.path().join("ralph.toml"),
-        "[agents.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
+        "[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
     )
     .unwrap();
 
@@ -178,7 +178,7 @@ esac
     );
     assert_eq!(unknown.status.code(), Some(1));
     assert!(
-        stderr(&unknown).contains("[agents.nobody]") && stderr(&unknown).contains("claude, mine"),
+        stderr(&unknown).contains("[agent.nobody]") && stderr(&unknown).contains("claude, mine"),
         "{}",
         stderr(&unknown)
     );

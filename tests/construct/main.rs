@@ -12,6 +12,7 @@ mod custom_tool;
 mod deps;
 mod diagnostics;
 mod example_flow;
+mod fallback;
 mod inheritance;
 mod interrupts;
 mod kills;

@@ -107,10 +107,11 @@ struct RunFlags {
     /// Print events as NDJSON (with RFC 3339 timestamps) on stdout.
     #[arg(long)]
     json: bool,
-    /// The agent: `claude` (the Claude Code CLI), or the name of an `[agents.NAME]` table
-    /// of ralph.toml (any CLI run from an argv template).
-    #[arg(long, default_value = "claude")]
-    agent: String,
+    /// The agent: `claude` (the Claude Code CLI), or the name of an `[agent.NAME]` table
+    /// of ralph.toml (any CLI run from an argv template). A comma-separated list is a
+    /// fallback chain (`claude,aider`). Default: `agents` of ralph.toml, else `claude`.
+    #[arg(long)]
+    agent: Option<String>,
     /// Use a scripted FakeAgent from this TOML file instead of a real agent; its requests are
     /// appended to .ralph/fake-requests.jsonl.
     #[arg(long, conflicts_with = "agent")]

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ralph::agent::CommandAgent;
+use ralph::agent::{CommandAgent, Fallback};
 use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder, SpecsOutcome};
 
 use std::sync::Arc;
@@ -172,34 +172,16 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
 /// A builder with the agent the flags name, checked to be there (unless this is a dry run,
 /// which starts no agent), and the display.
 async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Lines>) -> Result<RalphBuilder> {
-    let agent: Box<dyn Agent> = match (&flags.script, flags.agent.as_str()) {
-        (Some(script), _) => {
+    let agent: Box<dyn Agent> = match &flags.script {
+        Some(script) => {
             Box::new(FakeAgent::from_toml_file(script)?.record_to(workspace.join(FAKE_REQUESTS)))
         }
-        (None, "claude") => {
-            let claude = ClaudeCli::from_workspace(workspace)?;
-            if !flags.dry_run {
-                claude.check().await.map_err(|e| {
-                    format!(
-                        "{e}: install the Claude Code CLI (npm install -g @anthropic-ai/claude-code), \
-                         or name it in ralph.toml ([claude] bin) or RALPH_CLAUDE_BIN"
-                    )
-                })?;
-            }
-            Box::new(claude)
-        }
-        (None, other) => {
-            let config = ralph::Config::load(workspace)?;
-            let agent = CommandAgent::from_config(other, &config).map_err(|e| {
-                let known: Vec<&str> = std::iter::once("claude")
-                    .chain(config.agents.keys().map(String::as_str))
-                    .collect();
-                format!("{e} (the agents this workspace has: {})", known.join(", "))
-            })?;
+        None => {
+            let agent = named_agents(workspace, flags.agent.as_deref())?;
             if !flags.dry_run {
                 agent.check().await?;
             }
-            Box::new(agent)
+            agent
         }
     };
     let mut builder = Ralph::builder()
@@ -259,4 +241,73 @@ pub(crate) fn next_step(outcome: &Outcome) -> Option<&'static str> {
         Outcome::Once { .. } => "`ralph construct --once` runs the next iteration",
         _ => "`ralph construct` resumes; raise the limit with --max-iterations or --timeout",
     })
+}
+
+/// The agent `--agent` names (or `agents` of ralph.toml, or `claude`); several names make a
+/// fallback chain.
+fn named_agents(workspace: &Path, flag: Option<&str>) -> Result<Box<dyn Agent>> {
+    let config = ralph::Config::load(workspace)?;
+    let names: Vec<String> = match flag {
+        Some(list) => list.split(',').map(|n| n.trim().to_owned()).collect(),
+        None if !config.agents.is_empty() => config.agents.clone(),
+        None => vec!["claude".to_owned()],
+    };
+    let mut agents = Vec::new();
+    for name in &names {
+        agents.push((name.clone(), one_agent(workspace, &config, name)?));
+    }
+    if agents.len() == 1 {
+        return Ok(agents.remove(0).1);
+    }
+    Ok(Box::new(
+        agents
+            .into_iter()
+            .fold(Fallback::new(), |chain, (name, agent)| {
+                chain.agent(name, agent)
+            }),
+    ))
+}
+
+fn one_agent(workspace: &Path, config: &ralph::Config, name: &str) -> Result<Box<dyn Agent>> {
+    if name == "claude" {
+        let claude = ClaudeCli::from_workspace(workspace)?;
+        return Ok(Box::new(CheckedClaude(claude)));
+    }
+    let agent = CommandAgent::from_config(name, config).map_err(|e| {
+        let known: Vec<&str> = std::iter::once("claude")
+            .chain(config.agent.keys().map(String::as_str))
+            .collect();
+        format!("{e} (the agents this workspace has: {})", known.join(", "))
+    })?;
+    Ok(Box::new(agent))
+}
+
+/// The Claude CLI, whose unavailability says how to install it.
+struct CheckedClaude(ClaudeCli);
+
+#[ralph::async_trait]
+impl Agent for CheckedClaude {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    async fn run(
+        &self,
+        request: ralph::AgentRequest,
+    ) -> std::result::Result<ralph::AgentRun, ralph::AgentError> {
+        self.0.run(request).await
+    }
+
+    async fn check(&self) -> std::result::Result<(), ralph::AgentError> {
+        self.0.check().await.map_err(|e| {
+            ralph::AgentError::Other(format!(
+                "{e}: install the Claude Code CLI (npm install -g @anthropic-ai/claude-code), \
+                 or name it in ralph.toml ([claude] bin) or RALPH_CLAUDE_BIN"
+            ))
+        })
+    }
+
+    fn configure(&mut self, config: &ralph::Config) {
+        self.0.configure(config);
+    }
 }

@@ -1,0 +1,121 @@
+//! A fallback chain in the construct loop (issue: more agents): the first agent is rate
+//! limited, the next one takes the task, and once the reset time passes the first is used
+//! again. Each choice is an event with its reason.
+
+use super::*;
+use ralph::agent::{AgentEvent, Fallback};
+
+#[tokio::test]
+async fn a_rate_limited_agent_hands_the_task_to_the_next_and_is_used_again_after_its_reset() {
+    let dir = workspace(SPEC);
+    let first = Arc::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                tasks(&[
+                    ("Write a.txt", "a.txt exists"),
+                    ("Write b.txt", "b.txt exists"),
+                ]),
+            )
+            // Rate limited on t-1 for a second.
+            .on_attempt(Role::Build, "t-1", 1, Script::new().rate_limit(1))
+            .on(
+                Role::Build,
+                "t-2",
+                Script::new()
+                    .write("b.txt", "b\n")
+                    .answer("Wrote b.txt.\n<TASK_DONE>"),
+            )
+            .always(Role::Verify, accept("exists"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    // The second agent takes t-1, slowly enough for the first one's limit to reset.
+    let second = Arc::new(
+        FakeAgent::new().on(
+            Role::Build,
+            "t-1",
+            Script::new()
+                .delay(Duration::from_millis(1500))
+                .write("a.txt", "a\n")
+                .answer("Wrote a.txt.\n<TASK_DONE>"),
+        ),
+    );
+    let chain = Fallback::new()
+        .agent("claude", first.clone())
+        .agent("codex", second.clone());
+    let events = Recorder::default();
+
+    let outcome = Ralph::builder()
+        .workspace(dir.path())
+        .agent(chain)
+        .store(MemoryStore::new())
+        .observer(events.clone())
+        .stage_timeout(Duration::from_secs(30))
+        .build()
+        .expect("ralph builds")
+        .construct("spec.md")
+        .await
+        .expect("the run");
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let second_did: Vec<(Role, Option<String>)> = second
+        .requests()
+        .into_iter()
+        .map(|r| (r.role, r.subject))
+        .collect();
+    assert_eq!(second_did, [(Role::Build, Some("t-1".to_owned()))]);
+    let first_built: Vec<Option<String>> = first
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == Role::Build)
+        .map(|r| r.subject)
+        .collect();
+    assert_eq!(
+        first_built,
+        [Some("t-1".to_owned()), Some("t-2".to_owned())],
+        "the first agent was rate limited on t-1 and, its limit reset, built t-2"
+    );
+    let chosen: Vec<(String, String)> = events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Agent {
+                detail: AgentEvent::AgentChosen { agent, reason },
+                ..
+            } => Some((agent, reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chosen.len(), 1, "{chosen:?}");
+    assert_eq!(chosen[0].0, "codex");
+    assert!(
+        chosen[0].1.starts_with("claude is rate limited until "),
+        "{chosen:?}"
+    );
+    assert!(dir.path().join("a.txt").exists() && dir.path().join("b.txt").exists());
+}
+
+#[tokio::test]
+async fn an_agent_that_cannot_start_is_passed_over_and_a_chain_all_limited_waits_for_the_first_reset()
+ {
+    let dir = workspace(SPEC);
+    let missing = ralph::agent::CommandAgent::new("missing", ["/no/such/agent-cli"]);
+    let limited = FakeAgent::new().always(Role::Build, Script::new().rate_limit(3600));
+    let chain = Fallback::new()
+        .agent("missing", missing)
+        .agent("limited", limited);
+
+    let run = chain
+        .run(AgentRequest::new(Role::Build, "p", dir.path()))
+        .await
+        .expect("a run");
+    assert!(
+        matches!(run.exit, ralph::AgentExit::RateLimited { .. }),
+        "{run:?}"
+    );
+    assert!(
+        chain.check().await.is_ok(),
+        "one agent of the chain is there"
+    );
+}
