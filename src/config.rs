@@ -101,6 +101,8 @@ pub struct Config {
     pub prompts: PromptPaths,
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
     pub claude: ClaudeConfig,
+    /// How [`CodexCli`](crate::agent::CodexCli) runs the OpenAI Codex CLI.
+    pub codex: crate::agent::CodexConfig,
     /// Agent CLIs run from an argv template, by name (`[agent.aider]`): see
     /// [`CommandAgent`](crate::agent::CommandAgent).
     pub agent: std::collections::BTreeMap<String, crate::agent::CommandConfig>,
@@ -135,6 +137,7 @@ impl Default for Config {
             log_dir: PathBuf::from("build/ralph-logs"),
             prompts: PromptPaths::default(),
             claude: ClaudeConfig::default(),
+            codex: crate::agent::CodexConfig::default(),
             agent: std::collections::BTreeMap::new(),
             agents: Vec::new(),
             planning: PlanningConfig::default(),
@@ -990,6 +993,23 @@ mod tests {
                 msg.contains("commnd") && msg.contains("ralph.toml"),
                 "{msg}"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_codex_section_loads_from_file_and_env() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "[codex]\nbin = \"/opt/codex\"\nargs = [\"-c\", \"x=1\"]\nidle_timeout = \"90s\"\n",
+            )?;
+            jail.set_env("RALPH_CODEX__MODEL", "gpt-5-codex");
+            let c = load_in(jail).unwrap();
+            assert_eq!(c.codex.bin, PathBuf::from("/opt/codex"));
+            assert_eq!(c.codex.args, ["-c", "x=1"]);
+            assert_eq!(c.codex.idle_timeout, Duration::from_secs(90));
+            assert_eq!(c.codex.model.as_deref(), Some("gpt-5-codex"));
             Ok(())
         });
     }

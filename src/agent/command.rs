@@ -1,39 +1,4 @@
-//! [`CommandAgent`]: any agent CLI that takes a prompt and prints its answer (Aider, Amp,
-//! Cursor's agent, a script of your own), run under the same supervision as the Claude
-//! agent: its own process group and cookie, the wall-clock and idle timeouts, SIGTERM then
-//! SIGKILL after the grace, and a sweep of whatever it left running.
-//!
-//! The command is an argv template. Its placeholders are replaced in every argument:
-//!
-//! | placeholder | becomes |
-//! |---|---|
-//! | `{prompt_file}` | a file holding the prompt (written next to the run's log, removed after the run when there is no log) |
-//! | `{workspace}` | the directory the agent works in (also its working directory) |
-//! | `{role}` | the role of the run (`build`, `verify`, …) |
-//! | `{subject}` | the task or issue the run is about (`t-3`, `i-1`), or nothing |
-//!
-//! Without `{prompt_file}` the prompt goes to the command's stdin, which survives prompts of
-//! any size. The final answer is the command's stdout (its last [`ANSWER_KEPT`] bytes), or,
-//! with [`answer_pointer`](CommandAgent::answer_pointer), the value at that JSON pointer in
-//! the last line of stdout that is a JSON object. stdout and stderr go to the run's log in
-//! full; memory holds only the bounded tail.
-//!
-//! Read-only roles (verify, investigate, plan…) get [`read_only_args`](CommandAgent::read_only_args)
-//! appended: the CLI's own sandbox or approval flags. A command without such flags is trusted
-//! to honour [`AgentRequest::role`].
-//!
-//! In `ralph.toml`:
-//!
-//! ```toml
-//! [agent.aider]
-//! command = ["aider", "--yes-always", "--no-git", "--message-file", "{prompt_file}"]
-//! read_only_args = ["--dry-run"]
-//!
-//! [agent.my-script]
-//! command = ["./agent.sh", "{role}"]        # the prompt on stdin
-//! answer_pointer = "/result"                 # from the last JSON line of stdout
-//! idle_timeout = "2m"
-//! ```
+//! `CommandAgent`: any agent CLI from an argv template.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -80,7 +45,42 @@ pub struct CommandConfig {
     pub env: std::collections::BTreeMap<String, String>,
 }
 
-/// Runs any agent CLI from an argv template. See the [module docs](self).
+/// [`CommandAgent`]: any agent CLI that takes a prompt and prints its answer (Aider, Amp,
+/// Cursor's agent, a script of your own), run under the same supervision as the Claude
+/// agent: its own process group and cookie, the wall-clock and idle timeouts, SIGTERM then
+/// SIGKILL after the grace, and a sweep of whatever it left running.
+///
+/// The command is an argv template. Its placeholders are replaced in every argument:
+///
+/// | placeholder | becomes |
+/// |---|---|
+/// | `{prompt_file}` | a file holding the prompt (written next to the run's log, removed after the run when there is no log) |
+/// | `{workspace}` | the directory the agent works in (also its working directory) |
+/// | `{role}` | the role of the run (`build`, `verify`, …) |
+/// | `{subject}` | the task or issue the run is about (`t-3`, `i-1`), or nothing |
+///
+/// Without `{prompt_file}` the prompt goes to the command's stdin, which survives prompts of
+/// any size. The final answer is the command's stdout (its last [`ANSWER_KEPT`] bytes), or,
+/// with [`answer_pointer`](CommandAgent::answer_pointer), the value at that JSON pointer in
+/// the last line of stdout that is a JSON object. stdout and stderr go to the run's log in
+/// full; memory holds only the bounded tail.
+///
+/// Read-only roles (verify, investigate, plan…) get [`read_only_args`](CommandAgent::read_only_args)
+/// appended: the CLI's own sandbox or approval flags. A command without such flags is trusted
+/// to honour [`AgentRequest::role`].
+///
+/// In `ralph.toml`:
+///
+/// ```toml
+/// [agent.aider]
+/// command = ["aider", "--yes-always", "--no-git", "--message-file", "{prompt_file}"]
+/// read_only_args = ["--dry-run"]
+///
+/// [agent.my-script]
+/// command = ["./agent.sh", "{role}"]        # the prompt on stdin
+/// answer_pointer = "/result"                 # from the last JSON line of stdout
+/// idle_timeout = "2m"
+/// ```
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, CommandAgent, Role};
@@ -98,6 +98,8 @@ pub struct CommandAgent {
     name: String,
     config: CommandConfig,
     grace: Duration,
+    /// How much of stdout is kept: its last bytes.
+    kept: usize,
 }
 
 impl CommandAgent {
@@ -114,6 +116,7 @@ impl CommandAgent {
                 ..CommandConfig::default()
             },
             grace: Config::default().grace,
+            kept: ANSWER_KEPT,
         }
     }
 
@@ -138,6 +141,7 @@ impl CommandAgent {
             name: name.to_owned(),
             config: table.clone(),
             grace: config.grace,
+            kept: ANSWER_KEPT,
         })
     }
 
@@ -171,6 +175,13 @@ impl CommandAgent {
     #[must_use]
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Keeps the last `bytes` of stdout instead of [`ANSWER_KEPT`] (for an agent whose
+    /// answer is one long event line).
+    pub(super) fn keep(mut self, bytes: usize) -> Self {
+        self.kept = bytes;
         self
     }
 
@@ -243,7 +254,8 @@ impl Agent for CommandAgent {
         if temporary && !on_stdin {
             let _ = tokio::fs::remove_file(&prompt_file).await;
         }
-        ran
+        let raw = ran?;
+        Ok(raw.finish(self.judge(&raw), &request))
     }
 
     async fn check(&self) -> Result<(), AgentError> {
@@ -279,21 +291,60 @@ struct Output {
     stderr: BoundedOutput,
 }
 
+/// What one supervised run of a command did.
+#[derive(Debug)]
+pub(super) struct Raw {
+    pub(super) ending: Ending,
+    pub(super) exit: Option<crate::process::Exit>,
+    /// The last bytes of stdout ([`ANSWER_KEPT`] unless the agent keeps more).
+    pub(super) stdout: String,
+    /// The head and tail of stderr.
+    pub(super) stderr: String,
+    pub(super) leaked: usize,
+    pub(super) duration: Duration,
+}
+
+impl Raw {
+    /// `run` with the facts every process agent reports: duration, log, leftovers, exit.
+    pub(super) fn finish(&self, mut run: AgentRun, request: &AgentRequest) -> AgentRun {
+        run.duration = self.duration;
+        run.log_path = request.log_path.clone();
+        run.leaked = self.leaked;
+        run.exit_code = self.exit.and_then(crate::process::Exit::code);
+        run.exit_signal = self.exit.and_then(crate::process::Exit::signal);
+        run
+    }
+
+    /// How the process exited, in words: `exited with code 3`.
+    pub(super) fn how(&self) -> String {
+        match (
+            self.exit.and_then(crate::process::Exit::code),
+            self.exit.and_then(crate::process::Exit::signal),
+        ) {
+            (Some(code), _) => format!("exited with code {code}"),
+            (None, Some(signal)) => format!("was killed by signal {signal}"),
+            (None, None) => "ended".to_owned(),
+        }
+    }
+}
+
 /// Why the run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ending {
+pub(super) enum Ending {
     Exited,
     Stopped,
     TimedOut,
 }
 
 impl CommandAgent {
-    async fn supervise(
+    /// Runs the command to its end under supervision and returns what it did, for
+    /// [`judge`](Self::judge) or another agent's parser of the output.
+    pub(super) async fn supervise(
         &self,
         request: &AgentRequest,
         argv: &[String],
         on_stdin: bool,
-    ) -> Result<AgentRun, AgentError> {
+    ) -> Result<Raw, AgentError> {
         let started = Instant::now();
         let mut spec = ProcessSpec::new(&argv[0])
             .args(&argv[1..])
@@ -313,7 +364,7 @@ impl CommandAgent {
         let stdout = child.take_stdout();
         let stderr = child.take_stderr();
         let (active, activity) = tokio::sync::watch::channel(Instant::now());
-        let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active));
+        let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active, self.kept));
         let deadline = request.timeout.map(|t| started + t);
         let ending = self.watch(&mut child, request, deadline, activity).await;
         let (exit, leaked) = match ending {
@@ -338,18 +389,19 @@ impl CommandAgent {
                 }
             }
         };
-        let mut run = self.judge(ending, exit, &output);
-        run.duration = started.elapsed();
-        run.log_path = request.log_path.clone();
-        run.leaked = leaked;
-        run.exit_code = exit.and_then(crate::process::Exit::code);
-        run.exit_signal = exit.and_then(crate::process::Exit::signal);
         if leaked > 0 {
             request
                 .events
                 .emit(super::AgentEvent::LeftoversKilled { count: leaked });
         }
-        Ok(run)
+        Ok(Raw {
+            ending,
+            exit,
+            stdout: output.stdout.tail(),
+            stderr: output.stderr.to_string(),
+            leaked,
+            duration: started.elapsed(),
+        })
     }
 
     /// Waits for the exit, the deadline, the stop token or an idle spell, whichever first.
@@ -380,41 +432,26 @@ impl CommandAgent {
     }
 
     /// The run's exit and final answer from how it ended and what it printed.
-    fn judge(
-        &self,
-        ending: Ending,
-        exit: Option<crate::process::Exit>,
-        output: &Output,
-    ) -> AgentRun {
-        match ending {
+    fn judge(&self, raw: &Raw) -> AgentRun {
+        match raw.ending {
             Ending::Stopped => return AgentRun::new(AgentExit::Stopped),
             Ending::TimedOut => return AgentRun::new(AgentExit::TimedOut),
             Ending::Exited => {}
         }
-        let stdout = output.stdout.tail();
-        if !exit.is_some_and(crate::process::Exit::success) {
-            let how = match (
-                exit.and_then(crate::process::Exit::code),
-                exit.and_then(crate::process::Exit::signal),
-            ) {
-                (Some(code), _) => format!("exited with code {code}"),
-                (None, Some(signal)) => format!("was killed by signal {signal}"),
-                (None, None) => "ended".to_owned(),
-            };
-            let stderr = output.stderr.to_string();
-            let detail = if stderr.trim().is_empty() {
-                last_line(&stdout)
+        if !raw.exit.is_some_and(crate::process::Exit::success) {
+            let detail = if raw.stderr.trim().is_empty() {
+                last_line(&raw.stdout)
             } else {
-                stderr.trim().to_owned()
+                raw.stderr.trim().to_owned()
             };
             return AgentRun::new(AgentExit::Failed {
-                reason: format!("{} {how}: {detail}", self.name),
+                reason: format!("{} {}: {detail}", self.name, raw.how()),
                 kind: FailureKind::Attempt,
             });
         }
         match &self.config.answer_pointer {
-            None => AgentRun::completed(stdout.trim_end()),
-            Some(pointer) => match pointed(&stdout, pointer) {
+            None => AgentRun::completed(raw.stdout.trim_end()),
+            Some(pointer) => match pointed(&raw.stdout, pointer) {
                 Ok(text) => AgentRun::completed(text),
                 Err(reason) => AgentRun::new(AgentExit::Failed {
                     reason: format!("{}: {reason}", self.name),
@@ -489,9 +526,10 @@ async fn pump_both(
     stderr: Option<tokio::process::ChildStderr>,
     log: Option<tokio::fs::File>,
     activity: tokio::sync::watch::Sender<Instant>,
+    kept: usize,
 ) -> Output {
     let log = tokio::sync::Mutex::new(log);
-    let mut out = BoundedOutput::new(0, ANSWER_KEPT);
+    let mut out = BoundedOutput::new(0, kept);
     let mut err = BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2);
     tokio::join!(
         pump(stdout, &mut out, &log, &activity),

@@ -1,10 +1,4 @@
-//! [`Fallback`]: agents in order of preference, as one [`Agent`]. Each run goes to the first
-//! agent that is not resting. An agent rests when it is rate limited (until its reset time,
-//! then it is first again) or unavailable (it could not start, or failed in a way no retry
-//! fixes, such as bad credentials; for the rest of the process). The next agent then takes
-//! the same request, and each choice is an [`AgentEvent::AgentChosen`] with its reason. When
-//! every agent rests, the run is [`AgentExit::RateLimited`] until the earliest reset, which
-//! every mode waits out, or, with none rate limited, the last agent's failure.
+//! `Fallback`: agents in order of preference, as one agent.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,7 +16,13 @@ enum Rest {
     Unavailable(String),
 }
 
-/// Agents in order of preference, as one agent. See the [module docs](self).
+/// [`Fallback`]: agents in order of preference, as one [`Agent`]. Each run goes to the first
+/// agent that is not resting. An agent rests when it is rate limited (until its reset time,
+/// then it is first again) or unavailable (it could not start, or failed in a way no retry
+/// fixes, such as bad credentials; for the rest of the process). The next agent then takes
+/// the same request, and each choice is an [`AgentEvent::AgentChosen`] with its reason. When
+/// every agent rests, the run is [`AgentExit::RateLimited`] until the earliest reset, which
+/// every mode waits out, or, with none rate limited, the last agent's failure.
 ///
 /// ```
 /// use ralph::agent::{Agent, AgentRequest, Fallback, FakeAgent, Role, Script};

@@ -6,6 +6,7 @@
 
 mod claim;
 pub mod claude;
+mod codex;
 mod command;
 #[cfg(feature = "fake")]
 mod fake;
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::ContextThresholds;
 
+pub use codex::{CODEX_KEPT, CodexCli, CodexConfig, UNKNOWN_RESET};
 pub use command::{ANSWER_KEPT, CommandAgent, CommandConfig};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};

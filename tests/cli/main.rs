@@ -178,7 +178,8 @@ esac
     );
     assert_eq!(unknown.status.code(), Some(1));
     assert!(
-        stderr(&unknown).contains("[agent.nobody]") && stderr(&unknown).contains("claude, mine"),
+        stderr(&unknown).contains("[agent.nobody]")
+            && stderr(&unknown).contains("claude, codex, mine"),
         "{}",
         stderr(&unknown)
     );

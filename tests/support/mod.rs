@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 pub mod messages_api;
+pub mod responses_api;
 pub mod specs;
 pub mod threads;
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ralph::agent::{CommandAgent, Fallback};
+use ralph::agent::{CodexCli, CommandAgent, Fallback};
 use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder, SpecsOutcome};
 
 use std::sync::Arc;
@@ -273,8 +273,12 @@ fn one_agent(workspace: &Path, config: &ralph::Config, name: &str) -> Result<Box
         let claude = ClaudeCli::from_workspace(workspace)?;
         return Ok(Box::new(CheckedClaude(claude)));
     }
+    if name == "codex" && !config.agent.contains_key("codex") {
+        return Ok(Box::new(CodexCli::from_config(config)));
+    }
     let agent = CommandAgent::from_config(name, config).map_err(|e| {
-        let known: Vec<&str> = std::iter::once("claude")
+        let known: Vec<&str> = ["claude", "codex"]
+            .into_iter()
             .chain(config.agent.keys().map(String::as_str))
             .collect();
         format!("{e} (the agents this workspace has: {})", known.join(", "))

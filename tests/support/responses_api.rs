@@ -1,0 +1,233 @@
+//! A scripted fake of the OpenAI Responses API, for driving the real `codex` CLI offline.
+//!
+//! [`ResponsesApi::start`] serves `POST /v1/responses` as SSE on 127.0.0.1, answering each
+//! request with the next [`Reply`]; when the script runs out it answers `script exhausted`.
+//! [`ResponsesApi::args`] and [`ResponsesApi::env`] point the CLI at it through a custom
+//! model provider (`-c model_providers.fake={…}`), with one retry on errors.
+//!
+//! Facts measured against the real CLI 0.169.0 (`codex exec --json`, prompt on stdin):
+//! - One `POST /v1/responses` per model turn (`stream: true`); the shell tool is the function
+//!   `exec_command` with `{"cmd": "…"}`; its result comes back as a `function_call_output`.
+//! - Events on stdout: `thread.started`, `turn.started`, `item.started`/`item.completed`
+//!   (`agent_message`, `command_execution`, `error`), `turn.completed` with `usage`, or
+//!   `error` and `turn.failed` with the message, exit 1.
+//! - A 429 `usage_limit_reached` with `resets_at` reads "… try again at 4:25 AM." (local
+//!   time); a 401 reads "unexpected status 401 Unauthorized: …"; a 5xx after the retries
+//!   reads "We’re currently experiencing high demand, …".
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// The pinned CLI version the harness was measured against.
+pub const CODEX_VERSION: &str = "0.169.0";
+
+/// One scripted model turn.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Output items: a message's text, or a shell command call.
+    Items(Vec<Item>, Option<Duration>),
+    /// An HTTP error status with an OpenAI-style error body.
+    Status(u16, Value),
+}
+
+#[derive(Debug, Clone)]
+pub enum Item {
+    Text(String),
+    Shell(String),
+}
+
+impl Reply {
+    pub fn text(text: impl Into<String>) -> Self {
+        Reply::Items(vec![Item::Text(text.into())], None)
+    }
+
+    pub fn shell(cmd: impl Into<String>) -> Self {
+        Reply::Items(vec![Item::Shell(cmd.into())], None)
+    }
+
+    pub fn text_then_shell(text: impl Into<String>, cmd: impl Into<String>) -> Self {
+        Reply::Items(vec![Item::Text(text.into()), Item::Shell(cmd.into())], None)
+    }
+
+    /// Headers and body only after `delay`.
+    pub fn stall(delay: Duration) -> Self {
+        Reply::Items(vec![Item::Text("late".into())], Some(delay))
+    }
+
+    pub fn status(code: u16) -> Self {
+        Reply::Status(
+            code,
+            json!({"error": {"type": "server_error", "message": format!("scripted {code}")}}),
+        )
+    }
+
+    /// A usage limit that resets in `secs`.
+    pub fn usage_limit(secs: u64) -> Self {
+        let resets = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs()
+            + secs;
+        Reply::Status(
+            429,
+            json!({"error": {"type": "usage_limit_reached", "message": "The usage limit has been reached", "resets_at": resets}}),
+        )
+    }
+}
+
+fn sse(items: &[Item], turn: usize) -> String {
+    let mut out = String::new();
+    let mut event = |kind: &str, mut data: Value| {
+        data["type"] = json!(kind);
+        out.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
+    };
+    event(
+        "response.created",
+        json!({"response": {"id": format!("resp_{turn}")}}),
+    );
+    for (i, item) in items.iter().enumerate() {
+        let item = match item {
+            Item::Text(text) => {
+                json!({"type": "message", "role": "assistant", "id": format!("msg_{turn}_{i}"),
+                "content": [{"type": "output_text", "text": text}]})
+            }
+            Item::Shell(cmd) => json!({"type": "function_call", "id": format!("fc_{turn}_{i}"),
+                "call_id": format!("call_{turn}_{i}"), "name": "exec_command",
+                "arguments": json!({"cmd": cmd}).to_string()}),
+        };
+        event(
+            "response.output_item.done",
+            json!({"item": item, "output_index": i}),
+        );
+    }
+    event(
+        "response.completed",
+        json!({"response": {"id": format!("resp_{turn}"), "usage": {"input_tokens": 100,
+            "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 10,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110}}}),
+    );
+    out
+}
+
+#[derive(Clone, Default)]
+struct Script {
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    turns: Arc<Mutex<usize>>,
+}
+
+impl Respond for Script {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        let turn = {
+            let mut turns = self.turns.lock().unwrap();
+            *turns += 1;
+            *turns
+        };
+        let reply = self
+            .replies
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| Reply::text("script exhausted"));
+        match reply {
+            Reply::Items(items, delay) => {
+                let template =
+                    ResponseTemplate::new(200).set_body_raw(sse(&items, turn), "text/event-stream");
+                match delay {
+                    Some(delay) => template.set_delay(delay),
+                    None => template,
+                }
+            }
+            Reply::Status(code, body) => ResponseTemplate::new(code).set_body_json(body),
+        }
+    }
+}
+
+/// The fake API and its script.
+pub struct ResponsesApi {
+    server: MockServer,
+    script: Script,
+}
+
+impl ResponsesApi {
+    pub async fn with_script(replies: impl IntoIterator<Item = Reply>) -> Self {
+        let server = MockServer::start().await;
+        let script = Script::default();
+        script.replies.lock().unwrap().extend(replies);
+        Mock::given(method("POST"))
+            .and(path("/v1/responses"))
+            .respond_with(script.clone())
+            .mount(&server)
+            .await;
+        ResponsesApi { server, script }
+    }
+
+    /// The request bodies, in order.
+    pub async fn requests(&self) -> Vec<Value> {
+        self.server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| serde_json::from_slice(&r.body).ok())
+            .collect()
+    }
+
+    /// Arguments pointing the CLI at this server.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "-c".into(),
+            format!(
+                "model_providers.fake={{name=\"fake\",base_url=\"{}/v1\",wire_api=\"responses\",env_key=\"FAKE_OPENAI_KEY\",request_max_retries=1,stream_max_retries=0}}",
+                self.server.uri()
+            ),
+            "-c".into(),
+            "model_provider=\"fake\"".into(),
+        ]
+    }
+
+    /// The environment: the key, and a throw-away `CODEX_HOME` and `HOME`.
+    pub fn env(&self, home: &std::path::Path) -> Vec<(String, String)> {
+        std::fs::create_dir_all(home.join("codex")).expect("CODEX_HOME");
+        vec![
+            ("FAKE_OPENAI_KEY".into(), "sk-fake".into()),
+            (
+                "CODEX_HOME".into(),
+                home.join("codex").display().to_string(),
+            ),
+            ("HOME".into(), home.display().to_string()),
+        ]
+    }
+}
+
+/// The real CLI to test against: `$TEST_CODEX_BIN`, else `codex` on `PATH`; `None` (after
+/// saying so) when neither is there, except under `CI=true`, where that is a failure.
+#[allow(clippy::print_stdout)]
+pub fn codex_or_skip() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("TEST_CODEX_BIN").filter(|b| !b.is_empty()) {
+        return Some(PathBuf::from(bin));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|dirs| {
+        std::env::split_paths(&dirs)
+            .map(|d| d.join("codex"))
+            .find(|c| c.is_file())
+    });
+    if on_path.is_some() {
+        return on_path;
+    }
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "CI needs the pinned Codex CLI {CODEX_VERSION}: .ci/run installs it and sets TEST_CODEX_BIN"
+    );
+    println!(
+        "skipped: no codex CLI (npm install --prefix ~/.cache/ralph-codex/{CODEX_VERSION} @openai/codex@{CODEX_VERSION}; export TEST_CODEX_BIN=…/node_modules/.bin/codex)"
+    );
+    None
+}
