@@ -102,7 +102,9 @@ pub struct Config {
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
     pub claude: ClaudeConfig,
     /// How [`CodexCli`](crate::agent::CodexCli) runs the OpenAI Codex CLI.
-    pub codex: crate::agent::CodexConfig,
+    pub codex: crate::agent::CliConfig,
+    /// How [`GeminiCli`](crate::agent::GeminiCli) runs the Google Gemini CLI.
+    pub gemini: crate::agent::CliConfig,
     /// Agent CLIs run from an argv template, by name (`[agent.aider]`): see
     /// [`CommandAgent`](crate::agent::CommandAgent).
     pub agent: std::collections::BTreeMap<String, crate::agent::CommandConfig>,
@@ -137,7 +139,8 @@ impl Default for Config {
             log_dir: PathBuf::from("build/ralph-logs"),
             prompts: PromptPaths::default(),
             claude: ClaudeConfig::default(),
-            codex: crate::agent::CodexConfig::default(),
+            codex: crate::agent::CliConfig::default(),
+            gemini: crate::agent::CliConfig::default(),
             agent: std::collections::BTreeMap::new(),
             agents: Vec::new(),
             planning: PlanningConfig::default(),
@@ -1006,7 +1009,7 @@ mod tests {
             )?;
             jail.set_env("RALPH_CODEX__MODEL", "gpt-5-codex");
             let c = load_in(jail).unwrap();
-            assert_eq!(c.codex.bin, PathBuf::from("/opt/codex"));
+            assert_eq!(c.codex.bin, Some(PathBuf::from("/opt/codex")));
             assert_eq!(c.codex.args, ["-c", "x=1"]);
             assert_eq!(c.codex.idle_timeout, Duration::from_secs(90));
             assert_eq!(c.codex.model.as_deref(), Some("gpt-5-codex"));

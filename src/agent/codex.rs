@@ -1,58 +1,19 @@
 //! `CodexCli`: the OpenAI Codex CLI as an agent.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::cli_agent::{CliConfig, EVENTS_KEPT, classify, cli_agent_settings};
 use super::command::{CommandAgent, Ending, Raw};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage};
 use crate::config::Config;
 
-/// How much of the CLI's event lines is kept in memory: the last bytes, which hold the
-/// final answer unless it alone is larger (then the run fails, saying so; the log has it).
-pub const CODEX_KEPT: usize = 16 * 1024 * 1024;
-
-/// How long a usage limit is waited out when the CLI names no reset time.
-pub const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
-
-/// `[codex]` of `ralph.toml`: how [`CodexCli`] runs the Codex CLI.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct CodexConfig {
-    /// The program. Default `codex` (looked up on `PATH`).
-    pub bin: PathBuf,
-    /// `--model`. Default: the CLI's own.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// More arguments, before the prompt (`-c key=value` overrides of the CLI's config).
-    pub args: Vec<String>,
-    /// Environment variables for the CLI.
-    pub env: BTreeMap<String, String>,
-    /// Longest silence on the CLI's output before the run is cut as timed out. Default 5m.
-    #[serde(with = "crate::config::duration")]
-    pub idle_timeout: Duration,
-}
-
-impl Default for CodexConfig {
-    fn default() -> Self {
-        CodexConfig {
-            bin: PathBuf::from("codex"),
-            model: None,
-            args: Vec::new(),
-            env: BTreeMap::new(),
-            idle_timeout: Duration::from_secs(300),
-        }
-    }
-}
-
 /// [`CodexCli`]: the OpenAI Codex CLI (`codex exec --json`), one fresh process per run.
 ///
 /// The prompt goes to stdin (`-`), which survives prompts of any size. The CLI prints one
-/// JSON event per line; ralph keeps the last [`CODEX_KEPT`] bytes of them (the log has all)
+/// JSON event per line; ralph keeps the last [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them (the log has all)
 /// and reads:
 ///
 /// | event | becomes |
@@ -69,16 +30,7 @@ impl Default for CodexConfig {
 /// own process group, the agent and idle timeouts, SIGTERM then SIGKILL, and a sweep of
 /// what its tools left running.
 ///
-/// In `ralph.toml` (every key optional):
-///
-/// ```toml
-/// [codex]
-/// bin = "codex"
-/// model = "gpt-5-codex"
-/// args = ["-c", "model_reasoning_effort=\"high\""]
-/// env = { CODEX_HOME = "/home/me/.codex" }
-/// idle_timeout = "5m"
-/// ```
+/// Its settings are `[codex]` in `ralph.toml` (see [`CliConfig`](super::CliConfig)).
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, CodexCli, Role};
@@ -92,77 +44,15 @@ impl Default for CodexConfig {
 /// ```
 #[derive(Clone, Debug)]
 pub struct CodexCli {
-    config: CodexConfig,
+    config: CliConfig,
     grace: Duration,
     /// Set in code: the workspace's `[codex]` does not replace it.
     explicit: bool,
 }
 
-impl Default for CodexCli {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+cli_agent_settings!(CodexCli, codex);
 
 impl CodexCli {
-    /// The CLI with the default [`CodexConfig`].
-    pub fn new() -> Self {
-        CodexCli {
-            config: CodexConfig::default(),
-            grace: Config::default().grace,
-            explicit: false,
-        }
-    }
-
-    /// The CLI as `[codex]` and `grace` of `config` say.
-    pub fn from_config(config: &Config) -> Self {
-        CodexCli {
-            config: config.codex.clone(),
-            grace: config.grace,
-            explicit: false,
-        }
-    }
-
-    /// The program to run.
-    #[must_use]
-    pub fn bin(mut self, bin: impl Into<PathBuf>) -> Self {
-        self.config.bin = bin.into();
-        self.explicit = true;
-        self
-    }
-
-    /// `--model`.
-    #[must_use]
-    pub fn model(mut self, model: impl Into<String>) -> Self {
-        self.config.model = Some(model.into());
-        self.explicit = true;
-        self
-    }
-
-    /// Appends an argument (before the prompt).
-    #[must_use]
-    pub fn arg(mut self, arg: impl Into<String>) -> Self {
-        self.config.args.push(arg.into());
-        self.explicit = true;
-        self
-    }
-
-    /// Sets an environment variable for the CLI.
-    #[must_use]
-    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.config.env.insert(key.into(), value.into());
-        self.explicit = true;
-        self
-    }
-
-    /// Longest silence on the CLI's output.
-    #[must_use]
-    pub fn idle_timeout(mut self, idle: Duration) -> Self {
-        self.config.idle_timeout = idle;
-        self.explicit = true;
-        self
-    }
-
     /// The argv of a run for `request`, with its schema file when it has one.
     fn argv(&self, request: &AgentRequest, schema: Option<&std::path::Path>) -> Vec<String> {
         let sandbox = if request.role.may_write() {
@@ -171,7 +61,7 @@ impl CodexCli {
             "read-only"
         };
         let mut argv: Vec<String> = [
-            self.config.bin.display().to_string().as_str(),
+            self.config.program("codex").as_str(),
             "exec",
             "--json",
             "--color",
@@ -196,19 +86,6 @@ impl CodexCli {
         argv.push("-".to_owned());
         argv
     }
-
-    /// The supervisor of one run: the CLI's environment, idle timeout and grace.
-    fn supervisor(&self) -> CommandAgent {
-        self.config
-            .env
-            .iter()
-            .fold(CommandAgent::new("codex", ["codex"]), |agent, (k, v)| {
-                agent.env(k, v)
-            })
-            .idle_timeout(self.config.idle_timeout)
-            .grace(self.grace)
-            .keep(CODEX_KEPT)
-    }
 }
 
 #[async_trait::async_trait]
@@ -226,7 +103,11 @@ impl Agent for CodexCli {
             None => None,
         };
         let argv = self.argv(&request, schema_file.as_ref().map(|(p, _)| p.as_path()));
-        let ran = self.supervisor().supervise(&request, &argv, true).await;
+        let ran = self
+            .config
+            .supervisor("codex", self.grace)
+            .supervise(&request, &argv, true)
+            .await;
         if let Some((path, true)) = &schema_file {
             let _ = tokio::fs::remove_file(path).await;
         }
@@ -236,16 +117,13 @@ impl Agent for CodexCli {
     }
 
     async fn check(&self) -> Result<(), AgentError> {
-        CommandAgent::new("codex", [self.config.bin.display().to_string()])
+        CommandAgent::new("codex", [self.config.program("codex")])
             .check()
             .await
     }
 
     fn configure(&mut self, config: &Config) {
-        self.grace = config.grace;
-        if !self.explicit {
-            self.config = config.codex.clone();
-        }
+        self.take_config(config);
     }
 }
 
@@ -347,7 +225,7 @@ fn judge(raw: &Raw, events: Events, request: &AgentRequest) -> AgentRun {
         Ending::Stopped => AgentRun::new(AgentExit::Stopped),
         Ending::TimedOut => AgentRun::new(AgentExit::TimedOut),
         Ending::Exited => match (&events.failure, &events.answer) {
-            (Some(failure), _) => AgentRun::new(classify(failure)),
+            (Some(failure), _) => AgentRun::new(classify("codex", failure, reset_time(failure))),
             (None, Some(answer)) if raw.exit.is_some_and(crate::process::Exit::success) => {
                 let mut run = AgentRun::completed(answer.clone());
                 if request.role.is_structured() {
@@ -359,7 +237,7 @@ fn judge(raw: &Raw, events: Events, request: &AgentRequest) -> AgentRun {
                 let detail = if raw.stderr.trim().is_empty() {
                     format!(
                         "no answer in the last {} MiB of its output (the log has all of it)",
-                        CODEX_KEPT >> 20
+                        EVENTS_KEPT >> 20
                     )
                 } else {
                     raw.stderr.trim().to_owned()
@@ -374,46 +252,6 @@ fn judge(raw: &Raw, events: Events, request: &AgentRequest) -> AgentRun {
     run.session_id = events.session;
     run.usage = events.usage;
     run
-}
-
-/// What a failure message of the CLI means for the task.
-fn classify(message: &str) -> AgentExit {
-    let lower = message.to_lowercase();
-    if lower.contains("usage limit") || lower.contains("rate limit") {
-        let until = reset_time(message).unwrap_or_else(|| SystemTime::now() + UNKNOWN_RESET);
-        return AgentExit::RateLimited { until };
-    }
-    let kind = if [
-        "401",
-        "403",
-        "unauthorized",
-        "forbidden",
-        "missing environment variable",
-        "api key",
-    ]
-    .iter()
-    .any(|s| lower.contains(s))
-    {
-        FailureKind::Fatal
-    } else if [
-        "high demand",
-        "temporar",
-        "stream disconnected",
-        "status 5",
-        "overloaded",
-        "timed out",
-    ]
-    .iter()
-    .any(|s| lower.contains(s))
-    {
-        FailureKind::Transient
-    } else {
-        FailureKind::Attempt
-    };
-    AgentExit::Failed {
-        reason: format!("codex: {message}"),
-        kind,
-    }
 }
 
 /// The reset time in "… try again at 4:25 AM.": the next such local time.
@@ -452,31 +290,6 @@ fn reset_time(message: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failures_are_classified_by_what_they_mean_for_the_task() {
-        let kind = |m: &str| match classify(m) {
-            AgentExit::Failed { kind, .. } => Some(kind),
-            _ => None,
-        };
-        assert_eq!(
-            kind("unexpected status 401 Unauthorized: bad key"),
-            Some(FailureKind::Fatal)
-        );
-        assert_eq!(
-            kind("Missing environment variable: `OPENAI_API_KEY`."),
-            Some(FailureKind::Fatal)
-        );
-        assert_eq!(
-            kind("We’re currently experiencing high demand, which may cause temporary errors."),
-            Some(FailureKind::Transient)
-        );
-        assert_eq!(kind("something else"), Some(FailureKind::Attempt));
-        assert!(matches!(
-            classify("You’ve hit your usage limit. … try again at 4:25 AM."),
-            AgentExit::RateLimited { .. }
-        ));
-    }
 
     #[test]
     fn the_reset_time_is_the_next_such_local_time() {

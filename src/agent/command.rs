@@ -18,8 +18,10 @@ pub const ANSWER_KEPT: usize = 1024 * 1024;
 /// How much of stderr is kept for a failure's reason.
 const STDERR_KEPT: usize = 2048;
 
-/// How long to keep reading once the process is gone: EOF normally comes at once.
-const DRAIN_LIMIT: Duration = Duration::from_millis(500);
+/// How long to keep reading once every process of the run is gone. EOF comes at once, but
+/// output already in the pipe and its copy to the log take their time (megabytes); only a
+/// process that escaped the sweep could hold the pipe longer.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// One `[agent.<name>]` table of `ralph.toml`: a [`CommandAgent`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -100,6 +102,8 @@ pub struct CommandAgent {
     grace: Duration,
     /// How much of stdout is kept: its last bytes.
     kept: usize,
+    /// stdout goes to a file, not a pipe (see [`stdout_to_file`](Self::stdout_to_file)).
+    stdout_file: bool,
 }
 
 impl CommandAgent {
@@ -117,6 +121,7 @@ impl CommandAgent {
             },
             grace: Config::default().grace,
             kept: ANSWER_KEPT,
+            stdout_file: false,
         }
     }
 
@@ -142,6 +147,7 @@ impl CommandAgent {
             config: table.clone(),
             grace: config.grace,
             kept: ANSWER_KEPT,
+            stdout_file: false,
         })
     }
 
@@ -182,6 +188,15 @@ impl CommandAgent {
     /// answer is one long event line).
     pub(super) fn keep(mut self, bytes: usize) -> Self {
         self.kept = bytes;
+        self
+    }
+
+    /// stdout goes to a file beside the log (`<log>.stdout`, else a temporary one), read
+    /// after the run: for a program that exits before a pipe has taken everything it wrote
+    /// (Node's `process.exit` drops output still queued for a pipe, never for a file). The
+    /// idle clock then follows the file's growth.
+    pub(super) fn stdout_to_file(mut self) -> Self {
+        self.stdout_file = true;
         self
     }
 
@@ -359,11 +374,22 @@ impl CommandAgent {
             program: argv[0].clone(),
             source: std::io::Error::other(e.to_string()),
         };
-        let mut child = spec.spawn().map_err(spawn_error)?;
+        let file = match self.stdout_file {
+            true => Some(StdoutFile::create(request).await?),
+            false => None,
+        };
+        let mut child = match &file {
+            Some(file) => spec.spawn_stdout_to(file.handle()?),
+            None => spec.spawn(),
+        }
+        .map_err(spawn_error)?;
         let log = open_log(request.log_path.as_deref()).await?;
         let stdout = child.take_stdout();
         let stderr = child.take_stderr();
         let (active, activity) = tokio::sync::watch::channel(Instant::now());
+        let follower = file
+            .as_ref()
+            .map(|f| tokio::spawn(f.follow(active.clone())));
         let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active, self.kept));
         let deadline = request.timeout.map(|t| started + t);
         let ending = self.watch(&mut child, request, deadline, activity).await;
@@ -394,10 +420,17 @@ impl CommandAgent {
                 .events
                 .emit(super::AgentEvent::LeftoversKilled { count: leaked });
         }
+        if let Some(follower) = follower {
+            follower.abort();
+        }
+        let stdout = match &file {
+            Some(file) => file.tail(self.kept).await?,
+            None => output.stdout.tail(),
+        };
         Ok(Raw {
             ending,
             exit,
-            stdout: output.stdout.tail(),
+            stdout,
             stderr: output.stderr.to_string(),
             leaked,
             duration: started.elapsed(),
@@ -517,6 +550,79 @@ async fn open_log(path: Option<&Path>) -> Result<Option<tokio::fs::File>, AgentE
         .await
         .map_err(io)?;
     Ok(Some(file))
+}
+
+/// A run's stdout as a file (see [`CommandAgent::stdout_to_file`]).
+struct StdoutFile {
+    path: PathBuf,
+    /// Removed after the run: there is no log to keep it beside.
+    temporary: bool,
+}
+
+impl StdoutFile {
+    async fn create(request: &AgentRequest) -> Result<Self, AgentError> {
+        let (path, temporary) = match &request.log_path {
+            Some(log) => (log.with_extension("stdout"), false),
+            None => {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let name = format!("ralph-stdout-{}-{n}", std::process::id());
+                (std::env::temp_dir().join(name), true)
+            }
+        };
+        write_file(&path, b"").await?;
+        Ok(StdoutFile { path, temporary })
+    }
+
+    fn handle(&self) -> Result<std::fs::File, AgentError> {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(|source| AgentError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Marks activity whenever the file grows, until aborted.
+    fn follow(
+        &self,
+        activity: tokio::sync::watch::Sender<Instant>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let path = self.path.clone();
+        async move {
+            let mut seen = 0;
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let len = tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
+                if len != seen {
+                    seen = len;
+                    activity.send_replace(Instant::now());
+                }
+            }
+        }
+    }
+
+    /// The last `kept` bytes; the file itself is removed when temporary.
+    async fn tail(&self, kept: usize) -> Result<String, AgentError> {
+        use tokio::io::AsyncSeekExt;
+        let io = |source| AgentError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut file = tokio::fs::File::open(&self.path).await.map_err(io)?;
+        let len = file.metadata().await.map_err(io)?.len();
+        let start = len.saturating_sub(kept as u64);
+        file.seek(std::io::SeekFrom::Start(start))
+            .await
+            .map_err(io)?;
+        let mut bytes = Vec::with_capacity((len - start) as usize);
+        file.read_to_end(&mut bytes).await.map_err(io)?;
+        if self.temporary {
+            let _ = tokio::fs::remove_file(&self.path).await;
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
 }
 
 /// Reads stdout and stderr to their ends into bounded buffers, both into the log, marking

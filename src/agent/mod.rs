@@ -6,11 +6,13 @@
 
 mod claim;
 pub mod claude;
+mod cli_agent;
 mod codex;
 mod command;
 #[cfg(feature = "fake")]
 mod fake;
 mod fallback;
+mod gemini;
 
 pub use claim::Claim;
 
@@ -26,11 +28,13 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::ContextThresholds;
 
-pub use codex::{CODEX_KEPT, CodexCli, CodexConfig, UNKNOWN_RESET};
+pub use cli_agent::{CliConfig, EVENTS_KEPT, UNKNOWN_RESET};
+pub use codex::CodexCli;
 pub use command::{ANSWER_KEPT, CommandAgent, CommandConfig};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
 pub use fallback::Fallback;
+pub use gemini::GeminiCli;
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

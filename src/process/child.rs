@@ -84,6 +84,20 @@ impl ProcessSpec {
     pub fn spawn(&self) -> Result<SupervisedChild, ProcessError> {
         SupervisedChild::launch(self, Stdio::piped(), Stdio::piped())
     }
+
+    /// Starts the process with stdout written to `file` and stderr piped: for a program
+    /// that exits before a pipe has taken all it wrote (Node's `process.exit` drops what is
+    /// still queued for a pipe, never for a file).
+    ///
+    /// # Errors
+    ///
+    /// As [`spawn`](Self::spawn).
+    pub(crate) fn spawn_stdout_to(
+        &self,
+        file: std::fs::File,
+    ) -> Result<SupervisedChild, ProcessError> {
+        SupervisedChild::launch(self, Stdio::from(file), Stdio::piped())
+    }
 }
 
 impl SupervisedChild {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
+pub mod gemini_api;
 pub mod messages_api;
 pub mod responses_api;
 pub mod specs;

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ralph::agent::{CodexCli, CommandAgent, Fallback};
+use ralph::agent::{CodexCli, CommandAgent, Fallback, GeminiCli};
 use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder, SpecsOutcome};
 
 use std::sync::Arc;
@@ -273,11 +273,15 @@ fn one_agent(workspace: &Path, config: &ralph::Config, name: &str) -> Result<Box
         let claude = ClaudeCli::from_workspace(workspace)?;
         return Ok(Box::new(CheckedClaude(claude)));
     }
-    if name == "codex" && !config.agent.contains_key("codex") {
-        return Ok(Box::new(CodexCli::from_config(config)));
+    if !config.agent.contains_key(name) {
+        match name {
+            "codex" => return Ok(Box::new(CodexCli::from_config(config))),
+            "gemini" => return Ok(Box::new(GeminiCli::from_config(config))),
+            _ => {}
+        }
     }
     let agent = CommandAgent::from_config(name, config).map_err(|e| {
-        let known: Vec<&str> = ["claude", "codex"]
+        let known: Vec<&str> = ["claude", "codex", "gemini"]
             .into_iter()
             .chain(config.agent.keys().map(String::as_str))
             .collect();

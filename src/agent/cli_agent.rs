@@ -1,0 +1,244 @@
+//! What the agents of other vendors' CLIs share ([`CodexCli`](super::CodexCli),
+//! [`GeminiCli`](super::GeminiCli)): their settings, their builder, their supervision and
+//! what a failure message means for the task.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::command::CommandAgent;
+use super::{AgentExit, FailureKind};
+
+/// How long a usage limit is waited out when the CLI names no reset time.
+pub const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
+
+/// How much of a CLI's event lines is kept in memory: the last bytes, which hold the final
+/// answer unless it alone is larger (then the run fails, saying so; the log has it all).
+pub const EVENTS_KEPT: usize = 16 * 1024 * 1024;
+
+/// `[codex]` or `[gemini]` of `ralph.toml`: how ralph runs that CLI. Every key is optional.
+///
+/// ```toml
+/// [codex]
+/// bin = "/opt/codex/bin/codex"          # default: the CLI's name, on PATH
+/// model = "gpt-5-codex"                 # default: the CLI's own
+/// args = ["-c", "model_reasoning_effort=\"high\""]
+/// env = { CODEX_HOME = "/home/me/.codex" }
+/// idle_timeout = "5m"
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CliConfig {
+    /// The program. Default: the CLI's name (`codex`, `gemini`), looked up on `PATH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bin: Option<PathBuf>,
+    /// The model. Default: the CLI's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// More arguments, before the prompt.
+    pub args: Vec<String>,
+    /// Environment variables for the CLI.
+    pub env: BTreeMap<String, String>,
+    /// Longest silence on the CLI's output before the run is cut as timed out. Default 5m.
+    #[serde(with = "crate::config::duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for CliConfig {
+    fn default() -> Self {
+        CliConfig {
+            bin: None,
+            model: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl CliConfig {
+    /// The program: `bin`, else `name`.
+    pub(super) fn program(&self, name: &str) -> String {
+        self.bin
+            .as_ref()
+            .map_or_else(|| name.to_owned(), |b| b.display().to_string())
+    }
+
+    /// The supervisor of one run: the environment, the idle timeout and the grace, keeping
+    /// [`EVENTS_KEPT`] of stdout.
+    pub(super) fn supervisor(&self, name: &str, grace: Duration) -> CommandAgent {
+        self.env
+            .iter()
+            .fold(CommandAgent::new(name, [name]), |agent, (k, v)| {
+                agent.env(k, v)
+            })
+            .idle_timeout(self.idle_timeout)
+            .grace(grace)
+            .keep(EVENTS_KEPT)
+    }
+}
+
+/// The constructors and setters of a CLI agent with `config: CliConfig`, `grace` and
+/// `explicit` fields, whose section of the config is `$field`.
+macro_rules! cli_agent_settings {
+    ($agent:ident, $field:ident) => {
+        impl Default for $agent {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl $agent {
+            #[doc = concat!("The CLI with the default settings ([`CliConfig`](crate::agent::CliConfig)).")]
+            pub fn new() -> Self {
+                $agent {
+                    config: crate::agent::CliConfig::default(),
+                    grace: crate::config::Config::default().grace,
+                    explicit: false,
+                }
+            }
+
+            #[doc = concat!("The CLI as `[", stringify!($field), "]` and `grace` of `config` say.")]
+            pub fn from_config(config: &crate::config::Config) -> Self {
+                $agent {
+                    config: config.$field.clone(),
+                    grace: config.grace,
+                    explicit: false,
+                }
+            }
+
+            /// The program to run.
+            #[must_use]
+            pub fn bin(mut self, bin: impl Into<std::path::PathBuf>) -> Self {
+                self.config.bin = Some(bin.into());
+                self.explicit = true;
+                self
+            }
+
+            /// The model.
+            #[must_use]
+            pub fn model(mut self, model: impl Into<String>) -> Self {
+                self.config.model = Some(model.into());
+                self.explicit = true;
+                self
+            }
+
+            /// Appends an argument (before the prompt).
+            #[must_use]
+            pub fn arg(mut self, arg: impl Into<String>) -> Self {
+                self.config.args.push(arg.into());
+                self.explicit = true;
+                self
+            }
+
+            /// Sets an environment variable for the CLI.
+            #[must_use]
+            pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+                self.config.env.insert(key.into(), value.into());
+                self.explicit = true;
+                self
+            }
+
+            /// Longest silence on the CLI's output before the run is cut as timed out.
+            #[must_use]
+            pub fn idle_timeout(mut self, idle: std::time::Duration) -> Self {
+                self.config.idle_timeout = idle;
+                self.explicit = true;
+                self
+            }
+
+            /// Takes `grace`, and the config's section unless settings were made in code.
+            fn take_config(&mut self, config: &crate::config::Config) {
+                self.grace = config.grace;
+                if !self.explicit {
+                    self.config = config.$field.clone();
+                }
+            }
+        }
+    };
+}
+
+pub(super) use cli_agent_settings;
+
+/// What a CLI's failure message means for the task: a usage or rate limit rests the agent
+/// until `reset` (or [`UNKNOWN_RESET`] from now); bad credentials are fatal; overload, a
+/// 5xx or a dropped stream are transient; anything else is a failed attempt.
+pub(super) fn classify(agent: &str, message: &str, reset: Option<SystemTime>) -> AgentExit {
+    let lower = message.to_lowercase();
+    let any = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    if any(&[
+        "usage limit",
+        "rate limit",
+        "resource_exhausted",
+        "quota",
+        "429",
+    ]) {
+        let until = reset.unwrap_or_else(|| SystemTime::now() + UNKNOWN_RESET);
+        return AgentExit::RateLimited { until };
+    }
+    let kind = if any(&[
+        "401",
+        "403",
+        "unauthorized",
+        "forbidden",
+        "permission_denied",
+        "missing environment variable",
+        "api key",
+    ]) {
+        FailureKind::Fatal
+    } else if any(&[
+        "high demand",
+        "temporar",
+        "stream disconnected",
+        "status 5",
+        "\"code\":5",
+        "overloaded",
+        "unavailable",
+        "timed out",
+    ]) {
+        FailureKind::Transient
+    } else {
+        FailureKind::Attempt
+    };
+    AgentExit::Failed {
+        reason: format!("{agent}: {message}"),
+        kind,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_classified_by_what_they_mean_for_the_task() {
+        let kind = |m: &str| match classify("x", m, None) {
+            AgentExit::Failed { kind, .. } => Some(kind),
+            _ => None,
+        };
+        assert_eq!(
+            kind("unexpected status 401 Unauthorized: bad key"),
+            Some(FailureKind::Fatal)
+        );
+        assert_eq!(
+            kind("Missing environment variable: `OPENAI_API_KEY`."),
+            Some(FailureKind::Fatal)
+        );
+        assert_eq!(
+            kind("We’re currently experiencing high demand, which may cause temporary errors."),
+            Some(FailureKind::Transient)
+        );
+        assert_eq!(
+            kind(r#"[API Error: {"error":{"code":503,"message":"x","status":"UNAVAILABLE"}}]"#),
+            Some(FailureKind::Transient)
+        );
+        assert_eq!(kind("something else"), Some(FailureKind::Attempt));
+        assert!(matches!(
+            classify("x", "You’ve hit your usage limit.", None),
+            AgentExit::RateLimited { .. }
+        ));
+    }
+}

@@ -1,0 +1,211 @@
+//! `GeminiCli`: the Google Gemini CLI as an agent.
+
+use serde_json::Value;
+
+use super::cli_agent::{CliConfig, EVENTS_KEPT, classify, cli_agent_settings};
+use super::command::{CommandAgent, Ending, Raw};
+use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage};
+use crate::config::Config;
+
+/// [`GeminiCli`]: the Google Gemini CLI in headless mode (`gemini --prompt "" --output-format
+/// stream-json`), one fresh process per run.
+///
+/// The prompt goes to stdin, which survives prompts of any size (the CLI appends the empty
+/// `--prompt` to it). The CLI prints one JSON event per line; ralph keeps the last
+/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them (the log has all) and reads:
+///
+/// | event | becomes |
+/// |---|---|
+/// | `init` | [`AgentRun::session_id`] |
+/// | `message` of the assistant | the final answer: the text after the last tool call (deltas joined) |
+/// | `tool_use` | an [`AgentEvent::ToolUse`]; the answer starts over |
+/// | `result` | [`AgentRun::usage`]; with `status: "error"`, the failure: a 429 or exhausted quota is [`AgentExit::RateLimited`], a 401 or 403 is fatal, a 5xx transient, anything else a failed attempt |
+///
+/// BUILD runs with `--approval-mode yolo` (every tool allowed), every other role with
+/// `--approval-mode plan` (read-only). The CLI needs its authentication set up as for any
+/// headless use (`GEMINI_API_KEY` and `security.auth.selectedType` in its settings);
+/// `GOOGLE_GEMINI_BASE_URL` points it at another endpoint. The run is supervised as every
+/// process agent's is (see [`CommandAgent`](super::CommandAgent)).
+///
+/// Its settings are `[gemini]` in `ralph.toml` (see [`CliConfig`](super::CliConfig)).
+///
+/// ```no_run
+/// use ralph::agent::{Agent, AgentRequest, GeminiCli, Role};
+///
+/// # async fn demo() -> Result<(), ralph::AgentError> {
+/// let gemini = GeminiCli::new().model("gemini-2.5-pro");
+/// let run = gemini.run(AgentRequest::new(Role::Build, "Write hello.txt", ".")).await?;
+/// println!("{}", run.final_text);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct GeminiCli {
+    config: CliConfig,
+    grace: std::time::Duration,
+    /// Set in code: the workspace's `[gemini]` does not replace it.
+    explicit: bool,
+}
+
+cli_agent_settings!(GeminiCli, gemini);
+
+impl GeminiCli {
+    /// The argv of a run for `request`.
+    fn argv(&self, request: &AgentRequest) -> Vec<String> {
+        let mode = if request.role.may_write() {
+            "yolo"
+        } else {
+            "plan"
+        };
+        let mut argv: Vec<String> = vec![
+            self.config.program("gemini"),
+            "--prompt".into(),
+            String::new(),
+            "--output-format".into(),
+            "stream-json".into(),
+            "--skip-trust".into(),
+            "--approval-mode".into(),
+            mode.into(),
+        ];
+        if let Some(model) = &self.config.model {
+            argv.extend(["--model".to_owned(), model.clone()]);
+        }
+        argv.extend(self.config.args.iter().cloned());
+        argv
+    }
+}
+
+#[async_trait::async_trait]
+impl Agent for GeminiCli {
+    fn name(&self) -> &str {
+        "gemini"
+    }
+
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        if request.stop.is_cancelled() {
+            return Ok(AgentRun::new(AgentExit::Stopped));
+        }
+        let argv = self.argv(&request);
+        let raw = self
+            .config
+            .supervisor("gemini", self.grace)
+            // The CLI exits before a pipe takes a long answer; a file keeps it whole.
+            .stdout_to_file()
+            .supervise(&request, &argv, true)
+            .await?;
+        let events = Events::read(&raw.stdout, &request);
+        Ok(raw.finish(judge(&raw, events), &request))
+    }
+
+    async fn check(&self) -> Result<(), AgentError> {
+        CommandAgent::new("gemini", [self.config.program("gemini")])
+            .check()
+            .await
+    }
+
+    fn configure(&mut self, config: &Config) {
+        self.take_config(config);
+    }
+}
+
+/// What the CLI's event lines said.
+#[derive(Debug, Default)]
+struct Events {
+    session: Option<String>,
+    answer: String,
+    answered: bool,
+    usage: Usage,
+    failure: Option<String>,
+    succeeded: bool,
+}
+
+impl Events {
+    /// Reads the kept tail of stdout: its first line may be cut, so a line that does not
+    /// parse is skipped.
+    fn read(stdout: &str, request: &AgentRequest) -> Self {
+        let mut events = Events::default();
+        for line in stdout.lines() {
+            if let Ok(event) = serde_json::from_str::<Value>(line) {
+                events.take(&event, request);
+            }
+        }
+        events
+    }
+
+    fn take(&mut self, event: &Value, request: &AgentRequest) {
+        let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
+        match event.get("type").and_then(Value::as_str).unwrap_or("") {
+            "init" => self.session = text("session_id"),
+            "message" if text("role").as_deref() == Some("assistant") => {
+                let content = text("content").unwrap_or_default();
+                if event.get("delta").and_then(Value::as_bool) != Some(true) {
+                    self.answer.clear();
+                }
+                self.answer.push_str(&content);
+                self.answered = true;
+            }
+            "tool_use" => {
+                self.answer.clear();
+                self.answered = false;
+                request.events.emit(AgentEvent::ToolUse {
+                    name: text("tool_name").unwrap_or_else(|| "tool".into()),
+                });
+            }
+            "result" => {
+                if let Some(stats) = event.get("stats") {
+                    let n = |key: &str| stats.get(key).and_then(Value::as_u64).unwrap_or(0);
+                    self.usage.input_tokens = n("input_tokens");
+                    self.usage.output_tokens = n("output_tokens");
+                    self.usage.cache_read_tokens = n("cached");
+                }
+                match text("status").as_deref() {
+                    Some("success") => self.succeeded = true,
+                    _ => {
+                        self.failure = event
+                            .get("error")
+                            .and_then(|e| e.get("message"))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                            .or_else(|| Some("the run ended with an error".into()));
+                    }
+                }
+            }
+            "error" if self.failure.is_none() => self.failure = text("message"),
+            _ => {}
+        }
+    }
+}
+
+/// The run from how the process ended and what its events said.
+fn judge(raw: &Raw, events: Events) -> AgentRun {
+    let mut run = match raw.ending {
+        Ending::Stopped => AgentRun::new(AgentExit::Stopped),
+        Ending::TimedOut => AgentRun::new(AgentExit::TimedOut),
+        Ending::Exited => match &events.failure {
+            Some(failure) => AgentRun::new(classify("gemini", failure, None)),
+            None if events.succeeded
+                && events.answered
+                && raw.exit.is_some_and(crate::process::Exit::success) =>
+            {
+                AgentRun::completed(events.answer.clone())
+            }
+            None => {
+                let detail = if raw.stderr.trim().is_empty() {
+                    format!(
+                        "no answer in the last {} MiB of its output (the log has all of it)",
+                        EVENTS_KEPT >> 20
+                    )
+                } else {
+                    raw.stderr.trim().to_owned()
+                };
+                AgentRun::new(AgentExit::Failed {
+                    reason: format!("gemini {}: {detail}", raw.how()),
+                    kind: FailureKind::Attempt,
+                })
+            }
+        },
+    };
+    run.session_id = events.session;
+    run.usage = events.usage;
+    run
+}
