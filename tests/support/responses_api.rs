@@ -1,4 +1,5 @@
-//! A scripted fake of the OpenAI Responses API, for driving the real `codex` CLI offline.
+//! A scripted fake of the OpenAI Responses API, for driving the real `codex` and `opencode`
+//! CLIs offline.
 //!
 //! [`ResponsesApi::start`] serves `POST /v1/responses` as SSE on 127.0.0.1, answering each
 //! request with the next [`Reply`]; when the script runs out it answers `script exhausted`.
@@ -83,36 +84,83 @@ impl Reply {
     }
 }
 
-fn sse(items: &[Item], turn: usize) -> String {
+/// One turn as the API streams it: each item added, its text or arguments as a delta, then
+/// done; the AI SDK (opencode) needs every step, the Codex CLI reads the `done` items.
+fn sse(items: &[Item], turn: usize, shell_tool: &str) -> String {
     let mut out = String::new();
+    let mut seq = 0;
     let mut event = |kind: &str, mut data: Value| {
         data["type"] = json!(kind);
+        data["sequence_number"] = json!(seq);
+        seq += 1;
         out.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
     };
+    let id = format!("resp_{turn}");
     event(
         "response.created",
-        json!({"response": {"id": format!("resp_{turn}")}}),
+        json!({"response": {"id": id, "created_at": 1, "model": "m", "status": "in_progress", "output": []}}),
     );
     for (i, item) in items.iter().enumerate() {
-        let item = match item {
+        match item {
             Item::Text(text) => {
-                json!({"type": "message", "role": "assistant", "id": format!("msg_{turn}_{i}"),
-                "content": [{"type": "output_text", "text": text}]})
+                let msg = format!("msg_{turn}_{i}");
+                event(
+                    "response.output_item.added",
+                    json!({"output_index": i, "item":
+                    {"type": "message", "role": "assistant", "id": msg, "status": "in_progress", "content": []}}),
+                );
+                event(
+                    "response.content_part.added",
+                    json!({"item_id": msg, "output_index": i,
+                    "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+                );
+                event(
+                    "response.output_text.delta",
+                    json!({"item_id": msg, "output_index": i,
+                    "content_index": 0, "delta": text}),
+                );
+                event(
+                    "response.output_text.done",
+                    json!({"item_id": msg, "output_index": i,
+                    "content_index": 0, "text": text}),
+                );
+                event(
+                    "response.output_item.done",
+                    json!({"output_index": i, "item":
+                    {"type": "message", "role": "assistant", "id": msg, "status": "completed",
+                     "content": [{"type": "output_text", "text": text, "annotations": []}]}}),
+                );
             }
-            Item::Shell(cmd) => json!({"type": "function_call", "id": format!("fc_{turn}_{i}"),
-                "call_id": format!("call_{turn}_{i}"), "name": "exec_command",
-                "arguments": json!({"cmd": cmd}).to_string()}),
-        };
-        event(
-            "response.output_item.done",
-            json!({"item": item, "output_index": i}),
-        );
+            Item::Shell(cmd) => {
+                let fc = format!("fc_{turn}_{i}");
+                let call = format!("call_{turn}_{i}");
+                // `cmd` for the Codex CLI's exec_command, `command` for opencode's bash.
+                let args = json!({"cmd": cmd, "command": cmd, "description": "run it"}).to_string();
+                let name = shell_tool;
+                event(
+                    "response.output_item.added",
+                    json!({"output_index": i, "item":
+                    {"type": "function_call", "id": fc, "call_id": call, "name": name, "arguments": ""}}),
+                );
+                event(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": fc,
+                    "output_index": i, "delta": args}),
+                );
+                event(
+                    "response.output_item.done",
+                    json!({"output_index": i, "item":
+                    {"type": "function_call", "id": fc, "call_id": call, "name": name,
+                     "arguments": args, "status": "completed"}}),
+                );
+            }
+        }
     }
     event(
         "response.completed",
-        json!({"response": {"id": format!("resp_{turn}"), "usage": {"input_tokens": 100,
-            "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 10,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110}}}),
+        json!({"response": {"id": id, "created_at": 1, "model": "m", "status": "completed", "output": [],
+            "usage": {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 40},
+            "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110}}}),
     );
     out
 }
@@ -124,7 +172,19 @@ struct Script {
 }
 
 impl Respond for Script {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        // The shell tool is `exec_command` in the Codex CLI, `bash` in opencode.
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let offers = |name: &str| {
+            body["tools"]
+                .as_array()
+                .is_some_and(|tools| tools.iter().any(|t| t["name"] == name))
+        };
+        let shell_tool = if offers("bash") {
+            "bash"
+        } else {
+            "exec_command"
+        };
         let turn = {
             let mut turns = self.turns.lock().unwrap();
             *turns += 1;
@@ -138,8 +198,8 @@ impl Respond for Script {
             .unwrap_or_else(|| Reply::text("script exhausted"));
         match reply {
             Reply::Items(items, delay) => {
-                let template =
-                    ResponseTemplate::new(200).set_body_raw(sse(&items, turn), "text/event-stream");
+                let template = ResponseTemplate::new(200)
+                    .set_body_raw(sse(&items, turn, shell_tool), "text/event-stream");
                 match delay {
                     Some(delay) => template.set_delay(delay),
                     None => template,
