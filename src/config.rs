@@ -105,6 +105,8 @@ pub struct Config {
     pub codex: crate::agent::CliConfig,
     /// How [`GeminiCli`](crate::agent::GeminiCli) runs the Google Gemini CLI.
     pub gemini: crate::agent::CliConfig,
+    /// How [`OpencodeCli`](crate::agent::OpencodeCli) runs opencode.
+    pub opencode: crate::agent::CliConfig,
     /// Agent CLIs run from an argv template, by name (`[agent.aider]`): see
     /// [`CommandAgent`](crate::agent::CommandAgent).
     pub agent: std::collections::BTreeMap<String, crate::agent::CommandConfig>,
@@ -141,6 +143,7 @@ impl Default for Config {
             claude: ClaudeConfig::default(),
             codex: crate::agent::CliConfig::default(),
             gemini: crate::agent::CliConfig::default(),
+            opencode: crate::agent::CliConfig::default(),
             agent: std::collections::BTreeMap::new(),
             agents: Vec::new(),
             planning: PlanningConfig::default(),

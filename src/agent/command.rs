@@ -365,6 +365,9 @@ impl CommandAgent {
             .args(&argv[1..])
             .owner(crate::process::owner_of(&request.workspace))
             .cwd(&request.workspace)
+            // Some CLIs (opencode) take their directory from `PWD`, which would otherwise
+            // be ralph's own.
+            .env("PWD", &request.workspace)
             .envs(self.config.env.iter())
             .grace(self.grace);
         if on_stdin {

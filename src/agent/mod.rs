@@ -13,6 +13,7 @@ mod command;
 mod fake;
 mod fallback;
 mod gemini;
+mod opencode;
 
 pub use claim::Claim;
 
@@ -35,6 +36,7 @@ pub use command::{ANSWER_KEPT, CommandAgent, CommandConfig};
 pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
 pub use fallback::Fallback;
 pub use gemini::GeminiCli;
+pub use opencode::OpencodeCli;
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

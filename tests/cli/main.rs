@@ -179,7 +179,7 @@ esac
     assert_eq!(unknown.status.code(), Some(1));
     assert!(
         stderr(&unknown).contains("[agent.nobody]")
-            && stderr(&unknown).contains("claude, codex, gemini, mine"),
+            && stderr(&unknown).contains("claude, codex, gemini, opencode, mine"),
         "{}",
         stderr(&unknown)
     );

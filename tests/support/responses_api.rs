@@ -134,8 +134,14 @@ fn sse(items: &[Item], turn: usize, shell_tool: &str) -> String {
             Item::Shell(cmd) => {
                 let fc = format!("fc_{turn}_{i}");
                 let call = format!("call_{turn}_{i}");
-                // `cmd` for the Codex CLI's exec_command, `command` for opencode's bash.
-                let args = json!({"cmd": cmd, "command": cmd, "description": "run it"}).to_string();
+                // The Codex CLI's exec_command takes `cmd`; opencode's bash `command` and a
+                // `description`, and refuses any other key.
+                let args = if shell_tool == "bash" {
+                    json!({"command": cmd, "description": "run it"})
+                } else {
+                    json!({"cmd": cmd})
+                }
+                .to_string();
                 let name = shell_tool;
                 event(
                     "response.output_item.added",
@@ -265,6 +271,63 @@ impl ResponsesApi {
             ("HOME".into(), home.display().to_string()),
         ]
     }
+}
+
+impl ResponsesApi {
+    /// opencode's environment: a throw-away `HOME`, and a config whose `openai` provider is
+    /// this server (model `openai/gpt-5-codex`).
+    pub fn opencode_env(&self, home: &std::path::Path) -> Vec<(String, String)> {
+        let config = json!({
+            "provider": {"openai": {"options": {"baseURL": format!("{}/v1", self.server.uri()),
+                "apiKey": "sk-fake"}, "models": {"gpt-5-codex": {}}}},
+            "autoupdate": false,
+            "share": "disabled",
+        });
+        vec![
+            ("HOME".into(), home.display().to_string()),
+            (
+                "XDG_DATA_HOME".into(),
+                home.join("data").display().to_string(),
+            ),
+            (
+                "XDG_CONFIG_HOME".into(),
+                home.join("config").display().to_string(),
+            ),
+            (
+                "XDG_CACHE_HOME".into(),
+                home.join("cache").display().to_string(),
+            ),
+            ("OPENCODE_CONFIG_CONTENT".into(), config.to_string()),
+        ]
+    }
+}
+
+/// The pinned opencode the tests were measured against.
+pub const OPENCODE_VERSION: &str = "1.18.33";
+
+/// The real opencode to test against: `$TEST_OPENCODE_BIN`, else `opencode` on `PATH`;
+/// `None` (after saying so) when neither is there, except under `CI=true`.
+#[allow(clippy::print_stdout)]
+pub fn opencode_or_skip() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("TEST_OPENCODE_BIN").filter(|b| !b.is_empty()) {
+        return Some(PathBuf::from(bin));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|dirs| {
+        std::env::split_paths(&dirs)
+            .map(|d| d.join("opencode"))
+            .find(|c| c.is_file())
+    });
+    if on_path.is_some() {
+        return on_path;
+    }
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "CI needs the pinned opencode {OPENCODE_VERSION}: .ci/run installs it and sets TEST_OPENCODE_BIN"
+    );
+    println!(
+        "skipped: no opencode (npm install --prefix ~/.cache/ralph-opencode/{OPENCODE_VERSION} opencode-ai@{OPENCODE_VERSION}; export TEST_OPENCODE_BIN=…/node_modules/.bin/opencode)"
+    );
+    None
 }
 
 /// The real CLI to test against: `$TEST_CODEX_BIN`, else `codex` on `PATH`; `None` (after

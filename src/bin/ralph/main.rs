@@ -107,7 +107,7 @@ struct RunFlags {
     /// Print events as NDJSON (with RFC 3339 timestamps) on stdout.
     #[arg(long)]
     json: bool,
-    /// The agent: `claude` (the Claude Code CLI), `codex` (the Codex CLI), `gemini` (the Gemini CLI), or the name of an `[agent.NAME]` table
+    /// The agent: `claude` (the Claude Code CLI), `codex` (the Codex CLI), `gemini` (the Gemini CLI), `opencode`, or the name of an `[agent.NAME]` table
     /// of ralph.toml (any CLI run from an argv template). A comma-separated list is a
     /// fallback chain (`claude,aider`). Default: `agents` of ralph.toml, else `claude`.
     #[arg(long)]

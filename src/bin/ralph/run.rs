@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ralph::agent::{CodexCli, CommandAgent, Fallback, GeminiCli};
+use ralph::agent::{CodexCli, CommandAgent, Fallback, GeminiCli, OpencodeCli};
 use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder, SpecsOutcome};
 
 use std::sync::Arc;
@@ -277,11 +277,12 @@ fn one_agent(workspace: &Path, config: &ralph::Config, name: &str) -> Result<Box
         match name {
             "codex" => return Ok(Box::new(CodexCli::from_config(config))),
             "gemini" => return Ok(Box::new(GeminiCli::from_config(config))),
+            "opencode" => return Ok(Box::new(OpencodeCli::from_config(config))),
             _ => {}
         }
     }
     let agent = CommandAgent::from_config(name, config).map_err(|e| {
-        let known: Vec<&str> = ["claude", "codex", "gemini"]
+        let known: Vec<&str> = ["claude", "codex", "gemini", "opencode"]
             .into_iter()
             .chain(config.agent.keys().map(String::as_str))
             .collect();

@@ -1,0 +1,216 @@
+//! `OpencodeCli`: opencode (`opencode run --format json`) as an agent.
+
+use serde_json::Value;
+
+use super::cli_agent::{CliConfig, EVENTS_KEPT, classify, cli_agent_settings};
+use super::command::{CommandAgent, Ending, Raw};
+use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage};
+use crate::config::Config;
+
+/// The permissions of a read-only role, merged over opencode's own (`OPENCODE_PERMISSION`).
+const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
+
+/// [`OpencodeCli`]: opencode's headless run (`opencode run --format json`), one fresh process
+/// per run.
+///
+/// The prompt goes to stdin, which survives prompts of any size; stdout goes to a file
+/// beside the log, read after the run (see [`GeminiCli`](super::GeminiCli) for why). The
+/// CLI prints one JSON event per line; ralph keeps the last
+/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them and reads:
+///
+/// | event | becomes |
+/// |---|---|
+/// | `text` | the final answer: the text parts after the last tool call |
+/// | `tool_use` | an [`AgentEvent::ToolUse`]; the answer starts over |
+/// | `step_finish` | [`AgentRun::usage`] (summed over the steps) |
+/// | `error` | the failure: a rate limit is [`AgentExit::RateLimited`], a 401 or 403 fatal, a 5xx transient, anything else a failed attempt |
+/// | any event's `sessionID` | [`AgentRun::session_id`] |
+///
+/// BUILD runs with `--auto` (permissions not explicitly denied are granted), every other
+/// role with `--agent plan` and edits, shell commands and fetches denied
+/// (`OPENCODE_PERMISSION`): the plan agent alone still runs shell commands that write. opencode retries failed API calls
+/// itself, waiting out a `retry-after`: until it gives up the run is silent, and the idle
+/// and agent timeouts apply. The provider and model come from opencode's own configuration
+/// (`opencode.json`, `OPENCODE_CONFIG_CONTENT`); `model` is `provider/model`. The run is
+/// supervised as every process agent's is (see [`CommandAgent`](super::CommandAgent)).
+///
+/// Its settings are `[opencode]` in `ralph.toml` (see [`CliConfig`](super::CliConfig)).
+///
+/// ```no_run
+/// use ralph::agent::{Agent, AgentRequest, OpencodeCli, Role};
+///
+/// # async fn demo() -> Result<(), ralph::AgentError> {
+/// let opencode = OpencodeCli::new().model("anthropic/claude-sonnet-4-5");
+/// let run = opencode.run(AgentRequest::new(Role::Build, "Write hello.txt", ".")).await?;
+/// println!("{}", run.final_text);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct OpencodeCli {
+    config: CliConfig,
+    grace: std::time::Duration,
+    /// Set in code: the workspace's `[opencode]` does not replace it.
+    explicit: bool,
+}
+
+cli_agent_settings!(OpencodeCli, opencode);
+
+impl OpencodeCli {
+    /// The argv of a run for `request`.
+    fn argv(&self, request: &AgentRequest) -> Vec<String> {
+        let mut argv: Vec<String> = vec![
+            self.config.program("opencode"),
+            "run".into(),
+            "--format".into(),
+            "json".into(),
+            // A title given: no extra model call to make one up.
+            "--title".into(),
+            format!("ralph {}", request.role),
+            "--dir".into(),
+            request.workspace.display().to_string(),
+        ];
+        if request.role.may_write() {
+            argv.push("--auto".into());
+        } else {
+            argv.extend(["--agent".to_owned(), "plan".to_owned()]);
+        }
+        if let Some(model) = &self.config.model {
+            argv.extend(["--model".to_owned(), model.clone()]);
+        }
+        argv.extend(self.config.args.iter().cloned());
+        argv
+    }
+}
+
+#[async_trait::async_trait]
+impl Agent for OpencodeCli {
+    fn name(&self) -> &str {
+        "opencode"
+    }
+
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        if request.stop.is_cancelled() {
+            return Ok(AgentRun::new(AgentExit::Stopped));
+        }
+        let argv = self.argv(&request);
+        let mut supervisor = self
+            .config
+            .supervisor("opencode", self.grace)
+            .stdout_to_file();
+        if !request.role.may_write() {
+            // The plan agent alone still runs shell commands that write: deny them.
+            supervisor = supervisor.env("OPENCODE_PERMISSION", READ_ONLY);
+        }
+        let raw = supervisor.supervise(&request, &argv, true).await?;
+        let events = Events::read(&raw.stdout, &request);
+        Ok(raw.finish(judge(&raw, events), &request))
+    }
+
+    async fn check(&self) -> Result<(), AgentError> {
+        CommandAgent::new("opencode", [self.config.program("opencode")])
+            .check()
+            .await
+    }
+
+    fn configure(&mut self, config: &Config) {
+        self.take_config(config);
+    }
+}
+
+/// What the CLI's event lines said.
+#[derive(Debug, Default)]
+struct Events {
+    session: Option<String>,
+    answer: Vec<String>,
+    usage: Usage,
+    failure: Option<String>,
+}
+
+impl Events {
+    /// Reads the kept tail of stdout: its first line may be cut, so a line that does not
+    /// parse is skipped.
+    fn read(stdout: &str, request: &AgentRequest) -> Self {
+        let mut events = Events::default();
+        for line in stdout.lines() {
+            if let Ok(event) = serde_json::from_str::<Value>(line) {
+                events.take(&event, request);
+            }
+        }
+        events
+    }
+
+    fn take(&mut self, event: &Value, request: &AgentRequest) {
+        if let Some(id) = event.get("sessionID").and_then(Value::as_str) {
+            self.session = Some(id.to_owned());
+        }
+        let part = event.get("part").unwrap_or(&Value::Null);
+        match event.get("type").and_then(Value::as_str).unwrap_or("") {
+            "text" => {
+                if let Some(text) = part.get("text").and_then(Value::as_str) {
+                    self.answer.push(text.to_owned());
+                }
+            }
+            "tool_use" => {
+                self.answer.clear();
+                let name = part.get("tool").and_then(Value::as_str).unwrap_or("tool");
+                request
+                    .events
+                    .emit(AgentEvent::ToolUse { name: name.into() });
+            }
+            "step_finish" => {
+                let tokens = part.get("tokens").unwrap_or(&Value::Null);
+                let n = |v: &Value| v.as_u64().unwrap_or(0);
+                self.usage.input_tokens += n(&tokens["input"]);
+                self.usage.output_tokens += n(&tokens["output"]);
+                self.usage.cache_read_tokens += n(&tokens["cache"]["read"]);
+                self.usage.cache_creation_tokens += n(&tokens["cache"]["write"]);
+            }
+            "error" => {
+                let error = event.get("error").unwrap_or(&Value::Null);
+                let message = error["data"]["message"]
+                    .as_str()
+                    .or_else(|| error["name"].as_str())
+                    .unwrap_or("the run failed");
+                let status = error["data"]["statusCode"]
+                    .as_u64()
+                    .map_or_else(String::new, |code| format!(" (status {code})"));
+                self.failure = Some(format!("{message}{status}"));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The run from how the process ended and what its events said.
+fn judge(raw: &Raw, events: Events) -> AgentRun {
+    let mut run = match raw.ending {
+        Ending::Stopped => AgentRun::new(AgentExit::Stopped),
+        Ending::TimedOut => AgentRun::new(AgentExit::TimedOut),
+        Ending::Exited => match &events.failure {
+            Some(failure) => AgentRun::new(classify("opencode", failure, None)),
+            None if !events.answer.is_empty()
+                && raw.exit.is_some_and(crate::process::Exit::success) =>
+            {
+                AgentRun::completed(events.answer.join("\n"))
+            }
+            None => {
+                let detail = if raw.stderr.trim().is_empty() {
+                    format!(
+                        "no answer in the last {} MiB of its output (the log has all of it)",
+                        EVENTS_KEPT >> 20
+                    )
+                } else {
+                    raw.stderr.trim().to_owned()
+                };
+                AgentRun::new(AgentExit::Failed {
+                    reason: format!("opencode {}: {detail}", raw.how()),
+                    kind: FailureKind::Attempt,
+                })
+            }
+        },
+    };
+    run.session_id = events.session;
+    run.usage = events.usage;
+    run
+}
