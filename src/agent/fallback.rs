@@ -92,7 +92,6 @@ impl Fallback {
     }
 
     fn choose(request: &AgentRequest, name: &str, reason: String) {
-        tracing::info!(target: "ralph", agent = name, %reason, "agent chosen");
         request.events.emit(AgentEvent::AgentChosen {
             agent: name.to_owned(),
             reason,

@@ -10,7 +10,6 @@ mod agent_failures;
 mod board_edits;
 mod custom_tool;
 mod deps;
-mod diagnostics;
 mod example_flow;
 mod fallback;
 mod inheritance;

@@ -1,9 +1,20 @@
 //! ralph's diagnostics reach an embedder's own `tracing` subscriber: spans per stage, task,
 //! agent run and gate, and one event per line a person would read.
+//!
+//! A test binary of its own: a scoped subscriber and tracing's interest cache are
+//! process-wide, and other tests running ralph on other threads at the same time made this
+//! one see nothing now and then.
+
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::sync::{Arc, Mutex};
 
-use super::*;
+use ralph::agent::{FakeAgent, Script};
+use ralph::{MemoryStore, Outcome, Ralph, Role, ShellGate};
+use support::{accept, no_gaps, tasks, workspace};
+
+const SPEC: &str = "# Greeter\nWrite done.txt, which greets.\n";
 
 /// A `tracing` writer into a shared buffer.
 #[derive(Clone, Default)]
@@ -38,8 +49,24 @@ fn an_embedders_subscriber_sees_stages_tasks_agent_runs_and_gates() {
         runtime.block_on(async {
             let ralph = Ralph::builder()
                 .workspace(dir.path())
-                .agent(one_task().on(Role::Build, "t-1", writes_done()))
-                .gate(done_gate())
+                .agent(
+                    FakeAgent::new()
+                        .on(
+                            Role::Investigate,
+                            "i-1",
+                            tasks(&[("Write done.txt", "done.txt greets")]),
+                        )
+                        .on(
+                            Role::Build,
+                            "t-1",
+                            Script::new()
+                                .write("done.txt", "hello\n")
+                                .answer("Wrote done.txt.\n<TASK_DONE>"),
+                        )
+                        .always(Role::Verify, accept("meets the criteria"))
+                        .always(Role::GapAnalysis, no_gaps()),
+                )
+                .gate(ShellGate::new("done-file", "test -f done.txt"))
                 .store(MemoryStore::new())
                 .build()
                 .expect("build");
