@@ -46,8 +46,8 @@ fn main() {
     // Under Cargo's target dir, a real disk: /tmp may be a tmpfs, which is memory.
     let logs = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("log dir");
     for log in [None, Some(logs.path().join("run.jsonl"))] {
-        reset_peak();
-        let before = peak_kib();
+        common::reset_peak();
+        let before = common::peak_kib();
         let mut request = AgentRequest::new(Role::Build, "Print it all.", &workspace);
         if let Some(log) = &log {
             request = request.log_path(log);
@@ -57,7 +57,7 @@ fn main() {
         let elapsed = started.elapsed();
         assert_eq!(run.exit, AgentExit::Completed);
         assert!(run.final_text.ends_with("\n<TASK_DONE>"));
-        let after = peak_kib();
+        let after = common::peak_kib();
         let logged = log.as_deref().map_or(String::new(), |log| {
             format!(", log {:.1} MiB", log_size(log) as f64 / f64::from(1 << 20))
         });
@@ -73,21 +73,6 @@ fn main() {
             elapsed.as_secs_f64(),
         );
     }
-}
-
-/// `VmHWM` of this process, in KiB.
-fn peak_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
-}
-
-/// Sets `VmHWM` back to the current resident set (Linux 4.0+).
-fn reset_peak() {
-    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS");
 }
 
 fn log_size(path: &Path) -> u64 {

@@ -1,4 +1,4 @@
-//! What the benches that run `fake-claude` share.
+//! What the benches that run agents share: `fake-claude`, and the peak resident set.
 
 #![allow(dead_code)] // each bench uses a part
 
@@ -14,4 +14,19 @@ pub(crate) fn fake_claude() -> PathBuf {
 /// a quick check that the bench still works.
 pub(crate) fn measuring() -> bool {
     std::env::args().any(|arg| arg == "--bench")
+}
+
+/// `VmHWM` of this process, in KiB.
+pub(crate) fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+/// Sets `VmHWM` back to the current resident set (Linux 4.0+).
+pub(crate) fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS");
 }

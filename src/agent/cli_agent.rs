@@ -16,7 +16,7 @@ pub const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
 
 /// How much of a CLI's event lines is kept in memory: the last bytes, which hold the final
 /// answer unless it alone is larger (then the run fails, saying so; the log has it all).
-pub const EVENTS_KEPT: usize = 16 * 1024 * 1024;
+pub const EVENTS_KEPT: usize = 8 * 1024 * 1024;
 
 /// `[codex]` or `[gemini]` of `ralph.toml`: how ralph runs that CLI. Every key is optional.
 ///
