@@ -185,6 +185,43 @@ esac
     );
 }
 
+/// `--agent NAME` is the same in plan mode: a command agent breaks the specs down.
+#[test]
+fn plan_mode_runs_a_command_agent_from_ralph_toml() {
+    let dir = project();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(
+        dir.path().join("specs/hello.md"),
+        "# Hello\nWrite hello.txt.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("agent.sh"),
+        r#"cat > /dev/null
+[ "$1" = breakdown ] || { echo "unexpected role $1" >&2; exit 1; }
+echo '{"specs":[{"id":"hello","name":"Hello","file":"specs/hello.md","priority":1,"context":"sh","tasks":[{"description":"Write hello.txt","acceptanceCriteria":["hello.txt exists"]}],"acceptanceCriteria":["hello.txt exists"]}]}'
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("ralph.toml"),
+        "[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\"]\n",
+    )
+    .unwrap();
+
+    let out = ralph(dir.path(), &["plan", "--agent", "mine"], &[]);
+
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let plan = std::fs::read_to_string(dir.path().join("implementation.json")).unwrap();
+    assert!(plan.contains("Write hello.txt"), "{plan}");
+}
+
 #[test]
 fn the_board_from_the_shell_status_task_add_and_query_next() {
     let dir = project();
