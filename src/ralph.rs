@@ -92,6 +92,17 @@ impl Ralph {
         Ok(self.inner.store.load().await?)
     }
 
+    /// The last choices a [`Fallback`](crate::agent::Fallback) chain made in this workspace
+    /// (which agent took a run, and why), oldest first, as `ralph status` shows them. Kept
+    /// in `.ralph/agent-choices.json`, in every mode.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when that file cannot be read or is not a list of choices.
+    pub fn agent_choices(&self) -> Result<Vec<crate::agent::AgentChoice>, Error> {
+        Ok(crate::runtime::choices::load(self.workspace())?)
+    }
+
     /// Runs the construct loop on `spec` (a path relative to the workspace, or absolute
     /// inside it) until the spec is complete, a limit is reached, everything left is
     /// blocked, or the run is stopped.

@@ -153,7 +153,8 @@ async fn write_schema(
     if let Some(dir) = path.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(io)?;
     }
-    tokio::fs::write(&path, schema.to_string())
+    // The CLI sends it in strict mode, which wants a subset of JSON Schema.
+    tokio::fs::write(&path, super::strict_schema::strict(schema).to_string())
         .await
         .map_err(io)?;
     Ok((path, temporary))
@@ -229,7 +230,9 @@ fn judge(raw: &Raw, events: Events, request: &AgentRequest) -> AgentRun {
             (None, Some(answer)) if raw.exit.is_some_and(crate::process::Exit::success) => {
                 let mut run = AgentRun::completed(answer.clone());
                 if request.role.is_structured() {
-                    run.structured = serde_json::from_str(answer.trim()).ok();
+                    run.structured = serde_json::from_str(answer.trim())
+                        .ok()
+                        .map(super::strict_schema::without_nulls);
                 }
                 run
             }
@@ -290,6 +293,70 @@ fn reset_time(message: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::{Claim, Role};
+
+    /// A transcript the pinned CLI printed (`fixtures/codex/`), read as a run of `role` that
+    /// exited with `code`.
+    fn replay(transcript: &str, role: Role, code: i32) -> AgentRun {
+        let request = AgentRequest::new(role, "p", ".");
+        let raw = Raw::exited(code, transcript);
+        judge(&raw, Events::read(&raw.stdout, &request), &request)
+    }
+
+    #[test]
+    fn recorded_transcripts_read_as_the_live_runs_did() {
+        let done = replay(
+            include_str!("../../fixtures/codex/tool-flow-done.jsonl"),
+            Role::Build,
+            0,
+        );
+        assert_eq!(done.exit, AgentExit::Completed);
+        assert_eq!(done.final_text, "Wrote hello.txt.\n<TASK_DONE>");
+        assert_eq!(done.claim(), Claim::Done);
+        assert!(done.session_id.is_some());
+        assert!(done.usage.input_tokens > 0 && done.usage.output_tokens > 0);
+
+        let earlier = replay(
+            include_str!("../../fixtures/codex/marker-in-tool-output.jsonl"),
+            Role::Build,
+            0,
+        );
+        assert_eq!(earlier.final_text, "Still more to do.");
+        assert_ne!(earlier.claim(), Claim::Done);
+
+        let judged = replay(
+            include_str!("../../fixtures/codex/read-only-structured.jsonl"),
+            Role::Verify,
+            0,
+        );
+        assert_eq!(judged.structured.expect("structured")["verdict"], "accept");
+
+        let limited = replay(
+            include_str!("../../fixtures/codex/usage-limit.jsonl"),
+            Role::Build,
+            1,
+        );
+        assert!(
+            matches!(limited.exit, AgentExit::RateLimited { .. }),
+            "{limited:?}"
+        );
+
+        let refused = replay(
+            include_str!("../../fixtures/codex/api-error-401.jsonl"),
+            Role::Build,
+            1,
+        );
+        assert!(
+            matches!(
+                refused.exit,
+                AgentExit::Failed {
+                    kind: FailureKind::Fatal,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn the_reset_time_is_the_next_such_local_time() {

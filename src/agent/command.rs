@@ -320,6 +320,20 @@ pub(super) struct Raw {
 }
 
 impl Raw {
+    /// A process that exited with `code` after printing `stdout`: how the tests replay a
+    /// recorded transcript (`fixtures/<cli>/`) through an agent's parser.
+    #[cfg(test)]
+    pub(super) fn exited(code: i32, stdout: &str) -> Raw {
+        Raw {
+            ending: Ending::Exited,
+            exit: Some(crate::process::Exit::Code(code)),
+            stdout: stdout.to_owned(),
+            stderr: String::new(),
+            leaked: 0,
+            duration: Duration::ZERO,
+        }
+    }
+
     /// `run` with the facts every process agent reports: duration, log, leftovers, exit.
     pub(super) fn finish(&self, mut run: AgentRun, request: &AgentRequest) -> AgentRun {
         run.duration = self.duration;

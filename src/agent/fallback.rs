@@ -17,12 +17,19 @@ enum Rest {
 }
 
 /// [`Fallback`]: agents in order of preference, as one [`Agent`]. Each run goes to the first
-/// agent that is not resting. An agent rests when it is rate limited (until its reset time,
-/// then it is first again) or unavailable (it could not start, or failed in a way no retry
-/// fixes, such as bad credentials; for the rest of the process). The next agent then takes
-/// the same request, and each choice is an [`AgentEvent::AgentChosen`] with its reason. When
-/// every agent rests, the run is [`AgentExit::RateLimited`] until the earliest reset, which
-/// every mode waits out, or, with none rate limited, the last agent's failure.
+/// agent that is not resting, and the next agent takes the same request when that one:
+///
+/// * is rate limited: it rests until its reset time, then is first again;
+/// * cannot start, or fails in a way no retry fixes (bad credentials): it rests for the rest
+///   of the process;
+/// * fails transiently (an API error that outlasted the CLI's own retries, a 429 without a
+///   reset time): it is passed over for this run only.
+///
+/// Whenever the agent that takes a run is not the one that took the last, that is an
+/// [`AgentEvent::AgentChosen`] with its reason (`claude is rate limited until …`, `its rate
+/// limit reset at …`); `ralph status` shows the last ones. When every agent rests, the run is
+/// [`AgentExit::RateLimited`] until the earliest reset, which every mode waits out; with none
+/// rate limited, it is the last agent's failure.
 ///
 /// ```
 /// use ralph::agent::{Agent, AgentRequest, Fallback, FakeAgent, Role, Script};
@@ -41,6 +48,8 @@ enum Rest {
 pub struct Fallback {
     agents: Vec<(String, Box<dyn Agent>)>,
     resting: Mutex<HashMap<usize, Rest>>,
+    /// The agent that took the last run, so that a change is announced.
+    last_chosen: Mutex<Option<usize>>,
     name: String,
 }
 
@@ -91,12 +100,95 @@ impl Fallback {
             .insert(index, rest);
     }
 
-    fn choose(request: &AgentRequest, name: &str, reason: String) {
+    /// Says which agent takes the run, and why, when it is not the one that took the last
+    /// run: the ones before it were passed over, or it is first again (its limit reset).
+    fn announce(&self, request: &AgentRequest, index: usize, passed_over: &[String]) {
+        let previous = self
+            .last_chosen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(index);
+        let reason = if !passed_over.is_empty() {
+            passed_over.join("; ")
+        } else if previous.is_some_and(|p| p != index) {
+            match self.resting_entry(index) {
+                Some(Rest::Until(until)) => format!("its rate limit reset at {}", stamp(until)),
+                _ => "it is first in the chain".to_owned(),
+            }
+        } else {
+            return;
+        };
         request.events.emit(AgentEvent::AgentChosen {
-            agent: name.to_owned(),
+            agent: self.agents[index].0.clone(),
             reason,
         });
     }
+
+    /// The rest recorded for `index`, expired or not.
+    fn resting_entry(&self, index: usize) -> Option<Rest> {
+        self.resting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&index)
+            .cloned()
+    }
+
+    /// Whether the run `ran` of agent `index` passes the request on to the next agent, and
+    /// why. A rate limit rests the agent until its reset; a failure no retry fixes (or an
+    /// agent that cannot start) rests it for good; a transient failure (an API error that
+    /// outlasted the CLI's own retries, a 429 without a reset time) passes this run only.
+    fn pass_over(&self, index: usize, ran: &Result<AgentRun, AgentError>) -> Option<Passed> {
+        match ran {
+            Ok(run) => match &run.exit {
+                AgentExit::RateLimited { until } => {
+                    self.set_rest(index, Rest::Until(*until));
+                    Some(Passed::RateLimited(*until))
+                }
+                AgentExit::Failed {
+                    kind: FailureKind::Fatal,
+                    reason,
+                } => {
+                    self.set_rest(index, Rest::Unavailable(reason.clone()));
+                    Some(Passed::Failed(format!("is unavailable ({reason})")))
+                }
+                AgentExit::Failed {
+                    kind: FailureKind::Transient,
+                    reason,
+                } => Some(Passed::Failed(format!("failed ({reason})"))),
+                _ => None,
+            },
+            Err(AgentError::Spawn { program, .. }) => {
+                let why = format!("{program} could not start");
+                self.set_rest(index, Rest::Unavailable(why.clone()));
+                Some(Passed::Failed(format!("is unavailable ({why})")))
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// One choice of a [`Fallback`] chain as recorded for `ralph status`
+/// ([`Ralph::agent_choices`](crate::Ralph::agent_choices)): an
+/// [`AgentEvent::AgentChosen`] with its time and subject.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct AgentChoice {
+    /// When, RFC 3339.
+    pub at: String,
+    /// The agent that took the run.
+    pub agent: String,
+    /// The task or issue the run was about (`t-3`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// Why the agents before it were passed over, or why it is first again.
+    pub reason: String,
+}
+
+/// Why [`Fallback::pass_over`] passed a run on.
+enum Passed {
+    RateLimited(SystemTime),
+    /// Said after the agent's name: `is unavailable (…)`, `failed (…)`.
+    Failed(String),
 }
 
 #[async_trait::async_trait]
@@ -122,32 +214,15 @@ impl Agent for Fallback {
                 }
                 None => {}
             }
-            if !passed_over.is_empty() {
-                Self::choose(&request, name, passed_over.join("; "));
-            }
+            self.announce(&request, index, &passed_over);
             let ran = agent.run(request.clone()).await;
-            match &ran {
-                Ok(run) => match &run.exit {
-                    AgentExit::RateLimited { until } => {
-                        self.set_rest(index, Rest::Until(*until));
-                        earliest = Some(earliest.map_or(*until, |e| e.min(*until)));
-                        passed_over.push(format!("{name} is rate limited until {}", stamp(*until)));
-                    }
-                    AgentExit::Failed {
-                        kind: FailureKind::Fatal,
-                        reason,
-                    } => {
-                        self.set_rest(index, Rest::Unavailable(reason.clone()));
-                        passed_over.push(format!("{name} is unavailable ({reason})"));
-                    }
-                    _ => return ran,
-                },
-                Err(AgentError::Spawn { program, .. }) => {
-                    let why = format!("{program} could not start");
-                    self.set_rest(index, Rest::Unavailable(why.clone()));
-                    passed_over.push(format!("{name} is unavailable ({why})"));
+            match self.pass_over(index, &ran) {
+                Some(Passed::RateLimited(until)) => {
+                    earliest = Some(earliest.map_or(until, |e| e.min(until)));
+                    passed_over.push(format!("{name} is rate limited until {}", stamp(until)));
                 }
-                Err(_) => return ran,
+                Some(Passed::Failed(why)) => passed_over.push(format!("{name} {why}")),
+                None => return ran,
             }
             last = Some(ran);
         }

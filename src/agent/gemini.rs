@@ -209,3 +209,76 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
     run.usage = events.usage;
     run
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{Claim, Role};
+
+    /// A transcript the pinned CLI printed (`fixtures/gemini/`), read as a run of `role` that
+    /// exited with `code`.
+    fn replay(transcript: &str, role: Role, code: i32) -> AgentRun {
+        let request = AgentRequest::new(role, "p", ".");
+        let raw = Raw::exited(code, transcript);
+        judge(&raw, Events::read(&raw.stdout, &request))
+    }
+
+    #[test]
+    fn recorded_transcripts_read_as_the_live_runs_did() {
+        let done = replay(
+            include_str!("../../fixtures/gemini/tool-flow-done.jsonl"),
+            Role::Build,
+            0,
+        );
+        assert_eq!(done.exit, AgentExit::Completed);
+        assert_eq!(done.final_text, "Wrote hello.txt.\n<TASK_DONE>");
+        assert_eq!(done.claim(), Claim::Done);
+        assert!(done.session_id.is_some());
+        assert!(done.usage.input_tokens > 0 && done.usage.output_tokens > 0);
+
+        let earlier = replay(
+            include_str!("../../fixtures/gemini/marker-in-tool-output.jsonl"),
+            Role::Build,
+            0,
+        );
+        assert_eq!(earlier.final_text, "Still more to do.");
+        assert_ne!(earlier.claim(), Claim::Done);
+
+        let judged = replay(
+            include_str!("../../fixtures/gemini/read-only-structured.jsonl"),
+            Role::Verify,
+            0,
+        );
+        assert_eq!(judged.exit, AgentExit::Completed);
+        assert!(
+            judged.final_text.contains("\"verdict\":\"accept\""),
+            "{judged:?}"
+        );
+
+        let limited = replay(
+            include_str!("../../fixtures/gemini/daily-quota.jsonl"),
+            Role::Build,
+            1,
+        );
+        assert!(
+            matches!(limited.exit, AgentExit::RateLimited { .. }),
+            "{limited:?}"
+        );
+
+        let refused = replay(
+            include_str!("../../fixtures/gemini/api-error-401.jsonl"),
+            Role::Build,
+            1,
+        );
+        assert!(
+            matches!(
+                refused.exit,
+                AgentExit::Failed {
+                    kind: FailureKind::Fatal,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+    }
+}

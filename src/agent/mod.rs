@@ -14,6 +14,7 @@ mod fake;
 mod fallback;
 mod gemini;
 mod opencode;
+mod strict_schema;
 
 pub use claim::Claim;
 
@@ -34,7 +35,7 @@ pub use codex::CodexCli;
 pub use command::{ANSWER_KEPT, CommandAgent, CommandConfig};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
-pub use fallback::Fallback;
+pub use fallback::{AgentChoice, Fallback};
 pub use gemini::GeminiCli;
 pub use opencode::OpencodeCli;
 

@@ -18,7 +18,8 @@ use super::deadline::until_deadline;
 use super::error::Error;
 use super::logs::{Emitter, unused};
 use crate::agent::{
-    Agent, AgentError, AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind, Role,
+    Agent, AgentChoice, AgentError, AgentEvent, AgentEvents, AgentExit, AgentRequest, AgentRun,
+    FailureKind, Role,
 };
 use crate::answer::{self, Answer};
 use crate::context::ContextThresholds;
@@ -292,9 +293,25 @@ impl Caller {
         }
     }
 
+    /// The agent's events, sent on as [`Event::Agent`]s; a fallback chain's choice is also
+    /// recorded for `ralph status` ([`choices`](super::choices)).
     fn forward_events(&self, subject: Option<String>) -> AgentEvents {
         let emitter = self.emitter.clone();
+        let workspace = self.workspace.clone();
         AgentEvents::new(move |detail| {
+            if let AgentEvent::AgentChosen { agent, reason } = &detail {
+                let choice = AgentChoice {
+                    at: time::now_rfc3339(),
+                    agent: agent.clone(),
+                    subject: subject.clone(),
+                    reason: reason.clone(),
+                };
+                if let Err(e) = super::choices::record(&workspace, choice) {
+                    emitter.emit(&Event::Warning {
+                        message: format!("the agent choice was not recorded: {e}"),
+                    });
+                }
+            }
             emitter.emit(&Event::Agent {
                 subject: subject.clone(),
                 detail,

@@ -9,6 +9,7 @@
 //! | one lock per workspace, and the sweep of a killed run's leftovers under it | [`workspace`] |
 //! | one rule for spec paths | [`spec`] |
 //! | logs and the event emitter | [`logs`] |
+//! | the record of a fallback chain's choices, for `ralph status` | [`choices`] |
 //! | SIGINT, SIGTERM and SIGHUP stop a run the same way | [`interrupt`] |
 //!
 //! Layers: the facade (`Ralph`, `Threads`' public calls) → the pipelines (`construct`,
@@ -18,6 +19,7 @@
 //! never import one another; `tests/layers.rs` checks it.
 
 pub(crate) mod call;
+pub(crate) mod choices;
 pub(crate) mod deadline;
 pub(crate) mod error;
 pub(crate) mod gates;

@@ -7,6 +7,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod fallback;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -50,7 +52,9 @@ impl Rig {
         let request = AgentRequest::new(role, prompt, self.path())
             .log_path(self.home.path().join("logs/run.log"))
             .timeout(Duration::from_secs(120));
-        self.codex.run(request).await.unwrap()
+        let run = self.codex.run(request).await.unwrap();
+        support::record_transcript("codex", prompt, &self.home.path().join("logs/run.log"));
+        run
     }
 }
 
@@ -231,29 +235,8 @@ async fn a_read_only_role_cannot_write_files() {
     assert_eq!(run.structured.unwrap()["verdict"], "accept");
 }
 
-/// `ralph construct spec.md --agent codex` takes a demo-sized spec to the end, with the
-/// CLI set up in `ralph.toml`'s `[codex]`.
-#[tokio::test]
-async fn ralph_construct_with_the_codex_agent_completes_a_spec() {
-    let Some(bin) = codex_or_skip() else { return };
-    let rig = Rig::new(
-        bin.clone(),
-        [
-            Reply::text(
-                r#"{"tasks":[{"name":"Write hello.txt","accept":"hello.txt says hello"}]}"#,
-            ),
-            Reply::shell("echo hello > hello.txt"),
-            Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
-            Reply::text(r#"{"task_id":"t-1","verdict":"accept","reason":"it says hello"}"#),
-            Reply::text(r#"{"tasks":[],"issues":[]}"#),
-        ],
-    )
-    .await;
-    std::fs::write(
-        rig.path().join("spec.md"),
-        "# Hello\nWrite hello.txt saying hello.\n",
-    )
-    .unwrap();
+/// The `[codex]` table of a `ralph.toml` that points the CLI at the rig's API.
+fn codex_toml(rig: &Rig, bin: &Path) -> String {
     let toml_list = |items: Vec<String>| {
         items
             .iter()
@@ -267,16 +250,42 @@ async fn ralph_construct_with_the_codex_agent_completes_a_spec() {
         .into_iter()
         .map(|(k, v)| format!("{k} = {v:?}"))
         .collect();
+    format!(
+        "[codex]\nbin = {:?}\nmodel = \"gpt-5-codex\"\nargs = [{}]\nenv = {{ {} }}\n",
+        bin.display().to_string(),
+        toml_list(rig.api.args()),
+        env.join(", ")
+    )
+}
+
+/// `ralph construct spec.md --agent codex` takes a demo-sized spec to the end, with the
+/// CLI set up in `ralph.toml`'s `[codex]`. The fake API refuses a schema outside strict
+/// mode's subset, as OpenAI's does.
+#[tokio::test]
+async fn ralph_construct_with_the_codex_agent_completes_a_spec() {
+    let Some(bin) = codex_or_skip() else { return };
+    let rig = Rig::new(
+        bin.clone(),
+        [
+            // Strict structured outputs answer every property, null for what they omit.
+            Reply::text(
+                r#"{"out_of_scope":false,"reason":null,"tasks":[{"name":"Write hello.txt","accept":"hello.txt says hello","notes":null,"deps":null,"priority":null,"complexity":null}]}"#,
+            ),
+            Reply::shell("echo hello > hello.txt"),
+            Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
+            Reply::text(
+                r#"{"task_id":"t-1","verdict":"accept","reason":"it says hello","gaps":null}"#,
+            ),
+            Reply::text(r#"{"tasks":[],"issues":[]}"#),
+        ],
+    )
+    .await;
     std::fs::write(
-        rig.path().join("ralph.toml"),
-        format!(
-            "[codex]\nbin = {:?}\nmodel = \"gpt-5-codex\"\nargs = [{}]\nenv = {{ {} }}\n",
-            bin.display().to_string(),
-            toml_list(rig.api.args()),
-            env.join(", ")
-        ),
+        rig.path().join("spec.md"),
+        "# Hello\nWrite hello.txt saying hello.\n",
     )
     .unwrap();
+    std::fs::write(rig.path().join("ralph.toml"), codex_toml(&rig, &bin)).unwrap();
 
     let out = std::process::Command::new(support::ralph_bin())
         .args(["construct", "spec.md", "--agent", "codex"])

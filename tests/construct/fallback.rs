@@ -87,13 +87,90 @@ async fn a_rate_limited_agent_hands_the_task_to_the_next_and_is_used_again_after
             _ => None,
         })
         .collect();
-    assert_eq!(chosen.len(), 1, "{chosen:?}");
+    assert_eq!(chosen.len(), 2, "{chosen:?}");
     assert_eq!(chosen[0].0, "codex");
     assert!(
         chosen[0].1.starts_with("claude is rate limited until "),
         "{chosen:?}"
     );
+    assert_eq!(chosen[1].0, "claude");
+    assert!(
+        chosen[1].1.starts_with("its rate limit reset at "),
+        "{chosen:?}"
+    );
     assert!(dir.path().join("a.txt").exists() && dir.path().join("b.txt").exists());
+    let recorded = ralph::Ralph::builder()
+        .workspace(dir.path())
+        .agent(FakeAgent::new())
+        .store(MemoryStore::new())
+        .build()
+        .expect("ralph builds")
+        .agent_choices()
+        .expect("the record reads");
+    let recorded: Vec<(&str, Option<&str>)> = recorded
+        .iter()
+        .map(|c| (c.agent.as_str(), c.subject.as_deref()))
+        .collect();
+    assert_eq!(
+        recorded,
+        [("codex", Some("t-1")), ("claude", Some("t-2"))],
+        "the choices are kept for `ralph status`"
+    );
+}
+
+#[tokio::test]
+async fn a_transient_failure_passes_the_run_on_once_and_the_first_agent_is_tried_again_next() {
+    let dir = workspace(SPEC);
+    let first = FakeAgent::new()
+        .then(Script::new().fail_with(
+            "API server error (HTTP 500)",
+            ralph::agent::FailureKind::Transient,
+        ))
+        .then(Script::new().answer("First again.\n<TASK_DONE>"));
+    let second = FakeAgent::new().then(Script::new().answer("Second.\n<TASK_DONE>"));
+    let chain = Fallback::new()
+        .agent("claude", first)
+        .agent("codex", second);
+    let events = Recorder::default();
+    let sink = events.clone();
+    let request = || {
+        let sink = sink.clone();
+        AgentRequest::new(Role::Build, "p", dir.path()).events(ralph::agent::AgentEvents::new(
+            move |detail| {
+                ralph::Observer::on_event(
+                    &sink,
+                    &Event::Agent {
+                        subject: None,
+                        detail,
+                    },
+                )
+            },
+        ))
+    };
+
+    let one = chain.run(request()).await.expect("a run");
+    let two = chain.run(request()).await.expect("a run");
+
+    assert_eq!(one.final_text, "Second.\n<TASK_DONE>");
+    assert_eq!(two.final_text, "First again.\n<TASK_DONE>");
+    let reasons: Vec<String> = events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Agent {
+                detail: AgentEvent::AgentChosen { agent, reason },
+                ..
+            } => Some(format!("{agent}: {reason}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "codex: claude failed (API server error (HTTP 500))",
+            "claude: it is first in the chain"
+        ]
+    );
 }
 
 #[tokio::test]

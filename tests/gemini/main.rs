@@ -47,7 +47,9 @@ impl Rig {
         let request = AgentRequest::new(role, prompt, self.path())
             .log_path(self.home.path().join("logs/run.log"))
             .timeout(Duration::from_secs(120));
-        self.gemini.run(request).await.unwrap()
+        let run = self.gemini.run(request).await.unwrap();
+        support::record_transcript("gemini", prompt, &self.home.path().join("logs/run.log"));
+        run
     }
 }
 

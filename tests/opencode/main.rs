@@ -48,7 +48,9 @@ impl Rig {
         let request = AgentRequest::new(role, prompt, self.path())
             .log_path(self.home.path().join("logs/run.log"))
             .timeout(Duration::from_secs(120));
-        self.opencode.run(request).await.unwrap()
+        let run = self.opencode.run(request).await.unwrap();
+        support::record_transcript("opencode", prompt, &self.home.path().join("logs/run.log"));
+        run
     }
 }
 

@@ -63,6 +63,8 @@ enum Answer {
     Message(Vec<Block>),
     /// An HTTP error with an Anthropic-shaped JSON body.
     Status { code: u16, message: String },
+    /// A 429 whose subscription rate limit is rejected until `after` from when it is sent.
+    RateLimited { after: Duration },
 }
 
 /// The `message_start` usage of a scripted message.
@@ -134,6 +136,19 @@ impl Reply {
         }
     }
 
+    /// A 429 as the API sends it to a subscriber over their five-hour limit: the
+    /// `anthropic-ratelimit-unified-*` headers say rejected, resetting `after` from when the
+    /// reply is sent (rounded up to a whole second). The CLI reads those headers only when
+    /// logged in ([`MessagesApi::subscriber_env`]); then it prints a rejected
+    /// `rate_limit_event` with `resetsAt`.
+    pub fn rate_limited(after: Duration) -> Self {
+        Self {
+            answer: Answer::RateLimited { after },
+            usage: None,
+            delay: None,
+        }
+    }
+
     /// The server stays silent for `delay` (no headers), then answers a text `stall over`.
     pub fn stall(delay: Duration) -> Self {
         Self::text("stall over").delayed(delay)
@@ -160,6 +175,7 @@ impl Reply {
         let template = match &self.answer {
             Answer::Message(blocks) => sse_template(blocks, self.usage, request),
             Answer::Status { code, message } => error_template(*code, message),
+            Answer::RateLimited { after } => rate_limited_template(*after),
         };
         match self.delay {
             Some(delay) => template.set_delay(delay),
@@ -204,6 +220,23 @@ fn error_template(code: u16, message: &str) -> ResponseTemplate {
         "error": {"type": error_type(code), "message": message},
     });
     ResponseTemplate::new(code).set_body_json(body)
+}
+
+fn rate_limited_template(after: Duration) -> ResponseTemplate {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let reset = (now + after).as_secs() + 1;
+    let reset = reset.to_string();
+    error_template(429, "You have hit your limit")
+        .insert_header("anthropic-ratelimit-unified-status", "rejected")
+        .insert_header("anthropic-ratelimit-unified-reset", reset.as_str())
+        .insert_header(
+            "anthropic-ratelimit-unified-representative-claim",
+            "five_hour",
+        )
+        .insert_header("anthropic-ratelimit-unified-5h-status", "rejected")
+        .insert_header("anthropic-ratelimit-unified-5h-reset", reset.as_str())
 }
 
 fn sse_template(blocks: &[Block], usage: Option<Usage>, request: &Request) -> ResponseTemplate {
@@ -412,6 +445,19 @@ impl MessagesApi {
             env.push(pair("IS_SANDBOX", "1"));
         }
         env
+    }
+}
+
+impl MessagesApi {
+    /// As [`env`](Self::env), but logged in as a subscriber (`CLAUDE_CODE_OAUTH_TOKEN`, no API
+    /// key): the CLI then reads the subscription rate-limit headers
+    /// ([`Reply::rate_limited`]).
+    pub fn subscriber_env(&self) -> Vec<(String, String)> {
+        self.env()
+            .into_iter()
+            .filter(|(k, _)| k != "ANTHROPIC_API_KEY")
+            .chain([pair("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-test")])
+            .collect()
     }
 }
 

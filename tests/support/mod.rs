@@ -142,3 +142,35 @@ pub fn ralph_bin() -> PathBuf {
 pub fn fake_claude() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fake-claude"))
 }
+
+/// With `TEST_RECORD_TRANSCRIPTS=DIR`, keeps the JSON lines a real CLI printed in a run (its
+/// stdout file beside `log`, else the log's JSON lines) as `DIR/<cli>/<test>-<n>.jsonl`:
+/// how `fixtures/<cli>/` was recorded. Without it, does nothing.
+pub fn record_transcript(cli: &str, prompt: &str, log: &Path) {
+    let Some(dir) = std::env::var_os("TEST_RECORD_TRANSCRIPTS") else {
+        return;
+    };
+    let stdout = log.with_extension("stdout");
+    let text =
+        std::fs::read_to_string(if stdout.exists() { &stdout } else { log }).unwrap_or_default();
+    let lines: String = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    // Named after the test (its thread), numbered when a test makes several runs.
+    let test = std::thread::current()
+        .name()
+        .unwrap_or(prompt)
+        .rsplit("::")
+        .next()
+        .unwrap_or("run")
+        .to_owned();
+    let out = Path::new(&dir).join(cli);
+    std::fs::create_dir_all(&out).unwrap();
+    let path = (1..)
+        .map(|n| out.join(format!("{test}-{n}.jsonl")))
+        .find(|p| !p.exists())
+        .unwrap();
+    std::fs::write(path, lines).unwrap();
+}

@@ -191,6 +191,16 @@ impl Respond for Script {
         } else {
             "exec_command"
         };
+        // As the real API does, a strict schema outside structured outputs' subset is refused
+        // before anything else (the scripted reply is not used).
+        if let Err(problem) = strict_schema_problem(&body["text"]["format"]) {
+            return ResponseTemplate::new(400).set_body_json(json!({"error": {
+                "type": "invalid_request_error",
+                "code": "invalid_json_schema",
+                "param": "text.format.schema",
+                "message": format!("Invalid schema for response_format 'codex_output_schema': {problem}"),
+            }}));
+        }
         let turn = {
             let mut turns = self.turns.lock().unwrap();
             *turns += 1;
@@ -353,4 +363,86 @@ pub fn codex_or_skip() -> Option<PathBuf> {
         "skipped: no codex CLI (npm install --prefix ~/.cache/ralph-codex/{CODEX_VERSION} @openai/codex@{CODEX_VERSION}; export TEST_CODEX_BIN=…/node_modules/.bin/codex)"
     );
     None
+}
+
+/// The `format` values structured outputs accept.
+const STRICT_FORMATS: [&str; 9] = [
+    "date-time",
+    "time",
+    "date",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
+];
+
+/// What OpenAI's structured outputs refuse in a `strict` JSON schema (`text.format`): an
+/// object whose `required` misses a property or that allows additional ones, `oneOf`,
+/// `allOf`, `not`, or a `format` outside [`STRICT_FORMATS`].
+fn strict_schema_problem(format: &Value) -> Result<(), String> {
+    if format["type"] != "json_schema" || format["strict"] != true {
+        return Ok(());
+    }
+    check_strict(&format["schema"], "root")
+}
+
+fn check_strict(schema: &Value, at: &str) -> Result<(), String> {
+    match schema {
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, item)| check_strict(item, &format!("{at}[{i}]"))),
+        Value::Object(map) => {
+            for keyword in ["oneOf", "allOf", "not"] {
+                if map.contains_key(keyword) {
+                    return Err(format!("In context={at}, '{keyword}' is not permitted."));
+                }
+            }
+            if let Some(format) = map
+                .get("format")
+                .and_then(Value::as_str)
+                .filter(|f| !STRICT_FORMATS.contains(f))
+            {
+                return Err(format!(
+                    "In context={at}, '{format}' is not a valid format."
+                ));
+            }
+            if let Some(properties) = map.get("properties").and_then(Value::as_object) {
+                let required: Vec<&str> = map
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                if let Some(missing) = properties.keys().find(|k| !required.contains(&k.as_str())) {
+                    return Err(format!(
+                        "In context={at}, 'required' is required to be supplied and to be an array including every key in properties. Missing '{missing}'."
+                    ));
+                }
+                if map.get("additionalProperties") != Some(&Value::Bool(false)) {
+                    return Err(format!(
+                        "In context={at}, 'additionalProperties' is required to be supplied and to be false."
+                    ));
+                }
+                for (name, property) in properties {
+                    check_strict(property, &format!("{at}, 'properties', '{name}'"))?;
+                }
+            }
+            for keyword in ["items", "anyOf", "$defs", "definitions"] {
+                if let Some(inner) = map.get(keyword) {
+                    match (keyword, inner) {
+                        ("$defs" | "definitions", Value::Object(defs)) => {
+                            for (name, def) in defs {
+                                check_strict(def, &format!("{at}, '{keyword}', '{name}'"))?;
+                            }
+                        }
+                        _ => check_strict(inner, &format!("{at}, '{keyword}'"))?,
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }

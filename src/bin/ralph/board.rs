@@ -159,8 +159,26 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     if let Some(last) = board.run.log.last() {
         println!("last iteration {}: {}", last.iteration, last.note);
     }
+    let choices = ralph.agent_choices()?;
+    for choice in choices.iter().rev().take(SHOWN_CHOICES).rev() {
+        println!("{}", choice_line(choice));
+    }
     println!("next: {}", next_hint(&board));
     Ok(())
+}
+
+/// How many of a fallback chain's last choices `ralph status` shows.
+const SHOWN_CHOICES: usize = 3;
+
+/// `agent codex took t-1 at 2026-…: claude is rate limited until …`.
+fn choice_line(choice: &ralph::agent::AgentChoice) -> String {
+    format!(
+        "agent {} took {} at {}: {}",
+        choice.agent,
+        choice.subject.as_deref().unwrap_or("a run"),
+        choice.at,
+        choice.reason
+    )
 }
 
 fn task_line(task: &Task) -> String {
