@@ -279,15 +279,23 @@ impl Engine {
             spec: &'a SpecDoc,
             task: &'a Task,
             completed: Vec<&'a str>,
+            completed_earlier: usize,
             gates: Vec<&'a str>,
             attempt: u32,
             failure: Option<&'a str>,
             attempts: &'a [RecentAttempt],
         }
+        let finished = self
+            .board
+            .tasks
+            .values()
+            .filter(|t| t.is_finished())
+            .count();
         let ctx = Ctx {
             spec: &self.spec,
             task,
             completed: self.recent.iter().map(String::as_str).collect(),
+            completed_earlier: finished.saturating_sub(self.recent.len()),
             gates: self.ctx.gates.iter().map(|g| g.name()).collect(),
             attempt: round,
             failure: task.last_failure.as_deref(),

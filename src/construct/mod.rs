@@ -47,7 +47,7 @@ use crate::runtime::workspace::RunLock;
 use crate::time::now_rfc3339;
 
 /// How many recently finished task names the BUILD prompt lists.
-const RECENT_TASKS: usize = 20;
+const RECENT_TASKS: usize = crate::prompt::RECENT_COMPLETED;
 
 /// What a stage tells the loop.
 #[derive(Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //!
 //! | template | variables |
 //! |---|---|
-//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (recent task names), `gates` (names), `attempts` (recent [`RecentAttempt`](crate::model::RecentAttempt)s: `iteration`, `task`, `tried`, `result`, `next`, `at`) |
+//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (the last 10 finished tasks' names), `completed_earlier` (how many finished before those), `gates` (names), `attempts` (recent [`RecentAttempt`](crate::model::RecentAttempt)s: `iteration`, `task`, `tried`, `result`, `next`, `at`) |
 //! | `retry` | as `build`, plus `attempt` (this attempt's number in the round) and `failure` (the previous attempt's failure, bounded) |
 //! | `investigate` | `issue` (`id`, `text`), `tasks` (planned tasks: `id`, `name`) |
 //! | `verify` | `task` |
@@ -22,7 +22,7 @@
 //!
 //! | template | variables |
 //! |---|---|
-//! | `task` | `spec`, `task` (a [`TaskEntry`](crate::specs::TaskEntry): `id`, `description`…), `criteria` (the task's acceptance criteria, or a default), `completed` (the spec's completed tasks), `plan` (the active plan's text), `gates` (names) |
+//! | `task` | `spec`, `task` (a [`TaskEntry`](crate::specs::TaskEntry): `id`, `description`…), `criteria` (the task's acceptance criteria, or a default), `completed` (the spec's last 10 completed tasks), `completed_earlier` (how many it completed before those), `plan` (the active plan's text), `gates` (names) |
 //! | `task_retry` | as `task`, plus `attempt` (this session's number for the task) and `failure` (the previous failure, bounded) |
 //! | `planner` | `spec`, `spec_text`, `workspace`, `spec_path`, `ralph_home` (`.ralph`), `log_dir` (the spec's run logs), `plan_path`, `scratchpad_path`, `phrase` (the magic phrase), `scratchpad` (its content, bounded), `previous_plan` and `reason` (when re-planning) |
 //! | `spec_verify` | `spec`, `spec_text`, `plan`, `changes` (`git status` lines of the uncommitted work) |
@@ -34,6 +34,11 @@ use minijinja::Environment;
 use serde::Serialize;
 
 use crate::config::PromptPaths;
+
+/// How many recently finished tasks a build prompt names (`completed`); the earlier ones
+/// are a count (`completed_earlier`), so the prompt stays the same size however long the
+/// board grows.
+pub(crate) const RECENT_COMPLETED: usize = 10;
 
 /// The built-in templates, by name.
 pub const DEFAULTS: &[(&str, &str)] = &[

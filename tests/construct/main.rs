@@ -8,6 +8,7 @@ mod support;
 
 mod agent_failures;
 mod board_edits;
+mod bounded_prompt;
 mod custom_tool;
 mod deps;
 mod example_flow;

@@ -438,6 +438,15 @@ fn task_and_retry_prompts_follow_seed_004() {
     assert!(task.lines().all(|l| l.trim() != "<TASK_DONE>"));
     let retry = prompts.render("task_retry", &ctx).unwrap();
     assert!(retry.starts_with(&task.trim_end().to_string()));
+    let mut ctx = ctx;
+    ctx["completed_earlier"] = json!(12);
+    let later = prompts.render("task", &ctx).unwrap();
+    assert!(
+        later.contains(
+            "## Completed Tasks\n\n- [x] … 12 earlier tasks\n- [x] Add avatarUrl to User"
+        ),
+        "{later}"
+    );
     assert!(retry.contains("Attempt 1 of this task did not pass"));
     assert!(retry.contains("upload.test.ts"));
 

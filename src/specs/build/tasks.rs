@@ -111,6 +111,7 @@ impl SpecBuild {
             task: &'a TaskEntry,
             criteria: Vec<&'a str>,
             completed: Vec<&'a TaskEntry>,
+            completed_earlier: usize,
             plan: &'a str,
             gates: Vec<&'a str>,
             attempt: u32,
@@ -125,15 +126,23 @@ impl SpecBuild {
         if criteria.is_empty() {
             criteria.push("The task is implemented and the quality gates pass.");
         }
+        let mut completed: Vec<&TaskEntry> = entry
+            .tasks
+            .iter()
+            .filter(|t| t.status == Status::Completed)
+            .collect();
+        // The last few by name and the rest as a count: the prompt stays the same size
+        // however many tasks the spec has.
+        let completed_earlier = completed
+            .len()
+            .saturating_sub(crate::prompt::RECENT_COMPLETED);
+        completed.drain(..completed_earlier);
         let ctx = Ctx {
             spec: entry,
             task,
             criteria,
-            completed: entry
-                .tasks
-                .iter()
-                .filter(|t| t.status == Status::Completed)
-                .collect(),
+            completed,
+            completed_earlier,
             plan,
             gates: self.gate_names(),
             attempt: session,
