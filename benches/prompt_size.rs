@@ -6,6 +6,9 @@
 //! A count, not a time: run with `cargo bench --bench prompt_size`. Results:
 //! `benches/RESULTS.md`.
 
+// A bench reports on stdout.
+#![allow(clippy::print_stdout)]
+
 use std::path::Path;
 
 use ralph::agent::Script;
