@@ -8,6 +8,7 @@
 //! agent_timeout = "5m"
 //! retries = 2
 //! verify_concurrency = 4
+//! build_concurrency = 1   # ready tasks built at once, each in its own git work tree
 //! transient_retries = 4
 //! transient_backoff = "2s"
 //! log_dir = "build/ralph-logs"
@@ -83,6 +84,11 @@ pub struct Config {
     /// Verifier runs at once in VERIFY. Default 4 (seed 000 runs them all at once; why
     /// not: the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
     pub verify_concurrency: usize,
+    /// Ready tasks built at once in BUILD, each by its own agent in its own git work tree,
+    /// merged into the checked-out branch as it passes its gates. Default 1 (one at a time,
+    /// in the workspace itself). Needs a git repository with a commit; without one BUILD
+    /// goes one at a time and says why.
+    pub build_concurrency: usize,
     /// Retries of an agent run that failed transiently (overloaded, 5xx), on top of the task's
     /// own retries: they do not count as attempts. Default 4.
     pub transient_retries: u32,
@@ -133,6 +139,7 @@ impl Default for Config {
             grace: crate::process::DEFAULT_GRACE,
             retries: 2,
             verify_concurrency: 4,
+            build_concurrency: 1,
             transient_retries: 4,
             transient_backoff: Duration::from_secs(2),
             context: ContextThresholds::default(),
@@ -497,6 +504,9 @@ impl Config {
         if self.verify_concurrency == 0 {
             return Err(invalid("verify_concurrency", "must be at least 1".into()));
         }
+        if self.build_concurrency == 0 {
+            return Err(invalid("build_concurrency", "must be at least 1".into()));
+        }
         for (key, d) in [
             ("stage_timeout", self.stage_timeout),
             ("agent_timeout", self.agent_timeout),
@@ -555,7 +565,7 @@ pub mod bounds {
     pub const MAX_ITERATIONS: u32 = 100_000;
     /// `retries`, `transient_retries`, `planning.max_attempts`.
     pub const MAX_RETRIES: u32 = 1_000;
-    /// `verify_concurrency`.
+    /// `verify_concurrency`, `build_concurrency`.
     pub const MAX_CONCURRENCY: usize = 1_024;
     /// `recent_attempts`.
     pub const MAX_RECENT_ATTEMPTS: usize = 10_000;
@@ -605,6 +615,7 @@ impl Config {
             self.verify_concurrency,
             MAX_CONCURRENCY,
         )?;
+        usize_at_most("build_concurrency", self.build_concurrency, MAX_CONCURRENCY)?;
         usize_at_most("recent_attempts", self.recent_attempts, MAX_RECENT_ATTEMPTS)?;
         let durations = [
             ("stage_timeout", self.stage_timeout, MAX_TIMEOUT),

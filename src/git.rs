@@ -76,6 +76,16 @@ pub enum GitError {
     NoCommit(PathBuf),
 }
 
+/// How a [`Git::rebase`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rebased {
+    /// The commits now sit on top of the new base.
+    Clean,
+    /// They conflict with it on these paths; the branch is as it was.
+    Conflict(Vec<String>),
+}
+
 /// Where the work started: the branch (none when HEAD is detached) and the commit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -274,6 +284,105 @@ impl Git {
     /// [`GitError`] when git fails (e.g. it is checked out).
     pub async fn delete_branch(&self, name: &str) -> Result<(), GitError> {
         self.run(&["branch", "-q", "-D", name]).await.map(drop)
+    }
+
+    /// Adds a work tree at `path` on a new branch `branch` at `commit` (a branch of that
+    /// name left by an earlier run is reset to `commit`).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. `path` exists and is not empty).
+    pub async fn add_worktree(
+        &self,
+        path: &Path,
+        branch: &str,
+        commit: &str,
+    ) -> Result<(), GitError> {
+        let path = path.to_string_lossy();
+        self.run(&["worktree", "add", "-q", "-B", branch, &path, commit])
+            .await
+            .map(drop)
+    }
+
+    /// Removes the work tree at `path`, with whatever it holds, and forgets it.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. `path` is not a work tree of this repository).
+    pub async fn remove_worktree(&self, path: &Path) -> Result<(), GitError> {
+        let path = path.to_string_lossy();
+        // Twice forced: a locked work tree goes too.
+        self.run(&["worktree", "remove", "-f", "-f", &path])
+            .await
+            .map(drop)
+    }
+
+    /// The paths of the repository's work trees, the main one first; work trees whose
+    /// folders are gone are forgotten first (`git worktree prune`).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn worktrees(&self) -> Result<Vec<PathBuf>, GitError> {
+        self.run(&["worktree", "prune"]).await?;
+        let out = self.run(&["worktree", "list", "--porcelain"]).await?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.strip_prefix("worktree "))
+            .map(PathBuf::from)
+            .collect())
+    }
+
+    /// Replays the commits of the checked-out branch onto `onto`. On a conflict the rebase
+    /// is undone and the conflicting paths are returned.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails other than by a conflict.
+    pub async fn rebase(&self, onto: &str) -> Result<Rebased, GitError> {
+        let mut args = self.identity_args().await;
+        args.extend(["rebase", "-q", onto].map(str::to_owned));
+        match self.run_owned(&args).await {
+            Ok(_) => Ok(Rebased::Clean),
+            Err(GitError::Failed { .. }) if self.rebasing().await => {
+                let paths = self
+                    .run(&["diff", "--name-only", "--diff-filter=U"])
+                    .await
+                    .unwrap_or_default();
+                self.run(&["rebase", "--abort"]).await?;
+                Ok(Rebased::Conflict(
+                    paths.lines().map(str::to_owned).collect(),
+                ))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether a rebase is stopped half-way in this work tree.
+    async fn rebasing(&self) -> bool {
+        let Ok(dir) = self.run(&["rev-parse", "--git-path", "rebase-merge"]).await else {
+            return false;
+        };
+        let dir = Path::new(dir.trim());
+        let dir = if dir.is_absolute() {
+            dir.to_path_buf()
+        } else {
+            self.dir.join(dir)
+        };
+        dir.exists()
+    }
+
+    /// Moves the checked-out branch forward to `branch` (`git merge --ff-only`), updating
+    /// the work tree.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when the branch has moved past it (no fast forward) or local changes
+    /// would be overwritten.
+    pub async fn fast_forward(&self, branch: &str) -> Result<(), GitError> {
+        self.run(&["merge", "-q", "--ff-only", branch])
+            .await
+            .map(drop)
     }
 
     /// Stages everything except paths under `exclude` (ralph's own state, say) and commits

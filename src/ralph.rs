@@ -401,6 +401,12 @@ impl RalphBuilder {
         self.config("verify_concurrency", n)
     }
 
+    /// Overrides `build_concurrency`: ready tasks built at once, each in its own git work
+    /// tree.
+    pub fn build_concurrency(self, n: usize) -> Self {
+        self.config("build_concurrency", n)
+    }
+
     /// Uses `token` as the stop token (see [`Ralph::stop_token`]).
     pub fn stop_token(mut self, token: CancellationToken) -> Self {
         self.stop = Some(token);

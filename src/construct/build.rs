@@ -2,6 +2,7 @@
 //! its final answer; the required gates; retries that carry the failure.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -14,16 +15,19 @@ use crate::agent::{FailureKind, Role};
 use crate::event::Event;
 use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus};
 use crate::outcome::Outcome;
-use crate::runtime::call::Ending;
+use crate::runtime::Context;
+use crate::runtime::call::{Call, Caller, Ending};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
+use crate::runtime::gates::GateRun;
 use crate::runtime::gates::{self, GatesEnd};
 use crate::runtime::gave_up;
+use crate::runtime::logs::{Emitter, Logs};
 use crate::runtime::spec::SpecDoc;
 use crate::time::now_rfc3339;
 
 /// How a task's turn in BUILD ended.
-enum TaskEnd {
+pub(super) enum TaskEnd {
     Done,
     Blocked,
     Killed,
@@ -74,7 +78,7 @@ impl GateStreak {
 }
 
 /// How one attempt ended.
-enum AttemptEnd {
+pub(super) enum AttemptEnd {
     Done,
     Blocked(String),
     Failed(String),
@@ -86,7 +90,20 @@ enum AttemptEnd {
 
 impl Engine {
     /// Builds tasks until none is ready; a kill ends the stage early (DECOMPOSE is next).
+    /// With `build_concurrency` above 1 and a git repository, several at once, each in its
+    /// own work tree ([`build_at_once`](Self::build_at_once)).
     pub(super) async fn build(&mut self) -> Result<Flow, Error> {
+        let at_once = self.config().build_concurrency;
+        if at_once > 1 {
+            match self.why_not_at_once().await? {
+                None => return self.build_at_once(at_once).await,
+                Some(why) => self.emit(Event::Warning {
+                    message: format!(
+                        "build_concurrency = {at_once} {why}; building one task at a time"
+                    ),
+                }),
+            }
+        }
         let mut queue = ReadyQueue::new(&self.board);
         while let Some(id) = queue.pop() {
             match self.build_task(&id).await? {
@@ -109,9 +126,8 @@ impl Engine {
             }
             let task = self.task(id)?;
             let round = task.round_attempts() + 1;
-            if round > self.config().retries.saturating_add(1) {
-                let reason = gave_up(round - 1, task.last_failure.as_deref());
-                return self.block_task(task, reason, None).await;
+            if let Some(end) = self.give_up_if_out_of_retries(&task).await? {
+                return Ok(end);
             }
             self.emit(Event::TaskStarted {
                 task: id.clone(),
@@ -120,46 +136,87 @@ impl Engine {
             });
             let mut tried = None;
             let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
+            let prompt = self.build_prompt(&task, round)?;
             let attempt = self
-                .attempt(&task, round, &mut deadline, &mut tried)
+                .worker()
+                .attempt(&task, prompt, &mut deadline, &mut tried)
                 .instrument(span)
                 .await?;
-            let mut after = task.clone();
-            after.attempts += 1;
-            let memo = self.memo(&task, tried, &attempt);
-            let broken = match &attempt {
-                AttemptEnd::GateFailed(gate, failure) => {
-                    GateStreak::add(&mut self.gate_streak, id, gate, failure)
-                }
-                AttemptEnd::Done => {
-                    self.gate_streak = None;
-                    None
-                }
-                _ => None,
-            };
-            match attempt {
-                AttemptEnd::Done => return self.finish_task(after, memo).await,
-                AttemptEnd::Blocked(reason) => return self.block_task(after, reason, memo).await,
-                AttemptEnd::Killed(reason, log) => {
-                    return self.kill_task(after, reason, log, memo).await;
-                }
-                AttemptEnd::Interrupted => return Ok(TaskEnd::Interrupted),
-                // The last allowed attempt failed: blocked now, with no retry announced.
-                AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure)
-                    if round > self.config().retries =>
-                {
-                    after.last_failure = Some(bounded_failure(&failure));
-                    let reason = gave_up(round, Some(&failure));
-                    let end = self.block_task(after, reason, memo).await?;
-                    return Ok(broken.map_or(end, TaskEnd::Stop));
-                }
-                AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure) => {
-                    self.retry_task(after, round, failure, memo).await?;
-                    if let Some(outcome) = broken {
-                        return Ok(TaskEnd::Stop(outcome));
-                    }
-                }
+            if let Settled::End(end) = self.settle(&task, tried, attempt).await? {
+                return Ok(end);
             }
+        }
+    }
+
+    /// Blocks `task` when its round has no attempt left.
+    pub(super) async fn give_up_if_out_of_retries(
+        &mut self,
+        task: &Task,
+    ) -> Result<Option<TaskEnd>, Error> {
+        let round = task.round_attempts() + 1;
+        if round <= self.config().retries.saturating_add(1) {
+            return Ok(None);
+        }
+        let reason = gave_up(round - 1, task.last_failure.as_deref());
+        self.block_task(task.clone(), reason, None).await.map(Some)
+    }
+
+    /// Records how an attempt of `task` (as it was before the attempt) ended: done,
+    /// blocked, killed, or failed and retried (or blocked on its last attempt).
+    pub(super) async fn settle(
+        &mut self,
+        task: &Task,
+        tried: Option<String>,
+        attempt: AttemptEnd,
+    ) -> Result<Settled, Error> {
+        let id = &task.id;
+        let round = task.round_attempts() + 1;
+        let mut after = task.clone();
+        after.attempts += 1;
+        let memo = self.memo(task, tried, &attempt);
+        let broken = match &attempt {
+            AttemptEnd::GateFailed(gate, failure) => {
+                GateStreak::add(&mut self.gate_streak, id, gate, failure)
+            }
+            AttemptEnd::Done => {
+                self.gate_streak = None;
+                None
+            }
+            _ => None,
+        };
+        let end = match attempt {
+            AttemptEnd::Done => self.finish_task(after, memo).await?,
+            AttemptEnd::Blocked(reason) => self.block_task(after, reason, memo).await?,
+            AttemptEnd::Killed(reason, log) => self.kill_task(after, reason, log, memo).await?,
+            AttemptEnd::Interrupted => TaskEnd::Interrupted,
+            // The last allowed attempt failed: blocked now, with no retry announced.
+            AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure)
+                if round > self.config().retries =>
+            {
+                after.last_failure = Some(bounded_failure(&failure));
+                let reason = gave_up(round, Some(&failure));
+                let end = self.block_task(after, reason, memo).await?;
+                broken.map_or(end, TaskEnd::Stop)
+            }
+            AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure) => {
+                self.retry_task(after, round, failure, memo).await?;
+                return Ok(match broken {
+                    Some(outcome) => Settled::End(TaskEnd::Stop(outcome)),
+                    None => Settled::Retry,
+                });
+            }
+        };
+        Ok(Settled::End(end))
+    }
+
+    /// What runs an attempt in the workspace itself.
+    pub(super) fn worker(&self) -> Worker {
+        Worker {
+            ctx: self.ctx.clone(),
+            caller: self.caller.clone(),
+            emitter: self.emitter.clone(),
+            logs: self.logs.clone(),
+            work_dir: self.ctx.workspace.clone(),
         }
     }
 
@@ -202,78 +259,7 @@ impl Engine {
         Some(Change::Run(run))
     }
 
-    /// One agent run and, if it claims done, the gates. Time spent waiting out rate limits
-    /// and transient failures moves `deadline`. `tried` gets the first line of the agent's
-    /// answer.
-    async fn attempt(
-        &mut self,
-        task: &Task,
-        round: u32,
-        deadline: &mut Instant,
-        tried: &mut Option<String>,
-    ) -> Result<AttemptEnd, Error> {
-        let mut call = self.call(
-            Role::Build,
-            task.id.as_str(),
-            task.attempts.saturating_add(1),
-            self.build_prompt(task, round)?,
-            *deadline,
-        );
-        let ending = self.caller.call(&mut call).await?;
-        *deadline = call.deadline;
-        let run = match ending {
-            Ending::Answer(run) => run,
-            Ending::Interrupted => return Ok(AttemptEnd::Interrupted),
-            Ending::Killed { reason, log } => return Ok(AttemptEnd::Killed(reason, log)),
-            Ending::Failed {
-                reason,
-                kind: FailureKind::Fatal,
-            } => return Err(Error::AgentFatal(reason)),
-            Ending::Failed { reason, .. } => {
-                return Ok(AttemptEnd::Failed(format!(
-                    "The agent run failed: {reason}"
-                )));
-            }
-            // Ridden out by the construct loop's caller; kept total.
-            Ending::RateLimited(_) => {
-                return Ok(AttemptEnd::Failed("The agent was rate limited.".into()));
-            }
-        };
-        *tried = summary(&run.final_text);
-        let killed_log = run.log_path.as_deref().map(|p| self.ctx.relative(p));
-        match run.claim() {
-            Claim::Done => {
-                self.run_gates(task, call.attempt, *deadline, killed_log)
-                    .await
-            }
-            Claim::Blocked(reason) => Ok(AttemptEnd::Blocked(reason)),
-            Claim::NotDone(why) => Ok(AttemptEnd::Failed(why)),
-        }
-    }
-
-    /// Runs the gates in order; the first required failure fails the attempt, and the
-    /// deadline stopping a gate kills it (DECOMPOSE follows).
-    async fn run_gates(
-        &self,
-        task: &Task,
-        attempt: u32,
-        deadline: Instant,
-        agent_log: Option<PathBuf>,
-    ) -> Result<AttemptEnd, Error> {
-        let run = self
-            .ctx
-            .gate_run(&self.emitter, deadline, (&task.id, &task.name, attempt));
-        let logs = &self.logs;
-        let log = |gate: &str| logs.run_log(&format!("gate-{gate}"), task.id.as_str(), attempt);
-        Ok(match gates::check_all(&self.ctx.gates, run, log).await? {
-            GatesEnd::Passed => AttemptEnd::Done,
-            GatesEnd::Failed { gate, failure } => AttemptEnd::GateFailed(gate, failure),
-            GatesEnd::TimedOut { .. } => AttemptEnd::Killed(KillReason::Timeout, agent_log),
-            GatesEnd::Interrupted => AttemptEnd::Interrupted,
-        })
-    }
-
-    fn build_prompt(&self, task: &Task, round: u32) -> Result<String, Error> {
+    pub(super) fn build_prompt(&self, task: &Task, round: u32) -> Result<String, Error> {
         #[derive(Serialize)]
         struct Ctx<'a> {
             spec: &'a SpecDoc,
@@ -369,6 +355,113 @@ impl Engine {
         });
         Ok(TaskEnd::Killed)
     }
+}
+
+/// What one attempt needs, owned, so that the attempts of several tasks can run at once
+/// (`build_concurrency`): one agent run and, if it claims done, the gates, in `work_dir`.
+#[derive(Clone)]
+pub(super) struct Worker {
+    ctx: Arc<Context>,
+    caller: Caller,
+    emitter: Emitter,
+    logs: Logs,
+    /// Where the agent and the gates work: the workspace, or the task's work tree.
+    work_dir: PathBuf,
+}
+
+impl Worker {
+    /// This worker in `work_tree` instead.
+    pub(super) fn in_work_tree(mut self, work_tree: PathBuf) -> Worker {
+        self.caller = self.caller.in_work_tree(work_tree.clone());
+        self.work_dir = work_tree;
+        self
+    }
+
+    /// One agent run and, if it claims done, the gates. Time spent waiting out rate limits
+    /// and transient failures moves `deadline`. `tried` gets the first line of the agent's
+    /// answer.
+    pub(super) async fn attempt(
+        &self,
+        task: &Task,
+        prompt: String,
+        deadline: &mut Instant,
+        tried: &mut Option<String>,
+    ) -> Result<AttemptEnd, Error> {
+        let attempt = task.attempts.saturating_add(1);
+        let mut call = Call {
+            role: Role::Build,
+            subject: Some(task.id.to_string()),
+            attempt,
+            log: self
+                .logs
+                .run_log(task.id.as_str(), Role::Build.as_str(), attempt),
+            prompt,
+            deadline: *deadline,
+        };
+        let ending = self.caller.call(&mut call).await?;
+        *deadline = call.deadline;
+        let run = match ending {
+            Ending::Answer(run) => run,
+            Ending::Interrupted => return Ok(AttemptEnd::Interrupted),
+            Ending::Killed { reason, log } => return Ok(AttemptEnd::Killed(reason, log)),
+            Ending::Failed {
+                reason,
+                kind: FailureKind::Fatal,
+            } => return Err(Error::AgentFatal(reason)),
+            Ending::Failed { reason, .. } => {
+                return Ok(AttemptEnd::Failed(format!(
+                    "The agent run failed: {reason}"
+                )));
+            }
+            // Ridden out by the construct loop's caller; kept total.
+            Ending::RateLimited(_) => {
+                return Ok(AttemptEnd::Failed("The agent was rate limited.".into()));
+            }
+        };
+        *tried = summary(&run.final_text);
+        let killed_log = run.log_path.as_deref().map(|p| self.ctx.relative(p));
+        match run.claim() {
+            Claim::Done => {
+                self.run_gates(task, call.attempt, *deadline, killed_log)
+                    .await
+            }
+            Claim::Blocked(reason) => Ok(AttemptEnd::Blocked(reason)),
+            Claim::NotDone(why) => Ok(AttemptEnd::Failed(why)),
+        }
+    }
+
+    /// Runs the gates in order; the first required failure fails the attempt, and the
+    /// deadline stopping a gate kills it (DECOMPOSE follows).
+    async fn run_gates(
+        &self,
+        task: &Task,
+        attempt: u32,
+        deadline: Instant,
+        agent_log: Option<PathBuf>,
+    ) -> Result<AttemptEnd, Error> {
+        let run = GateRun {
+            workspace: &self.work_dir,
+            ..self
+                .ctx
+                .gate_run(&self.emitter, deadline, (&task.id, &task.name, attempt))
+        };
+        let logs = &self.logs;
+        let log = |gate: &str| logs.run_log(&format!("gate-{gate}"), task.id.as_str(), attempt);
+        Ok(match gates::check_all(&self.ctx.gates, run, log).await? {
+            GatesEnd::Passed => AttemptEnd::Done,
+            GatesEnd::Failed { gate, failure } => AttemptEnd::GateFailed(gate, failure),
+            GatesEnd::TimedOut { .. } => AttemptEnd::Killed(KillReason::Timeout, agent_log),
+            GatesEnd::Interrupted => AttemptEnd::Interrupted,
+        })
+    }
+}
+
+/// What [`Engine::settle`] left to do.
+pub(super) enum Settled {
+    /// The task's turn is over.
+    End(TaskEnd),
+    /// It failed and has attempts left: run the next.
+    Retry,
 }
 
 /// The task's change and, in the same batch, the run state that remembers the attempt.

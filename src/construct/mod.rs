@@ -16,6 +16,7 @@ mod build;
 mod decompose;
 pub(crate) mod dry_run;
 mod investigate;
+mod parallel;
 mod ready;
 mod verify;
 

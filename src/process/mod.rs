@@ -62,12 +62,19 @@ pub const COOKIE_VAR: &str = "RALPH_RUN_COOKIE";
 /// default of every mode, gate and agent (`grace` in the config overrides it).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
+/// Where, inside a workspace, ralph keeps the git work trees of tasks built at once
+/// (`build_concurrency`): `.ralph/worktrees/<task>`.
+pub(crate) const WORKTREES: [&str; 2] = [".ralph", "worktrees"];
+
 /// The owner tag of the processes ralph runs for `workspace` (see [`ProcessSpec::owner`]):
-/// `ws-` and a hash of its canonical path, the same in every ralph process.
+/// `ws-` and a hash of its canonical path, the same in every ralph process. A task's work
+/// tree (under [`WORKTREES`]) has its workspace's tag, so that the sweeps of the workspace
+/// (at the next start, on SIGTERM) reach what an agent or gate left running there.
 pub fn owner_of(workspace: &Path) -> String {
     let path = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_owned());
+    let path = workspace_of_worktree(&path).unwrap_or(path);
     // FNV-1a: stable across builds and Rust versions, unlike `DefaultHasher`.
     let hash = path
         .as_os_str()
@@ -77,6 +84,14 @@ pub fn owner_of(workspace: &Path) -> String {
             (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
         });
     format!("ws-{hash:016x}")
+}
+
+/// The workspace holding `path` when `path` is a task's work tree (`<ws>/.ralph/worktrees/<task>`).
+fn workspace_of_worktree(path: &Path) -> Option<std::path::PathBuf> {
+    let task = path.parent()?;
+    let state = task.parent()?;
+    let names = [state.file_name()?, task.file_name()?];
+    (names == WORKTREES.map(std::ffi::OsStr::new)).then(|| state.parent().map(Path::to_path_buf))?
 }
 
 /// Kills every process tagged with `owner` (never the calling process) and returns how many.
@@ -225,5 +240,16 @@ mod tests {
         assert_eq!(io.kind(), io::ErrorKind::NotFound);
         assert_eq!(io.to_string(), "could not start `nope`");
         assert!(io.source().is_some());
+    }
+
+    #[test]
+    fn a_task_worktree_has_its_workspaces_owner_tag() {
+        let ws = tempfile::tempdir().unwrap();
+        let tree = ws.path().join(".ralph/worktrees/t-3");
+        std::fs::create_dir_all(&tree).unwrap();
+        assert_eq!(owner_of(&tree), owner_of(ws.path()));
+        let other = ws.path().join(".ralph/elsewhere/t-3");
+        std::fs::create_dir_all(&other).unwrap();
+        assert_ne!(owner_of(&other), owner_of(ws.path()));
     }
 }

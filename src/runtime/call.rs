@@ -120,7 +120,11 @@ impl<T> Structured<T> {
 #[derive(Clone)]
 pub(crate) struct Caller {
     agent: Arc<dyn Agent>,
+    /// The workspace: where ralph's state is, and where the agent works unless
+    /// `work_tree` says otherwise.
     workspace: PathBuf,
+    /// Where the agent works, when not in the workspace itself: a task's git work tree.
+    work_tree: Option<PathBuf>,
     limits: Limits,
     policy: Policy,
     stop: CancellationToken,
@@ -139,10 +143,20 @@ impl Caller {
         Caller {
             agent,
             workspace: workspace.into(),
+            work_tree: None,
             limits,
             policy,
             stop,
             emitter,
+        }
+    }
+
+    /// This caller with its agents working in `work_tree` (a task's git work tree) instead
+    /// of the workspace; ralph's state and logs stay in the workspace.
+    pub(crate) fn in_work_tree(&self, work_tree: PathBuf) -> Caller {
+        Caller {
+            work_tree: Some(work_tree),
+            ..self.clone()
         }
     }
 
@@ -221,7 +235,8 @@ impl Caller {
         let log = unused(&call.log);
         let token = self.stop.child_token();
         let remaining = call.deadline.saturating_duration_since(Instant::now());
-        let mut request = AgentRequest::new(call.role, call.prompt.clone(), &self.workspace)
+        let works_in = self.work_tree.as_ref().unwrap_or(&self.workspace);
+        let mut request = AgentRequest::new(call.role, call.prompt.clone(), works_in)
             .attempt(call.attempt)
             .log_path(&log)
             .timeout(self.limits.agent_timeout.min(remaining))

@@ -109,8 +109,8 @@ pub enum Error {
     /// `construct` is already running on this `Ralph`.
     #[error("a construct run is already in progress on this Ralph")]
     AlreadyRunning,
-    /// A git command failed (build mode commits each completed spec).
-    #[cfg(feature = "specs")]
+    /// A git command failed (build mode commits each completed spec; tasks built at once
+    /// work in git work trees).
     #[error(transparent)]
     Git(#[from] crate::git::GitError),
     /// A spec path breaks the rule every mode applies: relative to the workspace, and

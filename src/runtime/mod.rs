@@ -10,6 +10,7 @@
 //! | one rule for spec paths | [`spec`] |
 //! | logs and the event emitter | [`logs`] |
 //! | the record of a fallback chain's choices, for `ralph status` | [`choices`] |
+//! | the work trees of tasks built at once, and the removal of a killed run's | [`worktrees`] |
 //! | SIGINT, SIGTERM and SIGHUP stop a run the same way | [`interrupt`] |
 //!
 //! Layers: the facade (`Ralph`, `Threads`' public calls) → the pipelines (`construct`,
@@ -27,6 +28,7 @@ pub(crate) mod interrupt;
 pub(crate) mod logs;
 pub(crate) mod spec;
 pub(crate) mod workspace;
+pub(crate) mod worktrees;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -86,6 +88,15 @@ impl Context {
         let lock = RunLock::take(&self.workspace).await?;
         if let Some(message) = lock.swept_warning() {
             emitter.emit(&Event::Warning { message });
+        }
+        let removed = worktrees::remove_leftovers(&self.workspace).await?;
+        if !removed.is_empty() {
+            emitter.emit(&Event::Warning {
+                message: format!(
+                    "removed the work trees an earlier, killed run left for {} (they are built again)",
+                    removed.join(", ")
+                ),
+            });
         }
         Ok(lock)
     }

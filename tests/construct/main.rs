@@ -20,6 +20,7 @@ mod limits;
 mod markers;
 mod misuse;
 mod once_dry_run_progress;
+mod parallel;
 mod retries;
 mod seams;
 mod structured;

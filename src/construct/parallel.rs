@@ -1,0 +1,224 @@
+//! BUILD with `build_concurrency` = N > 1: up to N ready tasks at once, each attempt by a
+//! fresh agent in its own git work tree (`.ralph/worktrees/<task>`, branch `ralph/<task>`,
+//! from the checked-out branch's head when the attempt starts), its gates run there.
+//!
+//! An attempt that passes its gates is committed on its branch (`<task id>: <name>`), then
+//! rebased onto the checked-out branch's head and fast-forwarded into it: the history stays
+//! linear, one commit per task, in the order the tasks passed. When the rebase conflicts
+//! with work merged meanwhile, the attempt fails with the conflicting paths as its retry
+//! reason, and the next attempt starts from the new head. Every other ending is the same as
+//! one task at a time. The work tree and branch are removed when the attempt ends; those of
+//! a killed run are removed at the next start (see `runtime::worktrees`).
+
+use std::collections::HashMap;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::build::{AttemptEnd, Settled, TaskEnd, Worker};
+use super::ready::ReadyQueue;
+use super::{Engine, Flow};
+use crate::event::Event;
+use crate::git::{Git, Rebased};
+use crate::model::{Task, TaskId};
+use crate::runtime::deadline;
+use crate::runtime::error::Error;
+use crate::runtime::worktrees;
+
+/// How one attempt in a work tree ended.
+struct Built {
+    task: Task,
+    tried: Option<String>,
+    end: AttemptEnd,
+    deadline: Instant,
+}
+
+type Jobs = JoinSet<Result<Built, Error>>;
+
+impl Engine {
+    /// The head of the checked-out branch (the integration branch), or `None` outside a git
+    /// repository or before its first commit.
+    pub(super) async fn integration_head(&self) -> Result<Option<String>, Error> {
+        let git = Git::new(&self.ctx.workspace);
+        if !git.is_repo().await {
+            return Ok(None);
+        }
+        Ok(git.head().await?)
+    }
+
+    /// Why tasks cannot be built at once here, if they cannot: merging needs a git
+    /// repository with a commit, and a work tree whose tracked files have no uncommitted
+    /// changes (a merge would refuse to overwrite them).
+    pub(super) async fn why_not_at_once(&self) -> Result<Option<String>, Error> {
+        if self.integration_head().await?.is_none() {
+            return Ok(Some("needs a git repository with a commit".into()));
+        }
+        let changed: Vec<String> = Git::new(&self.ctx.workspace)
+            .changes(&[crate::runtime::workspace::STATE_DIR])
+            .await?
+            .into_iter()
+            .filter(|line| !line.starts_with("??"))
+            .map(|line| line.get(3..).unwrap_or_default().to_owned())
+            .collect();
+        Ok((!changed.is_empty()).then(|| {
+            format!(
+                "needs the tracked files committed, and {} have uncommitted changes",
+                changed.join(", ")
+            )
+        }))
+    }
+
+    /// Builds the ready tasks, up to `at_once` at a time, until none is ready. A kill, a
+    /// broken gate or a stop lets the attempts in flight end, then ends the stage.
+    pub(super) async fn build_at_once(&mut self, at_once: usize) -> Result<Flow, Error> {
+        let mut queue = ReadyQueue::new(&self.board);
+        let mut jobs = Jobs::new();
+        let mut deadlines: HashMap<TaskId, Instant> = HashMap::new();
+        let mut flow: Option<Flow> = None;
+        loop {
+            while flow.is_none() && jobs.len() < at_once && !self.stopped() {
+                let Some(id) = queue.pop() else { break };
+                let deadline = deadline::after(self.config().stage_timeout);
+                self.start_in_work_tree(&mut jobs, &id, deadline).await?;
+            }
+            let Some(joined) = jobs.join_next().await else {
+                break;
+            };
+            let built = joined.map_err(|e| {
+                Error::Agent(crate::agent::AgentError::Other(format!(
+                    "a build job failed: {e}"
+                )))
+            })??;
+            let id = built.task.id.clone();
+            deadlines.insert(id.clone(), built.deadline);
+            match self.land(built).await? {
+                Settled::Retry if flow.is_none() && !self.stopped() => {
+                    self.start_in_work_tree(&mut jobs, &id, deadlines[&id])
+                        .await?;
+                }
+                Settled::Retry => {}
+                Settled::End(TaskEnd::Done) => queue.finished(&id),
+                Settled::End(TaskEnd::Blocked) => {}
+                Settled::End(TaskEnd::Killed) => {
+                    flow.get_or_insert(Flow::Continue);
+                }
+                Settled::End(TaskEnd::Interrupted) => flow = Some(Flow::Interrupted),
+                Settled::End(TaskEnd::Stop(outcome)) => {
+                    flow.get_or_insert(Flow::Stop(outcome));
+                }
+            }
+        }
+        if self.stopped() {
+            return Ok(Flow::Interrupted);
+        }
+        Ok(flow.unwrap_or(Flow::Continue))
+    }
+
+    /// Starts the next attempt of `id` in a fresh work tree, or blocks the task when it has
+    /// no attempt left.
+    async fn start_in_work_tree(
+        &mut self,
+        jobs: &mut Jobs,
+        id: &TaskId,
+        deadline: Instant,
+    ) -> Result<(), Error> {
+        let task = self.task(id)?;
+        if self.give_up_if_out_of_retries(&task).await?.is_some() {
+            return Ok(());
+        }
+        let round = task.round_attempts() + 1;
+        let prompt = self.build_prompt(&task, round)?;
+        let base = self
+            .integration_head()
+            .await?
+            .ok_or_else(|| crate::git::GitError::NoCommit(self.ctx.workspace.clone()))?;
+        self.emit(Event::TaskStarted {
+            task: id.clone(),
+            name: task.name.clone(),
+            attempt: round,
+        });
+        let worker = self.worker();
+        let workspace = self.ctx.workspace.clone();
+        let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
+        jobs.spawn(
+            async move { attempt_in_work_tree(worker, &workspace, task, prompt, deadline, &base).await }
+                .instrument(span),
+        );
+        Ok(())
+    }
+
+    /// Merges a passing attempt into the checked-out branch (a conflict fails it), removes
+    /// its work tree, and records how it ended.
+    async fn land(&mut self, built: Built) -> Result<Settled, Error> {
+        let Built {
+            task, tried, end, ..
+        } = built;
+        let workspace = self.ctx.workspace.clone();
+        let git = Git::new(&workspace);
+        let end = match end {
+            AttemptEnd::Done => self.merge(&git, &task).await?,
+            other => other,
+        };
+        worktrees::remove(&git, &workspace, &task.id).await?;
+        self.settle(&task, tried, end).await
+    }
+
+    /// Rebases the task's branch onto the checked-out branch's head and fast-forwards the
+    /// branch to it.
+    async fn merge(&self, git: &Git, task: &Task) -> Result<AttemptEnd, Error> {
+        let tree = Git::new(worktrees::path(&self.ctx.workspace, &task.id));
+        let head = self
+            .integration_head()
+            .await?
+            .ok_or_else(|| crate::git::GitError::NoCommit(self.ctx.workspace.clone()))?;
+        match tree.rebase(&head).await? {
+            Rebased::Clean => {
+                git.fast_forward(&worktrees::branch(&task.id)).await?;
+                Ok(AttemptEnd::Done)
+            }
+            Rebased::Conflict(paths) => Ok(AttemptEnd::Failed(format!(
+                "Merge conflict: the changes conflict with work merged while this task was built, in {}. The next attempt starts from the merged work.",
+                paths.join(", ")
+            ))),
+        }
+    }
+}
+
+/// One attempt of `task` in its own work tree from `base`: the agent, the gates, and, when
+/// they pass, a commit on the task's branch.
+async fn attempt_in_work_tree(
+    worker: Worker,
+    workspace: &std::path::Path,
+    task: Task,
+    prompt: String,
+    mut deadline: Instant,
+    base: &str,
+) -> Result<Built, Error> {
+    let git = Git::new(workspace);
+    let path = worktrees::path(workspace, &task.id);
+    // What an earlier attempt of the task may have left.
+    worktrees::remove(&git, workspace, &task.id).await?;
+    std::fs::create_dir_all(worktrees::dir(workspace)).map_err(|source| Error::Io {
+        path: worktrees::dir(workspace),
+        source,
+    })?;
+    git.add_worktree(&path, &worktrees::branch(&task.id), base)
+        .await?;
+    let mut tried = None;
+    let end = worker
+        .in_work_tree(path.clone())
+        .attempt(&task, prompt, &mut deadline, &mut tried)
+        .await?;
+    if matches!(end, AttemptEnd::Done) {
+        Git::new(&path)
+            .commit_all(&format!("{}: {}", task.id, task.name), &[])
+            .await?;
+    }
+    Ok(Built {
+        task,
+        tried,
+        end,
+        deadline,
+    })
+}

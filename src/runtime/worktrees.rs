@@ -1,0 +1,92 @@
+//! The git work trees of tasks built at once (`build_concurrency`): one per task in flight,
+//! at `.ralph/worktrees/<task>` on branch `ralph/<task>`.
+//!
+//! A work tree exists exactly while its task is in flight, so the folder is also the record
+//! of what was in flight: a run killed with SIGKILL leaves its work trees behind, and the
+//! next run of any mode removes them (and their branches) when it takes the workspace's
+//! lock, before anything else ([`remove_leftovers`]). Their tasks were never marked done, so
+//! they are simply built again. Processes started in a work tree carry the workspace's
+//! owner tag ([`process::owner_of`](crate::process::owner_of)), so the lock's sweep has
+//! already killed what they left running.
+
+use std::path::{Path, PathBuf};
+
+use crate::git::{Git, GitError};
+use crate::model::TaskId;
+use crate::process::WORKTREES;
+
+/// The prefix of the branches of task work trees.
+pub(crate) const BRANCH_PREFIX: &str = "ralph/";
+
+/// `.ralph/worktrees` of `workspace`.
+pub(crate) fn dir(workspace: &Path) -> PathBuf {
+    WORKTREES
+        .iter()
+        .fold(workspace.to_path_buf(), |p, c| p.join(c))
+}
+
+/// Where `task`'s work tree goes.
+pub(crate) fn path(workspace: &Path, task: &TaskId) -> PathBuf {
+    dir(workspace).join(task.as_str())
+}
+
+/// `task`'s branch.
+pub(crate) fn branch(task: &TaskId) -> String {
+    format!("{BRANCH_PREFIX}{task}")
+}
+
+/// The tasks whose work trees exist: in flight now, or left by a killed run.
+pub(crate) fn in_flight(workspace: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir(workspace)) else {
+        return Vec::new();
+    };
+    let mut tasks: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    tasks.sort();
+    tasks
+}
+
+/// Removes `task`'s work tree and branch.
+///
+/// # Errors
+///
+/// [`GitError`] when git fails.
+pub(crate) async fn remove(git: &Git, workspace: &Path, task: &TaskId) -> Result<(), GitError> {
+    let path = path(workspace, task);
+    if git.worktrees().await?.iter().any(|p| same_path(p, &path)) {
+        git.remove_worktree(&path).await?;
+    }
+    // A folder git no longer knows (a crash between its creation and git's record).
+    let _ = std::fs::remove_dir_all(&path);
+    let branch = branch(task);
+    if git.branch_exists(&branch).await? {
+        git.delete_branch(&branch).await?;
+    }
+    Ok(())
+}
+
+/// Removes the work trees and branches a killed run left, and says which tasks they were
+/// for. Does nothing outside a git repository.
+///
+/// # Errors
+///
+/// [`GitError`] when git fails.
+pub(crate) async fn remove_leftovers(workspace: &Path) -> Result<Vec<String>, GitError> {
+    let tasks = in_flight(workspace);
+    let git = Git::new(workspace);
+    if tasks.is_empty() || !git.is_repo().await {
+        return Ok(Vec::new());
+    }
+    for task in &tasks {
+        remove(&git, workspace, &TaskId::new(task.as_str())).await?;
+    }
+    Ok(tasks)
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    canonical(a) == canonical(b)
+}

@@ -1,0 +1,264 @@
+//! `build_concurrency`: ready tasks built at once, each in its own git work tree, merged
+//! into the checked-out branch as they pass (rebased: a linear history, one commit per
+//! task); a merge conflict sends the task back to be built again on the merged work.
+
+use std::process::Command;
+
+use super::*;
+use ralph::model::{Change, Task};
+
+/// A git repository with one commit, `.ralph/` ignored, and the spec.
+fn repo() -> tempfile::TempDir {
+    let dir = workspace(SPEC);
+    std::fs::write(dir.path().join(".gitignore"), ".ralph/\nbuild/\n").expect(".gitignore");
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "base",
+        ],
+    ] {
+        assert!(git(dir.path(), args).status.success());
+    }
+    dir
+}
+
+fn git(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs")
+}
+
+fn git_out(dir: &Path, args: &[&str]) -> String {
+    String::from_utf8_lossy(&git(dir, args).stdout).into_owned()
+}
+
+/// Six independent tasks; t-1 and t-2 both create `a.txt`, t-3 and t-4 both create
+/// `b.txt`, t-5 and t-6 have files of their own.
+async fn six_tasks(store: &MemoryStore) {
+    let changes: Vec<Change> = (1..=6)
+        .map(|i| {
+            Change::Task(
+                Task::new(format!("t-{i}"), format!("Task {i}")).with_acceptance("its file exists"),
+            )
+        })
+        .collect();
+    store.persist(&changes).await.expect("the board");
+}
+
+fn writes(path: &str, content: &str, delay_ms: u64) -> Script {
+    Script::new()
+        .delay(Duration::from_millis(delay_ms))
+        .write(path, content)
+        .answer("Done.\n<TASK_DONE>")
+}
+
+#[tokio::test]
+async fn six_tasks_at_three_at_once_with_two_conflicting_pairs_are_all_accepted_in_a_linear_history()
+ {
+    let dir = repo();
+    let base = git_out(dir.path(), &["rev-parse", "HEAD"]);
+    let store = MemoryStore::new();
+    six_tasks(&store).await;
+    // Each pair's second task finishes after its first has been merged, so it conflicts
+    // once and is built again on top of it.
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Build, "t-1", writes("a.txt", "from t-1\n", 0))
+            .on(Role::Build, "t-2", writes("a.txt", "from t-2\n", 400))
+            .on(
+                Role::Build,
+                "t-2",
+                writes("a.txt", "from t-1, then t-2\n", 0),
+            )
+            .on(Role::Build, "t-3", writes("b.txt", "from t-3\n", 800))
+            .on(
+                Role::Build,
+                "t-3",
+                writes("b.txt", "from t-4, then t-3\n", 0),
+            )
+            .on(Role::Build, "t-4", writes("b.txt", "from t-4\n", 0))
+            .on(Role::Build, "t-5", writes("c.txt", "from t-5\n", 0))
+            .on(Role::Build, "t-6", writes("d.txt", "from t-6\n", 0))
+            .always(Role::Verify, accept("exists"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    let events = Recorder::default();
+
+    let outcome = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent.clone())
+        .store(store)
+        .observer(events.clone())
+        .build_concurrency(3)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+
+    assert_eq!(
+        outcome,
+        Outcome::Complete {
+            iterations: 1,
+            accepted: 6
+        }
+    );
+    let conflicts: Vec<TaskId> = events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TaskRetry { task, reason, .. } if reason.starts_with("Merge conflict") => {
+                Some(task)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(conflicts, [TaskId::new("t-2"), TaskId::new("t-3")]);
+    // The documented history: one commit per task on top of the base, no merge commits.
+    let subjects = git_out(
+        dir.path(),
+        &["log", "--format=%s", &format!("{}..HEAD", base.trim())],
+    );
+    let mut subjects: Vec<&str> = subjects.lines().collect();
+    assert_eq!(subjects.len(), 6, "{subjects:?}");
+    subjects.sort_unstable();
+    assert_eq!(
+        subjects,
+        [
+            "t-1: Task 1",
+            "t-2: Task 2",
+            "t-3: Task 3",
+            "t-4: Task 4",
+            "t-5: Task 5",
+            "t-6: Task 6"
+        ]
+    );
+    assert_eq!(git_out(dir.path(), &["rev-list", "--merges", "HEAD"]), "");
+    let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+    assert_eq!(read("a.txt"), "from t-1, then t-2\n");
+    assert_eq!(read("b.txt"), "from t-4, then t-3\n");
+    assert_eq!(read("c.txt"), "from t-5\n");
+    // No work tree or branch of ralph's is left.
+    assert_eq!(
+        git_out(dir.path(), &["worktree", "list"]).lines().count(),
+        1
+    );
+    assert_eq!(git_out(dir.path(), &["branch", "--list", "ralph/*"]), "");
+    assert_eq!(git_out(dir.path(), &["status", "--porcelain"]), "");
+}
+
+#[tokio::test]
+async fn without_git_build_concurrency_builds_one_task_at_a_time_and_says_why() {
+    let dir = workspace(SPEC);
+    let events = Recorder::default();
+
+    let outcome = Ralph::builder()
+        .workspace(dir.path())
+        .agent(one_task().on(Role::Build, "t-1", writes_done()))
+        .gate(done_gate())
+        .store(MemoryStore::new())
+        .observer(events.clone())
+        .build_concurrency(4)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    assert!(
+        events.events().iter().any(|e| matches!(e,
+            Event::Warning { message } if message.contains("build_concurrency = 4 needs a git repository")
+        )),
+        "{:?}",
+        events.events()
+    );
+}
+
+#[tokio::test]
+async fn the_work_trees_a_killed_run_left_are_removed_at_the_next_start() {
+    let dir = repo();
+    let tree = dir.path().join(".ralph/worktrees/t-9");
+    std::fs::create_dir_all(dir.path().join(".ralph/worktrees")).unwrap();
+    assert!(
+        git(
+            dir.path(),
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                "ralph/t-9",
+                &tree.to_string_lossy(),
+                "HEAD"
+            ]
+        )
+        .status
+        .success()
+    );
+    let events = Recorder::default();
+
+    Ralph::builder()
+        .workspace(dir.path())
+        .agent(one_task().on(Role::Build, "t-1", writes_done()))
+        .gate(done_gate())
+        .store(MemoryStore::new())
+        .observer(events.clone())
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+
+    assert!(!tree.exists());
+    assert_eq!(git_out(dir.path(), &["branch", "--list", "ralph/*"]), "");
+    assert!(
+        events.events().iter().any(|e| matches!(e,
+            Event::Warning { message } if message.contains("removed the work trees") && message.contains("t-9")
+        )),
+        "{:?}",
+        events.events()
+    );
+}
+
+#[tokio::test]
+async fn uncommitted_changes_to_tracked_files_mean_one_task_at_a_time() {
+    let dir = repo();
+    std::fs::write(dir.path().join("spec.md"), format!("{SPEC}More.\n")).unwrap();
+    let events = Recorder::default();
+
+    Ralph::builder()
+        .workspace(dir.path())
+        .agent(one_task().on(Role::Build, "t-1", writes_done()))
+        .gate(done_gate())
+        .store(MemoryStore::new())
+        .observer(events.clone())
+        .build_concurrency(2)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+
+    assert!(
+        events.events().iter().any(|e| matches!(e,
+            Event::Warning { message } if message.contains("spec.md have uncommitted changes")
+        )),
+        "{:?}",
+        events.events()
+    );
+    assert_eq!(
+        git_out(dir.path(), &["rev-list", "--count", "HEAD"]).trim(),
+        "1"
+    );
+}
