@@ -103,6 +103,15 @@ impl Ralph {
         Ok(crate::runtime::choices::load(self.workspace())?)
     }
 
+    /// The tasks being built in git work trees right now (`build_concurrency`), or left
+    /// in flight by a killed run (the next run removes those and builds them again).
+    pub fn tasks_in_flight(&self) -> Vec<crate::model::TaskId> {
+        crate::runtime::worktrees::in_flight(self.workspace())
+            .into_iter()
+            .map(crate::model::TaskId::new)
+            .collect()
+    }
+
     /// Runs the construct loop on `spec` (a path relative to the workspace, or absolute
     /// inside it) until the spec is complete, a limit is reached, everything left is
     /// blocked, or the run is stopped.

@@ -10,6 +10,7 @@ mod support;
 mod crash_resume;
 mod demo;
 mod docs;
+mod parallel_crash;
 mod plan_build;
 mod thread_signals;
 

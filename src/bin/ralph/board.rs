@@ -146,8 +146,13 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     if let Some(spec) = &board.run.spec {
         println!("spec {spec}");
     }
+    let in_flight = ralph.tasks_in_flight();
     for task in board.tasks.values() {
-        println!("{}", task_line(task));
+        let mut line = task_line(task);
+        if in_flight.contains(&task.id) {
+            line.push_str("  — in flight (its own work tree)");
+        }
+        println!("{line}");
     }
     for issue in board.open_issues() {
         println!("{:<6} issue    {}", issue.id, issue.text);

@@ -83,6 +83,35 @@ struct LiveState {
     tokens: (u64, u64),
     /// Its context in use ÷ window.
     context: Option<f64>,
+    /// The tasks being built, in the order they started (several with
+    /// `build_concurrency`).
+    building: Vec<(String, String)>,
+}
+
+impl LiveState {
+    /// `build t-1 Write the parser`, or `build t-1, t-2, t-3 (3 at once)`.
+    fn building_line(&self) -> String {
+        match self.building.as_slice() {
+            [] => String::new(),
+            [(task, name)] => format!("build {task} {name}"),
+            many => format!(
+                "build {} ({} at once)",
+                many.iter()
+                    .map(|(t, _)| t.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                many.len()
+            ),
+        }
+    }
+
+    /// `task`'s attempt is over.
+    fn ended(&mut self, task: &str) {
+        self.building.retain(|(t, _)| t != task);
+        if !self.building.is_empty() {
+            self.doing = self.building_line();
+        }
+    }
 }
 
 impl Live {
@@ -103,12 +132,17 @@ impl Live {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match event {
             Event::TaskStarted { task, name, .. } => {
-                *state = LiveState {
-                    doing: format!("build {task} {name}"),
-                    ..LiveState::default()
-                };
+                state.building.retain(|(t, _)| t != task.as_str());
+                state.building.push((task.to_string(), name.clone()));
+                state.doing = state.building_line();
+                state.tokens = (0, 0);
+                state.context = None;
                 self.restart();
             }
+            Event::TaskDone { task }
+            | Event::TaskBlocked { task, .. }
+            | Event::TaskKilled { task, .. }
+            | Event::TaskRetry { task, .. } => state.ended(task.as_str()),
             Event::StageEntered { stage, .. } => {
                 *state = LiveState {
                     doing: stage.to_string().to_lowercase(),
