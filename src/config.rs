@@ -84,8 +84,9 @@ pub struct Config {
     /// Verifier runs at once in VERIFY. Default 4 (seed 000 runs them all at once; why
     /// not: the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
     pub verify_concurrency: usize,
-    /// Ready tasks built at once in BUILD, each by its own agent in its own git work tree,
-    /// merged into the checked-out branch as it passes its gates. Default 1 (one at a time,
+    /// Ready tasks built at once in BUILD, each by its own agent in its own git work tree
+    /// (`.ralph/worktrees/<task>`, branch `ralph-task/<task>`), rebased onto the checked-out
+    /// branch and fast-forwarded into it as it passes its gates. Default 1 (one at a time,
     /// in the workspace itself). Needs a git repository with a commit; without one BUILD
     /// goes one at a time and says why.
     pub build_concurrency: usize,

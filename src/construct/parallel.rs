@@ -1,5 +1,5 @@
 //! BUILD with `build_concurrency` = N > 1: up to N ready tasks at once, each attempt by a
-//! fresh agent in its own git work tree (`.ralph/worktrees/<task>`, branch `ralph/<task>`,
+//! fresh agent in its own git work tree (`.ralph/worktrees/<task>`, branch `ralph-task/<task>`,
 //! from the checked-out branch's head when the attempt starts), its gates run there.
 //!
 //! An attempt that passes its gates is committed on its branch (`<task id>: <name>`), then

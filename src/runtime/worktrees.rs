@@ -1,5 +1,5 @@
 //! The git work trees of tasks built at once (`build_concurrency`): one per task in flight,
-//! at `.ralph/worktrees/<task>` on branch `ralph/<task>`.
+//! at `.ralph/worktrees/<task>` on branch `ralph-task/<task>`.
 //!
 //! A work tree exists exactly while its task is in flight, so the folder is also the record
 //! of what was in flight: a run killed with SIGKILL leaves its work trees behind, and the
@@ -16,7 +16,8 @@ use crate::model::TaskId;
 use crate::process::WORKTREES;
 
 /// The prefix of the branches of task work trees.
-pub(crate) const BRANCH_PREFIX: &str = "ralph/";
+/// Not `ralph/`: that is where threads keep their branches.
+pub(crate) const BRANCH_PREFIX: &str = "ralph-task/";
 
 /// `.ralph/worktrees` of `workspace`.
 pub(crate) fn dir(workspace: &Path) -> PathBuf {

@@ -148,7 +148,7 @@ fn a_run_killed_with_tasks_in_work_trees_is_resumed_and_leaves_no_work_tree() {
     assert_eq!(resumed.status.code(), Some(0), "{said}");
     assert!(said.contains("removed the work trees"), "{said}");
     assert_eq!(git(dir, &["worktree", "list"]).lines().count(), 1);
-    assert_eq!(git(dir, &["branch", "--list", "ralph/*"]), "");
+    assert_eq!(git(dir, &["branch", "--list", "ralph-task/*"]), "");
     assert!(std::fs::read_dir(&trees).map_or(0, Iterator::count) == 0);
     let subjects = git(dir, &["log", "--format=%s"]);
     for task in [

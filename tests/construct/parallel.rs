@@ -153,7 +153,10 @@ async fn six_tasks_at_three_at_once_with_two_conflicting_pairs_are_all_accepted_
         git_out(dir.path(), &["worktree", "list"]).lines().count(),
         1
     );
-    assert_eq!(git_out(dir.path(), &["branch", "--list", "ralph/*"]), "");
+    assert_eq!(
+        git_out(dir.path(), &["branch", "--list", "ralph-task/*"]),
+        ""
+    );
     assert_eq!(git_out(dir.path(), &["status", "--porcelain"]), "");
 }
 
@@ -198,7 +201,7 @@ async fn the_work_trees_a_killed_run_left_are_removed_at_the_next_start() {
                 "add",
                 "-q",
                 "-b",
-                "ralph/t-9",
+                "ralph-task/t-9",
                 &tree.to_string_lossy(),
                 "HEAD"
             ]
@@ -221,7 +224,10 @@ async fn the_work_trees_a_killed_run_left_are_removed_at_the_next_start() {
         .unwrap();
 
     assert!(!tree.exists());
-    assert_eq!(git_out(dir.path(), &["branch", "--list", "ralph/*"]), "");
+    assert_eq!(
+        git_out(dir.path(), &["branch", "--list", "ralph-task/*"]),
+        ""
+    );
     assert!(
         events.events().iter().any(|e| matches!(e,
             Event::Warning { message } if message.contains("removed the work trees") && message.contains("t-9")
