@@ -16,14 +16,17 @@ use serde::{Deserialize, Serialize};
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
+        ///
+        /// Shared, not copied, when cloned: the engine and the prioritizer pass ids around
+        /// by the hundred thousand on large boards.
         #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(transparent)]
-        pub struct $name(String);
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             /// Wraps an id string.
             pub fn new(id: impl Into<String>) -> Self {
-                Self(id.into())
+                Self(id.into().into())
             }
 
             /// The id as a string slice.
@@ -40,13 +43,13 @@ macro_rules! id_type {
 
         impl From<&str> for $name {
             fn from(id: &str) -> Self {
-                Self(id.to_owned())
+                Self(id.into())
             }
         }
 
         impl From<String> for $name {
             fn from(id: String) -> Self {
-                Self(id)
+                Self(id.into())
             }
         }
 
@@ -66,13 +69,13 @@ macro_rules! id_type {
 
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
-                self.0 == other
+                &*self.0 == other
             }
         }
 
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
+                &*self.0 == *other
             }
         }
     };
@@ -673,7 +676,7 @@ impl RunState {
     pub fn next_task_id(&mut self, taken: impl Fn(&TaskId) -> bool) -> TaskId {
         loop {
             self.next_task += 1;
-            let id = TaskId(format!("t-{}", self.next_task));
+            let id = TaskId::new(format!("t-{}", self.next_task));
             if !taken(&id) {
                 return id;
             }
@@ -684,7 +687,7 @@ impl RunState {
     pub fn next_issue_id(&mut self, taken: impl Fn(&IssueId) -> bool) -> IssueId {
         loop {
             self.next_issue += 1;
-            let id = IssueId(format!("i-{}", self.next_issue));
+            let id = IssueId::new(format!("i-{}", self.next_issue));
             if !taken(&id) {
                 return id;
             }
@@ -884,7 +887,7 @@ impl Board {
         let mut ids = Vec::with_capacity(count);
         let mut n = 0usize;
         while ids.len() < count {
-            let id = TaskId(format!("{parent}{}", alpha_suffix(n)));
+            let id = TaskId::new(format!("{parent}{}", alpha_suffix(n)));
             if !self.tasks.contains_key(&id) {
                 ids.push(id);
             }

@@ -230,23 +230,24 @@ impl fmt::Display for CriticalPath {
 
 impl Prioritizer for CriticalPath {
     fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
-        let graph = Graph::new(tasks);
+        let gathered = Gathered::new(tasks);
+        let graph = Graph::new(&gathered);
         let topo = graph
             .topological_order()
             .map_err(|cycle| cycle_error(tasks, &cycle))?;
         let critical = graph.critical(&topo);
-        let priorities: Vec<Priority> = tasks
-            .iter()
-            .enumerate()
-            .map(|(v, task)| {
-                task.priority
-                    .unwrap_or_else(|| classify(task, graph.dependents.of(v).len(), critical[v]))
+        // A task itself is read again only when a rule needs its text.
+        let priorities: Vec<Priority> = (0..tasks.len())
+            .map(|v| {
+                gathered.priority[v]
+                    .unwrap_or_else(|| classify(&tasks[v], graph.dependents.count(v), critical[v]))
             })
             .collect();
+        let mut ids = gathered.ids;
         let order = graph
             .order_by(&priorities)
             .into_iter()
-            .map(|v| (tasks[v].id.clone(), priorities[v]))
+            .filter_map(|v| ids[v].take().map(|id| (id, priorities[v])))
             .collect::<Vec<_>>();
         Ok(Prioritized::from_order(order))
     }
@@ -387,11 +388,21 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
-/// Runs `f` on the lower-cased words of `text`.
+/// Runs `f` on the words of `text` (patterns match them ignoring ASCII case). Up to 48
+/// words are held on the stack: allocating a lower-cased copy and a list per task was a
+/// fifth of the time on large boards.
 fn with_words<R>(text: &str, f: impl FnOnce(&[&str]) -> R) -> R {
-    let lower = text.to_lowercase();
-    let words: Vec<&str> = words(&lower).collect();
-    f(&words)
+    const ON_STACK: usize = 48;
+    let mut stack = [""; ON_STACK];
+    let mut rest = words(text);
+    for count in 0..ON_STACK {
+        match rest.next() {
+            Some(word) => stack[count] = word,
+            None => return f(&stack[..count]),
+        }
+    }
+    let all: Vec<&str> = stack.into_iter().chain(rest).collect();
+    f(&all)
 }
 
 /// Name patterns split once into phrases of adjacent words, not on every task: splitting
@@ -419,10 +430,11 @@ impl Patterns {
 fn occurs(words: &[&str], pattern: &[Vec<&str>]) -> bool {
     let mut rest = words;
     for phrase in pattern {
-        match rest
-            .windows(phrase.len())
-            .position(|w| w == phrase.as_slice())
-        {
+        match rest.windows(phrase.len()).position(|w| {
+            w.iter()
+                .zip(phrase)
+                .all(|(word, p)| word.eq_ignore_ascii_case(p))
+        }) {
             Some(i) => rest = &rest[i + phrase.len()..],
             None => return false,
         }
@@ -430,16 +442,189 @@ fn occurs(words: &[&str], pattern: &[Vec<&str>]) -> bool {
     true
 }
 
+/// Task ids to input positions (the first, for a repeated id).
+///
+/// The ids ralph gives tasks, `t-<n>`, are looked up in an array indexed by `n`: on large
+/// boards the lookups were most of the time, nearly all of it waiting on memory, because a
+/// hash table of 100,000 ids no longer fits the processor's caches and every lookup lands
+/// somewhere random in it (per task they cost 2.2 times more at 100,000 tasks than at
+/// 10,000). The array is 4 bytes an entry, a sixth of a table's. Other ids (`t-3a`, a
+/// user's `auth-login`) go to a hash table.
+struct IdIndex<'a> {
+    /// At `n`: 1 + the position of `t-<n>`, or 0.
+    numbered: Vec<u32>,
+    other: HashMap<&'a str, usize, BuildIdHasher>,
+    /// `t-<n>` with `n` at or past this goes to `other`, so that an odd id such as
+    /// `t-99999999` does not make the array huge.
+    limit: usize,
+}
+
+/// What the prioritizer reads of the tasks besides their priorities, gathered in one pass:
+/// on large boards the tasks (336 bytes each, 34 MB at 100,000) no longer fit the
+/// processor's cache, and each further pass over them streams them from memory again.
+struct Gathered<'a> {
+    index: IdIndex<'a>,
+    /// Each task's id, in input order (moved into the result in execution order).
+    ids: Vec<Option<TaskId>>,
+    /// Every task's dependencies, one after the other; task `v`'s are
+    /// `deps[dep_starts[v]..dep_starts[v + 1]]`.
+    deps: Vec<&'a str>,
+    dep_starts: Vec<usize>,
+    /// Each task's explicit priority.
+    priority: Vec<Option<Priority>>,
+}
+
+impl<'a> Gathered<'a> {
+    fn new(tasks: &'a [Task]) -> Self {
+        let mut gathered = Gathered {
+            index: IdIndex::new(tasks.len()),
+            ids: Vec::with_capacity(tasks.len()),
+            deps: Vec::new(),
+            dep_starts: Vec::with_capacity(tasks.len() + 1),
+            priority: Vec::with_capacity(tasks.len()),
+        };
+        gathered.dep_starts.push(0);
+        for (v, task) in tasks.iter().enumerate() {
+            gathered.index.add(task.id.as_str(), v);
+            gathered.ids.push(Some(task.id.clone()));
+            gathered.deps.extend(task.deps.iter().map(TaskId::as_str));
+            gathered.dep_starts.push(gathered.deps.len());
+            gathered.priority.push(task.priority);
+        }
+        gathered
+    }
+
+    fn tasks(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn deps_of(&self, v: usize) -> &[&'a str] {
+        &self.deps[self.dep_starts[v]..self.dep_starts[v + 1]]
+    }
+}
+
+impl<'a> IdIndex<'a> {
+    fn new(tasks: usize) -> Self {
+        IdIndex {
+            numbered: Vec::new(),
+            other: HashMap::with_hasher(BuildIdHasher),
+            limit: tasks.saturating_mul(4).saturating_add(16),
+        }
+    }
+
+    /// Adds the task at position `v` with id `id`.
+    fn add(&mut self, id: &'a str, v: usize) {
+        match Self::number(id, self.limit).zip(u32::try_from(v + 1).ok()) {
+            Some((n, position)) => {
+                if self.numbered.len() <= n {
+                    self.numbered.resize(n + 1, 0);
+                }
+                if self.numbered[n] == 0 {
+                    self.numbered[n] = position;
+                }
+            }
+            None => {
+                self.other.entry(id).or_insert(v);
+            }
+        }
+    }
+
+    fn get(&self, id: &str) -> Option<usize> {
+        // A `t-<n>` past the array's end is either absent or was too large for it.
+        match Self::number(id, self.numbered.len()) {
+            Some(n) => match self.numbered[n] {
+                0 => None,
+                position => Some(position as usize - 1),
+            },
+            None => self.other.get(id).copied(),
+        }
+    }
+
+    /// `n` of an id `t-<n>` written without leading zeros, when `n` is below `limit`.
+    fn number(id: &str, limit: usize) -> Option<usize> {
+        let digits = id.strip_prefix("t-")?;
+        let canonical = !digits.is_empty()
+            && digits.len() <= 9
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && (digits.len() == 1 || !digits.starts_with('0'));
+        canonical
+            .then(|| digits.parse::<usize>().ok())
+            .flatten()
+            .filter(|n| *n < limit)
+    }
+}
+
+/// A multiply-rotate hash (the Fx hash of rustc) for ids: not resistant to crafted
+/// collisions, which is fine for a board's own ids, and several times cheaper than SipHash.
+#[derive(Clone, Copy, Default)]
+struct BuildIdHasher;
+
+impl std::hash::BuildHasher for BuildIdHasher {
+    type Hasher = IdHasher;
+
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+struct IdHasher(u64);
+
+impl IdHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in chunks.by_ref() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Adjacency lists packed into one buffer (compressed sparse rows): two allocations however
-/// many tasks, and each list is a contiguous slice.
+/// many tasks, and each list is a contiguous slice. Indices are 4 bytes, not 8: on large
+/// boards the lists then stay in the processor's cache twice as long.
 struct Adjacency {
-    starts: Vec<usize>,
-    targets: Vec<usize>,
+    starts: Vec<u32>,
+    targets: Vec<u32>,
 }
 
 impl Adjacency {
-    fn of(&self, v: usize) -> &[usize] {
-        &self.targets[self.starts[v]..self.starts[v + 1]]
+    fn list(&self, v: usize) -> &[u32] {
+        &self.targets[self.starts[v] as usize..self.starts[v + 1] as usize]
+    }
+
+    /// The tasks at the other end of `v`'s edges.
+    fn of(&self, v: usize) -> impl Iterator<Item = usize> + '_ {
+        self.list(v).iter().map(|&u| u as usize)
+    }
+
+    /// How many edges `v` has.
+    fn count(&self, v: usize) -> usize {
+        self.list(v).len()
     }
 
     fn len(&self) -> usize {
@@ -449,23 +634,29 @@ impl Adjacency {
     /// The same edges pointing the other way; each reversed list is in ascending order.
     fn reversed(&self) -> Adjacency {
         let n = self.len();
-        let mut starts = vec![0; n + 1];
+        let mut starts = vec![0u32; n + 1];
         for &u in &self.targets {
-            starts[u + 1] += 1;
+            starts[u as usize + 1] += 1;
         }
         for v in 0..n {
             starts[v + 1] += starts[v];
         }
         let mut next = starts.clone();
-        let mut targets = vec![0; self.targets.len()];
+        let mut targets = vec![0u32; self.targets.len()];
         for v in 0..n {
-            for &u in self.of(v) {
-                targets[next[u]] = v;
+            for u in self.of(v) {
+                targets[next[u] as usize] = index32(v);
                 next[u] += 1;
             }
         }
         Adjacency { starts, targets }
     }
+}
+
+/// A task index or edge count as stored: boards have fewer than 2^32 tasks and edges (one
+/// that large would not fit in memory).
+fn index32(v: usize) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 /// The dependency graph over task indices (input positions).
@@ -479,30 +670,25 @@ struct Graph {
 impl Graph {
     /// Resolves ids to indices, dropping unknown and repeated dependencies. With duplicate
     /// task ids, dependencies resolve to the first.
-    fn new(tasks: &[Task]) -> Self {
-        // Keyed by `&str`, not `&TaskId`: the length then sits in the table, and a probe only
-        // follows the pointer to the id's bytes when the lengths agree.
-        let mut index: HashMap<&str, usize> = HashMap::with_capacity(tasks.len());
-        for (v, task) in tasks.iter().enumerate() {
-            index.entry(task.id.as_str()).or_insert(v);
-        }
+    fn new(gathered: &Gathered<'_>) -> Self {
+        let n = gathered.tasks();
         // `added_by[u] == v + 1` once `v`'s edge to `u` is in: dedup without sorting.
-        let mut added_by = vec![0; tasks.len()];
-        let mut starts = Vec::with_capacity(tasks.len() + 1);
-        let mut targets = Vec::new();
+        let mut added_by = vec![0; n];
+        let mut starts: Vec<u32> = Vec::with_capacity(n + 1);
+        let mut targets: Vec<u32> = Vec::new();
         starts.push(0);
-        for (v, task) in tasks.iter().enumerate() {
-            for u in task
-                .deps
+        for v in 0..n {
+            for u in gathered
+                .deps_of(v)
                 .iter()
-                .filter_map(|d| index.get(d.as_str()).copied())
+                .filter_map(|d| gathered.index.get(d))
             {
                 if added_by[u] != v + 1 {
                     added_by[u] = v + 1;
-                    targets.push(u);
+                    targets.push(index32(u));
                 }
             }
-            starts.push(targets.len());
+            starts.push(index32(targets.len()));
         }
         let deps = Adjacency { starts, targets };
         let dependents = deps.reversed();
@@ -510,9 +696,7 @@ impl Graph {
     }
 
     fn in_degrees(&self) -> Vec<usize> {
-        (0..self.deps.len())
-            .map(|v| self.deps.of(v).len())
-            .collect()
+        (0..self.deps.len()).map(|v| self.deps.count(v)).collect()
     }
 
     /// Kahn's algorithm; on a cycle, the indices of one cycle instead.
@@ -523,7 +707,7 @@ impl Graph {
         let mut next = 0;
         while let Some(&v) = order.get(next) {
             next += 1;
-            for &w in self.dependents.of(v) {
+            for w in self.dependents.of(v) {
                 waiting[w] -= 1;
                 if waiting[w] == 0 {
                     order.push(w);
@@ -555,8 +739,6 @@ impl Graph {
             v = self
                 .deps
                 .of(v)
-                .iter()
-                .copied()
                 .find(|&u| stuck(u))
                 .expect("a task Kahn's algorithm left waiting has a dependency left waiting");
         }
@@ -577,17 +759,11 @@ impl Graph {
         let n = topo.len();
         let mut depth = vec![1u32; n];
         for &v in topo {
-            depth[v] += self.deps.of(v).iter().map(|&u| depth[u]).max().unwrap_or(0);
+            depth[v] += self.deps.of(v).map(|u| depth[u]).max().unwrap_or(0);
         }
         let mut height = vec![1u32; n];
         for &v in topo.iter().rev() {
-            height[v] += self
-                .dependents
-                .of(v)
-                .iter()
-                .map(|&w| height[w])
-                .max()
-                .unwrap_or(0);
+            height[v] += self.dependents.of(v).map(|w| height[w]).max().unwrap_or(0);
         }
         let longest = depth.iter().copied().max().unwrap_or(0);
         if longest < MIN_CRITICAL_CHAIN {
@@ -598,21 +774,33 @@ impl Graph {
             .collect()
     }
 
-    /// Kahn's algorithm with a heap of ready tasks: the highest priority goes first, then
-    /// the lowest input index. The graph is known to be acyclic.
+    /// Kahn's algorithm with a heap of ready tasks per priority: the highest priority goes
+    /// first, then the lowest input index. The graph is known to be acyclic. (Three heaps
+    /// of 4-byte indices, not one of (priority, index) pairs: a third of the memory, and
+    /// popping was a fifth of the time on large boards.)
     fn order_by(&self, priorities: &[Priority]) -> Vec<usize> {
+        let level = |p: Priority| match p {
+            Priority::High => 0,
+            Priority::Medium => 1,
+            Priority::Low => 2,
+        };
         let mut waiting = self.in_degrees();
-        let mut ready: BinaryHeap<(Priority, Reverse<usize>)> = (0..waiting.len())
-            .filter(|&v| waiting[v] == 0)
-            .map(|v| (priorities[v], Reverse(v)))
-            .collect();
+        let mut ready: [BinaryHeap<Reverse<u32>>; 3] = Default::default();
+        let make_ready = |ready: &mut [BinaryHeap<Reverse<u32>>; 3], v: usize| {
+            // Fewer than 2^32 tasks: a board that large would not fit in memory anyway.
+            ready[level(priorities[v])].push(Reverse(v as u32));
+        };
+        for v in (0..waiting.len()).filter(|&v| waiting[v] == 0) {
+            make_ready(&mut ready, v);
+        }
         let mut order = Vec::with_capacity(waiting.len());
-        while let Some((_, Reverse(v))) = ready.pop() {
+        while let Some(Reverse(v)) = ready.iter_mut().find_map(BinaryHeap::pop) {
+            let v = v as usize;
             order.push(v);
-            for &w in self.dependents.of(v) {
+            for w in self.dependents.of(v) {
                 waiting[w] -= 1;
                 if waiting[w] == 0 {
-                    ready.push((priorities[w], Reverse(w)));
+                    make_ready(&mut ready, w);
                 }
             }
         }
