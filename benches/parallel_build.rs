@@ -107,7 +107,10 @@ async fn build_wall() -> Duration {
         .expect("the run");
     let stages = clock.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let start = stages.iter().find(|(s, _)| *s == Stage::Build).map(|s| s.1);
-    let end = stages.iter().find(|(s, _)| *s == Stage::Verify).map(|s| s.1);
+    let end = stages
+        .iter()
+        .find(|(s, _)| *s == Stage::Verify)
+        .map(|s| s.1);
     match (start, end) {
         (Some(start), Some(end)) => end - start,
         _ => panic!("no BUILD then VERIFY in {stages:?}"),
@@ -126,7 +129,16 @@ fn repo() -> tempfile::TempDir {
     for args in [
         &["init", "-q", "-b", "main"][..],
         &["add", "-A"],
-        &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "base"],
+        &[
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@b",
+            "commit",
+            "-q",
+            "-m",
+            "base",
+        ],
     ] {
         let status = std::process::Command::new("git")
             .args(args)

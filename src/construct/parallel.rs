@@ -195,16 +195,7 @@ async fn attempt_in_work_tree(
     mut deadline: Instant,
     base: &str,
 ) -> Result<Built, Error> {
-    let git = Git::new(workspace);
-    let path = worktrees::path(workspace, &task.id);
-    // What an earlier attempt of the task may have left.
-    worktrees::remove(&git, workspace, &task.id).await?;
-    std::fs::create_dir_all(worktrees::dir(workspace)).map_err(|source| Error::Io {
-        path: worktrees::dir(workspace),
-        source,
-    })?;
-    git.add_worktree(&path, &worktrees::branch(&task.id), base)
-        .await?;
+    let path = worktrees::add(&Git::new(workspace), workspace, &task.id, base).await?;
     let mut tried = None;
     let end = worker
         .in_work_tree(path.clone())

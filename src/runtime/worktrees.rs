@@ -50,18 +50,58 @@ pub(crate) fn in_flight(workspace: &Path) -> Vec<String> {
     tasks
 }
 
+/// Git's record of work trees (`.git/worktrees/`) is not safe to change from two git
+/// processes at once: a `git worktree list` or `prune` that runs while an `add` is half-way
+/// fails ("failed to read .git/worktrees/t-1/commondir") or forgets the new work tree. Every
+/// change ralph makes to it holds this lock.
+static REGISTRY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Adds `task`'s work tree, on its branch at `commit`, after removing whatever an earlier
+/// attempt left.
+///
+/// # Errors
+///
+/// [`GitError`] when git fails.
+pub(crate) async fn add(
+    git: &Git,
+    workspace: &Path,
+    task: &TaskId,
+    commit: &str,
+) -> Result<PathBuf, GitError> {
+    let _registry = REGISTRY.lock().await;
+    remove_unlocked(git, workspace, task).await?;
+    let path = path(workspace, task);
+    if let Err(source) = std::fs::create_dir_all(dir(workspace)) {
+        return Err(GitError::Spawn {
+            command: "worktree add".into(),
+            dir: dir(workspace),
+            source,
+        });
+    }
+    git.add_worktree(&path, &branch(task), commit).await?;
+    Ok(path)
+}
+
 /// Removes `task`'s work tree and branch.
 ///
 /// # Errors
 ///
 /// [`GitError`] when git fails.
 pub(crate) async fn remove(git: &Git, workspace: &Path, task: &TaskId) -> Result<(), GitError> {
+    let _registry = REGISTRY.lock().await;
+    remove_unlocked(git, workspace, task).await
+}
+
+async fn remove_unlocked(git: &Git, workspace: &Path, task: &TaskId) -> Result<(), GitError> {
     let path = path(workspace, task);
-    if git.worktrees().await?.iter().any(|p| same_path(p, &path)) {
-        git.remove_worktree(&path).await?;
+    if path.exists() {
+        // Fails when git does not know the folder (a crash between its creation and git's
+        // record); the folder goes below either way.
+        let _ = git.remove_worktree(&path).await;
+        let _ = std::fs::remove_dir_all(&path);
     }
-    // A folder git no longer knows (a crash between its creation and git's record).
-    let _ = std::fs::remove_dir_all(&path);
+    // Forgets work trees whose folders are gone.
+    git.worktrees().await?;
     let branch = branch(task);
     if git.branch_exists(&branch).await? {
         git.delete_branch(&branch).await?;
@@ -85,9 +125,4 @@ pub(crate) async fn remove_leftovers(workspace: &Path) -> Result<Vec<String>, Gi
         remove(&git, workspace, &TaskId::new(task.as_str())).await?;
     }
     Ok(tasks)
-}
-
-fn same_path(a: &Path, b: &Path) -> bool {
-    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    canonical(a) == canonical(b)
 }

@@ -268,3 +268,66 @@ async fn uncommitted_changes_to_tracked_files_mean_one_task_at_a_time() {
         "1"
     );
 }
+
+#[tokio::test]
+async fn a_stop_with_three_tasks_in_flight_ends_them_all_and_leaves_no_work_tree() {
+    let dir = repo();
+    let store = MemoryStore::new();
+    six_tasks(&store).await;
+    let agent = Arc::new(FakeAgent::new().always(
+        Role::Build,
+        Script::new().write("partial.txt", "half").hang(),
+    ));
+    let ralph = Arc::new(
+        Ralph::builder()
+            .workspace(dir.path())
+            .agent(agent.clone())
+            .store(store)
+            .build_concurrency(3)
+            .stage_timeout(Duration::from_secs(60))
+            .build()
+            .unwrap(),
+    );
+    let running = tokio::spawn({
+        let ralph = ralph.clone();
+        async move { ralph.construct("spec.md").await }
+    });
+    for _ in 0..500 {
+        if agent.requests().len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if running.is_finished() {
+        panic!("the run ended early: {:?}", running.await);
+    }
+    assert_eq!(agent.requests().len(), 3, "three tasks in flight");
+    assert_eq!(ralph.tasks_in_flight().len(), 3);
+
+    ralph.stop_token().cancel();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the stop is prompt")
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(outcome, Outcome::Interrupted);
+    assert!(ralph.tasks_in_flight().is_empty());
+    assert_eq!(
+        git_out(dir.path(), &["worktree", "list"]).lines().count(),
+        1
+    );
+    assert_eq!(
+        git_out(dir.path(), &["branch", "--list", "ralph-task/*"]),
+        ""
+    );
+    assert!(
+        !dir.path().join("partial.txt").exists(),
+        "nothing was merged"
+    );
+    let board = ralph.board().await.unwrap();
+    assert!(
+        board.tasks.values().all(|t| t.attempts == 0),
+        "no attempt was counted"
+    );
+}
