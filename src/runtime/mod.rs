@@ -89,15 +89,6 @@ impl Context {
         if let Some(message) = lock.swept_warning() {
             emitter.emit(&Event::Warning { message });
         }
-        let removed = worktrees::remove_leftovers(&self.workspace).await?;
-        if !removed.is_empty() {
-            emitter.emit(&Event::Warning {
-                message: format!(
-                    "removed the work trees an earlier, killed run left for {} (they are built again)",
-                    removed.join(", ")
-                ),
-            });
-        }
         Ok(lock)
     }
 

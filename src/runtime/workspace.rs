@@ -6,7 +6,8 @@
 //! one workspace at once. Holding it, nothing of an earlier run on the workspace can still
 //! be wanted: the processes its agents and gates started carry the workspace's owner tag
 //! ([`process::owner_of`](crate::process::owner_of)), and any still alive (because that run
-//! was SIGKILLed and could not clean up) are killed before the new run starts.
+//! was SIGKILLed and could not clean up) are killed before the new run starts, and the task
+//! work trees it left are removed ([`worktrees`](super::worktrees)).
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +30,8 @@ pub(crate) struct RunLock {
     _file: LockFile,
     /// Processes of an earlier, killed run found alive and killed when the lock was taken.
     pub(crate) swept: usize,
+    /// What became of the task work trees an earlier, killed run left (`build_concurrency`).
+    worktrees: Option<String>,
 }
 
 impl RunLock {
@@ -50,16 +53,35 @@ impl RunLock {
         let swept = tokio::task::spawn_blocking(move || crate::process::sweep_owner(&owner))
             .await
             .unwrap_or(0);
-        Ok(RunLock { _file: file, swept })
+        // After the sweep: nothing runs in them any more.
+        let worktrees = match super::worktrees::remove_leftovers(workspace).await {
+            Ok(tasks) if tasks.is_empty() => None,
+            Ok(tasks) => Some(format!(
+                "removed the work trees an earlier, killed run left for {} (they are built again)",
+                tasks.join(", ")
+            )),
+            // The run can go on: a work tree left over only costs disk, and it is tried again.
+            Err(e) => Some(format!(
+                "could not remove the work trees an earlier, killed run left: {e}"
+            )),
+        };
+        Ok(RunLock {
+            _file: file,
+            swept,
+            worktrees,
+        })
     }
 
-    /// The warning to show when the lock's sweep killed anything.
+    /// The warning to show when the lock's sweep killed anything, or an earlier run's work
+    /// trees were removed.
     pub(crate) fn swept_warning(&self) -> Option<String> {
-        (self.swept > 0).then(|| {
+        let killed = (self.swept > 0).then(|| {
             format!(
                 "killed {} process(es) left running by an earlier, killed run of this workspace",
                 self.swept
             )
-        })
+        });
+        let said: Vec<String> = killed.into_iter().chain(self.worktrees.clone()).collect();
+        (!said.is_empty()).then(|| said.join("; "))
     }
 }

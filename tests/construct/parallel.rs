@@ -188,27 +188,55 @@ async fn without_git_build_concurrency_builds_one_task_at_a_time_and_says_why() 
     );
 }
 
+/// A work tree as a killed run leaves it, for task `task`.
+fn leftover_work_tree(dir: &Path, task: &str) -> std::path::PathBuf {
+    let tree = dir.join(".ralph/worktrees").join(task);
+    std::fs::create_dir_all(dir.join(".ralph/worktrees")).expect("the folder");
+    let branch = format!("ralph-task/{task}");
+    let added = git(
+        dir,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            &branch,
+            &tree.to_string_lossy(),
+            "HEAD",
+        ],
+    );
+    assert!(added.status.success(), "{added:?}");
+    tree
+}
+
+#[tokio::test]
+async fn a_board_edit_under_the_lock_also_removes_a_killed_runs_work_trees() {
+    let dir = repo();
+    let tree = leftover_work_tree(dir.path(), "t-4");
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(FakeAgent::new())
+        .store(MemoryStore::new())
+        .build()
+        .unwrap();
+
+    ralph
+        .add_task(Task::new("t-1", "Anything").with_acceptance("it is done"))
+        .await
+        .unwrap();
+
+    assert!(!tree.exists());
+    assert_eq!(
+        git_out(dir.path(), &["branch", "--list", "ralph-task/*"]),
+        ""
+    );
+    assert!(ralph.tasks_in_flight().is_empty());
+}
+
 #[tokio::test]
 async fn the_work_trees_a_killed_run_left_are_removed_at_the_next_start() {
     let dir = repo();
-    let tree = dir.path().join(".ralph/worktrees/t-9");
-    std::fs::create_dir_all(dir.path().join(".ralph/worktrees")).unwrap();
-    assert!(
-        git(
-            dir.path(),
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "-b",
-                "ralph-task/t-9",
-                &tree.to_string_lossy(),
-                "HEAD"
-            ]
-        )
-        .status
-        .success()
-    );
+    let tree = leftover_work_tree(dir.path(), "t-9");
     let events = Recorder::default();
 
     Ralph::builder()
