@@ -68,7 +68,7 @@ pub(crate) const WORKTREES: [&str; 2] = [".ralph", "worktrees"];
 
 /// The owner tag of the processes ralph runs for `workspace` (see [`ProcessSpec::owner`]):
 /// `ws-` and a hash of its canonical path, the same in every ralph process. A task's work
-/// tree (under [`WORKTREES`]) has its workspace's tag, so that the sweeps of the workspace
+/// tree (under `.ralph/worktrees/`) has its workspace's tag, so that the sweeps of the workspace
 /// (at the next start, on SIGTERM) reach what an agent or gate left running there.
 pub fn owner_of(workspace: &Path) -> String {
     let path = workspace
