@@ -10,8 +10,6 @@
 //! one task at a time. The work tree and branch are removed when the attempt ends; those of
 //! a killed run are removed at the next start (see `runtime::worktrees`).
 
-use std::collections::HashMap;
-
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -74,7 +72,6 @@ impl Engine {
     pub(super) async fn build_at_once(&mut self, at_once: usize) -> Result<Flow, Error> {
         let mut queue = ReadyQueue::new(&self.board);
         let mut jobs = Jobs::new();
-        let mut deadlines: HashMap<TaskId, Instant> = HashMap::new();
         let mut flow: Option<Flow> = None;
         loop {
             while flow.is_none() && jobs.len() < at_once && !self.stopped() {
@@ -90,12 +87,11 @@ impl Engine {
                     "a build job failed: {e}"
                 )))
             })??;
-            let id = built.task.id.clone();
-            deadlines.insert(id.clone(), built.deadline);
+            // A retry goes on under the task's deadline, moved by any rate limit waited out.
+            let (id, deadline) = (built.task.id.clone(), built.deadline);
             match self.land(built).await? {
                 Settled::Retry if flow.is_none() && !self.stopped() => {
-                    self.start_in_work_tree(&mut jobs, &id, deadlines[&id])
-                        .await?;
+                    self.start_in_work_tree(&mut jobs, &id, deadline).await?;
                 }
                 Settled::Retry => {}
                 Settled::End(TaskEnd::Done) => queue.finished(&id),
