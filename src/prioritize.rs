@@ -673,7 +673,7 @@ impl Graph {
     fn new(gathered: &Gathered<'_>) -> Self {
         let n = gathered.tasks();
         // `added_by[u] == v + 1` once `v`'s edge to `u` is in: dedup without sorting.
-        let mut added_by = vec![0; n];
+        let mut added_by = vec![0u32; n];
         let mut starts: Vec<u32> = Vec::with_capacity(n + 1);
         let mut targets: Vec<u32> = Vec::new();
         starts.push(0);
@@ -683,8 +683,8 @@ impl Graph {
                 .iter()
                 .filter_map(|d| gathered.index.get(d))
             {
-                if added_by[u] != v + 1 {
-                    added_by[u] = v + 1;
+                if added_by[u] != index32(v + 1) {
+                    added_by[u] = index32(v + 1);
                     targets.push(index32(u));
                 }
             }
@@ -695,8 +695,10 @@ impl Graph {
         Graph { deps, dependents }
     }
 
-    fn in_degrees(&self) -> Vec<usize> {
-        (0..self.deps.len()).map(|v| self.deps.count(v)).collect()
+    fn in_degrees(&self) -> Vec<u32> {
+        (0..self.deps.len())
+            .map(|v| index32(self.deps.count(v)))
+            .collect()
     }
 
     /// Kahn's algorithm; on a cycle, the indices of one cycle instead.
@@ -727,7 +729,7 @@ impl Graph {
     /// A stuck task always has a stuck dependency, so walking from one stuck task to a stuck
     /// dependency must revisit a task; the walk from the revisit on is the cycle. Iterative
     /// and linear, unlike a recursive DFS.
-    fn find_cycle(&self, waiting: &[usize]) -> Vec<usize> {
+    fn find_cycle(&self, waiting: &[u32]) -> Vec<usize> {
         const UNSEEN: usize = usize::MAX;
         let stuck = |v: usize| waiting[v] > 0;
         let mut seen_at = vec![UNSEEN; waiting.len()];
