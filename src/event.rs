@@ -100,6 +100,14 @@ pub enum Event {
         /// The task.
         task: TaskId,
     },
+    /// A task built in its own git work tree (`build_concurrency`) was merged into the
+    /// checked-out branch: rebased onto it and fast-forwarded, as this commit.
+    TaskMerged {
+        /// The task.
+        task: TaskId,
+        /// The commit, now the branch's head.
+        commit: String,
+    },
     /// A task is blocked.
     TaskBlocked {
         /// The task.
@@ -387,6 +395,13 @@ impl std::fmt::Display for Event {
             }
             Event::TaskRetry { reason, .. } => write!(f, "  retry: {reason}"),
             Event::TaskDone { task } => write!(f, "✓ {task} done"),
+            Event::TaskMerged { task, commit } => {
+                write!(
+                    f,
+                    "  {task} merged as {}",
+                    commit.get(..10).unwrap_or(commit)
+                )
+            }
             Event::TaskBlocked { task, reason } => write!(f, "⨯ {task} blocked: {reason}"),
             Event::TaskKilled { task, reason, log } => {
                 write!(f, "✗ {task} killed ({reason})")?;

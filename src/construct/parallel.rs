@@ -171,6 +171,12 @@ impl Engine {
         match tree.rebase(&head).await? {
             Rebased::Clean => {
                 git.fast_forward(&worktrees::branch(&task.id)).await?;
+                if let Some(commit) = git.head().await?.filter(|c| *c != head) {
+                    self.emit(Event::TaskMerged {
+                        task: task.id.clone(),
+                        commit,
+                    });
+                }
                 Ok(AttemptEnd::Done)
             }
             Rebased::Conflict(paths) => Ok(AttemptEnd::Failed(format!(

@@ -124,6 +124,23 @@ async fn six_tasks_at_three_at_once_with_two_conflicting_pairs_are_all_accepted_
         })
         .collect();
     assert_eq!(conflicts, [TaskId::new("t-2"), TaskId::new("t-3")]);
+    // Each task's merge is an event naming its commit, which is in the history.
+    let merged: Vec<(TaskId, String)> = events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TaskMerged { task, commit } => Some((task, commit)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(merged.len(), 6, "{merged:?}");
+    let history = git_out(dir.path(), &["log", "--format=%H %s"]);
+    for (task, commit) in &merged {
+        assert!(
+            history.contains(&format!("{commit} {task}: ")),
+            "{task} {commit} in\n{history}"
+        );
+    }
     // The documented history: one commit per task on top of the base, no merge commits.
     let subjects = git_out(
         dir.path(),
