@@ -376,3 +376,69 @@ async fn a_stop_with_three_tasks_in_flight_ends_them_all_and_leaves_no_work_tree
         "no attempt was counted"
     );
 }
+
+#[tokio::test]
+async fn gates_run_in_the_tasks_own_work_tree() {
+    let dir = repo();
+    let store = MemoryStore::new();
+    let changes: Vec<Change> = (1..=2)
+        .map(|i| {
+            Change::Task(Task::new(format!("t-{i}"), format!("Task {i}")).with_acceptance("ok"))
+        })
+        .collect();
+    store.persist(&changes).await.expect("the board");
+    // t-1 writes built.txt and is merged while t-2 still runs; t-2 writes nothing, so its
+    // gate fails in its own work tree (made before the merge), though the workspace has
+    // the file by then. Its next attempt starts from the merged work and passes.
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Build, "t-1", writes("built.txt", "built\n", 0))
+            .on(
+                Role::Build,
+                "t-2",
+                Script::new()
+                    .delay(Duration::from_millis(500))
+                    .answer("Done.\n<TASK_DONE>"),
+            )
+            .on(
+                Role::Build,
+                "t-2",
+                Script::new().answer("Done.\n<TASK_DONE>"),
+            )
+            .always(Role::Verify, accept("ok"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    let events = Recorder::default();
+
+    let outcome = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(store)
+        .gate(ShellGate::new(
+            "built",
+            "test -f built.txt || { echo 'no built.txt here'; exit 1; }",
+        ))
+        .observer(events.clone())
+        .build_concurrency(2)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 2, .. }),
+        "{outcome:?}"
+    );
+    let retried: Vec<(TaskId, String)> = events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TaskRetry { task, reason, .. } => Some((task, reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retried.len(), 1, "{retried:?}");
+    assert_eq!(retried[0].0, TaskId::new("t-2"));
+    assert!(retried[0].1.contains("no built.txt here"), "{retried:?}");
+}
