@@ -163,6 +163,31 @@ macro_rules! cli_agent_settings {
 
 pub(super) use cli_agent_settings;
 
+/// The JSON event lines in the kept tail of a CLI's stdout, in order: the first line may
+/// be cut, so a line that does not parse is skipped.
+pub(super) fn event_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+}
+
+/// A run that exited without a failure in its events and without an answer: what stderr
+/// says, else that the kept tail of stdout held none.
+pub(super) fn no_answer(agent: &str, raw: &super::command::Raw) -> AgentExit {
+    let detail = if raw.stderr.trim().is_empty() {
+        format!(
+            "no answer in the last {} MiB of its output (the log has all of it)",
+            EVENTS_KEPT >> 20
+        )
+    } else {
+        raw.stderr.trim().to_owned()
+    };
+    AgentExit::Failed {
+        reason: format!("{agent} {}: {detail}", raw.how()),
+        kind: FailureKind::Attempt,
+    }
+}
+
 /// What a CLI's failure message means for the task: a usage or rate limit rests the agent
 /// until `reset` (or [`UNKNOWN_RESET`] from now); bad credentials are fatal; overload, a
 /// 5xx or a dropped stream are transient; anything else is a failed attempt.

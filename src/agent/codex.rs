@@ -5,9 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, EVENTS_KEPT, classify, cli_agent_settings};
+use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
-use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage};
+use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
 /// [`CodexCli`]: the OpenAI Codex CLI (`codex exec --json`), one fresh process per run.
@@ -174,10 +174,7 @@ impl Events {
     /// are skipped.
     fn read(stdout: &str, request: &AgentRequest) -> Self {
         let mut events = Events::default();
-        for line in stdout.lines() {
-            let Ok(event) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
+        for event in event_lines(stdout) {
             events.take(&event, request);
         }
         events
@@ -236,20 +233,7 @@ fn judge(raw: &Raw, events: Events, request: &AgentRequest) -> AgentRun {
                 }
                 run
             }
-            _ => {
-                let detail = if raw.stderr.trim().is_empty() {
-                    format!(
-                        "no answer in the last {} MiB of its output (the log has all of it)",
-                        EVENTS_KEPT >> 20
-                    )
-                } else {
-                    raw.stderr.trim().to_owned()
-                };
-                AgentRun::new(AgentExit::Failed {
-                    reason: format!("codex {}: {detail}", raw.how()),
-                    kind: FailureKind::Attempt,
-                })
-            }
+            _ => AgentRun::new(no_answer("codex", raw)),
         },
     };
     run.session_id = events.session;
@@ -293,7 +277,7 @@ fn reset_time(message: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{Claim, Role};
+    use crate::agent::{Claim, FailureKind, Role};
 
     /// A transcript the pinned CLI printed (`fixtures/codex/`), read as a run of `role` that
     /// exited with `code`.

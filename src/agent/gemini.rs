@@ -2,9 +2,9 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, EVENTS_KEPT, classify, cli_agent_settings};
+use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
-use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage};
+use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
 /// [`GeminiCli`]: the Google Gemini CLI in headless mode (`gemini --prompt "" --output-format
@@ -124,10 +124,8 @@ impl Events {
     /// parse is skipped.
     fn read(stdout: &str, request: &AgentRequest) -> Self {
         let mut events = Events::default();
-        for line in stdout.lines() {
-            if let Ok(event) = serde_json::from_str::<Value>(line) {
-                events.take(&event, request);
-            }
+        for event in event_lines(stdout) {
+            events.take(&event, request);
         }
         events
     }
@@ -189,20 +187,7 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
             {
                 AgentRun::completed(events.answer.clone())
             }
-            None => {
-                let detail = if raw.stderr.trim().is_empty() {
-                    format!(
-                        "no answer in the last {} MiB of its output (the log has all of it)",
-                        EVENTS_KEPT >> 20
-                    )
-                } else {
-                    raw.stderr.trim().to_owned()
-                };
-                AgentRun::new(AgentExit::Failed {
-                    reason: format!("gemini {}: {detail}", raw.how()),
-                    kind: FailureKind::Attempt,
-                })
-            }
+            None => AgentRun::new(no_answer("gemini", raw)),
         },
     };
     run.session_id = events.session;
@@ -213,7 +198,7 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{Claim, Role};
+    use crate::agent::{Claim, FailureKind, Role};
 
     /// A transcript the pinned CLI printed (`fixtures/gemini/`), read as a run of `role` that
     /// exited with `code`.

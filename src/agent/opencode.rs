@@ -2,9 +2,9 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, EVENTS_KEPT, classify, cli_agent_settings};
+use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
-use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage};
+use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
 /// The permissions of a read-only role, merged over opencode's own (`OPENCODE_PERMISSION`).
@@ -132,10 +132,8 @@ impl Events {
     /// parse is skipped.
     fn read(stdout: &str, request: &AgentRequest) -> Self {
         let mut events = Events::default();
-        for line in stdout.lines() {
-            if let Ok(event) = serde_json::from_str::<Value>(line) {
-                events.take(&event, request);
-            }
+        for event in event_lines(stdout) {
+            events.take(&event, request);
         }
         events
     }
@@ -194,20 +192,7 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
             {
                 AgentRun::completed(events.answer.join("\n"))
             }
-            None => {
-                let detail = if raw.stderr.trim().is_empty() {
-                    format!(
-                        "no answer in the last {} MiB of its output (the log has all of it)",
-                        EVENTS_KEPT >> 20
-                    )
-                } else {
-                    raw.stderr.trim().to_owned()
-                };
-                AgentRun::new(AgentExit::Failed {
-                    reason: format!("opencode {}: {detail}", raw.how()),
-                    kind: FailureKind::Attempt,
-                })
-            }
+            None => AgentRun::new(no_answer("opencode", raw)),
         },
     };
     run.session_id = events.session;
