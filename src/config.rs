@@ -86,7 +86,8 @@ pub struct Config {
     pub verify_concurrency: usize,
     /// Ready tasks built at once in BUILD, each by its own agent in its own git work tree
     /// (`.ralph/worktrees/<task>`, branch `ralph-task/<task>`), rebased onto the checked-out
-    /// branch and fast-forwarded into it as it passes its gates. Default 1 (one at a time,
+    /// branch and fast-forwarded into it when it passes its gates, in the order the attempts
+    /// started (priority order). Default 1 (one at a time,
     /// in the workspace itself). Needs a git repository with a commit; without one BUILD
     /// goes one at a time and says why.
     pub build_concurrency: usize,

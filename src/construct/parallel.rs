@@ -4,11 +4,15 @@
 //!
 //! An attempt that passes its gates is committed on its branch (`<task id>: <name>`), then
 //! rebased onto the checked-out branch's head and fast-forwarded into it: the history stays
-//! linear, one commit per task, in the order the tasks passed. When the rebase conflicts
-//! with work merged meanwhile, the attempt fails with the conflicting paths as its retry
-//! reason, and the next attempt starts from the new head. Every other ending is the same as
+//! linear, one commit per task. Passing attempts merge in the order they started, which is
+//! priority order: one that passes while an attempt started before it is still running
+//! waits for that one to end (see [`MergeOrder`]). When the rebase conflicts with work
+//! merged meanwhile, the attempt fails with the conflicting paths as its retry reason, and
+//! the next attempt starts from the new head. Every other ending is the same as
 //! one task at a time. The work tree and branch are removed when the attempt ends; those of
 //! a killed run are removed at the next start (see `runtime::worktrees`).
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -26,6 +30,8 @@ use crate::runtime::worktrees;
 
 /// How one attempt in a work tree ended.
 struct Built {
+    /// When the attempt started, in [`MergeOrder`].
+    started: u64,
     task: Task,
     tried: Option<String>,
     end: AttemptEnd,
@@ -33,6 +39,44 @@ struct Built {
 }
 
 type Jobs = JoinSet<Result<Built, Error>>;
+
+/// Holds back passing attempts so they merge in the order they started. Tasks start in
+/// priority order, so the history follows priority rather than the agents' speed; an
+/// attempt that does not pass (or is retried, starting anew at the back) holds back nothing.
+#[derive(Default)]
+struct MergeOrder {
+    next: u64,
+    running: BTreeSet<u64>,
+    passed: BTreeMap<u64, Built>,
+}
+
+impl MergeOrder {
+    /// A number for an attempt that starts now.
+    fn start(&mut self) -> u64 {
+        self.next += 1;
+        self.running.insert(self.next);
+        self.next
+    }
+
+    /// Takes in an attempt that ended; it lands now unless it passed and waits its turn.
+    fn ended(&mut self, built: Built) -> Option<Built> {
+        self.running.remove(&built.started);
+        if matches!(built.end, AttemptEnd::Done) {
+            self.passed.insert(built.started, built);
+            return None;
+        }
+        Some(built)
+    }
+
+    /// The next passed attempt whose turn it is: none started before it is still running.
+    fn next_to_merge(&mut self) -> Option<Built> {
+        let (&first, _) = self.passed.first_key_value()?;
+        if self.running.first().is_some_and(|&running| running < first) {
+            return None;
+        }
+        self.passed.remove(&first)
+    }
+}
 
 impl Engine {
     /// The head of the checked-out branch (the integration branch), or `None` outside a git
@@ -72,12 +116,14 @@ impl Engine {
     pub(super) async fn build_at_once(&mut self, at_once: usize) -> Result<Flow, Error> {
         let mut queue = ReadyQueue::new(&self.board);
         let mut jobs = Jobs::new();
+        let mut order = MergeOrder::default();
         let mut flow: Option<Flow> = None;
         loop {
             while flow.is_none() && jobs.len() < at_once && !self.stopped() {
                 let Some(id) = queue.pop() else { break };
                 let deadline = deadline::after(self.config().stage_timeout);
-                self.start_in_work_tree(&mut jobs, &id, deadline).await?;
+                self.start_in_work_tree(&mut jobs, &mut order, &id, deadline)
+                    .await?;
             }
             let Some(joined) = jobs.join_next().await else {
                 break;
@@ -87,21 +133,28 @@ impl Engine {
                     "a build job failed: {e}"
                 )))
             })??;
-            // A retry goes on under the task's deadline, moved by any rate limit waited out.
-            let (id, deadline) = (built.task.id.clone(), built.deadline);
-            match self.land(built).await? {
-                Settled::Retry if flow.is_none() && !self.stopped() => {
-                    self.start_in_work_tree(&mut jobs, &id, deadline).await?;
-                }
-                Settled::Retry => {}
-                Settled::End(TaskEnd::Done) => queue.finished(&id),
-                Settled::End(TaskEnd::Blocked) => {}
-                Settled::End(TaskEnd::Killed) => {
-                    flow.get_or_insert(Flow::Continue);
-                }
-                Settled::End(TaskEnd::Interrupted) => flow = Some(Flow::Interrupted),
-                Settled::End(TaskEnd::Stop(outcome)) => {
-                    flow.get_or_insert(Flow::Stop(outcome));
+            let mut landing: Vec<Built> = order.ended(built).into_iter().collect();
+            while let Some(next) = order.next_to_merge() {
+                landing.push(next);
+            }
+            for built in landing {
+                // A retry goes on under the task's deadline, moved by any rate limit waited out.
+                let (id, deadline) = (built.task.id.clone(), built.deadline);
+                match self.land(built).await? {
+                    Settled::Retry if flow.is_none() && !self.stopped() => {
+                        self.start_in_work_tree(&mut jobs, &mut order, &id, deadline)
+                            .await?;
+                    }
+                    Settled::Retry => {}
+                    Settled::End(TaskEnd::Done) => queue.finished(&id),
+                    Settled::End(TaskEnd::Blocked) => {}
+                    Settled::End(TaskEnd::Killed) => {
+                        flow.get_or_insert(Flow::Continue);
+                    }
+                    Settled::End(TaskEnd::Interrupted) => flow = Some(Flow::Interrupted),
+                    Settled::End(TaskEnd::Stop(outcome)) => {
+                        flow.get_or_insert(Flow::Stop(outcome));
+                    }
                 }
             }
         }
@@ -116,6 +169,7 @@ impl Engine {
     async fn start_in_work_tree(
         &mut self,
         jobs: &mut Jobs,
+        order: &mut MergeOrder,
         id: &TaskId,
         deadline: Instant,
     ) -> Result<(), Error> {
@@ -136,10 +190,19 @@ impl Engine {
         });
         let worker = self.worker();
         let workspace = self.ctx.workspace.clone();
+        let started = order.start();
         let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
         jobs.spawn(
-            async move { attempt_in_work_tree(worker, &workspace, task, prompt, deadline, &base).await }
-                .instrument(span),
+            async move {
+                let attempt = Attempt {
+                    started,
+                    task,
+                    prompt,
+                    deadline,
+                };
+                attempt_in_work_tree(worker, &workspace, attempt, &base).await
+            }
+            .instrument(span),
         );
         Ok(())
     }
@@ -187,16 +250,28 @@ impl Engine {
     }
 }
 
-/// One attempt of `task` in its own work tree from `base`: the agent, the gates, and, when
+/// An attempt about to start.
+struct Attempt {
+    started: u64,
+    task: Task,
+    prompt: String,
+    deadline: Instant,
+}
+
+/// One attempt in the task's own work tree from `base`: the agent, the gates, and, when
 /// they pass, a commit on the task's branch.
 async fn attempt_in_work_tree(
     worker: Worker,
     workspace: &std::path::Path,
-    task: Task,
-    prompt: String,
-    mut deadline: Instant,
+    attempt: Attempt,
     base: &str,
 ) -> Result<Built, Error> {
+    let Attempt {
+        started,
+        task,
+        prompt,
+        mut deadline,
+    } = attempt;
     let path = worktrees::add(&Git::new(workspace), workspace, &task.id, base).await?;
     let mut tried = None;
     let end = worker
@@ -209,6 +284,7 @@ async fn attempt_in_work_tree(
             .await?;
     }
     Ok(Built {
+        started,
         task,
         tried,
         end,

@@ -1,6 +1,7 @@
 //! `build_concurrency`: ready tasks built at once, each in its own git work tree, merged
-//! into the checked-out branch as they pass (rebased: a linear history, one commit per
-//! task); a merge conflict sends the task back to be built again on the merged work.
+//! into the checked-out branch in the order they started (rebased: a linear history, one
+//! commit per task); a merge conflict sends the task back to be built again on the merged
+//! work.
 
 use std::process::Command;
 
@@ -69,8 +70,10 @@ async fn six_tasks_at_three_at_once_with_two_conflicting_pairs_are_all_accepted_
     let base = git_out(dir.path(), &["rev-parse", "HEAD"]);
     let store = MemoryStore::new();
     six_tasks(&store).await;
-    // Each pair's second task finishes after its first has been merged, so it conflicts
-    // once and is built again on top of it.
+    // t-1, t-2 and t-3 start at once; t-4 starts when t-1 has merged, while t-3 is still
+    // being built. Attempts merge in the order they started, so whichever agent is faster,
+    // t-2 meets t-1's `a.txt` and t-4 meets t-3's `b.txt`: each conflicts once and is built
+    // again on top of the other. t-4, t-5 and t-6 pass before t-2 and t-3 and wait their turn.
     let agent = Arc::new(
         FakeAgent::new()
             .on(Role::Build, "t-1", writes("a.txt", "from t-1\n", 0))
@@ -80,13 +83,13 @@ async fn six_tasks_at_three_at_once_with_two_conflicting_pairs_are_all_accepted_
                 "t-2",
                 writes("a.txt", "from t-1, then t-2\n", 0),
             )
-            .on(Role::Build, "t-3", writes("b.txt", "from t-3\n", 800))
+            .on(Role::Build, "t-3", writes("b.txt", "from t-3\n", 1000))
+            .on(Role::Build, "t-4", writes("b.txt", "from t-4\n", 0))
             .on(
                 Role::Build,
-                "t-3",
-                writes("b.txt", "from t-4, then t-3\n", 0),
+                "t-4",
+                writes("b.txt", "from t-3, then t-4\n", 0),
             )
-            .on(Role::Build, "t-4", writes("b.txt", "from t-4\n", 0))
             .on(Role::Build, "t-5", writes("c.txt", "from t-5\n", 0))
             .on(Role::Build, "t-6", writes("d.txt", "from t-6\n", 0))
             .always(Role::Verify, accept("exists"))
@@ -123,7 +126,7 @@ async fn six_tasks_at_three_at_once_with_two_conflicting_pairs_are_all_accepted_
             _ => None,
         })
         .collect();
-    assert_eq!(conflicts, [TaskId::new("t-2"), TaskId::new("t-3")]);
+    assert_eq!(conflicts, [TaskId::new("t-2"), TaskId::new("t-4")]);
     // Each task's merge is an event naming its commit, which is in the history.
     let merged: Vec<(TaskId, String)> = events
         .events()
@@ -141,29 +144,33 @@ async fn six_tasks_at_three_at_once_with_two_conflicting_pairs_are_all_accepted_
             "{task} {commit} in\n{history}"
         );
     }
-    // The documented history: one commit per task on top of the base, no merge commits.
+    // The documented history: one commit per task on top of the base, no merge commits, in
+    // the order the merged attempts started (a retried task starts again at the back).
     let subjects = git_out(
         dir.path(),
-        &["log", "--format=%s", &format!("{}..HEAD", base.trim())],
+        &[
+            "log",
+            "--reverse",
+            "--format=%s",
+            &format!("{}..HEAD", base.trim()),
+        ],
     );
-    let mut subjects: Vec<&str> = subjects.lines().collect();
-    assert_eq!(subjects.len(), 6, "{subjects:?}");
-    subjects.sort_unstable();
+    let subjects: Vec<&str> = subjects.lines().collect();
     assert_eq!(
         subjects,
         [
             "t-1: Task 1",
-            "t-2: Task 2",
             "t-3: Task 3",
-            "t-4: Task 4",
             "t-5: Task 5",
-            "t-6: Task 6"
+            "t-6: Task 6",
+            "t-2: Task 2",
+            "t-4: Task 4",
         ]
     );
     assert_eq!(git_out(dir.path(), &["rev-list", "--merges", "HEAD"]), "");
     let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
     assert_eq!(read("a.txt"), "from t-1, then t-2\n");
-    assert_eq!(read("b.txt"), "from t-4, then t-3\n");
+    assert_eq!(read("b.txt"), "from t-3, then t-4\n");
     assert_eq!(read("c.txt"), "from t-5\n");
     // No work tree or branch of ralph's is left.
     assert_eq!(
