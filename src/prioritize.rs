@@ -231,7 +231,7 @@ impl fmt::Display for CriticalPath {
 impl Prioritizer for CriticalPath {
     fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
         let gathered = Gathered::new(tasks);
-        let graph = Graph::new(&gathered);
+        let graph = Graph::new(gathered.deps);
         let topo = graph
             .topological_order()
             .map_err(|cycle| cycle_error(tasks, &cycle))?;
@@ -459,47 +459,101 @@ struct IdIndex<'a> {
     limit: usize,
 }
 
-/// What the prioritizer reads of the tasks besides their priorities, gathered in one pass:
-/// on large boards the tasks (336 bytes each, 34 MB at 100,000) no longer fit the
-/// processor's cache, and each further pass over them streams them from memory again.
-struct Gathered<'a> {
-    index: IdIndex<'a>,
+/// What the prioritizer reads of the tasks besides their texts, gathered in one pass: on
+/// large boards the tasks (336 bytes each, 34 MB at 100,000) no longer fit the processor's
+/// cache, and each further pass over them streams them from memory again. The dependencies
+/// are resolved in the same pass, while their ids are still in the cache: those naming an
+/// earlier task at once (ralph's tasks only ever name earlier ones), the rest once every id
+/// is known.
+struct Gathered {
     /// Each task's id, in input order (moved into the result in execution order).
     ids: Vec<Option<TaskId>>,
-    /// Every task's dependencies, one after the other; task `v`'s are
-    /// `deps[dep_starts[v]..dep_starts[v + 1]]`.
-    deps: Vec<&'a str>,
-    dep_starts: Vec<usize>,
+    /// `deps.of(v)`: the tasks `v` waits for, without unknown or repeated ones.
+    deps: Adjacency,
     /// Each task's explicit priority.
     priority: Vec<Option<Priority>>,
 }
 
-impl<'a> Gathered<'a> {
-    fn new(tasks: &'a [Task]) -> Self {
-        let mut gathered = Gathered {
-            index: IdIndex::new(tasks.len()),
-            ids: Vec::with_capacity(tasks.len()),
-            deps: Vec::new(),
-            dep_starts: Vec::with_capacity(tasks.len() + 1),
-            priority: Vec::with_capacity(tasks.len()),
-        };
-        gathered.dep_starts.push(0);
-        for (v, task) in tasks.iter().enumerate() {
-            gathered.index.add(task.id.as_str(), v);
-            gathered.ids.push(Some(task.id.clone()));
-            gathered.deps.extend(task.deps.iter().map(TaskId::as_str));
-            gathered.dep_starts.push(gathered.deps.len());
-            gathered.priority.push(task.priority);
+/// A dependency that named no earlier task when its task was read: its place in
+/// [`Adjacency::targets`] and the id it names.
+struct Unresolved<'a> {
+    slot: usize,
+    id: &'a str,
+}
+
+/// Whether a task is new to the dependency list being built, so that a repeated dependency
+/// counts once. A short list (nearly all) is scanned: it is in the cache, where an array
+/// over all tasks, looked up at random, is not on large boards. A long one uses a set.
+#[derive(Default)]
+struct Seen {
+    long: std::collections::HashSet<u32, BuildIdHasher>,
+}
+
+impl Seen {
+    /// A list longer than this uses the set.
+    const SCAN: usize = 32;
+
+    /// Starts a new list.
+    fn start(&mut self) {
+        self.long.clear();
+    }
+
+    /// Whether `u` is not in `list` (the list so far; every entry went through here).
+    fn is_new(&mut self, list: &[u32], u: u32) -> bool {
+        if list.len() < Self::SCAN {
+            return !list.contains(&u);
         }
-        gathered
+        if self.long.is_empty() {
+            self.long.extend(list);
+        }
+        self.long.insert(u)
     }
+}
 
-    fn tasks(&self) -> usize {
-        self.ids.len()
-    }
-
-    fn deps_of(&self, v: usize) -> &[&'a str] {
-        &self.deps[self.dep_starts[v]..self.dep_starts[v + 1]]
+impl Gathered {
+    fn new(tasks: &[Task]) -> Self {
+        let n = tasks.len();
+        let mut index = IdIndex::new(n);
+        let mut ids = Vec::with_capacity(n);
+        let mut priority = Vec::with_capacity(n);
+        let mut starts: Vec<u32> = Vec::with_capacity(n + 1);
+        let mut targets: Vec<u32> = Vec::with_capacity(n.saturating_mul(3));
+        let mut unresolved = Vec::new();
+        let mut seen = Seen::default();
+        starts.push(0);
+        for (v, task) in tasks.iter().enumerate() {
+            let first = targets.len();
+            index.add(task.id.as_str(), v);
+            ids.push(Some(task.id.clone()));
+            priority.push(task.priority);
+            seen.start();
+            for dep in &task.deps {
+                match index.get(dep.as_str()).map(index32) {
+                    Some(u) => {
+                        if seen.is_new(&targets[first..], u) {
+                            targets.push(u);
+                        }
+                    }
+                    None => {
+                        unresolved.push(Unresolved {
+                            slot: targets.len(),
+                            id: dep.as_str(),
+                        });
+                        targets.push(NO_TASK);
+                    }
+                }
+            }
+            starts.push(index32(targets.len()));
+        }
+        let mut deps = Adjacency { starts, targets };
+        if !unresolved.is_empty() {
+            deps.resolve(&index, &unresolved);
+        }
+        Gathered {
+            ids,
+            deps,
+            priority,
+        }
     }
 }
 
@@ -631,6 +685,34 @@ impl Adjacency {
         self.starts.len() - 1
     }
 
+    /// Fills in the dependencies that named a task not read yet (with duplicate task ids,
+    /// the first), then drops those naming no task and the repeats.
+    fn resolve(&mut self, index: &IdIndex<'_>, unresolved: &[Unresolved<'_>]) {
+        for dep in unresolved {
+            if let Some(u) = index.get(dep.id) {
+                self.targets[dep.slot] = index32(u);
+            }
+        }
+        let mut seen = Seen::default();
+        let mut kept = 0;
+        for v in 0..self.len() {
+            let list = self.starts[v] as usize..self.starts[v + 1] as usize;
+            let first = kept;
+            self.starts[v] = index32(first);
+            seen.start();
+            for slot in list {
+                let u = self.targets[slot];
+                if u != NO_TASK && seen.is_new(&self.targets[first..kept], u) {
+                    self.targets[kept] = u;
+                    kept += 1;
+                }
+            }
+        }
+        let n = self.len();
+        self.starts[n] = index32(kept);
+        self.targets.truncate(kept);
+    }
+
     /// The same edges pointing the other way; each reversed list is in ascending order.
     fn reversed(&self) -> Adjacency {
         let n = self.len();
@@ -653,6 +735,9 @@ impl Adjacency {
     }
 }
 
+/// In [`Adjacency::targets`] while being built: a dependency naming no task (yet).
+const NO_TASK: u32 = u32::MAX;
+
 /// A task index or edge count as stored: boards have fewer than 2^32 tasks and edges (one
 /// that large would not fit in memory).
 fn index32(v: usize) -> u32 {
@@ -668,29 +753,8 @@ struct Graph {
 }
 
 impl Graph {
-    /// Resolves ids to indices, dropping unknown and repeated dependencies. With duplicate
-    /// task ids, dependencies resolve to the first.
-    fn new(gathered: &Gathered<'_>) -> Self {
-        let n = gathered.tasks();
-        // `added_by[u] == v + 1` once `v`'s edge to `u` is in: dedup without sorting.
-        let mut added_by = vec![0u32; n];
-        let mut starts: Vec<u32> = Vec::with_capacity(n + 1);
-        let mut targets: Vec<u32> = Vec::new();
-        starts.push(0);
-        for v in 0..n {
-            for u in gathered
-                .deps_of(v)
-                .iter()
-                .filter_map(|d| gathered.index.get(d))
-            {
-                if added_by[u] != index32(v + 1) {
-                    added_by[u] = index32(v + 1);
-                    targets.push(index32(u));
-                }
-            }
-            starts.push(index32(targets.len()));
-        }
-        let deps = Adjacency { starts, targets };
+    /// The graph of `deps` (resolved, without unknown or repeated dependencies).
+    fn new(deps: Adjacency) -> Self {
         let dependents = deps.reversed();
         Graph { deps, dependents }
     }
@@ -1043,6 +1107,49 @@ mod tests {
             task("t-2", "Implement b").with_deps(["t-1", "t-1", "t-1"]),
         ]);
         assert_eq!(priority_of(&run(&tasks), "t-1"), Priority::Medium);
+    }
+
+    #[test]
+    fn repeated_dependency_on_a_later_task_counts_once() {
+        let mut tasks = chain(4);
+        tasks.extend([
+            task("t-2", "Implement b").with_deps(["t-1", "t-99", "t-1", "t-1"]),
+            task("t-1", "Implement a"),
+        ]);
+        let out = run(&tasks);
+        assert_eq!(priority_of(&out, "t-1"), Priority::Medium);
+        let at = |id: &str| ids(&out).iter().position(|&x| x == id);
+        assert!(at("t-1") < at("t-2"), "{:?}", ids(&out));
+    }
+
+    #[rstest]
+    #[case::earlier(false)]
+    #[case::later(true)]
+    fn a_long_dependency_list_counts_each_repeat_once(#[case] later: bool) {
+        // 40 tasks (more than a list is scanned for), each named three times by `all`.
+        let named: Vec<Task> = (0..40)
+            .map(|i| task(&format!("d-{i}"), "Implement a part"))
+            .collect();
+        let deps: Vec<String> = (0..120).map(|i| format!("d-{}", i % 40)).collect();
+        let all = task("all", "Implement the whole").with_deps(deps);
+        let mut tasks = chain(4);
+        if later {
+            tasks.push(all);
+            tasks.extend(named);
+        } else {
+            tasks.extend(named);
+            tasks.push(all);
+        }
+        let out = run(&tasks);
+        // Each has one dependent, not three (which would make it HIGH).
+        for i in 0..40 {
+            assert_eq!(
+                priority_of(&out, &format!("d-{i}")),
+                Priority::Medium,
+                "d-{i}"
+            );
+        }
+        assert_eq!(ids(&out).last(), Some(&"all"));
     }
 
     #[test]
