@@ -552,6 +552,10 @@ impl Git {
         command
             .arg("-C")
             .arg(&self.dir)
+            // No automatic housekeeping after ralph's commits, rebases and merges: git
+            // detaches it into the background, where it would outlive the run (and, in a
+            // work tree, could race the next `worktree add`). The user's own git runs it.
+            .args(["-c", "gc.auto=0", "-c", "maintenance.auto=false"])
             .args(args)
             .env("LC_ALL", "C")
             .env("GIT_TERMINAL_PROMPT", "0")

@@ -150,3 +150,39 @@ async fn commit_all_excludes_paths_that_are_also_gitignored() {
     let left = git.changes(&[]).await.expect("status");
     assert_eq!(left, ["?? logs/run.log"]);
 }
+
+/// ralph's commits never start git's automatic housekeeping: `git gc --auto` (and `git
+/// maintenance run --auto`) detach into the background, where they would outlive the run.
+#[tokio::test]
+async fn a_commit_by_ralph_starts_no_automatic_gc() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = repo(dir.path()).await;
+    let config = |key: &str, value: &str| {
+        let status = std::process::Command::new("git")
+            .args(["config", key, value])
+            .current_dir(dir.path())
+            .status()
+            .expect("git config");
+        assert!(status.success());
+    };
+    // Housekeeping as eager as it gets, run in the foreground so that its effect (loose
+    // objects packed) is visible when the commit returns.
+    config("gc.auto", "1");
+    config("gc.autoDetach", "false");
+    config("maintenance.autoDetach", "false");
+    // Enough loose objects for git's estimate (it samples one of 256 object directories).
+    let paths: Vec<String> = (0..3000).map(|i| format!("f/{i}.txt")).collect();
+    fs::create_dir_all(dir.path().join("f")).expect("mkdir");
+    for (i, path) in paths.iter().enumerate() {
+        fs::write(dir.path().join(path), format!("{i}\n")).expect("write");
+    }
+    git.commit_all("Many files", &[]).await.expect("commit");
+
+    let counts = std::process::Command::new("git")
+        .args(["count-objects", "-v"])
+        .current_dir(dir.path())
+        .output()
+        .expect("git count-objects");
+    let counts = String::from_utf8_lossy(&counts.stdout);
+    assert!(counts.lines().any(|l| l == "packs: 0"), "{counts}");
+}
