@@ -18,9 +18,9 @@ use crate::config::Config;
 ///
 /// | event | becomes |
 /// |---|---|
-/// | `thread.started` | [`AgentRun::session_id`] |
-/// | `item.completed` of an `agent_message` | the final answer: the last one |
-/// | `item.completed` of a `command_execution` | an [`AgentEvent::ToolUse`] |
+/// | `thread.started` | [`AgentRun::session_id`], and at once an [`AgentEvent::Session`] |
+/// | `item.completed` of an `agent_message` | the final answer: the last one; at once an [`AgentEvent::Text`] |
+/// | `item.started` of a `command_execution` | at once an [`AgentEvent::ToolUse`] |
 /// | `turn.completed` | [`AgentRun::usage`] |
 /// | `turn.failed`, `error` | the failure: a usage limit is [`AgentExit::RateLimited`] until the time the CLI names; a 401, 403 or missing key is fatal; high demand, a 5xx or a dropped stream is transient; anything else a failed attempt |
 ///
@@ -106,13 +106,14 @@ impl Agent for CodexCli {
         let ran = self
             .config
             .supervisor("codex", self.grace)
+            .live(live)
             .supervise(&request, &argv, true)
             .await;
         if let Some((path, true)) = &schema_file {
             let _ = tokio::fs::remove_file(path).await;
         }
         let raw = ran?;
-        let events = Events::read(&raw.stdout, &request);
+        let events = Events::read(&raw.stdout);
         Ok(raw.finish(judge(&raw, events, &request), &request))
     }
 
@@ -172,15 +173,15 @@ struct Events {
 impl Events {
     /// Reads the kept tail of stdout: the first line may be cut, so lines that do not parse
     /// are skipped.
-    fn read(stdout: &str, request: &AgentRequest) -> Self {
+    fn read(stdout: &str) -> Self {
         let mut events = Events::default();
         for event in event_lines(stdout) {
-            events.take(&event, request);
+            events.take(&event);
         }
         events
     }
 
-    fn take(&mut self, event: &Value, request: &AgentRequest) {
+    fn take(&mut self, event: &Value) {
         let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
             "thread.started" => self.session = text(event, "thread_id"),
@@ -188,12 +189,8 @@ impl Events {
                 let Some(item) = event.get("item") else {
                     return;
                 };
-                match item.get("type").and_then(Value::as_str).unwrap_or("") {
-                    "agent_message" => self.answer = text(item, "text"),
-                    "command_execution" => request.events.emit(AgentEvent::ToolUse {
-                        name: "exec_command".into(),
-                    }),
-                    _ => {}
+                if item.get("type").and_then(Value::as_str) == Some("agent_message") {
+                    self.answer = text(item, "text");
                 }
             }
             "turn.started" => self.failure = None,
@@ -214,6 +211,24 @@ impl Events {
             "error" if self.failure.is_none() => self.failure = text(event, "message"),
             _ => {}
         }
+    }
+}
+
+/// The live event a line of the CLI means: its thread, each command as it starts, and each
+/// message.
+fn live(event: &Value) -> Option<AgentEvent> {
+    let item = &event["item"];
+    match (event["type"].as_str()?, item["type"].as_str()) {
+        ("thread.started", _) => Some(AgentEvent::Session {
+            id: event["thread_id"].as_str()?.to_owned(),
+        }),
+        ("item.started", Some("command_execution")) => Some(AgentEvent::ToolUse {
+            name: "exec_command".into(),
+        }),
+        ("item.completed", Some("agent_message")) => {
+            Some(super::live::text(item["text"].as_str()?))
+        }
+        _ => None,
     }
 }
 
@@ -284,7 +299,7 @@ mod tests {
     fn replay(transcript: &str, role: Role, code: i32) -> AgentRun {
         let request = AgentRequest::new(role, "p", ".");
         let raw = Raw::exited(code, transcript);
-        judge(&raw, Events::read(&raw.stdout, &request), &request)
+        judge(&raw, Events::read(&raw.stdout), &request)
     }
 
     #[test]
@@ -339,6 +354,25 @@ mod tests {
                 }
             ),
             "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_recorded_run_shows_its_thread_each_command_as_it_starts_and_each_message() {
+        let events = crate::agent::live::replay(
+            include_str!("../../fixtures/codex/tool-flow-done.jsonl"),
+            live,
+        );
+        assert!(
+            matches!(
+                &events[..],
+                [
+                    AgentEvent::Session { .. },
+                    AgentEvent::ToolUse { name },
+                    AgentEvent::Text { text },
+                ] if name == "exec_command" && text.ends_with("<TASK_DONE>")
+            ),
+            "{events:?}"
         );
     }
 

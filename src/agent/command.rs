@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
 
+use super::live::{LiveLines, LiveMap};
 use super::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
 use crate::config::Config;
 use crate::output::BoundedOutput;
@@ -104,6 +106,8 @@ pub struct CommandAgent {
     kept: usize,
     /// stdout goes to a file, not a pipe (see [`stdout_to_file`](Self::stdout_to_file)).
     stdout_file: bool,
+    /// What stdout's JSON lines mean as live events, for a CLI agent (see [`live`](Self::live)).
+    live: Option<LiveMap>,
 }
 
 impl CommandAgent {
@@ -122,6 +126,7 @@ impl CommandAgent {
             grace: Config::default().grace,
             kept: ANSWER_KEPT,
             stdout_file: false,
+            live: None,
         }
     }
 
@@ -148,6 +153,7 @@ impl CommandAgent {
             grace: config.grace,
             kept: ANSWER_KEPT,
             stdout_file: false,
+            live: None,
         })
     }
 
@@ -181,6 +187,12 @@ impl CommandAgent {
     #[must_use]
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sends the live events stdout's JSON lines mean, as each line arrives.
+    pub(super) fn live(mut self, map: LiveMap) -> Self {
+        self.live = Some(map);
         self
     }
 
@@ -404,10 +416,23 @@ impl CommandAgent {
         let stdout = child.take_stdout();
         let stderr = child.take_stderr();
         let (active, activity) = tokio::sync::watch::channel(Instant::now());
-        let follower = file
-            .as_ref()
-            .map(|f| tokio::spawn(f.follow(active.clone())));
-        let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active, self.kept));
+        let live = self
+            .live
+            .map(|map| LiveLines::new(map, request.events.clone()));
+        let ended = CancellationToken::new();
+        let (follower, live) = match &file {
+            Some(f) => {
+                let follow = f.follow(active.clone(), live, ended.clone());
+                (Some(tokio::spawn(follow)), None)
+            }
+            None => (None, live),
+        };
+        let stdout = Pumped {
+            source: stdout,
+            kept: self.kept,
+            live,
+        };
+        let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active));
         let deadline = request.timeout.map(|t| started + t);
         let ending = self.watch(&mut child, request, deadline, activity).await;
         let (exit, leaked) = match ending {
@@ -438,7 +463,8 @@ impl CommandAgent {
                 .emit(super::AgentEvent::LeftoversKilled { count: leaked });
         }
         if let Some(follower) = follower {
-            follower.abort();
+            ended.cancel();
+            let _ = follower.await;
         }
         let stdout = match &file {
             Some(file) => file.tail(self.kept).await?,
@@ -601,20 +627,38 @@ impl StdoutFile {
             })
     }
 
-    /// Marks activity whenever the file grows, until aborted.
+    /// Marks activity whenever the file grows, and reads what was added for `live`, until
+    /// `ended` (then it reads the rest).
     fn follow(
         &self,
         activity: tokio::sync::watch::Sender<Instant>,
+        mut live: Option<LiveLines>,
+        ended: CancellationToken,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let path = self.path.clone();
         async move {
             let mut seen = 0;
+            let mut reader = None;
             loop {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                let last = tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(200)) => false,
+                    () = ended.cancelled() => true,
+                };
                 let len = tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
                 if len != seen {
                     seen = len;
                     activity.send_replace(Instant::now());
+                    if let Some(live) = live.as_mut() {
+                        if reader.is_none() {
+                            reader = tokio::fs::File::open(&path).await.ok();
+                        }
+                        if let Some(file) = reader.as_mut() {
+                            read_new(file, live).await;
+                        }
+                    }
+                }
+                if last {
+                    return;
                 }
             }
         }
@@ -642,21 +686,44 @@ impl StdoutFile {
     }
 }
 
+/// Reads what was appended to `file` since the last call into `live`.
+async fn read_new(file: &mut tokio::fs::File, live: &mut LiveLines) {
+    let mut buf = vec![0; 64 * 1024];
+    while let Ok(n) = file.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        live.push(&buf[..n]);
+    }
+}
+
+/// stdout of a run, as the pump reads it: how much to keep, and the live events.
+struct Pumped {
+    source: Option<tokio::process::ChildStdout>,
+    kept: usize,
+    live: Option<LiveLines>,
+}
+
 /// Reads stdout and stderr to their ends into bounded buffers, both into the log, marking
 /// each read on `activity`.
 async fn pump_both(
-    stdout: Option<tokio::process::ChildStdout>,
+    mut stdout: Pumped,
     stderr: Option<tokio::process::ChildStderr>,
     log: Option<tokio::fs::File>,
     activity: tokio::sync::watch::Sender<Instant>,
-    kept: usize,
 ) -> Output {
     let log = tokio::sync::Mutex::new(log);
-    let mut out = BoundedOutput::new(0, kept);
+    let mut out = BoundedOutput::new(0, stdout.kept);
     let mut err = BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2);
     tokio::join!(
-        pump(stdout, &mut out, &log, &activity),
-        pump(stderr, &mut err, &log, &activity)
+        pump(
+            stdout.source,
+            &mut out,
+            stdout.live.as_mut(),
+            &log,
+            &activity
+        ),
+        pump(stderr, &mut err, None, &log, &activity)
     );
     Output {
         stdout: out,
@@ -667,6 +734,7 @@ async fn pump_both(
 async fn pump(
     source: Option<impl AsyncRead + Unpin>,
     into: &mut BoundedOutput,
+    mut live: Option<&mut LiveLines>,
     log: &tokio::sync::Mutex<Option<tokio::fs::File>>,
     activity: &tokio::sync::watch::Sender<Instant>,
 ) {
@@ -677,6 +745,9 @@ async fn pump(
             break;
         }
         into.push(&buf[..n]);
+        if let Some(live) = live.as_mut() {
+            live.push(&buf[..n]);
+        }
         activity.send_replace(Instant::now());
         if let Some(file) = log.lock().await.as_mut() {
             // A log that cannot be written loses the transcript, not the run.

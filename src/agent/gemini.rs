@@ -16,9 +16,9 @@ use crate::config::Config;
 ///
 /// | event | becomes |
 /// |---|---|
-/// | `init` | [`AgentRun::session_id`] |
-/// | `message` of the assistant | the final answer: the text after the last tool call (deltas joined) |
-/// | `tool_use` | an [`AgentEvent::ToolUse`]; the answer starts over |
+/// | `init` | [`AgentRun::session_id`], and at once an [`AgentEvent::Session`] |
+/// | `message` of the assistant | the final answer: the text after the last tool call (deltas joined); at once an [`AgentEvent::Text`] per message |
+/// | `tool_use` | at once an [`AgentEvent::ToolUse`]; the answer starts over |
 /// | `result` | [`AgentRun::usage`]; with `status: "error"`, the failure: a 429 or exhausted quota is [`AgentExit::RateLimited`], a 401 or 403 is fatal, a 5xx transient, anything else a failed attempt |
 ///
 /// BUILD runs with `--approval-mode yolo` (every tool allowed), every other role with
@@ -91,9 +91,10 @@ impl Agent for GeminiCli {
             .supervisor("gemini", self.grace)
             // The CLI exits before a pipe takes a long answer; a file keeps it whole.
             .stdout_to_file()
+            .live(live)
             .supervise(&request, &argv, true)
             .await?;
-        let events = Events::read(&raw.stdout, &request);
+        let events = Events::read(&raw.stdout);
         Ok(raw.finish(judge(&raw, events), &request))
     }
 
@@ -122,15 +123,15 @@ struct Events {
 impl Events {
     /// Reads the kept tail of stdout: its first line may be cut, so a line that does not
     /// parse is skipped.
-    fn read(stdout: &str, request: &AgentRequest) -> Self {
+    fn read(stdout: &str) -> Self {
         let mut events = Events::default();
         for event in event_lines(stdout) {
-            events.take(&event, request);
+            events.take(&event);
         }
         events
     }
 
-    fn take(&mut self, event: &Value, request: &AgentRequest) {
+    fn take(&mut self, event: &Value) {
         let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
             "init" => self.session = text("session_id"),
@@ -145,9 +146,6 @@ impl Events {
             "tool_use" => {
                 self.answer.clear();
                 self.answered = false;
-                request.events.emit(AgentEvent::ToolUse {
-                    name: text("tool_name").unwrap_or_else(|| "tool".into()),
-                });
             }
             "result" => {
                 if let Some(stats) = event.get("stats") {
@@ -171,6 +169,23 @@ impl Events {
             "error" if self.failure.is_none() => self.failure = text("message"),
             _ => {}
         }
+    }
+}
+
+/// The live event a line of the CLI means: its session, each tool call, each message of
+/// the assistant.
+fn live(event: &Value) -> Option<AgentEvent> {
+    match event["type"].as_str()? {
+        "init" => Some(AgentEvent::Session {
+            id: event["session_id"].as_str()?.to_owned(),
+        }),
+        "tool_use" => Some(AgentEvent::ToolUse {
+            name: event["tool_name"].as_str().unwrap_or("tool").to_owned(),
+        }),
+        "message" if event["role"] == "assistant" => {
+            Some(super::live::text(event["content"].as_str()?))
+        }
+        _ => None,
     }
 }
 
@@ -203,9 +218,29 @@ mod tests {
     /// A transcript the pinned CLI printed (`fixtures/gemini/`), read as a run of `role` that
     /// exited with `code`.
     fn replay(transcript: &str, role: Role, code: i32) -> AgentRun {
-        let request = AgentRequest::new(role, "p", ".");
+        // The role the transcript was recorded with; this CLI's result does not depend on it.
+        let _ = role;
         let raw = Raw::exited(code, transcript);
-        judge(&raw, Events::read(&raw.stdout, &request))
+        judge(&raw, Events::read(&raw.stdout))
+    }
+
+    #[test]
+    fn a_recorded_run_shows_its_session_each_tool_call_and_each_message() {
+        let events = crate::agent::live::replay(
+            include_str!("../../fixtures/gemini/tool-flow-done.jsonl"),
+            live,
+        );
+        assert!(
+            matches!(
+                &events[..],
+                [
+                    AgentEvent::Session { .. },
+                    AgentEvent::ToolUse { name },
+                    AgentEvent::Text { text },
+                ] if name == "run_shell_command" && text.ends_with("<TASK_DONE>")
+            ),
+            "{events:?}"
+        );
     }
 
     #[test]

@@ -14,17 +14,17 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// per run.
 ///
 /// The prompt goes to stdin, which survives prompts of any size; stdout goes to a file
-/// beside the log, read after the run (see [`GeminiCli`](super::GeminiCli) for why). The
-/// CLI prints one JSON event per line; ralph keeps the last
+/// beside the log (see [`GeminiCli`](super::GeminiCli) for why), followed while the CLI
+/// runs for the live events. The CLI prints one JSON event per line; ralph keeps the last
 /// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them and reads:
 ///
 /// | event | becomes |
 /// |---|---|
-/// | `text` | the final answer: the text parts after the last tool call |
-/// | `tool_use` | an [`AgentEvent::ToolUse`]; the answer starts over |
+/// | `text` | the final answer: the text parts after the last tool call; at once an [`AgentEvent::Text`] each |
+/// | `tool_use` (printed when the tool is done) | at once an [`AgentEvent::ToolUse`]; the answer starts over |
 /// | `step_finish` | [`AgentRun::usage`] (summed over the steps) |
 /// | `error` | the failure: a rate limit is [`AgentExit::RateLimited`], a 401 or 403 fatal, a 5xx transient, anything else a failed attempt |
-/// | any event's `sessionID` | [`AgentRun::session_id`] |
+/// | any event's `sessionID` | [`AgentRun::session_id`]; the first at once an [`AgentEvent::Session`] |
 ///
 /// BUILD runs with `--auto` (permissions not explicitly denied are granted), every other
 /// role with `--agent plan` and edits, shell commands and fetches denied
@@ -102,8 +102,11 @@ impl Agent for OpencodeCli {
             // The plan agent alone still runs shell commands that write: deny them.
             supervisor = supervisor.env("OPENCODE_PERMISSION", READ_ONLY);
         }
-        let raw = supervisor.supervise(&request, &argv, true).await?;
-        let events = Events::read(&raw.stdout, &request);
+        let raw = supervisor
+            .live(live)
+            .supervise(&request, &argv, true)
+            .await?;
+        let events = Events::read(&raw.stdout);
         Ok(raw.finish(judge(&raw, events), &request))
     }
 
@@ -130,15 +133,15 @@ struct Events {
 impl Events {
     /// Reads the kept tail of stdout: its first line may be cut, so a line that does not
     /// parse is skipped.
-    fn read(stdout: &str, request: &AgentRequest) -> Self {
+    fn read(stdout: &str) -> Self {
         let mut events = Events::default();
         for event in event_lines(stdout) {
-            events.take(&event, request);
+            events.take(&event);
         }
         events
     }
 
-    fn take(&mut self, event: &Value, request: &AgentRequest) {
+    fn take(&mut self, event: &Value) {
         if let Some(id) = event.get("sessionID").and_then(Value::as_str) {
             self.session = Some(id.to_owned());
         }
@@ -149,13 +152,7 @@ impl Events {
                     self.answer.push(text.to_owned());
                 }
             }
-            "tool_use" => {
-                self.answer.clear();
-                let name = part.get("tool").and_then(Value::as_str).unwrap_or("tool");
-                request
-                    .events
-                    .emit(AgentEvent::ToolUse { name: name.into() });
-            }
+            "tool_use" => self.answer.clear(),
             "step_finish" => {
                 let tokens = part.get("tokens").unwrap_or(&Value::Null);
                 let n = |v: &Value| v.as_u64().unwrap_or(0);
@@ -177,6 +174,22 @@ impl Events {
             }
             _ => {}
         }
+    }
+}
+
+/// The live event a line of the CLI means: each tool call, each text part, and the session
+/// (named by every step; sent once).
+fn live(event: &Value) -> Option<AgentEvent> {
+    let part = &event["part"];
+    match event["type"].as_str()? {
+        "step_start" => Some(AgentEvent::Session {
+            id: event["sessionID"].as_str()?.to_owned(),
+        }),
+        "tool_use" => Some(AgentEvent::ToolUse {
+            name: part["tool"].as_str().unwrap_or("tool").to_owned(),
+        }),
+        "text" => Some(super::live::text(part["text"].as_str()?)),
+        _ => None,
     }
 }
 
@@ -208,9 +221,29 @@ mod tests {
     /// A transcript the pinned CLI printed (`fixtures/opencode/`), read as a run of `role` that
     /// exited with `code`.
     fn replay(transcript: &str, role: Role, code: i32) -> AgentRun {
-        let request = AgentRequest::new(role, "p", ".");
+        // The role the transcript was recorded with; this CLI's result does not depend on it.
+        let _ = role;
         let raw = Raw::exited(code, transcript);
-        judge(&raw, Events::read(&raw.stdout, &request))
+        judge(&raw, Events::read(&raw.stdout))
+    }
+
+    #[test]
+    fn a_recorded_run_shows_its_session_each_tool_call_and_each_message() {
+        let events = crate::agent::live::replay(
+            include_str!("../../fixtures/opencode/tool-flow-done.jsonl"),
+            live,
+        );
+        assert!(
+            matches!(
+                &events[..],
+                [
+                    AgentEvent::Session { .. },
+                    AgentEvent::ToolUse { name },
+                    AgentEvent::Text { text },
+                ] if name == "bash" && text.ends_with("<TASK_DONE>")
+            ),
+            "{events:?}"
+        );
     }
 
     #[test]

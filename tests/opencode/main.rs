@@ -45,9 +45,20 @@ impl Rig {
     }
 
     async fn run(&self, role: Role, prompt: &str) -> AgentRun {
+        self.run_with(role, prompt, ralph::agent::AgentEvents::none())
+            .await
+    }
+
+    async fn run_with(
+        &self,
+        role: Role,
+        prompt: &str,
+        events: ralph::agent::AgentEvents,
+    ) -> AgentRun {
         let request = AgentRequest::new(role, prompt, self.path())
             .log_path(self.home.path().join("logs/run.log"))
-            .timeout(Duration::from_secs(120));
+            .timeout(Duration::from_secs(120))
+            .events(events);
         let run = self.opencode.run(request).await.unwrap();
         support::record_transcript("opencode", prompt, &self.home.path().join("logs/run.log"));
         run
@@ -277,5 +288,32 @@ async fn ralph_construct_with_the_opencode_agent_completes_a_spec() {
     assert_eq!(
         std::fs::read_to_string(rig.path().join("hello.txt")).unwrap(),
         "hello\n"
+    );
+}
+
+#[tokio::test]
+async fn tool_calls_are_seen_while_the_cli_still_runs() {
+    let Some(bin) = opencode_or_skip() else {
+        return;
+    };
+    // The first tool call's event creates `go`; the second call, still inside the CLI,
+    // waits for it.
+    let rig = Rig::new(
+        bin,
+        [
+            Reply::shell("true"),
+            Reply::shell(support::WAIT_FOR_GO),
+            Reply::text("Done.\n<TASK_DONE>"),
+        ],
+    )
+    .await;
+
+    let events = support::go_at_the_first_tool_use(rig.path());
+    let run = rig.run_with(Role::Build, "Wait for go", events).await;
+
+    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+    assert_eq!(
+        std::fs::read_to_string(rig.path().join("seen.txt")).unwrap(),
+        "live\n"
     );
 }

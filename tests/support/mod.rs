@@ -174,3 +174,19 @@ pub fn record_transcript(cli: &str, prompt: &str, log: &Path) {
         .unwrap();
     std::fs::write(path, lines).unwrap();
 }
+
+/// A scripted tool call's command that waits up to 8 s for a file `go` in its directory,
+/// then writes `seen.txt`: `live` if it came, `late` if not. With
+/// [`go_at_the_first_tool_use`], it shows whether the agent's events arrive while the CLI
+/// still runs (the command runs inside the CLI, so an event sent after the run comes late).
+pub const WAIT_FOR_GO: &str = "timeout 8 sh -c 'until [ -f go ]; do sleep 0.1; done'; if [ -f go ]; then echo live > seen.txt; else echo late > seen.txt; fi";
+
+/// Agent events that create `go` in `dir` at the first tool call (see [`WAIT_FOR_GO`]).
+pub fn go_at_the_first_tool_use(dir: &Path) -> ralph::agent::AgentEvents {
+    let go = dir.join("go");
+    ralph::agent::AgentEvents::new(move |event| {
+        if matches!(event, ralph::agent::AgentEvent::ToolUse { .. }) && !go.exists() {
+            std::fs::write(&go, "").expect("write go");
+        }
+    })
+}

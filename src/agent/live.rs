@@ -1,0 +1,185 @@
+//! Live events from a CLI's JSON lines, as they arrive on its stdout.
+//!
+//! The run's result (answer, usage, failure) is read from the kept tail of stdout when the
+//! process has ended; what someone watching wants to see while it runs (the session, each
+//! tool call, the agent's text) is sent as soon as its line is whole. Each CLI agent says
+//! which of its lines mean what with a [`LiveMap`].
+
+use serde_json::Value;
+
+use super::{AgentEvent, AgentEvents};
+
+/// The live event a CLI's event line means, if any.
+pub(super) type LiveMap = fn(&Value) -> Option<AgentEvent>;
+
+/// The longest line looked at: a longer one (a huge answer, a file dumped by a tool) is
+/// skipped here, so the buffer stays bounded; the run's result still reads it from the tail.
+const LINE_MAX: usize = 1024 * 1024;
+
+/// Longest text of a live [`AgentEvent::Text`], in bytes; longer ones are cut.
+const TEXT_MAX: usize = 4 * 1024;
+
+/// Cuts stdout into lines and sends the events they mean.
+pub(super) struct LiveLines {
+    map: LiveMap,
+    events: AgentEvents,
+    line: Vec<u8>,
+    /// The current line grew past [`LINE_MAX`]: the rest of it is skipped.
+    overlong: bool,
+    /// An [`AgentEvent::Session`] was sent: a run has one session, sent once.
+    session_sent: bool,
+}
+
+impl LiveLines {
+    pub(super) fn new(map: LiveMap, events: AgentEvents) -> Self {
+        LiveLines {
+            map,
+            events,
+            line: Vec::new(),
+            overlong: false,
+            session_sent: false,
+        }
+    }
+
+    /// Takes the next bytes of stdout.
+    pub(super) fn push(&mut self, bytes: &[u8]) {
+        for piece in bytes.split_inclusive(|&b| b == b'\n') {
+            let (body, ends) = match piece.strip_suffix(b"\n") {
+                Some(body) => (body, true),
+                None => (piece, false),
+            };
+            if !self.overlong && self.line.len() + body.len() > LINE_MAX {
+                self.overlong = true;
+                self.line = Vec::new();
+            }
+            if !self.overlong {
+                self.line.extend_from_slice(body);
+            }
+            if ends {
+                if !self.overlong {
+                    self.send();
+                }
+                self.line.clear();
+                self.overlong = false;
+            }
+        }
+    }
+
+    fn send(&mut self) {
+        let Ok(value) = serde_json::from_slice::<Value>(&self.line) else {
+            return;
+        };
+        match (self.map)(&value) {
+            Some(AgentEvent::Session { .. }) if self.session_sent => {}
+            Some(event) => {
+                self.session_sent |= matches!(event, AgentEvent::Session { .. });
+                self.events.emit(event);
+            }
+            None => {}
+        }
+    }
+}
+
+/// The live events `map` makes of a recorded transcript, fed in pieces as a pipe would.
+#[cfg(test)]
+pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<AgentEvent> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let events = AgentEvents::new(move |e| sink.lock().expect("lock").push(e));
+    let mut lines = LiveLines::new(map, events);
+    for piece in transcript.as_bytes().chunks(100) {
+        lines.push(piece);
+    }
+    drop(lines);
+    let seen = seen.lock().expect("lock");
+    seen.clone()
+}
+
+/// A text event, cut to [`TEXT_MAX`] bytes at a character boundary.
+pub(super) fn text(text: &str) -> AgentEvent {
+    let mut end = text.len().min(TEXT_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    AgentEvent::Text {
+        text: text[..end].to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    fn tool(value: &Value) -> Option<AgentEvent> {
+        if let Some(id) = value["session"].as_str() {
+            return Some(AgentEvent::Session { id: id.to_owned() });
+        }
+        value["tool"].as_str().map(|name| AgentEvent::ToolUse {
+            name: name.to_owned(),
+        })
+    }
+
+    fn lines() -> (LiveLines, Arc<Mutex<Vec<AgentEvent>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let events = AgentEvents::new(move |e| sink.lock().expect("lock").push(e));
+        (LiveLines::new(tool, events), seen)
+    }
+
+    fn names(seen: &Mutex<Vec<AgentEvent>>) -> Vec<String> {
+        seen.lock()
+            .expect("lock")
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::ToolUse { name } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_line_is_sent_when_whole_however_it_is_cut() {
+        let (mut live, seen) = lines();
+        live.push(br#"{"tool":"a"}"#);
+        assert!(names(&seen).is_empty(), "not before its newline");
+        live.push(b"\n{\"to");
+        live.push(b"ol\":\"b\"}\nnot json\n{\"other\":1}\n");
+        assert_eq!(names(&seen), ["a", "b"]);
+    }
+
+    #[test]
+    fn the_session_is_sent_once() {
+        let (mut live, seen) = lines();
+        live.push(b"{\"session\":\"s\"}\n{\"session\":\"s\"}\n{\"tool\":\"a\"}\n");
+        let seen = seen.lock().expect("lock");
+        assert!(
+            matches!(&seen[..], [AgentEvent::Session { id }, AgentEvent::ToolUse { .. }] if id == "s"),
+            "{seen:?}"
+        );
+    }
+
+    #[test]
+    fn an_overlong_line_is_skipped_and_the_next_one_is_read() {
+        let (mut live, seen) = lines();
+        let huge = format!(r#"{{"tool":"{}"}}"#, "x".repeat(LINE_MAX));
+        for chunk in huge.as_bytes().chunks(64 * 1024) {
+            live.push(chunk);
+        }
+        assert!(live.line.capacity() <= LINE_MAX * 2);
+        live.push(b"\n{\"tool\":\"after\"}\n");
+        assert_eq!(names(&seen), ["after"]);
+    }
+
+    #[test]
+    fn text_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(TEXT_MAX);
+        match text(&long) {
+            AgentEvent::Text { text } => {
+                assert!(text.len() <= TEXT_MAX && text.chars().all(|c| c == 'é'));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
