@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
+use super::live::LiveMap;
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
@@ -106,7 +107,7 @@ impl Agent for CodexCli {
         let ran = self
             .config
             .supervisor("codex", self.grace)
-            .live(live)
+            .live(LIVE)
             .supervise(&request, &argv, true)
             .await;
         if let Some((path, true)) = &schema_file {
@@ -213,6 +214,12 @@ impl Events {
         }
     }
 }
+
+/// The lines [`live`] reads.
+const LIVE: LiveMap = LiveMap {
+    types: &["thread.started", "item.started", "item.completed"],
+    map: live,
+};
 
 /// The live event a line of the CLI means: its thread, each command as it starts, and each
 /// message.
@@ -361,7 +368,7 @@ mod tests {
     fn a_recorded_run_shows_its_thread_each_command_as_it_starts_and_each_message() {
         let events = crate::agent::live::replay(
             include_str!("../../fixtures/codex/tool-flow-done.jsonl"),
-            live,
+            LIVE,
         );
         assert!(
             matches!(

@@ -4,6 +4,7 @@ use serde_json::Value;
 
 use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
+use super::live::LiveMap;
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
@@ -91,7 +92,7 @@ impl Agent for GeminiCli {
             .supervisor("gemini", self.grace)
             // The CLI exits before a pipe takes a long answer; a file keeps it whole.
             .stdout_to_file()
-            .live(live)
+            .live(LIVE)
             .supervise(&request, &argv, true)
             .await?;
         let events = Events::read(&raw.stdout);
@@ -172,6 +173,12 @@ impl Events {
     }
 }
 
+/// The lines [`live`] reads.
+const LIVE: LiveMap = LiveMap {
+    types: &["init", "tool_use", "message"],
+    map: live,
+};
+
 /// The live event a line of the CLI means: its session, each tool call, each message of
 /// the assistant.
 fn live(event: &Value) -> Option<AgentEvent> {
@@ -228,7 +235,7 @@ mod tests {
     fn a_recorded_run_shows_its_session_each_tool_call_and_each_message() {
         let events = crate::agent::live::replay(
             include_str!("../../fixtures/gemini/tool-flow-done.jsonl"),
-            live,
+            LIVE,
         );
         assert!(
             matches!(

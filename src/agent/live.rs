@@ -9,8 +9,22 @@ use serde_json::Value;
 
 use super::{AgentEvent, AgentEvents};
 
-/// The live event a CLI's event line means, if any.
-pub(super) type LiveMap = fn(&Value) -> Option<AgentEvent>;
+/// Which of a CLI's event lines mean live events, and what they mean.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LiveMap {
+    /// The `type`s of the lines that may mean something: the others (most of a long
+    /// run's output) are skipped without being parsed into a tree.
+    pub(super) types: &'static [&'static str],
+    /// The live event a line of one of those types means, if any.
+    pub(super) map: fn(&Value) -> Option<AgentEvent>,
+}
+
+/// A line's `type`, read without building the rest of it.
+#[derive(serde::Deserialize)]
+struct Kind<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
 
 /// The longest line looked at: a longer one (a huge answer, a file dumped by a tool) is
 /// skipped here, so the buffer stays bounded; the run's result still reads it from the tail.
@@ -66,10 +80,17 @@ impl LiveLines {
     }
 
     fn send(&mut self) {
+        let wanted = serde_json::from_slice::<Kind<'_>>(&self.line)
+            .ok()
+            .and_then(|line| line.kind)
+            .is_some_and(|kind| self.map.types.contains(&kind.as_ref()));
+        if !wanted {
+            return;
+        }
         let Ok(value) = serde_json::from_slice::<Value>(&self.line) else {
             return;
         };
-        match (self.map)(&value) {
+        match (self.map.map)(&value) {
             Some(AgentEvent::Session { .. }) if self.session_sent => {}
             Some(event) => {
                 self.session_sent |= matches!(event, AgentEvent::Session { .. });
@@ -112,6 +133,11 @@ mod tests {
 
     use super::*;
 
+    const TOOLS: LiveMap = LiveMap {
+        types: &["tool", "session"],
+        map: tool,
+    };
+
     fn tool(value: &Value) -> Option<AgentEvent> {
         if let Some(id) = value["session"].as_str() {
             return Some(AgentEvent::Session { id: id.to_owned() });
@@ -125,7 +151,7 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
         let events = AgentEvents::new(move |e| sink.lock().expect("lock").push(e));
-        (LiveLines::new(tool, events), seen)
+        (LiveLines::new(TOOLS, events), seen)
     }
 
     fn names(seen: &Mutex<Vec<AgentEvent>>) -> Vec<String> {
@@ -142,17 +168,19 @@ mod tests {
     #[test]
     fn a_line_is_sent_when_whole_however_it_is_cut() {
         let (mut live, seen) = lines();
-        live.push(br#"{"tool":"a"}"#);
+        live.push(br#"{"type":"tool","tool":"a"}"#);
         assert!(names(&seen).is_empty(), "not before its newline");
-        live.push(b"\n{\"to");
-        live.push(b"ol\":\"b\"}\nnot json\n{\"other\":1}\n");
+        live.push(b"\n{\"type\":\"tool\",\"to");
+        live.push(b"ol\":\"b\"}\nnot json\n{\"other\":1}\n{\"type\":\"x\",\"tool\":\"c\"}\n");
         assert_eq!(names(&seen), ["a", "b"]);
     }
 
     #[test]
     fn the_session_is_sent_once() {
         let (mut live, seen) = lines();
-        live.push(b"{\"session\":\"s\"}\n{\"session\":\"s\"}\n{\"tool\":\"a\"}\n");
+        let line =
+            |key: &str, value: &str| format!("{{\"type\":\"{key}\",\"{key}\":\"{value}\"}}\n");
+        live.push((line("session", "s") + &line("session", "s") + &line("tool", "a")).as_bytes());
         let seen = seen.lock().expect("lock");
         assert!(
             matches!(&seen[..], [AgentEvent::Session { id }, AgentEvent::ToolUse { .. }] if id == "s"),
@@ -163,12 +191,12 @@ mod tests {
     #[test]
     fn an_overlong_line_is_skipped_and_the_next_one_is_read() {
         let (mut live, seen) = lines();
-        let huge = format!(r#"{{"tool":"{}"}}"#, "x".repeat(LINE_MAX));
+        let huge = format!(r#"{{"type":"tool","tool":"{}"}}"#, "x".repeat(LINE_MAX));
         for chunk in huge.as_bytes().chunks(64 * 1024) {
             live.push(chunk);
         }
         assert!(live.line.capacity() <= LINE_MAX * 2);
-        live.push(b"\n{\"tool\":\"after\"}\n");
+        live.push(b"\n{\"type\":\"tool\",\"tool\":\"after\"}\n");
         assert_eq!(names(&seen), ["after"]);
     }
 

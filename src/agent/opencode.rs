@@ -4,6 +4,7 @@ use serde_json::Value;
 
 use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
+use super::live::LiveMap;
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
@@ -103,7 +104,7 @@ impl Agent for OpencodeCli {
             supervisor = supervisor.env("OPENCODE_PERMISSION", READ_ONLY);
         }
         let raw = supervisor
-            .live(live)
+            .live(LIVE)
             .supervise(&request, &argv, true)
             .await?;
         let events = Events::read(&raw.stdout);
@@ -177,6 +178,12 @@ impl Events {
     }
 }
 
+/// The lines [`live`] reads.
+const LIVE: LiveMap = LiveMap {
+    types: &["step_start", "tool_use", "text"],
+    map: live,
+};
+
 /// The live event a line of the CLI means: each tool call, each text part, and the session
 /// (named by every step; sent once).
 fn live(event: &Value) -> Option<AgentEvent> {
@@ -231,7 +238,7 @@ mod tests {
     fn a_recorded_run_shows_its_session_each_tool_call_and_each_message() {
         let events = crate::agent::live::replay(
             include_str!("../../fixtures/opencode/tool-flow-done.jsonl"),
-            live,
+            LIVE,
         );
         assert!(
             matches!(
