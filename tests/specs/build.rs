@@ -627,3 +627,41 @@ async fn a_blocked_spec_holds_back_only_the_specs_that_depend_on_it() {
     );
     agent.verify().unwrap();
 }
+
+/// `build_concurrency` is the construct loop's: build mode says so rather than ignoring it.
+#[tokio::test]
+async fn build_mode_says_that_build_concurrency_is_the_construct_loops() {
+    let ws = workspace(&[("specs/a.md", SPEC_A)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh"])]);
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a\n1. greet.sh."))
+            .on(
+                Role::Build,
+                "a-1",
+                Script::new()
+                    .write("greet.sh", "echo hi\n")
+                    .answer("ok\n<TASK_DONE>"),
+            )
+            .on(Role::Verify, "a", accept()),
+    );
+    let recorder = Recorder::default();
+    let ralph = ralph::Ralph::builder()
+        .workspace(dir)
+        .agent(agent)
+        .observer(recorder.clone())
+        .build_concurrency(3)
+        .build()
+        .unwrap();
+
+    let outcome = ralph.build_specs().await.unwrap();
+
+    assert_eq!(outcome, SpecsOutcome::Complete { specs: 1, tasks: 1 });
+    assert!(
+        recorder.events().iter().any(|e| matches!(e,
+            Event::Warning { message } if message.starts_with("build_concurrency = 3 applies to the construct loop"))),
+        "{:?}",
+        recorder.events()
+    );
+}

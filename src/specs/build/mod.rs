@@ -95,6 +95,15 @@ struct SpecBuild {
 impl SpecBuild {
     async fn start(ctx: Arc<Context>, emitter: Emitter) -> Result<Self, Error> {
         let lock = ctx.begin(&emitter).await?;
+        if ctx.config.build_concurrency > 1 {
+            // Said, not ignored silently: a person who set it expects tasks at once.
+            emitter.emit(&Event::Warning {
+                message: format!(
+                    "build_concurrency = {} applies to the construct loop; build mode builds a spec's tasks one at a time, in order (they are the steps of one plan)",
+                    ctx.config.build_concurrency
+                ),
+            });
+        }
         let config = &ctx.config.planning;
         let store = ImplementationStore::new(ctx.workspace.join(&config.implementation));
         let plan = store
