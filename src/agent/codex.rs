@@ -22,7 +22,7 @@ use crate::config::Config;
 /// | `thread.started` | [`AgentRun::session_id`], and at once an [`AgentEvent::Session`] |
 /// | `item.completed` of an `agent_message` | the final answer: the last one; at once an [`AgentEvent::Text`] |
 /// | `item.started` of a `command_execution` | at once an [`AgentEvent::ToolUse`] |
-/// | `turn.completed` | [`AgentRun::usage`] |
+/// | `turn.completed` | [`AgentRun::usage`]; at once an [`AgentEvent::Usage`] with the run's tokens so far |
 /// | `turn.failed`, `error` | the failure: a usage limit is [`AgentExit::RateLimited`] until the time the CLI names; a 401, 403 or missing key is fatal; high demand, a 5xx or a dropped stream is transient; anything else a failed attempt |
 ///
 /// Roles that may not write run in the CLI's `read-only` sandbox, BUILD in
@@ -217,12 +217,17 @@ impl Events {
 
 /// The lines [`live`] reads.
 const LIVE: LiveMap = LiveMap {
-    types: &["thread.started", "item.started", "item.completed"],
+    types: &[
+        "thread.started",
+        "item.started",
+        "item.completed",
+        "turn.completed",
+    ],
     map: live,
 };
 
-/// The live event a line of the CLI means: its thread, each command as it starts, and each
-/// message.
+/// The live event a line of the CLI means: its thread, each command as it starts, each
+/// message, and each turn's tokens.
 fn live(event: &Value) -> Option<AgentEvent> {
     let item = &event["item"];
     match (event["type"].as_str()?, item["type"].as_str()) {
@@ -234,6 +239,16 @@ fn live(event: &Value) -> Option<AgentEvent> {
         }),
         ("item.completed", Some("agent_message")) => {
             Some(super::live::text(item["text"].as_str()?))
+        }
+        // A turn's tokens, over all its model calls: the context in use is not among them.
+        ("turn.completed", _) => {
+            let usage = &event["usage"];
+            Some(AgentEvent::Usage {
+                context_tokens: 0,
+                window: None,
+                input_tokens: usage["input_tokens"].as_u64()?,
+                output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
+            })
         }
         _ => None,
     }
@@ -377,6 +392,7 @@ mod tests {
                     AgentEvent::Session { .. },
                     AgentEvent::ToolUse { name },
                     AgentEvent::Text { text },
+                    AgentEvent::Usage { input_tokens: 200, output_tokens: 20, .. },
                 ] if name == "exec_command" && text.ends_with("<TASK_DONE>")
             ),
             "{events:?}"

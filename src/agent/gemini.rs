@@ -20,7 +20,7 @@ use crate::config::Config;
 /// | `init` | [`AgentRun::session_id`], and at once an [`AgentEvent::Session`] |
 /// | `message` of the assistant | the final answer: the text after the last tool call (deltas joined); at once an [`AgentEvent::Text`] per message |
 /// | `tool_use` | at once an [`AgentEvent::ToolUse`]; the answer starts over |
-/// | `result` | [`AgentRun::usage`]; with `status: "error"`, the failure: a 429 or exhausted quota is [`AgentExit::RateLimited`], a 401 or 403 is fatal, a 5xx transient, anything else a failed attempt |
+/// | `result` | [`AgentRun::usage`], and at once an [`AgentEvent::Usage`]; with `status: "error"`, the failure: a 429 or exhausted quota is [`AgentExit::RateLimited`], a 401 or 403 is fatal, a 5xx transient, anything else a failed attempt |
 ///
 /// BUILD runs with `--approval-mode yolo` (every tool allowed), every other role with
 /// `--approval-mode plan` (read-only). The CLI needs its authentication set up as for any
@@ -175,12 +175,12 @@ impl Events {
 
 /// The lines [`live`] reads.
 const LIVE: LiveMap = LiveMap {
-    types: &["init", "tool_use", "message"],
+    types: &["init", "tool_use", "message", "result"],
     map: live,
 };
 
 /// The live event a line of the CLI means: its session, each tool call, each message of
-/// the assistant.
+/// the assistant, and the run's tokens.
 fn live(event: &Value) -> Option<AgentEvent> {
     match event["type"].as_str()? {
         "init" => Some(AgentEvent::Session {
@@ -191,6 +191,16 @@ fn live(event: &Value) -> Option<AgentEvent> {
         }),
         "message" if event["role"] == "assistant" => {
             Some(super::live::text(event["content"].as_str()?))
+        }
+        // The run's tokens, printed once at its end.
+        "result" => {
+            let stats = &event["stats"];
+            Some(AgentEvent::Usage {
+                context_tokens: 0,
+                window: None,
+                input_tokens: stats["input_tokens"].as_u64()?,
+                output_tokens: stats["output_tokens"].as_u64().unwrap_or(0),
+            })
         }
         _ => None,
     }
@@ -244,6 +254,7 @@ mod tests {
                     AgentEvent::Session { .. },
                     AgentEvent::ToolUse { name },
                     AgentEvent::Text { text },
+                    AgentEvent::Usage { input_tokens: 200, output_tokens: 20, .. },
                 ] if name == "run_shell_command" && text.ends_with("<TASK_DONE>")
             ),
             "{events:?}"

@@ -2,8 +2,8 @@
 //!
 //! The run's result (answer, usage, failure) is read from the kept tail of stdout when the
 //! process has ended; what someone watching wants to see while it runs (the session, each
-//! tool call, the agent's text) is sent as soon as its line is whole. Each CLI agent says
-//! which of its lines mean what with a [`LiveMap`].
+//! tool call, the agent's text, the tokens spent so far) is sent as soon as its line is
+//! whole. Each CLI agent says which of its lines mean what with a [`LiveMap`].
 
 use serde_json::Value;
 
@@ -15,7 +15,9 @@ pub(super) struct LiveMap {
     /// The `type`s of the lines that may mean something: the others (most of a long
     /// run's output) are skipped without being parsed into a tree.
     pub(super) types: &'static [&'static str],
-    /// The live event a line of one of those types means, if any.
+    /// The live event a line of one of those types means, if any. A
+    /// [`Usage`](AgentEvent::Usage) counts that line's own tokens: the run's totals so far
+    /// are sent.
     pub(super) map: fn(&Value) -> Option<AgentEvent>,
 }
 
@@ -42,6 +44,8 @@ pub(super) struct LiveLines {
     overlong: bool,
     /// An [`AgentEvent::Session`] was sent: a run has one session, sent once.
     session_sent: bool,
+    /// Input and output tokens of the run so far.
+    tokens: (u64, u64),
 }
 
 impl LiveLines {
@@ -52,6 +56,7 @@ impl LiveLines {
             line: Vec::new(),
             overlong: false,
             session_sent: false,
+            tokens: (0, 0),
         }
     }
 
@@ -92,6 +97,21 @@ impl LiveLines {
         };
         match (self.map.map)(&value) {
             Some(AgentEvent::Session { .. }) if self.session_sent => {}
+            Some(AgentEvent::Usage {
+                context_tokens,
+                window,
+                input_tokens,
+                output_tokens,
+            }) => {
+                self.tokens.0 += input_tokens;
+                self.tokens.1 += output_tokens;
+                self.events.emit(AgentEvent::Usage {
+                    context_tokens,
+                    window,
+                    input_tokens: self.tokens.0,
+                    output_tokens: self.tokens.1,
+                });
+            }
             Some(event) => {
                 self.session_sent |= matches!(event, AgentEvent::Session { .. });
                 self.events.emit(event);
@@ -134,11 +154,19 @@ mod tests {
     use super::*;
 
     const TOOLS: LiveMap = LiveMap {
-        types: &["tool", "session"],
+        types: &["tool", "session", "tokens"],
         map: tool,
     };
 
     fn tool(value: &Value) -> Option<AgentEvent> {
+        if let Some(n) = value["tokens"].as_u64() {
+            return Some(AgentEvent::Usage {
+                context_tokens: n,
+                window: None,
+                input_tokens: n,
+                output_tokens: 1,
+            });
+        }
         if let Some(id) = value["session"].as_str() {
             return Some(AgentEvent::Session { id: id.to_owned() });
         }
@@ -186,6 +214,26 @@ mod tests {
             matches!(&seen[..], [AgentEvent::Session { id }, AgentEvent::ToolUse { .. }] if id == "s"),
             "{seen:?}"
         );
+    }
+
+    #[test]
+    fn usage_is_sent_as_the_runs_totals_so_far() {
+        let (mut live, seen) = lines();
+        live.push(b"{\"type\":\"tokens\",\"tokens\":100}\n{\"type\":\"tokens\",\"tokens\":30}\n");
+        let seen = seen.lock().expect("lock");
+        let totals: Vec<(u64, u64, u64)> = seen
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Usage {
+                    context_tokens,
+                    input_tokens,
+                    output_tokens,
+                    ..
+                } => Some((*context_tokens, *input_tokens, *output_tokens)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(totals, [(100, 100, 1), (30, 130, 2)]);
     }
 
     #[test]

@@ -23,7 +23,7 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// |---|---|
 /// | `text` | the final answer: the text parts after the last tool call; at once an [`AgentEvent::Text`] each |
 /// | `tool_use` (printed when the tool is done) | at once an [`AgentEvent::ToolUse`]; the answer starts over |
-/// | `step_finish` | [`AgentRun::usage`] (summed over the steps) |
+/// | `step_finish` | [`AgentRun::usage`] (summed over the steps); at once an [`AgentEvent::Usage`] with the run's tokens so far |
 /// | `error` | the failure: a rate limit is [`AgentExit::RateLimited`], a 401 or 403 fatal, a 5xx transient, anything else a failed attempt |
 /// | any event's `sessionID` | [`AgentRun::session_id`]; the first at once an [`AgentEvent::Session`] |
 ///
@@ -180,12 +180,12 @@ impl Events {
 
 /// The lines [`live`] reads.
 const LIVE: LiveMap = LiveMap {
-    types: &["step_start", "tool_use", "text"],
+    types: &["step_start", "tool_use", "text", "step_finish"],
     map: live,
 };
 
-/// The live event a line of the CLI means: each tool call, each text part, and the session
-/// (named by every step; sent once).
+/// The live event a line of the CLI means: each tool call, each text part, each step's
+/// tokens, and the session (named by every step; sent once).
 fn live(event: &Value) -> Option<AgentEvent> {
     let part = &event["part"];
     match event["type"].as_str()? {
@@ -196,6 +196,18 @@ fn live(event: &Value) -> Option<AgentEvent> {
             name: part["tool"].as_str().unwrap_or("tool").to_owned(),
         }),
         "text" => Some(super::live::text(part["text"].as_str()?)),
+        // One model call: what it read is the context in use.
+        "step_finish" => {
+            let tokens = &part["tokens"];
+            let n = |v: &Value| v.as_u64().unwrap_or(0);
+            let input = n(&tokens["input"]);
+            Some(AgentEvent::Usage {
+                context_tokens: input + n(&tokens["cache"]["read"]) + n(&tokens["cache"]["write"]),
+                window: None,
+                input_tokens: input,
+                output_tokens: n(&tokens["output"]),
+            })
+        }
         _ => None,
     }
 }
@@ -246,7 +258,9 @@ mod tests {
                 [
                     AgentEvent::Session { .. },
                     AgentEvent::ToolUse { name },
+                    AgentEvent::Usage { input_tokens: 60, output_tokens: 10, .. },
                     AgentEvent::Text { text },
+                    AgentEvent::Usage { context_tokens: 100, input_tokens: 120, output_tokens: 20, .. },
                 ] if name == "bash" && text.ends_with("<TASK_DONE>")
             ),
             "{events:?}"
