@@ -35,6 +35,10 @@ pub struct DryRun {
     /// In BUILD, the task that would be built (id, name); in INVESTIGATE, the issue that
     /// would be investigated (id, text).
     pub next: Option<(String, String)>,
+    /// In BUILD with [`build_concurrency`](Self::build_concurrency) above 1, the ready tasks
+    /// that would start beside [`next`](Self::next), in order (tasks are built at once only
+    /// in a git repository whose tracked files are committed; otherwise one at a time).
+    pub beside: Vec<(String, String)>,
     /// The prompt template the stage would render (`build`, `retry`, `investigate`,
     /// `verify`, `decompose`); `None` when no agent would run.
     pub template: Option<String>,
@@ -60,6 +64,8 @@ pub struct DryRun {
     pub once: bool,
     /// `recent_attempts`.
     pub recent_attempts: usize,
+    /// `build_concurrency`.
+    pub build_concurrency: usize,
     /// What loading the state had to repair (a torn final write dropped), if anything; the
     /// run would redo the step that wrote it.
     pub repaired: Option<String>,
@@ -79,6 +85,9 @@ impl fmt::Display for DryRun {
         if let Some((id, name)) = &self.next {
             writeln!(f, "  next:      {id}: {name}")?;
         }
+        for (id, name) in &self.beside {
+            writeln!(f, "  beside it: {id}: {name}")?;
+        }
         if let Some(template) = &self.template {
             let source = self.template_source.as_deref().unwrap_or("built-in");
             writeln!(f, "  prompt:    {template} ({source})")?;
@@ -94,13 +103,14 @@ impl fmt::Display for DryRun {
         write!(
             f,
             "  limits:    max iterations {}, stage timeout {}, agent timeout {}, retries {}, \
-             once {}, recent attempts {}",
+             once {}, recent attempts {}, build concurrency {}",
             self.max_iterations,
             humantime::format_duration(self.stage_timeout),
             humantime::format_duration(self.agent_timeout),
             self.retries,
             if self.once { "yes" } else { "no" },
             self.recent_attempts,
+            self.build_concurrency,
         )
     }
 }
@@ -112,6 +122,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
     let config = &ctx.config;
     let fresh = !board.run.seeded && board.tasks.is_empty() && board.issues.is_empty();
     let iteration = board.run.iteration.max(1);
+    let mut beside = Vec::new();
     let (stage, next) = if fresh {
         // The run would seed the spec as the first issue and investigate it.
         let text = format!("Implement the spec `{spec}`.");
@@ -119,10 +130,20 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
     } else {
         let stage = board.stage();
         let next = match stage {
-            Stage::Build => ReadyQueue::new(&board)
-                .pop()
-                .and_then(|id: TaskId| board.tasks.get(&id))
-                .map(|t| (t.id.to_string(), t.name.clone())),
+            Stage::Build => {
+                let mut ready = ReadyQueue::new(&board);
+                let mut take = || {
+                    ready
+                        .pop()
+                        .and_then(|id: TaskId| board.tasks.get(&id))
+                        .map(|t| (t.id.to_string(), t.name.clone()))
+                };
+                let next = take();
+                beside = std::iter::from_fn(take)
+                    .take(config.build_concurrency.saturating_sub(1))
+                    .collect();
+                next
+            }
             Stage::Investigate => board
                 .open_issues()
                 .next()
@@ -173,6 +194,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         repaired: ctx.store.recovered(),
         template: template.map(str::to_owned),
         next,
+        beside,
         stop,
         accepted: board
             .tasks
@@ -193,5 +215,6 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         retries: config.retries,
         once: config.once,
         recent_attempts: config.recent_attempts,
+        build_concurrency: config.build_concurrency,
     })
 }

@@ -556,7 +556,7 @@ async fn dry_run_shows_the_next_step_and_touches_nothing() {
     write(
         dir.path(),
         "ralph.toml",
-        "max_iterations = 7\nrecent_attempts = 3\n[prompts]\nbuild = \"prompts/build.md\"\n",
+        "max_iterations = 7\nrecent_attempts = 3\nbuild_concurrency = 3\n[prompts]\nbuild = \"prompts/build.md\"\n",
     );
     // Give the file its trailers and sidecar first, as a run would have.
     ProgressStore::open(progress_path(dir.path()))
@@ -578,6 +578,8 @@ async fn dry_run_shows_the_next_step_and_touches_nothing() {
     assert!(agent.requests().is_empty(), "no agent started");
     assert_eq!(report.stage, Stage::Build);
     assert_eq!(report.next, Some(("t-1".into(), "Write a.txt".into())));
+    // With build_concurrency = 3, the other ready task would start beside it.
+    assert_eq!(report.beside, [("t-2".into(), "Write b.txt".into())]);
     assert_eq!(report.template.as_deref(), Some("build"));
     assert!(
         report
@@ -590,8 +592,9 @@ async fn dry_run_shows_the_next_step_and_touches_nothing() {
     for part in [
         "stage:     BUILD (iteration 1)",
         "next:      t-1: Write a.txt",
+        "beside it: t-2: Write b.txt",
         "prompts/build.md)",
-        "max iterations 7, stage timeout 20s, agent timeout 5m, retries 2, once yes, recent attempts 3",
+        "max iterations 7, stage timeout 20s, agent timeout 5m, retries 2, once yes, recent attempts 3, build concurrency 3",
         "remaining: 2",
         // Seed 003's "tasks X/Y" (audit row 003-R5).
         "tasks:     0/2 accepted",
