@@ -40,6 +40,15 @@ struct Built {
 
 type Jobs = JoinSet<Result<Built, Error>>;
 
+/// BUILD with tasks at once: what is ready, what runs, the merge order, and why the stage
+/// ends (once it must).
+struct AtOnce {
+    queue: ReadyQueue,
+    jobs: Jobs,
+    order: MergeOrder,
+    flow: Option<Flow>,
+}
+
 /// Holds back passing attempts so they merge in the order they started. Tasks start in
 /// priority order, so the history follows priority rather than the agents' speed; an
 /// attempt that does not pass (or is retried, starting anew at the back) holds back nothing.
@@ -114,18 +123,19 @@ impl Engine {
     /// Builds the ready tasks, up to `at_once` at a time, until none is ready. A kill, a
     /// broken gate or a stop lets the attempts in flight end, then ends the stage.
     pub(super) async fn build_at_once(&mut self, at_once: usize) -> Result<Flow, Error> {
-        let mut queue = ReadyQueue::new(&self.board);
-        let mut jobs = Jobs::new();
-        let mut order = MergeOrder::default();
-        let mut flow: Option<Flow> = None;
+        let mut run = AtOnce {
+            queue: ReadyQueue::new(&self.board),
+            jobs: Jobs::new(),
+            order: MergeOrder::default(),
+            flow: None,
+        };
         loop {
-            while flow.is_none() && jobs.len() < at_once && !self.stopped() {
-                let Some(id) = queue.pop() else { break };
+            while run.flow.is_none() && run.jobs.len() < at_once && !self.stopped() {
+                let Some(id) = run.queue.pop() else { break };
                 let deadline = deadline::after(self.config().stage_timeout);
-                self.start_in_work_tree(&mut jobs, &mut order, &id, deadline)
-                    .await?;
+                self.start_in_work_tree(&mut run, &id, deadline).await?;
             }
-            let Some(joined) = jobs.join_next().await else {
+            let Some(joined) = run.jobs.join_next().await else {
                 break;
             };
             let built = joined.map_err(|e| {
@@ -133,43 +143,47 @@ impl Engine {
                     "a build job failed: {e}"
                 )))
             })??;
-            let mut landing: Vec<Built> = order.ended(built).into_iter().collect();
-            while let Some(next) = order.next_to_merge() {
+            let mut landing: Vec<Built> = run.order.ended(built).into_iter().collect();
+            while let Some(next) = run.order.next_to_merge() {
                 landing.push(next);
             }
             for built in landing {
-                // A retry goes on under the task's deadline, moved by any rate limit waited out.
-                let (id, deadline) = (built.task.id.clone(), built.deadline);
-                match self.land(built).await? {
-                    Settled::Retry if flow.is_none() && !self.stopped() => {
-                        self.start_in_work_tree(&mut jobs, &mut order, &id, deadline)
-                            .await?;
-                    }
-                    Settled::Retry => {}
-                    Settled::End(TaskEnd::Done) => queue.finished(&id),
-                    Settled::End(TaskEnd::Blocked) => {}
-                    Settled::End(TaskEnd::Killed) => {
-                        flow.get_or_insert(Flow::Continue);
-                    }
-                    Settled::End(TaskEnd::Interrupted) => flow = Some(Flow::Interrupted),
-                    Settled::End(TaskEnd::Stop(outcome)) => {
-                        flow.get_or_insert(Flow::Stop(outcome));
-                    }
-                }
+                self.land_and_follow_up(&mut run, built).await?;
             }
         }
         if self.stopped() {
             return Ok(Flow::Interrupted);
         }
-        Ok(flow.unwrap_or(Flow::Continue))
+        Ok(run.flow.unwrap_or(Flow::Continue))
+    }
+
+    /// Lands `built` and acts on how it ended: a retry starts again (under the task's
+    /// deadline, moved by any rate limit waited out) unless the stage is ending; a done task
+    /// releases its dependents; a kill, a stop or an interruption ends the stage.
+    async fn land_and_follow_up(&mut self, run: &mut AtOnce, built: Built) -> Result<(), Error> {
+        let (id, deadline) = (built.task.id.clone(), built.deadline);
+        match self.land(built).await? {
+            Settled::Retry if run.flow.is_none() && !self.stopped() => {
+                self.start_in_work_tree(run, &id, deadline).await?;
+            }
+            Settled::Retry | Settled::End(TaskEnd::Blocked) => {}
+            Settled::End(TaskEnd::Done) => run.queue.finished(&id),
+            Settled::End(TaskEnd::Killed) => {
+                run.flow.get_or_insert(Flow::Continue);
+            }
+            Settled::End(TaskEnd::Interrupted) => run.flow = Some(Flow::Interrupted),
+            Settled::End(TaskEnd::Stop(outcome)) => {
+                run.flow.get_or_insert(Flow::Stop(outcome));
+            }
+        }
+        Ok(())
     }
 
     /// Starts the next attempt of `id` in a fresh work tree, or blocks the task when it has
     /// no attempt left.
     async fn start_in_work_tree(
         &mut self,
-        jobs: &mut Jobs,
-        order: &mut MergeOrder,
+        run: &mut AtOnce,
         id: &TaskId,
         deadline: Instant,
     ) -> Result<(), Error> {
@@ -190,9 +204,9 @@ impl Engine {
         });
         let worker = self.worker();
         let workspace = self.ctx.workspace.clone();
-        let started = order.start();
+        let started = run.order.start();
         let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
-        jobs.spawn(
+        run.jobs.spawn(
             async move {
                 let attempt = Attempt {
                     started,
