@@ -305,3 +305,43 @@ async fn attempt_in_work_tree(
         deadline,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn built(started: u64, end: AttemptEnd) -> Built {
+        Built {
+            started,
+            task: Task::new(format!("t-{started}"), "a task"),
+            tried: None,
+            end,
+            deadline: Instant::now(),
+        }
+    }
+
+    fn landed(order: &mut MergeOrder) -> Vec<u64> {
+        std::iter::from_fn(|| order.next_to_merge())
+            .map(|b| b.started)
+            .collect()
+    }
+
+    #[test]
+    fn passing_attempts_merge_in_the_order_they_started() {
+        let mut order = MergeOrder::default();
+        let [one, two, three] = [order.start(), order.start(), order.start()];
+        // The third passes first: it waits for the two started before it.
+        assert!(order.ended(built(three, AttemptEnd::Done)).is_none());
+        assert!(landed(&mut order).is_empty());
+        // The first fails: it lands at once and holds nothing back.
+        let failed = order.ended(built(one, AttemptEnd::Failed("no".into())));
+        assert_eq!(failed.map(|b| b.started), Some(one));
+        assert!(landed(&mut order).is_empty(), "the second still runs");
+        // A retry of the first starts at the back and does not hold back the others.
+        let again = order.start();
+        assert!(order.ended(built(two, AttemptEnd::Done)).is_none());
+        assert_eq!(landed(&mut order), [two, three]);
+        assert!(order.ended(built(again, AttemptEnd::Done)).is_none());
+        assert_eq!(landed(&mut order), [again]);
+    }
+}
