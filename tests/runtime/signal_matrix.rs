@@ -29,6 +29,9 @@ enum Mode {
     Plan,
     Build,
     Thread,
+    /// The construct loop with `build_concurrency = 2` in a git repository: the task is
+    /// built, and its gate leaks, in its own work tree.
+    ConstructAtOnce,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +92,20 @@ impl Cell {
             Mode::Construct => {
                 crate::support::write(ws, "spec.md", "# Signals\nWrite done.txt.\n");
                 crate::support::write(ws, "ralph.toml", &self.config(grace, true));
+                crate::support::write(
+                    &self.markers.path().join("x"),
+                    "script.toml",
+                    CONSTRUCT_SCRIPT,
+                );
+            }
+            Mode::ConstructAtOnce => {
+                git(ws, &["init", "-q", "-b", "main"]);
+                crate::support::write(ws, ".gitignore", ".ralph/\nbuild/\n");
+                crate::support::write(ws, "spec.md", "# Signals\nWrite done.txt.\n");
+                let config = format!("build_concurrency = 2\n{}", self.config(grace, true));
+                crate::support::write(ws, "ralph.toml", &config);
+                git(ws, &["add", "-A"]);
+                git(ws, &["commit", "-q", "-m", "init"]);
                 crate::support::write(
                     &self.markers.path().join("x"),
                     "script.toml",
@@ -157,7 +174,7 @@ impl Cell {
         let mut cmd = Command::new(crate::support::ralph_bin());
         cmd.arg("-C").arg(self.ws());
         match self.mode {
-            Mode::Construct => {
+            Mode::Construct | Mode::ConstructAtOnce => {
                 cmd.args(["construct", "spec.md", "--script"]).arg(&script);
             }
             Mode::Build => {
@@ -243,6 +260,24 @@ impl Cell {
             Mode::Construct => {
                 let plan = std::fs::read_to_string(ws.join(".ralph/plan.jsonl")).unwrap();
                 assert!(plan.contains(r#""s":"a""#), "t-1 accepted:\n{plan}");
+            }
+            Mode::ConstructAtOnce => {
+                let plan = std::fs::read_to_string(ws.join(".ralph/plan.jsonl")).unwrap();
+                assert!(plan.contains(r#""s":"a""#), "t-1 accepted:\n{plan}");
+                let git_out = |args: &[&str]| {
+                    let out = Command::new("git").args(args).current_dir(ws).output();
+                    String::from_utf8_lossy(&out.unwrap().stdout).into_owned()
+                };
+                assert_eq!(
+                    git_out(&["log", "-1", "--format=%s"]).trim(),
+                    "t-1: Write done.txt"
+                );
+                let trees = git_out(&["worktree", "list"]);
+                assert_eq!(
+                    trees.lines().count(),
+                    1,
+                    "no work tree of ralph's left:\n{trees}"
+                );
             }
             Mode::Build => {
                 let text = std::fs::read_to_string(ws.join("implementation.json")).unwrap();
@@ -388,7 +423,14 @@ fn finish(mut child: Child) -> (ExitStatus, String) {
 
 #[rstest]
 fn a_signal_stops_every_mode_cleanly_and_the_run_resumes(
-    #[values(Mode::Construct, Mode::Plan, Mode::Build, Mode::Thread)] mode: Mode,
+    #[values(
+        Mode::Construct,
+        Mode::Plan,
+        Mode::Build,
+        Mode::Thread,
+        Mode::ConstructAtOnce
+    )]
+    mode: Mode,
     #[values(Stop::Int, Stop::Term, Stop::KillThenResume, Stop::TermTwice)] stop: Stop,
 ) {
     use nix::sys::signal::Signal;
