@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
-use super::live::LiveMap;
+use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
@@ -228,30 +228,31 @@ const LIVE: LiveMap = LiveMap {
 
 /// The live event a line of the CLI means: its thread, each command as it starts, each
 /// message, and each turn's tokens.
-fn live(event: &Value) -> Option<AgentEvent> {
+fn live(event: &Value) -> Option<Live> {
     let item = &event["item"];
-    match (event["type"].as_str()?, item["type"].as_str()) {
-        ("thread.started", _) => Some(AgentEvent::Session {
+    let event = match (event["type"].as_str()?, item["type"].as_str()) {
+        ("thread.started", _) => AgentEvent::Session {
             id: event["thread_id"].as_str()?.to_owned(),
-        }),
-        ("item.started", Some("command_execution")) => Some(AgentEvent::ToolUse {
+        },
+        ("item.started", Some("command_execution")) => AgentEvent::ToolUse {
             name: "exec_command".into(),
-        }),
+        },
         ("item.completed", Some("agent_message")) => {
-            Some(super::live::text(item["text"].as_str()?))
+            return Some(message(item["text"].as_str()?));
         }
         // A turn's tokens, over all its model calls: the context in use is not among them.
         ("turn.completed", _) => {
             let usage = &event["usage"];
-            Some(AgentEvent::Usage {
+            AgentEvent::Usage {
                 context_tokens: 0,
                 window: None,
                 input_tokens: usage["input_tokens"].as_u64()?,
                 output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
-            })
+            }
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    Some(Live::Event(event))
 }
 
 /// The run from how the process ended and what its events said.

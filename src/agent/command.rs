@@ -658,6 +658,9 @@ impl StdoutFile {
                     }
                 }
                 if last {
+                    if let Some(live) = live.as_mut() {
+                        live.finish();
+                    }
                     return;
                 }
             }
@@ -753,6 +756,9 @@ async fn pump(
             // A log that cannot be written loses the transcript, not the run.
             let _ = file.write_all(&buf[..n]).await;
         }
+    }
+    if let Some(live) = live {
+        live.finish();
     }
 }
 

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
-use super::live::LiveMap;
+use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
@@ -18,7 +18,7 @@ use crate::config::Config;
 /// | event | becomes |
 /// |---|---|
 /// | `init` | [`AgentRun::session_id`], and at once an [`AgentEvent::Session`] |
-/// | `message` of the assistant | the final answer: the text after the last tool call (deltas joined); at once an [`AgentEvent::Text`] per message |
+/// | `message` of the assistant | the final answer: the text after the last tool call (deltas joined); at once an [`AgentEvent::Text`] per message (deltas joined) |
 /// | `tool_use` | at once an [`AgentEvent::ToolUse`]; the answer starts over |
 /// | `result` | [`AgentRun::usage`], and at once an [`AgentEvent::Usage`]; with `status: "error"`, the failure: a 429 or exhausted quota is [`AgentExit::RateLimited`], a 401 or 403 is fatal, a 5xx transient, anything else a failed attempt |
 ///
@@ -181,29 +181,35 @@ const LIVE: LiveMap = LiveMap {
 
 /// The live event a line of the CLI means: its session, each tool call, each message of
 /// the assistant, and the run's tokens.
-fn live(event: &Value) -> Option<AgentEvent> {
-    match event["type"].as_str()? {
-        "init" => Some(AgentEvent::Session {
+fn live(event: &Value) -> Option<Live> {
+    let event = match event["type"].as_str()? {
+        "init" => AgentEvent::Session {
             id: event["session_id"].as_str()?.to_owned(),
-        }),
-        "tool_use" => Some(AgentEvent::ToolUse {
+        },
+        "tool_use" => AgentEvent::ToolUse {
             name: event["tool_name"].as_str().unwrap_or("tool").to_owned(),
-        }),
+        },
         "message" if event["role"] == "assistant" => {
-            Some(super::live::text(event["content"].as_str()?))
+            let content = event["content"].as_str()?;
+            // A streamed answer comes in pieces (`delta`), sent as one message.
+            return Some(match event["delta"].as_bool() {
+                Some(true) => Live::TextPiece(content.to_owned()),
+                _ => message(content),
+            });
         }
         // The run's tokens, printed once at its end.
         "result" => {
             let stats = &event["stats"];
-            Some(AgentEvent::Usage {
+            AgentEvent::Usage {
                 context_tokens: 0,
                 window: None,
                 input_tokens: stats["input_tokens"].as_u64()?,
                 output_tokens: stats["output_tokens"].as_u64().unwrap_or(0),
-            })
+            }
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    Some(Live::Event(event))
 }
 
 /// The run from how the process ended and what its events said.

@@ -15,10 +15,20 @@ pub(super) struct LiveMap {
     /// The `type`s of the lines that may mean something: the others (most of a long
     /// run's output) are skipped without being parsed into a tree.
     pub(super) types: &'static [&'static str],
-    /// The live event a line of one of those types means, if any. A
-    /// [`Usage`](AgentEvent::Usage) counts that line's own tokens: the run's totals so far
-    /// are sent.
-    pub(super) map: fn(&Value) -> Option<AgentEvent>,
+    /// What a line of one of those types means, if anything.
+    pub(super) map: fn(&Value) -> Option<Live>,
+}
+
+/// What one line of a CLI's output means.
+#[derive(Debug)]
+pub(super) enum Live {
+    /// An event. A [`Session`](AgentEvent::Session) is sent once per run; a
+    /// [`Usage`](AgentEvent::Usage) counts that line's own tokens, and the run's totals so
+    /// far are sent.
+    Event(AgentEvent),
+    /// A piece of a message streamed in pieces: the pieces are joined and sent as one
+    /// [`Text`](AgentEvent::Text) when a line means something else, or when the output ends.
+    TextPiece(String),
 }
 
 /// A line's `type`, read without building the rest of it.
@@ -46,6 +56,8 @@ pub(super) struct LiveLines {
     session_sent: bool,
     /// Input and output tokens of the run so far.
     tokens: (u64, u64),
+    /// The pieces of a streamed message so far (at most [`TEXT_MAX`] bytes of them).
+    pieces: Option<String>,
 }
 
 impl LiveLines {
@@ -57,6 +69,7 @@ impl LiveLines {
             overlong: false,
             session_sent: false,
             tokens: (0, 0),
+            pieces: None,
         }
     }
 
@@ -96,13 +109,29 @@ impl LiveLines {
             return;
         };
         match (self.map.map)(&value) {
-            Some(AgentEvent::Session { .. }) if self.session_sent => {}
-            Some(AgentEvent::Usage {
+            Some(Live::TextPiece(piece)) => {
+                let pieces = self.pieces.get_or_insert_with(String::new);
+                if pieces.len() < TEXT_MAX {
+                    pieces.push_str(&piece);
+                }
+            }
+            Some(Live::Event(event)) => {
+                self.send_pieces();
+                self.send_event(event);
+            }
+            None => {}
+        }
+    }
+
+    fn send_event(&mut self, event: AgentEvent) {
+        match event {
+            AgentEvent::Session { .. } if self.session_sent => {}
+            AgentEvent::Usage {
                 context_tokens,
                 window,
                 input_tokens,
                 output_tokens,
-            }) => {
+            } => {
                 self.tokens.0 += input_tokens;
                 self.tokens.1 += output_tokens;
                 self.events.emit(AgentEvent::Usage {
@@ -112,12 +141,23 @@ impl LiveLines {
                     output_tokens: self.tokens.1,
                 });
             }
-            Some(event) => {
+            event => {
                 self.session_sent |= matches!(event, AgentEvent::Session { .. });
                 self.events.emit(event);
             }
-            None => {}
         }
+    }
+
+    /// Sends the message streamed so far, if any, as one text event.
+    fn send_pieces(&mut self) {
+        if let Some(pieces) = self.pieces.take() {
+            self.events.emit(text(&pieces));
+        }
+    }
+
+    /// The output has ended: sends what is still held (a message streamed to the end).
+    pub(super) fn finish(&mut self) {
+        self.send_pieces();
     }
 }
 
@@ -131,13 +171,18 @@ pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<AgentEvent> {
     for piece in transcript.as_bytes().chunks(100) {
         lines.push(piece);
     }
-    drop(lines);
+    lines.finish();
     let seen = seen.lock().expect("lock");
     seen.clone()
 }
 
+/// A whole message, cut to [`TEXT_MAX`] bytes.
+pub(super) fn message(text: &str) -> Live {
+    Live::Event(self::text(text))
+}
+
 /// A text event, cut to [`TEXT_MAX`] bytes at a character boundary.
-pub(super) fn text(text: &str) -> AgentEvent {
+fn text(text: &str) -> AgentEvent {
     let mut end = text.len().min(TEXT_MAX);
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -154,24 +199,29 @@ mod tests {
     use super::*;
 
     const TOOLS: LiveMap = LiveMap {
-        types: &["tool", "session", "tokens"],
+        types: &["tool", "session", "tokens", "piece"],
         map: tool,
     };
 
-    fn tool(value: &Value) -> Option<AgentEvent> {
+    fn tool(value: &Value) -> Option<Live> {
+        if let Some(piece) = value["piece"].as_str() {
+            return Some(Live::TextPiece(piece.to_owned()));
+        }
         if let Some(n) = value["tokens"].as_u64() {
-            return Some(AgentEvent::Usage {
+            return Some(Live::Event(AgentEvent::Usage {
                 context_tokens: n,
                 window: None,
                 input_tokens: n,
                 output_tokens: 1,
-            });
+            }));
         }
         if let Some(id) = value["session"].as_str() {
-            return Some(AgentEvent::Session { id: id.to_owned() });
+            return Some(Live::Event(AgentEvent::Session { id: id.to_owned() }));
         }
-        value["tool"].as_str().map(|name| AgentEvent::ToolUse {
-            name: name.to_owned(),
+        value["tool"].as_str().map(|name| {
+            Live::Event(AgentEvent::ToolUse {
+                name: name.to_owned(),
+            })
         })
     }
 
@@ -234,6 +284,28 @@ mod tests {
             })
             .collect();
         assert_eq!(totals, [(100, 100, 1), (30, 130, 2)]);
+    }
+
+    #[test]
+    fn a_message_streamed_in_pieces_is_one_text_event() {
+        let (mut live, seen) = lines();
+        let line =
+            |key: &str, value: &str| format!("{{\"type\":\"{key}\",\"{key}\":\"{value}\"}}\n");
+        let stream = line("piece", "Hel")
+            + &line("piece", "lo")
+            + &line("tool", "t")
+            + &line("piece", "Done.");
+        live.push(stream.as_bytes());
+        live.finish();
+        let seen = seen.lock().expect("lock");
+        assert!(
+            matches!(&seen[..], [
+                AgentEvent::Text { text: first },
+                AgentEvent::ToolUse { .. },
+                AgentEvent::Text { text: last },
+            ] if first == "Hello" && last == "Done."),
+            "{seen:?}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
 use super::command::{CommandAgent, Ending, Raw};
-use super::live::LiveMap;
+use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
 
@@ -186,30 +186,31 @@ const LIVE: LiveMap = LiveMap {
 
 /// The live event a line of the CLI means: each tool call, each text part, each step's
 /// tokens, and the session (named by every step; sent once).
-fn live(event: &Value) -> Option<AgentEvent> {
+fn live(event: &Value) -> Option<Live> {
     let part = &event["part"];
-    match event["type"].as_str()? {
-        "step_start" => Some(AgentEvent::Session {
+    let event = match event["type"].as_str()? {
+        "step_start" => AgentEvent::Session {
             id: event["sessionID"].as_str()?.to_owned(),
-        }),
-        "tool_use" => Some(AgentEvent::ToolUse {
+        },
+        "tool_use" => AgentEvent::ToolUse {
             name: part["tool"].as_str().unwrap_or("tool").to_owned(),
-        }),
-        "text" => Some(super::live::text(part["text"].as_str()?)),
+        },
+        "text" => return Some(message(part["text"].as_str()?)),
         // One model call: what it read is the context in use.
         "step_finish" => {
             let tokens = &part["tokens"];
             let n = |v: &Value| v.as_u64().unwrap_or(0);
             let input = n(&tokens["input"]);
-            Some(AgentEvent::Usage {
+            AgentEvent::Usage {
                 context_tokens: input + n(&tokens["cache"]["read"]) + n(&tokens["cache"]["write"]),
                 window: None,
                 input_tokens: input,
                 output_tokens: n(&tokens["output"]),
-            })
+            }
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    Some(Live::Event(event))
 }
 
 /// The run from how the process ended and what its events said.
