@@ -56,7 +56,8 @@ pub(super) struct LiveLines {
     session_sent: bool,
     /// Input and output tokens of the run so far.
     tokens: (u64, u64),
-    /// The pieces of a streamed message so far (at most [`TEXT_MAX`] bytes of them).
+    /// The pieces of a streamed message so far (none is added once they reach
+    /// [`TEXT_MAX`] bytes: the event is cut to that anyway).
     pieces: Option<String>,
 }
 
