@@ -272,29 +272,4 @@ async fn ralph_construct_with_the_gemini_agent_completes_a_spec() {
     );
 }
 
-#[tokio::test]
-async fn tool_calls_are_seen_while_the_cli_still_runs() {
-    let Some(bin) = gemini_or_skip() else {
-        return;
-    };
-    // The first tool call's event creates `go`; the second call, still inside the CLI,
-    // waits for it.
-    let rig = Rig::new(
-        bin,
-        [
-            Reply::shell("true"),
-            Reply::shell(support::WAIT_FOR_GO),
-            Reply::text("Done.\n<TASK_DONE>"),
-        ],
-    )
-    .await;
-
-    let events = support::go_at_the_first_tool_use(rig.path());
-    let run = rig.run_with(Role::Build, "Wait for go", events).await;
-
-    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
-    assert_eq!(
-        std::fs::read_to_string(rig.path().join("seen.txt")).unwrap(),
-        "live\n"
-    );
-}
+support::live_tool_call_test!(gemini_or_skip());

@@ -190,3 +190,39 @@ pub fn go_at_the_first_tool_use(dir: &Path) -> ralph::agent::AgentEvents {
         }
     })
 }
+
+/// `tool_calls_are_seen_while_the_cli_still_runs` for a CLI's test binary: a `Rig` with
+/// `new(bin, replies)`, `path()` and `run_with(role, prompt, events)`, a `Reply` with `shell`
+/// and `text`, and `$skip` giving the CLI's binary or skipping. The first tool call's event
+/// creates `go`; the second call, still inside the CLI, waits for it ([`WAIT_FOR_GO`]).
+#[allow(unused_macros)]
+macro_rules! live_tool_call_test {
+    ($skip:expr) => {
+        #[tokio::test]
+        async fn tool_calls_are_seen_while_the_cli_still_runs() {
+            let Some(bin) = $skip else {
+                return;
+            };
+            let rig = Rig::new(
+                bin,
+                [
+                    Reply::shell("true"),
+                    Reply::shell(support::WAIT_FOR_GO),
+                    Reply::text("Done.\n<TASK_DONE>"),
+                ],
+            )
+            .await;
+
+            let events = support::go_at_the_first_tool_use(rig.path());
+            let run = rig.run_with(Role::Build, "Wait for go", events).await;
+
+            assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+            assert_eq!(
+                std::fs::read_to_string(rig.path().join("seen.txt")).unwrap(),
+                "live\n"
+            );
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use live_tool_call_test;
