@@ -162,9 +162,10 @@ impl LiveLines {
     }
 }
 
-/// The live events `map` makes of a recorded transcript, fed in pieces as a pipe would.
+/// The live events `map` makes of a recorded transcript, fed in pieces as a pipe would,
+/// each in a word or two: `session`, `tool NAME`, `text TEXT`, `usage IN/OUT context C`.
 #[cfg(test)]
-pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<AgentEvent> {
+pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<String> {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = seen.clone();
     let events = AgentEvents::new(move |e| sink.lock().expect("lock").push(e));
@@ -174,7 +175,20 @@ pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<AgentEvent> {
     }
     lines.finish();
     let seen = seen.lock().expect("lock");
-    seen.clone()
+    seen.iter()
+        .map(|event| match event {
+            AgentEvent::Session { .. } => "session".to_owned(),
+            AgentEvent::ToolUse { name } => format!("tool {name}"),
+            AgentEvent::Text { text } => format!("text {text}"),
+            AgentEvent::Usage {
+                context_tokens,
+                input_tokens,
+                output_tokens,
+                ..
+            } => format!("usage {input_tokens}/{output_tokens} context {context_tokens}"),
+            other => format!("{other:?}"),
+        })
+        .collect()
 }
 
 /// A whole message, cut to [`TEXT_MAX`] bytes.
