@@ -234,6 +234,30 @@ pub(super) fn classify(agent: &str, message: &str, reset: Option<SystemTime>) ->
     }
 }
 
+/// The checks every vendor CLI's recorded transcripts pass (`fixtures/<cli>/`), read as
+/// the agent reads them.
+#[cfg(test)]
+pub(super) mod recorded {
+    use crate::agent::{AgentExit, AgentRun, Claim};
+
+    /// `tool-flow-done`: a tool call, then the final answer claiming done, with a session
+    /// and the tokens used.
+    pub(in crate::agent) fn assert_done(done: &AgentRun) {
+        assert_eq!(done.exit, AgentExit::Completed, "{done:?}");
+        assert_eq!(done.final_text, "Wrote hello.txt.\n<TASK_DONE>");
+        assert_eq!(done.claim(), Claim::Done);
+        assert!(done.session_id.is_some());
+        assert!(done.usage.input_tokens > 0 && done.usage.output_tokens > 0);
+    }
+
+    /// `marker-in-tool-output`: the marker came back from a tool; the answer after it does
+    /// not claim done.
+    pub(in crate::agent) fn assert_marker_in_tool_output_is_not_done(earlier: &AgentRun) {
+        assert_eq!(earlier.final_text, "Still more to do.");
+        assert_ne!(earlier.claim(), Claim::Done);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

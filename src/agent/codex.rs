@@ -315,7 +315,8 @@ fn reset_time(message: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{Claim, FailureKind, Role};
+    use crate::agent::cli_agent::recorded;
+    use crate::agent::{FailureKind, Role};
 
     /// A transcript the pinned CLI printed (`fixtures/codex/`), read as a run of `role` that
     /// exited with `code`.
@@ -332,19 +333,14 @@ mod tests {
             Role::Build,
             0,
         );
-        assert_eq!(done.exit, AgentExit::Completed);
-        assert_eq!(done.final_text, "Wrote hello.txt.\n<TASK_DONE>");
-        assert_eq!(done.claim(), Claim::Done);
-        assert!(done.session_id.is_some());
-        assert!(done.usage.input_tokens > 0 && done.usage.output_tokens > 0);
+        recorded::assert_done(&done);
 
         let earlier = replay(
             include_str!("../../fixtures/codex/marker-in-tool-output.jsonl"),
             Role::Build,
             0,
         );
-        assert_eq!(earlier.final_text, "Still more to do.");
-        assert_ne!(earlier.claim(), Claim::Done);
+        recorded::assert_marker_in_tool_output_is_not_done(&earlier);
 
         let judged = replay(
             include_str!("../../fixtures/codex/read-only-structured.jsonl"),

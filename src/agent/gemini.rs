@@ -236,7 +236,8 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{Claim, FailureKind};
+    use crate::agent::FailureKind;
+    use crate::agent::cli_agent::recorded;
 
     /// A transcript the pinned CLI printed (`fixtures/gemini/`), read as a run that exited
     /// with `code`.
@@ -268,18 +269,13 @@ mod tests {
             include_str!("../../fixtures/gemini/tool-flow-done.jsonl"),
             0,
         );
-        assert_eq!(done.exit, AgentExit::Completed);
-        assert_eq!(done.final_text, "Wrote hello.txt.\n<TASK_DONE>");
-        assert_eq!(done.claim(), Claim::Done);
-        assert!(done.session_id.is_some());
-        assert!(done.usage.input_tokens > 0 && done.usage.output_tokens > 0);
+        recorded::assert_done(&done);
 
         let earlier = replay(
             include_str!("../../fixtures/gemini/marker-in-tool-output.jsonl"),
             0,
         );
-        assert_eq!(earlier.final_text, "Still more to do.");
-        assert_ne!(earlier.claim(), Claim::Done);
+        recorded::assert_marker_in_tool_output_is_not_done(&earlier);
 
         let judged = replay(
             include_str!("../../fixtures/gemini/read-only-structured.jsonl"),

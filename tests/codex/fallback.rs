@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Rig, codex_toml};
+use super::Rig;
 use crate::support;
 use crate::support::messages_api::{self, ClaudeHome, MessagesApi, claude_or_skip};
 use crate::support::responses_api::{Reply, codex_or_skip};
@@ -72,7 +72,7 @@ async fn claude_rate_limited_hands_the_task_to_codex_and_takes_the_next_once_its
         rig.path().join("ralph.toml"),
         format!(
             "{}\n[claude]\nbin = {claude_bin:?}\nmax_retries = 0\nbare = false\npermission_mode = \"bypassPermissions\"\nenv = {{ {} }}\n",
-            codex_toml(&rig, &codex_bin),
+            rig.toml(&codex_bin),
             claude_env.join(", ")
         ),
     )

@@ -1,6 +1,7 @@
 //! `GeminiCli` against the real, pinned Gemini CLI talking to a scripted Gemini API on
-//! 127.0.0.1 (`support::gemini_api`): the same adversarial cases as the Claude agent's.
-//! Skipped (saying so) when no `gemini` is installed, except under `CI=true`.
+//! 127.0.0.1 (`support::gemini_api`): the adversarial cases every CLI agent passes
+//! (`support::cli_rig`), then Gemini's own. Skipped (saying so) when no `gemini` is
+//! installed, except under `CI=true`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,161 +9,55 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use ralph::agent::{Agent, AgentExit, AgentRequest, AgentRun, Claim, FailureKind, GeminiCli, Role};
+use ralph::agent::{Agent, AgentExit, AgentRequest, Claim, FailureKind, GeminiCli, Role, Usage};
+use support::cli_rig::CliUnderTest;
 use support::gemini_api::{GeminiApi, Reply, gemini_or_skip};
-use support::messages_api::alive_with_env;
 
-/// A workspace, a home for the CLI, the fake API and the agent pointed at both.
-struct Rig {
-    dir: tempfile::TempDir,
-    home: tempfile::TempDir,
-    api: GeminiApi,
-    gemini: GeminiCli,
-}
+/// The Gemini CLI, pointed at the scripted Gemini API.
+struct Gemini;
 
-impl Rig {
-    async fn new(bin: PathBuf, replies: impl IntoIterator<Item = Reply>) -> Rig {
-        let dir = support::messages_api::git_repo();
-        let home = tempfile::tempdir().unwrap();
-        let api = GeminiApi::with_script(replies).await;
-        let gemini = api.env(home.path()).into_iter().fold(
-            GeminiCli::new().bin(bin).model("gemini-2.5-pro"),
-            |g, (k, v)| g.env(k, v),
-        );
-        Rig {
-            dir,
-            home,
-            api,
-            gemini,
-        }
+impl CliUnderTest for Gemini {
+    type Agent = GeminiCli;
+    type Api = GeminiApi;
+    type Reply = Reply;
+    const NAME: &'static str = "gemini";
+    const MODEL: &'static str = "gemini-2.5-pro";
+
+    async fn serve(replies: Vec<Reply>) -> GeminiApi {
+        GeminiApi::with_script(replies).await
     }
 
-    fn path(&self) -> &Path {
-        self.dir.path()
+    fn settings(api: &GeminiApi, home: &Path) -> (Vec<String>, Vec<(String, String)>) {
+        (Vec::new(), api.env(home))
     }
 
-    async fn run(&self, role: Role, prompt: &str) -> AgentRun {
-        self.run_with(role, prompt, ralph::agent::AgentEvents::none())
-            .await
+    fn agent(bin: PathBuf, args: Vec<String>, env: Vec<(String, String)>) -> GeminiCli {
+        let gemini = args
+            .into_iter()
+            .fold(GeminiCli::new().bin(bin).model(Self::MODEL), GeminiCli::arg);
+        env.into_iter().fold(gemini, |g, (k, v)| g.env(k, v))
     }
 
-    async fn run_with(
-        &self,
-        role: Role,
-        prompt: &str,
-        events: ralph::agent::AgentEvents,
-    ) -> AgentRun {
-        let request = AgentRequest::new(role, prompt, self.path())
-            .log_path(self.home.path().join("logs/run.log"))
-            .timeout(Duration::from_secs(120))
-            .events(events);
-        let run = self.gemini.run(request).await.unwrap();
-        support::record_transcript("gemini", prompt, &self.home.path().join("logs/run.log"));
-        run
+    fn assert_usage(usage: &Usage) {
+        assert_eq!(usage.input_tokens, 200, "{usage:?}");
     }
 }
 
-#[tokio::test]
-async fn a_tool_call_writes_the_file_and_the_final_answer_claims_done() {
-    let Some(bin) = gemini_or_skip() else { return };
-    let rig = Rig::new(
-        bin,
-        [
-            Reply::shell("echo hello > hello.txt"),
-            Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
-        ],
-    )
-    .await;
+type Rig = support::cli_rig::Rig<Gemini>;
 
-    let run = rig.run(Role::Build, "Write hello.txt").await;
-
-    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
-    assert_eq!(run.claim(), Claim::Done);
-    assert_eq!(
-        std::fs::read_to_string(rig.path().join("hello.txt")).unwrap(),
-        "hello\n"
-    );
-    assert!(run.session_id.is_some());
-    assert_eq!(run.usage.input_tokens, 200, "{:?}", run.usage);
-    assert!(
-        rig.api.requests().await[0]
-            .to_string()
-            .contains("Write hello.txt")
-    );
+/// The replies `ralph construct` needs for one task.
+fn construct_script() -> [Reply; 5] {
+    [
+        Reply::text(r#"{"tasks":[{"name":"Write hello.txt","accept":"hello.txt says hello"}]}"#),
+        Reply::shell("echo hello > hello.txt"),
+        Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
+        Reply::text(r#"{"task_id":"t-1","verdict":"accept","reason":"it says hello"}"#),
+        Reply::text(r#"{"tasks":[],"issues":[]}"#),
+    ]
 }
 
-#[tokio::test]
-async fn a_marker_in_prose_in_an_earlier_turn_in_tool_output_or_before_more_text_is_not_done() {
-    let Some(bin) = gemini_or_skip() else { return };
-    let cases = [
-        vec![Reply::text("I will print <TASK_DONE> when done.")],
-        vec![
-            Reply::text_then_shell("<TASK_DONE>", "true"),
-            Reply::text("Still more to do."),
-        ],
-        vec![Reply::shell("echo '<TASK_DONE>'"), Reply::text("Checked.")],
-        vec![Reply::text("<TASK_DONE>\nBut the tests fail.")],
-    ];
-    for script in cases {
-        let rig = Rig::new(bin.clone(), script).await;
-        let run = rig.run(Role::Build, "p").await;
-        assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
-        assert!(matches!(run.claim(), Claim::NotDone(_)), "{run:?}");
-    }
-}
-
-#[tokio::test]
-async fn background_jobs_of_a_tool_do_not_survive_the_run() {
-    let Some(bin) = gemini_or_skip() else { return };
-    let mark = format!("g{}", std::process::id());
-    let rig = Rig::new(
-        bin,
-        [
-            Reply::shell(format!(
-                "AGENT_LEFTOVER_MARK={mark} setsid sleep 300 > /dev/null 2>&1 & AGENT_LEFTOVER_MARK={mark} nohup sleep 301 > /dev/null 2>&1 &"
-            )),
-            Reply::text("Started.\n<TASK_DONE>"),
-        ],
-    )
-    .await;
-
-    let run = rig.run(Role::Build, "p").await;
-
-    assert_eq!(run.claim(), Claim::Done, "{run:?}");
-    assert!(
-        alive_with_env("AGENT_LEFTOVER_MARK", &mark).is_empty(),
-        "left running"
-    );
-}
-
-#[tokio::test]
-async fn a_stalled_stream_is_cut_by_the_idle_timeout() {
-    let Some(bin) = gemini_or_skip() else { return };
-    let rig = Rig::new(bin, [Reply::stall(Duration::from_secs(60))]).await;
-    let gemini = rig.gemini.clone().idle_timeout(Duration::from_secs(3));
-    let request = AgentRequest::new(Role::Build, "p", rig.path()).timeout(Duration::from_secs(120));
-
-    let run = gemini.run(request).await.unwrap();
-
-    assert_eq!(run.exit, AgentExit::TimedOut, "{run:?}");
-}
-
-#[tokio::test]
-async fn a_huge_answer_completes_with_a_bounded_buffer() {
-    let Some(bin) = gemini_or_skip() else { return };
-    // Numbered lines: a repeated chunk would trip the CLI's loop detection.
-    let big: String = (0..200_000)
-        .map(|i| format!("line {i} of the report\n"))
-        .collect();
-    let rig = Rig::new(bin, [Reply::text(format!("{big}<TASK_DONE>"))]).await;
-
-    let run = rig.run(Role::Build, "p").await;
-
-    assert_eq!(run.claim(), Claim::Done, "{:?}", run.exit);
-    assert_eq!(run.final_text.len(), big.len() + "<TASK_DONE>".len());
-}
+support::cli_rig::cli_agent_suite!(gemini_or_skip());
 
 #[tokio::test]
 async fn a_5xx_then_success_is_ridden_out_a_daily_quota_is_a_rate_limit_and_a_401_is_fatal() {
@@ -192,84 +87,3 @@ async fn a_5xx_then_success_is_ridden_out_a_daily_quota_is_a_rate_limit_and_a_40
         "{run:?}"
     );
 }
-
-#[tokio::test]
-async fn a_read_only_role_cannot_write_files() {
-    let Some(bin) = gemini_or_skip() else { return };
-    let rig = Rig::new(
-        bin,
-        [
-            Reply::shell("echo sneaky > sneaky.txt"),
-            Reply::text(r#"{"task_id":"t-1","verdict":"accept","reason":"ok"}"#),
-        ],
-    )
-    .await;
-
-    let run = rig.run(Role::Verify, "Judge t-1").await;
-
-    assert!(
-        !rig.path().join("sneaky.txt").exists(),
-        "plan mode let it write"
-    );
-    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
-}
-
-/// `ralph construct spec.md --agent gemini` takes a demo-sized spec to the end, with the CLI
-/// set up in `ralph.toml`'s `[gemini]`.
-#[tokio::test]
-async fn ralph_construct_with_the_gemini_agent_completes_a_spec() {
-    let Some(bin) = gemini_or_skip() else { return };
-    let rig = Rig::new(
-        bin.clone(),
-        [
-            Reply::text(
-                r#"{"tasks":[{"name":"Write hello.txt","accept":"hello.txt says hello"}]}"#,
-            ),
-            Reply::shell("echo hello > hello.txt"),
-            Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
-            Reply::text(r#"{"task_id":"t-1","verdict":"accept","reason":"it says hello"}"#),
-            Reply::text(r#"{"tasks":[],"issues":[]}"#),
-        ],
-    )
-    .await;
-    std::fs::write(
-        rig.path().join("spec.md"),
-        "# Hello\nWrite hello.txt saying hello.\n",
-    )
-    .unwrap();
-    let env: Vec<String> = rig
-        .api
-        .env(rig.home.path())
-        .into_iter()
-        .map(|(k, v)| format!("{k} = {v:?}"))
-        .collect();
-    std::fs::write(
-        rig.path().join("ralph.toml"),
-        format!(
-            "[gemini]\nbin = {:?}\nmodel = \"gemini-2.5-pro\"\nenv = {{ {} }}\n",
-            bin.display().to_string(),
-            env.join(", ")
-        ),
-    )
-    .unwrap();
-
-    let out = std::process::Command::new(support::ralph_bin())
-        .args(["construct", "spec.md", "--agent", "gemini"])
-        .current_dir(rig.path())
-        .output()
-        .unwrap();
-
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        std::fs::read_to_string(rig.path().join("hello.txt")).unwrap(),
-        "hello\n"
-    );
-}
-
-support::live_tool_call_test!(gemini_or_skip());

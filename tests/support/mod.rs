@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
+pub mod cli_rig;
 pub mod gemini_api;
 pub mod messages_api;
 pub mod responses_api;
@@ -174,55 +175,3 @@ pub fn record_transcript(cli: &str, prompt: &str, log: &Path) {
         .unwrap();
     std::fs::write(path, lines).unwrap();
 }
-
-/// A scripted tool call's command that waits up to 8 s for a file `go` in its directory,
-/// then writes `seen.txt`: `live` if it came, `late` if not. With
-/// [`go_at_the_first_tool_use`], it shows whether the agent's events arrive while the CLI
-/// still runs (the command runs inside the CLI, so an event sent after the run comes late).
-pub const WAIT_FOR_GO: &str = "timeout 8 sh -c 'until [ -f go ]; do sleep 0.1; done'; if [ -f go ]; then echo live > seen.txt; else echo late > seen.txt; fi";
-
-/// Agent events that create `go` in `dir` at the first tool call (see [`WAIT_FOR_GO`]).
-pub fn go_at_the_first_tool_use(dir: &Path) -> ralph::agent::AgentEvents {
-    let go = dir.join("go");
-    ralph::agent::AgentEvents::new(move |event| {
-        if matches!(event, ralph::agent::AgentEvent::ToolUse { .. }) && !go.exists() {
-            std::fs::write(&go, "").expect("write go");
-        }
-    })
-}
-
-/// `tool_calls_are_seen_while_the_cli_still_runs` for a CLI's test binary: a `Rig` with
-/// `new(bin, replies)`, `path()` and `run_with(role, prompt, events)`, a `Reply` with `shell`
-/// and `text`, and `$skip` giving the CLI's binary or skipping. The first tool call's event
-/// creates `go`; the second call, still inside the CLI, waits for it ([`WAIT_FOR_GO`]).
-#[allow(unused_macros)]
-macro_rules! live_tool_call_test {
-    ($skip:expr) => {
-        #[tokio::test]
-        async fn tool_calls_are_seen_while_the_cli_still_runs() {
-            let Some(bin) = $skip else {
-                return;
-            };
-            let rig = Rig::new(
-                bin,
-                [
-                    Reply::shell("true"),
-                    Reply::shell(support::WAIT_FOR_GO),
-                    Reply::text("Done.\n<TASK_DONE>"),
-                ],
-            )
-            .await;
-
-            let events = support::go_at_the_first_tool_use(rig.path());
-            let run = rig.run_with(Role::Build, "Wait for go", events).await;
-
-            assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
-            assert_eq!(
-                std::fs::read_to_string(rig.path().join("seen.txt")).unwrap(),
-                "live\n"
-            );
-        }
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use live_tool_call_test;

@@ -1,0 +1,320 @@
+//! What the test binaries of the vendor CLIs (codex, gemini, opencode) share: a rig holding
+//! a git workspace, a home for the CLI, its scripted API and the agent pointed at both, and
+//! the adversarial cases every CLI agent must pass ([`cli_agent_suite!`]).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ralph::agent::{Agent, AgentEvents, AgentRequest, AgentRun, Role};
+
+/// A scripted tool call's command that waits up to 8 s for a file `go` in its directory,
+/// then writes `seen.txt`: `live` if it came, `late` if not. With
+/// [`go_at_the_first_tool_use`], it shows whether the agent's events arrive while the CLI
+/// still runs (the command runs inside the CLI, so an event sent after the run comes late).
+pub const WAIT_FOR_GO: &str = "timeout 8 sh -c 'until [ -f go ]; do sleep 0.1; done'; if [ -f go ]; then echo live > seen.txt; else echo late > seen.txt; fi";
+
+/// Agent events that create `go` in `dir` at the first tool call (see [`WAIT_FOR_GO`]).
+pub fn go_at_the_first_tool_use(dir: &Path) -> AgentEvents {
+    let go = dir.join("go");
+    AgentEvents::new(move |event| {
+        if matches!(event, ralph::agent::AgentEvent::ToolUse { .. }) && !go.exists() {
+            std::fs::write(&go, "").expect("write go");
+        }
+    })
+}
+
+/// One CLI under test: how its API is served and its agent set up.
+#[allow(async_fn_in_trait)] // only these tests implement it
+pub trait CliUnderTest {
+    /// The agent.
+    type Agent: Agent;
+    /// The scripted API the CLI talks to.
+    type Api;
+    /// One scripted reply of that API.
+    type Reply;
+    /// The agent's name: its `ralph.toml` section and `--agent` value.
+    const NAME: &'static str;
+    /// The model the agent asks for.
+    const MODEL: &'static str;
+
+    /// Serves `replies`, in order.
+    async fn serve(replies: Vec<Self::Reply>) -> Self::Api;
+    /// The arguments and environment that point the CLI at `api`, with `home` as its home.
+    fn settings(api: &Self::Api, home: &Path) -> (Vec<String>, Vec<(String, String)>);
+    /// The agent running `bin` with the model, `args` and `env`.
+    fn agent(bin: PathBuf, args: Vec<String>, env: Vec<(String, String)>) -> Self::Agent;
+    /// Asserts the tokens of the two-turn tool run, as the API scripted them.
+    fn assert_usage(usage: &ralph::agent::Usage);
+}
+
+/// A workspace (a git repository), a home for the CLI, the fake API and the agent pointed at
+/// both.
+pub struct Rig<C: CliUnderTest> {
+    pub dir: tempfile::TempDir,
+    pub home: tempfile::TempDir,
+    pub api: C::Api,
+    pub agent: C::Agent,
+}
+
+impl<C: CliUnderTest> Rig<C> {
+    /// The agent's name: its `ralph.toml` section and `--agent` value.
+    pub const NAME: &'static str = C::NAME;
+
+    /// See [`CliUnderTest::assert_usage`].
+    pub fn assert_usage(usage: &ralph::agent::Usage) {
+        C::assert_usage(usage);
+    }
+
+    pub async fn new(bin: PathBuf, replies: impl IntoIterator<Item = C::Reply>) -> Self {
+        let dir = super::messages_api::git_repo();
+        let home = tempfile::tempdir().unwrap();
+        let api = C::serve(replies.into_iter().collect()).await;
+        let (args, env) = C::settings(&api, home.path());
+        let agent = C::agent(bin, args, env);
+        Rig {
+            dir,
+            home,
+            api,
+            agent,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub async fn run(&self, role: Role, prompt: &str) -> AgentRun {
+        self.run_with(role, prompt, AgentEvents::none()).await
+    }
+
+    /// A run with its log in the CLI's home, recorded as a transcript when asked for.
+    pub async fn run_with(&self, role: Role, prompt: &str, events: AgentEvents) -> AgentRun {
+        let log = self.home.path().join("logs/run.log");
+        let request = AgentRequest::new(role, prompt, self.path())
+            .log_path(&log)
+            .timeout(Duration::from_secs(120))
+            .events(events);
+        let run = self.agent.run(request).await.unwrap();
+        super::record_transcript(C::NAME, prompt, &log);
+        run
+    }
+
+    /// The `ralph.toml` section that sets up `bin` as the rig's agent is.
+    pub fn toml(&self, bin: &Path) -> String {
+        let (args, env) = C::settings(&self.api, self.home.path());
+        let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+        let env: Vec<String> = env.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
+        format!(
+            "[{}]\nbin = {:?}\nmodel = {:?}\nargs = [{}]\nenv = {{ {} }}\n",
+            C::NAME,
+            bin.display().to_string(),
+            C::MODEL,
+            args.join(", "),
+            env.join(", ")
+        )
+    }
+}
+
+/// The cases every vendor CLI's agent must pass, run with the real CLI `$skip` finds (the
+/// caller's `Rig` and `Reply` are used): a tool call that writes a file; a marker that does
+/// not count (in prose, in an earlier turn, in tool output, before more text); background
+/// jobs of a tool killed; a stalled stream cut by the idle timeout; a huge answer kept whole
+/// with a bounded buffer; a read-only role that cannot write; `ralph construct --agent`
+/// taking a spec to the end; tool calls seen while the CLI still runs.
+#[allow(unused_macros)]
+macro_rules! cli_agent_suite {
+    ($skip:expr) => {
+        #[tokio::test]
+        async fn a_tool_call_writes_the_file_and_the_final_answer_claims_done() {
+            let Some(bin) = $skip else { return };
+            let rig = Rig::new(
+                bin,
+                [
+                    Reply::shell("echo hello > hello.txt"),
+                    Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
+                ],
+            )
+            .await;
+
+            let run = rig.run(Role::Build, "Write hello.txt").await;
+
+            assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+            assert_eq!(run.claim(), Claim::Done);
+            assert_eq!(
+                std::fs::read_to_string(rig.path().join("hello.txt")).unwrap(),
+                "hello\n"
+            );
+            assert!(run.session_id.is_some());
+            Rig::assert_usage(&run.usage);
+            assert!(
+                rig.api.requests().await[0]
+                    .to_string()
+                    .contains("Write hello.txt")
+            );
+        }
+
+        #[tokio::test]
+        async fn a_marker_in_prose_in_an_earlier_turn_in_tool_output_or_before_more_text_is_not_done()
+         {
+            let Some(bin) = $skip else { return };
+            // Each script, and the final answer it leaves.
+            let cases = [
+                (
+                    vec![Reply::text("I will print <TASK_DONE> when done.")],
+                    "I will print <TASK_DONE> when done.",
+                ),
+                (
+                    vec![
+                        Reply::text_then_shell("<TASK_DONE>", "true"),
+                        Reply::text("Still more to do."),
+                    ],
+                    "Still more to do.",
+                ),
+                (
+                    vec![Reply::shell("echo '<TASK_DONE>'"), Reply::text("Checked.")],
+                    "Checked.",
+                ),
+                (
+                    vec![Reply::text("<TASK_DONE>\nBut the tests fail.")],
+                    "<TASK_DONE>\nBut the tests fail.",
+                ),
+            ];
+            for (script, answer) in cases {
+                let rig = Rig::new(bin.clone(), script).await;
+                let run = rig.run(Role::Build, "p").await;
+                assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+                assert_eq!(run.final_text, answer);
+                assert!(matches!(run.claim(), Claim::NotDone(_)), "{run:?}");
+            }
+        }
+
+        #[tokio::test]
+        async fn background_jobs_of_a_tool_do_not_survive_the_run() {
+            let Some(bin) = $skip else { return };
+            let mark = format!("{}-{}", Rig::NAME, std::process::id());
+            let rig = Rig::new(
+                bin,
+                [
+                    Reply::shell(format!(
+                        "touch started; AGENT_LEFTOVER_MARK={mark} setsid sleep 300 > /dev/null 2>&1 & AGENT_LEFTOVER_MARK={mark} nohup sleep 301 > /dev/null 2>&1 &"
+                    )),
+                    Reply::text("Started.\n<TASK_DONE>"),
+                ],
+            )
+            .await;
+
+            let run = rig.run(Role::Build, "p").await;
+
+            assert_eq!(run.claim(), Claim::Done, "{run:?}");
+            assert!(rig.path().join("started").exists(), "the tool ran");
+            let left = support::messages_api::alive_with_env("AGENT_LEFTOVER_MARK", &mark);
+            assert!(left.is_empty(), "left running: {left:?}");
+        }
+
+        #[tokio::test]
+        async fn a_stalled_stream_is_cut_by_the_idle_timeout() {
+            let Some(bin) = $skip else { return };
+            let rig = Rig::new(bin, [Reply::stall(std::time::Duration::from_secs(60))]).await;
+            let agent = rig
+                .agent
+                .clone()
+                .idle_timeout(std::time::Duration::from_secs(5));
+            let request = AgentRequest::new(Role::Build, "p", rig.path())
+                .timeout(std::time::Duration::from_secs(120));
+
+            let run = agent.run(request).await.unwrap();
+
+            assert_eq!(run.exit, AgentExit::TimedOut, "{run:?}");
+        }
+
+        #[tokio::test]
+        async fn a_huge_answer_completes_with_a_bounded_buffer() {
+            let Some(bin) = $skip else { return };
+            // Numbered lines: a repeated chunk would trip gemini's loop detection.
+            let big: String = (0..200_000)
+                .map(|i| format!("line {i} of the report\n"))
+                .collect();
+            let rig = Rig::new(bin, [Reply::text(format!("{big}<TASK_DONE>"))]).await;
+
+            let run = rig.run(Role::Build, "p").await;
+
+            assert_eq!(run.claim(), Claim::Done, "{:?}", run.exit);
+            assert_eq!(run.final_text.len(), big.len() + "<TASK_DONE>".len());
+        }
+
+        #[tokio::test]
+        async fn a_read_only_role_cannot_write_files() {
+            let Some(bin) = $skip else { return };
+            let rig = Rig::new(
+                bin,
+                [
+                    Reply::shell("echo sneaky > sneaky.txt"),
+                    Reply::text(r#"{"task_id":"t-1","verdict":"accept","reason":"ok"}"#),
+                ],
+            )
+            .await;
+
+            let run = rig.run(Role::Verify, "Judge t-1").await;
+
+            assert!(!rig.path().join("sneaky.txt").exists(), "a read-only run wrote");
+            assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+        }
+
+        /// `ralph construct spec.md --agent <name>` takes a demo-sized spec to the end, with
+        /// the CLI set up in `ralph.toml`.
+        #[tokio::test]
+        async fn ralph_construct_with_the_agent_completes_a_spec() {
+            let Some(bin) = $skip else { return };
+            let rig = Rig::new(bin.clone(), construct_script()).await;
+            std::fs::write(
+                rig.path().join("spec.md"),
+                "# Hello\nWrite hello.txt saying hello.\n",
+            )
+            .unwrap();
+            std::fs::write(rig.path().join("ralph.toml"), rig.toml(&bin)).unwrap();
+
+            let out = std::process::Command::new(support::ralph_bin())
+                .args(["construct", "spec.md", "--agent", Rig::NAME])
+                .current_dir(rig.path())
+                .output()
+                .unwrap();
+
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                std::fs::read_to_string(rig.path().join("hello.txt")).unwrap(),
+                "hello\n"
+            );
+        }
+
+        #[tokio::test]
+        async fn tool_calls_are_seen_while_the_cli_still_runs() {
+            let Some(bin) = $skip else { return };
+            let rig = Rig::new(
+                bin,
+                [
+                    Reply::shell("true"),
+                    Reply::shell(support::cli_rig::WAIT_FOR_GO),
+                    Reply::text("Done.\n<TASK_DONE>"),
+                ],
+            )
+            .await;
+
+            let events = support::cli_rig::go_at_the_first_tool_use(rig.path());
+            let run = rig.run_with(Role::Build, "Wait for go", events).await;
+
+            assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+            assert_eq!(
+                std::fs::read_to_string(rig.path().join("seen.txt")).unwrap(),
+                "live\n"
+            );
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use cli_agent_suite;
