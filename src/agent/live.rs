@@ -48,6 +48,8 @@ const TEXT_MAX: usize = 4 * 1024;
 /// Cuts stdout into lines and sends the events they mean.
 pub(super) struct LiveLines {
     map: LiveMap,
+    /// Finds the key `"type"` in a line.
+    type_key: memchr::memmem::Finder<'static>,
     events: AgentEvents,
     line: Vec<u8>,
     /// The current line grew past [`LINE_MAX`]: the rest of it is skipped.
@@ -65,6 +67,7 @@ impl LiveLines {
     pub(super) fn new(map: LiveMap, events: AgentEvents) -> Self {
         LiveLines {
             map,
+            type_key: memchr::memmem::Finder::new(b"\"type\"").into_owned(),
             events,
             line: Vec::new(),
             overlong: false,
@@ -74,39 +77,75 @@ impl LiveLines {
         }
     }
 
-    /// Takes the next bytes of stdout.
-    pub(super) fn push(&mut self, bytes: &[u8]) {
-        for piece in bytes.split_inclusive(|&b| b == b'\n') {
-            let (body, ends) = match piece.strip_suffix(b"\n") {
-                Some(body) => (body, true),
-                None => (piece, false),
-            };
-            if !self.overlong && self.line.len() + body.len() > LINE_MAX {
-                self.overlong = true;
-                self.line = Vec::new();
-            }
-            if !self.overlong {
-                self.line.extend_from_slice(body);
-            }
-            if ends {
+    /// Takes the next bytes of stdout. A line that arrives whole is looked at where it is;
+    /// only one cut between two reads is copied.
+    pub(super) fn push(&mut self, mut bytes: &[u8]) {
+        while let Some(end) = memchr::memchr(b'\n', bytes) {
+            let body = &bytes[..end];
+            if self.line.is_empty() && !self.overlong {
+                if body.len() <= LINE_MAX {
+                    self.send(body);
+                }
+            } else {
+                self.hold(body);
                 if !self.overlong {
-                    self.send();
+                    let line = std::mem::take(&mut self.line);
+                    self.send(&line);
+                    self.line = line;
                 }
                 self.line.clear();
                 self.overlong = false;
             }
+            bytes = &bytes[end + 1..];
+        }
+        self.hold(bytes);
+    }
+
+    /// Keeps the start of a line until its end arrives, unless it is over [`LINE_MAX`].
+    fn hold(&mut self, body: &[u8]) {
+        if !self.overlong && self.line.len() + body.len() > LINE_MAX {
+            self.overlong = true;
+            self.line = Vec::new();
+        }
+        if !self.overlong {
+            self.line.extend_from_slice(body);
         }
     }
 
-    fn send(&mut self) {
-        let wanted = serde_json::from_slice::<Kind<'_>>(&self.line)
+    /// Whether `line` may be of one of the map's types: a `"type"` key in it has one of
+    /// them as its value (nested objects have types too; parsing decides), or an escape
+    /// could spell one. Looking is several times cheaper than parsing, and most lines of a
+    /// long run are of no such type.
+    fn may_be_wanted(&self, line: &[u8]) -> bool {
+        let escaped = memchr::memchr_iter(b'\\', line).any(|at| line.get(at + 1) == Some(&b'u'));
+        if escaped {
+            return true;
+        }
+        self.type_key.find_iter(line).any(|at| {
+            let rest = line[at + b"\"type\"".len()..].trim_ascii_start();
+            let Some(value) = rest
+                .strip_prefix(b":")
+                .and_then(|rest| rest.trim_ascii_start().strip_prefix(b"\""))
+            else {
+                return false;
+            };
+            let value = memchr::memchr(b'"', value).map_or(value, |end| &value[..end]);
+            value.contains(&b'\\') || self.map.types.iter().any(|t| t.as_bytes() == value)
+        })
+    }
+
+    fn send(&mut self, line: &[u8]) {
+        if !self.may_be_wanted(line) {
+            return;
+        }
+        let wanted = serde_json::from_slice::<Kind<'_>>(line)
             .ok()
             .and_then(|line| line.kind)
             .is_some_and(|kind| self.map.types.contains(&kind.as_ref()));
         if !wanted {
             return;
         }
-        let Ok(value) = serde_json::from_slice::<Value>(&self.line) else {
+        let Ok(value) = serde_json::from_slice::<Value>(line) else {
             return;
         };
         match (self.map.map)(&value) {
@@ -266,6 +305,26 @@ mod tests {
         live.push(b"\n{\"type\":\"tool\",\"to");
         live.push(b"ol\":\"b\"}\nnot json\n{\"other\":1}\n{\"type\":\"x\",\"tool\":\"c\"}\n");
         assert_eq!(names(&seen), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_wanted_type_is_found_however_the_line_spells_it() {
+        let (mut live, seen) = lines();
+        live.push(br#"{"tool":"key-only","x":"tool","tool_use":1}"#);
+        live.push(b"\n");
+        live.push(br#"{"tool":"a","type":"tool"}"#);
+        live.push(b"\n");
+        live.push(br#"{ "type" :  "tool", "tool": "b" }"#);
+        live.push(b"\n");
+        live.push(br#"{"type":"t\u006fol","tool":"c"}"#);
+        live.push(b"\n");
+        live.push(br#"{"type":"tools","tool":"not this"}"#);
+        live.push(b"\n");
+        live.push(br#"{"type":"noise","item":{"type":"tool"},"tool":"nor this"}"#);
+        live.push(b"\n");
+        live.push(br#"{"x":"type","type":"tool","tool":"d"}"#);
+        live.push(b"\n");
+        assert_eq!(names(&seen), ["a", "b", "c", "d"]);
     }
 
     #[test]
