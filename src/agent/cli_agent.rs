@@ -238,7 +238,7 @@ pub(super) fn classify(agent: &str, message: &str, reset: Option<SystemTime>) ->
 /// the agent reads them.
 #[cfg(test)]
 pub(super) mod recorded {
-    use crate::agent::{AgentExit, AgentRun, Claim};
+    use crate::agent::{AgentExit, AgentRun, Claim, FailureKind};
 
     /// `tool-flow-done`: a tool call, then the final answer claiming done, with a session
     /// and the tokens used.
@@ -255,6 +255,37 @@ pub(super) mod recorded {
     pub(in crate::agent) fn assert_marker_in_tool_output_is_not_done(earlier: &AgentRun) {
         assert_eq!(earlier.final_text, "Still more to do.");
         assert_ne!(earlier.claim(), Claim::Done);
+    }
+
+    /// `read-only-structured`: a verifier's verdict, as the answer's text.
+    pub(in crate::agent) fn assert_verdict_in_the_answer(judged: &AgentRun) {
+        assert_eq!(judged.exit, AgentExit::Completed, "{judged:?}");
+        assert!(
+            judged.final_text.contains("\"verdict\":\"accept\""),
+            "{judged:?}"
+        );
+    }
+
+    /// A usage limit or exhausted quota: the agent rests.
+    pub(in crate::agent) fn assert_rate_limited(limited: &AgentRun) {
+        assert!(
+            matches!(limited.exit, AgentExit::RateLimited { .. }),
+            "{limited:?}"
+        );
+    }
+
+    /// `api-error-401`: bad credentials fail every run alike.
+    pub(in crate::agent) fn assert_fatal(refused: &AgentRun) {
+        assert!(
+            matches!(
+                refused.exit,
+                AgentExit::Failed {
+                    kind: FailureKind::Fatal,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
     }
 }
 

@@ -315,8 +315,8 @@ fn reset_time(message: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::Role;
     use crate::agent::cli_agent::recorded;
-    use crate::agent::{FailureKind, Role};
 
     /// A transcript the pinned CLI printed (`fixtures/codex/`), read as a run of `role` that
     /// exited with `code`.
@@ -354,26 +354,14 @@ mod tests {
             Role::Build,
             1,
         );
-        assert!(
-            matches!(limited.exit, AgentExit::RateLimited { .. }),
-            "{limited:?}"
-        );
+        recorded::assert_rate_limited(&limited);
 
         let refused = replay(
             include_str!("../../fixtures/codex/api-error-401.jsonl"),
             Role::Build,
             1,
         );
-        assert!(
-            matches!(
-                refused.exit,
-                AgentExit::Failed {
-                    kind: FailureKind::Fatal,
-                    ..
-                }
-            ),
-            "{refused:?}"
-        );
+        recorded::assert_fatal(&refused);
     }
 
     #[test]

@@ -236,7 +236,6 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::FailureKind;
     use crate::agent::cli_agent::recorded;
 
     /// A transcript the pinned CLI printed (`fixtures/gemini/`), read as a run that exited
@@ -281,28 +280,12 @@ mod tests {
             include_str!("../../fixtures/gemini/read-only-structured.jsonl"),
             0,
         );
-        assert_eq!(judged.exit, AgentExit::Completed);
-        assert!(
-            judged.final_text.contains("\"verdict\":\"accept\""),
-            "{judged:?}"
-        );
+        recorded::assert_verdict_in_the_answer(&judged);
 
         let limited = replay(include_str!("../../fixtures/gemini/daily-quota.jsonl"), 1);
-        assert!(
-            matches!(limited.exit, AgentExit::RateLimited { .. }),
-            "{limited:?}"
-        );
+        recorded::assert_rate_limited(&limited);
 
         let refused = replay(include_str!("../../fixtures/gemini/api-error-401.jsonl"), 1);
-        assert!(
-            matches!(
-                refused.exit,
-                AgentExit::Failed {
-                    kind: FailureKind::Fatal,
-                    ..
-                }
-            ),
-            "{refused:?}"
-        );
+        recorded::assert_fatal(&refused);
     }
 }
