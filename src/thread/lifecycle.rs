@@ -87,7 +87,7 @@ impl Threads {
         self.advance(&mut record, Phase::Configuring)?;
         if self.options.quick {
             record.config = self.options.config.clone();
-            return self.run_record(record).await;
+            return self.run_thread(record).await;
         }
         Ok(record)
     }
@@ -130,10 +130,10 @@ impl Threads {
     pub async fn run(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let _lock = self.lock_runs().await?;
         let record = self.only(id, &[PhaseKind::Configuring], PhaseKind::Running)?;
-        self.run_record(record).await
+        self.run_thread(record).await
     }
 
-    async fn run_record(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+    async fn run_thread(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
         record
             .config
             .validate()
@@ -232,7 +232,7 @@ impl Threads {
         if record.phase.kind() != PhaseKind::Stuck {
             return Err(transition(&record, PhaseKind::Running));
         }
-        self.run_record(record).await
+        self.run_thread(record).await
     }
 
     /// **Checkpoint 2** (Stuck), diagnose: the stuck report; the thread stays Stuck.
@@ -351,7 +351,7 @@ impl Threads {
         if record.phase.kind() != PhaseKind::PendingReview {
             return Err(transition(&record, PhaseKind::Running));
         }
-        self.run_record(record).await
+        self.run_thread(record).await
     }
 
     /// **Checkpoint 3**, PendingReview → Approved. Quick mode then prepares the commit

@@ -328,4 +328,26 @@ impl Threads {
     pub fn run_dir(&self, run_id: &str) -> PathBuf {
         self.root.join("runs").join(run_id)
     }
+
+    /// Agent run `run_id` (`runs/<run-id>/run.json`): its thread, iteration, role, times and
+    /// how it ended. A thread's latest run is [`ThreadRecord::current_run_id`]; its
+    /// transcript is `output.log` in [`run_dir`](Self::run_dir).
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Io`] naming the file when there is no such run (an id that is not one
+    /// plain name, such as `../x`, is none), or [`ThreadError::Corrupt`] naming it.
+    pub fn run_record(&self, run_id: &str) -> Result<RunRecord, ThreadError> {
+        let path = self.run_dir(run_id).join("run.json");
+        let plain = std::path::Path::new(run_id)
+            .components()
+            .eq([std::path::Component::Normal(run_id.as_ref())]);
+        if !plain {
+            return Err(ThreadError::Io {
+                path,
+                error: std::io::Error::new(std::io::ErrorKind::NotFound, "not a run id"),
+            });
+        }
+        record::load_run(&path)
+    }
 }

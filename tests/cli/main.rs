@@ -593,7 +593,14 @@ async fn a_thread_from_spec_to_commit_with_the_message_read_first() {
     thread(&["finalize"]);
     assert!(thread(&["reopen"]).contains("phase: Drafting"));
     thread(&["finalize"]);
-    assert!(thread(&["start"]).contains("phase: Implemented"));
+    let started = thread(&["start"]);
+    assert!(started.contains("phase: Implemented"), "{started}");
+    let shown = thread(&["show"]);
+    assert!(
+        shown.contains("(build, iteration 2): completed")
+            && shown.contains("; transcript .ralph/runs/1-greeter-r"),
+        "{shown}"
+    );
     let diff = thread(&["diff"]);
     assert!(diff.contains("greet.sh"), "{diff}");
     assert!(

@@ -59,9 +59,8 @@ async fn issues_send_the_thread_back_to_drafting_with_the_feedback_kept() {
     ] {
         assert!(requests[0].prompt.contains(part), "{part}");
     }
-    let run =
-        std::fs::read_to_string(threads.run_dir(&assessment.run_id).join("run.json")).unwrap();
-    assert!(run.contains(r#""role": "assess""#), "{run}");
+    let run = threads.run_record(&assessment.run_id).unwrap();
+    assert_eq!(run.role, "assess", "{run:?}");
 }
 
 #[tokio::test]

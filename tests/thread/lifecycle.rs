@@ -158,10 +158,22 @@ async fn failed_criteria_go_back_to_running_with_the_failures_in_the_next_prompt
     );
     // Run records for each agent run.
     for n in 1..=2 {
-        let run = threads.run_dir(&format!("{id}-r{n}"));
-        assert!(run.join("run.json").exists() && run.join("output.log").exists());
+        let run_id = format!("{id}-r{n}");
+        let run = threads.run_record(&run_id).unwrap();
+        assert_eq!(
+            (run.thread.as_str(), run.iteration, run.role.as_str()),
+            (id.as_str(), n, "build"),
+            "{run:?}"
+        );
+        assert!(run.ended_at.is_some() && run.outcome.is_some(), "{run:?}");
+        assert!(threads.run_dir(&run_id).join("output.log").exists());
     }
     assert_eq!(thread.current_run_id, Some(format!("{id}-r2")));
+    // Only a run's own id names one.
+    for not_an_id in ["../threads", "", "x/../..", "nope"] {
+        let err = threads.run_record(not_an_id).unwrap_err().to_string();
+        assert!(err.contains("run.json"), "{not_an_id}: {err}");
+    }
 }
 
 #[tokio::test]
@@ -469,9 +481,8 @@ async fn interrupt_pauses_and_resume_continues_from_the_same_iteration() {
     );
     // Saved before returning.
     assert_eq!(threads.get(&id).unwrap().phase, thread.phase);
-    let run =
-        std::fs::read_to_string(threads.run_dir(&format!("{id}-r2")).join("run.json")).unwrap();
-    assert!(run.contains("interrupted"));
+    let run = threads.run_record(&format!("{id}-r2")).unwrap();
+    assert_eq!(run.outcome.as_deref(), Some("interrupted"), "{run:?}");
 
     // A new process: fresh token, fresh agent.
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));

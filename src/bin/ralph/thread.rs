@@ -245,7 +245,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             return Ok(0);
         }
     };
-    show(&record);
+    show(&threads, &record);
     Ok(match (interrupts.received(), &record.phase) {
         (Some(signal), Phase::Paused { .. }) => signal.exit_code(),
         (_, Phase::PreflightFailed { .. }) => 3,
@@ -297,7 +297,7 @@ impl Observer for Warnings {
 }
 
 /// The thread's phase and what a person can do next.
-fn show(thread: &ThreadRecord) {
+fn show(threads: &Threads, thread: &ThreadRecord) {
     println!(
         "{}  {}  (spec v{})",
         thread.id, thread.title, thread.spec_version
@@ -330,6 +330,9 @@ fn show(thread: &ThreadRecord) {
     if let Some(agent) = &thread.current_agent {
         println!("  current model: {agent}");
     }
+    if let Some(run_id) = &thread.current_run_id {
+        println!("  last run: {}", last_run(threads, run_id));
+    }
     for given_up in &thread.exhausted {
         println!("  agent given up: {given_up}");
     }
@@ -343,6 +346,25 @@ fn show(thread: &ThreadRecord) {
         false => "",
     };
     println!("phase: {}{waiting}\nnext: {}", thread.phase, next(thread));
+}
+
+/// Run `run_id` in a line: `1-hello-r2 (build, iteration 2): completed; transcript
+/// .ralph/runs/1-hello-r2/output.log`.
+fn last_run(threads: &Threads, run_id: &str) -> String {
+    let transcript = threads.run_dir(run_id).join("output.log");
+    let transcript = transcript
+        .strip_prefix(threads.workspace())
+        .unwrap_or(&transcript)
+        .display();
+    match threads.run_record(run_id) {
+        Ok(run) => format!(
+            "{run_id} ({}, iteration {}): {}; transcript {transcript}",
+            run.role,
+            run.iteration,
+            run.outcome.as_deref().unwrap_or("not ended")
+        ),
+        Err(error) => format!("{run_id}: {error}"),
+    }
 }
 
 /// What to do next in each phase.
