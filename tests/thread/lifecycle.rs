@@ -174,6 +174,14 @@ async fn failed_criteria_go_back_to_running_with_the_failures_in_the_next_prompt
         let err = threads.run_record(not_an_id).unwrap_err().to_string();
         assert!(err.contains("run.json"), "{not_an_id}: {err}");
     }
+    // A run record that is not what ralph wrote is an error naming it, not a default.
+    let damaged = threads.run_dir(&format!("{id}-r1")).join("run.json");
+    std::fs::write(&damaged, "{\"id\": 3").unwrap();
+    let err = threads.run_record(&format!("{id}-r1")).unwrap_err();
+    assert!(
+        matches!(&err, ThreadError::Corrupt { path, .. } if *path == damaged),
+        "{err}"
+    );
 }
 
 #[tokio::test]
