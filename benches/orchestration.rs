@@ -170,12 +170,9 @@ fn construct(rt: &Runtime, fixture: &Fixture) {
     let outcome = rt
         .block_on(fixture.ralph.construct(Path::new("spec.md")))
         .expect("the run");
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 1,
-            accepted: fixture.tasks
-        }
+    assert!(
+        matches!(outcome, Outcome::Complete { iterations: 1, accepted, .. } if accepted == fixture.tasks),
+        "{outcome:?}"
     );
 }
 

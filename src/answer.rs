@@ -56,9 +56,15 @@ pub(crate) struct InvestigateAnswer {
     /// Why (required when out of scope).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The tasks that resolve the issue (at least one unless out of scope).
+    /// The tasks that resolve the issue (at least one unless out of scope or already
+    /// planned).
     #[serde(default)]
     pub tasks: Vec<ProposedTask>,
+    /// Ids of tasks already on the board that cover the issue (or part of it: `tasks` then
+    /// adds the rest). The spec's own issue, when a person planned tasks before the first
+    /// run, is often covered this way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub already_planned: Vec<String>,
 }
 
 /// `accept` or `reject`.
@@ -87,7 +93,8 @@ pub(crate) struct VerifyAnswer {
     pub gaps: Vec<String>,
 }
 
-/// VERIFY's gap analysis: work the spec still needs.
+/// VERIFY's gap analysis: work the spec still needs, and an answer for each gap the
+/// verifiers named (seed 000, fork/join step 5).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GapAnswer {
@@ -97,6 +104,64 @@ pub(crate) struct GapAnswer {
     /// Problems needing investigation (bugs, ambiguities), as issue texts.
     #[serde(default)]
     pub issues: Vec<String>,
+    /// One reply per gap the verifiers named, by its number in the prompt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verifier_gaps: Vec<GapReply>,
+}
+
+/// How the gap analysis answers one gap a verifier named: with a task, an issue, or why no
+/// new work is needed. Exactly one of the three.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GapReply {
+    /// The gap's number, as listed in the prompt (1 is the first).
+    pub gap: usize,
+    /// The 0-based index in `tasks` of the task that covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<usize>,
+    /// The 0-based index in `issues` of the issue that covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issue: Option<usize>,
+    /// Why no new work is needed (already done, already planned, not asked by the spec).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_work: Option<String>,
+}
+
+impl GapAnswer {
+    /// Checks that each of the `named` verifier gaps has exactly one reply.
+    ///
+    /// # Errors
+    ///
+    /// A message for the agent naming the gap left out, repeated or unknown.
+    pub(crate) fn check_replies(&self, named: usize) -> Result<(), String> {
+        let mut seen = vec![false; named];
+        for (i, reply) in self.verifier_gaps.iter().enumerate() {
+            let slot = reply
+                .gap
+                .checked_sub(1)
+                .and_then(|n| seen.get_mut(n))
+                .ok_or_else(|| {
+                    format!(
+                        "verifier_gaps[{i}].gap is {}; the gaps are numbered 1 to {named}",
+                        reply.gap
+                    )
+                })?;
+            if std::mem::replace(slot, true) {
+                return Err(format!(
+                    "verifier_gaps[{i}] answers gap {} again: one reply per gap",
+                    reply.gap
+                ));
+            }
+        }
+        match seen.iter().position(|answered| !answered) {
+            Some(n) => Err(format!(
+                "gap {} has no reply in verifier_gaps: answer each with a task, an issue or \
+                 `no_work` saying why none is needed",
+                n + 1
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// DECOMPOSE: a killed task split into smaller ones.
@@ -198,8 +263,12 @@ impl Answer for InvestigateAnswer {
                 _ => Err("`reason` is required when `out_of_scope` is true".into()),
             };
         }
-        if self.tasks.is_empty() {
-            return Err("give at least one task, or set `out_of_scope` with a `reason`".into());
+        if self.tasks.is_empty() && self.already_planned.is_empty() {
+            return Err(
+                "give at least one task, list the tasks already planned that cover it in \
+                 `already_planned`, or set `out_of_scope` with a `reason`"
+                    .into(),
+            );
         }
         check_tasks("tasks", &self.tasks)
     }
@@ -219,7 +288,30 @@ impl Answer for GapAnswer {
         if let Some(i) = self.issues.iter().position(|t| t.trim().is_empty()) {
             return Err(format!("issues[{i}] is empty"));
         }
-        check_tasks("tasks", &self.tasks)
+        check_tasks("tasks", &self.tasks)?;
+        for (i, reply) in self.verifier_gaps.iter().enumerate() {
+            let no_work = reply.no_work.as_deref().map(str::trim);
+            let given = usize::from(reply.task.is_some())
+                + usize::from(reply.issue.is_some())
+                + usize::from(no_work.is_some());
+            if given != 1 {
+                return Err(format!(
+                    "verifier_gaps[{i}] must give exactly one of `task`, `issue` and `no_work`"
+                ));
+            }
+            if reply.task.is_some_and(|t| t >= self.tasks.len()) {
+                return Err(format!("verifier_gaps[{i}].task names no task in `tasks`"));
+            }
+            if reply.issue.is_some_and(|t| t >= self.issues.len()) {
+                return Err(format!(
+                    "verifier_gaps[{i}].issue names no issue in `issues`"
+                ));
+            }
+            if no_work == Some("") {
+                return Err(format!("verifier_gaps[{i}].no_work must say why"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -354,6 +446,39 @@ mod tests {
         assert!(e.contains("reason"), "{e}");
         let empty = parse::<InvestigateAnswer>(&run_with(json!({}))).unwrap_err();
         assert!(empty.contains("at least one task"), "{empty}");
+    }
+
+    #[test]
+    fn every_verifier_gap_gets_exactly_one_reply() {
+        let answer = |replies: serde_json::Value| {
+            parse::<GapAnswer>(&run_with(json!({
+                "tasks": [{"name": "a", "accept": "x"}],
+                "issues": ["why"],
+                "verifier_gaps": replies,
+            })))
+        };
+        let good = answer(json!([
+            {"gap": 1, "task": 0},
+            {"gap": 2, "issue": 0},
+            {"gap": 3, "no_work": "t-4 covers it"}
+        ]))
+        .unwrap();
+        good.check_replies(3).unwrap();
+        let missing = good.check_replies(4).unwrap_err();
+        assert!(missing.contains("gap 4 has no reply"), "{missing}");
+        let unknown = good.check_replies(2).unwrap_err();
+        assert!(unknown.contains("numbered 1 to 2"), "{unknown}");
+        let twice = answer(json!([{"gap": 1, "task": 0}, {"gap": 1, "issue": 0}])).unwrap();
+        assert!(twice.check_replies(1).unwrap_err().contains("again"));
+        for bad in [
+            json!([{"gap": 1}]),
+            json!([{"gap": 1, "task": 0, "issue": 0}]),
+            json!([{"gap": 1, "task": 5}]),
+            json!([{"gap": 1, "no_work": " "}]),
+        ] {
+            let e = answer(bad.clone()).unwrap_err();
+            assert!(e.contains("verifier_gaps[0]"), "{bad}: {e}");
+        }
     }
 
     #[test]

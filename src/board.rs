@@ -9,7 +9,7 @@
 //! [`Store`]: crate::Store
 
 use crate::event::Event;
-use crate::model::{Board, Change, Issue, IssueId, Task, TaskId, TaskStatus};
+use crate::model::{AcceptedBy, Board, Change, Issue, IssueId, Task, TaskId, TaskStatus};
 use crate::prioritize::PriorityReport;
 use crate::ralph::Ralph;
 use crate::runtime::error::Error;
@@ -69,7 +69,9 @@ impl Ralph {
         .await
     }
 
-    /// Accepts every done task, as a verifier would. Returns their ids.
+    /// Accepts every done task in a verifier's place, recorded as a person's acceptance
+    /// ([`AcceptedBy::Person`]). Returns their ids. A gap analysis must still answer before
+    /// the spec is complete, so the next run runs one.
     ///
     /// # Errors
     ///
@@ -80,10 +82,20 @@ impl Ralph {
                 .tasks
                 .values()
                 .filter(|t| t.status == TaskStatus::Done)
-                .map(|t| t.clone().with_status(TaskStatus::Accepted))
+                .map(|t| {
+                    let mut task = t.clone().with_status(TaskStatus::Accepted);
+                    task.accepted_by = Some(AcceptedBy::Person);
+                    task
+                })
                 .collect();
             let ids = accepted.iter().map(|t| t.id.clone()).collect();
-            Ok((ids, accepted.into_iter().map(Change::Task).collect()))
+            let mut changes: Vec<Change> = accepted.into_iter().map(Change::Task).collect();
+            if !changes.is_empty() && board.run.spec_check.is_some() {
+                let mut run = board.run.clone();
+                run.spec_check = None;
+                changes.push(Change::Run(run));
+            }
+            Ok((ids, changes))
         })
         .await
     }

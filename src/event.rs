@@ -30,7 +30,8 @@ pub enum Event {
     IssueInvestigated {
         /// The issue.
         issue: IssueId,
-        /// Tasks created from it.
+        /// The tasks that resolve it: those created from it, and those already planned
+        /// that cover it.
         tasks: Vec<TaskId>,
         /// Set when the issue was judged out of scope or blocked.
         reason: Option<String>,
@@ -148,6 +149,15 @@ pub enum Event {
         tasks: Vec<TaskId>,
         /// New issues.
         issues: Vec<IssueId>,
+    },
+    /// The gap analysis answered a gap a verifier named (seed 000, fork/join step 5).
+    GapAnswered {
+        /// The task whose verifier named it.
+        task: TaskId,
+        /// The gap, as the verifier put it.
+        gap: String,
+        /// The answer: `task t-5`, `issue i-3`, or `no new work: <why>`.
+        answer: String,
     },
     /// Pending tasks were re-prioritized.
     Prioritized {
@@ -431,6 +441,9 @@ impl std::fmt::Display for Event {
             }
             Event::GapsFound { tasks, issues } => {
                 write!(f, "gaps: tasks {} · issues {}", list(tasks), list(issues))
+            }
+            Event::GapAnswered { task, gap, answer } => {
+                write!(f, "gap named by {task}'s verifier ({gap}): {answer}")
             }
             Event::Prioritized { order, .. } if order.is_empty() => Ok(()),
             Event::Prioritized { order, .. } => write!(f, "priorities: {}", order.join(", ")),

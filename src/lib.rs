@@ -81,7 +81,7 @@
 //!     .build()?;
 //!
 //! let outcome = ralph.construct("spec.md").await?;
-//! assert_eq!(outcome, Outcome::Complete { iterations: 1, accepted: 1 });
+//! assert!(matches!(outcome, Outcome::Complete { iterations: 1, accepted: 1, .. }));
 //! # Ok(())
 //! # }
 //! ```
@@ -167,6 +167,7 @@ pub use git::GitError;
 /// async methods carries: `#[ralph::async_trait]`, with no dependency of your own.
 pub use async_trait::async_trait;
 pub use outcome::BlockedItem;
+pub use outcome::Evidence;
 pub use outcome::Outcome;
 #[cfg(feature = "specs")]
 pub use outcome::SpecsOutcome;

@@ -259,6 +259,33 @@ pub struct Task {
     /// The verifier's verdict, recorded before VERIFY applies it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// The required gates its done attempt passed, by name (empty when none was required,
+    /// or when a person marked it done).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<String>,
+    /// Who accepted it, once accepted: the evidence a complete run rests on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_by: Option<AcceptedBy>,
+}
+
+/// Who accepted a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AcceptedBy {
+    /// A verifier agent, in VERIFY.
+    Verifier,
+    /// A person (`ralph task accept`, [`Ralph::accept_done`](crate::Ralph::accept_done)).
+    Person,
+}
+
+impl fmt::Display for AcceptedBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AcceptedBy::Verifier => "a verifier",
+            AcceptedBy::Person => "a person",
+        })
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -290,6 +317,8 @@ impl Task {
             kill_log: None,
             blocked_reason: None,
             verdict: None,
+            gates: Vec::new(),
+            accepted_by: None,
         }
     }
 
@@ -536,6 +565,42 @@ pub struct RunState {
     /// What the agent runs cost so far, in USD, as the agents reported it.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub cost_usd: f64,
+    /// The last gap analysis (VERIFY comparing the spec with the code): a board whose tasks
+    /// are all accepted is complete only when it answered validly; until one has run since
+    /// the board last changed, the stage is VERIFY, and after one that failed it is
+    /// UNVERIFIED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_check: Option<SpecCheck>,
+}
+
+/// How the last gap analysis ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SpecCheck {
+    /// The iteration whose VERIFY ran it.
+    pub iteration: u32,
+    /// Why it gave no valid answer, when it gave none (after its retries); `None` when it
+    /// answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+impl SpecCheck {
+    /// A gap analysis of `iteration` that answered validly.
+    pub fn answered(iteration: u32) -> Self {
+        SpecCheck {
+            iteration,
+            failed: None,
+        }
+    }
+
+    /// A gap analysis of `iteration` that gave no valid answer, for `reason`.
+    pub fn failed(iteration: u32, reason: impl Into<String>) -> Self {
+        SpecCheck {
+            iteration,
+            failed: Some(reason.into()),
+        }
+    }
 }
 
 fn is_zero_u64(n: &u64) -> bool {
@@ -733,6 +798,9 @@ pub enum Stage {
     Complete,
     /// Work remains, but all of it is blocked or waits on blocked tasks.
     Blocked,
+    /// Every task is accepted, but the gap analysis that would compare the spec with the
+    /// code gave no valid answer: nothing says the spec is done. The next run asks again.
+    Unverified,
 }
 
 impl fmt::Display for Stage {
@@ -744,6 +812,7 @@ impl fmt::Display for Stage {
             Stage::Decompose => "DECOMPOSE",
             Stage::Complete => "COMPLETE",
             Stage::Blocked => "BLOCKED",
+            Stage::Unverified => "UNVERIFIED",
         })
     }
 }
@@ -758,6 +827,7 @@ impl Stage {
             Stage::Decompose => "decompose",
             Stage::Complete => "complete",
             Stage::Blocked => "blocked",
+            Stage::Unverified => "unverified",
         }
     }
 }
@@ -846,6 +916,10 @@ impl Board {
 
     /// The stage this board is in (seed 000's table, with DECOMPOSE first so a kill is
     /// handled before anything else, and `Blocked` when only blocked work remains).
+    ///
+    /// Complete is earned: a board of a spec on record whose work is all accepted is in
+    /// VERIFY until a gap analysis has answered for it ([`RunState::spec_check`]), and
+    /// UNVERIFIED when the last one gave no valid answer.
     pub fn stage(&self) -> Stage {
         let tasks = || self.tasks.values();
         if self.declared_complete {
@@ -866,7 +940,13 @@ impl Board {
         {
             Stage::Blocked
         } else {
-            Stage::Complete
+            match &self.run.spec_check {
+                Some(SpecCheck {
+                    failed: Some(_), ..
+                }) => Stage::Unverified,
+                None if self.run.seeded => Stage::Verify,
+                _ => Stage::Complete,
+            }
         }
     }
 

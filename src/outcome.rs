@@ -26,6 +26,50 @@ impl BlockedItem {
     }
 }
 
+/// What a complete construct run rests on: the gates that checked the work, who accepted
+/// each task, and the gap analysis that found nothing missing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Evidence {
+    /// The required gates the accepted tasks passed, by name, in the order first seen;
+    /// empty when no gate was required (the work is then done on the agent's word and the
+    /// verifier's).
+    pub gates: Vec<String>,
+    /// Tasks a verifier accepted.
+    pub verifier: Vec<TaskId>,
+    /// Tasks a person accepted (`ralph task accept`).
+    pub people: Vec<TaskId>,
+    /// The iteration whose gap analysis compared the spec with the code and found nothing
+    /// missing.
+    pub gap_analysis: u32,
+}
+
+impl fmt::Display for Evidence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.gates.as_slice() {
+            [] => f.write_str("no required gates")?,
+            gates => write!(f, "gates {} passed", gates.join(", "))?,
+        }
+        let ids = |ids: &[TaskId]| {
+            ids.iter()
+                .map(TaskId::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !self.verifier.is_empty() {
+            write!(f, "; accepted by a verifier: {}", ids(&self.verifier))?;
+        }
+        if !self.people.is_empty() {
+            write!(f, "; accepted by a person: {}", ids(&self.people))?;
+        }
+        write!(
+            f,
+            "; the gap analysis of iteration {} found nothing missing",
+            self.gap_analysis
+        )
+    }
+}
+
 /// How a construct run ended. Running out of a limit is an outcome, not an error.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -37,6 +81,15 @@ pub enum Outcome {
         iterations: u32,
         /// Tasks accepted over the whole run.
         accepted: usize,
+        /// What the verdict rests on.
+        evidence: Evidence,
+    },
+    /// Every task was accepted, but the gap analysis that compares the spec with the code
+    /// gave no valid answer, even when asked again: nothing says the spec is done. A person
+    /// must look; the next run asks again.
+    Unverified {
+        /// Why the gap analysis gave no answer.
+        reason: String,
     },
     /// The iteration limit was reached with work remaining.
     MaxIterations {
@@ -87,12 +140,13 @@ pub enum Outcome {
 
 impl Outcome {
     /// The exit code the `ralph` command uses: 0 complete or one iteration done
-    /// (`--once`), 2 limit or a declared stop with work left, 3 blocked, 130 interrupted.
+    /// (`--once`), 2 limit or a declared stop with work left, 3 blocked or unverified (a
+    /// person must look), 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
             Outcome::Complete { .. } | Outcome::Once { .. } => 0,
             Outcome::MaxIterations { .. } | Outcome::Declared { .. } => 2,
-            Outcome::Blocked { .. } | Outcome::GateBroken { .. } => 3,
+            Outcome::Blocked { .. } | Outcome::GateBroken { .. } | Outcome::Unverified { .. } => 3,
             Outcome::Interrupted => 130,
         }
     }
@@ -104,9 +158,17 @@ impl fmt::Display for Outcome {
             Outcome::Complete {
                 iterations,
                 accepted,
+                evidence,
             } => write!(
                 f,
-                "Spec complete: {accepted} tasks accepted in {iterations} iterations."
+                "Spec complete: {accepted} {} accepted in {iterations} {}. Evidence: {evidence}.",
+                plural(*accepted, "task", "tasks"),
+                plural(*iterations as usize, "iteration", "iterations"),
+            ),
+            Outcome::Unverified { reason } => write!(
+                f,
+                "Unverified: every task is accepted, but the gap analysis that compares the \
+                 spec with the code gave no valid answer ({reason}); nothing says the spec is done"
             ),
             Outcome::MaxIterations { limit, remaining } => write!(
                 f,
@@ -150,6 +212,11 @@ impl fmt::Display for Outcome {
             ),
         }
     }
+}
+
+/// `one` or `many`, by `n`.
+fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
 }
 
 /// How build mode over `implementation.json` ([`Ralph::build_specs`](crate::Ralph::build_specs))

@@ -236,9 +236,11 @@ impl Ralph {
     /// store.persist(&[Change::Task(Task::new("t-1", "Write hello.txt"))]).await?;
     /// let ralph = Ralph::builder().workspace(dir.path()).agent(FakeAgent::new()).store(store).build()?;
     ///
+    /// // A task added before the first run does not stand in for the spec: the run would
+    /// // seed the spec as an issue and investigate it first.
     /// let report = ralph.dry_run("spec.md").await?;
-    /// assert_eq!(report.next, Some(("t-1".into(), "Write hello.txt".into())));
-    /// assert!(report.to_string().contains("prompt:    build (built-in)"));
+    /// assert_eq!(report.next, Some(("i-1".into(), "Implement the spec `spec.md` (Greeter).".into())));
+    /// assert!(report.to_string().contains("prompt:    investigate (built-in)"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -298,6 +298,14 @@ impl Engine {
     ) -> Result<TaskEnd, Error> {
         task.status = TaskStatus::Done;
         task.last_failure = None;
+        // The evidence a complete run rests on: the gates this attempt had to pass.
+        task.gates = self
+            .ctx
+            .gates
+            .iter()
+            .filter(|g| g.required())
+            .map(|g| g.name().to_owned())
+            .collect();
         let (id, name) = (task.id.clone(), task.name.clone());
         self.commit(with_memo(task, memo)).await?;
         self.remember_finished(&name);

@@ -23,7 +23,7 @@ impl Engine {
         let issues = self.board.issues.values().filter(|i| i.is_killed());
         let killed: Vec<Killed> = tasks
             .cloned()
-            .map(Killed::Task)
+            .map(|t| Killed::Task(Box::new(t)))
             .chain(issues.cloned().map(Killed::Issue))
             .collect();
         let iteration = self.board.run.iteration;
@@ -33,7 +33,7 @@ impl Engine {
                 return Ok(Flow::Interrupted);
             }
             let decomposed = match subject {
-                Killed::Task(task) => self.decompose_task(task).await?,
+                Killed::Task(task) => self.decompose_task(*task).await?,
                 Killed::Issue(issue) => self.decompose_issue(issue).await?,
             };
             let Some((mut changes, event)) = decomposed else {
@@ -223,6 +223,6 @@ impl Engine {
 
 /// What DECOMPOSE takes: a killed task, or an issue whose investigator was killed.
 enum Killed {
-    Task(Task),
+    Task(Box<Task>),
     Issue(Issue),
 }

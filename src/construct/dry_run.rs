@@ -9,11 +9,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::ready::ReadyQueue;
-use super::{resolve_spec, stop_outcome};
-use crate::model::{Stage, TaskId, TaskStatus};
+use super::{Ending, resolve_spec, spec_issue_text, stop_outcome};
+use crate::model::{Change, Issue, Stage, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
 use crate::runtime::error::Error;
+use crate::runtime::spec::SpecDoc;
 
 /// What [`Ralph::dry_run`](crate::Ralph::dry_run) found: the stage that would run, its next
 /// item, the prompt template it would use and where that comes from, and the limits.
@@ -69,6 +70,11 @@ pub struct DryRun {
     /// What loading the state had to repair (a torn final write dropped), if anything; the
     /// run would redo the step that wrote it.
     pub repaired: Option<String>,
+    /// The agent that would run ([`Agent::name`](crate::Agent::name)).
+    pub agent: String,
+    /// The gates a task's attempt must pass, by name, in order; optional ones are marked
+    /// `(optional)`. Empty when there is none.
+    pub gates: Vec<String>,
 }
 
 impl fmt::Display for DryRun {
@@ -98,6 +104,19 @@ impl fmt::Display for DryRun {
         if let Some(note) = &self.repaired {
             writeln!(f, "  repaired:  {note}")?;
         }
+        writeln!(f, "  agent:     {}", self.agent)?;
+        if self.gates.iter().all(|g| g.ends_with(OPTIONAL)) {
+            writeln!(
+                f,
+                "  gates:     no required gate: a task is done on the agent's word and the verifier's{}",
+                match self.gates.as_slice() {
+                    [] => String::new(),
+                    optional => format!(" ({})", optional.join(", ")),
+                }
+            )?;
+        } else {
+            writeln!(f, "  gates:     {}", self.gates.join(", "))?;
+        }
         writeln!(f, "  tasks:     {}/{} accepted", self.accepted, self.tasks)?;
         writeln!(f, "  remaining: {}", self.remaining)?;
         write!(
@@ -115,58 +134,62 @@ impl fmt::Display for DryRun {
     }
 }
 
+/// How an optional gate is marked in [`DryRun::gates`].
+const OPTIONAL: &str = " (optional)";
+
 /// Works out the [`DryRun`] for `spec` (or the spec on record). Reads the store; writes nothing.
 pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun, Error> {
-    let board = ctx.store.load().await?;
+    let mut board = ctx.store.load().await?;
     let spec = resolve_spec(&ctx.workspace, &board.run, spec)?;
     let config = &ctx.config;
-    let fresh = !board.run.seeded && board.tasks.is_empty() && board.issues.is_empty();
+    // As the run would begin: the spec seeded as an issue the first time.
+    let fresh = !board.run.seeded;
+    if fresh {
+        let id = board.next_issue_id();
+        let text = spec_issue_text(&spec, &SpecDoc::read(&ctx.workspace, &spec)?);
+        board.apply(Change::Issue(Issue::new(id, text)));
+        board.run.seeded = true;
+    }
     let iteration = board.run.iteration.max(1);
+    board.run.iteration = iteration;
+    let stage = board.stage();
     let mut beside = Vec::new();
-    let (stage, next) = if fresh {
-        // The run would seed the spec as the first issue and investigate it.
-        let text = format!("Implement the spec `{spec}`.");
-        (Stage::Investigate, Some(("i-1".to_owned(), text)))
-    } else {
-        let stage = board.stage();
-        let next = match stage {
-            Stage::Build => {
-                let mut ready = ReadyQueue::new(&board);
-                let mut take = || {
-                    ready
-                        .pop()
-                        .and_then(|id: TaskId| board.tasks.get(&id))
-                        .map(|t| (t.id.to_string(), t.name.clone()))
-                };
-                let next = take();
-                beside = std::iter::from_fn(take)
-                    .take(config.build_concurrency.saturating_sub(1))
-                    .collect();
-                next
-            }
-            Stage::Investigate => board
-                .open_issues()
-                .next()
-                .map(|i| (i.id.to_string(), i.text.clone())),
-            Stage::Decompose => board
-                .tasks
-                .values()
-                .find(|t| t.is_killed())
-                .map(|t| (t.id.to_string(), t.name.clone()))
-                .or_else(|| {
-                    let issue = board.issues.values().find(|i| i.is_killed())?;
-                    Some((issue.id.to_string(), issue.text.clone()))
-                }),
-            _ => None,
-        };
-        (stage, next)
+    let next = match stage {
+        Stage::Build => {
+            let mut ready = ReadyQueue::new(&board);
+            let mut take = || {
+                ready
+                    .pop()
+                    .and_then(|id: TaskId| board.tasks.get(&id))
+                    .map(|t| (t.id.to_string(), t.name.clone()))
+            };
+            let next = take();
+            beside = std::iter::from_fn(take)
+                .take(config.build_concurrency.saturating_sub(1))
+                .collect();
+            next
+        }
+        Stage::Investigate => board
+            .open_issues()
+            .next()
+            .map(|i| (i.id.to_string(), i.text.clone())),
+        Stage::Decompose => board
+            .tasks
+            .values()
+            .find(|t| t.is_killed())
+            .map(|t| (t.id.to_string(), t.name.clone()))
+            .or_else(|| {
+                let issue = board.issues.values().find(|i| i.is_killed())?;
+                Some((issue.id.to_string(), issue.text.clone()))
+            }),
+        _ => None,
     };
-    let mut probe = board.clone();
-    probe.run.iteration = iteration;
-    let stop = (!fresh)
-        .then(|| stop_outcome(&probe, config, stage))
-        .flatten()
-        .map(|o: Outcome| o.to_string());
+    // A new run: its iterations start here, and no check of it has failed yet.
+    let ending = Ending {
+        first_iteration: iteration,
+        check_failed: false,
+    };
+    let stop = stop_outcome(&board, config, stage, ending).map(|o: Outcome| o.to_string());
     let template = match (stop.is_some(), stage) {
         (true, _) => None,
         (false, Stage::Build) => {
@@ -177,7 +200,12 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
             Some(if retry { "retry" } else { "build" })
         }
         (false, Stage::Investigate) => Some("investigate"),
-        (false, Stage::Verify) => Some("verify"),
+        (false, Stage::Verify | Stage::Unverified)
+            if board.tasks.values().any(|t| t.status == TaskStatus::Done) =>
+        {
+            Some("verify")
+        }
+        (false, Stage::Verify | Stage::Unverified) => Some("gap_analysis"),
         (false, Stage::Decompose) => Some("decompose"),
         _ => None,
     };
@@ -206,9 +234,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
             .values()
             .filter(|t| t.status != TaskStatus::Decomposed)
             .count(),
-        remaining: board.remaining_tasks().count()
-            + board.open_issues().count()
-            + usize::from(fresh),
+        remaining: board.remaining_tasks().count() + board.open_issues().count(),
         max_iterations: config.max_iterations,
         stage_timeout: config.stage_timeout,
         agent_timeout: config.agent_timeout,
@@ -216,5 +242,14 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         once: config.once,
         recent_attempts: config.recent_attempts,
         build_concurrency: config.build_concurrency,
+        agent: ctx.agent.name().to_owned(),
+        gates: ctx
+            .gates
+            .iter()
+            .map(|g| match g.required() {
+                true => g.name().to_owned(),
+                false => format!("{}{OPTIONAL}", g.name()),
+            })
+            .collect(),
     })
 }

@@ -6,7 +6,7 @@ use super::{Engine, Flow};
 use crate::agent::Role;
 use crate::answer::InvestigateAnswer;
 use crate::event::Event;
-use crate::model::{Change, Issue, IssueStatus, Task};
+use crate::model::{Change, Issue, IssueStatus, Task, TaskId};
 use crate::runtime::call::Structured;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -63,7 +63,10 @@ impl Engine {
         );
         let (result, runs) = self
             .caller
-            .structured::<InvestigateAnswer>(call, |a| self.check_dep_ids(&a.tasks))
+            .structured::<InvestigateAnswer>(call, |a| {
+                self.check_dep_ids(&a.tasks)?;
+                self.check_planned(&a.already_planned)
+            })
             .await?;
         let mut issue = issue;
         issue.attempts += runs;
@@ -82,7 +85,12 @@ impl Engine {
                     task.priority = task.priority.or(issue.priority);
                 }
                 issue.status = IssueStatus::Resolved;
-                issue.tasks = tasks.iter().map(|t| t.id.clone()).collect();
+                issue.tasks = answer
+                    .already_planned
+                    .iter()
+                    .map(|id| TaskId::new(id.as_str()))
+                    .chain(tasks.iter().map(|t| t.id.clone()))
+                    .collect();
                 let mut changes = vec![Change::Run(run)];
                 changes.extend(tasks.iter().cloned().map(Change::Task));
                 self.settle_issue(issue, tasks, changes).await?;
@@ -113,6 +121,26 @@ impl Engine {
         Ok(Flow::Continue)
     }
 
+    /// Checks that every id the answer says is already planned names a task still to do.
+    fn check_planned(&self, ids: &[String]) -> Result<(), String> {
+        for (i, id) in ids.iter().enumerate() {
+            match self.board.tasks.get(id.as_str()) {
+                Some(task) if task.is_remaining() || task.is_finished() => {}
+                Some(_) => {
+                    return Err(format!(
+                        "already_planned[{i}] names {id}, which was decomposed: name its subtasks"
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "already_planned[{i}] names {id}, which is not a task"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Persists the issue's new state in one batch with `changes` (the tasks made from it):
     /// a crash between the two would leave the tasks with the issue still open, and the
     /// next run would investigate it again and duplicate them.
@@ -125,7 +153,8 @@ impl Engine {
         let tasks_made = !tasks.is_empty();
         let event = Event::IssueInvestigated {
             issue: issue.id.clone(),
-            tasks: tasks.into_iter().map(|t| t.id).collect(),
+            // The tasks that resolve it: new ones, and those already planned that cover it.
+            tasks: issue.tasks.clone(),
             reason: issue.reason.clone(),
         };
         changes.push(Change::Issue(issue));

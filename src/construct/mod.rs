@@ -33,10 +33,10 @@ use crate::answer::{DepRef, ProposedTask};
 use crate::config::Config;
 use crate::event::Event;
 use crate::model::{
-    Board, Change, Issue, IssueStatus, IterationEntry, KillReason, Priority, RunState, Stage, Task,
-    TaskId, TaskStatus,
+    AcceptedBy, Board, Change, Issue, IssueStatus, IterationEntry, KillReason, Priority, RunState,
+    Stage, Task, TaskId, TaskStatus,
 };
-use crate::outcome::{BlockedItem, Outcome};
+use crate::outcome::{BlockedItem, Evidence, Outcome};
 use crate::output::{bounded_failure, first_line};
 use crate::prioritize::Prioritizer;
 use crate::runtime::Context;
@@ -80,6 +80,9 @@ pub(crate) struct Engine {
     first_iteration: u32,
     /// When the current iteration started (for the iteration log).
     iteration_started: (std::time::Instant, String),
+    /// Whether a gap analysis of this run gave no valid answer: an UNVERIFIED board then
+    /// ends the run, where a new run asks once more.
+    check_failed: bool,
 }
 
 impl Engine {
@@ -122,13 +125,16 @@ impl Engine {
             recent,
             first_iteration: 0,
             iteration_started: (std::time::Instant::now(), now_rfc3339()),
+            check_failed: false,
         };
         engine.begin(rel).await?;
         engine.first_iteration = engine.board.run.iteration;
         Ok(engine)
     }
 
-    /// Records the spec, the config line and iteration 1 on a new board; seeds the issue.
+    /// Records the spec, the config line and iteration 1 on a new board; seeds the spec as
+    /// an issue the first time, whatever a person added to the board before (a task or an
+    /// issue added first must not stand in for the spec's own work).
     async fn begin(&mut self, rel: String) -> Result<(), Error> {
         let mut run = self.board.run.clone();
         let mut changes = Vec::new();
@@ -136,9 +142,9 @@ impl Engine {
         if self.board.config.as_ref() != Some(&config) {
             changes.push(Change::Config(config));
         }
-        if !run.seeded && self.board.tasks.is_empty() && self.board.issues.is_empty() {
+        if !run.seeded {
             let id = run.next_issue_id(|id| self.board.issues.contains_key(id));
-            let text = format!("Implement the spec `{}` ({}).", rel, self.spec.name);
+            let text = spec_issue_text(&rel, &self.spec);
             changes.push(Change::Issue(Issue::new(id, text).with_origin("spec")));
         }
         run.seeded = true;
@@ -192,7 +198,8 @@ impl Engine {
         }
     }
 
-    /// Runs one stage.
+    /// Runs one stage. An UNVERIFIED board (a gap analysis of an earlier run gave no valid
+    /// answer) is verified again.
     async fn stage(&mut self, stage: Stage) -> Result<Flow, Error> {
         match stage {
             Stage::Decompose => self.decompose().await,
@@ -204,7 +211,11 @@ impl Engine {
 
     /// The outcome if the loop should end at `stage`.
     fn outcome_at(&self, stage: Stage) -> Option<Outcome> {
-        stop_outcome(&self.board, &self.ctx.config, stage)
+        let ending = Ending {
+            first_iteration: self.first_iteration,
+            check_failed: self.check_failed,
+        };
+        stop_outcome(&self.board, &self.ctx.config, stage, ending)
     }
 
     /// Work not yet accepted: remaining tasks plus open issues (each becomes tasks).
@@ -360,8 +371,17 @@ impl Engine {
     }
 }
 
+/// What the end of a run depends on besides the board.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Ending {
+    /// The iteration the run started in.
+    pub(crate) first_iteration: u32,
+    /// Whether a gap analysis of this run gave no valid answer.
+    pub(crate) check_failed: bool,
+}
+
 /// The outcome if a run on `board` should end at `stage`.
-fn stop_outcome(board: &Board, config: &Config, stage: Stage) -> Option<Outcome> {
+fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: Ending) -> Option<Outcome> {
     let iteration = board.run.iteration;
     match stage {
         // A person's RALPH_DONE stops the loop; it does not make unverified work complete.
@@ -377,16 +397,54 @@ fn stop_outcome(board: &Board, config: &Config, stage: Stage) -> Option<Outcome>
                 .values()
                 .filter(|t| t.status == TaskStatus::Accepted)
                 .count(),
+            evidence: evidence(board),
+        }),
+        Stage::Unverified if ending.check_failed => Some(Outcome::Unverified {
+            reason: board
+                .run
+                .spec_check
+                .as_ref()
+                .and_then(|c| c.failed.clone())
+                .unwrap_or_default(),
         }),
         Stage::Blocked => Some(Outcome::Blocked {
             items: blocked_items(board),
         }),
-        _ if iteration > config.max_iterations => Some(Outcome::MaxIterations {
-            limit: config.max_iterations,
-            remaining: remaining(board),
-        }),
+        // The limit is per invocation: the board's iteration number keeps counting, and
+        // the same command run again gets as many iterations again.
+        _ if iteration.saturating_sub(ending.first_iteration) >= config.max_iterations => {
+            Some(Outcome::MaxIterations {
+                limit: config.max_iterations,
+                remaining: remaining(board),
+            })
+        }
         _ => None,
     }
+}
+
+/// What a complete board rests on: the gates its accepted tasks passed, who accepted them,
+/// and the gap analysis that answered.
+fn evidence(board: &Board) -> Evidence {
+    let mut evidence = Evidence {
+        gap_analysis: board.run.spec_check.as_ref().map_or(0, |c| c.iteration),
+        ..Evidence::default()
+    };
+    for task in board
+        .tasks
+        .values()
+        .filter(|t| t.status == TaskStatus::Accepted)
+    {
+        for gate in &task.gates {
+            if !evidence.gates.contains(gate) {
+                evidence.gates.push(gate.clone());
+            }
+        }
+        match task.accepted_by {
+            Some(AcceptedBy::Person) => evidence.people.push(task.id.clone()),
+            _ => evidence.verifier.push(task.id.clone()),
+        }
+    }
+    evidence
 }
 
 /// Work not yet accepted: remaining tasks plus open issues (each becomes tasks).
@@ -411,6 +469,11 @@ fn resolve_spec(workspace: &Path, run: &RunState, given: Option<&Path>) -> Resul
         }),
         _ => Ok(rel),
     }
+}
+
+/// The text of the issue a spec is seeded as.
+fn spec_issue_text(rel: &str, spec: &SpecDoc) -> String {
+    format!("Implement the spec `{rel}` ({}).", spec.name)
 }
 
 /// Seed 000's config line.

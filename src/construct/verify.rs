@@ -13,7 +13,9 @@ use super::{Engine, Flow};
 use crate::agent::Role;
 use crate::answer::{GapAnswer, VerdictKind, VerifyAnswer};
 use crate::event::Event;
-use crate::model::{Change, Issue, IssueId, RunState, Task, TaskId, TaskStatus, Verdict};
+use crate::model::{
+    AcceptedBy, Change, Issue, IssueId, RunState, SpecCheck, Task, TaskId, TaskStatus, Verdict,
+};
 use crate::runtime::call::{Call, Caller, Kill, Structured};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -39,10 +41,10 @@ impl Engine {
         // Gap analysis is a step of its own, with its own time: slow verifiers (or rate limits)
         // must not leave it none, which would skip it and could end the run without it.
         let gap_deadline = deadline::after(self.config().stage_timeout);
-        let Some(gaps) = self.gap_analysis(gap_deadline).await? else {
+        let Some(check) = self.gap_analysis(gap_deadline).await? else {
             return Ok(Flow::Interrupted);
         };
-        self.apply_verification(gaps).await?;
+        self.apply_verification(check).await?;
         Ok(Flow::Continue)
     }
 
@@ -157,10 +159,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Asks what the spec still needs. `None` if interrupted; an unusable answer, a kill
-    /// included, is a warning and counts as "no gaps found": gap analysis belongs to no task
-    /// or issue, so there is nothing to decompose (docs/seed-differences.md, seed 000).
-    async fn gap_analysis(&mut self, deadline: Instant) -> Result<Option<GapAnswer>, Error> {
+    /// Asks what the spec still needs, and for an answer to each gap the verifiers named.
+    /// An answer that is unusable after its structured retry (prose, a failed or killed
+    /// agent) is asked for once more; if that fails too the check has [`GapCheck::Failed`]:
+    /// never "no gaps". `None` if interrupted.
+    async fn gap_analysis(&mut self, deadline: Instant) -> Result<Option<GapCheck>, Error> {
         #[derive(Serialize)]
         struct Ctx<'a> {
             spec: &'a SpecDoc,
@@ -168,6 +171,7 @@ impl Engine {
             remaining: Vec<String>,
             gaps: Vec<&'a str>,
         }
+        let named = self.verifier_gaps();
         let summary = |t: &Task| format!("{}: {}", t.id, t.name);
         let tasks = self.board.tasks.values();
         let ctx = Ctx {
@@ -179,47 +183,65 @@ impl Engine {
                 .take(200)
                 .collect(),
             remaining: tasks
-                .clone()
                 .filter(|t| t.is_remaining() && !t.is_finished())
                 .map(summary)
                 .take(200)
                 .collect(),
-            // This round's verdicts only: accepted tasks keep theirs, and the prompt must not
-            // grow with the board's history.
-            gaps: tasks
-                .filter(|t| t.status == TaskStatus::Done)
-                .filter_map(|t| t.verdict.as_ref())
-                .flat_map(|v| v.gaps.iter().map(String::as_str))
-                .take(200)
-                .collect(),
+            gaps: named.iter().map(|(_, gap)| gap.as_str()).collect(),
         };
-        let call = self.call(
-            Role::GapAnalysis,
-            &format!("iteration-{}", self.board.run.iteration),
-            1,
-            self.ctx.prompts.render("gap_analysis", &ctx)?,
-            deadline,
-        );
-        let (result, _) = self
-            .caller
-            .structured::<GapAnswer>(call, |a| self.check_dep_ids(&a.tasks))
-            .await?;
-        Ok(match result {
-            Structured::Answer(answer) => Some(answer),
-            Structured::Interrupted => None,
-            Structured::Unusable { reason, .. } => {
+        let prompt = self.ctx.prompts.render("gap_analysis", &ctx)?;
+        let subject = format!("iteration-{}", self.board.run.iteration);
+        let (mut attempt, mut deadline, mut failure) = (1, deadline, String::new());
+        for round in 1..=2 {
+            let call = self.call(
+                Role::GapAnalysis,
+                &subject,
+                attempt,
+                prompt.clone(),
+                deadline,
+            );
+            let (result, runs) = self
+                .caller
+                .structured::<GapAnswer>(call, |a| {
+                    self.check_dep_ids(&a.tasks)?;
+                    a.check_replies(named.len())
+                })
+                .await?;
+            attempt += runs;
+            match result {
+                Structured::Answer(answer) => return Ok(Some(GapCheck::Answer(answer, named))),
+                Structured::Interrupted => return Ok(None),
+                Structured::Unusable { reason, .. } => failure = reason,
+            }
+            if round == 1 {
                 self.emit(Event::Warning {
                     message: format!(
-                        "gap analysis gave no usable answer ({reason}); no gaps recorded"
+                        "the gap analysis gave no usable answer ({failure}); asking once more"
                     ),
                 });
-                Some(GapAnswer::default())
+                deadline = deadline::after(self.config().stage_timeout);
             }
-        })
+        }
+        Ok(Some(GapCheck::Failed(failure)))
     }
 
-    /// The final batch: verdicts, gap tasks and issues, priorities, next iteration.
-    async fn apply_verification(&mut self, gaps: GapAnswer) -> Result<(), Error> {
+    /// The gaps this round's verifiers named, with the task each came from, in the order the
+    /// gap analysis numbers them. Accepted tasks keep their verdicts: only the done tasks'
+    /// count, so the prompt does not grow with the board's history.
+    fn verifier_gaps(&self) -> Vec<(TaskId, String)> {
+        self.board
+            .tasks
+            .values()
+            .filter(|t| t.status == TaskStatus::Done)
+            .filter_map(|t| Some((t, t.verdict.as_ref()?)))
+            .flat_map(|(t, v)| v.gaps.iter().map(|g| (t.id.clone(), g.clone())))
+            .take(200)
+            .collect()
+    }
+
+    /// The final batch: verdicts, gap tasks and issues, priorities, how the spec check
+    /// ended, next iteration.
+    async fn apply_verification(&mut self, check: GapCheck) -> Result<(), Error> {
         let mut changed: HashMap<TaskId, Task> = HashMap::new();
         let mut order: Vec<TaskId> = Vec::new();
         for task in self
@@ -237,16 +259,43 @@ impl Engine {
             .iter()
             .filter(|id| changed[*id].status == TaskStatus::Accepted)
             .count();
-        let note = format!(
-            "{accepted} accepted, {} rejected, {} new task(s), {} new issue(s)",
-            order.len() - accepted,
-            gaps.tasks.len(),
-            gaps.issues.len()
-        );
+        let iteration = self.board.run.iteration;
+        let (gaps, named, spec_check) = match check {
+            GapCheck::Answer(gaps, named) => {
+                // Complete rests on a check that found nothing: one that found work is
+                // followed by another once that work is done.
+                let found_nothing = gaps.tasks.is_empty() && gaps.issues.is_empty();
+                let check = found_nothing.then(|| SpecCheck::answered(iteration));
+                (gaps, named, check)
+            }
+            GapCheck::Failed(reason) => {
+                self.check_failed = true;
+                let check = Some(SpecCheck::failed(iteration, reason));
+                (GapAnswer::default(), Vec::new(), check)
+            }
+        };
+        let note = match &spec_check {
+            Some(SpecCheck {
+                failed: Some(reason),
+                ..
+            }) => format!(
+                "{accepted} accepted, {} rejected, the gap analysis gave no answer: {reason}",
+                order.len() - accepted
+            ),
+            _ => format!(
+                "{accepted} accepted, {} rejected, {} new task(s), {} new issue(s)",
+                order.len() - accepted,
+                gaps.tasks.len(),
+                gaps.issues.len()
+            ),
+        };
         let mut run = self.next_iteration(accepted, &note);
+        run.spec_check = spec_check;
         let new_tasks = self.materialize(&gaps.tasks, None, &mut run, "verify");
         let new_issues = self.new_issues(&gaps.issues, &mut run);
         let task_ids: Vec<TaskId> = new_tasks.iter().map(|t| t.id.clone()).collect();
+        let issue_ids: Vec<IssueId> = new_issues.iter().map(|i| i.id.clone()).collect();
+        let replies = replies(&gaps, &named, &task_ids, &issue_ids);
         for task in new_tasks {
             order.push(task.id.clone());
             changed.insert(task.id.clone(), task);
@@ -256,13 +305,14 @@ impl Engine {
             .filter_map(|id| changed.remove(id))
             .map(Change::Task)
             .collect();
-        let issue_ids: Vec<IssueId> = new_issues.iter().map(|i| i.id.clone()).collect();
         changes.extend(new_issues.into_iter().map(Change::Issue));
         changes.push(Change::Run(run));
         let prioritized = self.prioritize(&mut changes)?;
-        let iteration = self.board.run.iteration;
         self.commit(changes).await?;
 
+        for reply in replies {
+            self.emit(reply);
+        }
         if !task_ids.is_empty() || !issue_ids.is_empty() {
             self.emit(Event::GapsFound {
                 tasks: task_ids,
@@ -285,11 +335,45 @@ impl Engine {
     }
 }
 
-/// Accepted → out of the plan; rejected → pending again, with a tombstone and a fresh
-/// retry budget, the verifier's reason carried into the next prompt.
+/// How the gap analysis ended.
+enum GapCheck {
+    /// A valid answer, and the verifier gaps it answers (numbered from 1, in order).
+    Answer(GapAnswer, Vec<(TaskId, String)>),
+    /// No valid answer, even when asked once more: why.
+    Failed(String),
+}
+
+/// One event per verifier gap, saying how the gap analysis answered it.
+fn replies(
+    gaps: &GapAnswer,
+    named: &[(TaskId, String)],
+    tasks: &[TaskId],
+    issues: &[IssueId],
+) -> Vec<Event> {
+    gaps.verifier_gaps
+        .iter()
+        .filter_map(|reply| {
+            let (task, gap) = named.get(reply.gap.checked_sub(1)?)?;
+            let answer = match (reply.task, reply.issue, &reply.no_work) {
+                (Some(i), _, _) => format!("task {}", tasks.get(i)?),
+                (_, Some(i), _) => format!("issue {}", issues.get(i)?),
+                (_, _, why) => format!("no new work: {}", why.as_deref().unwrap_or("").trim()),
+            };
+            Some(Event::GapAnswered {
+                task: task.clone(),
+                gap: gap.clone(),
+                answer,
+            })
+        })
+        .collect()
+}
+
+/// Accepted → out of the plan, by a verifier; rejected → pending again, with a tombstone and
+/// a fresh retry budget, the verifier's reason carried into the next prompt.
 fn apply_verdict(mut task: Task, verdict: &Verdict) -> Task {
     if verdict.accepted {
         task.status = TaskStatus::Accepted;
+        task.accepted_by = Some(AcceptedBy::Verifier);
         return task;
     }
     task.reject("the verifier", &verdict.reason);
@@ -327,7 +411,7 @@ mod tests {
     use serde_json::json;
 
     use crate::agent::Script;
-    use crate::model::{Board, Change, Task, TaskStatus};
+    use crate::model::{Board, Change, RunState, Task, TaskStatus};
     use crate::store::{Store, StoreError};
     use crate::{FakeAgent, MemoryStore, Outcome, Ralph, Role};
 
@@ -355,13 +439,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("spec.md"), "# S\n").unwrap();
         let store = Batches::default();
+        // A board whose spec was seeded and built: three tasks wait for VERIFY.
+        let run = RunState {
+            seeded: true,
+            ..RunState::default()
+        };
         let done = (1..=3)
             .map(|i| Change::Task(Task::new(format!("t-{i}"), "x").with_status(TaskStatus::Done)));
-        store
-            .store
-            .persist(&done.collect::<Vec<_>>())
-            .await
-            .unwrap();
+        let board: Vec<Change> = std::iter::once(Change::Run(run)).chain(done).collect();
+        store.store.persist(&board).await.unwrap();
         let agent = FakeAgent::new()
             .always(
                 Role::Verify,
@@ -381,12 +467,17 @@ mod tests {
 
         let outcome = ralph.construct("spec.md").await.unwrap();
 
-        assert_eq!(
-            outcome,
-            Outcome::Complete {
-                iterations: 1,
-                accepted: 3
-            }
+        assert!(
+            matches!(
+                outcome,
+                Outcome::Complete {
+                    iterations: 1,
+                    accepted: 3,
+                    ..
+                }
+            ),
+            "{:?}",
+            outcome
         );
         // The run's start (config, run), the three verdicts at once, the final batch
         // (three tasks accepted, the next iteration).

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::{Store, StoreError};
 use crate::files::atomic;
 use crate::files::seen::{self, Seen};
-use crate::model::{Board, Change, Issue, RunState, Task, TaskId, TaskStatus};
+use crate::model::{AcceptedBy, Board, Change, Issue, RunState, Task, TaskId, TaskStatus};
 use crate::signal::{FenceTracker, is_marker_line};
 
 /// The marker that, alone on a line of the Status section, declares the work complete.
@@ -467,17 +467,28 @@ impl Doc {
                     id
                 }
             };
-            let task = match known.remove(&id) {
+            let before = known.remove(&id);
+            let accepted_before = before
+                .as_ref()
+                .is_some_and(|t| t.status == TaskStatus::Accepted);
+            let task = match before {
                 Some(task) => settle(task, checkbox, hand_edited),
                 None => {
                     let mut task = Task::new(id, checkbox.name.clone());
                     task.origin = Some("progress".into());
                     if checkbox.checked {
                         task.status = TaskStatus::Accepted;
+                        task.accepted_by = Some(AcceptedBy::Person);
                     }
                     task
                 }
             };
+            let ticked_by_hand = task.accepted_by == Some(AcceptedBy::Person) && !accepted_before;
+            if ticked_by_hand {
+                // A person's acceptance is evidence for the task, not for the spec: a gap
+                // analysis answers again before the spec is complete.
+                board.run.spec_check = None;
+            }
             board.apply(Change::Task(task));
         }
         // A person deleted what these waited on: it is no longer needed, so it no longer
@@ -502,10 +513,15 @@ fn settle(mut task: Task, checkbox: &Checkbox, hand_edited: bool) -> Task {
     task.name = checkbox.name.clone();
     match (checkbox.checked, task.status) {
         (true, TaskStatus::Accepted | TaskStatus::Decomposed) => {}
-        // Ticked by hand (or by ralph just before a crash cut off the sidecar's write).
+        // Ticked by hand (or by ralph just before a crash cut off the sidecar's write: the
+        // verdict, recorded before it is applied, tells the two apart).
         (true, _) => {
             task.status = TaskStatus::Accepted;
             task.kill_reason = None;
+            task.accepted_by = Some(match &task.verdict {
+                Some(verdict) if verdict.accepted => AcceptedBy::Verifier,
+                _ => AcceptedBy::Person,
+            });
         }
         (false, TaskStatus::Accepted) if hand_edited => {
             task.status = TaskStatus::Pending;

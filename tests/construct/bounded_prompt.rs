@@ -20,6 +20,7 @@ async fn the_build_prompt_names_the_last_ten_finished_tasks_and_counts_the_earli
     changes.push(Change::Task(
         Task::new("t-26", "Write done.txt").with_acceptance("done.txt exists"),
     ));
+    changes.push(seeded());
     store.persist(&changes).await.unwrap();
     let agent = Arc::new(
         FakeAgent::new()

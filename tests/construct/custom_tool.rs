@@ -94,12 +94,17 @@ async fn the_custom_parts_run_a_spec_to_the_end() {
     let ralph = parts::assemble(dir.path(), agent(), printed.clone()).unwrap();
 
     let outcome = ralph.construct("spec.md").await.unwrap();
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 1,
-            accepted: 2
-        }
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Complete {
+                iterations: 1,
+                accepted: 2,
+                ..
+            }
+        ),
+        "{:?}",
+        outcome
     );
 
     let lines = printed.lines();

@@ -100,12 +100,17 @@ async fn a_killed_task_is_decomposed_and_a_compacted_one_carries_on(
 
     h.agent.verify().unwrap();
     let Some((reason, tombstone)) = kill else {
-        assert_eq!(
-            outcome,
-            Outcome::Complete {
-                iterations: 1,
-                accepted: 1
-            }
+        assert!(
+            matches!(
+                outcome,
+                Outcome::Complete {
+                    iterations: 1,
+                    accepted: 1,
+                    ..
+                }
+            ),
+            "{:?}",
+            outcome
         );
         assert!(h.events.of_kind("task_killed").is_empty());
         let compacted: Vec<_> = h
@@ -132,12 +137,17 @@ async fn a_killed_task_is_decomposed_and_a_compacted_one_carries_on(
         return;
     };
 
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 2,
-            accepted: 2
-        }
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Complete {
+                iterations: 2,
+                accepted: 2,
+                ..
+            }
+        ),
+        "{:?}",
+        outcome
     );
     let killed = h.events.of_kind("task_killed");
     assert_eq!(killed.len(), 1);

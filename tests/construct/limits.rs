@@ -76,12 +76,17 @@ async fn max_iterations_is_an_outcome_and_a_higher_limit_resumes_to_completion()
 
     let outcome = ralph.resume().await.unwrap();
 
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 2,
-            accepted: 1
-        }
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Complete {
+                iterations: 2,
+                accepted: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        outcome
     );
     second.verify().unwrap();
     let rebuild = &second.requests()[0];

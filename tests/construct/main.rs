@@ -11,6 +11,7 @@ mod board_edits;
 mod bounded_prompt;
 mod custom_tool;
 mod deps;
+mod evidence;
 mod example_flow;
 mod fallback;
 mod inheritance;

@@ -22,12 +22,17 @@ async fn a_failing_gate_is_retried_with_its_output_and_then_passes() {
 
     let outcome = h.run(|b| b.gate(done_gate())).await;
 
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 1,
-            accepted: 1
-        }
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Complete {
+                iterations: 1,
+                accepted: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        outcome
     );
     h.agent.verify().unwrap();
     let builds = h.requests(Role::Build, "t-1");

@@ -72,12 +72,17 @@ async fn an_invalid_structured_answer_is_retried_once_with_the_error(
 
     let outcome = h.run(|b| b).await;
 
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 2,
-            accepted: 2
-        }
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Complete {
+                iterations: 2,
+                accepted: 2,
+                ..
+            }
+        ),
+        "{:?}",
+        outcome
     );
     h.agent.verify().unwrap();
     let calls = h.requests(role, subject);
@@ -167,12 +172,17 @@ async fn a_verifier_without_a_valid_answer_is_a_rejection_with_no_usable_verdict
 
     let outcome = h.run(|b| b.gate(done_gate())).await;
 
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 2,
-            accepted: 1
-        }
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Complete {
+                iterations: 2,
+                accepted: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        outcome
     );
     h.agent.verify().unwrap();
     let verdicts = h.events.of_kind("verdict");
@@ -193,7 +203,7 @@ async fn a_verifier_without_a_valid_answer_is_a_rejection_with_no_usable_verdict
 }
 
 #[tokio::test]
-async fn gap_analysis_without_a_valid_answer_is_a_warning_and_no_gaps() {
+async fn gap_analysis_without_a_valid_answer_is_never_no_gaps() {
     let h = Harness::new(
         FakeAgent::new()
             .on(
@@ -211,16 +221,13 @@ async fn gap_analysis_without_a_valid_answer_is_a_warning_and_no_gaps() {
 
     let outcome = h.run(|b| b.gate(done_gate())).await;
 
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 1,
-            accepted: 1
-        }
-    );
+    let Outcome::Unverified { reason } = &outcome else {
+        panic!("expected Unverified, got {outcome:?}");
+    };
+    assert!(reason.contains("issues[0] is empty"), "{reason}");
     assert_eq!(
         attempts(&h.requests(Role::GapAnalysis, "iteration-1")),
-        [1, 2]
+        [1, 2, 3, 4]
     );
     let warnings = h.events.of_kind("warning");
     assert_eq!(warnings.len(), 1);

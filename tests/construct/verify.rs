@@ -35,12 +35,17 @@ async fn a_rejected_task_is_rebuilt_with_a_fresh_retry_budget_and_the_reason() {
 
     let outcome = h.run(|b| b.gate(done_gate()).retries(1)).await;
 
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 2,
-            accepted: 1
-        }
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Complete {
+                iterations: 2,
+                accepted: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        outcome
     );
     h.agent.verify().unwrap();
     assert_eq!(
@@ -131,6 +136,11 @@ async fn verifiers_run_concurrently_up_to_the_limit(
     let dir = workspace(SPEC);
     let gauge = Arc::new(Gauge {
         inner: FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                planned(&["t-1", "t-2", "t-3", "t-4", "t-5", "t-6"]),
+            )
             .always(
                 Role::Verify,
                 Script::new()
@@ -159,12 +169,17 @@ async fn verifiers_run_concurrently_up_to_the_limit(
 
     let outcome = ralph.construct("spec.md").await.unwrap();
 
-    assert_eq!(
-        outcome,
-        Outcome::Complete {
-            iterations: 1,
-            accepted: 6
-        }
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Complete {
+                iterations: 1,
+                accepted: 6,
+                ..
+            }
+        ),
+        "{:?}",
+        outcome
     );
     let verifiers = gauge
         .inner

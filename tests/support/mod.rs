@@ -106,6 +106,15 @@ pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// The run state of a board whose spec was already seeded as an issue and investigated: a
+/// test's hand-made board of tasks starts here, where a real run would have left it.
+pub fn seeded() -> ralph::model::Change {
+    let mut run = ralph::model::RunState::default();
+    run.seeded = true;
+    run.spec = Some("spec.md".into());
+    ralph::model::Change::Run(run)
+}
+
 /// An investigate answer with tasks `(name, accept)`.
 pub fn tasks(list: &[(&str, &str)]) -> Script {
     let tasks: Vec<Value> = list
@@ -113,6 +122,12 @@ pub fn tasks(list: &[(&str, &str)]) -> Script {
         .map(|(name, accept)| json!({"name": name, "accept": accept}))
         .collect();
     Script::new().json(json!({ "tasks": tasks }))
+}
+
+/// An investigate answer saying the tasks `ids`, already on the board, cover the issue (the
+/// spec's own issue, when a person planned the tasks before the first run).
+pub fn planned(ids: &[&str]) -> Script {
+    Script::new().json(json!({ "already_planned": ids }))
 }
 
 pub fn accept(reason: &str) -> Script {

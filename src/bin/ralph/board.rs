@@ -213,6 +213,9 @@ fn next_hint(board: &Board) -> String {
     }
     match (board.stage(), &board.run.spec) {
         (Stage::Complete, Some(_)) => "nothing: the spec is complete".into(),
+        (Stage::Unverified, Some(_)) => {
+            "`ralph construct` asks the gap analysis again (it gave no valid answer)".into()
+        }
         (_, Some(_)) => "`ralph construct` resumes the work".into(),
         (_, None) => "`ralph construct SPEC` starts on a spec".into(),
     }

@@ -239,6 +239,9 @@ pub(crate) fn next_step(outcome: &Outcome) -> Option<&'static str> {
             "fix the gate (ralph.toml), `ralph task unblock ID` for a task it blocked, then `ralph construct`"
         }
         Outcome::Once { .. } => "`ralph construct --once` runs the next iteration",
+        Outcome::Unverified { .. } => {
+            "read why in the gap analysis's log (build/ralph-logs), then `ralph construct` asks it again"
+        }
         _ => "`ralph construct` resumes; raise the limit with --max-iterations or --timeout",
     })
 }
