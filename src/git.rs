@@ -86,6 +86,21 @@ pub enum Rebased {
     Conflict(Vec<String>),
 }
 
+/// How a [`Git::fast_forward`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Forwarded {
+    /// The branch moved forward.
+    Done,
+    /// Files of the work tree would be overwritten; nothing changed.
+    Blocked {
+        /// The files, as git names them.
+        paths: Vec<String>,
+        /// Whether they are untracked (else tracked files with local changes).
+        untracked: bool,
+    },
+}
+
 /// Where the work started: the branch (none when HEAD is detached) and the commit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -169,6 +184,20 @@ impl Git {
         }
         let out = self.run(&["log", "-1", "--format=%s", "HEAD"]).await?;
         Ok(non_empty(out))
+    }
+
+    /// Where this directory is inside the work tree: its path from the top, with a
+    /// trailing `/` (`sub/dir/`), or empty at the top.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. outside a repository).
+    pub async fn prefix(&self) -> Result<String, GitError> {
+        Ok(self
+            .run(&["rev-parse", "--show-prefix"])
+            .await?
+            .trim()
+            .to_owned())
     }
 
     /// The checked-out branch, or `None` when HEAD is detached.
@@ -304,6 +333,19 @@ impl Git {
             .map(drop)
     }
 
+    /// Adds a work tree at `path` on the existing branch `branch`.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. the branch does not exist, or is checked out
+    /// elsewhere).
+    pub async fn add_worktree_on(&self, path: &Path, branch: &str) -> Result<(), GitError> {
+        let path = path.to_string_lossy();
+        self.run(&["worktree", "add", "-q", &path, branch])
+            .await
+            .map(drop)
+    }
+
     /// Removes the work tree at `path`, with whatever it holds, and forgets it.
     ///
     /// # Errors
@@ -373,16 +415,29 @@ impl Git {
     }
 
     /// Moves the checked-out branch forward to `branch` (`git merge --ff-only`), updating
-    /// the work tree.
+    /// the work tree. Files of the work tree that the merge would overwrite (untracked ones,
+    /// or tracked ones with local changes) stop it before anything changes:
+    /// [`Forwarded::Blocked`] names them.
     ///
     /// # Errors
     ///
-    /// [`GitError`] when the branch has moved past it (no fast forward) or local changes
-    /// would be overwritten.
-    pub async fn fast_forward(&self, branch: &str) -> Result<(), GitError> {
-        self.run(&["merge", "-q", "--ff-only", branch])
-            .await
-            .map(drop)
+    /// [`GitError`] when the branch has moved past it (no fast forward) or git fails
+    /// otherwise.
+    pub async fn fast_forward(&self, branch: &str) -> Result<Forwarded, GitError> {
+        match self.run(&["merge", "-q", "--ff-only", branch]).await {
+            Ok(_) => Ok(Forwarded::Done),
+            Err(GitError::Failed { stderr, .. }) if stderr.contains("would be overwritten") => {
+                Ok(Forwarded::Blocked {
+                    untracked: stderr.contains("untracked working tree files"),
+                    paths: stderr
+                        .lines()
+                        .filter_map(|l| l.strip_prefix('\t'))
+                        .map(|p| p.trim().to_owned())
+                        .collect(),
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Stages everything except paths under `exclude` (ralph's own state, say) and commits
@@ -477,6 +532,118 @@ impl Git {
         self.run_owned(&args).await.map(drop)
     }
 
+    /// Whether commit `ancestor` is `descendant` or one of its ancestors (`git merge-base
+    /// --is-ancestor`); false when either is unknown.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError::Spawn`] when git cannot run.
+    pub async fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
+        let args = ["merge-base", "--is-ancestor", ancestor, descendant];
+        let mut command = self.command();
+        command
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // 0: it is; 1: it is not; 128: one of them is not a commit here.
+        let status = command.status().await.map_err(|source| GitError::Spawn {
+            command: args.join(" "),
+            dir: self.dir.clone(),
+            source,
+        })?;
+        Ok(status.success())
+    }
+
+    /// The paths of the work tree's changes (tracked files changed, deleted or added to the
+    /// index, and untracked files that are not ignored), relative to the top of the work tree,
+    /// each with whether it is untracked; paths under `exclude` are left out.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn changed_paths(&self, exclude: &[&str]) -> Result<Vec<(String, bool)>, GitError> {
+        let mut args = vec![
+            "status".to_owned(),
+            "--porcelain=v1".to_owned(),
+            "-z".to_owned(),
+            "--untracked-files=all".to_owned(),
+            "--".to_owned(),
+            ":/".to_owned(),
+        ];
+        args.extend(exclude.iter().map(|p| format!(":(top,exclude){p}")));
+        let out = self.run_owned(&args).await?;
+        Ok(parse_status_z(&out))
+    }
+
+    /// Stages exactly `paths` (changes, additions and deletions alike; relative to the top of
+    /// the work tree) and commits them with `message`; returns the new commit, or `None` when
+    /// they hold no change. Nothing else in the work tree or the index is touched.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. a pre-commit hook refuses).
+    pub async fn commit_paths(
+        &self,
+        message: &str,
+        paths: &[String],
+    ) -> Result<Option<String>, GitError> {
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        let list = PathList::write(self, paths).await?;
+        let from = format!("--pathspec-from-file={}", list.0.display());
+        self.run(&["add", "-A", "--pathspec-file-nul", &from])
+            .await?;
+        if !self.has_staged().await? {
+            return Ok(None);
+        }
+        let mut args: Vec<String> = self.identity_args().await;
+        args.extend(["commit", "-q", "--no-verify", "-m", message].map(str::to_owned));
+        self.run_owned(&args).await?;
+        self.head().await
+    }
+
+    /// Moves `paths` (changes and untracked files, relative to the top of the work tree) out
+    /// of the work tree into a stash entry named `message` (`git stash list` shows it; `git
+    /// stash pop` brings it back). Returns false when there was nothing to stash.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn stash_paths(&self, message: &str, paths: &[String]) -> Result<bool, GitError> {
+        if paths.is_empty() {
+            return Ok(false);
+        }
+        let list = PathList::write(self, paths).await?;
+        let from = format!("--pathspec-from-file={}", list.0.display());
+        let mut args: Vec<String> = self.identity_args().await;
+        args.extend(
+            [
+                "stash",
+                "push",
+                "-q",
+                "--include-untracked",
+                "-m",
+                message,
+                "--pathspec-file-nul",
+                &from,
+            ]
+            .map(str::to_owned),
+        );
+        self.run_owned(&args).await?;
+        Ok(true)
+    }
+
+    /// Moves the checked-out branch (or a detached HEAD) to `commit`, keeping the work
+    /// tree's local changes (`git reset --keep`); refuses when a local change would be lost.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn reset_keep(&self, commit: &str) -> Result<(), GitError> {
+        self.run(&["reset", "-q", "--keep", commit]).await.map(drop)
+    }
+
     /// Whether `path` is ignored by a `.gitignore` (or `info/exclude`).
     async fn is_ignored(&self, path: &str) -> Result<bool, GitError> {
         // `check-ignore` exits 0 and prints the path when ignored, 1 when not.
@@ -542,12 +709,8 @@ impl Git {
         self.exec(args, &[], quiet_failures).await
     }
 
-    async fn exec(
-        &self,
-        args: &[&str],
-        env: &[(&str, &std::ffi::OsStr)],
-        quiet_failures: &[i32],
-    ) -> Result<String, GitError> {
+    /// `git -C <dir>` with ralph's settings, ready for arguments.
+    fn command(&self) -> Command {
         let mut command = Command::new("git");
         command
             .arg("-C")
@@ -556,14 +719,26 @@ impl Git {
             // detaches it into the background, where it would outlive the run (and, in a
             // work tree, could race the next `worktree add`). The user's own git runs it.
             .args(["-c", "gc.auto=0", "-c", "maintenance.auto=false"])
-            .args(args)
             .env("LC_ALL", "C")
             .env("GIT_TERMINAL_PROMPT", "0")
             .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         for (key, value) in &self.env {
             command.env(key, value);
         }
+        command
+    }
+
+    async fn exec(
+        &self,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+        quiet_failures: &[i32],
+    ) -> Result<String, GitError> {
+        let mut command = self.command();
+        command.args(args);
         for (key, value) in env {
             command.env(key, value);
         }
@@ -601,6 +776,56 @@ impl Drop for PrivateIndex {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// A NUL-separated list of paths in the git directory, for `--pathspec-from-file` (a list
+/// of thousands of paths does not fit on a command line); removed when dropped.
+struct PathList(PathBuf);
+
+impl PathList {
+    async fn write(git: &Git, paths: &[String]) -> Result<PathList, GitError> {
+        let git_dir = git.run(&["rev-parse", "--absolute-git-dir"]).await?;
+        let path = PathBuf::from(git_dir.trim()).join(format!(
+            "ralph-paths.{}.{}",
+            std::process::id(),
+            NEXT_INDEX.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut bytes = Vec::new();
+        for p in paths {
+            // `:(top,literal)`: relative to the top, and never read as a pattern.
+            bytes.extend_from_slice(format!(":(top,literal){p}").as_bytes());
+            bytes.push(0);
+        }
+        std::fs::write(&path, bytes).map_err(|source| GitError::Spawn {
+            command: "add --pathspec-from-file".into(),
+            dir: git.dir.clone(),
+            source,
+        })?;
+        Ok(PathList(path))
+    }
+}
+
+impl Drop for PathList {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The paths of `git status --porcelain=v1 -z`, each with whether it is untracked; a rename
+/// or copy gives both its paths.
+fn parse_status_z(out: &str) -> Vec<(String, bool)> {
+    let mut paths = Vec::new();
+    let mut entries = out.split('\0').filter(|e| !e.is_empty());
+    while let Some(entry) = entries.next() {
+        let (code, path) = (entry.get(..2).unwrap_or(""), entry.get(3..).unwrap_or(""));
+        paths.push((path.to_owned(), code == "??"));
+        if code.contains(['R', 'C'])
+            && let Some(from) = entries.next()
+        {
+            paths.push((from.to_owned(), false));
+        }
+    }
+    paths
 }
 
 fn non_empty(out: String) -> Option<String> {

@@ -266,6 +266,15 @@ pub struct Task {
     /// Who accepted it, once accepted: the evidence a complete run rests on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_by: Option<AcceptedBy>,
+    /// The commit that holds its work on the user's branch (in a git workspace), from its
+    /// done attempt; it is accepted only while that commit is on the branch. `None` outside
+    /// git, or when the attempt changed nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// A branch that keeps work ralph could not merge (the user's files were in the way):
+    /// the next build of the task merges it instead of building again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
 }
 
 /// Who accepted a task.
@@ -319,6 +328,8 @@ impl Task {
             verdict: None,
             gates: Vec::new(),
             accepted_by: None,
+            commit: None,
+            kept: None,
         }
     }
 

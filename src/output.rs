@@ -153,6 +153,15 @@ pub(crate) fn first_line(text: &str) -> String {
     truncate_middle(text.lines().next().unwrap_or(""), 300)
 }
 
+/// The first `shown` items joined by commas, and how many more: `a.rs, b.rs and 3 more`.
+pub(crate) fn list_some(items: &[String], shown: usize) -> String {
+    let head = items[..items.len().min(shown)].join(", ");
+    match items.len().saturating_sub(shown) {
+        0 => head,
+        more => format!("{head} and {more} more"),
+    }
+}
+
 /// A failure bounded for a retry prompt.
 pub(crate) fn bounded_failure(text: &str) -> String {
     truncate_middle(text, FAILURE_PROMPT_BYTES)

@@ -79,12 +79,20 @@ impl GateStreak {
 
 /// How one attempt ended.
 pub(super) enum AttemptEnd {
-    Done,
+    /// The gates passed; the commit that holds the work on the user's branch, once it is
+    /// there (in a git workspace).
+    Done(Option<String>),
     Blocked(String),
     Failed(String),
     /// A required gate failed: its name, and the failure for the retry prompt.
     GateFailed(String, String),
     Killed(KillReason, Option<PathBuf>),
+    /// It passed, but its work could not be merged (the user's files were in the way): kept
+    /// on `branch`, the task is blocked with `reason` until a person clears the way.
+    Kept {
+        branch: String,
+        reason: String,
+    },
     Interrupted,
 }
 
@@ -95,7 +103,7 @@ impl Engine {
     pub(super) async fn build(&mut self) -> Result<Flow, Error> {
         let at_once = self.config().build_concurrency;
         if at_once > 1 {
-            match self.why_not_at_once().await? {
+            match self.why_not_at_once() {
                 None => return self.build_at_once(at_once).await,
                 Some(why) => self.emit(Event::Warning {
                     message: format!(
@@ -117,8 +125,24 @@ impl Engine {
         Ok(Flow::Continue)
     }
 
-    /// Runs attempts of one task until it is done, blocked, killed or interrupted.
+    /// One task's turn in the workspace itself: in a git repository, what it changed is
+    /// committed on the user's branch when it passes, and set aside when it ends otherwise
+    /// (see `in_place`).
     async fn build_task(&mut self, id: &TaskId) -> Result<TaskEnd, Error> {
+        let task = self.task(id)?;
+        match self.merge_kept(&task).await? {
+            Some(Settled::End(end)) => return Ok(end),
+            // The kept work conflicts with what was merged since: built anew.
+            Some(Settled::Retry) | None => {}
+        }
+        self.begin_turn(&task).await?;
+        let end = self.attempts(id).await?;
+        self.end_turn(&task, &end).await?;
+        Ok(end)
+    }
+
+    /// Runs attempts of one task until it is done, blocked, killed or interrupted.
+    async fn attempts(&mut self, id: &TaskId) -> Result<TaskEnd, Error> {
         let mut deadline = deadline::after(self.config().stage_timeout);
         loop {
             if self.stopped() {
@@ -142,6 +166,7 @@ impl Engine {
                 .attempt(&task, prompt, &mut deadline, &mut tried)
                 .instrument(span)
                 .await?;
+            let attempt = self.land_in_place(&task, attempt).await?;
             if let Settled::End(end) = self.settle(&task, tried, attempt).await? {
                 return Ok(end);
             }
@@ -173,20 +198,31 @@ impl Engine {
         let round = task.round_attempts() + 1;
         let mut after = task.clone();
         after.attempts += 1;
+        if !matches!(attempt, AttemptEnd::Kept { .. }) {
+            // Whatever the kept work was, this attempt merged it or went past it.
+            after.kept = None;
+        }
         let memo = self.memo(task, tried, &attempt);
         let broken = match &attempt {
             AttemptEnd::GateFailed(gate, failure) => {
                 GateStreak::add(&mut self.gate_streak, id, gate, failure)
             }
-            AttemptEnd::Done => {
+            AttemptEnd::Done(_) => {
                 self.gate_streak = None;
                 None
             }
             _ => None,
         };
         let end = match attempt {
-            AttemptEnd::Done => self.finish_task(after, memo).await?,
+            AttemptEnd::Done(commit) => {
+                after.commit = commit;
+                self.finish_task(after, memo).await?
+            }
             AttemptEnd::Blocked(reason) => self.block_task(after, reason, memo).await?,
+            AttemptEnd::Kept { branch, reason } => {
+                after.kept = Some(branch);
+                self.block_task(after, reason, memo).await?
+            }
             AttemptEnd::Killed(reason, log) => self.kill_task(after, reason, log, memo).await?,
             AttemptEnd::Interrupted => TaskEnd::Interrupted,
             // The last allowed attempt failed: blocked now, with no retry announced.
@@ -233,7 +269,7 @@ impl Engine {
             }
         };
         let (result, next) = match attempt {
-            AttemptEnd::Done => ("done".to_owned(), "verify".to_owned()),
+            AttemptEnd::Done(_) => ("done".to_owned(), "verify".to_owned()),
             AttemptEnd::Blocked(reason) => {
                 (format!("blocked: {reason}"), "a person decides".to_owned())
             }
@@ -242,6 +278,10 @@ impl Engine {
             }
             AttemptEnd::GateFailed(gate, _) => (format!("gates failed: {gate}"), retry_or_block()),
             AttemptEnd::Killed(reason, _) => (format!("killed: {reason}"), "decompose".to_owned()),
+            AttemptEnd::Kept { .. } => (
+                "passed, but files in the way kept it from being merged".to_owned(),
+                "a person clears the way, then it is merged".to_owned(),
+            ),
             AttemptEnd::Interrupted => return None,
         };
         let tried =
@@ -270,6 +310,7 @@ impl Engine {
             attempt: u32,
             failure: Option<&'a str>,
             attempts: &'a [RecentAttempt],
+            branch: Option<String>,
         }
         let finished = self
             .board
@@ -286,6 +327,14 @@ impl Engine {
             attempt: round,
             failure: task.last_failure.as_deref(),
             attempts: &self.board.run.attempts,
+            branch: self
+                .home
+                .as_ref()
+                .map(|home| match self.config().build_concurrency {
+                    // Tasks at once: each in its own work tree, on its own branch.
+                    1 => home.name(),
+                    _ => format!("branch {}", crate::runtime::worktrees::branch(&task.id)),
+                }),
         };
         let template = if round > 1 { "retry" } else { "build" };
         Ok(self.ctx.prompts.render(template, &ctx)?)
@@ -456,7 +505,7 @@ impl Worker {
         let logs = &self.logs;
         let log = |gate: &str| logs.run_log(&format!("gate-{gate}"), task.id.as_str(), attempt);
         Ok(match gates::check_all(&self.ctx.gates, run, log).await? {
-            GatesEnd::Passed => AttemptEnd::Done,
+            GatesEnd::Passed => AttemptEnd::Done(None),
             GatesEnd::Failed { gate, failure } => AttemptEnd::GateFailed(gate, failure),
             GatesEnd::TimedOut { .. } => AttemptEnd::Killed(KillReason::Timeout, agent_log),
             GatesEnd::Interrupted => AttemptEnd::Interrupted,

@@ -15,6 +15,7 @@
 mod build;
 mod decompose;
 pub(crate) mod dry_run;
+mod in_place;
 mod investigate;
 mod parallel;
 mod ready;
@@ -42,6 +43,7 @@ use crate::prioritize::Prioritizer;
 use crate::runtime::Context;
 use crate::runtime::call::{Call, Caller};
 use crate::runtime::error::Error;
+use crate::runtime::home::Home;
 use crate::runtime::logs::{Emitter, Logs};
 use crate::runtime::spec::{self, SpecDoc};
 use crate::runtime::workspace::RunLock;
@@ -83,6 +85,9 @@ pub(crate) struct Engine {
     /// Whether a gap analysis of this run gave no valid answer: an UNVERIFIED board then
     /// ends the run, where a new run asks once more.
     check_failed: bool,
+    /// The user's branch, where each task's work lands as a commit; `None` outside a git
+    /// repository (nothing is committed then).
+    home: Option<Home>,
 }
 
 impl Engine {
@@ -100,6 +105,7 @@ impl Engine {
         let emitter = Emitter::new(&observers);
         let rel = resolve_spec(&ctx.workspace, &board.run, spec)?;
         let spec = SpecDoc::read(&ctx.workspace, &rel)?;
+        let home = Home::record(&ctx.workspace, own_paths(&ctx)).await?;
         let logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
         let caller = ctx.caller(emitter.clone());
         let recent = board
@@ -126,7 +132,15 @@ impl Engine {
             first_iteration: 0,
             iteration_started: (std::time::Instant::now(), now_rfc3339()),
             check_failed: false,
+            home,
         };
+        // One task at a time is built in the user's own work tree and committed there:
+        // refused before anything runs if the user's uncommitted edits would be mixed in.
+        if let Some(home) = &engine.home
+            && engine.ctx.config.build_concurrency == 1
+        {
+            engine.refuse_uncommitted(home).await?;
+        }
         engine.begin(rel).await?;
         engine.first_iteration = engine.board.run.iteration;
         Ok(engine)
@@ -190,12 +204,27 @@ impl Engine {
                 stage = %stage,
             );
             let flow = self.stage(stage).instrument(span).await?;
+            self.guard_home(stage).await?;
             match flow {
                 Flow::Continue => {}
                 Flow::Interrupted => return Ok(self.finish(Outcome::Interrupted)),
                 Flow::Stop(outcome) => return Ok(self.finish(outcome)),
             }
         }
+    }
+
+    /// Puts the user's branch back if an agent of `stage` moved it (the build attempts are
+    /// checked one by one; this catches the other roles), and says so.
+    pub(super) async fn guard_home(&mut self, stage: Stage) -> Result<(), Error> {
+        let Some(home) = &mut self.home else {
+            return Ok(());
+        };
+        if let Some(moved) = home.check().await? {
+            self.emit(Event::Warning {
+                message: format!("during {stage}: {moved}"),
+            });
+        }
+        Ok(())
     }
 
     /// Runs one stage. An UNVERIFIED board (a gap analysis of an earlier run gave no valid
@@ -469,6 +498,21 @@ fn resolve_spec(workspace: &Path, run: &RunState, given: Option<&Path>) -> Resul
         }),
         _ => Ok(rel),
     }
+}
+
+/// ralph's own files in the workspace, which it never commits: its state folder, its logs,
+/// and a store file kept elsewhere in the workspace (a progress file).
+fn own_paths(ctx: &Context) -> Vec<String> {
+    let mut paths = vec![
+        crate::runtime::workspace::STATE_DIR.to_owned(),
+        ctx.config.log_dir.to_string_lossy().into_owned(),
+    ];
+    if let Some(store) = ctx.store.location()
+        && let Ok(rel) = Path::new(&store).strip_prefix(&ctx.workspace)
+    {
+        paths.push(rel.to_string_lossy().into_owned());
+    }
+    paths
 }
 
 /// The text of the issue a spec is seeded as.

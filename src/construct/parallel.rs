@@ -22,10 +22,11 @@ use super::build::{AttemptEnd, Settled, TaskEnd, Worker};
 use super::ready::ReadyQueue;
 use super::{Engine, Flow};
 use crate::event::Event;
-use crate::git::{Git, Rebased};
+use crate::git::{Forwarded, Git, Rebased};
 use crate::model::{Task, TaskId};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
+use crate::runtime::home::Home;
 use crate::runtime::worktrees;
 
 /// How one attempt in a work tree ended.
@@ -70,7 +71,7 @@ impl MergeOrder {
     /// Takes in an attempt that ended; it lands now unless it passed and waits its turn.
     fn ended(&mut self, built: Built) -> Option<Built> {
         self.running.remove(&built.started);
-        if matches!(built.end, AttemptEnd::Done) {
+        if matches!(built.end, AttemptEnd::Done(_)) {
             self.passed.insert(built.started, built);
             return None;
         }
@@ -88,36 +89,13 @@ impl MergeOrder {
 }
 
 impl Engine {
-    /// The head of the checked-out branch (the integration branch), or `None` outside a git
-    /// repository or before its first commit.
-    pub(super) async fn integration_head(&self) -> Result<Option<String>, Error> {
-        let git = Git::new(&self.ctx.workspace);
-        if !git.is_repo().await {
-            return Ok(None);
-        }
-        Ok(git.head().await?)
-    }
-
     /// Why tasks cannot be built at once here, if they cannot: merging needs a git
-    /// repository with a commit, and a work tree whose tracked files have no uncommitted
-    /// changes (a merge would refuse to overwrite them).
-    pub(super) async fn why_not_at_once(&self) -> Result<Option<String>, Error> {
-        if self.integration_head().await?.is_none() {
-            return Ok(Some("needs a git repository with a commit".into()));
-        }
-        let changed: Vec<String> = Git::new(&self.ctx.workspace)
-            .changes(&[crate::runtime::workspace::STATE_DIR])
-            .await?
-            .into_iter()
-            .filter(|line| !line.starts_with("??"))
-            .map(|line| line.get(3..).unwrap_or_default().to_owned())
-            .collect();
-        Ok((!changed.is_empty()).then(|| {
-            format!(
-                "needs the tracked files committed, and {} have uncommitted changes",
-                changed.join(", ")
-            )
-        }))
+    /// repository with a commit. (The user's uncommitted edits are no reason: each attempt
+    /// works in its own work tree, made from the branch's last commit, and leaves them be.)
+    pub(super) fn why_not_at_once(&self) -> Option<String> {
+        self.home
+            .is_none()
+            .then(|| "needs a git repository with a commit".into())
     }
 
     /// Builds the ready tasks, up to `at_once` at a time, until none is ready. A kill, a
@@ -187,16 +165,23 @@ impl Engine {
         id: &TaskId,
         deadline: Instant,
     ) -> Result<(), Error> {
-        let task = self.task(id)?;
+        let mut task = self.task(id)?;
+        match self.merge_kept(&task).await? {
+            Some(Settled::End(TaskEnd::Done)) => {
+                run.queue.finished(id);
+                return Ok(());
+            }
+            Some(Settled::End(_)) => return Ok(()),
+            // The kept work conflicts with what was merged since: built anew.
+            Some(Settled::Retry) => task = self.task(id)?,
+            None => {}
+        }
         if self.give_up_if_out_of_retries(&task).await?.is_some() {
             return Ok(());
         }
         let round = task.round_attempts() + 1;
         let prompt = self.build_prompt(&task, round)?;
-        let base = self
-            .integration_head()
-            .await?
-            .ok_or_else(|| crate::git::GitError::NoCommit(self.ctx.workspace.clone()))?;
+        let base = self.home()?.head().to_owned();
         self.emit(Event::TaskStarted {
             task: id.clone(),
             name: task.name.clone(),
@@ -221,46 +206,129 @@ impl Engine {
         Ok(())
     }
 
-    /// Merges a passing attempt into the checked-out branch (a conflict fails it), removes
-    /// its work tree, and records how it ended.
+    /// Lands `built` on the user's branch and records how it ended: the branch is checked
+    /// first (an agent may have moved it from its work tree: put back, and the attempt fails);
+    /// a passing attempt is merged. The work tree goes; the task's branch too, unless it keeps
+    /// work that could not be merged.
     async fn land(&mut self, built: Built) -> Result<Settled, Error> {
         let Built {
             task, tried, end, ..
         } = built;
-        let workspace = self.ctx.workspace.clone();
-        let git = Git::new(&workspace);
+        let end = match self.home_mut()?.check().await? {
+            Some(moved) => {
+                self.emit(Event::Warning {
+                    message: format!("while {} was built: {moved}", task.id),
+                });
+                match end {
+                    AttemptEnd::Killed(..) | AttemptEnd::Interrupted => end,
+                    _ => AttemptEnd::Failed(moved),
+                }
+            }
+            None => end,
+        };
         let end = match end {
-            AttemptEnd::Done => self.merge(&git, &task).await?,
+            AttemptEnd::Done(_) => self.merge(&task).await?,
             other => other,
         };
-        worktrees::remove(&git, &workspace, &task.id).await?;
+        let workspace = self.ctx.workspace.clone();
+        let git = Git::new(&workspace);
+        match &end {
+            AttemptEnd::Kept { .. } => {
+                worktrees::remove_keeping_branch(&git, &workspace, &task.id).await?
+            }
+            _ => worktrees::remove(&git, &workspace, &task.id).await?,
+        }
         self.settle(&task, tried, end).await
     }
 
-    /// Rebases the task's branch onto the checked-out branch's head and fast-forwards the
-    /// branch to it.
-    async fn merge(&self, git: &Git, task: &Task) -> Result<AttemptEnd, Error> {
-        let tree = Git::new(worktrees::path(&self.ctx.workspace, &task.id));
-        let head = self
-            .integration_head()
-            .await?
-            .ok_or_else(|| crate::git::GitError::NoCommit(self.ctx.workspace.clone()))?;
-        match tree.rebase(&head).await? {
-            Rebased::Clean => {
-                git.fast_forward(&worktrees::branch(&task.id)).await?;
-                if let Some(commit) = git.head().await?.filter(|c| *c != head) {
-                    self.emit(Event::TaskMerged {
-                        task: task.id.clone(),
-                        commit,
-                    });
-                }
-                Ok(AttemptEnd::Done)
+    /// A task whose passing work was kept on its branch (files of the user's were in the
+    /// way of its merge): merges it now, without building it again, and records how that
+    /// ended. `None` when the task keeps nothing, or its branch is gone (it is built again).
+    pub(super) async fn merge_kept(&mut self, task: &Task) -> Result<Option<Settled>, Error> {
+        let (Some(branch), Some(home)) = (&task.kept, &self.home) else {
+            return Ok(None);
+        };
+        if !home.git().branch_exists(branch).await? {
+            return Ok(None);
+        }
+        let workspace = self.ctx.workspace.clone();
+        let git = Git::new(&workspace);
+        worktrees::check_out(&git, &workspace, &task.id).await?;
+        self.emit(Event::TaskStarted {
+            task: task.id.clone(),
+            name: format!("{} (merging its kept work)", task.name),
+            attempt: task.round_attempts() + 1,
+        });
+        let end = self.merge(task).await?;
+        match &end {
+            AttemptEnd::Kept { .. } => {
+                worktrees::remove_keeping_branch(&git, &workspace, &task.id).await?
             }
-            Rebased::Conflict(paths) => Ok(AttemptEnd::Failed(format!(
+            _ => worktrees::remove(&git, &workspace, &task.id).await?,
+        }
+        let tried = Some("merged the work kept on its branch".to_owned());
+        Ok(Some(self.settle(task, tried, end).await?))
+    }
+
+    /// Rebases the task's branch onto the user's branch and fast-forwards the branch to it.
+    /// A conflict fails the attempt (the next one starts from the merged work); files of the
+    /// user's work tree in the way block the task and keep its work on its branch.
+    async fn merge(&mut self, task: &Task) -> Result<AttemptEnd, Error> {
+        let tree = Git::new(worktrees::path(&self.ctx.workspace, &task.id));
+        let head = self.home()?.head().to_owned();
+        if let Rebased::Conflict(paths) = tree.rebase(&head).await? {
+            return Ok(AttemptEnd::Failed(format!(
                 "Merge conflict: the changes conflict with work merged while this task was built, in {}. The next attempt starts from the merged work.",
                 paths.join(", ")
-            ))),
+            )));
         }
+        let branch = worktrees::branch(&task.id);
+        let home = self.home_mut()?;
+        match home.git().fast_forward(&branch).await? {
+            Forwarded::Done => {}
+            Forwarded::Blocked { paths, untracked } => {
+                let what = match untracked {
+                    true => "files that are untracked there",
+                    false => "files with uncommitted changes there",
+                };
+                let reason = format!(
+                    "its passing work could not be merged into {}: it would overwrite {what} ({}). \
+                     The work is kept on branch {branch}. Commit, move or delete those files, \
+                     then `ralph task unblock {}` and run again: the kept work is merged without \
+                     building it again",
+                    home.name(),
+                    crate::output::list_some(&paths, 5),
+                    task.id,
+                );
+                return Ok(AttemptEnd::Kept { branch, reason });
+            }
+            // Forwarded is non-exhaustive; git's merge reports only these two.
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+        let commit = home.git().head().await?.filter(|c| *c != head);
+        if let Some(commit) = &commit {
+            home.advanced(commit.clone());
+            self.emit(Event::TaskMerged {
+                task: task.id.clone(),
+                commit: commit.clone(),
+            });
+        }
+        Ok(AttemptEnd::Done(commit))
+    }
+
+    /// The user's branch; tasks are built at once only in a git repository with a commit.
+    fn home(&self) -> Result<&Home, Error> {
+        self.home
+            .as_ref()
+            .ok_or_else(|| crate::git::GitError::NoCommit(self.ctx.workspace.clone()).into())
+    }
+
+    fn home_mut(&mut self) -> Result<&mut Home, Error> {
+        let workspace = self.ctx.workspace.clone();
+        self.home
+            .as_mut()
+            .ok_or_else(|| crate::git::GitError::NoCommit(workspace).into())
     }
 }
 
@@ -292,9 +360,16 @@ async fn attempt_in_work_tree(
         .in_work_tree(path.clone())
         .attempt(&task, prompt, &mut deadline, &mut tried)
         .await?;
-    if matches!(end, AttemptEnd::Done) {
-        Git::new(&path)
-            .commit_all(&format!("{}: {}", task.id, task.name), &[])
+    let tree = Git::new(&path);
+    let end = match stayed(&tree, &task.id, base).await? {
+        Some(moved) => match end {
+            AttemptEnd::Killed(..) | AttemptEnd::Interrupted => end,
+            _ => AttemptEnd::Failed(moved),
+        },
+        None => end,
+    };
+    if matches!(end, AttemptEnd::Done(_)) {
+        tree.commit_all(&format!("{}: {}", task.id, task.name), &[])
             .await?;
     }
     Ok(Built {
@@ -304,6 +379,32 @@ async fn attempt_in_work_tree(
         end,
         deadline,
     })
+}
+
+/// Whether the agent left the task's work tree on the task's branch, holding `base`; what
+/// it did otherwise, in words for its next attempt. (The work tree is removed after the
+/// attempt, so nothing needs putting back there.)
+async fn stayed(tree: &Git, task: &TaskId, base: &str) -> Result<Option<String>, Error> {
+    let branch = worktrees::branch(task);
+    let on = tree.current_branch().await?;
+    let moved = if on.as_deref() != Some(branch.as_str()) {
+        Some(match on {
+            Some(other) => format!("switched to branch {other}"),
+            None => "detached HEAD".to_owned(),
+        })
+    } else {
+        match tree.head().await? {
+            Some(head) if tree.is_ancestor(base, &head).await? => None,
+            _ => Some("reset or rewrote the commits the work started from".to_owned()),
+        }
+    };
+    Ok(moved.map(|what| {
+        format!(
+            "The agent {what} in the task's work tree, so its work was not merged. ralph builds \
+             each task on {branch} and merges it itself: stay on the checked-out branch, and do \
+             not create branches, reset, or rewrite commits."
+        )
+    }))
 }
 
 #[cfg(test)]
@@ -331,7 +432,7 @@ mod tests {
         let mut order = MergeOrder::default();
         let [one, two, three] = [order.start(), order.start(), order.start()];
         // The third passes first: it waits for the two started before it.
-        assert!(order.ended(built(three, AttemptEnd::Done)).is_none());
+        assert!(order.ended(built(three, AttemptEnd::Done(None))).is_none());
         assert!(landed(&mut order).is_empty());
         // The first fails: it lands at once and holds nothing back.
         let failed = order.ended(built(one, AttemptEnd::Failed("no".into())));
@@ -339,9 +440,9 @@ mod tests {
         assert!(landed(&mut order).is_empty(), "the second still runs");
         // A retry of the first starts at the back and does not hold back the others.
         let again = order.start();
-        assert!(order.ended(built(two, AttemptEnd::Done)).is_none());
+        assert!(order.ended(built(two, AttemptEnd::Done(None))).is_none());
         assert_eq!(landed(&mut order), [two, three]);
-        assert!(order.ended(built(again, AttemptEnd::Done)).is_none());
+        assert!(order.ended(built(again, AttemptEnd::Done(None))).is_none());
         assert_eq!(landed(&mut order), [again]);
     }
 }

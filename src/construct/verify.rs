@@ -242,18 +242,32 @@ impl Engine {
     /// The final batch: verdicts, gap tasks and issues, priorities, how the spec check
     /// ended, next iteration.
     async fn apply_verification(&mut self, check: GapCheck) -> Result<(), Error> {
+        // A verifier that moved the user's branch is caught before any acceptance rests on it.
+        self.guard_home(crate::model::Stage::Verify).await?;
         let mut changed: HashMap<TaskId, Task> = HashMap::new();
         let mut order: Vec<TaskId> = Vec::new();
-        for task in self
+        let judged: Vec<Task> = self
             .board
             .tasks
             .values()
-            .filter(|t| t.status == TaskStatus::Done)
-        {
-            if let Some(verdict) = &task.verdict {
-                order.push(task.id.clone());
-                changed.insert(task.id.clone(), apply_verdict(task.clone(), verdict));
+            .filter(|t| t.status == TaskStatus::Done && t.verdict.is_some())
+            .cloned()
+            .collect();
+        for task in judged {
+            let Some(mut verdict) = task.verdict.clone() else {
+                continue;
+            };
+            if verdict.accepted
+                && let Some(reason) = self.off_the_branch(&task).await?
+            {
+                verdict = Verdict {
+                    accepted: false,
+                    reason,
+                    gaps: verdict.gaps,
+                };
             }
+            order.push(task.id.clone());
+            changed.insert(task.id.clone(), apply_verdict(task, &verdict));
         }
         let accepted = order
             .iter()
@@ -322,6 +336,23 @@ impl Engine {
         self.emit(prioritized);
         self.emit(Event::IterationFinished { iteration });
         Ok(())
+    }
+
+    /// Why `task` cannot be accepted although its verifier accepts it, if it cannot: its
+    /// commit is no longer on the user's branch (reset or rewritten since it was built).
+    async fn off_the_branch(&self, task: &Task) -> Result<Option<String>, Error> {
+        let (Some(home), Some(commit)) = (&self.home, &task.commit) else {
+            return Ok(None);
+        };
+        if home.holds(commit).await? {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "its work, commit {}, is not on {} (it was reset or rewritten since the task was \
+             built), so it is built again",
+            commit.get(..12).unwrap_or(commit),
+            home.name()
+        )))
     }
 
     fn new_issues(&self, texts: &[String], run: &mut RunState) -> Vec<Issue> {

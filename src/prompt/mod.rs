@@ -5,7 +5,7 @@
 //!
 //! | template | variables |
 //! |---|---|
-//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (the last 10 finished tasks' names), `completed_earlier` (how many finished before those), `gates` (names), `attempts` (recent [`RecentAttempt`](crate::model::RecentAttempt)s: `iteration`, `task`, `tried`, `result`, `next`, `at`) |
+//! | `build` | `task` (a [`Task`](crate::model::Task) as in `plan.jsonl`: `id`, `name`, `accept`, `notes`, `tombstones`…), `completed` (the last 10 finished tasks' names), `completed_earlier` (how many finished before those), `gates` (names), `attempts` (recent [`RecentAttempt`](crate::model::RecentAttempt)s: `iteration`, `task`, `tried`, `result`, `next`, `at`), `branch` (where ralph commits the task: `branch main`; absent outside git) |
 //! | `retry` | as `build`, plus `attempt` (this attempt's number in the round) and `failure` (the previous attempt's failure, bounded) |
 //! | `investigate` | `issue` (`id`, `text`), `tasks` (planned tasks: `id`, `name`) |
 //! | `verify` | `task` |

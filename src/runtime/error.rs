@@ -135,6 +135,18 @@ pub enum Error {
     /// Plan mode's specs or its answer cannot be used.
     #[error("plan mode: {0}")]
     PlanMode(String),
+    /// The user's work tree has uncommitted changes to tracked files, and ralph, which
+    /// commits each task on the user's branch, would mix them into its commits.
+    #[error(
+        "the work tree has uncommitted changes ({}): ralph commits each task's work on {branch} and would mix them into its commits. Commit them, or set them aside with `git stash`, then run the same command again",
+        crate::output::list_some(paths, 5)
+    )]
+    Uncommitted {
+        /// The changed files (relative to the top of the work tree).
+        paths: Vec<String>,
+        /// The branch (`branch main`, `the detached HEAD`).
+        branch: String,
+    },
     /// An I/O error on a file ralph manages (logs).
     #[error("i/o error on {path}")]
     Io {

@@ -11,6 +11,7 @@
 //! | logs and the event emitter | [`logs`] |
 //! | the record of a fallback chain's choices, for `ralph status` | [`choices`] |
 //! | the work trees of tasks built at once, and the removal of a killed run's | [`worktrees`] |
+//! | the user's branch: recorded at the start, checked after every agent run, put back | [`home`] |
 //! | SIGINT, SIGTERM and SIGHUP stop a run the same way | [`interrupt`] |
 //!
 //! Layers: the facade (`Ralph`, `Threads`' public calls) → the pipelines (`construct`,
@@ -24,6 +25,7 @@ pub(crate) mod choices;
 pub(crate) mod deadline;
 pub(crate) mod error;
 pub(crate) mod gates;
+pub(crate) mod home;
 pub(crate) mod interrupt;
 pub(crate) mod logs;
 pub(crate) mod spec;

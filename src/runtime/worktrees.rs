@@ -82,6 +82,30 @@ pub(crate) async fn add(
     Ok(path)
 }
 
+/// Adds `task`'s work tree on its existing branch, as an earlier run kept it.
+///
+/// # Errors
+///
+/// [`GitError`] when git fails (e.g. the branch is gone).
+pub(crate) async fn check_out(
+    git: &Git,
+    workspace: &Path,
+    task: &TaskId,
+) -> Result<PathBuf, GitError> {
+    let _registry = REGISTRY.lock().await;
+    remove_tree(git, workspace, task).await?;
+    let path = path(workspace, task);
+    if let Err(source) = std::fs::create_dir_all(dir(workspace)) {
+        return Err(GitError::Spawn {
+            command: "worktree add".into(),
+            dir: dir(workspace),
+            source,
+        });
+    }
+    git.add_worktree_on(&path, &branch(task)).await?;
+    Ok(path)
+}
+
 /// Removes `task`'s work tree and branch.
 ///
 /// # Errors
@@ -92,7 +116,21 @@ pub(crate) async fn remove(git: &Git, workspace: &Path, task: &TaskId) -> Result
     remove_unlocked(git, workspace, task).await
 }
 
-async fn remove_unlocked(git: &Git, workspace: &Path, task: &TaskId) -> Result<(), GitError> {
+/// Removes `task`'s work tree but keeps its branch, which holds work ralph could not merge.
+///
+/// # Errors
+///
+/// [`GitError`] when git fails.
+pub(crate) async fn remove_keeping_branch(
+    git: &Git,
+    workspace: &Path,
+    task: &TaskId,
+) -> Result<(), GitError> {
+    let _registry = REGISTRY.lock().await;
+    remove_tree(git, workspace, task).await
+}
+
+async fn remove_tree(git: &Git, workspace: &Path, task: &TaskId) -> Result<(), GitError> {
     let path = path(workspace, task);
     if path.exists() {
         // Fails when git does not know the folder (a crash between its creation and git's
@@ -101,7 +139,11 @@ async fn remove_unlocked(git: &Git, workspace: &Path, task: &TaskId) -> Result<(
         let _ = std::fs::remove_dir_all(&path);
     }
     // Forgets work trees whose folders are gone.
-    git.worktrees().await?;
+    git.worktrees().await.map(drop)
+}
+
+async fn remove_unlocked(git: &Git, workspace: &Path, task: &TaskId) -> Result<(), GitError> {
+    remove_tree(git, workspace, task).await?;
     let branch = branch(task);
     if git.branch_exists(&branch).await? {
         git.delete_branch(&branch).await?;

@@ -9,6 +9,7 @@ mod support;
 mod agent_failures;
 mod board_edits;
 mod bounded_prompt;
+mod commits;
 mod custom_tool;
 mod deps;
 mod evidence;

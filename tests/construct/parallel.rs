@@ -307,26 +307,6 @@ async fn the_work_trees_a_killed_run_left_are_removed_at_the_next_start() {
 }
 
 #[tokio::test]
-async fn uncommitted_changes_to_tracked_files_mean_one_task_at_a_time() {
-    let dir = repo();
-    std::fs::write(dir.path().join("spec.md"), format!("{SPEC}More.\n")).unwrap();
-
-    let (_, events) = one_task_at(dir.path(), 2).await;
-
-    assert!(
-        events.events().iter().any(|e| matches!(e,
-            Event::Warning { message } if message.contains("spec.md have uncommitted changes")
-        )),
-        "{:?}",
-        events.events()
-    );
-    assert_eq!(
-        git_out(dir.path(), &["rev-list", "--count", "HEAD"]).trim(),
-        "1"
-    );
-}
-
-#[tokio::test]
 async fn a_stop_with_three_tasks_in_flight_ends_them_all_and_leaves_no_work_tree() {
     let dir = repo();
     let store = MemoryStore::new();
