@@ -101,8 +101,9 @@ pub enum Event {
         /// The task.
         task: TaskId,
     },
-    /// A task built in its own git work tree (`build_concurrency`) was merged into the
-    /// checked-out branch: rebased onto it and fast-forwarded, as this commit.
+    /// A task's work landed on the user's branch as this commit: committed in the user's
+    /// work tree (one task at a time), or, built in its own git work tree
+    /// (`build_concurrency`), rebased onto the branch and fast-forwarded.
     TaskMerged {
         /// The task.
         task: TaskId,
@@ -408,7 +409,7 @@ impl std::fmt::Display for Event {
             Event::TaskMerged { task, commit } => {
                 write!(
                     f,
-                    "  {task} merged as {}",
+                    "  {task} committed as {}",
                     commit.get(..10).unwrap_or(commit)
                 )
             }

@@ -341,6 +341,44 @@ fn the_demo_runs_in_a_new_directory_only() {
     );
 }
 
+/// `ralph demo --in sub` inside a user's repository: the demo commits its tasks to a
+/// repository of its own there, never to the user's branch.
+#[test]
+fn a_demo_inside_a_repository_commits_to_its_own() {
+    let project = project();
+    let git = |dir: &Path, args: &[&str]| -> String {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(project.path(), &["add", "-A"]);
+    git(project.path(), &["commit", "-q", "-m", "mine"]);
+    let head = git(project.path(), &["rev-parse", "HEAD"]);
+
+    let out = ralph(project.path(), &["demo", "--in", "sub"], &[]);
+
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(git(project.path(), &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(project.path(), &["status", "--porcelain"]), "?? sub/\n");
+    let demo_log = git(&project.path().join("sub"), &["log", "--format=%s"]);
+    assert!(demo_log.contains("t-1: Create greet.sh"), "{demo_log}");
+}
+
 #[test]
 fn usage_errors_have_their_own_exit_code() {
     let dir = project();

@@ -35,8 +35,10 @@ pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
     if !dir.join(DEMO_MARK).exists() {
         std::fs::write(dir.join("spec.md"), DEMO_SPEC)?;
         std::fs::write(dir.join("ralph.toml"), DEMO_CONFIG)?;
+        std::fs::write(dir.join(".gitignore"), ".ralph/\nbuild/\n")?;
         std::fs::create_dir_all(dir.join(".ralph"))?;
         std::fs::write(dir.join(DEMO_MARK), "")?;
+        init_demo_repo(&dir);
     }
     if !json {
         println!("ralph demo · workspace {}", dir.display());
@@ -51,6 +53,32 @@ pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
         .build()?;
     let spec = PathBuf::from("spec.md");
     run_construct(&ralph, &lines, Some(spec), json).await
+}
+
+/// Makes the demo's directory a git repository of its own, with its files as the first
+/// commit, so the demo shows each task committed, and so that ralph, in a demo made inside
+/// someone's repository (`--in sub`), commits to the demo's repository, never theirs.
+/// Without git the demo runs all the same, committing nothing.
+fn init_demo_repo(dir: &Path) {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args([
+                "-c",
+                "user.name=ralph demo",
+                "-c",
+                "user.email=demo@ralph.invalid",
+            ])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let _ = git(&["init", "-q", "-b", "main"])
+        && git(&["add", "-A"])
+        && git(&["commit", "-q", "-m", "the demo's spec and config"]);
 }
 
 /// A directory the demo may use: missing, empty, or made by an earlier demo.
