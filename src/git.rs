@@ -68,6 +68,15 @@ pub enum GitError {
         /// What git said on stderr, trimmed.
         stderr: String,
     },
+    /// A file ralph keeps beside its git work could not be read or written.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The directory is not inside a git work tree.
     #[error("{0} is not a git repository (run `git init` there first)")]
     NotARepo(PathBuf),
@@ -598,7 +607,7 @@ impl Git {
             return Ok(None);
         }
         let mut args: Vec<String> = self.identity_args().await;
-        args.extend(["commit", "-q", "--no-verify", "-m", message].map(str::to_owned));
+        args.extend(["commit", "-q", "-m", message].map(str::to_owned));
         self.run_owned(&args).await?;
         self.head().await
     }

@@ -225,12 +225,25 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SpecsOutcome {
-    /// Every spec is completed.
+    /// Every spec is completed: each one's tasks passed the required gates and its verifier
+    /// accepted it, then it was committed.
     Complete {
         /// Specs completed (and committed) by this run.
         specs: usize,
         /// Tasks completed by this run.
         tasks: usize,
+        /// The required gates every task passed, by name; empty when none was required
+        /// (the tasks were then done on the agent's word and the verifier's).
+        gates: Vec<String>,
+    },
+    /// A spec's verification gave no verdict (it failed, was killed, or answered
+    /// invalidly, also when asked once more): nothing says the spec is done. A person must
+    /// look; the next run asks again. The specs that do not depend on it were built.
+    Unverified {
+        /// The spec.
+        spec: String,
+        /// Why its verifier gave no verdict.
+        reason: String,
     },
     /// A spec cannot proceed: a task is blocked; the specs after it wait.
     Blocked {
@@ -261,13 +274,13 @@ pub enum SpecsOutcome {
 }
 
 impl SpecsOutcome {
-    /// The exit code the `ralph` command uses: 0 complete or once, 2 attempts exhausted, 3 blocked,
-    /// 130 interrupted.
+    /// The exit code the `ralph` command uses: 0 complete or once, 2 attempts exhausted, 3
+    /// blocked or unverified (a person must look), 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
             SpecsOutcome::Complete { .. } | SpecsOutcome::Once { .. } => 0,
             SpecsOutcome::AttemptsExhausted { .. } => 2,
-            SpecsOutcome::Blocked { .. } => 3,
+            SpecsOutcome::Blocked { .. } | SpecsOutcome::Unverified { .. } => 3,
             SpecsOutcome::Interrupted => 130,
         }
     }
@@ -276,9 +289,26 @@ impl SpecsOutcome {
 impl fmt::Display for SpecsOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SpecsOutcome::Complete { specs, tasks } => write!(
+            SpecsOutcome::Complete {
+                specs,
+                tasks,
+                gates,
+            } => {
+                write!(
+                    f,
+                    "All specs complete: {specs} spec(s) committed, {tasks} task(s) completed in \
+                     this run. Evidence: "
+                )?;
+                match gates.as_slice() {
+                    [] => f.write_str("no required gates")?,
+                    gates => write!(f, "gates {} passed", gates.join(", "))?,
+                }
+                f.write_str("; each spec accepted by its verifier.")
+            }
+            SpecsOutcome::Unverified { spec, reason } => write!(
                 f,
-                "All specs complete: {specs} spec(s) committed, {tasks} task(s) completed in this run."
+                "Unverified: spec {spec}'s verification gave no verdict ({reason}); nothing \
+                 says it is done"
             ),
             SpecsOutcome::Blocked { spec, items } => {
                 write!(f, "Blocked: spec {spec} cannot proceed")?;

@@ -105,7 +105,7 @@ impl Engine {
         let emitter = Emitter::new(&observers);
         let rel = resolve_spec(&ctx.workspace, &board.run, spec)?;
         let spec = SpecDoc::read(&ctx.workspace, &rel)?;
-        let home = Home::record(&ctx.workspace, own_paths(&ctx)).await?;
+        let home = home(&ctx).await?;
         let logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
         let caller = ctx.caller(emitter.clone());
         let recent = board
@@ -139,7 +139,7 @@ impl Engine {
         if let Some(home) = &engine.home
             && engine.ctx.config.build_concurrency == 1
         {
-            engine.refuse_uncommitted(home).await?;
+            home.refuse_uncommitted().await?;
         }
         engine.begin(rel).await?;
         engine.first_iteration = engine.board.run.iteration;
@@ -500,19 +500,27 @@ fn resolve_spec(workspace: &Path, run: &RunState, given: Option<&Path>) -> Resul
     }
 }
 
-/// ralph's own files in the workspace, which it never commits: its state folder, its logs,
-/// and a store file kept elsewhere in the workspace (a progress file).
-fn own_paths(ctx: &Context) -> Vec<String> {
-    let mut paths = vec![
+/// The user's branch in `ctx`'s workspace, with ralph's own files: its state folder, its
+/// logs and its store's file (never committed) — unless the store is a file kept for people
+/// (a progress file), which is committed with the work and never counted as the user's edit.
+async fn home(ctx: &Context) -> Result<Option<Home>, Error> {
+    let mut own = vec![
         crate::runtime::workspace::STATE_DIR.to_owned(),
         ctx.config.log_dir.to_string_lossy().into_owned(),
     ];
+    let mut bookkeeping = Vec::new();
     if let Some(store) = ctx.store.location()
         && let Ok(rel) = Path::new(&store).strip_prefix(&ctx.workspace)
     {
-        paths.push(rel.to_string_lossy().into_owned());
+        let rel = rel.to_string_lossy().into_owned();
+        match ctx.store.edited_externally() {
+            true => bookkeeping.push(rel),
+            false => own.push(rel),
+        }
     }
-    paths
+    Ok(Home::record(&ctx.workspace, own)
+        .await?
+        .map(|home| home.with_bookkeeping(&bookkeeping)))
 }
 
 /// The text of the issue a spec is seeded as.

@@ -1,5 +1,5 @@
 //! The user's branch: recorded when a run starts, checked after every agent run, and put
-//! back when an agent moved it.
+//! back when an agent moved it; and the turns of work ralph commits on it.
 //!
 //! ralph's work lands on the branch the user had checked out when the run started (in the
 //! construct loop, one commit per task; in build mode, one per spec). An agent runs with
@@ -9,9 +9,30 @@
 //! still checked out, and still holding the newest commit ralph knows on it (commits on top,
 //! the agent's own or the user's, are fine). When not, ralph puts it back and the attempt
 //! fails with what happened as its retry feedback.
+//!
+//! # Turns
+//!
+//! Work done in the user's own work tree (a task of the construct loop, one at a time; a
+//! spec of build mode) is a *turn*. So that ralph never sweeps the user's own edits into
+//! its commits:
+//!
+//! - a run refuses to start over uncommitted changes to tracked files
+//!   ([`Home::uncommitted`]), unless they are an interrupted turn's;
+//! - a turn notes the untracked files already there (`.ralph/turn.json`) and leaves them
+//!   out of its commit ([`Home::commit_turn`]);
+//! - what a turn that ends without passing changed is moved into a stash entry
+//!   ([`Home::set_aside`]), so the next turn starts from the branch and nothing is lost.
+//!
+//! The note outlives a crash or a stop: the next run takes up the same turn with the work
+//! tree as it was left.
 
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
+use super::error::Error;
+use crate::files::atomic;
 use crate::git::{Git, GitError};
 
 /// The user's branch as ralph last saw it.
@@ -25,6 +46,25 @@ pub(crate) struct Home {
     head: String,
     /// ralph's own paths (its state, its logs), which putting the branch back leaves alone.
     kept_out: Vec<String>,
+    /// Where the workspace is in the work tree (`sub/`, or empty at its top).
+    prefix: String,
+    /// Files ralph keeps for people in the work tree (`implementation.json`, a progress
+    /// file): committed with the work, never counted as the user's edits.
+    bookkeeping: Vec<String>,
+    /// Where the current turn is noted.
+    note: PathBuf,
+}
+
+/// A turn of work in the user's work tree, as noted when it began.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Turn {
+    /// What the turn works on: a task (`t-3`) or a spec.
+    pub(crate) subject: String,
+    /// The branch's head when it began.
+    pub(crate) head: String,
+    /// The untracked files that were there before (the user's), relative to the top of the
+    /// work tree: never committed or set aside by ralph.
+    pub(crate) untracked: Vec<String>,
 }
 
 impl Home {
@@ -51,12 +91,27 @@ impl Home {
             .into_iter()
             .map(|path| format!("{prefix}{path}"))
             .collect();
+        let note = super::workspace::state_dir(workspace).join(TURN_NOTE);
         Ok(Some(Home {
             branch: git.current_branch().await?,
             head,
             git,
             kept_out,
+            prefix,
+            bookkeeping: Vec::new(),
+            note,
         }))
+    }
+
+    /// With `paths` (relative to the workspace) as ralph's files for people: committed with
+    /// the work, never counted as the user's edits or untracked files.
+    #[must_use]
+    pub(crate) fn with_bookkeeping(mut self, paths: &[String]) -> Self {
+        self.bookkeeping = paths
+            .iter()
+            .map(|p| format!("{}{p}", self.prefix))
+            .collect();
+        self
     }
 
     /// `main`, or `the detached HEAD`.
@@ -154,6 +209,168 @@ impl Home {
         match &self.branch {
             Some(branch) => self.git.switch(branch).await,
             None => self.git.detach(&self.head).await,
+        }
+    }
+}
+
+/// The file that notes the current turn, in ralph's state folder.
+const TURN_NOTE: &str = "turn.json";
+
+impl Home {
+    /// The turn noted by an earlier run that did not end it, if any. A note that does not
+    /// parse counts as none: it only says whose leftovers the work tree holds.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError::Io`] naming the note when it cannot be read.
+    pub(crate) fn noted(&self) -> Result<Option<Turn>, GitError> {
+        match std::fs::read_to_string(&self.note) {
+            Ok(text) => Ok(serde_json::from_str(&text).ok()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(self.io(source)),
+        }
+    }
+
+    /// The tracked files with uncommitted changes that are not ralph's own nor an
+    /// interrupted turn's: the user's edits, which a run that commits in the user's work
+    /// tree must not start over.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub(crate) async fn uncommitted(&self) -> Result<Vec<String>, GitError> {
+        if self.noted()?.is_some() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .changed()
+            .await?
+            .into_iter()
+            .filter(|(path, untracked)| !untracked && !self.bookkeeping.contains(path))
+            .map(|(path, _)| path)
+            .collect())
+    }
+
+    /// Refuses to work in the user's work tree over their uncommitted edits to tracked
+    /// files ([`Error::Uncommitted`], which says how to go on).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Uncommitted`]; [`Error::Git`] when git fails.
+    pub(crate) async fn refuse_uncommitted(&self) -> Result<(), Error> {
+        let paths = self.uncommitted().await?;
+        match paths.is_empty() {
+            true => Ok(()),
+            false => Err(Error::Uncommitted {
+                paths,
+                branch: self.name(),
+            }),
+        }
+    }
+
+    /// Begins a turn on `subject`, noting the untracked files already there. Returns the
+    /// turn of another subject an earlier run left unfinished, for the caller to
+    /// [`set_aside`](Self::set_aside) first; the same subject's turn is simply taken up.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails or the note cannot be written.
+    pub(crate) async fn begin_turn(&self, subject: &str) -> Result<Option<Turn>, GitError> {
+        let left = match self.noted()? {
+            Some(turn) if turn.subject == subject => return Ok(None),
+            other => other,
+        };
+        if left.is_some() {
+            return Ok(left);
+        }
+        let turn = Turn {
+            subject: subject.to_owned(),
+            head: self.head.clone(),
+            untracked: self
+                .changed()
+                .await?
+                .into_iter()
+                .filter(|(path, untracked)| *untracked && !self.bookkeeping.contains(path))
+                .map(|(path, _)| path)
+                .collect(),
+        };
+        let bytes = serde_json::to_vec(&turn).unwrap_or_default();
+        atomic::replace(&self.note, &bytes).map_err(|e| self.io(e))?;
+        Ok(None)
+    }
+
+    /// Commits what the noted turn changed with `message`; returns the new commit, or
+    /// `None` when there is no turn or nothing to commit. The turn stays noted until
+    /// [`end_turn`](Self::end_turn).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub(crate) async fn commit_turn(&mut self, message: &str) -> Result<Option<String>, GitError> {
+        let Some(turn) = self.noted()? else {
+            return Ok(None);
+        };
+        let paths = self.turn_paths(&turn).await?;
+        let commit = self.git.commit_paths(message, &paths).await?;
+        if let Some(commit) = &commit {
+            self.head = commit.clone();
+        }
+        Ok(commit)
+    }
+
+    /// Moves what `turn` changed into a stash entry named `ralph: <subject>'s unfinished
+    /// work (<why>)` and ends it; returns the entry's name, or `None` when it changed
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub(crate) async fn set_aside(
+        &mut self,
+        turn: &Turn,
+        why: &str,
+    ) -> Result<Option<String>, GitError> {
+        let paths = self.turn_paths(turn).await?;
+        let message = format!("ralph: {}'s unfinished work ({why})", turn.subject);
+        let stashed = self.git.stash_paths(&message, &paths).await?;
+        self.end_turn()?;
+        Ok(stashed.then_some(message))
+    }
+
+    /// Forgets the noted turn.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError::Io`] naming the note when it cannot be removed.
+    pub(crate) fn end_turn(&self) -> Result<(), GitError> {
+        match std::fs::remove_file(&self.note) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(self.io(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The paths `turn` changed: every change in the work tree but ralph's own files and the
+    /// untracked files that were there before it.
+    async fn turn_paths(&self, turn: &Turn) -> Result<Vec<String>, GitError> {
+        let before: HashSet<&str> = turn.untracked.iter().map(String::as_str).collect();
+        Ok(self
+            .changed()
+            .await?
+            .into_iter()
+            .filter(|(path, untracked)| !(*untracked && before.contains(path.as_str())))
+            .map(|(path, _)| path)
+            .collect())
+    }
+
+    /// Every change in the work tree but ralph's own files.
+    async fn changed(&self) -> Result<Vec<(String, bool)>, GitError> {
+        self.git.changed_paths(&self.kept_out()).await
+    }
+
+    fn io(&self, source: std::io::Error) -> GitError {
+        GitError::Io {
+            path: self.note.clone(),
+            source,
         }
     }
 }

@@ -68,8 +68,10 @@ pub struct BuildDryRun {
     pub stop: Option<String>,
     /// Specs not yet completed, in build order.
     pub remaining: Vec<String>,
-    /// The gates run after each session, by name.
+    /// The gates run after each session, by name; optional ones are marked `(optional)`.
     pub gates: Vec<String>,
+    /// The agent that would run ([`Agent::name`](crate::Agent::name)).
+    pub agent: String,
     /// `retries`.
     pub retries: u32,
     /// `planning.max_attempts`.
@@ -99,7 +101,19 @@ impl fmt::Display for BuildDryRun {
             writeln!(f, "  would stop: {}", stop.lines().next().unwrap_or(""))?;
         }
         writeln!(f, "  remaining: {}", list(&self.remaining))?;
-        writeln!(f, "  gates:     {}", list(&self.gates))?;
+        writeln!(f, "  agent:     {}", self.agent)?;
+        if self.gates.iter().all(|g| g.ends_with(" (optional)")) {
+            writeln!(
+                f,
+                "  gates:     no required gate: a task is done on the agent's word and the verifier's{}",
+                match self.gates.as_slice() {
+                    [] => String::new(),
+                    optional => format!(" ({})", optional.join(", ")),
+                }
+            )?;
+        } else {
+            writeln!(f, "  gates:     {}", list(&self.gates))?;
+        }
         write!(
             f,
             "  limits:    retries {}, max attempts {}, stage timeout {}, agent timeout {}, once {}",
@@ -149,7 +163,15 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         template_source: None,
         stop: None,
         remaining: order.iter().map(|&i| plan.specs[i].id.clone()).collect(),
-        gates: ctx.gates.iter().map(|g| g.name().to_owned()).collect(),
+        gates: ctx
+            .gates
+            .iter()
+            .map(|g| match g.required() {
+                true => g.name().to_owned(),
+                false => format!("{} (optional)", g.name()),
+            })
+            .collect(),
+        agent: ctx.agent.name().to_owned(),
         retries: config.retries,
         max_attempts: config.planning.max_attempts,
         stage_timeout: config.stage_timeout,

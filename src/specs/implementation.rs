@@ -194,6 +194,11 @@ pub struct SpecEntry {
     /// (or records the commit already made) instead of asking the verifier again.
     #[serde(default, skip_serializing_if = "is_false")]
     pub verified: bool,
+    /// Why the last verification of the spec gave no verdict (it failed, was killed, or
+    /// answered invalidly, also when asked once more): the spec is unverified, and the next
+    /// run asks again. `None` once a verdict came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unverified: Option<String>,
     /// A plan invalidation recorded (with its rework task) but not yet applied to the plan
     /// files: the reason. Build mode applies it before planning, also after a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,6 +233,7 @@ impl SpecEntry {
             last_failure: None,
             blocked_reason: None,
             verified: false,
+            unverified: None,
             plan_invalidation: None,
             commit: None,
             completed_at: None,
@@ -419,6 +425,20 @@ impl ImplementationStore {
                 how,
             });
         }
+        self.write(plan, by)
+    }
+
+    /// Writes `plan` over whatever the file holds now: after ralph itself changed it (putting
+    /// back the branch an agent switched away from checks out the branch's copy of it).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Io`] when the file or its folder cannot be written.
+    pub(crate) fn restore(&self, plan: &mut Implementation, by: &str) -> Result<(), StoreError> {
+        self.write(plan, by)
+    }
+
+    fn write(&self, plan: &mut Implementation, by: &str) -> Result<(), StoreError> {
         plan.updated_at = Some(crate::time::now_rfc3339());
         plan.updated_by = Some(by.to_owned());
         let io = |source| StoreError::Io {

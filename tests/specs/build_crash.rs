@@ -159,9 +159,17 @@ async fn uninterrupted() -> Value {
             .on_attempt(Role::Verify, "a", 2, accept()),
     );
     let ralph = build(ws.path(), both.clone(), Recorder::default());
-    assert_eq!(
-        ralph.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 1, tasks: 2 }
+    let outcome = ralph.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 1,
+                tasks: 2,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     both.verify().unwrap();
     end_state(ws.path())
@@ -218,10 +226,17 @@ async fn a_stop_anywhere_in_a_plan_invalidation_resumes_to_the_same_state() {
 
         let second = second_agent(verifier_again);
         let ralph2 = build(dir, second.clone(), Recorder::default());
-        assert_eq!(
-            ralph2.build_specs().await.unwrap(),
-            SpecsOutcome::Complete { specs: 1, tasks: 1 },
-            "{point}"
+        let outcome = ralph2.build_specs().await.unwrap();
+        assert!(
+            matches!(
+                outcome,
+                SpecsOutcome::Complete {
+                    specs: 1,
+                    tasks: 1,
+                    ..
+                }
+            ),
+            "{outcome:?}"
         );
         second.verify().unwrap();
         let verifications = prompts(&second, Role::Verify).len();
@@ -287,9 +302,17 @@ async fn a_stop_after_the_commit_records_that_commit_without_a_second_verificati
     let idle = Arc::new(FakeAgent::new());
     let recorder = Recorder::default();
     let ralph2 = build(dir, idle.clone(), recorder.clone());
-    assert_eq!(
-        ralph2.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 1, tasks: 0 }
+    let outcome = ralph2.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 1,
+                tasks: 0,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     assert!(idle.requests().is_empty(), "{:?}", idle.requests());
     assert_eq!(
@@ -334,9 +357,17 @@ async fn a_stop_before_the_commit_commits_on_restart_without_a_second_verificati
 
     let idle = Arc::new(FakeAgent::new());
     let ralph2 = build(dir, idle.clone(), Recorder::default());
-    assert_eq!(
-        ralph2.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 1, tasks: 0 }
+    let outcome = ralph2.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 1,
+                tasks: 0,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     assert!(idle.requests().is_empty());
     assert_eq!(commits(dir), ["Spec a", "Initial commit"]);
@@ -383,9 +414,17 @@ async fn a_stop_before_the_progress_entry_appends_it_on_restart_once() {
     let idle = Arc::new(FakeAgent::new());
     let recorder = Recorder::default();
     let ralph2 = build(dir, idle.clone(), recorder.clone());
-    assert_eq!(
-        ralph2.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 0, tasks: 0 }
+    let outcome = ralph2.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 0,
+                tasks: 0,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     assert!(idle.requests().is_empty());
     let text = std::fs::read_to_string(&progress).unwrap();
@@ -427,9 +466,17 @@ async fn a_missed_entry_comes_before_the_next_specs_entry() {
             .on(Role::Verify, "b", accept()),
     );
     let ralph2 = build(dir, agent, Recorder::default());
-    assert_eq!(
-        ralph2.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 1, tasks: 1 }
+    let outcome = ralph2.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 1,
+                tasks: 1,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     assert_eq!(progress_headings(dir), ["a: Spec a", "b: Spec b"]);
     let text = std::fs::read_to_string(&progress).unwrap();

@@ -5,6 +5,7 @@ mod support;
 
 mod build;
 mod build_crash;
+mod evidence;
 mod implementation_store;
 mod mode_logs;
 mod plan_mode;

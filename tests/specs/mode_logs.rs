@@ -81,7 +81,7 @@ async fn build_mode_writes_one_event_log_per_call() {
     }
     assert_eq!(
         logged.last().unwrap(),
-        &json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 1, "tasks": 1}})
+        &json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 1, "tasks": 1, "gates": []}})
     );
     // The log holds what the observers saw, in the same order.
     let seen: Vec<Value> = recorder
@@ -103,7 +103,7 @@ async fn build_mode_writes_one_event_log_per_call() {
     assert_eq!(
         events(&logs[1]),
         [
-            json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 0, "tasks": 0}})
+            json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 0, "tasks": 0, "gates": []}})
         ]
     );
 }

@@ -45,9 +45,17 @@ async fn a_fresh_spec_is_planned_and_the_plan_reaches_implementer_and_verifier()
     );
     let recorder = Recorder::default();
     let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
-    assert_eq!(
-        ralph.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 1, tasks: 1 }
+    let outcome = ralph.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 1,
+                tasks: 1,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     assert!(!Role::Planner.may_write(), "the planner is read-only");
 
@@ -164,9 +172,17 @@ async fn an_active_plan_is_reused_and_a_hand_written_one_adopted() {
             .always(Role::Verify, accept()),
     );
     let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
-    assert_eq!(
-        ralph.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 2, tasks: 2 }
+    let outcome = ralph.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 2,
+                tasks: 2,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     assert!(prompts(&agent, Role::Planner).is_empty(), "no planner ran");
     let builds = prompts(&agent, Role::Build);
@@ -235,9 +251,17 @@ async fn plan_invalidation_archives_replans_and_reworks() {
     );
     let recorder = Recorder::default();
     let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
-    assert_eq!(
-        ralph.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 1, tasks: 2 }
+    let outcome = ralph.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 1,
+                tasks: 2,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     agent.verify().unwrap();
 
@@ -364,9 +388,17 @@ async fn an_ordinary_rejection_keeps_the_plan_and_carries_the_feedback() {
             .on_attempt(Role::Verify, "a", 2, accept()),
     );
     let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
-    assert_eq!(
-        ralph.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 1, tasks: 2 }
+    let outcome = ralph.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 1,
+                tasks: 2,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     assert_eq!(prompts(&agent, Role::Planner).len(), 1, "no re-plan");
     assert!(!dir.join("specs/plans/a.attempt-1.md").exists());
@@ -394,9 +426,17 @@ async fn planner_failures_retry_with_backoff_and_count_against_the_limit() {
     );
     let recorder = Recorder::default();
     let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
-    assert_eq!(
-        ralph.build_specs().await.unwrap(),
-        SpecsOutcome::Complete { specs: 1, tasks: 1 }
+    let outcome = ralph.build_specs().await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            SpecsOutcome::Complete {
+                specs: 1,
+                tasks: 1,
+                ..
+            }
+        ),
+        "{outcome:?}"
     );
     assert_eq!(prompts(&agent, Role::Planner).len(), 3);
     let warnings = recorder.of_kind("warning");

@@ -251,6 +251,9 @@ fn next_build_step(outcome: &SpecsOutcome) -> Option<&'static str> {
             "read the task's feedback in implementation.json, adjust the spec or the gates, then `ralph build`"
         }
         SpecsOutcome::Once { .. } => "`ralph build` runs the next session",
+        SpecsOutcome::Unverified { .. } => {
+            "read why in the verifier's log (build/ralph-logs), then `ralph build` asks it again"
+        }
         _ => "`ralph build` resumes where the work stood",
     })
 }

@@ -43,10 +43,23 @@ use crate::output::first_line;
 use crate::runtime::Context;
 use crate::runtime::call::Caller;
 use crate::runtime::error::Error;
+use crate::runtime::home::Home;
 use crate::runtime::logs::{self, Emitter, Logs};
 use crate::runtime::spec;
-use crate::runtime::workspace::RunLock;
+use crate::runtime::workspace::{RunLock, STATE_DIR};
 use crate::time;
+
+/// The subject of build mode's turn on the user's branch: the specs' work since the run's
+/// start, committed spec by spec.
+const TURN: &str = "build mode";
+
+/// ralph's own files, which it never commits: its state folder and its logs.
+fn kept_out(ctx: &Context) -> Vec<String> {
+    vec![
+        STATE_DIR.to_owned(),
+        ctx.config.log_dir.to_string_lossy().into_owned(),
+    ]
+}
 
 /// Runs build mode to an outcome.
 pub(crate) async fn run(ctx: Arc<Context>) -> Result<SpecsOutcome, Error> {
@@ -88,6 +101,9 @@ struct SpecBuild {
     /// The agent session this run made, when it made one: with `once`, the run stops after
     /// it.
     step: Option<String>,
+    /// The user's branch, checked after every agent session; the specs' work is one turn
+    /// on it (see `runtime::home`). `None` before the repository's first commit.
+    home: Option<Home>,
     /// The workspace's lock, held for the run.
     _lock: RunLock,
 }
@@ -114,6 +130,27 @@ impl SpecBuild {
             // Checked up front: finding out at the first commit would waste the spec's work.
             return Err(GitError::NotARepo(ctx.workspace.clone()).into());
         }
+        let bookkeeping =
+            [&config.implementation, &config.progress].map(|p| p.to_string_lossy().into_owned());
+        let home = Home::record(&ctx.workspace, kept_out(&ctx))
+            .await?
+            .map(|home| home.with_bookkeeping(&bookkeeping));
+        if let Some(home) = &home {
+            // The specs' commits must hold their work only, never the user's own edits.
+            home.refuse_uncommitted().await?;
+            if let Some(left) = home.begin_turn(TURN).await? {
+                let mut home = home.clone();
+                if let Some(entry) = home.set_aside(&left, "left by an interrupted run").await? {
+                    emitter.emit(&Event::Warning {
+                        message: format!(
+                            "{}'s unfinished work is kept in `git stash list` as \"{entry}\"",
+                            left.subject
+                        ),
+                    });
+                }
+                home.begin_turn(TURN).await?;
+            }
+        }
         let plans = PlanFiles::new(&ctx.workspace, &config.specs_dir);
         // Refused before any agent runs: a bad path found at its spec's turn would come
         // after the work on the specs before it. The error names the file and the key, as a
@@ -139,6 +176,7 @@ impl SpecBuild {
             specs_done: 0,
             tasks_done: 0,
             step: None,
+            home,
             _lock: lock,
         };
         // An earlier run may have stopped between completing a spec and its entry.
@@ -164,14 +202,15 @@ impl SpecBuild {
                 return Ok(once);
             }
             let Some(index) = self.plan.next_ready(&held) else {
-                return Ok(self.end(first_stuck));
+                return self.end(first_stuck);
             };
             let id = self.plan.specs[index].id.clone();
             match self.build_spec(&id).await? {
                 SpecEnd::Completed => {}
                 SpecEnd::Stop(
                     outcome @ (SpecsOutcome::Blocked { .. }
-                    | SpecsOutcome::AttemptsExhausted { .. }),
+                    | SpecsOutcome::AttemptsExhausted { .. }
+                    | SpecsOutcome::Unverified { .. }),
                 ) => {
                     self.emit(Event::Warning {
                         message: format!(
@@ -186,14 +225,45 @@ impl SpecBuild {
         }
     }
 
-    /// The outcome when no spec is left to build: the first stuck spec's stop, or complete.
-    /// (`dependsOn` is checked at load: it names known specs and has no cycle, so a spec
-    /// left waiting waits on a stuck one.)
-    fn end(&self, first_stuck: Option<SpecsOutcome>) -> SpecsOutcome {
-        first_stuck.unwrap_or(SpecsOutcome::Complete {
+    /// The outcome when no spec is left to build: the first stuck spec's stop, or complete
+    /// (and the turn on the user's branch is over). (`dependsOn` is checked at load: it
+    /// names known specs and has no cycle, so a spec left waiting waits on a stuck one.)
+    fn end(&self, first_stuck: Option<SpecsOutcome>) -> Result<SpecsOutcome, Error> {
+        if let Some(stuck) = first_stuck {
+            return Ok(stuck);
+        }
+        if let Some(home) = &self.home {
+            home.end_turn()?;
+        }
+        Ok(SpecsOutcome::Complete {
             specs: self.specs_done,
             tasks: self.tasks_done,
+            gates: self
+                .ctx
+                .gates
+                .iter()
+                .filter(|g| g.required())
+                .map(|g| g.name().to_owned())
+                .collect(),
         })
+    }
+
+    /// Puts the user's branch back if the agent of `step` moved it, saying so; what the
+    /// agent did, in words for its next session.
+    async fn guard(&mut self, step: &str) -> Result<Option<String>, Error> {
+        let Some(home) = &mut self.home else {
+            return Ok(None);
+        };
+        let moved = home.check().await?;
+        if let Some(moved) = &moved {
+            // Checking the branch out again brought back its copy of implementation.json:
+            // the run's own state is the truth.
+            self.store.restore(&mut self.plan, "build-mode")?;
+            self.emit(Event::Warning {
+                message: format!("{step}: {moved}"),
+            });
+        }
+        Ok(moved)
     }
 
     /// Plan, tasks, verify, until the spec is completed or cannot go on.
@@ -229,7 +299,9 @@ impl SpecBuild {
             if let Some(end) = self.exhausted(id)? {
                 return Ok(end);
             }
-            let plan = match self.ensure_plan(&dir, id, &rel).await? {
+            let planned = self.ensure_plan(&dir, id, &rel).await?;
+            self.guard(&format!("planning {id}")).await?;
+            let plan = match planned {
                 PlanStep::Ready(plan) => plan,
                 PlanStep::Interrupted => return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted)),
                 PlanStep::Failed(reason) => {
@@ -267,7 +339,16 @@ impl SpecBuild {
             // Each verdict and its consequences are one write of implementation.json, made
             // before any other side effect: a restart never asks the verifier again about a
             // verdict it already acted on.
-            match self.verify_spec(&dir, id, &plan).await? {
+            let judgement = self.verify_spec(&dir, id, &plan).await?;
+            self.guard(&format!("verifying {id}")).await?;
+            match judgement {
+                Judgement::Unverified(reason) => {
+                    self.save()?;
+                    return Ok(SpecEnd::Stop(SpecsOutcome::Unverified {
+                        spec: id.to_owned(),
+                        reason,
+                    }));
+                }
                 Judgement::Accept => {
                     self.spec_mut(id)?.verified = true;
                     self.save()?;

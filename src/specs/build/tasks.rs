@@ -72,7 +72,12 @@ impl SpecBuild {
             if self.ctx.config.once && self.step.is_some() {
                 return Ok(TaskTurn::Paused);
             }
-            let ended = self.session(dir, &task, session, prompt).await?;
+            let mut ended = self.session(dir, &task, session, prompt).await?;
+            if !matches!(ended, Session::Interrupted)
+                && let Some(moved) = self.guard(&format!("task {}", task.id)).await?
+            {
+                ended = Session::Failed(moved);
+            }
             if !matches!(ended, Session::Interrupted) {
                 self.spec_mut(id)?.tasks[index].attempts = session;
                 self.step = Some(format!("ran task {} (session {session})", task.id));

@@ -15,7 +15,6 @@ use crate::runtime::call::{Call, Structured};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::logs::folder_log;
-use crate::runtime::workspace::STATE_DIR;
 use crate::signal;
 use crate::specs::implementation::{SpecEntry, Status, TaskEntry};
 use crate::time::now_rfc3339;
@@ -27,7 +26,12 @@ const CHANGES_SHOWN: usize = 200;
 pub(super) enum Judgement {
     Accept,
     Reject(String),
-    Invalidate { reason: String, full: String },
+    Invalidate {
+        reason: String,
+        full: String,
+    },
+    /// No verdict, also when asked once more: why (the spec is unverified).
+    Unverified(String),
     Interrupted,
 }
 
@@ -47,11 +51,9 @@ impl SpecBuild {
             plan: &'a str,
             changes: Vec<String>,
         }
-        let kept_out = self.kept_out();
-        let mut changes = self
-            .git
-            .changes(&kept_out.each_ref().map(String::as_str))
-            .await?;
+        let kept_out = super::kept_out(&self.ctx);
+        let exclude: Vec<&str> = kept_out.iter().map(String::as_str).collect();
+        let mut changes = self.git.changes(&exclude).await?;
         changes.truncate(CHANGES_SHOWN);
         let entry = self.spec(id)?;
         let ctx = Ctx {
@@ -60,32 +62,53 @@ impl SpecBuild {
             plan,
             changes,
         };
-        let attempt = entry.verifications.saturating_add(1);
-        let call = Call {
-            role: Role::Verify,
-            subject: Some(id.to_owned()),
-            attempt,
-            prompt: self.ctx.prompts.render("spec_verify", &ctx)?,
-            deadline: deadline::after(self.ctx.config.stage_timeout),
-            log: folder_log(dir, Role::Verify, attempt),
-        };
-        let (result, runs) = self
-            .caller
-            .structured::<VerifyAnswer>(call, |_| Ok(()))
-            .await?;
-        if !matches!(result, Structured::Interrupted) {
-            self.step = Some(format!("verified {id}"));
-        }
-        // Saved by the caller, with what the verdict leads to.
-        let entry = self.spec_mut(id)?;
-        entry.verifications = entry.verifications.saturating_add(runs);
-        let answer = match result {
-            Structured::Interrupted => return Ok(Judgement::Interrupted),
-            Structured::Unusable { reason, .. } => {
-                return Ok(Judgement::Reject(format!("no usable verdict: {reason}")));
+        let prompt = self.ctx.prompts.render("spec_verify", &ctx)?;
+        // An unusable answer (prose, a failed or killed verifier) is asked for once more,
+        // beyond the structured retry; then the spec is unverified, never accepted or
+        // rejected on no verdict.
+        let mut failure = String::new();
+        for round in 1..=2 {
+            let attempt = self.spec(id)?.verifications.saturating_add(1);
+            let call = Call {
+                role: Role::Verify,
+                subject: Some(id.to_owned()),
+                attempt,
+                prompt: prompt.clone(),
+                deadline: deadline::after(self.ctx.config.stage_timeout),
+                log: folder_log(dir, Role::Verify, attempt),
+            };
+            let (result, runs) = self
+                .caller
+                .structured::<VerifyAnswer>(call, |_| Ok(()))
+                .await?;
+            if !matches!(result, Structured::Interrupted) {
+                self.step = Some(format!("verified {id}"));
             }
-            Structured::Answer(answer) => answer,
-        };
+            // Saved by the caller, with what the verdict leads to.
+            let entry = self.spec_mut(id)?;
+            entry.verifications = entry.verifications.saturating_add(runs);
+            match result {
+                Structured::Interrupted => return Ok(Judgement::Interrupted),
+                Structured::Unusable { reason, .. } => failure = reason,
+                Structured::Answer(answer) => {
+                    entry.unverified = None;
+                    return Ok(self.judge(id, answer));
+                }
+            }
+            if round == 1 {
+                self.emit(Event::Warning {
+                    message: format!(
+                        "the verifier of {id} gave no usable verdict ({failure}); asking once more"
+                    ),
+                });
+            }
+        }
+        self.spec_mut(id)?.unverified = Some(first_line(&failure));
+        Ok(Judgement::Unverified(failure))
+    }
+
+    /// What the verifier's answer means for spec `id`.
+    fn judge(&self, id: &str, answer: VerifyAnswer) -> Judgement {
         let accepted = answer.verdict == VerdictKind::Accept;
         self.emit(Event::Verdict {
             task: TaskId::new(id),
@@ -93,16 +116,16 @@ impl SpecBuild {
             reason: answer.reason.clone(),
         });
         if accepted {
-            return Ok(Judgement::Accept);
+            return Judgement::Accept;
         }
         let mut full = answer.reason.clone();
         for gap in &answer.gaps {
             full.push_str(&format!("\n- {gap}"));
         }
-        Ok(match signal::parse(&answer.reason).plan_invalidation {
+        match signal::parse(&answer.reason).plan_invalidation {
             Some(reason) => Judgement::Invalidate { reason, full },
             None => Judgement::Reject(full),
-        })
+        }
     }
 
     /// After a rejection: a task carrying the verifier's feedback, and a counted attempt.
@@ -159,25 +182,24 @@ impl SpecBuild {
         Ok(SpecEnd::Completed)
     }
 
-    /// The spec's commit. After a restart, nothing left to commit and HEAD named after the
-    /// spec mean the earlier run committed and stopped before recording it.
-    async fn commit_spec(&self, name: &str, resumed: bool) -> Result<Option<String>, Error> {
-        let kept_out = self.kept_out();
-        let exclude = kept_out.each_ref().map(String::as_str);
-        if resumed
-            && self.git.changes(&exclude).await?.is_empty()
+    /// The spec's commit: what the specs' turn changed since the last spec's (the user's
+    /// untracked files and ralph's own stay out). After a restart, nothing left to commit
+    /// and HEAD named after the spec mean the earlier run committed and stopped before
+    /// recording it.
+    async fn commit_spec(&mut self, name: &str, resumed: bool) -> Result<Option<String>, Error> {
+        let kept_out = super::kept_out(&self.ctx);
+        let exclude: Vec<&str> = kept_out.iter().map(String::as_str).collect();
+        let commit = match &mut self.home {
+            Some(home) => home.commit_turn(name).await?,
+            // A repository without a commit yet: the spec's is its first.
+            None => self.git.commit_all(name, &exclude).await?,
+        };
+        if commit.is_none()
+            && resumed
             && self.git.head_subject().await?.as_deref() == Some(name.trim())
         {
             return Ok(self.git.head().await?);
         }
-        Ok(self.git.commit_all(name, &exclude).await?)
-    }
-
-    /// What git must never count or commit: ralph's state and its logs.
-    fn kept_out(&self) -> [String; 2] {
-        [
-            STATE_DIR.to_owned(),
-            self.ctx.config.log_dir.to_string_lossy().into_owned(),
-        ]
+        Ok(commit)
     }
 }
