@@ -356,20 +356,21 @@ enum Trust {
 }
 
 impl Trust {
-    /// The trust after one more non-blank line, at `here`: signed with the link it carries
-    /// and the one it should, or not signed.
-    fn next(self, signed: Option<(Link, Link)>, here: Cut) -> Result<Trust, Unverified> {
-        let refused = |how: String| Unverified {
-            line: here.line,
-            how,
-            cut: here,
-        };
+    /// The trust after one more non-blank line, number `line`: signed with the link it
+    /// carries and the one it should, or not signed. A repair of it would start at `cut`.
+    fn next(
+        self,
+        signed: Option<(Link, Link)>,
+        line: usize,
+        cut: Cut,
+    ) -> Result<Trust, Unverified> {
+        let refused = |how: String| Unverified { line, how, cut };
         match (self, signed) {
             (Trust::Unsigned(first), Some(_)) => Err(Unverified {
                 line: first.line,
                 how: format!(
-                    "it carries no \"h\", but line {} does: ralph's lines and others are mixed",
-                    here.line
+                    "it carries no \"h\", but line {line} does: ralph's lines and others are \
+                     mixed"
                 ),
                 cut: first,
             }),
@@ -377,7 +378,7 @@ impl Trust {
             (_, Some(_)) => Err(refused(
                 "its \"h\" does not match it, so it was changed after ralph wrote it".into(),
             )),
-            (Trust::Open, None) => Ok(Trust::Unsigned(here)),
+            (Trust::Open, None) => Ok(Trust::Unsigned(cut)),
             (Trust::Unsigned(first), None) => Ok(Trust::Unsigned(first)),
             (Trust::Marked, None) => Err(refused(
                 "it carries no \"h\", though ralph signed this file before (the marker \
@@ -476,8 +477,10 @@ impl Log {
                 break;
             }
             if !matches!(parsed, Ok(Line::Blank)) {
-                let here = batch.as_ref().map_or(here, |open| open.cut);
-                trust = trust.next(signed, here).map_err(ReadError::Unverified)?;
+                let cut = batch.as_ref().map_or(here, |open| open.cut);
+                trust = trust
+                    .next(signed, number, cut)
+                    .map_err(ReadError::Unverified)?;
                 log.last = signed.map(|(carried, _)| carried);
             }
             let parsed = parsed.map_err(|message| malformed(path, number, message))?;
