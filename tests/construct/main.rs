@@ -13,6 +13,7 @@ mod custom_tool;
 mod deps;
 mod example_flow;
 mod fallback;
+mod forged_state;
 mod inheritance;
 mod interrupts;
 mod kills;
