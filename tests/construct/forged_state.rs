@@ -70,16 +70,19 @@ impl Agent for RewritesInPlace {
 }
 
 fn accept_t2_in_place(plan: &Path) {
-    let text = std::fs::read_to_string(plan).unwrap();
+    let text = std::fs::read_to_string(plan).expect("plan.jsonl");
     let line_start = text
         .match_indices("{\"t\":\"task\",\"id\":\"t-2\"")
         .last()
         .expect("t-2 on record")
         .0;
     let at = line_start + text[line_start..].find("\"s\":\"p\"").expect("pending");
-    let mut file = std::fs::OpenOptions::new().write(true).open(plan).unwrap();
-    file.seek(SeekFrom::Start(at as u64)).unwrap();
-    file.write_all(b"\"s\":\"a\"").unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(plan)
+        .expect("plan.jsonl opens for writing");
+    file.seek(SeekFrom::Start(at as u64)).expect("seek");
+    file.write_all(b"\"s\":\"a\"").expect("the edit");
 }
 
 /// Runs the forging first run, the refused second run, the repair and the honest third
@@ -95,7 +98,7 @@ async fn forged_then_repaired(first: Arc<dyn Agent>, how: &str) {
             .agent(first.clone())
             .stage_timeout(Duration::from_secs(20))
     });
-    let err = ralph.construct("spec.md").await.unwrap_err();
+    let err = ralph.construct("spec.md").await.expect_err("the run stops");
     drop(ralph);
     let Error::Store(StoreError::Changed { path, how: said }) = &err else {
         panic!("not stopped for the changed file: {err:?}")
@@ -106,11 +109,11 @@ async fn forged_then_repaired(first: Arc<dyn Agent>, how: &str) {
 
     // 2. The next run refuses the file, naming it and the line, and runs no agent.
     let agent = Arc::new(honest());
-    let forged = std::fs::read(&plan).unwrap();
+    let forged = std::fs::read(&plan).expect("plan.jsonl");
     let err = on_workspace(dir.path(), agent.clone())
         .construct("spec.md")
         .await
-        .unwrap_err();
+        .expect_err("the forged file is refused");
     let Error::Store(StoreError::NotWritten { path, line, .. }) = &err else {
         panic!("not refused: {err:?}")
     };
@@ -124,11 +127,15 @@ async fn forged_then_repaired(first: Arc<dyn Agent>, how: &str) {
         agent.requests().is_empty(),
         "no agent ran on a forged board"
     );
-    assert_eq!(std::fs::read(&plan).unwrap(), forged, "nothing written");
+    assert_eq!(
+        std::fs::read(&plan).expect("plan.jsonl"),
+        forged,
+        "nothing written"
+    );
 
     // 3. The person rolls back; the removed lines are kept beside the file.
     let ralph = on_workspace(dir.path(), agent.clone());
-    let repair = ralph.repair(false).await.unwrap();
+    let repair = ralph.repair(false).await.expect("repaired");
     let Some(ralph::store::Repair::RolledBack {
         from_line, copy, ..
     }) = &repair
@@ -138,10 +145,10 @@ async fn forged_then_repaired(first: Arc<dyn Agent>, how: &str) {
     assert!(*from_line <= *line);
     assert!(
         std::fs::read_to_string(copy)
-            .unwrap()
+            .expect("the copy")
             .contains("\"id\":\"t-2\"")
     );
-    let board = ralph.board().await.unwrap();
+    let board = ralph.board().await.expect("loads after the repair");
     assert!(
         board
             .tasks
@@ -151,7 +158,7 @@ async fn forged_then_repaired(first: Arc<dyn Agent>, how: &str) {
     );
 
     // 4. An honest run builds t-2, and its file exists.
-    let outcome = ralph.construct("spec.md").await.unwrap();
+    let outcome = ralph.construct("spec.md").await.expect("the honest run");
     assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
     assert!(
         agent
@@ -161,7 +168,7 @@ async fn forged_then_repaired(first: Arc<dyn Agent>, how: &str) {
         "t-2 was built"
     );
     assert!(dir.path().join("b.txt").exists());
-    let board = ralph.board().await.unwrap();
+    let board = ralph.board().await.expect("loads");
     assert_eq!(board.tasks["t-2"].status, TaskStatus::Accepted);
 }
 

@@ -39,19 +39,25 @@ async fn persisted(path: &Path, steps: &[&[Change]]) -> Board {
 }
 
 fn append(path: &Path, text: &str) {
-    let mut file = fs::OpenOptions::new().append(true).open(path).unwrap();
-    file.write_all(text.as_bytes()).unwrap();
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("plan.jsonl opens");
+    file.write_all(text.as_bytes()).expect("appended");
 }
 
 /// Rewrites `from` to `to` (of the same length) in place: same inode, same length, as `dd
 /// conv=notrunc` or an editor that writes through the file would.
 fn rewrite_in_place(path: &Path, from: &str, to: &str) {
     assert_eq!(from.len(), to.len());
-    let text = fs::read_to_string(path).unwrap();
+    let text = fs::read_to_string(path).expect("plan.jsonl");
     let at = text.find(from).expect("the text to rewrite");
-    let mut file = fs::OpenOptions::new().write(true).open(path).unwrap();
-    file.seek(SeekFrom::Start(at as u64)).unwrap();
-    file.write_all(to.as_bytes()).unwrap();
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("plan.jsonl opens for writing");
+    file.seek(SeekFrom::Start(at as u64)).expect("seek");
+    file.write_all(to.as_bytes()).expect("rewritten");
 }
 
 /// The load's refusal: the file and the line, and the message a person reads.
@@ -60,7 +66,7 @@ async fn refusal(path: &Path) -> (usize, String) {
         Err(StoreError::NotWritten {
             path: file, line, ..
         }) if file == path => {
-            let text = open(path).load().await.unwrap_err().to_string();
+            let text = open(path).load().await.expect_err("refused").to_string();
             (line, text)
         }
         other => panic!("not refused as not written by ralph: {other:?}"),
