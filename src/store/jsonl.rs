@@ -25,14 +25,24 @@
 //! does not match (edited in place) is refused with [`StoreError::NotWritten`], naming the
 //! file and the line, before anything of the board is used; blank lines carry nothing and
 //! are skipped. While a run goes on, the same edits are caught before the next write (see
-//! [One writer](#one-writer)). A person then decides with [`Store::repair`] (`ralph
-//! repair`): roll the file back to the last line ralph wrote, the removed lines kept in
-//! `plan.jsonl.removed-<UTC time>` beside it, or (`ralph repair --adopt`) accept the lines
-//! as their own, which signs them anew.
+//! [One writer](#one-writer)). A person then decides (see [Repair](#repair)).
 //!
 //! The chain has no key. It stops accidents and an agent's casual edit (`echo … >>
 //! .ralph/plan.jsonl`, a `sed` over a record); it does not stop a determined forger who
 //! reads this and recomputes the chain. A compaction starts the chain afresh.
+//!
+//! # Repair
+//!
+//! [`Store::repair`] (`ralph repair`, [`Ralph::repair`](crate::Ralph::repair)) starts at
+//! the first line that does not verify, or at the header of the batch it is in (a batch is
+//! kept whole or not at all), and leaves everything before it as it is:
+//!
+//! - roll back (`ralph repair`): the bytes from there on are written to
+//!   `plan.jsonl.removed-<UTC time>` beside the file and fsynced, then the file is cut there
+//!   and fsynced: the board is what ralph last wrote, and nothing a person typed is lost;
+//! - adopt (`ralph repair --adopt`): every line from there on must be a plan record or a
+//!   batch header in the seed format (an error names the first that is not, and nothing
+//!   changes); each is written again, signed, and the file replaced atomically.
 //!
 //! # Files of earlier versions
 //!

@@ -285,6 +285,28 @@ pub trait Store: Send + Sync {
     ///
     /// Default: nothing to repair (a store that cannot tell whose its records are).
     ///
+    /// ```
+    /// use ralph::{JsonlStore, Store, model::{Change, Task}, store::Repair};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let dir = tempfile::tempdir()?;
+    /// let plan = dir.path().join("plan.jsonl");
+    /// JsonlStore::open(&plan)?.persist(&[Change::Task(Task::new("t-1", "Write hello.txt"))]).await?;
+    /// // A person adds a task by hand, in the seed's format.
+    /// let line = r#"{"t":"task","id":"t-9","name":"Write the docs","s":"p"}"#;
+    /// std::fs::write(&plan, std::fs::read_to_string(&plan)? + line + "\n")?;
+    /// assert!(JsonlStore::open(&plan)?.load().await.is_err(), "ralph did not write it");
+    ///
+    /// let store = JsonlStore::open(&plan)?;
+    /// let repair = store.repair(true).await?;
+    /// assert!(matches!(repair, Some(Repair::Adopted { from_line: 2, lines: 1, .. })));
+    /// assert_eq!(store.load().await?.tasks.len(), 2, "the person's task is kept");
+    /// assert_eq!(ralph::MemoryStore::new().repair(false).await?, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`StoreError`] when the file cannot be read or written, or (adopting) a line is not

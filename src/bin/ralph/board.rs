@@ -381,7 +381,7 @@ pub(crate) async fn issue(workspace: &Path, command: IssueCommand) -> Result<()>
 pub(crate) async fn repair(workspace: &Path, adopt: bool) -> Result<()> {
     match open(workspace)?.repair(adopt).await? {
         Some(repair) => println!("{repair}"),
-        None => println!("nothing to repair: every line of the state is ralph's"),
+        None => println!("nothing to repair"),
     }
     Ok(())
 }
