@@ -1,6 +1,7 @@
 //! The changes a person makes to the stored board between runs (seed 000's task and issue
 //! commands): add an issue or a task, mark a task done, accept the done tasks, reject one,
-//! unblock one, prioritize again.
+//! unblock one, prioritize again; and the repair of a state file that holds lines ralph did
+//! not write.
 //!
 //! Each takes the workspace's lock first, so it is refused with [`Error::Busy`] while a run
 //! (of any mode) or another change holds it, and is persisted through the [`Store`] before it
@@ -14,6 +15,7 @@ use crate::prioritize::PriorityReport;
 use crate::ralph::Ralph;
 use crate::runtime::error::Error;
 use crate::runtime::workspace::RunLock;
+use crate::store::Repair;
 
 impl Ralph {
     /// Adds an issue for INVESTIGATE, with the next free id (`i-<n>`). Returns its id.
@@ -157,6 +159,50 @@ impl Ralph {
             Event::Prioritized { report, .. } => Ok(report),
             _ => Ok(PriorityReport::default()),
         }
+    }
+
+    /// Repairs a state file that holds lines ralph did not write (a load refused it with
+    /// [`StoreError::NotWritten`](crate::store::StoreError::NotWritten), naming the line):
+    /// rolls it back to the last record ralph wrote, keeping what it removes in a copy
+    /// beside it (`plan.jsonl.removed-<UTC time>`), or, with `adopt`, accepts the lines as
+    /// the person's own. Returns what was done, `None` when every line verifies. `ralph
+    /// repair [--adopt]` is this.
+    ///
+    /// ```
+    /// use ralph::{FakeAgent, JsonlStore, Ralph, Store, model::{Change, Task}, store::Repair};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let dir = tempfile::tempdir()?;
+    /// let plan = dir.path().join(".ralph/plan.jsonl");
+    /// JsonlStore::open(&plan)?.persist(&[Change::Task(Task::new("t-1", "Write hello.txt"))]).await?;
+    /// // An agent appends a record of its own.
+    /// let forged = r#"{"t":"task","id":"t-1","name":"Write hello.txt","s":"a"}"#;
+    /// std::fs::write(&plan, std::fs::read_to_string(&plan)? + forged + "\n")?;
+    ///
+    /// let ralph = Ralph::builder()
+    ///     .workspace(dir.path())
+    ///     .agent(FakeAgent::new())
+    ///     .store(JsonlStore::open(&plan)?)
+    ///     .build()?;
+    /// assert!(ralph.board().await.is_err(), "refused, naming plan.jsonl:2");
+    /// let Some(Repair::RolledBack { lines, copy, .. }) = ralph.repair(false).await? else {
+    ///     panic!("rolled back")
+    /// };
+    /// assert_eq!((lines, std::fs::read_to_string(copy)?), (1, format!("{forged}\n")));
+    /// assert!(ralph.board().await?.tasks["t-1"].is_buildable(), "as ralph left it");
+    /// assert_eq!(ralph.repair(false).await?, None, "nothing left to repair");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] while another ralph holds the workspace; [`Error::Store`] when the
+    /// file cannot be read or written, or (adopting) a line is not a plan record.
+    pub async fn repair(&self, adopt: bool) -> Result<Option<Repair>, Error> {
+        let _lock = RunLock::take(&self.inner.workspace).await?;
+        Ok(self.inner.store.repair(adopt).await?)
     }
 
     /// Changes task `id`, which must have status `from`, with `change`.

@@ -10,6 +10,50 @@
 //! `{"t":"batch","n":<count>}`, and a batch cut short by a crash is dropped whole, so the
 //! board never shows half of a transition (a decomposed task without its subtasks).
 //!
+//! # The chain: ralph trusts only the lines it wrote
+//!
+//! Every line ralph writes, records and batch headers alike, ends in a last field `"h"`:
+//! the first 32 hex digits of the SHA-256 of the previous line's `h` (as its ASCII hex, or
+//! nothing for the file's first line), a newline, and the line's JSON object without its
+//! `h`:
+//!
+//! ```text
+//! {"t":"task","id":"t-1","name":"write docs","s":"p","h":"6d0f…"}
+//! ```
+//!
+//! Every load checks every line. A line whose `h` is missing (appended by someone else) or
+//! does not match (edited in place) is refused with [`StoreError::NotWritten`], naming the
+//! file and the line, before anything of the board is used; blank lines carry nothing and
+//! are skipped. While a run goes on, the same edits are caught before the next write (see
+//! [One writer](#one-writer)). A person then decides (see [Repair](#repair)).
+//!
+//! The chain has no key. It stops accidents and an agent's casual edit (`echo … >>
+//! .ralph/plan.jsonl`, a `sed` over a record); it does not stop a determined forger who
+//! reads this and recomputes the chain. A compaction starts the chain afresh.
+//!
+//! # Repair
+//!
+//! [`Store::repair`] (`ralph repair`, [`Ralph::repair`](crate::Ralph::repair)) starts at
+//! the first line that does not verify, or at the header of the batch it is in (a batch is
+//! kept whole or not at all), and leaves everything before it as it is:
+//!
+//! - roll back (`ralph repair`): the bytes from there on are written to
+//!   `plan.jsonl.removed-<UTC time>` beside the file and fsynced, then the file is cut there
+//!   and fsynced: the board is what ralph last wrote, and nothing a person typed is lost;
+//! - adopt (`ralph repair --adopt`): every line from there on must be a plan record or a
+//!   batch header in the seed format (an error names the first that is not, and nothing
+//!   changes); each is written again, signed, and the file replaced atomically.
+//!
+//! # Files of earlier versions
+//!
+//! A file in which no line carries an `h` (written by an earlier ralph, or by hand in seed
+//! 000's format before ralph ever ran there) loads as before, and
+//! [`recovered`](JsonlStore::recovered) says it was adopted; the first persist rewrites it
+//! whole, signed (as a compaction does). The first signed write also creates a marker beside
+//! the file, `plan.jsonl.chain` (one line naming the chain's version): from then on an
+//! unsigned file is refused like any other unsigned line, so removing every `h` is no way
+//! around the chain. A file that mixes signed and unsigned lines is always refused.
+//!
 //! # Durability
 //!
 //! [`persist`](Store::persist) appends the changes' lines with one write and `fdatasync`s
@@ -31,10 +75,11 @@
 //! The store assumes it is the only writer of its file: ralph's runtime holds the
 //! workspace's lock (`.ralph/ralph.lock`) for every run, in every mode. What it does not
 //! assume is that the file stays put: before every write it checks that the file it read
-//! is still there, unreplaced and of the length it left it, and refuses to write
-//! ([`StoreError::Changed`]) when it is not. A state file deleted, replaced or truncated
-//! under a running ralph therefore stops the run with an error naming the file, instead of
-//! a run that reports success while its state is gone.
+//! is still there, unreplaced, of the length and with the modification time it left it,
+//! and refuses to write ([`StoreError::Changed`]) when it is not. A state file deleted,
+//! replaced, truncated, appended to or rewritten in place under a running ralph therefore
+//! stops the run with an error naming the file, instead of a run that reports success while
+//! its state is gone or forged; the next load then names the line.
 //!
 //! Opening the store writes nothing, and neither does loading it: the file (and its
 //! directory) is created by the first persist. A dry run can load a board safely.
@@ -47,7 +92,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::{Store, StoreError};
+use super::chain::{self, Link};
+use super::{Repair, Store, StoreError};
 use crate::files::atomic;
 use crate::files::seen::{self, Seen};
 use crate::model::{Board, Change};
@@ -77,10 +123,16 @@ const MIN_SUPERSEDED: usize = 1000;
 /// store.persist(&[Change::Task(Task::new("t-1", "write docs"))]).await?;
 /// drop(store);
 ///
-/// // The next start resumes from the file.
+/// // The next start resumes from the file: one line, signed with its "h".
 /// let store = JsonlStore::open(&path)?;
 /// assert_eq!(store.load().await?.tasks.len(), 1);
-/// assert_eq!(std::fs::read_to_string(&path)?, "{\"t\":\"task\",\"id\":\"t-1\",\"name\":\"write docs\",\"s\":\"p\"}\n");
+/// let text = std::fs::read_to_string(&path)?;
+/// assert!(text.starts_with(r#"{"t":"task","id":"t-1","name":"write docs","s":"p","h":""#));
+///
+/// // A line ralph did not write is refused, naming the file and the line.
+/// std::fs::write(&path, text + "{\"t\":\"task\",\"id\":\"t-2\",\"name\":\"x\",\"s\":\"a\"}\n")?;
+/// let err = JsonlStore::open(&path)?.load().await.unwrap_err();
+/// assert!(err.to_string().contains("plan.jsonl:2: not written by ralph"), "{err}");
 ///
 /// // A state file deleted under the store is not silently recreated.
 /// std::fs::remove_file(&path)?;
@@ -118,6 +170,13 @@ struct Log {
     tail: Tail,
     /// The file as last read or written: `None` when it did not exist.
     seen: Option<Seen>,
+    /// The `h` of the last line of the good part: the next line's chain starts from it.
+    last: Option<Link>,
+    /// The file holds lines but none is signed, and no marker says it ever was: an earlier
+    /// ralph's file, adopted as read. The next write rewrites it whole, signed.
+    legacy: bool,
+    /// The marker beside the file exists (or this log created it).
+    marked: bool,
 }
 
 /// How the file ends.
@@ -154,9 +213,10 @@ impl JsonlStore {
         &self.shared.path
     }
 
-    /// What the last read of the file had to repair, if anything: a torn final line, left by
-    /// a write that a crash interrupted, was dropped. The changes on it were never reported
-    /// as persisted, so nothing acknowledged is lost. Also given by
+    /// What the last read of the file had to repair or adopt, if anything: a torn final
+    /// line, left by a write that a crash interrupted, was dropped (the changes on it were
+    /// never reported as persisted, so nothing acknowledged is lost); a file of an earlier
+    /// ralph, whose lines carry no chain, was adopted (see the module docs). Also given by
     /// [`Store::recovered`], which the runtime reports as an event.
     pub fn recovered(&self) -> Option<String> {
         lock_ignoring_poison(&self.shared.recovered).clone()
@@ -201,6 +261,10 @@ impl Store for JsonlStore {
     fn location(&self) -> Option<String> {
         Some(self.path().display().to_string())
     }
+
+    async fn repair(&self, adopt: bool) -> Result<Option<Repair>, StoreError> {
+        self.blocking(move |shared| shared.repair(adopt)).await
+    }
 }
 
 impl Shared {
@@ -210,19 +274,21 @@ impl Shared {
     }
 
     fn persist(&self, changes: Vec<Change>) -> Result<(), StoreError> {
-        // Encode first: a record that cannot be written must not reach the board either.
-        let bytes = encode(&changes).map_err(unencodable)?;
         let mut slot = self.slot();
         let log = self.loaded(&mut slot)?;
+        // Encoded (and signed, which needs the last link) before the board changes: a record
+        // that cannot be written must not reach the board either.
+        let (bytes, last) = encode(&changes, log.last.as_ref())?;
         // Checked before the board changes: a refused write leaves the store as it was.
         log.check_unchanged(&self.path)?;
         log.lines += changes.len() + usize::from(changes.len() > 1);
         log.board.apply_all(changes);
-        let written = if log.should_compact() {
+        let written = if log.legacy || log.should_compact() {
             log.compact(&self.path)
         } else {
-            log.append(&self.path, bytes)
+            log.append(&self.path, bytes, last)
         };
+        let written = written.and_then(|()| log.mark(&self.path));
         if written.is_err() {
             *slot = None;
         }
@@ -254,6 +320,98 @@ impl Shared {
     }
 }
 
+/// Why a read stopped: the file cannot be read, or a line of it is not ralph's.
+enum ReadError {
+    Store(StoreError),
+    Unverified(Unverified),
+}
+
+impl From<StoreError> for ReadError {
+    fn from(e: StoreError) -> Self {
+        ReadError::Store(e)
+    }
+}
+
+/// The first line that does not verify, and where a repair starts.
+struct Unverified {
+    /// 1-based.
+    line: usize,
+    how: String,
+    cut: Cut,
+}
+
+/// Where a rollback cuts the file and an adoption starts signing: the first line that does
+/// not verify, or the header of the batch it is in (a batch is kept whole or not at all).
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    /// Byte offset of the line's start.
+    offset: u64,
+    /// Its 1-based number.
+    line: usize,
+    /// The link of the line before it.
+    last: Option<Link>,
+}
+
+/// How far the lines read so far are ralph's.
+#[derive(Clone, Copy, Debug)]
+enum Trust {
+    /// No line yet, and no marker: the file may still be an earlier ralph's.
+    Open,
+    /// No line yet, but the marker says ralph signed this file before.
+    Marked,
+    /// Every line so far is signed and verifies.
+    Chained,
+    /// No line so far is signed; the first one is at `Cut`.
+    Unsigned(Cut),
+}
+
+impl Trust {
+    /// The trust after one more non-blank line, number `line`: signed with the link it
+    /// carries and the one it should, or not signed. A repair of it would start at `cut`.
+    fn next(
+        self,
+        signed: Option<(Link, Link)>,
+        line: usize,
+        cut: Cut,
+    ) -> Result<Trust, Unverified> {
+        let refused = |how: String| Unverified { line, how, cut };
+        match (self, signed) {
+            (Trust::Unsigned(first), Some(_)) => Err(Unverified {
+                line: first.line,
+                how: format!(
+                    "it carries no \"h\", but line {line} does: ralph's lines and others are \
+                     mixed"
+                ),
+                cut: first,
+            }),
+            (_, Some((carried, expected))) if carried == expected => Ok(Trust::Chained),
+            (_, Some(_)) => Err(refused(
+                "its \"h\" does not match it, so it was changed after ralph wrote it".into(),
+            )),
+            (Trust::Open, None) => Ok(Trust::Unsigned(cut)),
+            (Trust::Unsigned(first), None) => Ok(Trust::Unsigned(first)),
+            (Trust::Marked, None) => Err(refused(
+                "it carries no \"h\", though ralph signed this file before (the marker \
+                 plan.jsonl.chain is beside it)"
+                    .into(),
+            )),
+            (Trust::Chained, None) => Err(refused(
+                "it carries no \"h\", so it was added by someone else".into(),
+            )),
+        }
+    }
+}
+
+impl Unverified {
+    fn error(self, path: &Path) -> StoreError {
+        StoreError::NotWritten {
+            path: path.to_path_buf(),
+            line: self.line,
+            how: self.how,
+        }
+    }
+}
+
 impl Log {
     fn empty() -> Log {
         Log {
@@ -263,25 +421,50 @@ impl Log {
             end: 0,
             tail: Tail::Clean,
             seen: None,
+            last: None,
+            legacy: false,
+            marked: false,
         }
     }
 
-    /// Reads the whole file (a missing one is an empty board); writes nothing. Returns a
-    /// note if a torn tail was dropped.
+    /// Reads and checks the whole file (a missing one is an empty board); writes nothing.
+    /// Returns a note if a torn tail was dropped or an earlier ralph's file adopted.
     fn read(path: &Path) -> Result<(Log, Option<String>), StoreError> {
+        Log::scan(path).map_err(|e| match e {
+            ReadError::Store(e) => e,
+            ReadError::Unverified(bad) => bad.error(path),
+        })
+    }
+
+    /// [`read`](Self::read), telling a line that does not verify apart, for a repair.
+    fn scan(path: &Path) -> Result<(Log, Option<String>), ReadError> {
+        let marked = marker_path(path)
+            .try_exists()
+            .map_err(|e| io_error(&marker_path(path), e))?;
         let file = match File::open(path) {
             Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Log::empty(), None)),
-            Err(e) => return Err(io_error(path, e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok((
+                    Log {
+                        marked,
+                        ..Log::empty()
+                    },
+                    None,
+                ));
+            }
+            Err(e) => return Err(io_error(path, e).into()),
         };
         let meta = file.metadata().map_err(|e| io_error(path, e))?;
         let mut log = Log {
             seen: Some(Seen::of(&meta)),
+            marked,
             ..Log::empty()
         };
+        let mut trust = if marked { Trust::Marked } else { Trust::Open };
         let mut reader = BufReader::new(file);
         let mut line = Vec::new();
         let mut batch: Option<Batch> = None;
+        let mut torn = None;
         for number in 1.. {
             line.clear();
             let len = reader
@@ -291,24 +474,33 @@ impl Log {
                 break;
             }
             let terminated = line.last() == Some(&b'\n');
-            let parsed = match parse_line(&line) {
-                Ok(parsed) => parsed,
-                // Only a write that a crash cut short leaves a line without its newline.
-                Err(_) if !terminated => {
-                    return Ok((log.torn(batch.as_ref()), Some(torn_note(number, len))));
-                }
-                Err(message) => return Err(malformed(path, number, message)),
+            let here = Cut {
+                offset: log.end,
+                line: number,
+                last: log.last,
             };
+            let signed = unsign(&mut line, log.last.as_ref());
+            let parsed = parse_line(&line);
+            // Only a write that a crash cut short leaves a line without its newline.
+            if parsed.is_err() && !terminated {
+                torn = Some(torn_note(number, len));
+                break;
+            }
+            if !matches!(parsed, Ok(Line::Blank)) {
+                let cut = batch.as_ref().map_or(here, |open| open.cut);
+                trust = trust
+                    .next(signed, number, cut)
+                    .map_err(ReadError::Unverified)?;
+                log.last = signed.map(|(carried, _)| carried);
+            }
+            let parsed = parsed.map_err(|message| malformed(path, number, message))?;
             match (parsed, &mut batch) {
                 (Line::Batch(_), Some(_)) => {
-                    return Err(malformed(
-                        path,
-                        number,
-                        "a batch header inside a batch".into(),
-                    ));
+                    let message = "a batch header inside a batch".into();
+                    return Err(malformed(path, number, message).into());
                 }
                 (Line::Batch(count), None) => {
-                    batch = Some(Batch::new(count, log.end, number));
+                    batch = Some(Batch::new(count, here));
                     log.keep_line(None, len, terminated);
                     log.lines += 1;
                 }
@@ -325,20 +517,33 @@ impl Log {
                 (Line::Blank, _) => log.keep_line(None, len, terminated),
             }
         }
-        Ok(match batch {
+        let note = match (torn, batch) {
+            (Some(note), open) => {
+                log = log.torn(open.as_ref());
+                Some(note)
+            }
             // Fewer lines than the header promised: the write was cut after a newline.
-            Some(open) => {
-                let note = format!(
+            (None, Some(open)) => {
+                log = log.torn(Some(&open));
+                Some(format!(
                     "dropped an incomplete batch (line {}: {} of {} records) left by an \
                      interrupted write; it is cut off before the next write",
-                    open.line,
+                    open.cut.line,
                     open.changes.len(),
                     open.count
-                );
-                (log.torn(Some(&open)), Some(note))
+                ))
             }
-            None => (log, None),
-        })
+            (None, None) => None,
+        };
+        if let Trust::Unsigned(_) = trust {
+            log.legacy = true;
+            let adopted = adopted_note(path);
+            return Ok((
+                log,
+                Some(note.map_or(adopted.clone(), |n| adopted + "; " + &n)),
+            ));
+        }
+        Ok((log, note))
     }
 
     /// Accounts for one good (or blank) line of `len` bytes.
@@ -358,7 +563,8 @@ impl Log {
     /// Marks the file as ending in a torn write, which starts at the open batch if any.
     fn torn(mut self, batch: Option<&Batch>) -> Log {
         if let Some(open) = batch {
-            self.end = open.start;
+            self.end = open.cut.offset;
+            self.last = open.cut.last;
         }
         self.tail = Tail::Torn;
         self
@@ -370,7 +576,7 @@ impl Log {
     }
 
     /// Refuses to write when the file is not the one this log last read or wrote: deleted,
-    /// replaced, truncated or grown by someone else.
+    /// replaced, truncated, grown or rewritten in place by someone else.
     fn check_unchanged(&self, path: &Path) -> Result<(), StoreError> {
         let now = Seen::at(path).map_err(|e| io_error(path, e))?;
         match seen::change(self.seen, now) {
@@ -382,9 +588,14 @@ impl Log {
         }
     }
 
-    /// Appends `bytes` (whole lines) with one write, then fsyncs; the first write creates
-    /// the file.
-    fn append(&mut self, path: &Path, mut bytes: Vec<u8>) -> Result<(), StoreError> {
+    /// Appends `bytes` (whole signed lines, the last linked `last`) with one write, then
+    /// fsyncs; the first write creates the file.
+    fn append(
+        &mut self,
+        path: &Path,
+        mut bytes: Vec<u8>,
+        last: Option<Link>,
+    ) -> Result<(), StoreError> {
         let io = |e| io_error(path, e);
         let file = match self.file.take() {
             Some(file) => file,
@@ -408,14 +619,17 @@ impl Log {
         file.sync_data().map_err(io)?;
         self.end += bytes.len() as u64;
         self.tail = Tail::Clean;
+        self.last = last;
+        // What this write left is what the next write must find: only someone else's write
+        // changes it.
         self.seen = Some(Seen::of(&file.metadata().map_err(io)?));
         Ok(())
     }
 
-    /// Replaces the file with the board's snapshot.
+    /// Replaces the file with the board's snapshot, its chain started afresh.
     fn compact(&mut self, path: &Path) -> Result<(), StoreError> {
         let snapshot = self.board.snapshot();
-        let bytes = encode_lines(&snapshot).map_err(unencodable)?;
+        let (bytes, last) = encode_lines(&snapshot, None)?;
         let dir = atomic::dir_of(path);
         fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
         atomic::remove_stale_temps(path);
@@ -427,6 +641,19 @@ impl Log {
         self.lines = snapshot.len();
         self.end = bytes.len() as u64;
         self.tail = Tail::Clean;
+        self.last = last;
+        self.legacy = false;
+        Ok(())
+    }
+
+    /// Creates the marker after the first signed write: from then on an unsigned file is
+    /// refused, not adopted. Written after the lines, so that a crash between the two
+    /// leaves a signed file without a marker (which loads), never the other way round.
+    fn mark(&mut self, path: &Path) -> Result<(), StoreError> {
+        if !self.marked {
+            write_marker(path)?;
+            self.marked = true;
+        }
         Ok(())
     }
 }
@@ -450,27 +677,43 @@ struct BatchHeader {
 
 impl BatchHeader {
     const TAG: &str = "batch";
+
+    fn new(n: usize) -> Self {
+        BatchHeader {
+            t: Self::TAG.to_owned(),
+            n,
+        }
+    }
 }
 
 /// A batch being read: its records are applied only once all have been read.
 struct Batch {
     count: usize,
     changes: Vec<Change>,
-    /// Offset of the header: where a torn batch is cut off.
-    start: u64,
-    /// Line number of the header, for the recovery note.
-    line: usize,
+    /// Where its header is: where a torn batch is cut off and a repair starts.
+    cut: Cut,
 }
 
 impl Batch {
-    fn new(count: usize, start: u64, line: usize) -> Self {
+    fn new(count: usize, cut: Cut) -> Self {
         Batch {
             count,
             changes: Vec::with_capacity(count.min(4096)),
-            start,
-            line,
+            cut,
         }
     }
+}
+
+/// Takes a signed line's link off, leaving in `line` the object it was signed as, and
+/// returns the link it carries with the one it should carry after `prev`; `None` (leaving
+/// the line as it is) when it carries none.
+fn unsign(line: &mut Vec<u8>, prev: Option<&Link>) -> Option<(Link, Link)> {
+    let content = line.strip_suffix(b"\n").unwrap_or(line);
+    let (head, carried) = chain::split(content)?;
+    let (len, expected) = (head.len(), Link::of(prev, head));
+    line.truncate(len);
+    line.push(b'}');
+    Some((carried, expected))
 }
 
 /// A line's record or batch header, or what is wrong with it.
@@ -508,34 +751,82 @@ fn torn_note(line: usize, len: usize) -> String {
     )
 }
 
-/// The changes as lines, ready for one write; several changes get a batch header.
-fn encode(changes: &[Change]) -> serde_json::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    if changes.len() > 1 {
-        let header = BatchHeader {
-            t: BatchHeader::TAG.to_owned(),
-            n: changes.len(),
-        };
-        serde_json::to_writer(&mut bytes, &header)?;
-        bytes.push(b'\n');
-    }
-    bytes.extend(encode_lines(changes)?);
-    Ok(bytes)
+fn adopted_note(path: &Path) -> String {
+    format!(
+        "adopted {}: no line carries ralph's chain (\"h\"), as an earlier ralph or a person \
+         wrote it; the next write signs every line, and from then on a line without it is \
+         refused",
+        path.display()
+    )
 }
 
-/// The changes as bare lines (a snapshot needs no header: it replaces the file atomically).
-fn encode_lines(changes: &[Change]) -> serde_json::Result<Vec<u8>> {
+/// The changes as signed lines after the line linked `prev`, ready for one write; several
+/// changes get a batch header. Returns them with the last line's link.
+fn encode(changes: &[Change], prev: Option<&Link>) -> Result<(Vec<u8>, Option<Link>), StoreError> {
     let mut bytes = Vec::new();
-    for change in changes {
-        serde_json::to_writer(&mut bytes, change)?;
-        bytes.push(b'\n');
+    let mut last = prev.copied();
+    if changes.len() > 1 {
+        last = Some(write_signed(
+            &mut bytes,
+            &BatchHeader::new(changes.len()),
+            last,
+        )?);
     }
-    Ok(bytes)
+    for change in changes {
+        last = Some(write_signed(&mut bytes, change, last)?);
+    }
+    Ok((bytes, last))
+}
+
+/// The changes as bare signed lines (a snapshot needs no header: it replaces the file
+/// atomically).
+fn encode_lines(
+    changes: &[Change],
+    prev: Option<&Link>,
+) -> Result<(Vec<u8>, Option<Link>), StoreError> {
+    let mut bytes = Vec::new();
+    let mut last = prev.copied();
+    for change in changes {
+        last = Some(write_signed(&mut bytes, change, last)?);
+    }
+    Ok((bytes, last))
+}
+
+/// Writes `value` as one signed line after the line linked `prev`; returns its link.
+fn write_signed(
+    out: &mut Vec<u8>,
+    value: &impl serde::Serialize,
+    prev: Option<Link>,
+) -> Result<Link, StoreError> {
+    let start = out.len();
+    serde_json::to_writer(&mut *out, value)
+        .map_err(|e| StoreError::Other(format!("cannot write a change as JSON: {e}")))?;
+    let link = chain::sign(out, start, prev.as_ref())
+        .ok_or_else(|| StoreError::Other("a change did not serialize as a JSON object".into()))?;
+    out.push(b'\n');
+    Ok(link)
 }
 
 /// How many lines [`Board::snapshot`] would write, without building it.
 fn live_records(board: &Board) -> usize {
     board.tasks.len() + board.issues.len() + 1 + usize::from(board.config.is_some())
+}
+
+/// `plan.jsonl.chain`: the marker beside `path` that says its lines are signed.
+fn marker_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".chain");
+    PathBuf::from(name)
+}
+
+/// What the marker says: the chain's version, and what it is.
+const MARKER: &str = "ralph chain 1: every line of the file beside this one ends in \"h\", the \
+                      first 32 hex digits of SHA-256 over the previous line's h, a newline and \
+                      the line without its h\n";
+
+fn write_marker(path: &Path) -> Result<(), StoreError> {
+    let marker = marker_path(path);
+    atomic::replace(&marker, MARKER.as_bytes()).map_err(|e| io_error(&marker, e))
 }
 
 /// Opens `path` for reading and appending, creating it (durably) if missing.
@@ -551,10 +842,6 @@ fn open_data(path: &Path) -> io::Result<File> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => options.open(path),
         Err(e) => Err(e),
     }
-}
-
-fn unencodable(e: serde_json::Error) -> StoreError {
-    StoreError::Other(format!("cannot write a change as JSON: {e}"))
 }
 
 fn io_error(path: &Path, source: io::Error) -> StoreError {
@@ -623,16 +910,45 @@ mod tests {
     fn unterminated_good_line_gets_its_newline_on_append() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("plan.jsonl");
-        fs::write(&path, r#"{"t":"task","id":"t-1","name":"x","s":"p"}"#).unwrap();
+        let (line, _) = encode(&[task("t-1")], None).unwrap();
+        fs::write(&path, line.strip_suffix(b"\n").unwrap()).unwrap();
         let (mut log, note) = Log::read(&path).unwrap();
         assert_eq!((note, log.tail, log.lines), (None, Tail::Unterminated, 1));
-        log.append(&path, encode(&[task("t-2")]).unwrap()).unwrap();
+        let (bytes, last) = encode(&[task("t-2")], log.last.as_ref()).unwrap();
+        log.append(&path, bytes, last).unwrap();
         let text = fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 2);
-        assert!(text.ends_with("\"t-2\",\"name\":\"x\",\"s\":\"p\"}\n"));
+        assert!(text.contains("\"t-2\",\"name\":\"x\",\"s\":\"p\",\"h\":"));
+        assert_eq!(
+            Log::read(&path).unwrap().0.board.tasks.len(),
+            2,
+            "still verifies"
+        );
+    }
+
+    #[test]
+    fn a_batch_is_signed_line_by_line_and_its_header_too() {
+        let (bytes, last) = encode(&[task("t-1"), task("t-2")], None).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[0].starts_with(r#"{"t":"batch","n":2,"h":""#),
+            "{text}"
+        );
+        let mut prev = None;
+        for line in &lines {
+            let (head, link) = chain::split(line.as_bytes()).expect("signed");
+            assert_eq!(Link::of(prev.as_ref(), head), link);
+            prev = Some(link);
+        }
+        assert_eq!(prev, last);
     }
 }
 
 #[cfg(test)]
 #[path = "jsonl_props.rs"]
 mod props;
+
+#[path = "jsonl_repair.rs"]
+mod repair;

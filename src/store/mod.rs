@@ -3,10 +3,12 @@
 //! The engine persists every transition before the next agent or gate runs, so a store must
 //! make each [`persist`](Store::persist) durable before it returns.
 
+mod chain;
 mod jsonl;
 mod memory;
 mod progress;
 
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -77,9 +79,92 @@ pub enum StoreError {
         /// What happened to it: `was deleted`, `was replaced`, `was truncated (…)`, `grew (…)`.
         how: String,
     },
+    /// A line of a state file that ralph did not write: appended, or edited in place, by
+    /// someone else (its chain field `h` is missing or does not match; see
+    /// [`JsonlStore`]'s format). Nothing of the file is trusted past it until a person
+    /// decides: [`Store::repair`] (`ralph repair`) rolls back to the last line ralph wrote,
+    /// keeping a copy of what it removes; with `adopt` (`ralph repair --adopt`) it accepts
+    /// the lines as the person's own.
+    #[error(
+        "{path}:{line}: not written by ralph: {how}. `ralph repair` rolls the file back to the last record ralph wrote (keeping a copy of what it removes); `ralph repair --adopt` accepts the lines as your own"
+    )]
+    NotWritten {
+        /// The state file.
+        path: PathBuf,
+        /// 1-based number of the first line that does not verify.
+        line: usize,
+        /// Why it does not.
+        how: String,
+    },
     /// Anything else.
     #[error("{0}")]
     Other(String),
+}
+
+/// What [`Store::repair`] did to a state file whose lines ralph did not all write.
+///
+/// Its `Display` is the report `ralph repair` prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Repair {
+    /// The file was cut at the first line that does not verify; the lines removed are kept
+    /// in `copy`, beside it.
+    RolledBack {
+        /// The state file.
+        path: PathBuf,
+        /// 1-based number of the first line removed (the start of the batch the first bad
+        /// line is in, if any: a batch is kept whole or not at all).
+        from_line: usize,
+        /// How many lines were removed.
+        lines: usize,
+        /// Where they are kept.
+        copy: PathBuf,
+        /// Why the first of them did not verify.
+        reason: String,
+    },
+    /// The lines from the first that does not verify on were signed as ralph's own: a
+    /// person said they are theirs.
+    Adopted {
+        /// The state file.
+        path: PathBuf,
+        /// 1-based number of the first line signed anew.
+        from_line: usize,
+        /// How many lines were signed anew.
+        lines: usize,
+    },
+}
+
+impl fmt::Display for Repair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |n: &usize| if *n == 1 { "line" } else { "lines" };
+        match self {
+            Repair::RolledBack {
+                path,
+                from_line,
+                lines,
+                copy,
+                reason,
+            } => write!(
+                f,
+                "rolled {} back to the last record ralph wrote: removed {lines} {} from line \
+                 {from_line} on ({reason}); they are kept in {}",
+                path.display(),
+                plural(lines),
+                copy.display()
+            ),
+            Repair::Adopted {
+                path,
+                from_line,
+                lines,
+            } => write!(
+                f,
+                "adopted {lines} {} of {} from line {from_line} on as your own: ralph trusts \
+                 them from now on",
+                plural(lines),
+                path.display()
+            ),
+        }
+    }
 }
 
 impl From<crate::files::LockError> for StoreError {
@@ -191,6 +276,45 @@ pub trait Store: Send + Sync {
     fn location(&self) -> Option<String> {
         None
     }
+
+    /// Repairs a state file that holds lines ralph did not write (the
+    /// [`StoreError::NotWritten`] of a load): rolls it back to the last line ralph wrote,
+    /// keeping what it removes in a copy beside it, or, with `adopt`, accepts the lines as a
+    /// person's own. `Ok(None)` when there is nothing to repair. The caller holds the
+    /// workspace's lock ([`Ralph::repair`](crate::Ralph::repair) does).
+    ///
+    /// Default: nothing to repair (a store that cannot tell whose its records are).
+    ///
+    /// ```
+    /// use ralph::{JsonlStore, Store, model::{Change, Task}, store::Repair};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let dir = tempfile::tempdir()?;
+    /// let plan = dir.path().join("plan.jsonl");
+    /// JsonlStore::open(&plan)?.persist(&[Change::Task(Task::new("t-1", "Write hello.txt"))]).await?;
+    /// // A person adds a task by hand, in the seed's format.
+    /// let line = r#"{"t":"task","id":"t-9","name":"Write the docs","s":"p"}"#;
+    /// std::fs::write(&plan, std::fs::read_to_string(&plan)? + line + "\n")?;
+    /// assert!(JsonlStore::open(&plan)?.load().await.is_err(), "ralph did not write it");
+    ///
+    /// let store = JsonlStore::open(&plan)?;
+    /// let repair = store.repair(true).await?;
+    /// assert!(matches!(repair, Some(Repair::Adopted { from_line: 2, lines: 1, .. })));
+    /// assert_eq!(store.load().await?.tasks.len(), 2, "the person's task is kept");
+    /// assert_eq!(ralph::MemoryStore::new().repair(false).await?, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the file cannot be read or written, or (adopting) a line is not
+    /// a plan record.
+    async fn repair(&self, adopt: bool) -> Result<Option<Repair>, StoreError> {
+        let _ = adopt;
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -214,6 +338,10 @@ impl<T: Store + ?Sized> Store for Box<T> {
     fn location(&self) -> Option<String> {
         (**self).location()
     }
+
+    async fn repair(&self, adopt: bool) -> Result<Option<Repair>, StoreError> {
+        (**self).repair(adopt).await
+    }
 }
 
 #[async_trait]
@@ -236,6 +364,10 @@ impl<T: Store + ?Sized> Store for Arc<T> {
 
     fn location(&self) -> Option<String> {
         (**self).location()
+    }
+
+    async fn repair(&self, adopt: bool) -> Result<Option<Repair>, StoreError> {
+        (**self).repair(adopt).await
     }
 }
 

@@ -12,6 +12,7 @@ mod demo;
 mod docs;
 mod parallel_crash;
 mod plan_build;
+mod repair;
 mod thread_signals;
 
 use std::path::Path;

@@ -15,6 +15,7 @@ mod deps;
 mod evidence;
 mod example_flow;
 mod fallback;
+mod forged_state;
 mod inheritance;
 mod interrupts;
 mod kills;

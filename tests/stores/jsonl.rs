@@ -17,8 +17,31 @@ fn task(id: &str, name: &str) -> Change {
     Change::Task(Task::new(id, name))
 }
 
+/// A change as ralph serializes it, before the line is signed.
 fn line_of(change: &Change) -> String {
     serde_json::to_string(change).expect("serializable") + "\n"
+}
+
+/// `text` with each line's chain field (`,"h":"…"` before the closing brace) taken off:
+/// what ralph serialized, to compare with [`line_of`].
+pub(crate) fn without_links(text: &str) -> String {
+    text.lines()
+        .map(|line| match line.rfind(r#","h":""#) {
+            Some(at) if line.len() == at + 40 && line.ends_with(r#""}"#) => {
+                format!("{}}}\n", &line[..at])
+            }
+            _ => format!("{line}\n"),
+        })
+        .collect()
+}
+
+/// Persists each of `steps` in turn into a new store at `path`; returns the file's text.
+async fn written(path: &Path, steps: &[&[Change]]) -> String {
+    let store = open_unlocked(path);
+    for changes in steps {
+        store.persist(changes).await.expect("persisted");
+    }
+    fs::read_to_string(path).expect("written")
 }
 
 /// Opens the store at `path` (which writes nothing).
@@ -54,10 +77,9 @@ async fn opening_and_loading_write_nothing_and_the_first_persist_creates_dirs_an
     assert!(!path.parent().unwrap().exists(), "a dry run may load");
     assert_eq!(store.recovered(), None);
     store.persist(&[task("t-1", "a")]).await.unwrap();
-    assert_eq!(
-        fs::read_to_string(&path).unwrap(),
-        line_of(&task("t-1", "a"))
-    );
+    let text = fs::read_to_string(&path).unwrap();
+    assert_eq!(without_links(&text), line_of(&task("t-1", "a")));
+    assert_ne!(text, line_of(&task("t-1", "a")), "the line is signed");
 }
 
 #[tokio::test]
@@ -242,7 +264,7 @@ async fn huge_line_round_trips() {
 async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let good = line_of(&task("t-1", "a")) + &line_of(&task("t-2", "b"));
+    let good = written(&path, &[&[task("t-1", "a")], &[task("t-2", "b")]]).await;
     write_plan(&path, format!("{good}{{\"t\":\"task\",\"id\":\"t-3\",\"na"));
 
     let store = open_unlocked(&path);
@@ -252,7 +274,9 @@ async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
 
     let next = task("t-4", "d");
     store.persist(std::slice::from_ref(&next)).await.unwrap();
-    assert_eq!(fs::read_to_string(&path).unwrap(), good + &line_of(&next));
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with(&good), "{text}");
+    assert_eq!(without_links(&text[good.len()..]), line_of(&next));
     drop(store);
 
     let store = open_unlocked(&path);
@@ -266,9 +290,9 @@ async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
 async fn every_crash_point_of_an_append_loads() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
-    let before = line_of(&task("t-1", "a")) + &line_of(&task("t-2", "b"));
-    let appended = line_of(&task("t-2", "changed")) + &line_of(&task("t-3", "c"));
-    let full = before.clone() + &appended;
+    let before = written(&path, &[&[task("t-1", "a")], &[task("t-2", "b")]]).await;
+    let full = written(&path, &[&[task("t-2", "changed")], &[task("t-3", "c")]]).await;
+    let appended = full[before.len()..].to_owned();
     for cut in before.len()..full.len() {
         write_plan(&path, &full[..cut]);
         let store = open_unlocked(&path);
@@ -319,7 +343,9 @@ async fn one_change_appends_exactly_one_line() {
     store.persist(std::slice::from_ref(&change)).await.unwrap();
     let after = fs::read(&path).unwrap();
     assert_eq!(&after[..before.len()], before, "earlier bytes unchanged");
-    assert_eq!(after[before.len()..], *line_of(&change).as_bytes());
+    let line = String::from_utf8(after[before.len()..].to_vec()).unwrap();
+    assert_eq!(without_links(&line), line_of(&change));
+    assert_eq!(line.lines().count(), 1);
 }
 
 #[tokio::test]
@@ -345,8 +371,16 @@ async fn compaction_bounds_the_file_and_preserves_the_board() {
     // 11 live records (10 tasks + run) plus at most 1000 superseded lines.
     assert!(lines <= 1011, "{lines} lines after 5000 updates");
     assert_eq!(store.load().await.unwrap(), expected);
-    let stray = fs::read_dir(path.parent().unwrap()).unwrap().count();
-    assert_eq!(stray, 1, "only plan.jsonl remains");
+    let mut names: Vec<_> = fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["plan.jsonl", "plan.jsonl.chain"],
+        "only plan.jsonl and its marker remain"
+    );
     drop(store);
 
     let store = open_unlocked(&path);
@@ -359,11 +393,9 @@ async fn compaction_bounds_the_file_and_preserves_the_board() {
     let change = task("t-10", "new");
     store.persist(std::slice::from_ref(&change)).await.unwrap();
     let after = fs::read(&path).unwrap();
-    assert_eq!(
-        after,
-        [before, line_of(&change).into_bytes()].concat(),
-        "appends after reopen"
-    );
+    assert_eq!(&after[..before.len()], before, "appends after reopen");
+    let line = String::from_utf8(after[before.len()..].to_vec()).unwrap();
+    assert_eq!(without_links(&line), line_of(&change));
 }
 
 #[tokio::test]
@@ -397,8 +429,8 @@ async fn a_change_that_cannot_be_written_changes_nothing() {
     let err = store.persist(&[task("t-1", "a2"), Change::Task(bad)]).await;
     assert!(matches!(err, Err(StoreError::Other(_))), "{err:?}");
     assert_eq!(
-        fs::read(&path).unwrap(),
-        line_of(&task("t-1", "a")).as_bytes()
+        without_links(&fs::read_to_string(&path).unwrap()),
+        line_of(&task("t-1", "a"))
     );
     assert_eq!(
         store.load().await.unwrap().tasks[&TaskId::new("t-1")].name,
@@ -426,7 +458,7 @@ async fn a_batch_cut_anywhere_loads_as_none_or_all() {
     drop(store);
     let full = fs::read_to_string(&path).unwrap();
     assert!(
-        full[before.len()..].starts_with(r#"{"t":"batch","n":3}"#),
+        full[before.len()..].starts_with(r#"{"t":"batch","n":3,"h":""#),
         "{full}"
     );
     for cut in before.len()..=full.len() {

@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod chain;
 mod git;
 mod jsonl;
 mod progress;

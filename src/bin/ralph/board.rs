@@ -1,4 +1,5 @@
-//! The board from the shell: `status`, `query`, `task …`, `issue …` (seed 000's commands).
+//! The board from the shell: `status`, `query`, `task …`, `issue …` (seed 000's commands),
+//! and `repair`.
 //! Reading needs no agent; every change goes through the library under the workspace lock.
 
 use std::path::Path;
@@ -376,6 +377,15 @@ fn only_done(board: &Board) -> Result<TaskId> {
 pub(crate) async fn issue(workspace: &Path, command: IssueCommand) -> Result<()> {
     let IssueCommand::Add { text } = command;
     println!("{}", open(workspace)?.add_issue(text).await?);
+    Ok(())
+}
+
+/// `ralph repair [--adopt]`.
+pub(crate) async fn repair(workspace: &Path, adopt: bool) -> Result<()> {
+    match open(workspace)?.repair(adopt).await? {
+        Some(repair) => println!("{repair}"),
+        None => println!("nothing to repair"),
+    }
     Ok(())
 }
 

@@ -91,6 +91,13 @@ enum Command {
     /// Add work for INVESTIGATE.
     #[command(subcommand)]
     Issue(board::IssueCommand),
+    /// Repair .ralph/plan.jsonl when it holds lines ralph did not write: roll it back to the
+    /// last record ralph wrote (what is removed is kept in a copy beside it).
+    Repair {
+        /// Accept the lines as your own instead: ralph signs them and trusts them.
+        #[arg(long)]
+        adopt: bool,
+    },
     /// Threads: one piece of work from draft to commit, with human checkpoints.
     Thread(thread::ThreadArgs),
 }
@@ -164,6 +171,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Query { what, done } => board::query(&workspace, what, done).await.map(|()| 0),
         Command::Task(command) => board::task(&workspace, command).await.map(|()| 0),
         Command::Issue(command) => board::issue(&workspace, command).await.map(|()| 0),
+        Command::Repair { adopt } => board::repair(&workspace, adopt).await.map(|()| 0),
         Command::Thread(args) => thread::thread(&workspace, args).await,
     }
 }

@@ -1,0 +1,143 @@
+//! `ralph repair`: what to do with a `plan.jsonl` that holds lines ralph did not write.
+//!
+//! Both ways start at the first line that does not verify (or at the header of the batch it
+//! is in, so that a batch stays whole) and leave everything before it as it is:
+//!
+//! - roll back: the file is cut there; the bytes cut off are first written, fsynced, to a
+//!   copy beside it (`plan.jsonl.removed-<UTC time>`), so nothing a person typed is lost;
+//! - adopt: every line from there on must be a plan record (or batch header) in the seed
+//!   format; each is written again signed, and the file replaced atomically.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use super::{
+    BatchHeader, Line, Log, ReadError, Shared, Unverified, io_error, malformed, parse_line,
+    write_marker, write_signed,
+};
+use crate::files::atomic;
+use crate::store::chain;
+use crate::store::{Repair, StoreError};
+
+impl Shared {
+    /// Rolls the file back to the last line ralph wrote or, with `adopt`, signs what follows
+    /// it; `None` when every line verifies (or the file is an earlier ralph's, which the next
+    /// load adopts anyway).
+    pub(super) fn repair(&self, adopt: bool) -> Result<Option<Repair>, StoreError> {
+        let mut slot = self.slot();
+        // Whatever happens here, the next call reads the file as it is then.
+        *slot = None;
+        let bad = match Log::scan(&self.path) {
+            Ok(_) => return Ok(None),
+            Err(ReadError::Store(e)) => return Err(e),
+            Err(ReadError::Unverified(bad)) => bad,
+        };
+        let bytes = fs::read(&self.path).map_err(|e| io_error(&self.path, e))?;
+        let at = usize::try_from(bad.cut.offset)
+            .ok()
+            .filter(|&at| at <= bytes.len())
+            .ok_or_else(|| {
+                StoreError::Other(format!("{} changed during the repair", self.path.display()))
+            })?;
+        let (kept, rest) = bytes.split_at(at);
+        let repair = if adopt {
+            adopt_lines(&self.path, kept, rest, &bad)?
+        } else {
+            roll_back(&self.path, rest, bad)?
+        };
+        Ok(Some(repair))
+    }
+}
+
+/// Cuts `path` where `removed` starts, after keeping `removed` in a copy beside it.
+fn roll_back(path: &Path, removed: &[u8], bad: Unverified) -> Result<Repair, StoreError> {
+    let copy = keep_copy(path, removed)?;
+    let io = |e| io_error(path, e);
+    let file = OpenOptions::new().write(true).open(path).map_err(io)?;
+    file.set_len(bad.cut.offset).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    Ok(Repair::RolledBack {
+        path: path.to_path_buf(),
+        from_line: bad.cut.line,
+        lines: count_lines(removed),
+        copy,
+        reason: bad.how,
+    })
+}
+
+/// Writes `bytes` to a new `<path>.removed-<UTC time>` (a `-<n>` added if one of that name
+/// exists) and makes it durable before anything is cut.
+fn keep_copy(path: &Path, bytes: &[u8]) -> Result<PathBuf, StoreError> {
+    let stamp = crate::time::file_stamp();
+    let mut n = 0;
+    loop {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".removed-{stamp}"));
+        if n > 0 {
+            name.push(format!("-{n}"));
+        }
+        let copy = PathBuf::from(name);
+        match OpenOptions::new().write(true).create_new(true).open(&copy) {
+            Ok(mut file) => {
+                let written = file.write_all(bytes).and_then(|()| file.sync_all());
+                written
+                    .and_then(|()| atomic::sync_dir(&atomic::dir_of(path)))
+                    .map_err(|e| io_error(&copy, e))?;
+                return Ok(copy);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(io_error(&copy, e)),
+        }
+    }
+}
+
+/// Replaces `path` with `kept` and the lines of `rest`, each signed anew.
+fn adopt_lines(
+    path: &Path,
+    kept: &[u8],
+    rest: &[u8],
+    bad: &Unverified,
+) -> Result<Repair, StoreError> {
+    let mut out = kept.to_vec();
+    let mut last = bad.cut.last;
+    let mut lines = 0;
+    let pieces = rest.split_inclusive(|&b| b == b'\n');
+    for (number, piece) in (bad.cut.line..).zip(pieces) {
+        let terminated = piece.ends_with(b"\n");
+        let content = piece.strip_suffix(b"\n").unwrap_or(piece);
+        // A line ralph signed once (a later one, after the line that broke the chain) is
+        // read without its old link, as it was signed.
+        let object = match chain::split(content) {
+            Some((head, _)) => [head, b"}"].concat(),
+            None => content.to_vec(),
+        };
+        match parse_line(&object) {
+            Ok(Line::Blank) => continue,
+            Ok(Line::Batch(n)) => last = Some(write_signed(&mut out, &BatchHeader::new(n), last)?),
+            Ok(Line::Record(change)) => last = Some(write_signed(&mut out, &change, last)?),
+            // A write a crash cut short stays what it is: the next load drops it.
+            Err(_) if !terminated => {
+                out.extend_from_slice(piece);
+                continue;
+            }
+            Err(message) => {
+                let message = format!("cannot adopt it: {message}");
+                return Err(malformed(path, number, message));
+            }
+        }
+        lines += 1;
+    }
+    atomic::replace(path, &out).map_err(|e| io_error(path, e))?;
+    write_marker(path)?;
+    Ok(Repair::Adopted {
+        path: path.to_path_buf(),
+        from_line: bad.cut.line,
+        lines,
+    })
+}
+
+/// Lines in `bytes`, a last one without its newline included.
+fn count_lines(bytes: &[u8]) -> usize {
+    bytes.split_inclusive(|&b| b == b'\n').count()
+}
