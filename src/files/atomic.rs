@@ -94,6 +94,46 @@ fn temp_path(path: &Path) -> PathBuf {
     dir_of(path).join(name)
 }
 
+/// Writes `bytes` to a new file beside `path`, named `<path>.<label>-<UTC time>` (with `-<n>`
+/// added when one of that name exists), durably; returns its path. For keeping what ralph
+/// is about to remove or replace, so nothing a person or an agent wrote is lost.
+///
+/// # Errors
+///
+/// The file it tried to write, and why.
+pub(crate) fn keep_copy(
+    path: &Path,
+    label: &str,
+    bytes: &[u8],
+) -> Result<std::path::PathBuf, (std::path::PathBuf, io::Error)> {
+    use std::io::Write as _;
+    let stamp = crate::time::file_stamp();
+    let mut n = 0;
+    loop {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".{label}-{stamp}"));
+        if n > 0 {
+            name.push(format!("-{n}"));
+        }
+        let copy = std::path::PathBuf::from(name);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&copy)
+        {
+            Ok(mut file) => {
+                let written = file
+                    .write_all(bytes)
+                    .and_then(|()| file.sync_all())
+                    .and_then(|()| sync_dir(&dir_of(path)));
+                return written.map(|()| copy.clone()).map_err(|e| (copy, e));
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err((copy, e)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

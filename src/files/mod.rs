@@ -3,6 +3,7 @@
 
 pub(crate) mod atomic;
 pub(crate) mod lock;
+pub(crate) mod seal;
 pub(crate) mod seen;
 
 pub(crate) use lock::{LockError, LockFile};

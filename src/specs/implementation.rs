@@ -345,6 +345,8 @@ fn is_false(b: &bool) -> bool {
 pub struct ImplementationStore {
     path: PathBuf,
     watch: Arc<Watch>,
+    /// Where a changed file found during a run is kept; beside the file by default.
+    copies: Option<PathBuf>,
 }
 
 impl ImplementationStore {
@@ -353,7 +355,16 @@ impl ImplementationStore {
         ImplementationStore {
             path: path.into(),
             watch: Arc::default(),
+            copies: None,
         }
+    }
+
+    /// Keeps a changed file found during a run in `dir` (ralph's state folder, out of the
+    /// user's `git status`) instead of beside the file.
+    #[must_use]
+    pub(crate) fn copies_in(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.copies = Some(dir.into());
+        self
     }
 
     /// The file.
@@ -407,25 +418,50 @@ impl ImplementationStore {
 
     /// Writes `plan` atomically and durably, stamping `updatedAt` and `updatedBy`.
     ///
+    /// The file is people's to edit between runs; while a run uses it, it is ralph's. A
+    /// change made meanwhile (by an agent, most likely: an agent that marks a task completed
+    /// must not have it taken as done) is kept as `implementation.json.changed-<time>` (in
+    /// ralph's state folder during a run of build mode), the
+    /// file is put back as ralph would write it, and the run stops with
+    /// [`StoreError::Restored`]: the next run goes on from what ralph recorded.
+    ///
     /// # Errors
     ///
     /// [`StoreError::Io`] when the file or its folder cannot be written;
-    /// [`StoreError::Changed`] when the file changed since this store read or wrote it.
+    /// [`StoreError::Restored`] when the file changed since this store read or wrote it;
+    /// [`StoreError::Changed`] when it was deleted (it is not written again).
     pub fn save(&self, plan: &mut Implementation, by: &str) -> Result<(), StoreError> {
-        if let Some(how) = self
-            .watch
-            .change(&self.path)
-            .map_err(|source| StoreError::Io {
-                path: self.path.clone(),
-                source,
-            })?
-        {
-            return Err(StoreError::Changed {
-                path: self.path.clone(),
-                how,
-            });
-        }
-        self.write(plan, by)
+        let io = |source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let Some(how) = self.watch.change(&self.path).map_err(io)? else {
+            return self.write(plan, by);
+        };
+        let kept_as = match (&self.copies, self.path.file_name()) {
+            (Some(dir), Some(name)) => dir.join(name),
+            _ => self.path.clone(),
+        };
+        let changed = match std::fs::read(&self.path) {
+            Ok(changed) => changed,
+            // Deleted: not written again (a person may have removed it to start over); the
+            // run stops without it, and plan mode makes a new one.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Changed {
+                    path: self.path.clone(),
+                    how,
+                });
+            }
+            Err(source) => return Err(io(source)),
+        };
+        let copy = crate::files::atomic::keep_copy(&kept_as, "changed", &changed)
+            .map_err(|(path, source)| StoreError::Io { path, source })?;
+        self.write(plan, by)?;
+        Err(StoreError::Restored {
+            path: self.path.clone(),
+            how,
+            copy: Some(copy),
+        })
     }
 
     /// Writes `plan` over whatever the file holds now: after ralph itself changed it (putting

@@ -51,7 +51,8 @@ async fn plan(
     let _lock = ctx.begin(&emitter).await?;
     let planning = &ctx.config.planning;
     let files = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
-    let store = ImplementationStore::new(ctx.workspace.join(&planning.implementation));
+    let store = ImplementationStore::new(ctx.workspace.join(&planning.implementation))
+        .copies_in(crate::runtime::workspace::state_dir(&ctx.workspace));
     let existing = store.load()?.unwrap_or_default();
     let prompt = prompt(&ctx, &files, &existing)?;
 

@@ -9,7 +9,6 @@
 //!   format; each is written again signed, and the file replaced atomically.
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::{
@@ -66,30 +65,10 @@ fn roll_back(path: &Path, removed: &[u8], bad: Unverified) -> Result<Repair, Sto
     })
 }
 
-/// Writes `bytes` to a new `<path>.removed-<UTC time>` (a `-<n>` added if one of that name
-/// exists) and makes it durable before anything is cut.
+/// Writes `bytes` to a new `<path>.removed-<UTC time>` beside it, durably, before anything
+/// is cut.
 fn keep_copy(path: &Path, bytes: &[u8]) -> Result<PathBuf, StoreError> {
-    let stamp = crate::time::file_stamp();
-    let mut n = 0;
-    loop {
-        let mut name = path.as_os_str().to_owned();
-        name.push(format!(".removed-{stamp}"));
-        if n > 0 {
-            name.push(format!("-{n}"));
-        }
-        let copy = PathBuf::from(name);
-        match OpenOptions::new().write(true).create_new(true).open(&copy) {
-            Ok(mut file) => {
-                let written = file.write_all(bytes).and_then(|()| file.sync_all());
-                written
-                    .and_then(|()| atomic::sync_dir(&atomic::dir_of(path)))
-                    .map_err(|e| io_error(&copy, e))?;
-                return Ok(copy);
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
-            Err(e) => return Err(io_error(&copy, e)),
-        }
-    }
+    atomic::keep_copy(path, "removed", bytes).map_err(|(copy, e)| io_error(&copy, e))
 }
 
 /// Replaces `path` with `kept` and the lines of `rest`, each signed anew.

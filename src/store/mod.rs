@@ -96,6 +96,21 @@ pub enum StoreError {
         /// Why it does not.
         how: String,
     },
+    /// A state file meant for people (`implementation.json`) changed while a run used it —
+    /// an agent's edit, most likely: ralph put back its own version, so the next run goes
+    /// on from what ralph recorded, and kept the changed one.
+    #[error(
+        "{path} {how} while ralph was using it (an agent's edit?); ralph put back its own version, so the next run goes on from what ralph recorded{}. If the change was yours, make it again between runs",
+        .copy.as_ref().map(|c| format!(", and kept the changed one as {}", c.display())).unwrap_or_default()
+    )]
+    Restored {
+        /// The state file.
+        path: PathBuf,
+        /// What happened to it: `was modified`, `was replaced`, `was deleted`…
+        how: String,
+        /// Where the changed file is kept (`None` when it was deleted).
+        copy: Option<PathBuf>,
+    },
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -132,6 +147,23 @@ pub enum Repair {
         /// How many lines were signed anew.
         lines: usize,
     },
+    /// A whole-file record (a thread's `thread.json`, a `run.json`) that was not what ralph
+    /// wrote was replaced by the last version ralph wrote; the changed one is kept in
+    /// `copy`.
+    Restored {
+        /// The file.
+        path: PathBuf,
+        /// Where the changed one is kept.
+        copy: PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A whole-file record that was not what ralph wrote was sealed as it is: a person said
+    /// it is theirs.
+    Resealed {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 impl fmt::Display for Repair {
@@ -161,6 +193,18 @@ impl fmt::Display for Repair {
                 "adopted {lines} {} of {} from line {from_line} on as your own: ralph trusts \
                  them from now on",
                 plural(lines),
+                path.display()
+            ),
+            Repair::Restored { path, copy, reason } => write!(
+                f,
+                "put back the last version ralph wrote of {} ({reason}); the changed one is \
+                 kept in {}",
+                path.display(),
+                copy.display()
+            ),
+            Repair::Resealed { path } => write!(
+                f,
+                "adopted {} as your own: ralph trusts it from now on",
                 path.display()
             ),
         }

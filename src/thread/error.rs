@@ -69,6 +69,17 @@ pub enum ThreadError {
         /// What happened to it.
         how: String,
     },
+    /// `thread.json` or a `run.json` is not what ralph wrote: edited or replaced since (by
+    /// an agent, say). Nothing is read from it.
+    #[error(
+        "{path} was changed by something other than ralph ({how}); `ralph repair` puts back the last version ralph wrote (keeping this one beside it), `ralph repair --adopt` keeps it as yours"
+    )]
+    NotWritten {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        how: String,
+    },
     /// `thread.json` comes from a newer ralph.
     #[error(
         "{path} has schema_version {found}, but this ralph knows versions up to {known}; upgrade ralph"

@@ -155,8 +155,9 @@ impl Threads {
     }
 
     /// Paused → Running: continues from the interrupted iteration. A thread left Running or
-    /// Verifying by a process that died (killed, crashed, the machine went down) is first
-    /// recovered as Paused at that iteration, which then runs again.
+    /// Verifying by a loop that is gone (its process was killed or crashed, the machine went
+    /// down, or it stopped on an error) is first recovered as Paused at that iteration, which
+    /// then runs again.
     ///
     /// # Errors
     ///
@@ -165,7 +166,13 @@ impl Threads {
     pub async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let _lock = self.lock_runs().await?;
         let mut record = self.get(id)?;
-        if record.is_orphaned() {
+        // Under the lock no loop runs anywhere: a thread still Running or Verifying was left
+        // by one that ended without saving Paused (its process died, or it stopped on an
+        // error such as a record an agent changed), whatever its pid says.
+        if matches!(
+            record.phase.kind(),
+            PhaseKind::Running | PhaseKind::Verifying
+        ) {
             self.recover(&mut record)?;
         }
         let Phase::Paused { iteration, .. } = record.phase else {

@@ -100,6 +100,7 @@ mod preflight;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
 pub(crate) mod record;
 mod registry;
+mod repair;
 mod running;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
 pub(crate) mod spec;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ThreadError;
 use super::phase::Phase;
-use crate::files::atomic;
+use crate::files::seal;
 use crate::git::Baseline;
 
 /// The layout of `thread.json` this build writes.
@@ -260,10 +260,38 @@ pub struct RunRecord {
 /// [`ThreadError::Corrupt`] naming the file and serde's line and column, or
 /// [`ThreadError::NewerSchema`].
 pub fn load(path: &Path) -> Result<ThreadRecord, ThreadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ThreadError::Io {
+    load_checked(path).map(|(record, _)| record)
+}
+
+/// Reads a sealed record's text (see [`seal`]); with whether it was unsealed (written by an
+/// earlier ralph, taken as it is).
+///
+/// # Errors
+///
+/// [`ThreadError::NotWritten`] when it is not what ralph wrote; [`ThreadError::Io`].
+pub(crate) fn read_sealed(path: &Path) -> Result<(String, bool), ThreadError> {
+    let read = seal::read(path).map_err(|source| ThreadError::Io {
         path: path.to_path_buf(),
         error: source,
     })?;
+    match read {
+        seal::Read::Sealed(text) => Ok((text, false)),
+        seal::Read::Unsealed(text) => Ok((text, true)),
+        seal::Read::Changed(how) => Err(ThreadError::NotWritten {
+            path: path.to_path_buf(),
+            how,
+        }),
+    }
+}
+
+/// Reads `thread.json` as [`load`] does; with whether it was unsealed (an earlier ralph's,
+/// adopted: its next save seals it).
+///
+/// # Errors
+///
+/// As [`load`].
+pub(crate) fn load_checked(path: &Path) -> Result<(ThreadRecord, bool), ThreadError> {
+    let (text, unsealed) = read_sealed(path)?;
     let corrupt = |e: serde_json::Error| ThreadError::Corrupt {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -289,7 +317,7 @@ pub fn load(path: &Path) -> Result<ThreadRecord, ThreadError> {
             message,
         })?;
     }
-    serde_json::from_value(value).map_err(corrupt)
+    Ok((serde_json::from_value(value).map_err(corrupt)?, unsealed))
 }
 
 /// Version 0 → 1: `state` (a bare phase name) and `iteration` become the tagged `phase`.
@@ -342,7 +370,8 @@ pub fn save(path: &Path, record: &mut ThreadRecord) -> Result<(), ThreadError> {
     write_json(path, record)
 }
 
-/// Writes any record as pretty JSON, atomically.
+/// Writes any record as pretty JSON, sealed, atomically (and its `.last` copy: see
+/// [`seal`]).
 pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), ThreadError> {
     let io = |source| ThreadError::Io {
         path: path.to_path_buf(),
@@ -351,9 +380,8 @@ pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), Thre
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
     }
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| io(std::io::Error::other(e)))?;
-    bytes.push(b'\n');
-    atomic::replace(path, &bytes).map_err(io)
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| io(std::io::Error::other(e)))?;
+    seal::write(path, &bytes).map_err(|(path, error)| ThreadError::Io { path, error })
 }
 
 /// Reads a run record.
@@ -362,10 +390,7 @@ pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), Thre
 ///
 /// [`ThreadError`] naming the file.
 pub fn load_run(path: &Path) -> Result<RunRecord, ThreadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ThreadError::Io {
-        path: path.to_path_buf(),
-        error: source,
-    })?;
+    let (text, _) = read_sealed(path)?;
     serde_json::from_str(&text).map_err(|e| ThreadError::Corrupt {
         path: PathBuf::from(path),
         message: e.to_string(),

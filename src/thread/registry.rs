@@ -58,7 +58,16 @@ impl Threads {
                 self.root.join("threads"),
             ));
         }
-        let record = record::load(&path)?;
+        let (record, unsealed) = record::load_checked(&path)?;
+        if unsealed {
+            // Written by an earlier ralph: taken as it is, and sealed at its next save.
+            self.emitter.emit(&crate::event::Event::StateRepaired {
+                note: format!(
+                    "adopted {} (written by an earlier ralph, without a seal); its next save seals it",
+                    path.display()
+                ),
+            });
+        }
         self.saw(&path)?;
         Ok(record)
     }

@@ -78,3 +78,38 @@ fn repair_adopt_keeps_a_hand_written_seed_line() {
     assert_eq!(list.status.code(), Some(0), "{}", stderr(&list));
     assert!(stdout(&list).contains("t-9"), "{}", stdout(&list));
 }
+
+#[test]
+fn repair_puts_back_a_threads_record_an_agent_changed() {
+    let dir = project();
+    std::fs::write(
+        dir.path().join("t.md"),
+        "# T\n\nDo it.\n\n<promise>DONE</promise>\n\n## Acceptance Criteria\n\n- [ ] ok: `true`\n",
+    )
+    .unwrap();
+    let out = ralph(
+        dir.path(),
+        &["thread", "new", "--title", "T", "--spec", "t.md"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let record = dir.path().join(".ralph/threads/1-t/thread.json");
+    let sealed = std::fs::read_to_string(&record).unwrap();
+    std::fs::write(&record, sealed.replace("Drafting", "Finalize")).unwrap();
+
+    let show = ralph(dir.path(), &["thread", "show"], &[]);
+    assert_eq!(show.status.code(), Some(1), "{}", stdout(&show));
+    assert!(stderr(&show).contains("thread.json was changed by something other than ralph"));
+
+    let out = ralph(dir.path(), &["repair"], &[]);
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("put back the last version ralph wrote of"),
+        "{}",
+        stdout(&out)
+    );
+    let show = ralph(dir.path(), &["thread", "show"], &[]);
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    assert!(stdout(&show).contains("Drafting"), "{}", stdout(&show));
+}

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::support::Recorder;
 use crate::support::specs::*;
 use ralph::agent::Script;
+use ralph::specs::Status;
 use ralph::{
     Agent, AgentError, AgentRequest, AgentRun, Error, FakeAgent, Role, ShellGate, SpecsOutcome,
     async_trait,
@@ -316,4 +317,89 @@ async fn an_agent_that_switches_branch_fails_its_session_and_the_branch_is_put_b
         .map(|r| r.attempt)
         .collect();
     assert_eq!(sessions, [1, 2]);
+}
+
+/// The lying agent of build mode: while building a-1 it marks a-2 completed in
+/// implementation.json. ralph catches it at its next write, puts back its own version (the
+/// forgery kept beside it) and stops; the honest re-run builds a-2, and its file exists.
+#[tokio::test]
+async fn an_agent_that_forges_an_acceptance_in_implementation_json_is_rolled_back() {
+    let ws = workspace(&[("specs/a.md", SPEC_A)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh", "Write bye.sh"])]);
+    let forged = std::fs::read_to_string(dir.join("implementation.json"))
+        .unwrap()
+        .replace("\"status\": \"pending\"", "\"status\": \"completed\"");
+    let liar = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a"))
+            .on(
+                Role::Build,
+                "a-1",
+                Script::new()
+                    .write("greet.sh", "echo hi\n")
+                    .write("implementation.json", forged)
+                    .answer("ok\n<TASK_DONE>"),
+            )
+            .always(Role::Verify, accept()),
+    );
+
+    let err = ralph(dir, liar, Recorder::default(), vec![])
+        .build_specs()
+        .await
+        .unwrap_err();
+
+    let message = err.to_string();
+    assert!(message.contains("implementation.json"), "{message}");
+    assert!(
+        message.contains("ralph put back its own version"),
+        "{message}"
+    );
+    let entry = &load(dir).specs[0];
+    assert_eq!(
+        entry.tasks[1].status,
+        Status::Pending,
+        "the forgery is gone"
+    );
+    let kept: Vec<_> = std::fs::read_dir(dir.join(".ralph"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("implementation.json.changed-")
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "the changed file is kept");
+
+    let honest = Arc::new(
+        FakeAgent::new()
+            .on(
+                Role::Build,
+                "a-2",
+                Script::new()
+                    .write("bye.sh", "echo bye\n")
+                    .answer("ok\n<TASK_DONE>"),
+            )
+            .always(Role::Verify, accept()),
+    );
+    let outcome = ralph(dir, honest.clone(), Recorder::default(), vec![])
+        .build_specs()
+        .await
+        .unwrap();
+
+    assert!(
+        matches!(outcome, SpecsOutcome::Complete { .. }),
+        "{outcome:?}"
+    );
+    assert!(dir.join("bye.sh").exists());
+    // ralph's copy stays in its own folder: the spec's commit holds the work only.
+    let files = git(dir, &["show", "--name-only", "--format=", "HEAD"]);
+    assert!(!files.contains("changed-"), "{files}");
+    assert!(
+        honest
+            .requests()
+            .iter()
+            .any(|r| r.role == Role::Build && r.subject.as_deref() == Some("a-2"))
+    );
 }

@@ -48,3 +48,23 @@ pub fn finalized(threads: &Threads, spec: &str) -> String {
     threads.finalize(&id).unwrap();
     id
 }
+
+/// Writes `text` as a thread's record by hand, as a person would, and adopts the edit as
+/// theirs (what `ralph repair --adopt` does): ralph refuses a record it did not write.
+pub async fn hand_edit(threads: &Threads, path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    threads.repair(true).await.unwrap();
+}
+
+/// Writes `text` as a thread's record as an earlier ralph left it: no seal, and no sealed
+/// version beside it (`<file>.last`), so it is taken as it is.
+pub fn as_an_earlier_ralph_wrote(path: &Path, text: &str) {
+    let text = match text.split_once(",\n  \"seal\": \"") {
+        Some((record, _)) => format!("{record}\n}}\n"),
+        None => text.to_owned(),
+    };
+    std::fs::write(path, text).unwrap();
+    let mut last = path.as_os_str().to_owned();
+    last.push(".last");
+    let _ = std::fs::remove_file(last);
+}

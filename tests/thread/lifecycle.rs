@@ -179,6 +179,13 @@ async fn failed_criteria_go_back_to_running_with_the_failures_in_the_next_prompt
     std::fs::write(&damaged, "{\"id\": 3").unwrap();
     let err = threads.run_record(&format!("{id}-r1")).unwrap_err();
     assert!(
+        matches!(&err, ThreadError::NotWritten { path, .. } if *path == damaged),
+        "{err}"
+    );
+    // As an earlier ralph left it (no seal), the damage is reported as such.
+    crate::support::threads::as_an_earlier_ralph_wrote(&damaged, "{\"id\": 3");
+    let err = threads.run_record(&format!("{id}-r1")).unwrap_err();
+    assert!(
         matches!(&err, ThreadError::Corrupt { path, .. } if *path == damaged),
         "{err}"
     );
@@ -608,7 +615,7 @@ async fn a_thread_left_running_by_a_dead_process_is_resumed_at_its_iteration() {
         record["phase"] = json!({"type": phase, "data": {"iteration": 2}});
         record["runner_pid"] = json!(dead);
         record["iteration_limit"] = json!(3);
-        std::fs::write(&path, record.to_string()).unwrap();
+        crate::support::threads::hand_edit(&threads, &path, &record.to_string()).await;
         assert!(threads.get(&id).unwrap().is_orphaned());
 
         let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));

@@ -6,6 +6,7 @@ mod support;
 mod assess;
 mod draft;
 mod fallback;
+mod forged;
 mod lifecycle;
 mod preflight;
 mod record;

@@ -206,7 +206,7 @@ async fn another_running_thread_fails() {
             r#""runner_pid": null"#,
             &format!(r#""runner_pid": {}"#, std::process::id()),
         );
-    std::fs::write(&path, text).unwrap();
+    crate::support::threads::hand_edit(&threads, &path, &text).await;
     assert_eq!(
         threads.get(&first).unwrap().phase.kind(),
         PhaseKind::Running
@@ -225,7 +225,7 @@ async fn another_running_thread_fails() {
         &format!(r#""runner_pid": {}"#, std::process::id()),
         r#""runner_pid": null"#,
     );
-    std::fs::write(&path, text).unwrap();
+    crate::support::threads::hand_edit(&threads, &path, &text).await;
     let f = failures(&threads.start(&second).await.unwrap().phase);
     assert!(
         f.iter()

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::support::threads::{SPEC, finalized, repo, threads, writes};
+use crate::support::threads::{SPEC, as_an_earlier_ralph_wrote, finalized, repo, threads, writes};
 use ralph::__internals::record::{self, SCHEMA_VERSION};
 use ralph::agent::FakeAgent;
 use ralph::thread::Phase;
@@ -89,7 +89,7 @@ async fn a_malformed_file_names_the_file_line_and_column() {
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
     let path = thread_json(&threads, &id);
-    std::fs::write(&path, "{\n  \"schema_version\": 1,\n  \"id\": oops\n}\n").unwrap();
+    as_an_earlier_ralph_wrote(&path, "{\n  \"schema_version\": 1,\n  \"id\": oops\n}\n");
     let err = threads.get(&id).unwrap_err();
     assert!(matches!(err, ThreadError::Corrupt { .. }));
     let message = err.to_string();
@@ -107,7 +107,7 @@ async fn a_newer_schema_version_is_refused_clearly() {
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace(r#""schema_version": 1"#, r#""schema_version": 7"#);
-    std::fs::write(&path, text).unwrap();
+    as_an_earlier_ralph_wrote(&path, &text);
     let message = threads.get(&id).unwrap_err().to_string();
     assert!(
         message.contains("schema_version 7") && message.contains("upgrade ralph"),

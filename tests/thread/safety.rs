@@ -214,7 +214,7 @@ async fn every_non_terminal_phase_can_be_abandoned_through_the_api(#[case] phase
             "\"phase\": {\n    \"type\": \"Drafting\"\n  }",
             &format!(r#""phase": {phase}"#),
         );
-    std::fs::write(&path, text).unwrap();
+    crate::support::threads::hand_edit(&threads, &path, &text).await;
     assert_ne!(
         threads.get(&id).unwrap().phase.kind() == PhaseKind::Drafting,
         phase != r#"{"type": "Drafting"}"#,

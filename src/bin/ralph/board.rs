@@ -380,11 +380,19 @@ pub(crate) async fn issue(workspace: &Path, command: IssueCommand) -> Result<()>
     Ok(())
 }
 
-/// `ralph repair [--adopt]`.
+/// `ralph repair [--adopt]`: the board's state file, then the threads' records.
 pub(crate) async fn repair(workspace: &Path, adopt: bool) -> Result<()> {
-    match open(workspace)?.repair(adopt).await? {
-        Some(repair) => println!("{repair}"),
-        None => println!("nothing to repair"),
+    let mut repairs: Vec<String> = Vec::new();
+    if let Some(repair) = open(workspace)?.repair(adopt).await? {
+        repairs.push(repair.to_string());
+    }
+    let threads = ralph::thread::Threads::new(workspace, NoAgent)?;
+    repairs.extend(threads.repair(adopt).await?.iter().map(ToString::to_string));
+    if repairs.is_empty() {
+        println!("nothing to repair");
+    }
+    for repair in repairs {
+        println!("{repair}");
     }
     Ok(())
 }

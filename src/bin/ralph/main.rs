@@ -91,10 +91,11 @@ enum Command {
     /// Add work for INVESTIGATE.
     #[command(subcommand)]
     Issue(board::IssueCommand),
-    /// Repair .ralph/plan.jsonl when it holds lines ralph did not write: roll it back to the
-    /// last record ralph wrote (what is removed is kept in a copy beside it).
+    /// Repair ralph's state when it holds what ralph did not write: roll .ralph/plan.jsonl
+    /// back to the last record ralph wrote, and put back the last thread.json and run.json
+    /// ralph wrote (what is removed is kept in a copy beside each).
     Repair {
-        /// Accept the lines as your own instead: ralph signs them and trusts them.
+        /// Accept the changes as your own instead: ralph signs them and trusts them.
         #[arg(long)]
         adopt: bool,
     },

@@ -121,7 +121,8 @@ impl SpecBuild {
             });
         }
         let config = &ctx.config.planning;
-        let store = ImplementationStore::new(ctx.workspace.join(&config.implementation));
+        let store = ImplementationStore::new(ctx.workspace.join(&config.implementation))
+            .copies_in(crate::runtime::workspace::state_dir(&ctx.workspace));
         let plan = store
             .load()?
             .ok_or_else(|| Error::NoImplementation(store.path().to_path_buf()))?;
