@@ -386,7 +386,9 @@ impl Trust {
             }),
             (_, Some((carried, expected))) if carried == expected => Ok(Trust::Chained),
             (_, Some(_)) => Err(refused(
-                "its \"h\" does not match it, so it was changed after ralph wrote it".into(),
+                "its \"h\" does not match: the line was edited after ralph wrote it, or a line \
+                 before it removed"
+                    .into(),
             )),
             (Trust::Open, None) => Ok(Trust::Unsigned(cut)),
             (Trust::Unsigned(first), None) => Ok(Trust::Unsigned(first)),

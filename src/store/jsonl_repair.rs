@@ -1,12 +1,6 @@
-//! `ralph repair`: what to do with a `plan.jsonl` that holds lines ralph did not write.
-//!
-//! Both ways start at the first line that does not verify (or at the header of the batch it
-//! is in, so that a batch stays whole) and leave everything before it as it is:
-//!
-//! - roll back: the file is cut there; the bytes cut off are first written, fsynced, to a
-//!   copy beside it (`plan.jsonl.removed-<UTC time>`), so nothing a person typed is lost;
-//! - adopt: every line from there on must be a plan record (or batch header) in the seed
-//!   format; each is written again signed, and the file replaced atomically.
+//! `ralph repair`: roll `plan.jsonl` back to the last line ralph wrote, keeping a copy of
+//! what is removed, or adopt the lines that follow it (see the module docs of `jsonl`,
+//! "Repair").
 
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};

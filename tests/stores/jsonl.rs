@@ -264,6 +264,8 @@ async fn huge_line_round_trips() {
 async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
+    // Lines ralph signed: hand-written ones would be an earlier ralph's file, adopted with
+    // a note of its own and rewritten whole by the next persist.
     let good = written(&path, &[&[task("t-1", "a")], &[task("t-2", "b")]]).await;
     write_plan(&path, format!("{good}{{\"t\":\"task\",\"id\":\"t-3\",\"na"));
 
@@ -290,6 +292,7 @@ async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
 async fn every_crash_point_of_an_append_loads() {
     let dir = tempfile::tempdir().unwrap();
     let path = plan(&dir);
+    // Written by the store, so signed: see `torn_tail_is_dropped_and_cut_before_the_next_append`.
     let before = written(&path, &[&[task("t-1", "a")], &[task("t-2", "b")]]).await;
     let full = written(&path, &[&[task("t-2", "changed")], &[task("t-3", "c")]]).await;
     let appended = full[before.len()..].to_owned();
