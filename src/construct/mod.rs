@@ -142,6 +142,7 @@ impl Engine {
             home.refuse_uncommitted().await?;
         }
         engine.begin(rel).await?;
+        engine.ctx.warn_without_gates(&engine.emitter);
         engine.first_iteration = engine.board.run.iteration;
         Ok(engine)
     }

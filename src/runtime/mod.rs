@@ -94,6 +94,19 @@ impl Context {
         Ok(lock)
     }
 
+    /// Says on `emitter` when no gate is required: every task is then done on the agent's
+    /// word and the verifier's, which a run should never do in silence (`RALPH_GATES='[]'`
+    /// turns every gate off).
+    pub(crate) fn warn_without_gates(&self, emitter: &Emitter) {
+        if !self.gates.iter().any(|g| g.required()) {
+            emitter.emit(&Event::Warning {
+                message: "no required gate: each task is done on the agent's word and the \
+                          verifier's (add [[gates]] to ralph.toml)"
+                    .into(),
+            });
+        }
+    }
+
     /// Loads the board; a torn tail the store had to drop is reported on `emitter`.
     ///
     /// # Errors

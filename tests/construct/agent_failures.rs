@@ -46,7 +46,7 @@ async fn a_rate_limit_is_waited_out_and_the_attempt_is_not_counted(
     // Run again with the same attempt number; the limited run is not on the record.
     assert_eq!(attempts(&h.requests(role, subject)), [1, 1]);
     assert!(h.events.of_kind("task_retry").is_empty());
-    assert!(h.events.of_kind("warning").is_empty());
+    assert!(h.events.warnings().is_empty());
     assert_eq!(h.events.of_kind("task_killed").len(), 1, "only t-1's");
     assert!(
         h.events
@@ -111,7 +111,7 @@ async fn a_transient_failure_is_retried_after_a_backoff_and_not_counted(
     );
     h.agent.verify().unwrap();
     assert_eq!(attempts(&h.requests(role, subject)), [1, 1, 1]);
-    let warnings = h.events.of_kind("warning");
+    let warnings = h.events.warnings();
     assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert!(
         warnings[0]["message"]
@@ -269,7 +269,7 @@ async fn gap_analysis_gets_its_own_time_after_slow_verifiers() {
         "{:?}",
         outcome
     );
-    assert!(h.events.of_kind("warning").is_empty());
+    assert!(h.events.warnings().is_empty());
     assert_eq!(h.events.of_kind("gaps_found")[0]["tasks"], json!(["t-2"]));
 }
 

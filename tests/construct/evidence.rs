@@ -231,6 +231,13 @@ async fn with_no_required_gate_complete_says_so() {
         outcome.to_string().contains("Evidence: no required gates;"),
         "{outcome}"
     );
+    // Said at the start too: never in silence.
+    assert!(h.events.of_kind("warning").iter().any(|w| {
+        w["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("no required gate")
+    }),);
 }
 
 #[tokio::test]

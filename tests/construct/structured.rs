@@ -104,7 +104,7 @@ async fn an_invalid_structured_answer_is_retried_once_with_the_error(
         Role::Verify => assert_eq!(board.tasks["t-1a"].verifications, 2),
         _ => {}
     }
-    assert!(h.events.of_kind("warning").is_empty());
+    assert!(h.events.warnings().is_empty());
 }
 
 #[tokio::test]
@@ -229,7 +229,7 @@ async fn gap_analysis_without_a_valid_answer_is_never_no_gaps() {
         attempts(&h.requests(Role::GapAnalysis, "iteration-1")),
         [1, 2, 3, 4]
     );
-    let warnings = h.events.of_kind("warning");
+    let warnings = h.events.warnings();
     assert_eq!(warnings.len(), 1);
     let message = warnings[0]["message"].as_str().unwrap();
     assert!(message.contains("gap analysis"), "{message}");

@@ -473,7 +473,7 @@ fn task_and_retry_prompts_follow_seed_004() {
         "Complete ONLY this task:\n\n> Create the upload endpoint",
         "- [ ] Users can upload JPG/PNG up to 5MB",
         "- Do NOT work on other tasks",
-        "- Do NOT commit (Ralph handles commits)",
+        "- Do NOT commit (Ralph handles commits: the spec's work becomes one commit once its verifier accepts it), and stay on the checked-out branch",
         "1. endpoint in src/upload.ts",
         "typecheck, test",
         "<TASK_DONE>",

@@ -431,7 +431,7 @@ async fn a_stop_before_the_progress_entry_appends_it_on_restart_once() {
     assert_eq!(progress_headings(dir), ["a: Spec a"], "{text}");
     assert!(text.contains(&format!("- Commit: {head}")), "{text}");
     assert!(text.contains(&format!("\"commit\":\"{head}\"")), "{text}");
-    let warnings = recorder.of_kind("warning");
+    let warnings = recorder.warnings();
     assert!(
         warnings
             .iter()

@@ -322,14 +322,22 @@ async fn an_agent_that_switches_branch_fails_its_session_and_the_branch_is_put_b
 /// The lying agent of build mode: while building a-1 it marks a-2 completed in
 /// implementation.json. ralph catches it at its next write, puts back its own version (the
 /// forgery kept beside it) and stops; the honest re-run builds a-2, and its file exists.
+#[rstest::rstest]
+#[case::rewritten_in_place(false)]
+#[case::appended(true)]
 #[tokio::test]
-async fn an_agent_that_forges_an_acceptance_in_implementation_json_is_rolled_back() {
+async fn an_agent_that_forges_an_acceptance_in_implementation_json_is_rolled_back(
+    #[case] appended: bool,
+) {
     let ws = workspace(&[("specs/a.md", SPEC_A)]);
     let dir = ws.path();
     implementation(dir, &[("a", 1, &["Write greet.sh", "Write bye.sh"])]);
-    let forged = std::fs::read_to_string(dir.join("implementation.json"))
-        .unwrap()
-        .replace("\"status\": \"pending\"", "\"status\": \"completed\"");
+    let text = std::fs::read_to_string(dir.join("implementation.json")).unwrap();
+    let forged = match appended {
+        // A second document after the first: a reader that stops at the first misses it.
+        true => format!("{text}{{\"a-2\": \"completed\"}}\n"),
+        false => text.replace("\"status\": \"pending\"", "\"status\": \"completed\""),
+    };
     let liar = Arc::new(
         FakeAgent::new()
             .on(Role::Planner, "a", planner("# Plan: a"))

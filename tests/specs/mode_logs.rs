@@ -103,6 +103,7 @@ async fn build_mode_writes_one_event_log_per_call() {
     assert_eq!(
         events(&logs[1]),
         [
+            json!({"event": "warning", "message": "no required gate: each task is done on the agent's word and the verifier's (add [[gates]] to ralph.toml)"}),
             json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 0, "tasks": 0, "gates": []}})
         ]
     );

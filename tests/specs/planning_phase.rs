@@ -439,7 +439,7 @@ async fn planner_failures_retry_with_backoff_and_count_against_the_limit() {
         "{outcome:?}"
     );
     assert_eq!(prompts(&agent, Role::Planner).len(), 3);
-    let warnings = recorder.of_kind("warning");
+    let warnings = recorder.warnings();
     assert!(
         warnings[0]["message"]
             .as_str()

@@ -58,6 +58,19 @@ impl Recorder {
             .collect()
     }
 
+    /// The warnings, less the one every run without a required gate gets (most tests run
+    /// no gate): what a test about some other warning looks at.
+    pub fn warnings(&self) -> Vec<Value> {
+        self.of_kind("warning")
+            .into_iter()
+            .filter(|w| {
+                !w["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("no required gate"))
+            })
+            .collect()
+    }
+
     /// Events as JSON values whose `event` is `kind`.
     pub fn of_kind(&self, kind: &str) -> Vec<Value> {
         self.events()

@@ -111,6 +111,7 @@ struct SpecBuild {
 impl SpecBuild {
     async fn start(ctx: Arc<Context>, emitter: Emitter) -> Result<Self, Error> {
         let lock = ctx.begin(&emitter).await?;
+        ctx.warn_without_gates(&emitter);
         if ctx.config.build_concurrency > 1 {
             // Said, not ignored silently: a person who set it expects tasks at once.
             emitter.emit(&Event::Warning {
