@@ -27,18 +27,7 @@ async fn a_rate_limit_is_waited_out_and_the_attempt_is_not_counted(
     // The limit (1s) outlasts the stage timeout: the wait is not the work's time.
     let outcome = h.run(|b| b.stage_timeout(Duration::from_millis(500))).await;
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 2,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (2, 2));
     h.agent.verify().unwrap();
     let limited = h.events.of_kind("rate_limited");
     assert_eq!(limited.len(), 1);
@@ -97,18 +86,7 @@ async fn a_transient_failure_is_retried_after_a_backoff_and_not_counted(
         })
         .await;
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 2,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (2, 2));
     h.agent.verify().unwrap();
     assert_eq!(attempts(&h.requests(role, subject)), [1, 1, 1]);
     let warnings = h.events.warnings();
@@ -200,18 +178,7 @@ async fn each_verifier_gets_the_stage_timeout_from_its_own_start() {
         })
         .await;
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 1,
-                accepted: 4,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (1, 4));
     assert!(
         h.events
             .of_kind("verdict")
@@ -257,18 +224,7 @@ async fn gap_analysis_gets_its_own_time_after_slow_verifiers() {
         })
         .await;
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 2,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (2, 2));
     assert!(h.events.warnings().is_empty());
     assert_eq!(h.events.of_kind("gaps_found")[0]["tasks"], json!(["t-2"]));
 }

@@ -85,18 +85,7 @@ async fn an_interrupt_saves_the_state_and_a_new_ralph_resumes_the_same_attempt()
 
     let outcome = ralph.construct("spec.md").await.unwrap();
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 1,
-                accepted: 1,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (1, 1));
     second.verify().unwrap();
     // No second investigation; the build re-ran as attempt 1.
     let roles: Vec<(Role, u32)> = second
@@ -216,18 +205,7 @@ async fn a_crash_at_any_persist_loses_nothing_and_duplicates_nothing() {
 
         let board = state.board();
         let context = format!("crash at persist {fail_at}: {outcome}; {board:#?}");
-        assert!(
-            matches!(
-                outcome,
-                Outcome::Complete {
-                    iterations: 2,
-                    accepted: 2,
-                    ..
-                }
-            ),
-            "{:?}",
-            outcome
-        );
+        assert_eq!(complete(&outcome), (2, 2));
         let tasks: Vec<(&str, TaskStatus)> = board
             .tasks
             .values()
@@ -324,18 +302,7 @@ async fn an_interrupt_during_verify_keeps_the_verdicts_in_and_resumes_the_rest()
     let ralph = build_unlocked(|| Ralph::builder().workspace(dir.path()).agent(second.clone()));
     let outcome = ralph.resume().await.unwrap();
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 1,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (1, 2));
     // t-1's verdict was not asked for again.
     second.verify().unwrap();
     assert_eq!(second.requests().len(), 2);
@@ -409,18 +376,7 @@ async fn the_stage_timeout_during_a_gate_kills_the_task_and_the_gate() {
         .run(|b| b.gate(slow).stage_timeout(Duration::from_millis(400)))
         .await;
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 2,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (2, 2));
     h.agent.verify().unwrap();
     let killed = h.events.of_kind("task_killed");
     assert_eq!(killed.len(), 1);

@@ -95,18 +95,7 @@ async fn a_progress_file_is_built_ticked_and_logged() {
         .construct("spec.md")
         .await
         .unwrap();
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 1,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (1, 2));
     let text = text(dir.path());
     assert!(text.contains("- [x] Write a.txt <!-- id:t-1 -->"), "{text}");
     assert!(text.contains("- [x] Write b.txt <!-- id:t-2 -->"), "{text}");
@@ -144,18 +133,7 @@ async fn every_iteration_runs_a_fresh_agent() {
         .construct("spec.md")
         .await
         .unwrap();
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 2,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (2, 2));
     assert_eq!(
         builds(&agent),
         vec![("t-1".into(), 1), ("t-2".into(), 1), ("t-2".into(), 2)]
@@ -209,18 +187,7 @@ async fn once_runs_one_iteration_and_the_next_call_the_next() {
         .construct("spec.md")
         .await
         .unwrap();
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 2,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (2, 2));
     assert_eq!(builds(&agent).len(), 3);
 }
 
@@ -381,18 +348,7 @@ async fn a_persons_edits_between_iterations_are_honored() {
         .construct("spec.md")
         .await
         .unwrap();
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 2,
-                accepted: 3,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (2, 3));
     assert_eq!(
         builds(&agent),
         vec![("t-1".into(), 1), ("t-2".into(), 1), ("t-3".into(), 1)],
@@ -459,18 +415,7 @@ async fn an_interrupt_mid_agent_loses_nothing_and_the_next_run_resumes() {
         .construct("spec.md")
         .await
         .unwrap();
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 1,
-                accepted: 2,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (1, 2));
     assert_eq!(
         builds(&second),
         vec![("t-2".into(), 1)],
@@ -541,18 +486,7 @@ async fn ralph_done_counts_only_alone_in_the_status_section() {
             .construct("spec.md")
             .await
             .unwrap();
-        assert!(
-            matches!(
-                outcome,
-                Outcome::Complete {
-                    iterations: 1,
-                    accepted: 1,
-                    ..
-                }
-            ),
-            "{:?}",
-            outcome
-        );
+        assert_eq!(complete(&outcome), (1, 1));
         assert_eq!(
             builds(&agent).len(),
             1,

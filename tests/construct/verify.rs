@@ -35,18 +35,7 @@ async fn a_rejected_task_is_rebuilt_with_a_fresh_retry_budget_and_the_reason() {
 
     let outcome = h.run(|b| b.gate(done_gate()).retries(1)).await;
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 2,
-                accepted: 1,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (2, 1));
     h.agent.verify().unwrap();
     assert_eq!(
         attempts(&h.requests(Role::Build, "t-1")),
@@ -169,18 +158,7 @@ async fn verifiers_run_concurrently_up_to_the_limit(
 
     let outcome = ralph.construct("spec.md").await.unwrap();
 
-    assert!(
-        matches!(
-            outcome,
-            Outcome::Complete {
-                iterations: 1,
-                accepted: 6,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(complete(&outcome), (1, 6));
     let verifiers = gauge
         .inner
         .requests()

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use crate::support::Recorder;
 use crate::support::specs::*;
+use crate::support::{Recorder, specs_complete};
 use ralph::agent::Script;
 use ralph::specs::Status;
 use ralph::{Event, FakeAgent, Role, ShellGate, SpecsOutcome};
@@ -74,18 +74,7 @@ async fn three_tasks_three_sessions_then_a_commit_per_spec_and_the_next_spec() {
     let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![gate]);
 
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 2,
-                tasks: 4,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(specs_complete(&outcome), (2, 4));
     agent.verify().unwrap();
 
     // One session per task, each prompt about its own task only.
@@ -144,17 +133,7 @@ async fn three_tasks_three_sessions_then_a_commit_per_spec_and_the_next_spec() {
     drop(ralph);
     let again = crate::support::specs::ralph(dir, agent.clone(), Recorder::default(), vec![]);
     let outcome = again.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 0,
-                tasks: 0,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (0, 0));
     assert_eq!(agent.requests().len(), before);
 }
 
@@ -193,18 +172,7 @@ async fn a_failed_gate_is_retried_in_a_new_session_with_the_failure_in_its_promp
     ];
     let ralph = ralph(dir, agent.clone(), recorder.clone(), gates);
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 1,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(specs_complete(&outcome), (1, 1));
 
     let builds = prompts(&agent, Role::Build);
     assert_eq!(builds.len(), 2, "two sessions");
@@ -327,17 +295,7 @@ async fn a_restart_mid_spec_resumes_at_the_next_task() {
     ));
     let ralph2 = crate::support::specs::ralph(dir, second.clone(), Recorder::default(), vec![]);
     let outcome = ralph2.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 1,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 1));
     let subjects: Vec<_> = second
         .requests()
         .into_iter()
@@ -377,17 +335,7 @@ async fn build_mode_needs_no_plan_role_and_says_what_is_missing() {
     drop(ralph);
     let ralph = crate::support::specs::ralph(dir, agent.clone(), Recorder::default(), vec![]);
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 1,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 1));
     assert!(agent.requests().iter().all(|r| r.role != Role::Breakdown));
 
     let plain = tempfile::tempdir().unwrap();
@@ -597,17 +545,7 @@ async fn a_spec_without_tasks_and_a_non_utf8_spec_are_verified_not_panicked_on()
     );
     let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 0,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 0));
     let verify = &prompts(&agent, Role::Verify)[0].1;
     assert!(verify.contains("# A \u{fffd}\u{fffd} spec"), "{verify}");
 }
@@ -711,18 +649,7 @@ async fn build_mode_says_that_build_concurrency_is_the_construct_loops() {
 
     let outcome = ralph.build_specs().await.unwrap();
 
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 1,
-                ..
-            }
-        ),
-        "{:?}",
-        outcome
-    );
+    assert_eq!(specs_complete(&outcome), (1, 1));
     assert!(
         recorder.events().iter().any(|e| matches!(e,
             Event::Warning { message } if message.starts_with("build_concurrency = 3 applies to the construct loop"))),

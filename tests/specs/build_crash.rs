@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::support::Recorder;
 use crate::support::specs::*;
+use crate::support::{Recorder, specs_complete};
 use ralph::specs::Status;
-use ralph::{Event, FakeAgent, Ralph, Role, SpecsOutcome};
+use ralph::{Event, FakeAgent, Ralph, Role};
 use serde_json::Value;
 
 const SPEC: &str = "# Greeter\n\nWrite greet.sh in POSIX sh.\n";
@@ -160,17 +160,7 @@ async fn uninterrupted() -> Value {
     );
     let ralph = build(ws.path(), both.clone(), Recorder::default());
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 2,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 2));
     both.verify().unwrap();
     end_state(ws.path())
 }
@@ -227,17 +217,7 @@ async fn a_stop_anywhere_in_a_plan_invalidation_resumes_to_the_same_state() {
         let second = second_agent(verifier_again);
         let ralph2 = build(dir, second.clone(), Recorder::default());
         let outcome = ralph2.build_specs().await.unwrap();
-        assert!(
-            matches!(
-                outcome,
-                SpecsOutcome::Complete {
-                    specs: 1,
-                    tasks: 1,
-                    ..
-                }
-            ),
-            "{outcome:?}"
-        );
+        assert_eq!(specs_complete(&outcome), (1, 1), "{point}");
         second.verify().unwrap();
         let verifications = prompts(&second, Role::Verify).len();
         assert_eq!(verifications, 1 + usize::from(verifier_again), "{point}");
@@ -303,17 +283,7 @@ async fn a_stop_after_the_commit_records_that_commit_without_a_second_verificati
     let recorder = Recorder::default();
     let ralph2 = build(dir, idle.clone(), recorder.clone());
     let outcome = ralph2.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 0,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 0));
     assert!(idle.requests().is_empty(), "{:?}", idle.requests());
     assert_eq!(
         commits(dir),
@@ -358,17 +328,7 @@ async fn a_stop_before_the_commit_commits_on_restart_without_a_second_verificati
     let idle = Arc::new(FakeAgent::new());
     let ralph2 = build(dir, idle.clone(), Recorder::default());
     let outcome = ralph2.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 0,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 0));
     assert!(idle.requests().is_empty());
     assert_eq!(commits(dir), ["Spec a", "Initial commit"]);
     let shown = git(dir, &["show", "--name-only", "--format=", "HEAD"]);
@@ -415,17 +375,7 @@ async fn a_stop_before_the_progress_entry_appends_it_on_restart_once() {
     let recorder = Recorder::default();
     let ralph2 = build(dir, idle.clone(), recorder.clone());
     let outcome = ralph2.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 0,
-                tasks: 0,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (0, 0));
     assert!(idle.requests().is_empty());
     let text = std::fs::read_to_string(&progress).unwrap();
     assert_eq!(progress_headings(dir), ["a: Spec a"], "{text}");
@@ -467,17 +417,7 @@ async fn a_missed_entry_comes_before_the_next_specs_entry() {
     );
     let ralph2 = build(dir, agent, Recorder::default());
     let outcome = ralph2.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 1,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 1));
     assert_eq!(progress_headings(dir), ["a: Spec a", "b: Spec b"]);
     let text = std::fs::read_to_string(&progress).unwrap();
     assert_eq!(text.matches("# Progress").count(), 1, "{text}");

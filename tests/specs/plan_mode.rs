@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use crate::support::Recorder;
 use crate::support::specs::*;
+use crate::support::{Recorder, specs_complete};
 use ralph::agent::Script;
 use ralph::specs::Status;
 use ralph::{FakeAgent, Role, SpecsOutcome};
@@ -100,17 +100,7 @@ async fn build_mode_runs_from_plan_modes_file_without_parsing() {
     );
     let ralph2 = ralph(dir, builder_agent.clone(), Recorder::default(), vec![]);
     let outcome = ralph2.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 2,
-                tasks: 4,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (2, 4));
     assert!(
         builder_agent
             .requests()
@@ -276,17 +266,7 @@ async fn unknown_fields_survive_plan_mode_and_build_mode() {
     assert_eq!(after_plan["updatedBy"], "plan-mode");
 
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 2,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 2));
     let after_build = raw();
     assert_eq!(after_build["owner"], "platform-team");
     assert_eq!(after_build["specs"][0]["jira"], "GR-12");

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::support::Recorder;
 use crate::support::specs::*;
+use crate::support::{Recorder, specs_complete};
 use ralph::__internals::plan_files::{PlanFiles, PlanStatus};
 use ralph::agent::Script;
 use ralph::specs::Status;
@@ -46,17 +46,7 @@ async fn a_fresh_spec_is_planned_and_the_plan_reaches_implementer_and_verifier()
     let recorder = Recorder::default();
     let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 1,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 1));
     assert!(!Role::Planner.may_write(), "the planner is read-only");
 
     assert_eq!(
@@ -173,17 +163,7 @@ async fn an_active_plan_is_reused_and_a_hand_written_one_adopted() {
     );
     let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 2,
-                tasks: 2,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (2, 2));
     assert!(prompts(&agent, Role::Planner).is_empty(), "no planner ran");
     let builds = prompts(&agent, Role::Build);
     assert!(builds[0].1.contains("active plan"));
@@ -252,17 +232,7 @@ async fn plan_invalidation_archives_replans_and_reworks() {
     let recorder = Recorder::default();
     let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 2,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 2));
     agent.verify().unwrap();
 
     let archived = std::fs::read_to_string(dir.join("specs/plans/a.attempt-1.md")).unwrap();
@@ -389,17 +359,7 @@ async fn an_ordinary_rejection_keeps_the_plan_and_carries_the_feedback() {
     );
     let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 2,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 2));
     assert_eq!(prompts(&agent, Role::Planner).len(), 1, "no re-plan");
     assert!(!dir.join("specs/plans/a.attempt-1.md").exists());
     assert_eq!(meta(dir, "a")["attempt"], 1);
@@ -427,17 +387,7 @@ async fn planner_failures_retry_with_backoff_and_count_against_the_limit() {
     let recorder = Recorder::default();
     let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
     let outcome = ralph.build_specs().await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            SpecsOutcome::Complete {
-                specs: 1,
-                tasks: 1,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(specs_complete(&outcome), (1, 1));
     assert_eq!(prompts(&agent, Role::Planner).len(), 3);
     let warnings = recorder.warnings();
     assert!(

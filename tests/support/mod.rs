@@ -36,6 +36,28 @@ use ralph::agent::Script;
 use ralph::{Event, Observer};
 use serde_json::{Value, json};
 
+/// The iterations and the accepted count of a complete construct run; panics with the
+/// outcome when it is anything else.
+pub fn complete(outcome: &ralph::Outcome) -> (u32, usize) {
+    match outcome {
+        ralph::Outcome::Complete {
+            iterations,
+            accepted,
+            ..
+        } => (*iterations, *accepted),
+        other => panic!("expected Complete, got {other:?}"),
+    }
+}
+
+/// The specs and tasks of a complete build-mode run; panics with the outcome when it is
+/// anything else.
+pub fn specs_complete(outcome: &ralph::SpecsOutcome) -> (usize, usize) {
+    match outcome {
+        ralph::SpecsOutcome::Complete { specs, tasks, .. } => (*specs, *tasks),
+        other => panic!("expected Complete, got {other:?}"),
+    }
+}
+
 /// Collects every event.
 #[derive(Clone, Default)]
 pub struct Recorder(Arc<Mutex<Vec<Event>>>);
