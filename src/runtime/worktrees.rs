@@ -70,14 +70,7 @@ pub(crate) async fn add(
 ) -> Result<PathBuf, GitError> {
     let _registry = REGISTRY.lock().await;
     remove_unlocked(git, workspace, task).await?;
-    let path = path(workspace, task);
-    if let Err(source) = std::fs::create_dir_all(dir(workspace)) {
-        return Err(GitError::Spawn {
-            command: "worktree add".into(),
-            dir: dir(workspace),
-            source,
-        });
-    }
+    let path = make_room(workspace, task)?;
     git.add_worktree(&path, &branch(task), commit).await?;
     Ok(path)
 }
@@ -94,16 +87,20 @@ pub(crate) async fn check_out(
 ) -> Result<PathBuf, GitError> {
     let _registry = REGISTRY.lock().await;
     remove_tree(git, workspace, task).await?;
-    let path = path(workspace, task);
-    if let Err(source) = std::fs::create_dir_all(dir(workspace)) {
-        return Err(GitError::Spawn {
-            command: "worktree add".into(),
-            dir: dir(workspace),
-            source,
-        });
-    }
+    let path = make_room(workspace, task)?;
     git.add_worktree_on(&path, &branch(task)).await?;
     Ok(path)
+}
+
+/// The folder of work trees, made if missing; the path of `task`'s.
+fn make_room(workspace: &Path, task: &TaskId) -> Result<PathBuf, GitError> {
+    let dir = dir(workspace);
+    std::fs::create_dir_all(&dir).map_err(|source| GitError::Spawn {
+        command: "worktree add".into(),
+        dir,
+        source,
+    })?;
+    Ok(path(workspace, task))
 }
 
 /// Removes `task`'s work tree and branch.
