@@ -192,20 +192,31 @@ impl Home {
         }))
     }
 
-    /// Checks the user's branch out again; what the agent left uncommitted on the other
-    /// branch is kept in a stash entry first, so the switch cannot fail on it or lose it.
+    /// Checks the user's branch out again. Only when what the agent left uncommitted on the
+    /// other branch is in the way is it moved into a stash entry first (the user's own
+    /// untracked files, noted when the turn began, stay where they are), so the switch cannot
+    /// fail on it or lose it.
     async fn switch_back(&self, from: Option<&str>) -> Result<(), GitError> {
+        if self.switch_home().await.is_ok() {
+            return Ok(());
+        }
+        let theirs: Vec<String> = self.noted()?.map(|t| t.untracked).unwrap_or_default();
         let left: Vec<String> = self
             .git
             .changed_paths(&self.kept_out())
             .await?
             .into_iter()
             .map(|(path, _)| path)
+            .filter(|path| !theirs.contains(path))
             .collect();
         let place = from.map_or_else(|| "a detached HEAD".to_owned(), |b| format!("branch {b}"));
         self.git
             .stash_paths(&format!("ralph: what an agent left on {place}"), &left)
             .await?;
+        self.switch_home().await
+    }
+
+    async fn switch_home(&self) -> Result<(), GitError> {
         match &self.branch {
             Some(branch) => self.git.switch(branch).await,
             None => self.git.detach(&self.head).await,
