@@ -228,7 +228,11 @@ echo '{"specs":[{"id":"hello","name":"Hello","file":"specs/hello.md","priority":
 fn the_board_from_the_shell_status_task_add_and_query_next() {
     let dir = project();
 
-    let added = ralph(dir.path(), &["task", "add", r#"{"name":"x"}"#], &[]);
+    let added = ralph(
+        dir.path(),
+        &["task", "add", r#"{"name":"x","accept":"x is done"}"#],
+        &[],
+    );
     assert_eq!(stdout(&added).trim(), "t-1", "{}", stderr(&added));
     let next = ralph(dir.path(), &["query", "next"], &[]);
     let next: serde_json::Value = serde_json::from_str(&stdout(&next)).unwrap();
@@ -803,8 +807,8 @@ fn query_lists_the_open_issues_and_the_tasks() {
         stdout(&out)
     };
     run(&["issue", "add", "the greeting is rude"]);
-    run(&["task", "add", r#"{"name":"a"}"#]);
-    run(&["task", "add", r#"{"name":"b"}"#]);
+    run(&["task", "add", r#"{"name":"a","accept":"a"}"#]);
+    run(&["task", "add", r#"{"name":"b","accept":"b"}"#]);
     run(&["task", "done", "t-1"]);
 
     let issues: Vec<serde_json::Value> = run(&["query", "issues"])
