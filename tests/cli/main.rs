@@ -8,6 +8,7 @@
 mod support;
 
 mod crash_resume;
+mod dead_ends;
 mod demo;
 mod docs;
 mod parallel_crash;
