@@ -858,7 +858,8 @@ pub enum Stage {
     Build,
     /// Done tasks wait for the verifier and nothing is buildable.
     Verify,
-    /// A task was killed (timeout or context limit) and waits to be split.
+    /// A task was killed (timeout or context limit), or rejected by verifiers
+    /// `decompose_after_rejections` times, and waits to be split.
     Decompose,
     /// Nothing remains.
     Complete,

@@ -1,6 +1,8 @@
-//! DECOMPOSE: a task killed by a limit (in BUILD or VERIFY) is replaced by 2–5 subtasks, and
-//! an issue whose investigator was killed becomes 2–5 tasks, designed by an agent that sees
-//! only the head and tail of the killed run's log (the whole log is what overflowed).
+//! DECOMPOSE: a task killed by a limit (in BUILD or VERIFY), or rejected by verifiers
+//! `decompose_after_rejections` times, is replaced by 2–5 subtasks, and an issue whose
+//! investigator was killed becomes 2–5 tasks, designed by an agent that sees only the head
+//! and tail of the killed run's log (the whole log is what overflowed), or for a rejected
+//! task, of its last passing build's log, with the rejections' reasons.
 
 use serde::Serialize;
 

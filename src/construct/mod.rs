@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! loop until complete | max iterations | blocked | interrupted
-//!   DECOMPOSE    a killed task -> 2-5 subtasks from its log's head and tail; iteration ends
+//!   DECOMPOSE    a killed task (or one rejected `decompose_after_rejections` times) -> 2-5
+//!                subtasks from its log's head and tail; iteration ends
 //!   INVESTIGATE  open issues -> tasks (or out of scope)
 //!   BUILD        next unblocked task by priority: prompt -> agent -> marker -> gates
 //!                -> done | retry with the failure | blocked | killed

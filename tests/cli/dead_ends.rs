@@ -64,10 +64,10 @@ fn next_command(out: &Output) -> String {
 
 /// Runs `command` in `dir` as a person would paste it into a shell, the `ralph` on PATH
 /// being this build's.
-fn run_printed(dir: &Path, command: &str) -> Output {
+pub(super) fn run_printed(dir: &Path, command: &str) -> Output {
     let bin = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(ralph_bin(), bin.path().join("ralph")).unwrap();
-    let out = Command::new("sh")
+    Command::new("sh")
         .args(["-c", command])
         .current_dir(dir)
         .env_remove("RALPH_CLAUDE_BIN")
@@ -76,9 +76,7 @@ fn run_printed(dir: &Path, command: &str) -> Output {
             format!("{}:/usr/local/bin:/usr/bin:/bin", bin.path().display()),
         )
         .output()
-        .unwrap();
-    eprintln!("$ {command}\n{}{}", stdout(&out), stderr(&out));
-    out
+        .unwrap()
 }
 
 fn ok(out: &Output) -> &Output {
@@ -478,4 +476,35 @@ json = { tasks = [], issues = [] }
             .any(|l| l.starts_with("t-1 ") && l.contains("decomposed")),
         "{board}"
     );
+}
+
+/// A workspace whose gap analysis gave no valid answer is UNVERIFIED: the summary and `ralph
+/// status` say `ralph construct` asks the gap analysis again, and it does.
+#[test]
+fn an_unverified_spec_is_checked_again_by_the_printed_command() {
+    let dir = project_with_agents("works", "");
+    let prose = WORKS.replace(
+        r#"  gap_analysis) echo '{"tasks":[],"issues":[]}' ;;"#,
+        "  gap_analysis) echo 'Nothing is missing, I think.' ;;",
+    );
+    std::fs::write(dir.path().join("agent.sh"), prose).unwrap();
+
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Unverified"), "{}", stdout(&out));
+    let status = stdout(ok(&ralph(dir.path(), &["status"], &[])));
+    assert!(status.starts_with("stage UNVERIFIED"), "{status}");
+    for text in [stdout(&out), status] {
+        assert!(
+            text.contains("`ralph construct` asks the gap analysis again"),
+            "{text}"
+        );
+    }
+
+    std::fs::write(dir.path().join("agent.sh"), WORKS).unwrap();
+    let out = run_printed(dir.path(), &next_command(&out));
+
+    ok(&out);
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
 }

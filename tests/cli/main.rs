@@ -82,6 +82,18 @@ fn init_guesses_the_gates_ignores_the_state_and_never_overwrites() {
     );
     let ignore = std::fs::read_to_string(dir.path().join(".gitignore")).unwrap();
     assert!(ignore.lines().any(|l| l == ".ralph/"), "{ignore}");
+    // The file loads: every key in it is one ralph knows, at its default.
+    assert!(
+        config.contains("decompose_after_rejections = 2"),
+        "{config}"
+    );
+    let dry = ralph(dir.path(), &["construct", "spec.md", "--dry-run"], &[]);
+    assert_eq!(dry.status.code(), Some(0), "{}", stderr(&dry));
+    assert!(
+        stdout(&dry).contains("decompose after 2 rejections"),
+        "{}",
+        stdout(&dry)
+    );
 
     std::fs::write(dir.path().join("ralph.toml"), "# mine\n").unwrap();
     let again = ralph(dir.path(), &["init"], &[]);
@@ -728,6 +740,18 @@ role = "build"
 repeat = true
 [[run.steps]]
 answer = "Done.\n<TASK_DONE>"
+
+[[run]]
+role = "verify"
+repeat = true
+[[run.steps]]
+json = { verdict = "accept", reason = "ok" }
+
+[[run]]
+role = "gap_analysis"
+repeat = true
+[[run.steps]]
+json = { tasks = [], issues = [] }
 "#,
     )
     .unwrap();
@@ -747,7 +771,25 @@ answer = "Done.\n<TASK_DONE>"
     );
     let text = stdout(&out);
     assert!(text.contains("gate test failed the same way"), "{text}");
-    assert!(text.contains("next: fix the gate"), "{text}");
+    // The next step names the tasks the gate blocked, and the script the run was given.
+    let command = format!(
+        "ralph task unblock t-1 t-2 && ralph construct --script {}",
+        script.display()
+    );
+    assert!(
+        text.contains(&format!(
+            "next: fix the gate test (ralph.toml), then `{command}`"
+        )),
+        "{text}"
+    );
+    std::fs::write(
+        dir.path().join("ralph.toml"),
+        "retries = 0\n[[gates]]\nname = \"test\"\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let out = dead_ends::run_printed(dir.path(), &command);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
 }
 
 /// A dry run writes nothing, in every mode of the command.
