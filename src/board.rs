@@ -10,7 +10,10 @@
 //! [`Store`]: crate::Store
 
 use crate::event::Event;
-use crate::model::{AcceptedBy, Board, Change, Issue, IssueId, Task, TaskId, TaskStatus};
+use crate::model::rules;
+use crate::model::{
+    AcceptedBy, Board, Change, Issue, IssueId, IssueStatus, Task, TaskId, TaskStatus, Unblocked,
+};
 use crate::prioritize::PriorityReport;
 use crate::ralph::Ralph;
 use crate::runtime::error::Error;
@@ -22,10 +25,18 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::Busy`] while another ralph holds the workspace; [`Error::Store`] when the
-    /// board cannot be loaded or saved.
+    /// [`Error::InvalidEdit`] when `text` is empty or only whitespace; [`Error::Busy`] while
+    /// another ralph holds the workspace; [`Error::Store`] when the board cannot be loaded
+    /// or saved.
     pub async fn add_issue(&self, text: impl Into<String>) -> Result<IssueId, Error> {
         let text = text.into();
+        if text.trim().is_empty() {
+            return Err(Error::InvalidEdit {
+                edit: "issue add",
+                field: "text".into(),
+                reason: "is empty: say what is wrong or missing".into(),
+            });
+        }
         self.edit(|board| {
             let id = board.next_issue_id();
             let issue = Issue::new(id.clone(), text).with_origin("user");
@@ -37,16 +48,55 @@ impl Ralph {
         .await
     }
 
-    /// Adds a task as given. Returns its id.
+    /// Adds a task as given, once it is checked. Returns its id.
+    ///
+    /// The checks, each refused with [`Error::InvalidEdit`] naming the field:
+    ///
+    /// - `id`: ASCII letters, digits, `-`, `_` and `.`, at most 64 bytes, not starting with
+    ///   `.` or `-`, with no `..`, not ending with `.` or `.lock`: an id names a git branch
+    ///   (`ralph-task/<id>`) and a folder (`.ralph/worktrees/<id>`);
+    /// - `name`: one line, not empty;
+    /// - `accept` ([`Task::acceptance`]): not empty, since it is what a verifier checks the
+    ///   work against (there is no default);
+    /// - `deps[i]`: a task on the board, not decomposed (name its subtasks), and no cycle
+    ///   (the task itself, or a task that depends on it in turn).
+    ///
+    /// ```
+    /// use ralph::{Error, FakeAgent, MemoryStore, Ralph, model::Task};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let dir = tempfile::tempdir()?;
+    /// let ralph = Ralph::builder()
+    ///     .workspace(dir.path())
+    ///     .agent(FakeAgent::new())
+    ///     .store(MemoryStore::new())
+    ///     .build()?;
+    /// let task = Task::new("t-1", "Write hello.txt").with_acceptance("hello.txt says hello");
+    /// let err = ralph.add_task(task.clone().with_deps(["t-99"])).await.unwrap_err();
+    /// assert_eq!(err.to_string(), "task add: deps[0] names t-99, which is not on the board");
+    /// assert!(matches!(err, Error::InvalidEdit { .. }));
+    /// assert_eq!(ralph.add_task(task).await?, "t-1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// [`Error::DuplicateTask`] when a task with its id exists (replacing it could undo an
-    /// acceptance); otherwise as [`add_issue`](Self::add_issue).
+    /// [`Error::InvalidEdit`] as above; [`Error::DuplicateTask`] when a task with its id
+    /// exists (replacing it could undo an acceptance); otherwise as
+    /// [`add_issue`](Self::add_issue).
     pub async fn add_task(&self, task: Task) -> Result<TaskId, Error> {
         self.edit(|board| {
             if board.tasks.contains_key(&task.id) {
                 return Err(Error::DuplicateTask(task.id));
+            }
+            if let Some((field, reason)) = rules::new_task_problem(board, &task) {
+                return Err(Error::InvalidEdit {
+                    edit: "task add",
+                    field,
+                    reason,
+                });
             }
             Ok((task.id.clone(), vec![Change::Task(task)]))
         })
@@ -122,19 +172,62 @@ impl Ralph {
     }
 
     /// Puts a blocked task back to pending with a fresh retry budget, after whatever blocked
-    /// it (a broken gate, a missing credential) was fixed.
+    /// it (a broken gate, a missing credential) was fixed. A task blocked because it can
+    /// never be built as it stands is made buildable: its dependencies that can never be
+    /// met (tasks not on the board, tasks that depend on it in turn) are dropped, and an id
+    /// that cannot name a git branch or folder is replaced by a new one (see
+    /// [`Unblocked`]). A task killed before it was blocked (its decomposer failed) goes to
+    /// DECOMPOSE again.
     ///
     /// # Errors
     ///
     /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not blocked; otherwise as
     /// [`add_issue`](Self::add_issue).
-    pub async fn unblock(&self, id: &TaskId) -> Result<(), Error> {
-        self.change_task(
-            id,
-            TaskStatus::Blocked,
-            "only a blocked task can be unblocked",
-            Task::unblock,
-        )
+    pub async fn unblock(&self, id: &TaskId) -> Result<Unblocked, Error> {
+        self.edit(|board| {
+            let task = board
+                .tasks
+                .get(id)
+                .cloned()
+                .ok_or_else(|| Error::UnknownTask(id.clone()))?;
+            if task.status != TaskStatus::Blocked {
+                return Err(Error::TaskState {
+                    task: id.clone(),
+                    status: task.status,
+                    wanted: "only a blocked task can be unblocked",
+                });
+            }
+            Ok(unblocked(board, task))
+        })
+        .await
+    }
+
+    /// Opens a blocked issue again with a fresh retry budget, after whatever blocked it
+    /// was fixed (an agent that was down or answered prose, for its investigation or its
+    /// decomposition). Its attempts keep counting: the next attempt's number and log name
+    /// follow the last. `ralph issue unblock ID` is this.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownIssue`], [`Error::IssueState`] when it is not blocked; otherwise as
+    /// [`add_issue`](Self::add_issue).
+    pub async fn unblock_issue(&self, id: &IssueId) -> Result<(), Error> {
+        self.edit(|board| {
+            let mut issue = board
+                .issues
+                .get(id)
+                .cloned()
+                .ok_or_else(|| Error::UnknownIssue(id.clone()))?;
+            if issue.status != IssueStatus::Blocked {
+                return Err(Error::IssueState {
+                    issue: id.clone(),
+                    status: issue.status,
+                    wanted: "only a blocked issue can be unblocked",
+                });
+            }
+            issue.unblock();
+            Ok(((), vec![Change::Issue(issue)]))
+        })
         .await
     }
 
@@ -246,4 +339,38 @@ impl Ralph {
         }
         Ok(result)
     }
+}
+
+/// The changes that make blocked `task` buildable on `board`, and what they did: pending
+/// with a fresh retry budget, without the dependencies that can never be met, and under a
+/// new id when its own cannot name a git branch or folder (the old record kept as replaced
+/// by it, and its dependents rewired).
+fn unblocked(board: &mut Board, mut task: Task) -> (Unblocked, Vec<Change>) {
+    task.unblock();
+    let dropped = rules::unmeetable_deps(board, &task);
+    task.deps.retain(|d| !dropped.contains(d));
+    if rules::id_problem(task.id.as_str()).is_none() {
+        let id = task.id.clone();
+        return (Unblocked { task: id, dropped }, vec![Change::Task(task)]);
+    }
+    let old = task.id.clone();
+    let new = board.next_task_id();
+    let mut changes = Vec::new();
+    for dependent in board.tasks.values().filter(|t| t.deps.contains(&old)) {
+        let mut rewired = dependent.clone();
+        for dep in &mut rewired.deps {
+            if *dep == old {
+                *dep = new.clone();
+            }
+        }
+        changes.push(Change::Task(rewired));
+    }
+    let mut replaced = task.clone();
+    replaced.status = TaskStatus::Decomposed;
+    task.id = new.clone();
+    task.parent = Some(old);
+    changes.push(Change::Task(task));
+    changes.push(Change::Task(replaced));
+    changes.push(Change::Run(board.run.clone()));
+    (Unblocked { task: new, dropped }, changes)
 }

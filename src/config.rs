@@ -7,6 +7,7 @@
 //! stage_timeout = "5m"
 //! agent_timeout = "5m"
 //! retries = 2
+//! decompose_after_rejections = 2   # verifier rejections of a task before it is split
 //! verify_concurrency = 4
 //! build_concurrency = 1   # ready tasks built at once, each in its own git work tree
 //! transient_retries = 4
@@ -81,6 +82,13 @@ pub struct Config {
     pub grace: Duration,
     /// Retries of a task after its first attempt fails (gates, missing marker). Default 2.
     pub retries: u32,
+    /// Verifier rejections of one task after which it goes to DECOMPOSE instead of being
+    /// built again (seed 000: a rejected task "remains for retry or decomposition"): the
+    /// decomposer sees the rejections' reasons and the head and tail of its last build's
+    /// log. Only a verifier's judgement of the work counts, not a verifier that gave no
+    /// usable answer, nor a person's rejection. Default 2; 1 decomposes at the first
+    /// rejection.
+    pub decompose_after_rejections: u32,
     /// Verifier runs at once in VERIFY. Default 4 (seed 000 runs them all at once; why
     /// not: the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
     pub verify_concurrency: usize,
@@ -140,6 +148,7 @@ impl Default for Config {
             agent_timeout: Duration::from_secs(300),
             grace: crate::process::DEFAULT_GRACE,
             retries: 2,
+            decompose_after_rejections: 2,
             verify_concurrency: 4,
             build_concurrency: 1,
             transient_retries: 4,
@@ -503,6 +512,12 @@ impl Config {
         if self.max_iterations == 0 {
             return Err(invalid("max_iterations", "must be at least 1".into()));
         }
+        if self.decompose_after_rejections == 0 {
+            return Err(invalid(
+                "decompose_after_rejections",
+                "must be at least 1".into(),
+            ));
+        }
         if self.verify_concurrency == 0 {
             return Err(invalid("verify_concurrency", "must be at least 1".into()));
         }
@@ -565,7 +580,8 @@ pub mod bounds {
 
     /// `max_iterations`.
     pub const MAX_ITERATIONS: u32 = 100_000;
-    /// `retries`, `transient_retries`, `planning.max_attempts`.
+    /// `retries`, `transient_retries`, `planning.max_attempts`,
+    /// `decompose_after_rejections`.
     pub const MAX_RETRIES: u32 = 1_000;
     /// `verify_concurrency`, `build_concurrency`.
     pub const MAX_CONCURRENCY: usize = 1_024;
@@ -603,6 +619,11 @@ impl Config {
         at_most(
             "transient_retries",
             self.transient_retries.into(),
+            MAX_RETRIES.into(),
+        )?;
+        at_most(
+            "decompose_after_rejections",
+            self.decompose_after_rejections.into(),
             MAX_RETRIES.into(),
         )?;
         at_most(
@@ -1275,6 +1296,29 @@ mod tests {
                 !msg.contains("BTreeMap") && !msg.contains("src/config.rs"),
                 "{msg}"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn decompose_after_rejections_is_at_least_1_and_bounded() {
+        Jail::expect_with(|jail| {
+            assert_eq!(load_in(jail).unwrap().decompose_after_rejections, 2);
+            jail.create_file("ralph.toml", "decompose_after_rejections = 0\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("decompose_after_rejections must be at least 1")
+                    && msg.contains("ralph.toml"),
+                "{msg}"
+            );
+            jail.create_file("ralph.toml", "decompose_after_rejections = 1001\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("decompose_after_rejections must be at most 1000, got 1001"),
+                "{msg}"
+            );
+            jail.create_file("ralph.toml", "decompose_after_rejections = 1\n")?;
+            assert_eq!(load_in(jail).unwrap().decompose_after_rejections, 1);
             Ok(())
         });
     }

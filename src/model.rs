@@ -13,6 +13,8 @@ pub use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod rules;
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
@@ -162,6 +164,11 @@ pub enum KillReason {
     Timeout,
     /// The agent's context window filled past the kill threshold (or compaction failed).
     ContextLimit,
+    /// Verifiers rejected the task as often as
+    /// [`decompose_after_rejections`](crate::Config::decompose_after_rejections) allows
+    /// (seed 000: a rejected task "remains for retry or decomposition"): building it once
+    /// more is unlikely to help, so it is split instead.
+    Rejected,
 }
 
 impl fmt::Display for KillReason {
@@ -169,6 +176,7 @@ impl fmt::Display for KillReason {
         f.write_str(match self {
             KillReason::Timeout => "timeout",
             KillReason::ContextLimit => "context_limit",
+            KillReason::Rejected => "rejected",
         })
     }
 }
@@ -241,6 +249,11 @@ pub struct Task {
     /// Verifier runs ever made for this task.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub verifications: u32,
+    /// Times a verifier judged its work and rejected it (never reset). At
+    /// [`decompose_after_rejections`](crate::Config::decompose_after_rejections) the task
+    /// goes to DECOMPOSE ([`KillReason::Rejected`]) instead of being built again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rejections: u32,
     /// The previous attempt's failure (gate output, missing marker), for the retry prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<String>,
@@ -250,9 +263,14 @@ pub struct Task {
     /// Why the task's agent was killed; a pending task with one goes to DECOMPOSE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kill_reason: Option<KillReason>,
-    /// The killed run's log, of which DECOMPOSE reads only the head and tail.
+    /// The killed run's log, of which DECOMPOSE reads only the head and tail (for a task
+    /// rejected too often, its last build's log).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kill_log: Option<PathBuf>,
+    /// The agent's log of its last build attempt that passed the gates, relative to the
+    /// workspace: what a decomposer reads when verifiers keep rejecting that work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_log: Option<PathBuf>,
     /// Why the task is blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
@@ -297,6 +315,19 @@ impl fmt::Display for AcceptedBy {
     }
 }
 
+/// What [`Ralph::unblock`](crate::Ralph::unblock) did to make a blocked task buildable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Unblocked {
+    /// The task, pending again: the id given, or a new one (`t-<n>`) when the given id
+    /// could not name a git branch or folder; the old record is then kept as replaced
+    /// ([`TaskStatus::Decomposed`], the new task its only subtask).
+    pub task: TaskId,
+    /// The dependencies dropped because they could never be met: tasks not on the board,
+    /// and tasks that depend on this one in turn (a cycle).
+    pub dropped: Vec<TaskId>,
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -320,10 +351,12 @@ impl Task {
             attempts: 0,
             retry_base: 0,
             verifications: 0,
+            rejections: 0,
             last_failure: None,
             tombstones: Vec::new(),
             kill_reason: None,
             kill_log: None,
+            build_log: None,
             blocked_reason: None,
             verdict: None,
             gates: Vec::new(),
@@ -462,7 +495,8 @@ pub enum IssueStatus {
     /// Judged out of scope for the spec.
     #[serde(rename = "n", alias = "out_of_scope")]
     OutOfScope,
-    /// Investigation failed past the retry limit.
+    /// Investigation (or the decomposition of a killed investigation) failed past the
+    /// retry limit; [`Ralph::unblock_issue`](crate::Ralph::unblock_issue) opens it again.
     #[serde(rename = "b", alias = "blocked")]
     Blocked,
 }
@@ -484,9 +518,14 @@ pub struct Issue {
     /// Where it came from (`spec`, `verify`, `user`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
-    /// Investigation attempts made.
+    /// Investigation attempts ever made (never reset; the attempt number an agent run
+    /// sees, and its log's name).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: u32,
+    /// `attempts` when the current round began ([`unblock`](Self::unblock) starts a new
+    /// one); retries are counted from here.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry_base: u32,
     /// Tasks created from it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskId>,
@@ -512,6 +551,7 @@ impl Issue {
             priority: None,
             origin: None,
             attempts: 0,
+            retry_base: 0,
             tasks: Vec::new(),
             reason: None,
             kill_reason: None,
@@ -522,6 +562,21 @@ impl Issue {
     /// Open, with its investigator killed: DECOMPOSE takes it, not INVESTIGATE.
     pub fn is_killed(&self) -> bool {
         self.status == IssueStatus::Open && self.kill_reason.is_some()
+    }
+
+    /// Investigation attempts made in the current round (since the last unblock).
+    pub fn round_attempts(&self) -> u32 {
+        self.attempts.saturating_sub(self.retry_base)
+    }
+
+    /// A blocked issue open again, with a fresh retry budget (after a person fixed what
+    /// blocked it: an agent that was down, one that answered prose). Its attempts keep
+    /// counting, so the next attempt's number and log name follow the last. An issue whose
+    /// investigator was killed goes back to DECOMPOSE, which failed on it before.
+    pub fn unblock(&mut self) {
+        self.status = IssueStatus::Open;
+        self.reason = None;
+        self.retry_base = self.attempts;
     }
 
     /// Sets an explicit priority.
@@ -803,7 +858,8 @@ pub enum Stage {
     Build,
     /// Done tasks wait for the verifier and nothing is buildable.
     Verify,
-    /// A task was killed (timeout or context limit) and waits to be split.
+    /// A task was killed (timeout or context limit), or rejected by verifiers
+    /// `decompose_after_rejections` times, and waits to be split.
     Decompose,
     /// Nothing remains.
     Complete,

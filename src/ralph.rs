@@ -397,6 +397,12 @@ impl RalphBuilder {
         self.config("retries", n)
     }
 
+    /// Overrides `decompose_after_rejections`: verifier rejections of one task after which
+    /// it goes to DECOMPOSE instead of being built again.
+    pub fn decompose_after_rejections(self, n: u32) -> Self {
+        self.config("decompose_after_rejections", n)
+    }
+
     /// Overrides `once`: run one iteration, then return [`Outcome::Once`].
     pub fn once(self, once: bool) -> Self {
         self.config("once", once)

@@ -79,9 +79,13 @@ impl GateStreak {
 
 /// How one attempt ended.
 pub(super) enum AttemptEnd {
-    /// The gates passed; the commit that holds the work on the user's branch, once it is
-    /// there (in a git workspace).
-    Done(Option<String>),
+    /// The gates passed: the commit that holds the work on the user's branch, once it is
+    /// there (in a git workspace), and the agent's log of the attempt (relative to the
+    /// workspace), which a decomposer reads if verifiers keep rejecting the work.
+    Done {
+        commit: Option<String>,
+        log: Option<PathBuf>,
+    },
     Blocked(String),
     Failed(String),
     /// A required gate failed: its name, and the failure for the retry prompt.
@@ -207,15 +211,16 @@ impl Engine {
             AttemptEnd::GateFailed(gate, failure) => {
                 GateStreak::add(&mut self.gate_streak, id, gate, failure)
             }
-            AttemptEnd::Done(_) => {
+            AttemptEnd::Done { .. } => {
                 self.gate_streak = None;
                 None
             }
             _ => None,
         };
         let end = match attempt {
-            AttemptEnd::Done(commit) => {
+            AttemptEnd::Done { commit, log } => {
                 after.commit = commit;
+                after.build_log = log;
                 self.finish_task(after, memo).await?
             }
             AttemptEnd::Blocked(reason) => self.block_task(after, reason, memo).await?,
@@ -269,7 +274,7 @@ impl Engine {
             }
         };
         let (result, next) = match attempt {
-            AttemptEnd::Done(_) => ("done".to_owned(), "verify".to_owned()),
+            AttemptEnd::Done { .. } => ("done".to_owned(), "verify".to_owned()),
             AttemptEnd::Blocked(reason) => {
                 (format!("blocked: {reason}"), "a person decides".to_owned())
             }
@@ -505,7 +510,10 @@ impl Worker {
         let logs = &self.logs;
         let log = |gate: &str| logs.run_log(&format!("gate-{gate}"), task.id.as_str(), attempt);
         Ok(match gates::check_all(&self.ctx.gates, run, log).await? {
-            GatesEnd::Passed => AttemptEnd::Done(None),
+            GatesEnd::Passed => AttemptEnd::Done {
+                commit: None,
+                log: agent_log,
+            },
             GatesEnd::Failed { gate, failure } => AttemptEnd::GateFailed(gate, failure),
             GatesEnd::TimedOut { .. } => AttemptEnd::Killed(KillReason::Timeout, agent_log),
             GatesEnd::Interrupted => AttemptEnd::Interrupted,

@@ -1,6 +1,8 @@
-//! DECOMPOSE: a task killed by a limit (in BUILD or VERIFY) is replaced by 2–5 subtasks, and
-//! an issue whose investigator was killed becomes 2–5 tasks, designed by an agent that sees
-//! only the head and tail of the killed run's log (the whole log is what overflowed).
+//! DECOMPOSE: a task killed by a limit (in BUILD or VERIFY), or rejected by verifiers
+//! `decompose_after_rejections` times, is replaced by 2–5 subtasks, and an issue whose
+//! investigator was killed becomes 2–5 tasks, designed by an agent that sees only the head
+//! and tail of the killed run's log (the whole log is what overflowed), or for a rejected
+//! task, of its last passing build's log, with the rejections' reasons.
 
 use serde::Serialize;
 
@@ -133,6 +135,7 @@ impl Engine {
             log: String,
             head: usize,
             tail: usize,
+            rejections: Vec<String>,
         }
         let log = match &task.kill_log {
             Some(path) => {
@@ -149,6 +152,7 @@ impl Engine {
             log,
             head: LOG_HEAD_LINES,
             tail: LOG_TAIL_LINES,
+            rejections: rejections(task),
         };
         let call = self.call(
             Role::Decompose,
@@ -219,6 +223,25 @@ impl Engine {
         };
         (changes, event)
     }
+}
+
+/// How many of a task's latest rejections the decomposer is shown, and how much of each.
+const REJECTIONS_SHOWN: usize = 10;
+const REJECTION_BYTES: usize = 2 * 1024;
+
+/// The reasons of `task`'s latest rejections (its tombstones that are not kills), oldest
+/// first, each bounded: what the verifiers found wrong, for the decomposer.
+fn rejections(task: &Task) -> Vec<String> {
+    let rejected: Vec<&str> = task
+        .tombstones
+        .iter()
+        .map(|t| t.reason.as_str())
+        .filter(|r| r.starts_with("rejected by"))
+        .collect();
+    rejected[rejected.len().saturating_sub(REJECTIONS_SHOWN)..]
+        .iter()
+        .map(|r| crate::output::truncate_middle(r, REJECTION_BYTES))
+        .collect()
 }
 
 /// What DECOMPOSE takes: a killed task, or an issue whose investigator was killed.

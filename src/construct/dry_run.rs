@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::ready::ReadyQueue;
-use super::{Ending, resolve_spec, spec_issue_text, stop_outcome};
+use super::{Ending, resolve_spec, spec_issue_text, stop_outcome, unsound_blocked};
 use crate::model::{Change, Issue, Stage, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
@@ -61,6 +61,8 @@ pub struct DryRun {
     pub agent_timeout: Duration,
     /// `retries`.
     pub retries: u32,
+    /// `decompose_after_rejections`.
+    pub decompose_after_rejections: u32,
     /// `once`.
     pub once: bool,
     /// `recent_attempts`.
@@ -122,11 +124,12 @@ impl fmt::Display for DryRun {
         write!(
             f,
             "  limits:    max iterations {}, stage timeout {}, agent timeout {}, retries {}, \
-             once {}, recent attempts {}, build concurrency {}",
+             decompose after {} rejections, once {}, recent attempts {}, build concurrency {}",
             self.max_iterations,
             humantime::format_duration(self.stage_timeout),
             humantime::format_duration(self.agent_timeout),
             self.retries,
+            self.decompose_after_rejections,
             if self.once { "yes" } else { "no" },
             self.recent_attempts,
             self.build_concurrency,
@@ -141,6 +144,8 @@ const OPTIONAL: &str = " (optional)";
 pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun, Error> {
     let mut board = ctx.store.load().await?;
     let spec = resolve_spec(&ctx.workspace, &board.run, spec)?;
+    // As the run would begin: what cannot be built as it stands is blocked.
+    board.apply_all(unsound_blocked(&board).0);
     let config = &ctx.config;
     // As the run would begin: the spec seeded as an issue the first time.
     let fresh = !board.run.seeded;
@@ -239,6 +244,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         stage_timeout: config.stage_timeout,
         agent_timeout: config.agent_timeout,
         retries: config.retries,
+        decompose_after_rejections: config.decompose_after_rejections,
         once: config.once,
         recent_attempts: config.recent_attempts,
         build_concurrency: config.build_concurrency,

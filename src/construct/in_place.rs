@@ -54,7 +54,7 @@ impl Engine {
                 _ => AttemptEnd::Failed(moved),
             });
         }
-        let AttemptEnd::Done(_) = attempt else {
+        let AttemptEnd::Done { log, .. } = attempt else {
             return Ok(attempt);
         };
         let started = home.noted()?.map(|turn| turn.head);
@@ -72,7 +72,7 @@ impl Engine {
                 commit: commit.clone(),
             });
         }
-        Ok(AttemptEnd::Done(commit))
+        Ok(AttemptEnd::Done { commit, log })
     }
 
     /// Ends `task`'s turn: a task that will not be built again as it is (blocked, killed)

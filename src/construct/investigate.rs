@@ -111,7 +111,9 @@ impl Engine {
                 self.emit(event);
             }
             Structured::Unusable { reason, kill: None } => {
-                if issue.attempts > self.config().retries {
+                // Counted from the last unblock: a person who fixed the agent gets the
+                // whole budget again.
+                if issue.round_attempts() > self.config().retries {
                     issue.status = IssueStatus::Blocked;
                 }
                 issue.reason = Some(reason);

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! loop until complete | max iterations | blocked | interrupted
-//!   DECOMPOSE    a killed task -> 2-5 subtasks from its log's head and tail; iteration ends
+//!   DECOMPOSE    a killed task (or one rejected `decompose_after_rejections` times) -> 2-5
+//!                subtasks from its log's head and tail; iteration ends
 //!   INVESTIGATE  open issues -> tasks (or out of scope)
 //!   BUILD        next unblocked task by priority: prompt -> agent -> marker -> gates
 //!                -> done | retry with the failure | blocked | killed
@@ -149,10 +150,11 @@ impl Engine {
 
     /// Records the spec, the config line and iteration 1 on a new board; seeds the spec as
     /// an issue the first time, whatever a person added to the board before (a task or an
-    /// issue added first must not stand in for the spec's own work).
+    /// issue added first must not stand in for the spec's own work); blocks the tasks that
+    /// cannot be built as they stand ([`unsound_blocked`]).
     async fn begin(&mut self, rel: String) -> Result<(), Error> {
         let mut run = self.board.run.clone();
-        let mut changes = Vec::new();
+        let (mut changes, warnings) = unsound_blocked(&self.board);
         let config = config_line(&self.ctx.config);
         if self.board.config.as_ref() != Some(&config) {
             changes.push(Change::Config(config));
@@ -168,7 +170,24 @@ impl Engine {
         if run != self.board.run {
             changes.push(Change::Run(run));
         }
-        self.commit(changes).await
+        self.commit(changes).await?;
+        self.emit_all(warnings);
+        Ok(())
+    }
+
+    /// After a person's edit of the board's file during the run: blocks what cannot be
+    /// built as it stands, as [`begin`](Self::begin) does.
+    async fn block_unsound(&mut self) -> Result<(), Error> {
+        let (changes, warnings) = unsound_blocked(&self.board);
+        self.commit(changes).await?;
+        self.emit_all(warnings);
+        Ok(())
+    }
+
+    fn emit_all(&self, events: Vec<Event>) {
+        for event in events {
+            self.emit(event);
+        }
     }
 
     /// Runs stages until an outcome.
@@ -181,6 +200,7 @@ impl Engine {
                 // Seed 003: a person may have ticked, added or removed tasks since the last
                 // stage; their file is the truth.
                 self.board = self.ctx.store.load().await?;
+                self.block_unsound().await?;
             }
             let stage = self.board.stage();
             if let Some(outcome) = self.outcome_at(stage) {
@@ -544,6 +564,29 @@ fn config_line(config: &Config) -> serde_json::Map<String, serde_json::Value> {
     }
 }
 
+/// The changes that block each task of `board` that cannot be built as it stands (a
+/// record written by an older ralph, or by hand: a dependency cycle, a dependency not on the
+/// board, an id that cannot name a git branch or folder), and a warning for each. Such a
+/// record would otherwise fail every run (a cycle leaves the prioritizer no order) or wait
+/// forever; blocked, it holds back only itself and what waits on it, and `ralph task
+/// unblock` makes it buildable.
+pub(crate) fn unsound_blocked(board: &Board) -> (Vec<Change>, Vec<Event>) {
+    let mut changes = Vec::new();
+    let mut warnings = Vec::new();
+    for (id, reason) in crate::model::rules::unsound(board) {
+        let Some(task) = board.tasks.get(&id) else {
+            continue;
+        };
+        let mut blocked = task.clone().with_status(TaskStatus::Blocked);
+        blocked.blocked_reason = Some(reason.clone());
+        changes.push(Change::Task(blocked));
+        warnings.push(Event::Warning {
+            message: format!("{id} blocked: {reason}"),
+        });
+    }
+    (changes, warnings)
+}
+
 /// What blocks the board: blocked tasks and issues, and tasks waiting on them.
 fn blocked_items(board: &Board) -> Vec<BlockedItem> {
     let mut items = Vec::new();
@@ -595,6 +638,10 @@ impl Engine {
             KillReason::ContextLimit => format!(
                 "stopped at the context limit ({:.0}%)",
                 self.config().context.kill * 100.0
+            ),
+            KillReason::Rejected => format!(
+                "rejected by verifiers {} times",
+                self.config().decompose_after_rejections
             ),
         }
     }

@@ -71,7 +71,7 @@ impl MergeOrder {
     /// Takes in an attempt that ended; it lands now unless it passed and waits its turn.
     fn ended(&mut self, built: Built) -> Option<Built> {
         self.running.remove(&built.started);
-        if matches!(built.end, AttemptEnd::Done(_)) {
+        if matches!(built.end, AttemptEnd::Done { .. }) {
             self.passed.insert(built.started, built);
             return None;
         }
@@ -227,7 +227,10 @@ impl Engine {
             None => end,
         };
         let end = match end {
-            AttemptEnd::Done(_) => self.merge(&task).await?,
+            AttemptEnd::Done { log, .. } => match self.merge(&task).await? {
+                AttemptEnd::Done { commit, .. } => AttemptEnd::Done { commit, log },
+                other => other,
+            },
             other => other,
         };
         let workspace = self.ctx.workspace.clone();
@@ -314,7 +317,7 @@ impl Engine {
                 commit: commit.clone(),
             });
         }
-        Ok(AttemptEnd::Done(commit))
+        Ok(AttemptEnd::Done { commit, log: None })
     }
 
     /// The user's branch; tasks are built at once only in a git repository with a commit.
@@ -368,7 +371,7 @@ async fn attempt_in_work_tree(
         },
         None => end,
     };
-    if matches!(end, AttemptEnd::Done(_)) {
+    if matches!(end, AttemptEnd::Done { .. }) {
         tree.commit_all(&format!("{}: {}", task.id, task.name), &[])
             .await?;
     }
@@ -432,7 +435,17 @@ mod tests {
         let mut order = MergeOrder::default();
         let [one, two, three] = [order.start(), order.start(), order.start()];
         // The third passes first: it waits for the two started before it.
-        assert!(order.ended(built(three, AttemptEnd::Done(None))).is_none());
+        assert!(
+            order
+                .ended(built(
+                    three,
+                    AttemptEnd::Done {
+                        commit: None,
+                        log: None
+                    }
+                ))
+                .is_none()
+        );
         assert!(landed(&mut order).is_empty());
         // The first fails: it lands at once and holds nothing back.
         let failed = order.ended(built(one, AttemptEnd::Failed("no".into())));
@@ -440,9 +453,29 @@ mod tests {
         assert!(landed(&mut order).is_empty(), "the second still runs");
         // A retry of the first starts at the back and does not hold back the others.
         let again = order.start();
-        assert!(order.ended(built(two, AttemptEnd::Done(None))).is_none());
+        assert!(
+            order
+                .ended(built(
+                    two,
+                    AttemptEnd::Done {
+                        commit: None,
+                        log: None
+                    }
+                ))
+                .is_none()
+        );
         assert_eq!(landed(&mut order), [two, three]);
-        assert!(order.ended(built(again, AttemptEnd::Done(None))).is_none());
+        assert!(
+            order
+                .ended(built(
+                    again,
+                    AttemptEnd::Done {
+                        commit: None,
+                        log: None
+                    }
+                ))
+                .is_none()
+        );
         assert_eq!(landed(&mut order), [again]);
     }
 }

@@ -14,7 +14,8 @@ use crate::agent::Role;
 use crate::answer::{GapAnswer, VerdictKind, VerifyAnswer};
 use crate::event::Event;
 use crate::model::{
-    AcceptedBy, Change, Issue, IssueId, RunState, SpecCheck, Task, TaskId, TaskStatus, Verdict,
+    AcceptedBy, Change, Issue, IssueId, KillReason, RunState, SpecCheck, Task, TaskId, TaskStatus,
+    Verdict,
 };
 use crate::runtime::call::{Call, Caller, Kill, Structured};
 use crate::runtime::deadline;
@@ -257,9 +258,12 @@ impl Engine {
             let Some(mut verdict) = task.verdict.clone() else {
                 continue;
             };
+            let mut judged = is_judgement(&verdict);
             if verdict.accepted
                 && let Some(reason) = self.off_the_branch(&task).await?
             {
+                // Not a judgement of the work: it is built again, not counted against it.
+                judged = false;
                 verdict = Verdict {
                     accepted: false,
                     reason,
@@ -267,12 +271,23 @@ impl Engine {
                 };
             }
             order.push(task.id.clone());
-            changed.insert(task.id.clone(), apply_verdict(task, &verdict));
+            let limit = judged.then_some(self.config().decompose_after_rejections);
+            changed.insert(task.id.clone(), apply_verdict(task, &verdict, limit));
         }
         let accepted = order
             .iter()
             .filter(|id| changed[*id].status == TaskStatus::Accepted)
             .count();
+        let to_split: Vec<Event> = order
+            .iter()
+            .filter(|id| changed[*id].is_killed())
+            .map(|id| Event::Warning {
+                message: format!(
+                    "{id} was rejected {} times: DECOMPOSE splits it instead of building it again",
+                    changed[id].rejections
+                ),
+            })
+            .collect();
         let iteration = self.board.run.iteration;
         let (gaps, named, spec_check) = match check {
             GapCheck::Answer(gaps, named) => {
@@ -324,8 +339,8 @@ impl Engine {
         let prioritized = self.prioritize(&mut changes)?;
         self.commit(changes).await?;
 
-        for reply in replies {
-            self.emit(reply);
+        for event in to_split.into_iter().chain(replies) {
+            self.emit(event);
         }
         if !task_ids.is_empty() || !issue_ids.is_empty() {
             self.emit(Event::GapsFound {
@@ -399,15 +414,37 @@ fn replies(
         .collect()
 }
 
+/// The start of the reason of a rejection recorded for a verifier that gave no usable
+/// answer (it failed, or answered invalidly after its retry).
+const NO_VERDICT: &str = "no usable verdict: ";
+
+/// Whether `verdict` is a verifier's judgement of the work (not a verifier that gave no
+/// usable answer).
+fn is_judgement(verdict: &Verdict) -> bool {
+    verdict.accepted || !verdict.reason.starts_with(NO_VERDICT)
+}
+
 /// Accepted → out of the plan, by a verifier; rejected → pending again, with a tombstone and
-/// a fresh retry budget, the verifier's reason carried into the next prompt.
-fn apply_verdict(mut task: Task, verdict: &Verdict) -> Task {
+/// a fresh retry budget, the verifier's reason carried into the next prompt. A rejection
+/// that judged the work counts against the task: at `limit` (`decompose_after_rejections`;
+/// `None` when the rejection judged nothing) the task goes to DECOMPOSE instead of being
+/// built again (seed 000: "task remains for retry or decomposition"), with its last build's
+/// log for the decomposer.
+fn apply_verdict(mut task: Task, verdict: &Verdict, limit: Option<u32>) -> Task {
     if verdict.accepted {
         task.status = TaskStatus::Accepted;
         task.accepted_by = Some(AcceptedBy::Verifier);
         return task;
     }
     task.reject("the verifier", &verdict.reason);
+    let Some(limit) = limit else {
+        return task;
+    };
+    task.rejections = task.rejections.saturating_add(1);
+    if task.rejections >= limit {
+        task.kill_reason = Some(KillReason::Rejected);
+        task.kill_log = task.build_log.clone();
+    }
     task
 }
 
@@ -427,7 +464,7 @@ async fn verify_one(caller: Caller, call: Call) -> Result<Option<(Checked, u32)>
         } => Checked::Killed(kill),
         Structured::Unusable { reason, kill: None } => Checked::Verdict(Verdict {
             accepted: false,
-            reason: format!("no usable verdict: {reason}"),
+            reason: format!("{NO_VERDICT}{reason}"),
             gaps: Vec::new(),
         }),
     };

@@ -103,6 +103,31 @@ pub enum Error {
         /// What the change needs, as a sentence.
         wanted: &'static str,
     },
+    /// No issue on the board has this id.
+    #[error("no issue {0} on the board")]
+    UnknownIssue(crate::model::IssueId),
+    /// The issue is not in the state the change needs (`unblock_issue` of an issue that is
+    /// not blocked, say).
+    #[error("issue {issue} is {status:?}; {wanted}")]
+    IssueState {
+        /// The issue.
+        issue: crate::model::IssueId,
+        /// Its status.
+        status: crate::model::IssueStatus,
+        /// What the change needs, as a sentence.
+        wanted: &'static str,
+    },
+    /// A person's edit of the board was refused because a field of it is unusable (`task
+    /// add: deps[0] names t-99, which is not on the board`); nothing was changed.
+    #[error("{edit}: {field} {reason}")]
+    InvalidEdit {
+        /// The edit (`task add`, `issue add`).
+        edit: &'static str,
+        /// The field, as written in the task's JSON (`name`, `deps[0]`, `id`, `text`).
+        field: String,
+        /// What is wrong with it, as the rest of a sentence that starts with the field.
+        reason: String,
+    },
     /// No spec was given and none is on record.
     #[error("no spec on record in this workspace: pass one to `construct`")]
     NoSpec,

@@ -8,6 +8,7 @@
 mod support;
 
 mod crash_resume;
+mod dead_ends;
 mod demo;
 mod docs;
 mod parallel_crash;
@@ -81,6 +82,18 @@ fn init_guesses_the_gates_ignores_the_state_and_never_overwrites() {
     );
     let ignore = std::fs::read_to_string(dir.path().join(".gitignore")).unwrap();
     assert!(ignore.lines().any(|l| l == ".ralph/"), "{ignore}");
+    // The file loads: every key in it is one ralph knows, at its default.
+    assert!(
+        config.contains("decompose_after_rejections = 2"),
+        "{config}"
+    );
+    let dry = ralph(dir.path(), &["construct", "spec.md", "--dry-run"], &[]);
+    assert_eq!(dry.status.code(), Some(0), "{}", stderr(&dry));
+    assert!(
+        stdout(&dry).contains("decompose after 2 rejections"),
+        "{}",
+        stdout(&dry)
+    );
 
     std::fs::write(dir.path().join("ralph.toml"), "# mine\n").unwrap();
     let again = ralph(dir.path(), &["init"], &[]);
@@ -228,7 +241,11 @@ echo '{"specs":[{"id":"hello","name":"Hello","file":"specs/hello.md","priority":
 fn the_board_from_the_shell_status_task_add_and_query_next() {
     let dir = project();
 
-    let added = ralph(dir.path(), &["task", "add", r#"{"name":"x"}"#], &[]);
+    let added = ralph(
+        dir.path(),
+        &["task", "add", r#"{"name":"x","accept":"x is done"}"#],
+        &[],
+    );
     assert_eq!(stdout(&added).trim(), "t-1", "{}", stderr(&added));
     let next = ralph(dir.path(), &["query", "next"], &[]);
     let next: serde_json::Value = serde_json::from_str(&stdout(&next)).unwrap();
@@ -723,6 +740,18 @@ role = "build"
 repeat = true
 [[run.steps]]
 answer = "Done.\n<TASK_DONE>"
+
+[[run]]
+role = "verify"
+repeat = true
+[[run.steps]]
+json = { verdict = "accept", reason = "ok" }
+
+[[run]]
+role = "gap_analysis"
+repeat = true
+[[run.steps]]
+json = { tasks = [], issues = [] }
 "#,
     )
     .unwrap();
@@ -742,7 +771,25 @@ answer = "Done.\n<TASK_DONE>"
     );
     let text = stdout(&out);
     assert!(text.contains("gate test failed the same way"), "{text}");
-    assert!(text.contains("next: fix the gate"), "{text}");
+    // The next step names the tasks the gate blocked, and the script the run was given.
+    let command = format!(
+        "ralph task unblock t-1 t-2 && ralph construct --script {}",
+        script.display()
+    );
+    assert!(
+        text.contains(&format!(
+            "next: fix the gate test (ralph.toml), then `{command}`"
+        )),
+        "{text}"
+    );
+    std::fs::write(
+        dir.path().join("ralph.toml"),
+        "retries = 0\n[[gates]]\nname = \"test\"\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let out = dead_ends::run_printed(dir.path(), &command);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
 }
 
 /// A dry run writes nothing, in every mode of the command.
@@ -803,8 +850,8 @@ fn query_lists_the_open_issues_and_the_tasks() {
         stdout(&out)
     };
     run(&["issue", "add", "the greeting is rude"]);
-    run(&["task", "add", r#"{"name":"a"}"#]);
-    run(&["task", "add", r#"{"name":"b"}"#]);
+    run(&["task", "add", r#"{"name":"a","accept":"a"}"#]);
+    run(&["task", "add", r#"{"name":"b","accept":"b"}"#]);
     run(&["task", "done", "t-1"]);
 
     let issues: Vec<serde_json::Value> = run(&["query", "issues"])

@@ -9,7 +9,11 @@ fn with_appended(line: &str) -> tempfile::TempDir {
     let dir = project();
     let out = ralph(
         dir.path(),
-        &["task", "add", r#"{"name": "Write hello.txt"}"#],
+        &[
+            "task",
+            "add",
+            r#"{"name": "Write hello.txt", "accept": "it says hello"}"#,
+        ],
         &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

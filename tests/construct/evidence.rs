@@ -270,7 +270,11 @@ async fn a_persons_acceptance_is_recorded_as_such_and_the_spec_is_still_checked(
     );
     let ralph = h.ralph(|b| b);
     ralph
-        .add_task(Task::new("t-9", "Polish").with_status(TaskStatus::Done))
+        .add_task(
+            Task::new("t-9", "Polish")
+                .with_acceptance("polished")
+                .with_status(TaskStatus::Done),
+        )
         .await
         .unwrap();
     assert_eq!(ralph.accept_done().await.unwrap(), [TaskId::new("t-9")]);

@@ -262,7 +262,11 @@ async fn an_interrupt_during_verify_keeps_the_verdicts_in_and_resumes_the_rest()
     );
     for (id, name) in [("t-1", "Greet"), ("t-2", "Wave")] {
         ralph
-            .add_task(Task::new(id, name).with_status(TaskStatus::Done))
+            .add_task(
+                Task::new(id, name)
+                    .with_acceptance("done")
+                    .with_status(TaskStatus::Done),
+            )
             .await
             .unwrap();
     }

@@ -574,7 +574,7 @@ async fn dry_run_shows_the_next_step_and_touches_nothing() {
         "next:      t-1: Write a.txt",
         "beside it: t-2: Write b.txt",
         "prompts/build.md)",
-        "max iterations 7, stage timeout 20s, agent timeout 5m, retries 2, once yes, recent attempts 3, build concurrency 3",
+        "max iterations 7, stage timeout 20s, agent timeout 5m, retries 2, decompose after 2 rejections, once yes, recent attempts 3, build concurrency 3",
         "remaining: 2",
         // Seed 003's "tasks X/Y" (audit row 003-R5).
         "tasks:     0/2 accepted",

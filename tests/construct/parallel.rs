@@ -9,7 +9,7 @@ use super::*;
 use ralph::model::{Change, Task};
 
 /// A git repository with one commit, `.ralph/` ignored, and the spec.
-fn repo() -> tempfile::TempDir {
+pub(super) fn repo() -> tempfile::TempDir {
     let dir = workspace(SPEC);
     std::fs::write(dir.path().join(".gitignore"), ".ralph/\nbuild/\n").expect(".gitignore");
     for args in [

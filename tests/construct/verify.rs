@@ -86,6 +86,157 @@ async fn a_rejected_task_is_rebuilt_with_a_fresh_retry_budget_and_the_reason() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Seed 000: "Rejected: add tombstone, task remains for retry or decomposition". Rejected
+// `decompose_after_rejections` times (default 2), a task goes to DECOMPOSE.
+// ---------------------------------------------------------------------------------------
+
+/// Two subtasks for the decomposer to answer with.
+fn two_subtasks() -> Script {
+    Script::new().json(json!({"subtasks": [
+        {"name": "Write the greeting", "accept": "done.txt greets"},
+        {"name": "Name the guest", "accept": "done.txt names the guest", "deps": [0]}
+    ]}))
+}
+
+/// i-1 becomes t-1; every build prints a line to its log and writes done.txt.
+fn rejected_agent() -> FakeAgent {
+    FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("Greet the guest", "done.txt greets the guest by name")]),
+        )
+        .always(
+            Role::Build,
+            Script::new()
+                .print("BUILD LOG: wrote a greeting", 1)
+                .write("done.txt", "hello\n")
+                .answer("Done.\n<TASK_DONE>"),
+        )
+        .always(Role::Verify, accept("greets by name"))
+        .always(Role::GapAnalysis, no_gaps())
+}
+
+#[tokio::test]
+async fn a_task_rejected_twice_is_decomposed_into_subtasks_that_are_built_and_accepted() {
+    let h = Harness::new(
+        rejected_agent()
+            .on_attempt(
+                Role::Verify,
+                "t-1",
+                1,
+                reject("it greets nobody in particular"),
+            )
+            .on_attempt(
+                Role::Verify,
+                "t-1",
+                2,
+                reject("the guest's name is still missing"),
+            )
+            .on(Role::Decompose, "t-1", two_subtasks()),
+    );
+
+    // Two iterations: built, rejected; built again, rejected again.
+    let outcome = h.run(|b| b.gate(done_gate()).max_iterations(2)).await;
+
+    assert!(
+        matches!(outcome, Outcome::MaxIterations { .. }),
+        "{outcome:?}"
+    );
+    let task = h.task("t-1");
+    assert_eq!(
+        (task.rejections, task.kill_reason, task.status),
+        (2, Some(KillReason::Rejected), TaskStatus::Pending)
+    );
+    assert!(
+        task.kill_log.is_some() && task.kill_log == task.build_log,
+        "{task:?}"
+    );
+    let said = h.events.of_kind("warning");
+    assert!(
+        said.iter().any(|w| w["message"]
+            == "t-1 was rejected 2 times: DECOMPOSE splits it instead of building it again"),
+        "{said:?}"
+    );
+    let dry = h.ralph(|b| b).dry_run("spec.md").await.unwrap();
+    assert_eq!(dry.stage, ralph::model::Stage::Decompose);
+    assert_eq!(dry.next, Some(("t-1".into(), "Greet the guest".into())));
+    assert_eq!(dry.template.as_deref(), Some("decompose"));
+
+    let outcome = h.run(|b| b.gate(done_gate())).await;
+
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 2, .. }),
+        "{outcome:?}"
+    );
+    h.agent.verify().unwrap();
+    assert_eq!(
+        h.requests(Role::Build, "t-1").len(),
+        2,
+        "not built a third time"
+    );
+    let prompt = &h.requests(Role::Decompose, "t-1")[0].prompt;
+    for part in [
+        "verifiers rejected it\n2 times",
+        "- rejected by the verifier: it greets nobody in particular",
+        "- rejected by the verifier: the guest's name is still missing",
+        "## Its Last Build's Log",
+        "BUILD LOG: wrote a greeting",
+        "what the verifiers found missing",
+    ] {
+        assert!(prompt.contains(part), "missing {part:?} in\n{prompt}");
+    }
+    assert!(!prompt.contains("was stopped"), "{prompt}");
+    let board = h.store.board();
+    assert_eq!(board.tasks["t-1"].status, TaskStatus::Decomposed);
+    for sub in ["t-1a", "t-1b"] {
+        assert_eq!(board.tasks[sub].status, TaskStatus::Accepted, "{sub}");
+    }
+}
+
+/// A verifier that gives no usable answer judged nothing: its "rejection" sends the task
+/// back to be built, and does not count; with `decompose_after_rejections = 1` the first
+/// real rejection decomposes it.
+#[tokio::test]
+async fn only_a_verifiers_judgement_counts_as_a_rejection() {
+    let h = Harness::new(
+        rejected_agent()
+            .on_attempt(
+                Role::Verify,
+                "t-1",
+                1,
+                Script::new().answer("Looks fine to me."),
+            )
+            .on_attempt(
+                Role::Verify,
+                "t-1",
+                2,
+                Script::new().answer("Really, it is fine."),
+            )
+            .on_attempt(
+                Role::Verify,
+                "t-1",
+                3,
+                reject("it greets nobody in particular"),
+            )
+            .on(Role::Decompose, "t-1", two_subtasks()),
+    );
+
+    let outcome = h
+        .run(|b| b.gate(done_gate()).decompose_after_rejections(1))
+        .await;
+
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 2, .. }),
+        "{outcome:?}"
+    );
+    h.agent.verify().unwrap();
+    let task = h.task("t-1");
+    assert_eq!((task.rejections, task.tombstones.len()), (1, 2), "{task:?}");
+    assert_eq!(h.requests(Role::Build, "t-1").len(), 2);
+}
+
+// ---------------------------------------------------------------------------------------
 // 14. Verifiers run concurrently, bounded.
 // ---------------------------------------------------------------------------------------
 
@@ -150,7 +301,9 @@ async fn verifiers_run_concurrently_up_to_the_limit(
     for n in 1..=6 {
         ralph
             .add_task(
-                Task::new(format!("t-{n}"), format!("task {n}")).with_status(TaskStatus::Done),
+                Task::new(format!("t-{n}"), format!("task {n}"))
+                    .with_acceptance("done")
+                    .with_status(TaskStatus::Done),
             )
             .await
             .unwrap();

@@ -5,7 +5,9 @@
 use std::path::Path;
 
 use clap::{Subcommand, ValueEnum};
-use ralph::model::{Board, Priority, Stage, Task, TaskId, TaskStatus};
+use ralph::model::{
+    Board, Issue, IssueId, IssueStatus, KillReason, Priority, Stage, Task, TaskId, TaskStatus,
+};
 use ralph::{Agent, AgentError, AgentRequest, AgentRun, Ralph, async_trait};
 use serde::Deserialize;
 
@@ -55,10 +57,12 @@ pub(crate) enum TaskCommand {
         #[arg(long)]
         spec: Option<std::path::PathBuf>,
     },
-    /// Put a blocked task back to pending with a fresh retry budget.
+    /// Put blocked tasks back to pending with a fresh retry budget (an issue's id opens
+    /// the issue again, as `ralph issue unblock` does).
     Unblock {
-        /// The task.
-        id: String,
+        /// The tasks.
+        #[arg(required = true)]
+        ids: Vec<String>,
     },
     /// The tasks, one per line.
     List,
@@ -71,6 +75,13 @@ pub(crate) enum IssueCommand {
     Add {
         /// What is wrong or missing.
         text: String,
+    },
+    /// Open blocked issues again with a fresh retry budget (after what blocked them, an
+    /// agent that was down or answered prose, is fixed).
+    Unblock {
+        /// The issues.
+        #[arg(required = true)]
+        ids: Vec<String>,
     },
 }
 
@@ -155,8 +166,10 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
         }
         println!("{line}");
     }
-    for issue in board.open_issues() {
-        println!("{:<6} issue    {}", issue.id, issue.text);
+    for issue in board.issues.values() {
+        if let Some(line) = issue_line(issue) {
+            println!("{line}");
+        }
     }
     println!(
         "spent {} tokens in, {} out, ${:.4}",
@@ -169,8 +182,27 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     for choice in choices.iter().rev().take(SHOWN_CHOICES).rev() {
         println!("{}", choice_line(choice));
     }
-    println!("next: {}", next_hint(&board));
+    let again = crate::next::Again::new(workspace, "construct");
+    match crate::next::for_board(&board, ralph.config().max_iterations, &again) {
+        Some(next) => println!("next: {next}"),
+        None => println!("next: nothing: the spec is complete"),
+    }
     Ok(())
+}
+
+/// An issue still to be dealt with (open, waiting for DECOMPOSE, or blocked), with why.
+fn issue_line(issue: &Issue) -> Option<String> {
+    let state = match issue.status {
+        IssueStatus::Open if issue.is_killed() => "decompose",
+        IssueStatus::Open => "open",
+        IssueStatus::Blocked => "blocked",
+        _ => return None,
+    };
+    let mut line = format!("{:<6} {state:<10} issue: {}", issue.id.as_str(), issue.text);
+    if let Some(reason) = issue.reason.as_ref().filter(|_| state != "open") {
+        line.push_str(&format!("  — {state}: {reason}"));
+    }
+    Some(line)
 }
 
 /// How many of a fallback chain's last choices `ralph status` shows.
@@ -190,7 +222,7 @@ fn choice_line(choice: &ralph::agent::AgentChoice) -> String {
 fn task_line(task: &Task) -> String {
     let mut line = format!(
         "{:<6} {:<10} {:<6} attempts {:<2} {}",
-        task.id,
+        task.id.as_str(),
         status_name(task.status),
         task.effective_priority().to_string(),
         task.attempts,
@@ -198,28 +230,15 @@ fn task_line(task: &Task) -> String {
     );
     if let Some(reason) = &task.blocked_reason {
         line.push_str(&format!("  — blocked: {reason}"));
+    } else if task.is_killed() {
+        let why = match task.kill_reason {
+            Some(KillReason::Rejected) => format!("rejected {} times", task.rejections),
+            Some(reason) => format!("stopped ({reason})"),
+            None => String::new(),
+        };
+        line.push_str(&format!("  — to decompose: {why}"));
     }
     line
-}
-
-/// What a person would do next, given the board.
-fn next_hint(board: &Board) -> String {
-    if board
-        .tasks
-        .values()
-        .any(|t| t.status == TaskStatus::Blocked)
-    {
-        return "fix what blocked the tasks, `ralph task unblock ID`, then `ralph construct`"
-            .into();
-    }
-    match (board.stage(), &board.run.spec) {
-        (Stage::Complete, Some(_)) => "nothing: the spec is complete".into(),
-        (Stage::Unverified, Some(_)) => {
-            "`ralph construct` asks the gap analysis again (it gave no valid answer)".into()
-        }
-        (_, Some(_)) => "`ralph construct` resumes the work".into(),
-        (_, None) => "`ralph construct SPEC` starts on a spec".into(),
-    }
 }
 
 /// `ralph query`.
@@ -335,10 +354,16 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             let report = ralph.prioritize().await?;
             println!("{}", serde_json::to_string(&report)?);
         }
-        TaskCommand::Unblock { id } => {
-            let id = TaskId::from(id);
-            ralph.unblock(&id).await?;
-            println!("{id} pending again");
+        TaskCommand::Unblock { ids } => {
+            let board = ralph.board().await?;
+            for id in ids {
+                match board.issues.contains_key(id.as_str())
+                    && !board.tasks.contains_key(id.as_str())
+                {
+                    true => unblock_issue(&ralph, IssueId::from(id)).await?,
+                    false => unblock_task(&ralph, TaskId::from(id)).await?,
+                }
+            }
         }
         TaskCommand::List => {
             for task in ralph.board().await?.tasks.values() {
@@ -373,10 +398,46 @@ fn only_done(board: &Board) -> Result<TaskId> {
     }
 }
 
+/// Unblocks task `id` and says what that took.
+async fn unblock_task(ralph: &Ralph, id: TaskId) -> Result<()> {
+    let unblocked = ralph.unblock(&id).await?;
+    if unblocked.task != id {
+        println!(
+            "{id} is {} now (its id could not name a git branch or folder)",
+            unblocked.task
+        );
+    }
+    let mut line = format!("{} pending again", unblocked.task);
+    if !unblocked.dropped.is_empty() {
+        let dropped: Vec<&str> = unblocked.dropped.iter().map(TaskId::as_str).collect();
+        line.push_str(&format!(
+            ", without its dependencies on {} (they could never be met: not on the board, or \
+             waiting on it in turn)",
+            dropped.join(", ")
+        ));
+    }
+    println!("{line}");
+    Ok(())
+}
+
+/// Opens issue `id` again.
+async fn unblock_issue(ralph: &Ralph, id: IssueId) -> Result<()> {
+    ralph.unblock_issue(&id).await?;
+    println!("{id} open again");
+    Ok(())
+}
+
 /// `ralph issue …`.
 pub(crate) async fn issue(workspace: &Path, command: IssueCommand) -> Result<()> {
-    let IssueCommand::Add { text } = command;
-    println!("{}", open(workspace)?.add_issue(text).await?);
+    let ralph = open(workspace)?;
+    match command {
+        IssueCommand::Add { text } => println!("{}", ralph.add_issue(text).await?),
+        IssueCommand::Unblock { ids } => {
+            for id in ids {
+                unblock_issue(&ralph, IssueId::from(id)).await?;
+            }
+        }
+    }
     Ok(())
 }
 

@@ -231,6 +231,7 @@ pub(crate) async fn summary(
     ralph: &Ralph,
     lines: &Lines,
     outcome: &Outcome,
+    again: &crate::next::Again,
 ) -> Result<(), ralph::Error> {
     let board = ralph.board().await?;
     let count = |s: TaskStatus| board.tasks.values().filter(|t| t.status == s).count();
@@ -254,7 +255,10 @@ pub(crate) async fn summary(
         );
     }
     println!("  tokens: {tokens_in} in, {tokens_out} out");
-    if let Some(next) = crate::run::next_step(outcome) {
+    // What `ralph construct` with no flag runs: the workspace's setting, not this run's.
+    let setting = ralph::Config::load(ralph.workspace())
+        .map_or(ralph.config().max_iterations, |c| c.max_iterations);
+    if let Some(next) = crate::next::after_construct(outcome, &board, setting, again) {
         println!("  next: {next}");
     }
     Ok(())

@@ -108,6 +108,7 @@ fn config_text(workspace: &Path) -> String {
          max_iterations = 10       # construct passes before ralph stops (exit 2)\n\
          stage_timeout = \"5m\"      # one stage of one iteration; past it the agent is killed\n\
          retries = 2               # more build attempts per task before it is blocked\n\
+         decompose_after_rejections = 2  # verifier rejections before a task is split\n\
          build_concurrency = 1     # ready tasks built at once, each in a git work tree\n\n\
          [claude]\n\
          # Set here, not left to defaults: what one agent run may cost, and what it may do.\n\

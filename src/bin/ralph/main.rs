@@ -9,6 +9,7 @@
 mod board;
 mod display;
 mod init;
+mod next;
 mod run;
 mod thread;
 

@@ -3,11 +3,12 @@
 use std::path::{Path, PathBuf};
 
 use ralph::agent::{CodexCli, CommandAgent, Fallback, GeminiCli, OpencodeCli};
-use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Outcome, Ralph, RalphBuilder, SpecsOutcome};
+use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Ralph, RalphBuilder};
 
 use std::sync::Arc;
 
 use crate::display::{self, Lines};
+use crate::next::Again;
 use crate::{ConstructArgs, RunFlags};
 
 /// The bundled demo, embedded so the installed binary needs no source tree.
@@ -52,7 +53,8 @@ pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
         .observer(lines.clone())
         .build()?;
     let spec = PathBuf::from("spec.md");
-    run_construct(&ralph, &lines, Some(spec), json).await
+    let again = Again::demo(&dir);
+    run_construct(&ralph, &lines, Some(spec), json, &again).await
 }
 
 /// Makes the demo's directory a git repository of its own, with its files as the first
@@ -123,7 +125,12 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
             ralph.workspace().display()
         );
     }
-    run_construct(&ralph, &lines, args.spec, args.run.json).await
+    let again = Again::new(workspace, "construct").flags(
+        args.run.agent.as_deref(),
+        args.run.script.as_deref(),
+        args.timeout,
+    );
+    run_construct(&ralph, &lines, args.spec, args.run.json, &again).await
 }
 
 /// The spec on record, for a command given none.
@@ -140,6 +147,7 @@ async fn run_construct(
     lines: &Lines,
     spec: Option<PathBuf>,
     json: bool,
+    again: &Again,
 ) -> Result<u8> {
     let interrupts = interrupts(ralph)?;
     let outcome = match spec {
@@ -147,7 +155,7 @@ async fn run_construct(
         None => ralph.resume().await?,
     };
     if !json {
-        display::summary(ralph, lines, &outcome).await?;
+        display::summary(ralph, lines, &outcome, again).await?;
     }
     Ok(exit_code(&interrupts, outcome.exit_code()))
 }
@@ -172,8 +180,9 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
     };
     let tasks: usize = implementation.specs.iter().map(|s| s.tasks.len()).sum();
     println!(
-        "planned {} spec(s), {tasks} task(s) into implementation.json\nnext: ralph build",
-        implementation.specs.len()
+        "planned {} spec(s), {tasks} task(s) into implementation.json\nnext: {}",
+        implementation.specs.len(),
+        crate::next::after_plan(&build_again(workspace, &flags))
     );
     Ok(0)
 }
@@ -190,11 +199,16 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
     let outcome = ralph.build_specs().await?;
     if !flags.json {
         println!("{outcome}");
-        if let Some(next) = next_build_step(&outcome) {
+        if let Some(next) = crate::next::after_build(&outcome, &build_again(workspace, &flags)) {
             println!("next: {next}");
         }
     }
     Ok(exit_code(&interrupts, outcome.exit_code()))
+}
+
+/// `ralph build` again, with the flags that chose the agent.
+fn build_again(workspace: &Path, flags: &RunFlags) -> Again {
+    Again::new(workspace, "build").flags(flags.agent.as_deref(), flags.script.as_deref(), None)
 }
 
 /// A builder with the agent the flags name, checked to be there (unless this is a dry run,
@@ -238,43 +252,6 @@ fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
         _ => code,
     };
     u8::try_from(code).unwrap_or(1)
-}
-
-/// What a build-mode outcome leaves a person to do.
-fn next_build_step(outcome: &SpecsOutcome) -> Option<&'static str> {
-    Some(match outcome {
-        SpecsOutcome::Complete { .. } => return None,
-        SpecsOutcome::Blocked { .. } => {
-            "fix what blocked the spec (see implementation.json), then `ralph build`"
-        }
-        SpecsOutcome::AttemptsExhausted { .. } => {
-            "read the task's feedback in implementation.json, adjust the spec or the gates, then `ralph build`"
-        }
-        SpecsOutcome::Once { .. } => "`ralph build` runs the next session",
-        SpecsOutcome::Unverified { .. } => {
-            "read why in the verifier's log (build/ralph-logs), then `ralph build` asks it again"
-        }
-        _ => "`ralph build` resumes where the work stood",
-    })
-}
-
-/// What an outcome leaves a person to do.
-pub(crate) fn next_step(outcome: &Outcome) -> Option<&'static str> {
-    Some(match outcome {
-        Outcome::Complete { .. } => return None,
-        Outcome::Blocked { .. } => {
-            "fix what blocked the tasks (see `ralph status`), then `ralph task unblock ID` and `ralph construct`"
-        }
-        Outcome::Interrupted => "`ralph construct` resumes where the work stood",
-        Outcome::GateBroken { .. } => {
-            "fix the gate (ralph.toml), `ralph task unblock ID` for a task it blocked, then `ralph construct`"
-        }
-        Outcome::Once { .. } => "`ralph construct --once` runs the next iteration",
-        Outcome::Unverified { .. } => {
-            "read why in the gap analysis's log (build/ralph-logs), then `ralph construct` asks it again"
-        }
-        _ => "`ralph construct` resumes; raise the limit with --max-iterations or --timeout",
-    })
 }
 
 /// The agent `--agent` names (or `agents` of ralph.toml, or `claude`); several names make a

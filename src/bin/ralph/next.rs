@@ -1,0 +1,365 @@
+//! What to do next, said in one place: `ralph status` and the end of every run (`construct`,
+//! the demo, `plan`, `build`) take it from here. A next step is a command that makes
+//! progress when run as printed, naming the actual ids (`ralph issue unblock i-1 && ralph
+//! construct`) and repeating the flags that chose the workspace and the agent; what a person
+//! must fix first is said before it. The command is the line's first text in backticks (the
+//! fix has none), so a script can run it.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use ralph::model::{Board, IssueStatus, Stage, TaskStatus};
+use ralph::{Outcome, SpecsOutcome};
+
+/// How to run ralph again the way this command was run: the workspace (`-C`) and, for the
+/// run itself, the flags that chose the agent and the stage timeout, so that the printed
+/// command goes on with the same agent.
+#[derive(Clone, Debug)]
+pub(crate) struct Again {
+    /// `ralph`, or `ralph -C DIR`.
+    ralph: String,
+    /// The command that resumes the run: `ralph construct --agent mine`, `ralph demo --in DIR`.
+    run: String,
+}
+
+impl Again {
+    /// `ralph [-C workspace] MODE` (`construct`, `build`).
+    pub(crate) fn new(workspace: &Path, mode: &str) -> Again {
+        let ralph = match workspace == Path::new(".") {
+            true => "ralph".to_owned(),
+            false => format!("ralph -C {}", shell_word(&workspace.display().to_string())),
+        };
+        Again {
+            run: format!("{ralph} {mode}"),
+            ralph,
+        }
+    }
+
+    /// The demo in `dir`: `ralph demo --in DIR` resumes it.
+    pub(crate) fn demo(dir: &Path) -> Again {
+        let dir = shell_word(&dir.display().to_string());
+        Again {
+            ralph: format!("ralph -C {dir}"),
+            run: format!("ralph demo --in {dir}"),
+        }
+    }
+
+    /// With the flags that chose the agent (`--agent`, `--script`) and the stage timeout.
+    pub(crate) fn flags(
+        mut self,
+        agent: Option<&str>,
+        script: Option<&Path>,
+        timeout: Option<Duration>,
+    ) -> Again {
+        if let Some(agent) = agent {
+            self.run
+                .push_str(&format!(" --agent {}", shell_word(agent)));
+        }
+        if let Some(script) = script {
+            let script = shell_word(&script.display().to_string());
+            self.run.push_str(&format!(" --script {script}"));
+        }
+        if let Some(timeout) = timeout {
+            let timeout = humantime::format_duration(timeout).to_string();
+            self.run
+                .push_str(&format!(" --timeout {}", shell_word(&timeout)));
+        }
+        self
+    }
+
+    /// The run again, with `more` flags (` --once`).
+    fn run(&self, more: &str) -> String {
+        format!("{}{more}", self.run)
+    }
+}
+
+/// A next step: what to fix first, if anything; the command; what running it does.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Next {
+    fix: Option<String>,
+    command: String,
+    does: Option<String>,
+}
+
+impl Next {
+    fn run(command: impl Into<String>) -> Next {
+        Next {
+            fix: None,
+            command: command.into(),
+            does: None,
+        }
+    }
+
+    fn after(mut self, fix: impl Into<String>) -> Next {
+        self.fix = Some(fix.into());
+        self
+    }
+
+    fn doing(mut self, does: impl Into<String>) -> Next {
+        self.does = Some(does.into());
+        self
+    }
+}
+
+/// `fix what blocked it (the reason above), then `ralph task unblock t-1 && ralph
+/// construct``, or `` `ralph construct` runs up to 10 more iterations ``.
+impl fmt::Display for Next {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(fix) = &self.fix {
+            write!(f, "{fix}, then ")?;
+        }
+        write!(f, "`{}`", self.command)?;
+        if let Some(does) = &self.does {
+            write!(f, " {does}")?;
+        }
+        Ok(())
+    }
+}
+
+/// After a construct run that ended with `outcome`, leaving `board`; `max_iterations` is the
+/// workspace's setting (what the run's command runs without `--max-iterations`). `None`
+/// when the spec is complete.
+pub(crate) fn after_construct(
+    outcome: &Outcome,
+    board: &Board,
+    max_iterations: u32,
+    again: &Again,
+) -> Option<Next> {
+    let resume = again.run("");
+    Some(match outcome {
+        Outcome::Complete { .. } => return None,
+        Outcome::Blocked { .. } => {
+            unblock_then(board, again, &resume).unwrap_or_else(|| waiting(again))
+        }
+        Outcome::GateBroken { gate, .. } => {
+            let fix = format!("fix the gate {gate} (ralph.toml)");
+            match unblock_then(board, again, &resume) {
+                Some(next) => next.after(fix),
+                None => Next::run(resume).after(fix),
+            }
+        }
+        Outcome::MaxIterations { limit, .. } => {
+            let more = match *limit == max_iterations {
+                true => String::new(),
+                false => format!(" --max-iterations {limit}"),
+            };
+            Next::run(again.run(&more))
+                .doing(format!("runs up to {limit} more {}", iterations(*limit)))
+        }
+        Outcome::Once { .. } => Next::run(again.run(" --once")).doing("runs the next iteration"),
+        Outcome::Unverified { .. } => unverified(resume),
+        Outcome::Declared { .. } => declared(resume),
+        _ => Next::run(resume).doing("resumes where the work stood"),
+    })
+}
+
+/// For `ralph status`: from the board alone. `None` when the spec is complete.
+pub(crate) fn for_board(board: &Board, max_iterations: u32, again: &Again) -> Option<Next> {
+    let resume = again.run("");
+    if let Some(next) = unblock_then(board, again, &resume) {
+        return Some(next);
+    }
+    Some(match (board.stage(), &board.run.spec) {
+        (_, None) => Next::run(again.run(" SPEC.md")).doing("starts on a spec"),
+        (Stage::Complete, _) if board.declared_complete && remaining(board) > 0 => declared(resume),
+        (Stage::Complete, _) => return None,
+        (Stage::Unverified, _) => unverified(resume),
+        (Stage::Blocked, _) => waiting(again),
+        (stage, _) => Next::run(resume).doing(format!(
+            "resumes the work with {stage}, for up to {max_iterations} {}",
+            iterations(max_iterations)
+        )),
+    })
+}
+
+/// After build mode. `None` when every spec is complete.
+pub(crate) fn after_build(outcome: &SpecsOutcome, again: &Again) -> Option<Next> {
+    let resume = again.run("");
+    Some(match outcome {
+        SpecsOutcome::Complete { .. } => return None,
+        SpecsOutcome::Blocked { .. } => {
+            Next::run(resume).after("fix what blocked the spec (see implementation.json)")
+        }
+        SpecsOutcome::AttemptsExhausted { .. } => Next::run(resume).after(
+            "read the task's feedback in implementation.json and adjust the spec or the gates",
+        ),
+        SpecsOutcome::Once { .. } => Next::run(again.run(" --once")).doing("runs the next session"),
+        SpecsOutcome::Unverified { .. } => Next::run(resume)
+            .after("read why in the verifier's log (build/ralph-logs)")
+            .doing("asks the verifier again"),
+        _ => Next::run(resume).doing("resumes where the work stood"),
+    })
+}
+
+/// After plan mode: build mode, with the same agent.
+pub(crate) fn after_plan(again: &Again) -> Next {
+    Next::run(again.run("")).doing("builds the planned specs")
+}
+
+/// Unblocking every blocked issue and task, then `then`; `None` when nothing is blocked.
+fn unblock_then(board: &Board, again: &Again, then: &str) -> Option<Next> {
+    let issues: Vec<String> = board
+        .issues
+        .values()
+        .filter(|i| i.status == IssueStatus::Blocked)
+        .map(|i| shell_word(i.id.as_str()))
+        .collect();
+    let tasks: Vec<String> = board
+        .tasks
+        .values()
+        .filter(|t| t.status == TaskStatus::Blocked)
+        .map(|t| shell_word(t.id.as_str()))
+        .collect();
+    if issues.is_empty() && tasks.is_empty() {
+        return None;
+    }
+    let mut steps = Vec::new();
+    if !issues.is_empty() {
+        steps.push(format!(
+            "{} issue unblock {}",
+            again.ralph,
+            issues.join(" ")
+        ));
+    }
+    if !tasks.is_empty() {
+        steps.push(format!("{} task unblock {}", again.ralph, tasks.join(" ")));
+    }
+    steps.push(then.to_owned());
+    let fix = match issues.len() + tasks.len() {
+        1 => "fix what blocked it (the reason above)",
+        _ => "fix what blocked them (the reasons above)",
+    };
+    Some(Next::run(steps.join(" && ")).after(fix))
+}
+
+/// Work that waits on work nothing will do, with nothing blocked to unblock (a task waiting
+/// on one that was replaced, say): what it waits on is in the status.
+fn waiting(again: &Again) -> Next {
+    Next::run(format!("{} status", again.ralph)).doing(
+        "shows what the remaining tasks wait on; add that work with `ralph task add`, then run \
+         again",
+    )
+}
+
+fn unverified(resume: String) -> Next {
+    Next::run(resume)
+        .after("read why the gap analysis gave no valid answer in its log (build/ralph-logs)")
+        .doing("asks the gap analysis again")
+}
+
+fn declared(resume: String) -> Next {
+    Next::run(resume)
+        .after("remove RALPH_DONE from the Status section of the progress file")
+        .doing("builds the tasks left")
+}
+
+fn remaining(board: &Board) -> usize {
+    board.remaining_tasks().count() + board.open_issues().count()
+}
+
+fn iterations(n: u32) -> &'static str {
+    if n == 1 { "iteration" } else { "iterations" }
+}
+
+/// `word` as one shell word: as it is when it needs no quoting (every id ralph makes or
+/// accepts), else in single quotes (an id written by hand before ralph checked them, a path
+/// with a space).
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_.,:/+=@".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ralph::model::{Change, Issue, Task};
+
+    fn board(changes: Vec<Change>) -> Board {
+        let mut board = Board::new();
+        board.run.spec = Some("spec.md".into());
+        board.run.seeded = true;
+        board.apply_all(changes);
+        board
+    }
+
+    #[test]
+    fn blocked_work_is_unblocked_by_its_ids_then_built() {
+        let mut issue = Issue::new("i-1", "the spec");
+        issue.status = IssueStatus::Blocked;
+        let tasks = ["t-3", "has space"]
+            .map(|id| Change::Task(Task::new(id, "x").with_status(TaskStatus::Blocked)));
+        let board = board([Change::Issue(issue)].into_iter().chain(tasks).collect());
+        let again = Again::new(Path::new("."), "construct");
+        let next = for_board(&board, 10, &again).unwrap();
+        assert_eq!(
+            next.to_string(),
+            "fix what blocked them (the reasons above), then `ralph issue unblock i-1 && ralph \
+             task unblock t-3 'has space' && ralph construct`"
+        );
+        let outcome = Outcome::Blocked { items: Vec::new() };
+        assert_eq!(after_construct(&outcome, &board, 10, &again), Some(next));
+    }
+
+    #[test]
+    fn the_iteration_limit_says_how_many_more_the_command_runs() {
+        let board = board(vec![Change::Task(Task::new("t-1", "x"))]);
+        let again = Again::new(Path::new("."), "construct");
+        let stopped = |limit| Outcome::MaxIterations {
+            limit,
+            remaining: 1,
+        };
+        assert_eq!(
+            after_construct(&stopped(10), &board, 10, &again)
+                .unwrap()
+                .to_string(),
+            "`ralph construct` runs up to 10 more iterations"
+        );
+        assert_eq!(
+            after_construct(&stopped(1), &board, 10, &again)
+                .unwrap()
+                .to_string(),
+            "`ralph construct --max-iterations 1` runs up to 1 more iteration"
+        );
+        assert_eq!(
+            for_board(&board, 10, &again).unwrap().to_string(),
+            "`ralph construct` resumes the work with BUILD, for up to 10 iterations"
+        );
+    }
+
+    #[test]
+    fn the_command_repeats_the_workspace_and_the_agent() {
+        let mut issue = Issue::new("i-1", "the spec");
+        issue.status = IssueStatus::Blocked;
+        let board = board(vec![Change::Issue(issue)]);
+        let again = Again::new(Path::new("my repo"), "construct").flags(
+            Some("mine"),
+            None,
+            Some(Duration::from_secs(90)),
+        );
+        let outcome = Outcome::Blocked { items: Vec::new() };
+        assert_eq!(
+            after_construct(&outcome, &board, 10, &again)
+                .unwrap()
+                .command,
+            "ralph -C 'my repo' issue unblock i-1 && ralph -C 'my repo' construct --agent mine \
+             --timeout '1m 30s'"
+        );
+        let demo = Again::demo(Path::new("/tmp/ws"));
+        assert_eq!(
+            after_construct(&Outcome::Interrupted, &board, 10, &demo)
+                .unwrap()
+                .to_string(),
+            "`ralph demo --in /tmp/ws` resumes where the work stood"
+        );
+    }
+
+    #[test]
+    fn shell_words_quote_only_what_needs_it() {
+        assert_eq!(shell_word("t-3a"), "t-3a");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,510 @@
+//! Every stop has a way forward (issue "Done is earned"): each dead end a person met (audit
+//! rows 11, 24, 27, 54–56, 63 and 65) ends with a `next:` command naming the actual ids, and
+//! that command, run as printed by a shell, makes progress. A person's bad edit is refused
+//! naming the field.
+
+use std::process::Output;
+
+use super::*;
+
+/// An agent for every role, as a shell script: `i-1` becomes one task, each build writes
+/// `<task>.txt`, verifiers accept, the gap analysis finds nothing.
+const WORKS: &str = r#"cat > /dev/null
+case "$1" in
+  investigate) echo '{"tasks":[{"name":"Write hello.txt","accept":"hello.txt says hello"}]}' ;;
+  build) echo hello > "$2.txt"; printf 'Wrote %s.txt.\n<TASK_DONE>\n' "$2" ;;
+  verify) echo '{"verdict":"accept","reason":"it says hello"}' ;;
+  gap_analysis) echo '{"tasks":[],"issues":[]}' ;;
+  *) echo "unexpected role $1" >&2; exit 1 ;;
+esac
+"#;
+
+/// `ralph.toml` whose agent is `agents = [NAME]`, with the tables of `down` (an agent that
+/// cannot work: `false`), `prose` (a sentence before its JSON) and `works` (the script in
+/// `agent.sh`), and `more` settings.
+fn config(dir: &Path, agent: &str, more: &str) {
+    std::fs::write(
+        dir.join("ralph.toml"),
+        format!(
+            "agents = [\"{agent}\"]\n{more}\n\
+             [agent.down]\ncommand = [\"false\"]\n\
+             [agent.prose]\ncommand = [\"sh\", \"prose.sh\"]\n\
+             [agent.works]\ncommand = [\"sh\", \"agent.sh\", \"{{role}}\", \"{{subject}}\"]\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// A project with the agents' scripts (`agent.sh`: [`WORKS`]; `prose.sh`: an answer with a
+/// sentence before its JSON).
+fn project_with_agents(agent: &str, more: &str) -> tempfile::TempDir {
+    let dir = project();
+    std::fs::write(dir.path().join("agent.sh"), WORKS).unwrap();
+    std::fs::write(
+        dir.path().join("prose.sh"),
+        "cat > /dev/null\necho 'Here is the plan:'\necho '{\"tasks\":[]}'\n",
+    )
+    .unwrap();
+    config(dir.path(), agent, more);
+    dir
+}
+
+/// The command of `out`'s `next:` line: its first text in backticks.
+fn next_command(out: &Output) -> String {
+    let text = stdout(out);
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("next: "))
+        .unwrap_or_else(|| panic!("no next: line in\n{text}"));
+    line.split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command in {line:?}"))
+        .to_owned()
+}
+
+/// Runs `command` in `dir` as a person would paste it into a shell, the `ralph` on PATH
+/// being this build's.
+pub(super) fn run_printed(dir: &Path, command: &str) -> Output {
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(ralph_bin(), bin.path().join("ralph")).unwrap();
+    Command::new("sh")
+        .args(["-c", command])
+        .current_dir(dir)
+        .env_remove("RALPH_CLAUDE_BIN")
+        .env(
+            "PATH",
+            format!("{}:/usr/local/bin:/usr/bin:/bin", bin.path().display()),
+        )
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> &Output {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(out),
+        stderr(out)
+    );
+    out
+}
+
+/// Audit rows 11 and 65: an investigator that cannot work blocks the spec's issue; `ralph
+/// status` lists it with its reason, the printed command unblocks it, and with a working
+/// agent the same command completes the spec.
+#[test]
+fn a_failing_investigator_blocks_i_1_and_the_printed_unblock_leads_on() {
+    let dir = project_with_agents("down", "");
+
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("i-1: the agent failed"),
+        "{}",
+        stdout(&out)
+    );
+    let command = next_command(&out);
+    assert_eq!(command, "ralph issue unblock i-1 && ralph construct");
+    let status = ok(&ralph(dir.path(), &["status"], &[])).clone();
+    let text = stdout(&status);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("i-1    blocked    issue: ")
+                && l.contains("— blocked: the agent failed")),
+        "{text}"
+    );
+    assert_eq!(next_command(&status), command);
+
+    config(dir.path(), "works", "");
+    let out = run_printed(dir.path(), &command);
+
+    ok(&out);
+    assert!(stdout(&out).contains("i-1 open again"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("t-1.txt")).unwrap(),
+        "hello\n"
+    );
+}
+
+/// Audit row 27: an investigate answer with a sentence before its JSON has the same way out;
+/// `ralph task unblock i-1` works too, saying what it did.
+#[test]
+fn an_investigator_answering_prose_before_its_json_has_the_same_way_out() {
+    let dir = project_with_agents("prose", "");
+
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("i-1: no valid answer after a retry"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        next_command(&out),
+        "ralph issue unblock i-1 && ralph construct"
+    );
+
+    config(dir.path(), "works", "");
+    let unblocked = ok(&ralph(dir.path(), &["task", "unblock", "i-1"], &[])).clone();
+    assert_eq!(stdout(&unblocked).trim(), "i-1 open again");
+    let out = run_printed(dir.path(), "ralph construct");
+    ok(&out);
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+}
+
+/// Audit row 24: after `Stopped: max iterations`, the printed command runs as many
+/// iterations again (the limit counts per invocation), and completes.
+#[test]
+fn after_max_iterations_the_printed_command_runs_more_iterations_and_completes() {
+    // The verifier rejects the first time, then accepts: two iterations are needed.
+    let state = tempfile::tempdir().unwrap();
+    let once = state.path().join("rejected-once");
+    let dir = project_with_agents("works", "max_iterations = 1");
+    let script = WORKS.replace(
+        r#"  verify) echo '{"verdict":"accept","reason":"it says hello"}' ;;"#,
+        &format!(
+            "  verify) if [ -e '{0}' ]; then echo '{{\"verdict\":\"accept\",\"reason\":\"ok\"}}'; \
+             else touch '{0}'; echo '{{\"verdict\":\"reject\",\"reason\":\"say hello louder\"}}'; fi ;;",
+            once.display()
+        ),
+    );
+    std::fs::write(dir.path().join("agent.sh"), script).unwrap();
+
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Stopped: max iterations (1) reached"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("next: `ralph construct` runs up to 1 more iteration"),
+        "{}",
+        stdout(&out)
+    );
+    let iteration = |dir: &Path| -> u32 {
+        stdout(&ralph(dir, &["query", "iteration"], &[]))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = iteration(dir.path());
+
+    let out = run_printed(dir.path(), &next_command(&out));
+
+    ok(&out);
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+    assert!(
+        iteration(dir.path()) > before,
+        "the command ran more iterations"
+    );
+}
+
+/// A task the gates blocked: the printed command unblocks it by its id and, once the gate
+/// passes, the spec completes.
+#[test]
+fn a_task_the_gates_blocked_is_unblocked_by_the_printed_command() {
+    let dir = project_with_agents(
+        "works",
+        "retries = 0\n[[gates]]\nname = \"fixed\"\ncommand = \"test -e fixed\"\n",
+    );
+
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let command = next_command(&out);
+    assert_eq!(command, "ralph task unblock t-1 && ralph construct");
+    assert!(
+        stdout(&out).contains("fix what blocked it (the reason above), then"),
+        "{}",
+        stdout(&out)
+    );
+
+    std::fs::write(dir.path().join("fixed"), "").unwrap();
+    let out = run_printed(dir.path(), &command);
+
+    ok(&out);
+    assert!(
+        stdout(&out).contains("t-1 pending again"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+}
+
+/// The printed command repeats the flags that chose the agent: run with `--agent works`,
+/// a blocked task's next step is unblocked and run with `--agent works` again.
+#[test]
+fn the_printed_command_keeps_the_agent_the_run_was_given() {
+    let dir = project_with_agents(
+        "down",
+        "retries = 0\n[[gates]]\nname = \"fixed\"\ncommand = \"test -e fixed\"\n",
+    );
+
+    let out = ralph(
+        dir.path(),
+        &["construct", "spec.md", "--agent", "works"],
+        &[],
+    );
+
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let command = next_command(&out);
+    assert_eq!(
+        command,
+        "ralph task unblock t-1 && ralph construct --agent works"
+    );
+    std::fs::write(dir.path().join("fixed"), "").unwrap();
+    ok(&run_printed(dir.path(), &command));
+}
+
+/// Audit rows 54–56 and 63: each bad edit is refused with the field it names, and the board
+/// is left as it was.
+#[test]
+fn task_add_and_issue_add_say_which_field_is_wrong() {
+    let dir = project();
+    for (json, said) in [
+        (r#"{"name":"n"}"#, "task add: accept is empty"),
+        (r#"{"name":"","accept":"a"}"#, "task add: name is empty"),
+        (
+            r#"{"name":"a\nb","accept":"a"}"#,
+            "task add: name holds a line break",
+        ),
+        (
+            r#"{"name":"n","accept":"a","deps":["t-99"]}"#,
+            "task add: deps[0] names t-99, which is not on the board",
+        ),
+        (
+            r#"{"id":"t-50","name":"n","accept":"a","deps":["t-50"]}"#,
+            "task add: deps[0] names the task itself (t-50): a dependency cycle",
+        ),
+        (
+            r#"{"id":"has space","name":"n","accept":"a"}"#,
+            r#"task add: id "has space" holds ' '"#,
+        ),
+        (
+            r#"{"id":"../../../escape","name":"n","accept":"a"}"#,
+            r#"task add: id "../../../escape" holds '/'"#,
+        ),
+    ] {
+        let out = ralph(dir.path(), &["task", "add", json], &[]);
+        assert_eq!(out.status.code(), Some(1), "{json}: {}", stdout(&out));
+        assert!(stderr(&out).contains(said), "{json}: {}", stderr(&out));
+    }
+    for text in ["", "   "] {
+        let out = ralph(dir.path(), &["issue", "add", text], &[]);
+        assert_eq!(out.status.code(), Some(1), "{text:?}");
+        assert!(
+            stderr(&out).contains("issue add: text is empty"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let list = ok(&ralph(dir.path(), &["task", "list"], &[])).clone();
+    assert_eq!(stdout(&list), "", "nothing was added");
+    let out = ralph(dir.path(), &["issue", "unblock", "i-9"], &[]);
+    assert!(
+        stderr(&out).contains("no issue i-9 on the board"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A `plan.jsonl` written by hand (seed 000's format, no `"h"` fields) with a dependency
+/// cycle and a dependency on a task that is not there: the run builds the rest, blocks the
+/// two with their reasons, and the printed command works once the missing task is added.
+#[test]
+fn bad_records_in_a_hand_written_plan_are_blocked_and_the_printed_unblock_works() {
+    let dir = project_with_agents("works", "");
+    std::fs::create_dir_all(dir.path().join(".ralph")).unwrap();
+    std::fs::write(
+        dir.path().join(".ralph/plan.jsonl"),
+        concat!(
+            r#"{"t":"run","iteration":1,"spec":"spec.md","seeded":true,"next_task":60}"#,
+            "\n",
+            r#"{"t":"task","id":"t-1","name":"Write t-1.txt","s":"p","accept":"it exists"}"#,
+            "\n",
+            r#"{"t":"task","id":"t-50","name":"Write t-50.txt","s":"p","accept":"it exists","deps":["t-50"]}"#,
+            "\n",
+            r#"{"t":"task","id":"t-6","name":"Write t-6.txt","s":"p","accept":"it exists","deps":["t-99"]}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+
+    let out = ralph(dir.path(), &["construct"], &[]);
+
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let text = stdout(&out);
+    for part in [
+        "t-50 blocked: dependency cycle: t-50 -> t-50",
+        "t-6 blocked: depends on t-99, which is not on the board",
+        "t-50: dependency cycle: t-50 -> t-50",
+        "t-6: depends on t-99, which is not on the board",
+    ] {
+        assert!(text.contains(part), "missing {part:?} in\n{text}");
+    }
+    assert!(dir.path().join("t-1.txt").exists(), "the rest was built");
+    let command = next_command(&out);
+    assert_eq!(command, "ralph task unblock t-50 t-6 && ralph construct");
+
+    ok(&ralph(
+        dir.path(),
+        &[
+            "task",
+            "add",
+            r#"{"id":"t-99","name":"Write t-99.txt","accept":"it exists"}"#,
+        ],
+        &[],
+    ));
+    let out = run_printed(dir.path(), &command);
+
+    ok(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains("t-50 pending again, without its dependencies on t-50"),
+        "{text}"
+    );
+    assert!(text.contains("t-6 pending again\n"), "{text}");
+    assert!(text.contains("Spec complete"), "{text}");
+    for task in ["t-50", "t-6", "t-99"] {
+        assert!(dir.path().join(format!("{task}.txt")).exists(), "{task}");
+    }
+}
+
+/// Seed 000: a task verifiers reject twice goes to DECOMPOSE, which `ralph status` and the
+/// dry run show; the next run splits it and completes.
+#[test]
+fn status_and_the_dry_run_show_decompose_for_a_task_rejected_twice() {
+    let dir = project();
+    std::fs::write(
+        dir.path().join("script.toml"),
+        r#"
+[[run]]
+role = "investigate"
+subject = "i-1"
+[[run.steps]]
+json = { tasks = [{ name = "Greet the guest", accept = "greets the guest by name" }] }
+
+[[run]]
+role = "build"
+repeat = true
+steps = [{ write = { path = "hello.txt", content = "hello\n" } }, { answer = "Done.\n<TASK_DONE>" }]
+
+[[run]]
+role = "verify"
+subject = "t-1"
+repeat = true
+[[run.steps]]
+json = { verdict = "reject", reason = "it greets nobody by name" }
+
+[[run]]
+role = "verify"
+repeat = true
+[[run.steps]]
+json = { verdict = "accept", reason = "ok" }
+
+[[run]]
+role = "decompose"
+subject = "t-1"
+[[run.steps]]
+json = { subtasks = [{ name = "Write the greeting", accept = "greets" }, { name = "Name the guest", accept = "names the guest", deps = [0] }] }
+
+[[run]]
+role = "gap_analysis"
+repeat = true
+[[run.steps]]
+json = { tasks = [], issues = [] }
+"#,
+    )
+    .unwrap();
+    let script = ["--script", "script.toml"];
+
+    let out = ralph(
+        dir.path(),
+        &[
+            &["construct", "spec.md", "--max-iterations", "2"][..],
+            &script,
+        ]
+        .concat(),
+        &[],
+    );
+
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("t-1 was rejected 2 times: DECOMPOSE splits it"),
+        "{}",
+        stdout(&out)
+    );
+    let command = next_command(&out);
+    assert_eq!(
+        command,
+        "ralph construct --script script.toml --max-iterations 2"
+    );
+    let status = stdout(ok(&ralph(dir.path(), &["status"], &[])));
+    assert!(status.starts_with("stage DECOMPOSE"), "{status}");
+    assert!(
+        status.contains("to decompose: rejected 2 times"),
+        "{status}"
+    );
+    let dry = stdout(ok(&ralph(
+        dir.path(),
+        &[&["construct", "--dry-run"][..], &script].concat(),
+        &[],
+    )));
+    assert!(dry.contains("stage:     DECOMPOSE"), "{dry}");
+    assert!(dry.contains("next:      t-1: Greet the guest"), "{dry}");
+
+    let out = run_printed(dir.path(), &command);
+
+    ok(&out);
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+    let board = stdout(ok(&ralph(dir.path(), &["task", "list"], &[])));
+    assert!(
+        board
+            .lines()
+            .any(|l| l.starts_with("t-1 ") && l.contains("decomposed")),
+        "{board}"
+    );
+}
+
+/// A workspace whose gap analysis gave no valid answer is UNVERIFIED: the summary and `ralph
+/// status` say `ralph construct` asks the gap analysis again, and it does.
+#[test]
+fn an_unverified_spec_is_checked_again_by_the_printed_command() {
+    let dir = project_with_agents("works", "");
+    let prose = WORKS.replace(
+        r#"  gap_analysis) echo '{"tasks":[],"issues":[]}' ;;"#,
+        "  gap_analysis) echo 'Nothing is missing, I think.' ;;",
+    );
+    std::fs::write(dir.path().join("agent.sh"), prose).unwrap();
+
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Unverified"), "{}", stdout(&out));
+    let status = stdout(ok(&ralph(dir.path(), &["status"], &[])));
+    assert!(status.starts_with("stage UNVERIFIED"), "{status}");
+    for text in [stdout(&out), status] {
+        assert!(
+            text.contains("`ralph construct` asks the gap analysis again"),
+            "{text}"
+        );
+    }
+
+    std::fs::write(dir.path().join("agent.sh"), WORKS).unwrap();
+    let out = run_printed(dir.path(), &next_command(&out));
+
+    ok(&out);
+    assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+}
