@@ -253,16 +253,6 @@ pub struct RunRecord {
     pub outcome: Option<String>,
 }
 
-/// Reads `thread.json`, migrating older layouts.
-///
-/// # Errors
-///
-/// [`ThreadError::Corrupt`] naming the file and serde's line and column, or
-/// [`ThreadError::NewerSchema`].
-pub fn load(path: &Path) -> Result<ThreadRecord, ThreadError> {
-    load_checked(path).map(|(record, _)| record)
-}
-
 /// Reads a sealed record's text (see [`seal`]); with whether it was unsealed (written by an
 /// earlier ralph, taken as it is).
 ///
@@ -284,12 +274,13 @@ pub(crate) fn read_sealed(path: &Path) -> Result<(String, bool), ThreadError> {
     }
 }
 
-/// Reads `thread.json` as [`load`] does; with whether it was unsealed (an earlier ralph's,
-/// adopted: its next save seals it).
+/// Reads `thread.json`, migrating older layouts; with whether it was unsealed (an earlier
+/// ralph's, adopted: its next save seals it).
 ///
 /// # Errors
 ///
-/// As [`load`].
+/// [`ThreadError::NotWritten`] when it is not what ralph wrote; [`ThreadError::Corrupt`]
+/// naming the file and serde's line and column; [`ThreadError::NewerSchema`].
 pub(crate) fn load_checked(path: &Path) -> Result<(ThreadRecord, bool), ThreadError> {
     let (text, unsealed) = read_sealed(path)?;
     let corrupt = |e: serde_json::Error| ThreadError::Corrupt {
