@@ -10,17 +10,16 @@ use tracing::Instrument;
 
 use super::ready::ReadyQueue;
 use super::{Engine, Flow, bounded_failure, first_line};
-use crate::agent::Claim;
-use crate::agent::{FailureKind, Role};
+use crate::agent::Role;
 use crate::event::Event;
 use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
-use crate::runtime::call::{Call, Caller, Ending};
+use crate::runtime::attempt::{self, Attempted, gate_log_name};
+use crate::runtime::call::{Call, Caller};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::gates::GateRun;
-use crate::runtime::gates::{self, GatesEnd};
 use crate::runtime::gave_up;
 use crate::runtime::logs::{Emitter, Logs};
 use crate::runtime::spec::SpecDoc;
@@ -341,8 +340,7 @@ impl Engine {
                     _ => format!("branch {}", crate::runtime::worktrees::branch(&task.id)),
                 }),
         };
-        let template = if round > 1 { "retry" } else { "build" };
-        Ok(self.ctx.prompts.render(template, &ctx)?)
+        Ok(self.ctx.prompts.render(template(task), &ctx)?)
     }
 
     async fn finish_task(
@@ -439,9 +437,10 @@ impl Worker {
         self
     }
 
-    /// One agent run and, if it claims done, the gates. Time spent waiting out rate limits
-    /// and transient failures moves `deadline`. `tried` gets the first line of the agent's
-    /// answer.
+    /// One agent run and, if it claims done, the gates (the runtime's one attempt). Time
+    /// spent waiting out rate limits and transient failures moves `deadline`. `tried` gets
+    /// the first line of the agent's answer. A kill, of the agent or of a gate by the
+    /// deadline, sends the task to DECOMPOSE with the agent's log.
     pub(super) async fn attempt(
         &self,
         task: &Task,
@@ -460,63 +459,32 @@ impl Worker {
             prompt,
             deadline: *deadline,
         };
-        let ending = self.caller.call(&mut call).await?;
-        *deadline = call.deadline;
-        let run = match ending {
-            Ending::Answer(run) => run,
-            Ending::Interrupted => return Ok(AttemptEnd::Interrupted),
-            Ending::Killed { reason, log } => return Ok(AttemptEnd::Killed(reason, log)),
-            Ending::Failed {
-                reason,
-                kind: FailureKind::Fatal,
-            } => return Err(Error::AgentFatal(reason)),
-            Ending::Failed { reason, .. } => {
-                return Ok(AttemptEnd::Failed(format!(
-                    "The agent run failed: {reason}"
-                )));
-            }
-            // Ridden out by the construct loop's caller; kept total.
-            Ending::RateLimited(_) => {
-                return Ok(AttemptEnd::Failed("The agent was rate limited.".into()));
-            }
-        };
-        *tried = summary(&run.final_text);
-        let killed_log = run.log_path.as_deref().map(|p| self.ctx.relative(p));
-        match run.claim() {
-            Claim::Done => {
-                self.run_gates(task, call.attempt, *deadline, killed_log)
-                    .await
-            }
-            Claim::Blocked(reason) => Ok(AttemptEnd::Blocked(reason)),
-            Claim::NotDone(why) => Ok(AttemptEnd::Failed(why)),
-        }
-    }
-
-    /// Runs the gates in order; the first required failure fails the attempt, and the
-    /// deadline stopping a gate kills it (DECOMPOSE follows).
-    async fn run_gates(
-        &self,
-        task: &Task,
-        attempt: u32,
-        deadline: Instant,
-        agent_log: Option<PathBuf>,
-    ) -> Result<AttemptEnd, Error> {
-        let run = GateRun {
+        let gate_run = GateRun {
             workspace: &self.work_dir,
             ..self
                 .ctx
-                .gate_run(&self.emitter, deadline, (&task.id, &task.name, attempt))
+                .gate_run(&self.emitter, *deadline, (&task.id, &task.name, attempt))
         };
         let logs = &self.logs;
-        let log = |gate: &str| logs.run_log(&format!("gate-{gate}"), task.id.as_str(), attempt);
-        Ok(match gates::check_all(&self.ctx.gates, run, log).await? {
-            GatesEnd::Passed => AttemptEnd::Done {
+        let gate_log =
+            |gate: &str| logs.stage_file(&gate_log_name(gate, task.id.as_str(), attempt));
+        let (end, trace) =
+            attempt::run(&self.caller, &mut call, &self.ctx.gates, gate_run, gate_log).await?;
+        *deadline = call.deadline;
+        *tried = trace.tried;
+        Ok(match end {
+            Attempted::Done => AttemptEnd::Done {
                 commit: None,
-                log: agent_log,
+                log: trace.log,
             },
-            GatesEnd::Failed { gate, failure } => AttemptEnd::GateFailed(gate, failure),
-            GatesEnd::TimedOut { .. } => AttemptEnd::Killed(KillReason::Timeout, agent_log),
-            GatesEnd::Interrupted => AttemptEnd::Interrupted,
+            Attempted::Blocked(reason) => AttemptEnd::Blocked(reason),
+            Attempted::Failed {
+                failure,
+                gate: Some(gate),
+            } => AttemptEnd::GateFailed(gate, failure),
+            Attempted::Failed { failure, .. } => AttemptEnd::Failed(failure),
+            Attempted::Killed { reason, .. } => AttemptEnd::Killed(reason, trace.log),
+            Attempted::Interrupted => AttemptEnd::Interrupted,
         })
     }
 }
@@ -534,12 +502,10 @@ fn with_memo(task: Task, memo: Option<Change>) -> Vec<Change> {
     std::iter::once(Change::Task(task)).chain(memo).collect()
 }
 
-/// What an attempt tried, for the recent-attempts memory: the first line of the agent's
-/// answer that is not a marker.
-fn summary(answer: &str) -> Option<String> {
-    answer
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with("<TASK_") && *l != "RALPH_DONE")
-        .map(first_line)
+/// The prompt template of `task`'s next attempt: a retry carries the last failure.
+pub(super) fn template(task: &Task) -> &'static str {
+    match task.round_attempts() {
+        0 => "build",
+        _ => "retry",
+    }
 }

@@ -197,13 +197,10 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
     let stop = stop_outcome(&board, config, stage, ending).map(|o: Outcome| o.to_string());
     let template = match (stop.is_some(), stage) {
         (true, _) => None,
-        (false, Stage::Build) => {
-            let retry = next
-                .as_ref()
-                .and_then(|(id, _)| board.tasks.get(id.as_str()))
-                .is_some_and(|t| t.round_attempts() > 0);
-            Some(if retry { "retry" } else { "build" })
-        }
+        (false, Stage::Build) => next
+            .as_ref()
+            .and_then(|(id, _)| board.tasks.get(id.as_str()))
+            .map(super::build::template),
         (false, Stage::Investigate) => Some("investigate"),
         (false, Stage::Verify | Stage::Unverified)
             if board.tasks.values().any(|t| t.status == TaskStatus::Done) =>

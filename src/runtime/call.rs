@@ -407,7 +407,7 @@ impl Caller {
     }
 
     /// `path` relative to the workspace when inside it (as `kill_log` records it).
-    fn relative(&self, path: &std::path::Path) -> PathBuf {
+    pub(crate) fn relative(&self, path: &std::path::Path) -> PathBuf {
         path.strip_prefix(&self.workspace)
             .map(std::path::Path::to_path_buf)
             .unwrap_or_else(|_| path.to_path_buf())

@@ -129,6 +129,14 @@ impl Logs {
         Ok(self.relative(&path))
     }
 
+    /// A fresh path for a file of the current stage named `name`:
+    /// `ralph-<stamp>-<stage>-<name>.log`.
+    pub(crate) fn stage_file(&self, name: &str) -> PathBuf {
+        let stage = self.stage.file_name();
+        let base = format!("ralph-{}-{stage}-{}", self.stamp, sanitize(name));
+        unused(&self.dir.join(format!("{base}.log")))
+    }
+
     /// A fresh path for one agent or gate run of the current stage:
     /// `ralph-<stamp>-<stage>-<subject>[-<kind>]-a<attempt>.log`, the kind left out when it
     /// is the stage's own agent role (`build`, `verify`, `decompose`, `investigate`).

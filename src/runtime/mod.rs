@@ -4,6 +4,7 @@
 //! | promise | where |
 //! |---|---|
 //! | one agent-call path: deadline, grace, rate limits, transient failures, events | [`call`] |
+//! | one implementer attempt: the call, the claim in its final answer, the gates | [`attempt`] |
 //! | one gate path: deadline, stop, events, the retry prompt's failure text | [`gates`] |
 //! | one deadline rule and its backstop | [`deadline`] |
 //! | one lock per workspace, and the sweep of a killed run's leftovers under it | [`workspace`] |
@@ -20,6 +21,7 @@
 //! marker parser). A module imports only from its own layer or those below, and pipelines
 //! never import one another; `tests/layers.rs` checks it.
 
+pub(crate) mod attempt;
 pub(crate) mod call;
 pub(crate) mod choices;
 pub(crate) mod deadline;

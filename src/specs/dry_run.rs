@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::implementation::{ImplementationStore, Status};
+use super::implementation::ImplementationStore;
 use super::plan_files::{PlanFiles, Resume};
 use super::plan_mode::spec_files;
 use crate::runtime::Context;
@@ -184,16 +184,11 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
     };
     let spec = &plan.specs[first];
     report.spec = Some(spec.id.clone());
-    if let Some(task) = spec.tasks.iter().find(|t| t.status == Status::Blocked) {
-        report.stop = Some(format!(
-            "Blocked: task {} of spec {}: {}",
-            task.id,
-            spec.id,
-            task.blocked_reason.as_deref().unwrap_or("")
-        ));
+    if let Some(outcome) = super::build::stuck(spec) {
+        report.stop = Some(outcome.to_string());
         return Ok(report);
     }
-    if spec.status == Status::Blocked || spec.attempts >= config.planning.max_attempts {
+    if spec.attempts >= config.planning.max_attempts {
         report.stop = Some(format!(
             "Stopped: spec {} used its {} attempt(s)",
             spec.id, spec.attempts
@@ -211,14 +206,9 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
     } else if let Some(index) = spec.next_task() {
         let task = &spec.tasks[index];
         let session = task.attempts.saturating_add(1);
-        let template = if task.last_failure.is_some() {
-            "task_retry"
-        } else {
-            "task"
-        };
         (
             format!("task {}: {} (session {session})", task.id, task.description),
-            template,
+            super::build::tasks::template(task),
         )
     } else {
         ("verify the spec".to_owned(), "spec_verify")

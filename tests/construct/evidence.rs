@@ -210,6 +210,16 @@ async fn complete_says_what_it_rested_on() {
     let task = h.task("t-1");
     assert_eq!(task.accepted_by, Some(AcceptedBy::Verifier));
     assert_eq!(task.gates, ["done-file"]);
+    // One gate-log naming in every mode: `gate-<gate>-<task>-a<attempt>`.
+    let logs: Vec<String> = std::fs::read_dir(h.path().join("build/ralph-logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        logs.iter()
+            .any(|l| l.ends_with("-build-gate-done-file-t-1-a1.log")),
+        "{logs:?}"
+    );
 }
 
 #[tokio::test]

@@ -191,6 +191,15 @@ async fn with_no_required_gate_complete_says_so() {
         outcome.to_string().contains("Evidence: gates sh passed;"),
         "{outcome}"
     );
+    // One gate-log naming in every mode: `gate-<gate>-<task>-a<attempt>`.
+    let runs = gated.path().join("build/ralph-logs/runs/a");
+    let run = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(run.join("gate-sh-a-1-a1.log").exists(), "{run:?}");
 }
 
 #[tokio::test]

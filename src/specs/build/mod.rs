@@ -26,7 +26,7 @@
 //! gates), [`verify`] (the verdict and what follows it).
 
 mod plan;
-mod tasks;
+pub(crate) mod tasks;
 mod verify;
 
 use std::sync::Arc;
@@ -370,18 +370,7 @@ impl SpecBuild {
     /// A spec left blocked or out of attempts by an earlier run stays so until a person
     /// changes `implementation.json` (resets the status or the task).
     fn already_stuck(&self, id: &str) -> Option<SpecEnd> {
-        let entry = self.plan.spec(id)?;
-        if entry.tasks.iter().any(|t| t.status == Status::Blocked) {
-            return self.blocked(id).ok().map(SpecEnd::Stop);
-        }
-        if entry.status == Status::Blocked {
-            return Some(SpecEnd::Stop(SpecsOutcome::AttemptsExhausted {
-                spec: id.to_owned(),
-                attempts: entry.attempts,
-                reason: entry.blocked_reason.clone().unwrap_or_default(),
-            }));
-        }
-        None
+        stuck(self.plan.spec(id)?).map(SpecEnd::Stop)
     }
 
     /// Applies a recorded plan invalidation to the plan files: the plan is archived as
@@ -440,17 +429,7 @@ impl SpecBuild {
     }
 
     fn blocked(&self, id: &str) -> Result<SpecsOutcome, Error> {
-        let items = self
-            .spec(id)?
-            .tasks
-            .iter()
-            .filter(|t| t.status == Status::Blocked)
-            .map(|t| BlockedItem::new(&t.id, t.blocked_reason.clone().unwrap_or_default()))
-            .collect();
-        Ok(SpecsOutcome::Blocked {
-            spec: id.to_owned(),
-            items,
-        })
+        Ok(blocked(self.spec(id)?))
     }
 
     /// Appends the PROGRESS.md entries of completed specs that it lacks (see
@@ -502,6 +481,33 @@ impl SpecBuild {
     /// The gates' names, for the prompts.
     fn gate_names(&self) -> Vec<&str> {
         self.ctx.gates.iter().map(|g| g.name()).collect()
+    }
+}
+
+/// How build mode stops at `entry`, if a task of it is blocked or it was given up (its
+/// status blocked) by an earlier run: what the loop and the dry run both say.
+pub(crate) fn stuck(entry: &SpecEntry) -> Option<SpecsOutcome> {
+    if entry.tasks.iter().any(|t| t.status == Status::Blocked) {
+        return Some(blocked(entry));
+    }
+    (entry.status == Status::Blocked).then(|| SpecsOutcome::AttemptsExhausted {
+        spec: entry.id.clone(),
+        attempts: entry.attempts,
+        reason: entry.blocked_reason.clone().unwrap_or_default(),
+    })
+}
+
+/// `entry` blocked by its blocked tasks.
+fn blocked(entry: &SpecEntry) -> SpecsOutcome {
+    let items = entry
+        .tasks
+        .iter()
+        .filter(|t| t.status == Status::Blocked)
+        .map(|t| BlockedItem::new(&t.id, t.blocked_reason.clone().unwrap_or_default()))
+        .collect();
+    SpecsOutcome::Blocked {
+        spec: entry.id.clone(),
+        items,
     }
 }
 

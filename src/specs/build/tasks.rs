@@ -4,18 +4,16 @@
 use std::path::Path;
 
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::SpecBuild;
-use crate::agent::Claim;
-use crate::agent::{FailureKind, Role};
+use crate::agent::Role;
 use crate::event::Event;
 use crate::model::TaskId;
 use crate::output::{bounded_failure, first_line};
-use crate::runtime::call::{Call, Ending};
+use crate::runtime::attempt::{self, Attempted, gate_log_name};
+use crate::runtime::call::Call;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
-use crate::runtime::gates::{self, GatesEnd};
 use crate::runtime::gave_up;
 use crate::runtime::logs::{folder_log, sanitize};
 use crate::specs::implementation::{SpecEntry, Status, TaskEntry};
@@ -153,15 +151,12 @@ impl SpecBuild {
             attempt: session,
             failure: task.last_failure.as_deref(),
         };
-        let template = if task.last_failure.is_some() {
-            "task_retry"
-        } else {
-            "task"
-        };
-        Ok(self.ctx.prompts.render(template, &ctx)?)
+        Ok(self.ctx.prompts.render(template(task), &ctx)?)
     }
 
-    /// One implementer session: a fresh agent run, its marker, then the gates.
+    /// One implementer session: the runtime's one attempt (a fresh agent run, its marker,
+    /// then the gates). A limit that stops the agent or a gate fails the session: build mode
+    /// has no DECOMPOSE, the next session does less.
     async fn session(
         &self,
         dir: &Path,
@@ -177,59 +172,29 @@ impl SpecBuild {
             deadline: deadline::after(self.ctx.config.stage_timeout),
             log: folder_log(dir, Role::Build, session),
         };
-        let run = match self.caller.call(&mut call).await? {
-            Ending::Answer(run) => run,
-            Ending::Interrupted => return Ok(Session::Interrupted),
-            Ending::Failed {
-                reason,
-                kind: FailureKind::Fatal,
-            } => return Err(Error::AgentFatal(reason)),
-            Ending::Failed { reason, .. } => {
-                return Ok(Session::Failed(format!("The agent run failed: {reason}")));
-            }
-            Ending::Killed { reason, .. } => {
-                return Ok(Session::Failed(format!(
-                    "The agent was stopped ({reason}) before it finished; do less per session."
-                )));
-            }
-            // Ridden out by build mode's caller; kept total.
-            Ending::RateLimited(_) => {
-                return Ok(Session::Failed("The agent was rate limited.".into()));
-            }
-        };
-        Ok(match run.claim() {
-            Claim::Done => self.gates(dir, task, session, call.deadline).await?,
-            Claim::Blocked(reason) => Session::Blocked(reason),
-            Claim::NotDone(why) => Session::Failed(why),
-        })
-    }
-
-    /// The gates in order: a required gate's failure fails the session; an optional gate's
-    /// failure is reported (an event), not enforced.
-    async fn gates(
-        &self,
-        dir: &Path,
-        task: &TaskEntry,
-        session: u32,
-        deadline: Instant,
-    ) -> Result<Session, Error> {
         let id = TaskId::new(task.id.as_str());
-        let run = self
-            .ctx
-            .gate_run(&self.emitter, deadline, (&id, &task.description, session));
-        let log = |gate: &str| {
-            dir.join(format!(
-                "{}.log",
-                sanitize(&format!("gate-{gate}-{}-a{session}", task.id))
-            ))
+        let gate_run = self.ctx.gate_run(
+            &self.emitter,
+            call.deadline,
+            (&id, &task.description, session),
+        );
+        let gate_log = |gate: &str| {
+            let name = gate_log_name(gate, &task.id, session);
+            dir.join(format!("{}.log", sanitize(&name)))
         };
-        Ok(match gates::check_all(&self.ctx.gates, run, log).await? {
-            GatesEnd::Passed => Session::Done,
-            GatesEnd::Failed { failure, .. } => Session::Failed(failure),
-            GatesEnd::TimedOut { gate } => {
-                Session::Failed(format!("Quality gate `{gate}` did not finish in time."))
-            }
-            GatesEnd::Interrupted => Session::Interrupted,
+        let (end, _) =
+            attempt::run(&self.caller, &mut call, &self.ctx.gates, gate_run, gate_log).await?;
+        Ok(match end {
+            Attempted::Done => Session::Done,
+            Attempted::Blocked(reason) => Session::Blocked(reason),
+            Attempted::Failed { failure, .. } => Session::Failed(failure),
+            Attempted::Killed {
+                gate: Some(gate), ..
+            } => Session::Failed(format!("Quality gate `{gate}` did not finish in time.")),
+            Attempted::Killed { reason, .. } => Session::Failed(format!(
+                "The agent was stopped ({reason}) before it finished; do less per session."
+            )),
+            Attempted::Interrupted => Session::Interrupted,
         })
     }
 
@@ -253,5 +218,13 @@ impl SpecBuild {
         self.save()?;
         self.emit(Event::TaskBlocked { task, reason });
         Ok(TaskTurn::Blocked)
+    }
+}
+
+/// The prompt template of `task`'s next session: a retry carries the last failure.
+pub(crate) fn template(task: &TaskEntry) -> &'static str {
+    match task.last_failure {
+        Some(_) => "task_retry",
+        None => "task",
     }
 }

@@ -1,0 +1,141 @@
+//! One implementer attempt, in every mode that builds tasks (the construct loop, build
+//! mode): a fresh agent run, the claim in its final answer, then the required gates. "Done
+//! is ralph's verdict" is written here once; each pipeline maps only what differs (what a
+//! kill leads to, how a failure is remembered).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::call::{Call, Caller, Ending};
+use super::error::Error;
+use super::gates::{self, GateRun, GatesEnd};
+use crate::agent::{Claim, FailureKind};
+use crate::gate::Gate;
+use crate::model::KillReason;
+use crate::output::first_line;
+
+/// How one attempt ended.
+#[derive(Debug)]
+pub(crate) enum Attempted {
+    /// The agent claimed done and every required gate passed.
+    Done,
+    /// The agent said it cannot go on, and why.
+    Blocked(String),
+    /// The attempt did not pass: the failure for the next attempt's prompt, and the
+    /// required gate that failed, if one did.
+    Failed {
+        failure: String,
+        gate: Option<String>,
+    },
+    /// A limit stopped the agent, or the deadline stopped a gate (`gate`).
+    Killed {
+        reason: KillReason,
+        gate: Option<String>,
+    },
+    /// The run was stopped.
+    Interrupted,
+}
+
+/// What an attempt produced besides how it ended.
+#[derive(Debug, Default)]
+pub(crate) struct Trace {
+    /// What was tried, in one line: the first line of the agent's answer that is not a
+    /// marker (seed 003's recent attempts).
+    pub(crate) tried: Option<String>,
+    /// The agent run's log, relative to the workspace.
+    pub(crate) log: Option<PathBuf>,
+}
+
+/// Runs one attempt: `call` through `caller` (waits for rate limits and transient failures
+/// move `call.deadline`), then, if the final answer claims done, `gates` in order under
+/// that deadline, each logging to `gate_log(name)`.
+///
+/// # Errors
+///
+/// [`Error::AgentFatal`] when the agent failed in a way no retry can fix;
+/// [`Error::Agent`] or [`Error::Gate`] when one could not run at all.
+pub(crate) async fn run(
+    caller: &Caller,
+    call: &mut Call,
+    gates: &[Arc<dyn Gate>],
+    gate_run: GateRun<'_>,
+    gate_log: impl Fn(&str) -> PathBuf,
+) -> Result<(Attempted, Trace), Error> {
+    let mut trace = Trace::default();
+    let run = match caller.call(call).await? {
+        Ending::Answer(run) => run,
+        Ending::Interrupted => return Ok((Attempted::Interrupted, trace)),
+        Ending::Killed { reason, log } => {
+            trace.log = log;
+            return Ok((Attempted::Killed { reason, gate: None }, trace));
+        }
+        Ending::Failed {
+            reason,
+            kind: FailureKind::Fatal,
+        } => return Err(Error::AgentFatal(reason)),
+        Ending::Failed { reason, .. } => {
+            let failure = format!("The agent run failed: {reason}");
+            return Ok((
+                Attempted::Failed {
+                    failure,
+                    gate: None,
+                },
+                trace,
+            ));
+        }
+        // Ridden out by the callers of the pipelines that build tasks; kept total.
+        Ending::RateLimited(_) => {
+            let failure = "The agent was rate limited.".to_owned();
+            return Ok((
+                Attempted::Failed {
+                    failure,
+                    gate: None,
+                },
+                trace,
+            ));
+        }
+    };
+    trace.tried = summary(&run.final_text);
+    trace.log = run.log_path.as_deref().map(|p| caller.relative(p));
+    let end = match run.claim() {
+        Claim::Done => {
+            let run = GateRun {
+                deadline: call.deadline,
+                ..gate_run
+            };
+            match gates::check_all(gates, run, gate_log).await? {
+                GatesEnd::Passed => Attempted::Done,
+                GatesEnd::Failed { gate, failure } => Attempted::Failed {
+                    failure,
+                    gate: Some(gate),
+                },
+                GatesEnd::TimedOut { gate } => Attempted::Killed {
+                    reason: KillReason::Timeout,
+                    gate: Some(gate),
+                },
+                GatesEnd::Interrupted => Attempted::Interrupted,
+            }
+        }
+        Claim::Blocked(reason) => Attempted::Blocked(reason),
+        Claim::NotDone(why) => Attempted::Failed {
+            failure: why,
+            gate: None,
+        },
+    };
+    Ok((end, trace))
+}
+
+/// The name of a gate's log for `attempt` of `task`, in every mode: `gate-<gate>-<task>-a<n>`
+/// (made safe as a file name by the caller's folder).
+pub(crate) fn gate_log_name(gate: &str, task: &str, attempt: u32) -> String {
+    format!("gate-{gate}-{task}-a{attempt}")
+}
+
+/// What an attempt tried: the first line of the agent's answer that is not a marker.
+fn summary(answer: &str) -> Option<String> {
+    answer
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("<TASK_") && *l != "RALPH_DONE")
+        .map(first_line)
+}
