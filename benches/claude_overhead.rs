@@ -21,8 +21,9 @@
 //! also runs 1,000 pairs (`bare` then `claude_cli`, or the other way round, alternately) and
 //! prints the quartiles of the per-pair difference: `paired overhead`.
 //!
-//! `fake_claude` is built by the bench itself (`cargo build --profile bench --example
-//! fake_claude`, a no-op when up to date; see `common::fake_claude`).
+//! `fake-claude` is the `fixtures` feature's binary target (`fixtures/bin/fake_claude.rs`),
+//! built by cargo for the bench's profile and reached through `CARGO_BIN_EXE_fake-claude`
+//! (see `common::fake_claude`).
 //!
 //! Run with `cargo bench --bench claude_overhead`. Results: `benches/RESULTS.md`.
 

@@ -95,7 +95,7 @@
 )]
 
 // Layers, top to bottom (a module imports only from its own layer or those below; the
-// pipelines never import one another; `tests/layers.rs` checks it):
+// pipelines never import one another; `src/layers.rs` checks it):
 //   facade      ralph, mock, the re-exports below
 //   pipelines   construct, specs, thread
 //   runtime     runtime
