@@ -1,0 +1,278 @@
+//! What ralph costs per agent run when it is used as a user uses it: the installed `ralph
+//! construct` on a spec, with an `[agent.NAME]` command agent standing in for a real CLI,
+//! minus what the stand-in itself costs.
+//!
+//! - **Run**: `ralph construct spec.md --agent stand` on a fresh workspace (no git, so no
+//!   commit per task; measured apart below) whose investigation yields `TASKS` tasks: one
+//!   investigate, `TASKS` builds, `TASKS` verifications and one gap analysis, one at a time
+//!   (`verify_concurrency = 1`). No gates. Standard output goes to a pipe that is read, as a
+//!   terminal or a CI log would.
+//! - **Bare**: the same agent runs with the same arguments and the same prompt sizes on
+//!   stdin, spawned one after the other by this bench with nothing around them.
+//! - **Startup**: `ralph construct` again on the finished workspace (load, lock, sweep, the
+//!   verdict), which a run pays once, not per agent run.
+//!
+//! `(run - startup - bare) / agent runs` is ralph's overhead per agent run. Its parts: the
+//! `fdatasync`s that "nothing lost" needs (counted with `strace` when it is there, each
+//! costed by timing the same small append and `fdatasync` in the same folder) and the rest
+//! (supervision, parsing, records, logs, the display). The target: the rest is at most
+//! 0.3 ms per agent run. The same run in a git repository adds one commit per task;
+//! reported as its own line.
+//!
+//! Workspaces are made under Cargo's target tmp dir (a real disk). Run with `cargo bench
+//! --bench command_overhead`; under `cargo test --benches` it runs once, small, as a check.
+
+#![allow(clippy::print_stdout)]
+
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Tasks the investigation yields.
+fn tasks() -> usize {
+    if common::measuring() { 100 } else { 3 }
+}
+
+/// Runs of each kind, for medians.
+fn rounds() -> usize {
+    if common::measuring() { 7 } else { 1 }
+}
+
+fn main() {
+    let ralph = PathBuf::from(env!("CARGO_BIN_EXE_ralph"));
+    let n = tasks();
+    let runs = 2 * n + 2;
+    let mut plain = Vec::new();
+    let mut startup = Vec::new();
+    let mut bare = Vec::new();
+    let mut git = Vec::new();
+    for _ in 0..rounds() {
+        let ws = workspace(n, false);
+        plain.push(time_construct(&ralph, ws.path()));
+        startup.push(time_construct(&ralph, ws.path()));
+        bare.push(time_bare(ws.path(), n));
+        let repo = workspace(n, true);
+        git.push(time_construct(&ralph, repo.path()));
+    }
+    let (plain, startup, bare, git) = (median(plain), median(startup), median(bare), median(git));
+    let overhead = (plain.saturating_sub(startup).saturating_sub(bare)).as_secs_f64() / runs as f64;
+    let syncs = count_syncs(&ralph, n).map(|count| count as f64 / runs as f64);
+    let sync_cost = time_sync();
+    let durability = syncs.map(|per_run| per_run * sync_cost.as_secs_f64());
+    let rest = durability.map(|d| overhead - d);
+    let per_task_git = git.saturating_sub(plain).as_secs_f64() / n as f64;
+
+    println!(
+        "command_overhead: {n} tasks, {runs} agent runs (medians of {} rounds)",
+        rounds()
+    );
+    println!("  ralph construct            {:>10.1} ms", ms(plain));
+    println!("  startup (a finished board) {:>10.1} ms", ms(startup));
+    println!("  the bare agent runs        {:>10.1} ms", ms(bare));
+    println!("  overhead per agent run     {:>10.3} ms", overhead * 1e3);
+    match (syncs, durability, rest) {
+        (Some(syncs), Some(durability), Some(rest)) => {
+            println!(
+                "    fdatasync (durability)   {:>10.3} ms  ({syncs:.2} per run × {:.3} ms)",
+                durability * 1e3,
+                ms(sync_cost)
+            );
+            println!(
+                "    the rest                 {:>10.3} ms  (target ≤ 0.300: {})",
+                rest * 1e3,
+                if rest <= 0.0003 { "met" } else { "MISSED" }
+            );
+        }
+        _ => println!("    (strace is not installed: the fdatasync share is not counted)"),
+    }
+    println!(
+        "  one commit per task (git)  {:>10.3} ms per task",
+        per_task_git * 1e3
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// A workspace with the spec, a `ralph.toml` naming the stand-in agent, and the stand-in.
+fn workspace(tasks: usize, git: bool) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("command-overhead-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a workspace");
+    let path = dir.path();
+    std::fs::write(path.join("spec.md"), "# Bench\nDo the tasks.\n").expect("spec");
+    let stand = path.join("stand.sh");
+    std::fs::write(&stand, stand_in(tasks)).expect("stand-in");
+    std::fs::write(
+        path.join("ralph.toml"),
+        format!(
+            "verify_concurrency = 1\n[agent.stand]\ncommand = [\"/bin/sh\", \"{}\", \"{{role}}\", \"{{subject}}\"]\n",
+            stand.display()
+        ),
+    )
+    .expect("ralph.toml");
+    if git {
+        std::fs::write(path.join(".gitignore"), ".ralph/\nbuild/\nstand.sh\n").expect("ignore");
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.name=b",
+                "-c",
+                "user.email=b@b",
+                "commit",
+                "-qm",
+                "base",
+            ],
+        ] {
+            let ok = Command::new("git").args(args).current_dir(path).status();
+            assert!(ok.is_ok_and(|s| s.success()), "git {args:?}");
+        }
+    }
+    dir
+}
+
+/// The stand-in CLI: reads its prompt, answers for its role at once. Each build writes a
+/// file, so a git workspace has something to commit.
+fn stand_in(tasks: usize) -> String {
+    let list: Vec<String> = (1..=tasks)
+        .map(|i| format!(r#"{{"name":"Task {i}","accept":"done {i}"}}"#))
+        .collect();
+    format!(
+        r#"cat > /dev/null
+case "$1" in
+investigate) printf '%s\n' '{{"tasks":[{}]}}' ;;
+build) echo "$2" > "out-$2.txt"; printf 'Done.\n<TASK_DONE>\n' ;;
+verify) printf '{{"verdict":"accept","reason":"ok"}}\n' ;;
+gap_analysis) printf '{{"tasks":[],"issues":[]}}\n' ;;
+*) exit 1 ;;
+esac
+"#,
+        list.join(",")
+    )
+}
+
+/// Wall time of `ralph construct spec.md --agent stand` in `dir`, its output read through a
+/// pipe.
+fn time_construct(ralph: &Path, dir: &Path) -> Duration {
+    let started = Instant::now();
+    let mut child = construct(ralph, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ralph starts");
+    let mut out = Vec::new();
+    if let Some(stdout) = child.stdout.as_mut() {
+        let _ = stdout.read_to_end(&mut out);
+    }
+    let output = child.wait_with_output().expect("ralph ends");
+    let elapsed = started.elapsed();
+    assert!(
+        output.status.success(),
+        "ralph construct failed: {}{}",
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    elapsed
+}
+
+/// `ralph construct spec.md --agent stand` in `dir`. Git is not let look above `dir`: the
+/// workspaces sit in this repository's target folder, which is not theirs.
+fn construct(ralph: &Path, dir: &Path) -> Command {
+    let mut command = Command::new(ralph);
+    command
+        .args(["construct", "spec.md", "--agent", "stand"])
+        .current_dir(dir)
+        .env("GIT_CEILING_DIRECTORIES", dir.parent().unwrap_or(dir));
+    command
+}
+
+/// The same agent runs as a construct of `tasks` tasks makes, spawned one after the other
+/// with prompts of about the size ralph sends.
+fn time_bare(dir: &Path, tasks: usize) -> Duration {
+    let stand = dir.join("stand.sh");
+    let prompt = vec![b'x'; 2048];
+    let mut runs: Vec<(String, String)> = vec![("investigate".into(), "i-1".into())];
+    for i in 1..=tasks {
+        runs.push(("build".into(), format!("t-{i}")));
+    }
+    for i in 1..=tasks {
+        runs.push(("verify".into(), format!("t-{i}")));
+    }
+    runs.push(("gap_analysis".into(), "iteration-1".into()));
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch");
+    let started = Instant::now();
+    for (role, subject) in &runs {
+        let mut child = Command::new("/bin/sh")
+            .arg(&stand)
+            .args([role, subject])
+            .current_dir(scratch.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the stand-in starts");
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(&prompt);
+        }
+        let _ = child.wait_with_output();
+    }
+    started.elapsed()
+}
+
+/// `fdatasync` and `fsync` calls of one construct of `tasks` tasks, counted with `strace`;
+/// `None` when strace is not there.
+fn count_syncs(ralph: &Path, tasks: usize) -> Option<usize> {
+    let ws = workspace(tasks, false);
+    let log = ws.path().join("strace.txt");
+    let status = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=fdatasync,fsync", "-o"])
+        .arg(&log)
+        .arg(ralph)
+        .args(["construct", "spec.md", "--agent", "stand"])
+        .current_dir(ws.path())
+        .env("GIT_CEILING_DIRECTORIES", env!("CARGO_TARGET_TMPDIR"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    if !status.success() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&log).ok()?;
+    Some(
+        text.lines()
+            .filter(|l| l.contains("fdatasync(") || l.contains("fsync("))
+            .count(),
+    )
+}
+
+/// What one small append and its `fdatasync` cost in the folder the workspaces are in.
+fn time_sync() -> Duration {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a folder");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("plan.jsonl"))
+        .expect("a file");
+    let line = [b'x'; 200];
+    let n = if common::measuring() { 300 } else { 3 };
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        file.write_all(&line).expect("write");
+        file.sync_data().expect("fdatasync");
+        samples.push(started.elapsed());
+    }
+    median(samples)
+}
