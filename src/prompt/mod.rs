@@ -114,6 +114,10 @@ impl Prompts {
             ("planner", &paths.planner),
             ("spec_verify", &paths.spec_verify),
             ("plan_mode", &paths.plan_mode),
+            ("thread", &paths.thread),
+            ("thread_verify", &paths.thread_verify),
+            ("thread_assess", &paths.thread_assess),
+            ("thread_draft", &paths.thread_draft),
         ];
         for (name, path) in overrides {
             if let Some(path) = path {
