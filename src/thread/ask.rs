@@ -21,7 +21,10 @@ impl Threads {
         mut prompt: String,
         failed: impl Fn(String) -> ThreadError,
     ) -> Result<(A, String), ThreadError> {
-        let agent = self.loop_agents(&self.options.config).map_err(&failed)?.work;
+        let agent = self
+            .loop_agents(&self.options.config)
+            .map_err(&failed)?
+            .work;
         let mut last_error = String::new();
         for attempt in 1..=2 {
             let request = Request {

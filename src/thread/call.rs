@@ -199,9 +199,7 @@ impl Threads {
             open: true,
             patient: request.patient,
         };
-        let ridden = caller
-            .ride_out(&mut call, request.schema, &mut notes)
-            .await;
+        let ridden = caller.ride_out(&mut call, request.schema, &mut notes).await;
         let (run_id, open) = (notes.run_id, notes.open);
         record.transient_failures = 0;
         record.rate_limited_until = None;

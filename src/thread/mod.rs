@@ -44,10 +44,10 @@
 //! do: [`Ralph::threads`](crate::Ralph::threads) gives the threads of a built [`Ralph`](crate::Ralph), and
 //! [`Threads::new`] is short for that with the workspace's `ralph.toml` (and `RALPH_*`).
 //! So `[context]` thresholds reach every agent request, `[prompts]` can replace the
-//! templates `thread`, `thread_verify`, `thread_assess` and `thread_draft`, every agent
-//! is given the config ([`Agent::configure`](crate::Agent::configure)), `transient_retries`
-//! aside (a thread's own, in [`RunConfig`]) the waits and the grace are the workspace's, and
-//! the stop token is the [`Ralph`](crate::Ralph)'s.
+//! templates `thread`, `thread_verify`, `thread_assess` and `thread_draft`, every agent is
+//! given the config ([`Agent::configure`]), `grace` and `transient_backoff` are the
+//! workspace's (the agent timeout and the retries are the thread's own, in [`RunConfig`]),
+//! and the stop token is the [`Ralph`](crate::Ralph)'s.
 //!
 //! # Drafting, assessing and agents
 //!
@@ -58,7 +58,7 @@
 //!
 //! **One fallback mechanism.** A thread's models are names ([`RunConfig::agents`], chosen
 //! in Configuring and kept in `thread.json`) of agents registered with
-//! [`agent`](Threads::agent); the loop drives them as one [`Fallback`](crate::agent::Fallback)
+//! [`agent`](Threads::agent); the loop drives them as one [`Fallback`]
 //! chain, made afresh for each round and each resume, with the chain's rules: a rate-limited
 //! agent rests until its reset and the next takes the run; one that fails fatally (bad
 //! credentials, no program) is passed over for the rest of the round; one that fails

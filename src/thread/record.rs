@@ -79,7 +79,7 @@ pub struct ThreadRecord {
     pub approved_tree: Option<String>,
     /// The agent that took the loop's latest run (a name of [`RunConfig::agents`], or the
     /// context agent's name); `None` before the loop. Each round and each resume starts
-    /// with the first of the chain (see the [module docs](super#the-context-config-prompts-agents)).
+    /// with the first of the chain (see the [module docs](super#drafting-assessing-and-agents)).
     #[serde(default)]
     pub current_agent: Option<String>,
     /// Why the fallback chain gave the runs to [`current_agent`](Self::current_agent)

@@ -329,7 +329,6 @@ impl Threads {
         });
         self.advance(record, Phase::Stuck { reason })
     }
-
 }
 
 /// Seed 003's pitfall 4: say why the loop stopped and what is left.

@@ -30,7 +30,10 @@ async fn repo_with(config: &str) -> tempfile::TempDir {
         format!("{config}\n[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{{role}}\"]\n"),
     )
     .unwrap();
-    Git::new(dir.path()).commit_all("agents", &[]).await.unwrap();
+    Git::new(dir.path())
+        .commit_all("agents", &[])
+        .await
+        .unwrap();
     dir
 }
 
@@ -123,10 +126,9 @@ async fn a_thread_goes_from_new_to_commit_with_a_command_agent_from_ralph_toml()
 /// `mine` takes the runs; `show` says which agent runs and why.
 #[tokio::test]
 async fn agents_of_ralph_toml_are_a_fallback_chain_in_threads() {
-    let dir = repo_with(
-        "agents = [\"down\", \"mine\"]\n[agent.down]\ncommand = [\"./no-such-agent\"]\n",
-    )
-    .await;
+    let dir =
+        repo_with("agents = [\"down\", \"mine\"]\n[agent.down]\ncommand = [\"./no-such-agent\"]\n")
+            .await;
     let ws = dir.path();
     thread(ws, &["new", "--title", "Greeter", "--spec", THREAD_SPEC]);
     thread(ws, &["finalize"]);

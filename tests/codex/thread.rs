@@ -47,7 +47,16 @@ async fn a_thread_goes_from_new_to_commit_with_codex() {
     let spec = rig.home.path().join("spec.md");
     std::fs::write(&spec, SPEC).unwrap();
 
-    thread(ws, &["new", "--title", "Greeter", "--spec", spec.to_str().unwrap()]);
+    thread(
+        ws,
+        &[
+            "new",
+            "--title",
+            "Greeter",
+            "--spec",
+            spec.to_str().unwrap(),
+        ],
+    );
     thread(ws, &["finalize"]);
     let started = thread(ws, &["start", "--agent", Rig::NAME]);
     assert!(

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use crate::support::threads::{SPEC, finalized, repo, writes};
 use ralph::__internals::git::Git;
+use ralph::Ralph;
 use ralph::agent::{Agent, AgentError, AgentRequest, AgentRun, FakeAgent, Script};
 use ralph::config::{Config, ContextThresholds};
 use ralph::thread::{PhaseKind, ThreadOptions, Threads};
-use ralph::Ralph;
 use serde_json::json;
 
 /// `inner`, keeping the context thresholds of every request and the `grace` of the config
@@ -81,7 +81,8 @@ async fn context_thresholds_of_ralph_toml_reach_every_request_of_a_thread() {
     let agent = Arc::new(agent);
     let named = Seen::new(FakeAgent::new());
     let named_configured = Arc::clone(&named.configured);
-    let threads = quick(Threads::new(dir.path(), Arc::clone(&agent)).unwrap()).agent("named", named);
+    let threads =
+        quick(Threads::new(dir.path(), Arc::clone(&agent)).unwrap()).agent("named", named);
     let id = finalized(&threads, &spec);
 
     let thread = threads.start(&id).await.unwrap();
@@ -138,7 +139,10 @@ async fn a_prompts_override_of_a_thread_template_is_used() {
     let threads = quick(Threads::new(dir.path(), Arc::clone(&agent)).unwrap());
     let id = finalized(&threads, &spec);
     let dry = threads.dry_run(&id).unwrap().to_string();
-    assert!(dry.contains("prompt:    thread (") && dry.contains("prompts/thread.md"), "{dry}");
+    assert!(
+        dry.contains("prompt:    thread (") && dry.contains("prompts/thread.md"),
+        "{dry}"
+    );
 
     threads.start(&id).await.unwrap();
 

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use crate::support::threads::{SPEC, finalized, repo, writes};
+use ralph::Ralph;
 use ralph::agent::{FailureKind, FakeAgent, Role, Script};
 use ralph::thread::{Phase, PhaseKind};
-use ralph::Ralph;
 use ralph::thread::{RunConfig, ThreadError, ThreadOptions, Threads};
 
 fn fatal(reason: &str) -> Script {
@@ -152,9 +152,10 @@ async fn a_configured_verifier_judges_the_criteria_the_models_build() {
     let dir = repo().await;
     let spec = format!("{SPEC}- [ ] the greeting is friendly\n");
     let builder = Arc::new(FakeAgent::new().then(writes("hello\n")));
-    let judge = Arc::new(FakeAgent::new().then(
-        Script::new().json(serde_json::json!({"verdict": "accept", "reason": "friendly"})),
-    ));
+    let judge =
+        Arc::new(FakeAgent::new().then(
+            Script::new().json(serde_json::json!({"verdict": "accept", "reason": "friendly"})),
+        ));
     let threads = Threads::new(dir.path(), FakeAgent::new())
         .unwrap()
         .agent("builder", Arc::clone(&builder))

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::support::threads::{SPEC, finalized, no_claim, repo, writes};
 use async_trait::async_trait;
+use ralph::Ralph;
 use ralph::agent::{
     Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind, FakeAgent, Role, Script,
 };
 use ralph::thread::{Phase, PhaseKind};
-use ralph::Ralph;
 use ralph::thread::{RunConfig, ThreadOptions, ThreadRecord, Threads};
 use serde_json::json;
 
@@ -68,7 +68,11 @@ fn transient(reason: &str) -> Script {
 /// Threads over `dir` running `agent`, quick, at most 3 iterations, `retries` transient
 /// failures ridden out with a first backoff of `backoff` (the workspace's
 /// `transient_backoff`, as every mode has it).
-fn quick(dir: &std::path::Path, agent: impl Agent + 'static, (retries, backoff): (u32, Duration)) -> Threads {
+fn quick(
+    dir: &std::path::Path,
+    agent: impl Agent + 'static,
+    (retries, backoff): (u32, Duration),
+) -> Threads {
     Ralph::builder()
         .workspace(dir)
         .agent(agent)
@@ -79,11 +83,13 @@ fn quick(dir: &std::path::Path, agent: impl Agent + 'static, (retries, backoff):
         .build()
         .unwrap()
         .threads()
-        .options(ThreadOptions::default().quick(true).config(
-            RunConfig::default()
-                .max_iterations(3)
-                .transient_retries(retries),
-        ))
+        .options(
+            ThreadOptions::default().quick(true).config(
+                RunConfig::default()
+                    .max_iterations(3)
+                    .transient_retries(retries),
+            ),
+        )
 }
 
 fn options(retries: u32, backoff: Duration) -> (u32, Duration) {
@@ -240,7 +246,11 @@ async fn a_rate_limit_does_not_count_as_a_transient_failure() {
             .then(Script::new().rate_limit(0))
             .then(writes("hello\n")),
     );
-    let threads = quick(dir.path(), Arc::clone(&agent), options(1, Duration::from_millis(1)));
+    let threads = quick(
+        dir.path(),
+        Arc::clone(&agent),
+        options(1, Duration::from_millis(1)),
+    );
     let id = finalized(&threads, SPEC);
     let thread = threads.start(&id).await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
@@ -260,7 +270,11 @@ async fn transient_failures_past_the_retries_fail_the_iteration_and_the_loop_goe
             .then(transient("overloaded (529)"))
             .then(writes("hello\n")),
     );
-    let threads = quick(dir.path(), Arc::clone(&agent), options(1, Duration::from_millis(1)));
+    let threads = quick(
+        dir.path(),
+        Arc::clone(&agent),
+        options(1, Duration::from_millis(1)),
+    );
     let id = finalized(&threads, SPEC);
     let thread = threads.start(&id).await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);

@@ -52,7 +52,10 @@ async fn an_edit_after_approval_is_not_committed_unreviewed() {
         .current_dir(dir.path())
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&committed.stdout), "hello, unreviewed\n");
+    assert_eq!(
+        String::from_utf8_lossy(&committed.stdout),
+        "hello, unreviewed\n"
+    );
 }
 
 /// ralph's own state changes all the time (the record of the approval itself): it is no

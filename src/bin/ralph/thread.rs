@@ -305,7 +305,10 @@ fn register(
     let mut done: Vec<&String> = Vec::new();
     for name in names {
         if !done.contains(&name) {
-            threads = threads.agent(name.clone(), crate::run::one_agent(workspace, config, name)?);
+            threads = threads.agent(
+                name.clone(),
+                crate::run::one_agent(workspace, config, name)?,
+            );
             done.push(name);
         }
     }
