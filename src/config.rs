@@ -336,6 +336,15 @@ pub struct PromptPaths {
     pub spec_verify: Option<PathBuf>,
     /// Plan mode's prompt (specs → implementation.json).
     pub plan_mode: Option<PathBuf>,
+    /// A thread's iteration (the loop's prompt, with the reviewer's feedback after a
+    /// send-back).
+    pub thread: Option<PathBuf>,
+    /// A thread's read-only verifier of one acceptance criterion.
+    pub thread_verify: Option<PathBuf>,
+    /// A thread's AI review of its spec (Assessing).
+    pub thread_assess: Option<PathBuf>,
+    /// A thread's Drafting conversation.
+    pub thread_draft: Option<PathBuf>,
 }
 
 /// The configuration could not be loaded or is invalid.

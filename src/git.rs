@@ -462,6 +462,19 @@ impl Git {
         exclude: &[&str],
     ) -> Result<Option<String>, GitError> {
         self.require_repo().await?;
+        let add = self.add_all_args(exclude).await?;
+        self.run_owned(&add).await?;
+        if !self.has_staged().await? {
+            return Ok(None);
+        }
+        let mut args: Vec<String> = self.identity_args().await;
+        args.extend(["commit", "-q", "-m", message].map(str::to_owned));
+        self.run_owned(&args).await?;
+        self.head().await
+    }
+
+    /// `git add -A -- . :(exclude)…`: every change but the `exclude` paths.
+    async fn add_all_args(&self, exclude: &[&str]) -> Result<Vec<String>, GitError> {
         let mut add = vec![
             "add".to_owned(),
             "-A".to_owned(),
@@ -475,14 +488,42 @@ impl Git {
                 add.push(format!(":(exclude){path}"));
             }
         }
-        self.run_owned(&add).await?;
-        if !self.has_staged().await? {
-            return Ok(None);
-        }
-        let mut args: Vec<String> = self.identity_args().await;
-        args.extend(["commit", "-q", "-m", message].map(str::to_owned));
-        self.run_owned(&args).await?;
-        self.head().await
+        Ok(add)
+    }
+
+    /// The tree [`commit_all`](Self::commit_all) would commit now, as a git tree id: HEAD
+    /// with every change of the work tree (untracked files included) but the `exclude`
+    /// paths. Written through a private index, so the user's staging area is left as it
+    /// was. Two calls give the same id exactly when the same content would be committed.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (no commit yet, say).
+    pub async fn work_tree_id(&self, exclude: &[&str]) -> Result<String, GitError> {
+        let index = self.private_index("ralph-tree-index").await?;
+        let env = [("GIT_INDEX_FILE", index.0.as_os_str())];
+        self.run_with_env(&["read-tree", "HEAD"], &env).await?;
+        let add = self.add_all_args(exclude).await?;
+        let add: Vec<&str> = add.iter().map(String::as_str).collect();
+        self.run_with_env(&add, &env).await?;
+        let tree = self.run_with_env(&["write-tree"], &env).await?;
+        Ok(tree.trim().to_owned())
+    }
+
+    /// The paths whose content differs between two trees (or commits).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (an unknown tree).
+    pub async fn tree_changes(&self, from: &str, to: &str) -> Result<Vec<String>, GitError> {
+        let out = self
+            .run(&["diff", "--name-only", "--no-renames", "-z", from, to])
+            .await?;
+        Ok(out
+            .split('\0')
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned)
+            .collect())
     }
 
     /// The diff of the work tree, untracked files included, against `base`, without touching
@@ -494,12 +535,7 @@ impl Git {
     pub async fn diff_from(&self, base: &str, exclude: &[&str]) -> Result<String, GitError> {
         // A private index holding the whole work tree, so new files show up in the diff
         // and the user's staging area is left as it was.
-        let git_dir = self.run(&["rev-parse", "--absolute-git-dir"]).await?;
-        let index = PrivateIndex(PathBuf::from(git_dir.trim()).join(format!(
-            "ralph-diff-index.{}.{}",
-            std::process::id(),
-            NEXT_INDEX.fetch_add(1, Ordering::Relaxed)
-        )));
+        let index = self.private_index("ralph-diff-index").await?;
         let env = [("GIT_INDEX_FILE", index.0.as_os_str())];
         self.run_with_env(&["read-tree", base], &env).await?;
         self.run_with_env(&["add", "-A"], &env).await?;
@@ -507,6 +543,17 @@ impl Git {
         let mut diff = vec!["diff", "--cached", "--no-color", base, "--", "."];
         diff.extend(excluded.iter().map(String::as_str));
         self.run_with_env(&diff, &env).await
+    }
+
+    /// A fresh index file in the git directory, named `<name>.<pid>.<n>`, removed when
+    /// dropped.
+    async fn private_index(&self, name: &str) -> Result<PrivateIndex, GitError> {
+        let git_dir = self.run(&["rev-parse", "--absolute-git-dir"]).await?;
+        Ok(PrivateIndex(PathBuf::from(git_dir.trim()).join(format!(
+            "{name}.{}.{}",
+            std::process::id(),
+            NEXT_INDEX.fetch_add(1, Ordering::Relaxed)
+        ))))
     }
 
     /// Puts the work tree back at `baseline`: checks out its branch (or, for a detached

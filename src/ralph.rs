@@ -215,6 +215,26 @@ impl Ralph {
         Ok(crate::specs::ImplementationStore::new(path).load()?)
     }
 
+    #[cfg(feature = "threads")]
+    /// The threads of this workspace ([`thread`](crate::thread)), on the same context as
+    /// the construct loop, plan mode and build mode: the config (`[context]`, `grace`,
+    /// `transient_backoff`), the agent (given the config), the `[prompts]`, the observers
+    /// and the stop token. Threads and the other modes never run at once: each holds the
+    /// workspace's lock while it runs.
+    ///
+    /// ```
+    /// use ralph::{FakeAgent, Ralph};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let ralph = Ralph::builder().workspace(dir.path()).agent(FakeAgent::new()).build()?;
+    /// let threads = ralph.threads();
+    /// assert!(threads.list()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn threads(&self) -> crate::thread::Threads {
+        crate::thread::Threads::from_context(self.inner.clone())
+    }
+
     fn guard(&self) -> Result<ResetOnDrop<'_>, Error> {
         if self.running.swap(true, Ordering::SeqCst) {
             return Err(Error::AlreadyRunning);
@@ -290,6 +310,30 @@ impl Ralph {
         let _guard = self.guard()?;
         let mut engine = Engine::start(self.inner.clone(), spec).await?;
         engine.run().await
+    }
+}
+
+#[cfg(feature = "threads")]
+impl crate::thread::Threads {
+    /// The threads of `workspace`, run by `agent`: short for
+    /// `Ralph::builder().workspace(workspace).agent(agent).build()?.threads()`, so the
+    /// workspace's `ralph.toml` and `RALPH_*` apply as in every mode. (It is written here,
+    /// in the facade, because a pipeline does not build its own context.)
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Build`](crate::thread::ThreadError::Build) when the workspace is not
+    /// a directory, its config is invalid (naming the key and the file), or a prompt
+    /// override cannot be read.
+    pub fn new(
+        workspace: impl AsRef<Path>,
+        agent: impl Agent + 'static,
+    ) -> Result<Self, crate::thread::ThreadError> {
+        let ralph = Ralph::builder()
+            .workspace(workspace.as_ref())
+            .agent(agent)
+            .build()?;
+        Ok(ralph.threads())
     }
 }
 

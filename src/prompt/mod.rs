@@ -11,7 +11,7 @@
 //! | `verify` | `task` |
 //! | `gap_analysis` | `done`, `remaining` (task summaries), `gaps` (verifier notes) |
 //! | `decompose` | `task` (its `kill_reason` is `timeout`, `context_limit` or `rejected`; a rejected one has `rejections`, the count), `log` (head and tail of the killed run's log, or of the last build's for a rejected task), `head`, `tail` (line counts), `rejections` (the reasons of its latest rejections, oldest first, bounded) |
-//! | `thread` | `title`, `iteration`, `max_iterations`, `promise`, `attempts` (the last few: `iteration`, `summary`, `failed`), `failed` (criteria that failed last time) — `spec.text` is the thread's spec |
+//! | `thread` | `title`, `iteration`, `max_iterations`, `promise`, `attempts` (the last few: `iteration`, `summary`, `failed`), `failed` (criteria that failed last time), `feedback` (the reviewer's latest text from `send-back`, if any) — `spec.text` is the thread's spec |
 //! | `thread_verify` | `title`, `criterion` — `spec.text` is the thread's spec |
 //! | `thread_assess` | `title`, `spec_version`, `problems` (what ralph's own parse of the spec found) — `spec.text` is the thread's spec |
 //! | `thread_draft` | `title`, `spec_version`, `problems`, `turns` (the last 20 of the conversation: `by`, `text`), `earlier` (how many older turns are not shown), `message` (the person's) — `spec.text` is the thread's spec |
@@ -114,6 +114,10 @@ impl Prompts {
             ("planner", &paths.planner),
             ("spec_verify", &paths.spec_verify),
             ("plan_mode", &paths.plan_mode),
+            ("thread", &paths.thread),
+            ("thread_verify", &paths.thread_verify),
+            ("thread_assess", &paths.thread_assess),
+            ("thread_draft", &paths.thread_draft),
         ];
         for (name, path) in overrides {
             if let Some(path) = path {

@@ -1,13 +1,14 @@
 //! The one way every mode runs an agent: one [`Call`] under the step's deadline, the
 //! agent's stop token and the grace, ending in an [`Ending`].
 //!
-//! What a rate limit or a transient failure (overload, 5xx) does depends on the caller's
-//! [`Policy`]: the construct loop, plan mode and build mode ride them out in place (the
-//! wait is no attempt and moves the deadline), threads have them handed back (a thread may
-//! switch to its next agent instead).
-
+//! Rate limits and transient failures (overload, 5xx) are ridden out in place: a rate limit
+//! is waited out until it resets, a transient failure backs off and runs again; neither is an
+//! attempt, and the time waited moves the deadline. [`Caller::ride_out`] tells a [`Waits`]
+//! hook about each wait before it starts, so that threads can persist it (the reset time,
+//! the failures in a row) or refuse it (a one-off question is not worth a wait of hours).
+use std::convert::Infallible;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -33,32 +34,73 @@ use crate::time;
 pub(crate) enum Ending {
     /// The agent completed and gave a final answer (whatever it says).
     Answer(AgentRun),
-    /// The agent ran and failed. Under [`Policy::RideOut`] never `Transient`: those were
-    /// retried, and one that kept failing ends as `Attempt`.
+    /// The agent ran and failed. Never `Transient`: those were retried, and one that kept
+    /// failing ends as `Attempt`.
     Failed { reason: String, kind: FailureKind },
     /// Stopped by a limit: the step's deadline, the agent timeout, or the context limit.
     Killed {
         reason: KillReason,
         log: Option<PathBuf>,
     },
-    /// The agent's usage limit was hit; it resets at this time. Only under
-    /// [`Policy::HandBack`].
+    /// The agent's usage limit was hit; it resets at this time. Only for a caller that
+    /// stops riding out (never from [`Caller::call`]): kept so a structured call stays total.
     RateLimited(SystemTime),
     /// The run was stopped (the stop token: Ctrl+C, SIGTERM, SIGHUP).
     Interrupted,
 }
 
-/// What a rate limit or a transient failure does to a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Policy {
-    /// Wait a rate limit out until it resets; back a transient failure off
-    /// (`transient_backoff`, doubling, at most `transient_retries` times) and run again.
-    /// Neither counts as an attempt, and the time waited extends the call's deadline.
-    RideOut,
-    /// End the call with [`Ending::RateLimited`] or a `Transient` [`Ending::Failed`]: the
-    /// caller decides.
-    HandBack,
+/// A wait between two runs of one call (see [`Caller::ride_out`]).
+#[derive(Debug)]
+pub(crate) enum Wait {
+    /// The agent is rate limited until `until`; the caller waits `wait` (at most a day).
+    RateLimit { until: SystemTime, wait: Duration },
+    /// The `failures`-th transient failure in a row, for `reason`; the caller backs off
+    /// `wait`.
+    Backoff {
+        reason: String,
+        failures: u32,
+        wait: Duration,
+    },
 }
+
+impl Wait {
+    fn duration(&self) -> Duration {
+        match self {
+            Wait::RateLimit { wait, .. } | Wait::Backoff { wait, .. } => *wait,
+        }
+    }
+}
+
+/// What a caller is told around each wait of [`Caller::ride_out`]: a thread persists it
+/// before it starts (so `status` shows the wait, and a process killed while waiting leaves
+/// a record that says so) and opens a new run record after it.
+pub(crate) trait Waits {
+    /// What stops the call instead of waiting.
+    type Error;
+    /// Before the wait. An error ends the call with it, without waiting.
+    fn before(&mut self, call: &mut Call, wait: &Wait) -> Result<(), Self::Error>;
+    /// After the wait, before the call runs again (not after a wait the stop token ended).
+    fn after(&mut self, call: &mut Call) -> Result<(), Self::Error>;
+}
+
+/// The construct loop, plan mode and build mode keep nothing of a wait but its event.
+struct Unrecorded;
+
+impl Waits for Unrecorded {
+    type Error = Infallible;
+
+    fn before(&mut self, _: &mut Call, _: &Wait) -> Result<(), Infallible> {
+        Ok(())
+    }
+
+    fn after(&mut self, _: &mut Call) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+/// How [`Caller::ride_out`] ended: the call's [`Ending`] (or the agent that could not run),
+/// or the error a [`Waits`] hook stopped it with.
+pub(crate) type Ridden<E> = Result<Result<Ending, AgentError>, E>;
 
 /// The limits of the agent runs of a caller.
 #[derive(Clone, Copy, Debug)]
@@ -69,7 +111,7 @@ pub(crate) struct Limits {
     pub(crate) grace: Duration,
     /// Context-pressure tiers.
     pub(crate) context: ContextThresholds,
-    /// Transient failures ridden out per call under [`Policy::RideOut`].
+    /// Transient failures ridden out per call.
     pub(crate) transient_retries: u32,
     /// The first wait before such a retry.
     pub(crate) transient_backoff: Duration,
@@ -82,7 +124,7 @@ pub(crate) struct Call {
     pub(crate) subject: Option<String>,
     pub(crate) attempt: u32,
     pub(crate) prompt: String,
-    /// The step's deadline; waits under [`Policy::RideOut`] move it.
+    /// The step's deadline; waits move it.
     pub(crate) deadline: Instant,
     /// Where the agent writes its transcript; a run made again (after a wait) writes beside
     /// it ([`unused`]).
@@ -126,9 +168,11 @@ pub(crate) struct Caller {
     /// Where the agent works, when not in the workspace itself: a task's git work tree.
     work_tree: Option<PathBuf>,
     limits: Limits,
-    policy: Policy,
     stop: CancellationToken,
     pub(crate) emitter: Emitter,
+    /// The last choice a [`Fallback`](crate::agent::Fallback) chain made in this caller's
+    /// calls: which agent took the run, and why.
+    chosen: Arc<Mutex<Option<AgentChoice>>>,
 }
 
 impl Caller {
@@ -136,7 +180,6 @@ impl Caller {
         agent: Arc<dyn Agent>,
         workspace: impl Into<PathBuf>,
         limits: Limits,
-        policy: Policy,
         stop: CancellationToken,
         emitter: Emitter,
     ) -> Self {
@@ -145,10 +188,19 @@ impl Caller {
             workspace: workspace.into(),
             work_tree: None,
             limits,
-            policy,
             stop,
             emitter,
+            chosen: Arc::default(),
         }
+    }
+
+    /// The agent a fallback chain last gave a run of this caller to, and why; `None` when
+    /// it made no choice (one agent, or the first of the chain took every run).
+    pub(crate) fn last_choice(&self) -> Option<AgentChoice> {
+        self.chosen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// This caller with its agents working in `work_tree` (a task's git work tree) instead
@@ -162,8 +214,8 @@ impl Caller {
 
     /// Runs one call to an [`Ending`]: the agent timeout is the smaller of `agent_timeout`
     /// and the time left to the deadline; at the deadline the agent is asked to stop, and
-    /// dropped if it does not within the grace. Rate limits and transient failures follow the
-    /// caller's [`Policy`].
+    /// dropped if it does not within the grace. Rate limits and transient failures are ridden
+    /// out (see [`ride_out`](Self::ride_out)).
     ///
     /// # Errors
     ///
@@ -183,46 +235,77 @@ impl Caller {
         call: &mut Call,
         schema: Option<serde_json::Value>,
     ) -> Result<Ending, AgentError> {
-        let mut transient = 0u32;
+        match self.ride_out(call, schema, &mut Unrecorded).await {
+            Ok(ended) => ended,
+            Err(never) => match never {},
+        }
+    }
+
+    /// As [`call_with`](Self::call_with), telling `waits` about each wait: a rate limit is
+    /// waited out until it resets; a transient failure backs off (`transient_backoff`,
+    /// doubling) and runs again, at most `transient_retries` times, after which the call
+    /// ends as a failed `Attempt`. Neither is an attempt, and the time waited moves the
+    /// call's deadline. The stop token ends a wait with [`Ending::Interrupted`].
+    ///
+    /// # Errors
+    ///
+    /// The error `waits` stopped the call with; inside, [`AgentError`] when the agent could
+    /// not run at all.
+    pub(crate) async fn ride_out<W: Waits>(
+        &self,
+        call: &mut Call,
+        schema: Option<serde_json::Value>,
+        waits: &mut W,
+    ) -> Ridden<W::Error> {
+        let mut failures = 0u32;
         loop {
-            let ending = self.run_once(call, schema.clone()).await?;
-            if self.policy == Policy::HandBack {
-                return Ok(ending);
-            }
+            let ending = match self.run_once(call, schema.clone()).await {
+                Ok(ending) => ending,
+                Err(e) => return Ok(Err(e)),
+            };
             let wait = match ending {
-                Ending::RateLimited(until) => self.rate_limit_wait(until),
+                Ending::RateLimited(until) => Wait::RateLimit {
+                    until,
+                    wait: self.rate_limit_wait(until),
+                },
                 Ending::Failed {
                     reason,
                     kind: FailureKind::Transient,
-                } if transient < self.limits.transient_retries => {
-                    let backoff = time::backoff(self.limits.transient_backoff, transient);
-                    transient += 1;
+                } if failures < self.limits.transient_retries => {
+                    let wait = time::backoff(self.limits.transient_backoff, failures);
+                    failures += 1;
                     self.emitter.emit(&Event::Warning {
                         message: format!(
                             "{} {}: {reason}; retrying in {}",
                             call.role,
                             call.subject.as_deref().unwrap_or("-"),
-                            humantime::format_duration(backoff)
+                            humantime::format_duration(wait)
                         ),
                     });
-                    backoff
+                    Wait::Backoff {
+                        reason,
+                        failures,
+                        wait,
+                    }
                 }
                 Ending::Failed {
                     reason,
                     kind: FailureKind::Transient,
                 } => {
-                    return Ok(Ending::Failed {
-                        reason: format!("{reason} (still failing after {transient} retries)"),
+                    return Ok(Ok(Ending::Failed {
+                        reason: format!("{reason} (still failing after {failures} retries)"),
                         kind: FailureKind::Attempt,
-                    });
+                    }));
                 }
-                ending => return Ok(ending),
+                ending => return Ok(Ok(ending)),
             };
+            waits.before(call, &wait)?;
             let started = Instant::now();
-            if !self.pause(wait).await {
-                return Ok(Ending::Interrupted);
+            if !self.pause(wait.duration()).await {
+                return Ok(Ok(Ending::Interrupted));
             }
             call.deadline += started.elapsed();
+            waits.after(call)?;
         }
     }
 
@@ -313,6 +396,7 @@ impl Caller {
     fn forward_events(&self, subject: Option<String>) -> AgentEvents {
         let emitter = self.emitter.clone();
         let workspace = self.workspace.clone();
+        let chosen = Arc::clone(&self.chosen);
         AgentEvents::new(move |detail| {
             if let AgentEvent::AgentChosen { agent, reason } = &detail {
                 let choice = AgentChoice {
@@ -321,6 +405,7 @@ impl Caller {
                     subject: subject.clone(),
                     reason: reason.clone(),
                 };
+                *chosen.lock().unwrap_or_else(PoisonError::into_inner) = Some(choice.clone());
                 if let Err(e) = super::choices::record(&workspace, choice) {
                     emitter.emit(&Event::Warning {
                         message: format!("the agent choice was not recorded: {e}"),

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::call::{Caller, Limits, Policy};
+use self::call::{Caller, Limits};
 use self::error::Error;
 use self::gates::GateRun;
 use self::logs::Emitter;
@@ -54,9 +54,11 @@ use crate::prioritize::Prioritizer;
 use crate::prompt::Prompts;
 use crate::store::Store;
 
-/// What a run of the construct loop, plan mode or build mode works with: the workspace, the
-/// validated config, the four seams, the observers, the prompts and the stop token. Built
-/// once by [`RalphBuilder::build`](crate::RalphBuilder::build).
+/// What a run of every pipeline works with: the workspace, the validated config, the four
+/// seams (its agent given the config through [`Agent::configure`]), the observers, the
+/// prompts (`[prompts]` applied) and the stop token. Built once by
+/// [`RalphBuilder::build`](crate::RalphBuilder::build); the construct loop, plan mode, build
+/// mode and threads ([`Ralph::threads`](crate::Ralph::threads)) all stand on it.
 pub(crate) struct Context {
     /// Canonical.
     pub(crate) workspace: PathBuf,
@@ -134,13 +136,12 @@ impl Context {
         }
     }
 
-    /// A caller that rides out rate limits and transient failures.
+    /// A caller of the context's agent that rides out rate limits and transient failures.
     pub(crate) fn caller(&self, emitter: Emitter) -> Caller {
         Caller::new(
             self.agent.clone(),
             &self.workspace,
             self.limits(),
-            Policy::RideOut,
             self.stop.clone(),
             emitter,
         )

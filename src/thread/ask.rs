@@ -2,17 +2,18 @@
 //! review and the Drafting conversation ask it: a run of its own, the answer checked against
 //! its schema, and one retry with the parse error shown.
 
-use super::running::Ran;
+use super::call::{Ran, Request};
 use super::{ThreadError, ThreadRecord, Threads};
 use crate::agent::Role;
 use crate::answer::{self, Answer};
 
 impl Threads {
-    /// Asks the thread's first agent `prompt` in `role` and parses the answer as `A`; the
-    /// answer and the id of the run that gave it. Every failure (the agent's, an interrupt,
-    /// a rate limit, an unusable answer twice) is handed to `failed` with a reason, which
-    /// makes the caller's error. A rate limit is not waited out: a one-off question is not
-    /// worth holding the caller for hours.
+    /// Asks this handle's models (the thread is not configured yet: [`ThreadOptions::config`](super::ThreadOptions::config))
+    /// `prompt` in `role` and parses the answer as `A`; the answer and the id of the run that
+    /// gave it. Every failure (the agent's, an interrupt, a rate limit, an unusable answer
+    /// twice) is handed to `failed` with a reason, which makes the caller's error. A rate
+    /// limit of the whole chain is not waited out: a one-off question is not worth holding
+    /// the person for hours.
     pub(super) async fn ask<A: Answer>(
         &self,
         record: &mut ThreadRecord,
@@ -20,46 +21,44 @@ impl Threads {
         mut prompt: String,
         failed: impl Fn(String) -> ThreadError,
     ) -> Result<(A, String), ThreadError> {
-        let agent = self.chain(&record.config).map_err(&failed)?[0].1.clone();
+        let agent = self
+            .loop_agents(&self.options.config)
+            .map_err(&failed)?
+            .work;
         let mut last_error = String::new();
         for attempt in 1..=2 {
-            let run_id = self.open_run(record, 0, role)?;
-            let ran = self
-                .call(
-                    &agent,
-                    record,
-                    &run_id,
-                    role,
-                    attempt,
-                    prompt.clone(),
-                    Some(A::schema()),
-                )
-                .await;
-            let run = match ran {
+            let request = Request {
+                role,
+                iteration: 0,
+                attempt,
+                prompt: prompt.clone(),
+                schema: Some(A::schema()),
+                patient: false,
+            };
+            let called = self.call(&agent, record, request).await?;
+            let run = match &called.ran {
                 Ran::Answer(run) => run,
                 Ran::Interrupted => {
-                    self.close_run(&run_id, "interrupted")?;
+                    self.close(&called, "interrupted")?;
                     return Err(failed("interrupted".into()));
                 }
-                Ran::Failed(reason) | Ran::Transient(reason) | Ran::Fatal(reason) => {
-                    self.close_run(&run_id, &format!("failed: {reason}"))?;
+                Ran::Failed(reason) => {
+                    self.close(&called, &format!("failed: {reason}"))?;
+                    return Err(failed(reason.clone()));
+                }
+                Ran::Fatal(reason) => {
+                    self.close(&called, &format!("failed: {reason}"))?;
                     return Err(failed(format!("the agent failed: {reason}")));
                 }
-                Ran::RateLimited(until) => {
-                    let resets = jiff::Timestamp::try_from(until)
-                        .map_or_else(|_| "an unknown time".to_owned(), |t| t.to_string());
-                    let reason = format!("the agent is rate limited until {resets}");
-                    self.close_run(&run_id, &format!("failed: {reason}"))?;
-                    return Err(failed(reason));
-                }
+                Ran::RateLimited(reason) => return Err(failed(reason.clone())),
             };
-            match answer::parse::<A>(&run) {
+            match answer::parse::<A>(run) {
                 Ok(answer) => {
-                    self.close_run(&run_id, "completed")?;
-                    return Ok((answer, run_id));
+                    self.close(&called, "completed")?;
+                    return Ok((answer, called.run_id));
                 }
                 Err(e) => {
-                    self.close_run(&run_id, &format!("invalid answer: {e}"))?;
+                    self.close(&called, &format!("invalid answer: {e}"))?;
                     last_error = e;
                 }
             }

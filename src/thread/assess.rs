@@ -129,7 +129,7 @@ impl Threads {
             .map(|e| e.to_string())
             .into_iter()
             .collect();
-        let prompt = self.prompts.render(
+        let prompt = self.ctx.prompts.render(
             "thread_assess",
             &serde_json::json!({
                 "spec": {"name": record.title, "text": spec_text},

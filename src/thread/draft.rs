@@ -189,7 +189,7 @@ impl Threads {
             .iter()
             .map(|t| serde_json::json!({"by": t.by, "text": cut(&t.text, TURN_SHOWN_BYTES)}))
             .collect();
-        Ok(self.prompts.render(
+        Ok(self.ctx.prompts.render(
             "thread_draft",
             &serde_json::json!({
                 "spec": {"name": record.title, "text": spec_text},

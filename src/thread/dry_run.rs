@@ -28,8 +28,14 @@ pub struct ThreadDryRun {
     pub promise: Option<String>,
     /// The acceptance criteria: each with `(command)` or `(verifier)`.
     pub criteria: Vec<String>,
-    /// The agents the loop would run with, in order.
+    /// The agents the loop would run with, in order (a fallback chain when several).
     pub agents: Vec<String>,
+    /// The verifier of the criteria without a command: a registered name, or the agents
+    /// above.
+    pub verifier: Option<String>,
+    /// Where the loop's prompt comes from: the file named in `[prompts] thread`, or
+    /// `None` for the built-in one.
+    pub prompt: Option<String>,
     /// Iterations per round.
     pub max_iterations: u32,
     /// One agent run's limit.
@@ -48,7 +54,10 @@ impl fmt::Display for ThreadDryRun {
         writeln!(f, "  phase:     {}", self.phase)?;
         if let Some(next) = &self.next {
             writeln!(f, "  next:      {next}")?;
-            writeln!(f, "  prompt:    thread (built-in)")?;
+            match &self.prompt {
+                Some(file) => writeln!(f, "  prompt:    thread ({file})")?,
+                None => writeln!(f, "  prompt:    thread (built-in)")?,
+            }
         }
         if let Some(waits) = &self.waits_for {
             writeln!(f, "  waits for: {waits}")?;
@@ -60,6 +69,9 @@ impl fmt::Display for ThreadDryRun {
             writeln!(f, "  criterion: {criterion}")?;
         }
         writeln!(f, "  agents:    {}", self.agents.join(", "))?;
+        if let Some(verifier) = &self.verifier {
+            writeln!(f, "  verifier:  {verifier}")?;
+        }
         write!(
             f,
             "  limits:    {} iteration(s) per round, agent timeout {}, check timeout {}",
@@ -81,10 +93,8 @@ impl Threads {
         let record = self.get(id)?;
         let spec = ThreadSpec::parse(&self.spec_text(&record)?).ok();
         let config = match record.phase.kind() {
-            // Quick mode starts with the default settings.
-            PhaseKind::Finalized | PhaseKind::PreflightFailed if self.options.quick => {
-                self.options.config.clone()
-            }
+            // `start` gives the thread this handle's settings.
+            PhaseKind::Finalized | PhaseKind::PreflightFailed => self.options.config.clone(),
             _ => record.config.clone(),
         };
         let agents = match self.chain(&config) {
@@ -160,6 +170,8 @@ impl Threads {
                 })
                 .collect(),
             agents,
+            verifier: config.verifier.clone(),
+            prompt: self.ctx.prompts.origin("thread").map(str::to_owned),
             max_iterations: config.max_iterations,
             agent_timeout: config.agent_timeout,
             check_timeout: config.check_timeout,

@@ -95,18 +95,34 @@ pub enum ThreadError {
     /// git failed.
     #[error(transparent)]
     Git(#[from] GitError),
-    /// The workspace cannot be used.
-    #[error("workspace {path}: {reason}")]
-    Workspace {
-        /// The path given.
-        path: PathBuf,
-        /// Why.
-        reason: String,
+    /// The threads' context could not be built: the workspace, `ralph.toml` or a prompt
+    /// override cannot be used.
+    #[error(transparent)]
+    Build(#[from] crate::runtime::error::BuildError),
+    /// The work tree is not the one approved: nothing was committed, and the thread is back
+    /// in PendingReview for a review of the changes.
+    #[error(
+        "thread {id}: the work tree changed since it was approved ({}); nothing was committed and the thread is back in PendingReview: review the changes (`ralph thread diff`), then approve again",
+        paths.join(", ")
+    )]
+    ChangedSinceApproval {
+        /// The thread.
+        id: String,
+        /// The paths that differ from the approved tree.
+        paths: Vec<String>,
+    },
+    /// `send_back` without the reviewer's feedback.
+    #[error(
+        "thread {id}: sending back needs the reviewer's feedback: what is wrong, and what to fix"
+    )]
+    NoFeedback {
+        /// The thread.
+        id: String,
     },
     /// A prompt could not be rendered.
     #[error(transparent)]
     Prompt(#[from] crate::prompt::PromptError),
-    /// The loop's settings cannot be used (an unknown agent name).
+    /// The loop's settings cannot be used (an unknown agent name, a number out of range).
     #[error("thread {id}: {reason}")]
     Config {
         /// The thread.

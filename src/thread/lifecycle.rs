@@ -4,7 +4,7 @@
 //! stuck thread, [`approve`](Threads::approve) and [`commit`](Threads::commit).
 
 use super::phase::{Phase, PhaseKind};
-use super::record::{RunConfig, StuckReport, ThreadRecord};
+use super::record::{Feedback, RunConfig, StuckReport, ThreadRecord};
 use super::{Confirm, KEEP, ThreadError, Threads, preflight, spec, transition};
 
 impl Threads {
@@ -58,9 +58,11 @@ impl Threads {
     // ---- Phase 2: implementation --------------------------------------------------------
 
     /// Finalized (or PreflightFailed, to retry) → Preflight, then Configuring or
-    /// PreflightFailed. Entering Preflight from Finalized captures the git baseline; passing
-    /// moves the work to the branch `ralph/<id>`. In quick mode the loop then runs with the
-    /// default settings, up to the next checkpoint.
+    /// PreflightFailed. The thread takes this handle's settings
+    /// ([`ThreadOptions::config`](super::ThreadOptions::config)), which Configuring may
+    /// change, and preflight checks the agents they name. Entering Preflight from Finalized
+    /// captures the git baseline; passing moves the work to the branch `ralph/<id>`. In
+    /// quick mode the loop then runs with those settings, up to the next checkpoint.
     ///
     /// # Errors
     ///
@@ -68,6 +70,8 @@ impl Threads {
     /// are not errors: the thread is PreflightFailed with one message per check.
     pub async fn start(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Preflight)?;
+        // Configuring starts from the defaults (seed 001: "can use defaults").
+        record.config = self.options.config.clone();
         self.advance(&mut record, Phase::Preflight)?;
         // Held from the "no other thread running" check through the loop quick mode runs.
         let _lock = match self.lock_runs().await {
@@ -86,18 +90,20 @@ impl Threads {
         }
         self.advance(&mut record, Phase::Configuring)?;
         if self.options.quick {
-            record.config = self.options.config.clone();
             return self.run_thread(record).await;
         }
         Ok(record)
     }
 
-    /// Sets the loop's settings while Configuring.
+    /// Sets the loop's settings while Configuring (seed 001: "models, iterations,
+    /// verifiers"): the models ([`RunConfig::agents`], a fallback chain), the verifier
+    /// ([`RunConfig::verifier`]), the iterations per round and the limits.
     ///
     /// # Errors
     ///
-    /// [`ThreadError::WrongPhase`] outside Configuring; [`ThreadError::Config`] when
-    /// `config.agents` names an agent not registered with [`agent`](Self::agent).
+    /// [`ThreadError::WrongPhase`] outside Configuring; [`ThreadError::Config`] when a
+    /// setting is out of range, or `config.agents` or `config.verifier` names an agent not
+    /// registered with [`agent`](Self::agent).
     pub fn configure(&self, id: &str, config: RunConfig) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.get(id)?;
         if record.phase.kind() != PhaseKind::Configuring {
@@ -105,7 +111,7 @@ impl Threads {
         }
         config
             .validate()
-            .and_then(|()| self.chain(&config).map(drop))
+            .and_then(|()| self.every_agent(&config).map(drop))
             .map_err(|reason| ThreadError::Config {
                 id: id.to_owned(),
                 reason,
@@ -141,15 +147,12 @@ impl Threads {
                 id: record.id.clone(),
                 reason,
             })?;
-        let chain = self.record_chain(&record)?;
+        // An unknown agent is refused before the thread moves.
+        self.record_agents(&record)?;
         let first = record.attempts.last().map_or(1, |a| a.iteration + 1);
         record.iteration_limit =
             first.saturating_add(record.config.max_iterations.saturating_sub(1));
         record.runner_pid = Some(std::process::id());
-        // A new round starts with the first agent again.
-        record.current_agent = chain.first().map(|(name, _)| name.clone());
-        record.exhausted.clear();
-        record.transient_failures = 0;
         self.advance(&mut record, Phase::Running { iteration: first })?;
         self.drive(record).await
     }
@@ -291,6 +294,7 @@ impl Threads {
         }
         record.attempts.clear();
         record.closest = None;
+        record.feedback.clear();
         self.advance(&mut record, Phase::Drafting)?;
         Ok(record)
     }
@@ -345,30 +349,46 @@ impl Threads {
         Ok(record)
     }
 
-    /// PendingReview → Running: the review found implementation bugs; the loop runs
+    /// PendingReview → Running: the review found implementation bugs. `feedback` (what the
+    /// reviewer found, and what to fix) is kept in the thread
+    /// ([`ThreadRecord::feedback`]) and shown in every prompt of the loop, which runs
     /// another round in the same work tree.
     ///
     /// # Errors
     ///
+    /// [`ThreadError::NoFeedback`] when `feedback` is empty (nothing changes);
     /// [`ThreadError::Transition`] unless PendingReview.
     /// [`ThreadError::Busy`] while a loop runs in another process or handle.
-    pub async fn send_back(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    pub async fn send_back(&self, id: &str, feedback: &str) -> Result<ThreadRecord, ThreadError> {
         let _lock = self.lock_runs().await?;
-        let record = self.get(id)?;
+        let mut record = self.get(id)?;
         if record.phase.kind() != PhaseKind::PendingReview {
             return Err(transition(&record, PhaseKind::Running));
         }
+        if feedback.trim().is_empty() {
+            return Err(ThreadError::NoFeedback { id: id.to_owned() });
+        }
+        record.feedback.push(Feedback {
+            text: feedback.trim().to_owned(),
+            at: jiff::Timestamp::now().to_string(),
+            after_iteration: record.attempts.last().map_or(0, |a| a.iteration),
+        });
+        record.approved_tree = None;
         self.run_thread(record).await
     }
 
-    /// **Checkpoint 3**, PendingReview → Approved. Quick mode then prepares the commit
-    /// message (ReadyToCommit) and stops there.
+    /// **Checkpoint 3**, PendingReview → Approved: seed 001's "this is what will be
+    /// committed". The work tree as it is now (ralph's `.ralph/` left out) is recorded as a
+    /// git tree ([`ThreadRecord::approved_tree`]); [`commit`](Self::commit) commits only
+    /// that tree. Quick mode then prepares the commit message (ReadyToCommit) and stops
+    /// there.
     ///
     /// # Errors
     ///
-    /// [`ThreadError::Transition`] from any other phase.
+    /// [`ThreadError::Transition`] from any other phase; git errors.
     pub async fn approve(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Approved)?;
+        record.approved_tree = Some(self.git().work_tree_id(KEEP).await?);
         self.advance(&mut record, Phase::Approved)?;
         if self.options.quick {
             return self.prepare_commit(id, None);
@@ -402,9 +422,16 @@ impl Threads {
     /// change (except `.ralph/`) on the thread's branch `ralph/<id>` with `message` or the
     /// prepared one; merging it is left to the person.
     ///
+    /// Only what was approved is committed: when the work tree is not the tree recorded by
+    /// [`approve`](Self::approve) (an edit since, by a person or a tool), nothing is
+    /// committed and the thread goes back to PendingReview, since any change needs a review
+    /// of its own (seed 001: "Any code changes require re-review").
+    ///
     /// # Errors
     ///
-    /// [`ThreadError::Transition`] from any other phase; git errors (a refusing hook).
+    /// [`ThreadError::ChangedSinceApproval`] naming the changed paths (the thread is then
+    /// PendingReview); [`ThreadError::Transition`] from any other phase; git errors (a
+    /// refusing hook).
     pub async fn commit(
         &self,
         id: &str,
@@ -421,9 +448,39 @@ impl Threads {
         {
             git.switch(branch).await?;
         }
+        self.check_approved(&mut record).await?;
         let commit = git.commit_all(&message, KEEP).await?;
         self.advance(&mut record, Phase::Done { commit })?;
         Ok(record)
+    }
+
+    /// Refuses a work tree that is not the approved one, sending the thread back to review.
+    /// A thread approved by an earlier ralph, which recorded no tree, is taken as it is.
+    async fn check_approved(&self, record: &mut ThreadRecord) -> Result<(), ThreadError> {
+        let Some(approved) = record.approved_tree.clone() else {
+            return Ok(());
+        };
+        let git = self.git();
+        let now = git.work_tree_id(KEEP).await?;
+        if now == approved {
+            return Ok(());
+        }
+        // The approved tree is an unreferenced object: a `git gc` may have pruned it.
+        let paths = git
+            .tree_changes(&approved, &now)
+            .await
+            .unwrap_or_else(|e| vec![format!("(the paths could not be listed: {e})")]);
+        record.approved_tree = None;
+        self.advance(
+            record,
+            Phase::PendingReview {
+                recommend_approve: false,
+            },
+        )?;
+        Err(ThreadError::ChangedSinceApproval {
+            id: record.id.clone(),
+            paths,
+        })
     }
 
     /// Any non-terminal phase → Abandoned. Nothing is deleted: the branch `ralph/<id>`

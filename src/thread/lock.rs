@@ -1,32 +1,32 @@
 //! A thread's loop holds the workspace's lock (`.ralph/ralph.lock`, the one every mode
 //! takes) from preflight's "no other thread is running" check through the loop, so two
 //! `start`s racing in two processes cannot both see no thread Running and both go on, and a
-//! construct or build run cannot work on the same tree at the same time. Taking it also
+//! construct or build run cannot work on the same tree at the same time. It is taken as
+//! every mode takes it ([`Context::begin`](crate::runtime::Context::begin)), which also
 //! kills what an earlier, killed run left running. The lock dies with its process, so a
 //! crashed runner never blocks the next.
 
 use super::phase::PhaseKind;
 use super::{ThreadError, Threads};
-use crate::event::Event;
-use crate::files::LockError;
+use crate::runtime::error::Error;
 use crate::runtime::workspace::RunLock;
 
 impl Threads {
     /// Takes the lock, or says which thread holds it (and in which process).
     pub(super) async fn lock_runs(&self) -> Result<RunLock, ThreadError> {
-        match RunLock::take(&self.workspace).await {
-            Ok(lock) => {
-                if let Some(message) = lock.swept_warning() {
-                    self.emitter.emit(&Event::Warning { message });
-                }
-                Ok(lock)
-            }
-            Err(LockError::Held { path, holder }) => Err(ThreadError::Busy {
+        match self.ctx.begin(&self.emitter).await {
+            Ok(lock) => Ok(lock),
+            Err(Error::Busy { path, holder }) => Err(ThreadError::Busy {
                 message: self.holder_message(&path, holder),
             }),
-            Err(LockError::Io { path, source }) => Err(ThreadError::Io {
+            Err(Error::Io { path, source }) => Err(ThreadError::Io {
                 path,
                 error: source,
+            }),
+            // `begin` fails only with the two above.
+            Err(other) => Err(ThreadError::Io {
+                path: self.root.clone(),
+                error: std::io::Error::other(other.to_string()),
             }),
         }
     }

@@ -38,19 +38,55 @@
 //! `resume` or `abandon` of a running thread fail with [`ThreadError::Busy`], naming the
 //! thread and the process that runs it.
 //!
+//! # The context: config, prompts, agents
+//!
+//! Threads stand on the runtime's context, as the construct loop, plan mode and build mode
+//! do: [`Ralph::threads`](crate::Ralph::threads) gives the threads of a built [`Ralph`](crate::Ralph), and
+//! [`Threads::new`] is short for that with the workspace's `ralph.toml` (and `RALPH_*`).
+//! So `[context]` thresholds reach every agent request, `[prompts]` can replace the
+//! templates `thread`, `thread_verify`, `thread_assess` and `thread_draft`, every agent is
+//! given the config ([`Agent::configure`]), `grace` and `transient_backoff` are the
+//! workspace's (the agent timeout and the retries are the thread's own, in [`RunConfig`]),
+//! and the stop token is the [`Ralph`](crate::Ralph)'s.
+//!
 //! # Drafting, assessing and agents
 //!
 //! [`discuss`](Threads::discuss) talks with a read-only agent about the spec while it is
 //! drafted; each turn is kept, and a reply that revises the spec writes its next revision.
 //! [`assess`](Threads::assess) asks a read-only agent to review the spec; its feedback is
-//! kept in the thread. [`RunConfig::agents`] names agents registered with
-//! [`agent`](Threads::agent) to fall back on, in order: the thread is Stuck with "all
-//! agents exhausted" only when every one failed fatally or kept failing transiently.
+//! kept in the thread.
 //!
-//! A rate-limited run is waited out until the limit resets (the reset time in
-//! [`ThreadRecord::rate_limited_until`] meanwhile; the stop token pauses the thread), then the
-//! same iteration runs again: the wait is not an iteration. A transient failure backs off
-//! [`ThreadOptions::transient_backoff`], doubling, before the next try.
+//! **One fallback mechanism.** A thread's models are names ([`RunConfig::agents`], chosen
+//! in Configuring and kept in `thread.json`) of agents registered with
+//! [`agent`](Threads::agent); the loop drives them as one [`Fallback`]
+//! chain, made afresh for each round and each resume, with the chain's rules: a rate-limited
+//! agent rests until its reset and the next takes the run; one that fails fatally (bad
+//! credentials, no program) is passed over for the rest of the round; one that fails
+//! transiently is passed over for that run. The thread keeps only which agent took the last
+//! run and why ([`ThreadRecord::current_agent`], [`ThreadRecord::agent_reason`]) for
+//! `status` and `show`: rests are facts about the moment (a limit that may have reset,
+//! credentials a person may have fixed while the thread was paused), so a resume in another
+//! process starts the chain from its first agent again, and an agent still down costs one
+//! short run before it is passed over. The thread is Stuck with "all agents exhausted" when
+//! the chain has no agent left that can run. Criteria without a command are judged by
+//! [`RunConfig::verifier`], or by the chain when none is named.
+//!
+//! A rate limit of the whole chain is waited out until it resets (the reset time in
+//! [`ThreadRecord::rate_limited_until`] meanwhile; the stop token pauses the thread), then
+//! the same iteration runs again: the wait is not an iteration. A transient failure backs
+//! off `transient_backoff` of the config, doubling, at most [`RunConfig::transient_retries`]
+//! times; then the iteration counts as failed. Both go through the runtime's one call path.
+//!
+//! # Review
+//!
+//! [`approve`](Threads::approve) records the tree the person approved (the work tree, ralph's
+//! `.ralph/` left out, as a git tree id: [`ThreadRecord::approved_tree`]), and
+//! [`commit`](Threads::commit) commits only that tree: a work tree changed since (an edit
+//! after approval) sends the thread back to PendingReview with
+//! [`ThreadError::ChangedSinceApproval`] naming the changed paths, since any change needs a
+//! review of its own. [`send_back`](Threads::send_back) takes the reviewer's feedback, keeps
+//! it in the thread ([`ThreadRecord::feedback`]) and shows it to the agent in every prompt
+//! of the next round.
 //!
 //! # Example
 //!
@@ -88,6 +124,8 @@
 
 mod ask;
 mod assess;
+mod call;
+mod criteria;
 mod draft;
 mod dry_run;
 mod error;
@@ -110,12 +148,12 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Fallback};
 use crate::event::Observer;
 use crate::files::seen::Watch;
 pub use crate::git::Baseline;
 use crate::git::Git;
-use crate::prompt::Prompts;
+use crate::runtime::Context;
 use crate::runtime::logs::Emitter;
 pub use assess::{AssessIssue, Assessment};
 pub use draft::Turn;
@@ -123,7 +161,7 @@ pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
 pub use options::{Confirm, ThreadOptions};
 pub use phase::{Phase, PhaseKind, TransitionError};
-pub use record::{IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord};
+pub use record::{Feedback, IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord};
 
 /// An agent and the name the loop knows it by.
 type Named = (String, Arc<dyn Agent>);
@@ -137,18 +175,19 @@ use registry::transition;
 
 /// The threads of one workspace. See the [module docs](self).
 pub struct Threads {
-    workspace: PathBuf,
+    /// The workspace, the config, the agent, the prompts, the observers and the stop token,
+    /// as every pipeline has them.
+    ctx: Arc<Context>,
+    /// `.ralph/` of the workspace.
     root: PathBuf,
-    agent: Arc<dyn Agent>,
-    /// Agents registered by name, for [`RunConfig::agents`].
+    /// Agents registered by name, for [`RunConfig::agents`] and [`RunConfig::verifier`].
     agents: Vec<Named>,
     options: ThreadOptions,
-    stop: CancellationToken,
-    prompts: Prompts,
-    /// Sends events to the observers: warnings (leftovers killed), and each agent run and
+    /// Observers added with [`observer`](Self::observer), beside the context's.
+    observers: Vec<Arc<dyn Observer>>,
+    /// Sends events to every observer: warnings (leftovers killed), and each agent run and
     /// criterion check of the loop.
     emitter: Emitter,
-    observers: Vec<Arc<dyn Observer>>,
     /// Each `thread.json` as this handle last read or wrote it.
     seen: Watch,
 }
@@ -156,8 +195,8 @@ pub struct Threads {
 impl std::fmt::Debug for Threads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Threads")
-            .field("workspace", &self.workspace)
-            .field("agent", &self.agent.name())
+            .field("workspace", &self.ctx.workspace)
+            .field("agent", &self.ctx.agent.name())
             .field(
                 "agents",
                 &self.agents.iter().map(|(n, _)| n).collect::<Vec<_>>(),
@@ -167,37 +206,31 @@ impl std::fmt::Debug for Threads {
     }
 }
 
+/// The agents one round of the loop runs with.
+#[derive(Clone)]
+pub(super) struct LoopAgents {
+    /// The models as one agent: a [`Fallback`] chain when there are several.
+    work: Arc<dyn Agent>,
+    /// The first model's name: the one a round starts with.
+    first: String,
+    /// The read-only verifier of the criteria without a command.
+    verifier: Arc<dyn Agent>,
+}
+
 impl Threads {
-    /// The threads of `workspace`, run by `agent`.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Workspace`] when it is not a directory.
-    pub fn new(
-        workspace: impl AsRef<Path>,
-        agent: impl Agent + 'static,
-    ) -> Result<Self, ThreadError> {
-        let path = workspace.as_ref();
-        let workspace = path
-            .canonicalize()
-            .ok()
-            .filter(|p| p.is_dir())
-            .ok_or_else(|| ThreadError::Workspace {
-                path: path.to_path_buf(),
-                reason: "is not a directory".into(),
-            })?;
-        Ok(Threads {
-            root: workspace.join(STATE_DIR),
-            workspace,
-            agent: Arc::new(agent),
+    /// The threads of the workspace of `ctx`, run by its agent (see
+    /// [`Ralph::threads`](crate::Ralph::threads)). `Threads::new` is in `src/ralph.rs`: a
+    /// pipeline does not load its own context, the facade builds it for every pipeline.
+    pub(crate) fn from_context(ctx: Arc<Context>) -> Self {
+        Threads {
+            root: ctx.workspace.join(STATE_DIR),
+            emitter: Emitter::new(&ctx.observers),
+            ctx,
             agents: Vec::new(),
             options: ThreadOptions::default(),
-            stop: CancellationToken::new(),
-            prompts: Prompts::builtin(),
-            emitter: Emitter::new(&[]),
             observers: Vec::new(),
             seen: Watch::default(),
-        })
+        }
     }
 
     /// Adds an observer of the [`Event`](crate::Event)s of this workspace's runs: a warning
@@ -206,7 +239,14 @@ impl Threads {
     #[must_use]
     pub fn observer(mut self, observer: impl Observer + 'static) -> Self {
         self.observers.push(Arc::new(observer));
-        self.emitter = Emitter::new(&self.observers);
+        let all: Vec<Arc<dyn Observer>> = self
+            .ctx
+            .observers
+            .iter()
+            .chain(&self.observers)
+            .cloned()
+            .collect();
+        self.emitter = Emitter::new(&all);
         self
     }
 
@@ -218,7 +258,9 @@ impl Threads {
     }
 
     /// Registers `agent` under `name`, for [`RunConfig::agents`] to name it as a model to
-    /// run with or fall back on. A later registration of the same name replaces it.
+    /// run with or fall back on, or [`RunConfig::verifier`] as the verifier. It is given the
+    /// workspace's config first ([`Agent::configure`]), as the context's agent was. A later
+    /// registration of the same name replaces it.
     ///
     /// ```
     /// use ralph::agent::FakeAgent;
@@ -235,70 +277,101 @@ impl Threads {
     #[must_use]
     pub fn agent(mut self, name: impl Into<String>, agent: impl Agent + 'static) -> Self {
         let name = name.into();
+        let mut agent = agent;
+        agent.configure(&self.ctx.config);
         self.agents.retain(|(n, _)| *n != name);
         self.agents.push((name, Arc::new(agent)));
         self
     }
 
-    /// The agents `config` runs with, in order, with their names; an unknown name is an
-    /// error naming the known ones.
-    fn chain(&self, config: &RunConfig) -> Result<Vec<Named>, String> {
-        if config.agents.is_empty() {
-            return Ok(vec![(
-                self.agent.name().to_owned(),
-                Arc::clone(&self.agent),
-            )]);
-        }
-        config
-            .agents
+    /// The agent registered as `name`; an unknown name is an error naming the known ones.
+    fn named(&self, name: &str) -> Result<Named, String> {
+        self.agents
             .iter()
-            .map(|name| {
-                self.agents
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(n, a)| (n.clone(), Arc::clone(a)))
-                    .ok_or_else(|| {
-                        let known: Vec<&str> =
-                            self.agents.iter().map(|(n, _)| n.as_str()).collect();
-                        format!(
-                            "no agent named {name:?} (registered: {})",
-                            if known.is_empty() {
-                                "none; register them with `Threads::agent`".to_owned()
-                            } else {
-                                known.join(", ")
-                            }
-                        )
-                    })
+            .find(|(n, _)| n == name)
+            .map(|(n, a)| (n.clone(), Arc::clone(a)))
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.agents.iter().map(|(n, _)| n.as_str()).collect();
+                format!(
+                    "no agent named {name:?} (registered: {})",
+                    if known.is_empty() {
+                        "none; register them with `Threads::agent`".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                )
             })
-            .collect()
     }
 
-    /// The agents `record`'s settings run with; an unknown name is [`ThreadError::Config`].
-    fn record_chain(&self, record: &ThreadRecord) -> Result<Vec<Named>, ThreadError> {
-        self.chain(&record.config)
+    /// The models `config` runs with, in order, with their names: the context's agent when
+    /// it names none.
+    fn chain(&self, config: &RunConfig) -> Result<Vec<Named>, String> {
+        if config.agents.is_empty() {
+            let agent = &self.ctx.agent;
+            return Ok(vec![(agent.name().to_owned(), Arc::clone(agent))]);
+        }
+        config.agents.iter().map(|name| self.named(name)).collect()
+    }
+
+    /// Every agent `config` names, models then verifier, each once: what preflight checks.
+    fn every_agent(&self, config: &RunConfig) -> Result<Vec<Named>, String> {
+        let mut all = self.chain(config)?;
+        if let Some(name) = &config.verifier
+            && !all.iter().any(|(n, _)| n == name)
+        {
+            all.push(self.named(name)?);
+        }
+        Ok(all)
+    }
+
+    /// The agents a round of `config` runs with: the models as one agent (a fresh
+    /// [`Fallback`] chain when there are several, so each round starts with the first), and
+    /// the verifier (the same chain when none is named).
+    fn loop_agents(&self, config: &RunConfig) -> Result<LoopAgents, String> {
+        let chain = self.chain(config)?;
+        let first = chain.first().map_or_else(String::new, |(n, _)| n.clone());
+        let work: Arc<dyn Agent> = match <[Named; 1]>::try_from(chain) {
+            Ok([(_, only)]) => only,
+            Err(chain) => Arc::new(
+                chain
+                    .into_iter()
+                    .fold(Fallback::new(), |fallback, (name, agent)| {
+                        fallback.agent(name, agent)
+                    }),
+            ),
+        };
+        let verifier = match &config.verifier {
+            Some(name) => self.named(name)?.1,
+            None => Arc::clone(&work),
+        };
+        Ok(LoopAgents {
+            work,
+            first,
+            verifier,
+        })
+    }
+
+    /// [`loop_agents`](Self::loop_agents) of `record`'s settings; an unknown name is
+    /// [`ThreadError::Config`].
+    fn record_agents(&self, record: &ThreadRecord) -> Result<LoopAgents, ThreadError> {
+        self.loop_agents(&record.config)
             .map_err(|reason| ThreadError::Config {
                 id: record.id.clone(),
                 reason,
             })
     }
 
-    /// Uses `token` to interrupt the loop (see [`stop_token`](Self::stop_token)).
-    #[must_use]
-    pub fn with_stop_token(mut self, token: CancellationToken) -> Self {
-        self.stop = token;
-        self
-    }
-
     /// The token that pauses a running loop: cancel it (on Ctrl+C, say) and the agent is
     /// stopped, the thread saved as Paused at the interrupted iteration, and the running
-    /// call returns. Cancelled stays cancelled: make a new `Threads` to resume.
+    /// call returns. It is the context's ([`RalphBuilder::stop_token`](crate::RalphBuilder::stop_token)
+    /// sets it); cancelled stays cancelled: make a new `Threads` to resume.
     pub fn stop_token(&self) -> CancellationToken {
-        self.stop.clone()
+        self.ctx.stop.clone()
     }
 
     /// The workspace.
     pub fn workspace(&self) -> &Path {
-        &self.workspace
+        &self.ctx.workspace
     }
 
     /// `.ralph/` of the workspace.
@@ -307,7 +380,7 @@ impl Threads {
     }
 
     fn git(&self) -> Git {
-        Git::new(&self.workspace)
+        Git::new(&self.ctx.workspace)
     }
 
     fn thread_dir(&self, id: &str) -> PathBuf {

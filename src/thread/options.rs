@@ -1,36 +1,19 @@
-//! How threads run: quick or methodical, the loop's default settings, the grace and the
-//! backoff; and a person's confirmation of a reset.
-
-use std::time::Duration;
+//! How threads run: quick or methodical, and the loop's default settings; and a person's
+//! confirmation of a reset. The grace, the backoff and the context thresholds are the
+//! workspace's config, as in every mode.
 
 use super::record::RunConfig;
 
 /// How threads run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct ThreadOptions {
     /// Quick mode: skip assessment, configuration and polish, advancing to the next human
     /// checkpoint (never past it).
     pub quick: bool,
-    /// The loop's settings for new threads (and for quick mode).
+    /// The loop's settings a thread takes when it starts (Configuring may change them),
+    /// and the models a thread not yet started asks (`discuss`, `assess`).
     pub config: RunConfig,
-    /// Time a stopped agent gets to return before it is dropped (which kills it).
-    pub grace: Duration,
-    /// The wait before the loop tries again after a transient failure (overload, 5xx); it
-    /// doubles with each failure in a row, up to a minute. Default: the workspace
-    /// [`Config`](crate::Config)'s `transient_backoff` (2 s).
-    pub transient_backoff: Duration,
-}
-
-impl Default for ThreadOptions {
-    fn default() -> Self {
-        ThreadOptions {
-            quick: false,
-            config: RunConfig::default(),
-            grace: crate::process::DEFAULT_GRACE,
-            transient_backoff: crate::config::Config::default().transient_backoff,
-        }
-    }
 }
 
 impl ThreadOptions {
@@ -46,36 +29,6 @@ impl ThreadOptions {
     pub fn config(mut self, config: RunConfig) -> Self {
         self.config = config;
         self
-    }
-
-    /// Sets the first wait after a transient failure (see
-    /// [`transient_backoff`](Self::transient_backoff)).
-    #[must_use]
-    pub fn transient_backoff(mut self, wait: Duration) -> Self {
-        self.transient_backoff = wait;
-        self
-    }
-
-    /// The workspace settings threads share with the engine: `grace` and
-    /// `transient_backoff` of `config`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use ralph::Config;
-    /// use ralph::thread::ThreadOptions;
-    ///
-    /// let mut config = Config::default();
-    /// config.transient_backoff = Duration::from_millis(500);
-    /// let options = ThreadOptions::from_config(&config);
-    /// assert_eq!(options.transient_backoff, Duration::from_millis(500));
-    /// ```
-    #[must_use]
-    pub fn from_config(config: &crate::config::Config) -> Self {
-        ThreadOptions {
-            grace: config.grace,
-            transient_backoff: config.transient_backoff,
-            ..ThreadOptions::default()
-        }
     }
 }
 

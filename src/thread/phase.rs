@@ -389,6 +389,14 @@ pub const TRANSITIONS: &[Transition] = &[
         Backward,
         "spec was wrong (reset to baseline)",
     ),
+    // Not in the seed's table: its "any code changes require re-review", when a commit
+    // finds the work tree changed since approval.
+    t(
+        K::ReadyToCommit,
+        K::PendingReview,
+        Backward,
+        "the work tree changed since approval (re-review)",
+    ),
     // User control.
     t(
         K::Running,

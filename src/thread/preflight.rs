@@ -32,10 +32,10 @@ pub(super) async fn run(
             }
         }
     }
-    match threads.chain(&record.config) {
+    match threads.every_agent(&record.config) {
         Err(e) => failures.push(format!("the loop's agents: {e}")),
         Ok(chain) => {
-            // Every agent the loop may fall back on must be reachable now.
+            // Every agent the loop may fall back on, and the verifier, must be reachable now.
             for (name, agent) in chain {
                 if let Err(e) = agent.check().await {
                     failures.push(format!(

@@ -69,14 +69,25 @@ pub struct ThreadRecord {
     /// The latest AI review of the spec (Assessing), kept through Drafting.
     #[serde(default)]
     pub assessment: Option<super::assess::Assessment>,
-    /// The agent the loop runs with now (a name of [`RunConfig::agents`]); `None` before
-    /// the loop, or when the thread runs with the one default agent.
+    /// The reviewers' feedback of each send-back, oldest first; the latest is in every
+    /// prompt of the loop until the spec is revised.
+    #[serde(default)]
+    pub feedback: Vec<Feedback>,
+    /// The work tree as the person approved it: a git tree id of everything but `.ralph/`.
+    /// [`commit`](super::Threads::commit) commits only this tree.
+    #[serde(default)]
+    pub approved_tree: Option<String>,
+    /// The agent that took the loop's latest run (a name of [`RunConfig::agents`], or the
+    /// context agent's name); `None` before the loop. Each round and each resume starts
+    /// with the first of the chain (see the [module docs](super#drafting-assessing-and-agents)).
     #[serde(default)]
     pub current_agent: Option<String>,
-    /// The agents given up in this round of the loop, each with why.
+    /// Why the fallback chain gave the runs to [`current_agent`](Self::current_agent)
+    /// (`first is rate limited until …`, `first is unavailable (…)`); `None` while the
+    /// first agent takes them.
     #[serde(default)]
-    pub exhausted: Vec<String>,
-    /// Transient failures in a row of the current agent.
+    pub agent_reason: Option<String>,
+    /// While a run backs off a transient failure: the failures in a row so far.
     #[serde(default)]
     pub transient_failures: u32,
     /// While the loop waits out a rate limit: when the limit resets (RFC 3339). The wait
@@ -102,13 +113,17 @@ pub struct RunConfig {
     #[serde(with = "crate::config::duration")]
     pub check_timeout: Duration,
     /// The agents (models) to run with, in order, by the names they were registered under
-    /// ([`Threads::agent`](super::Threads::agent)): when one fails fatally, or transiently
-    /// more than `transient_retries` times in a row, the loop goes on with the next; the
-    /// thread is Stuck only when all are exhausted. Empty: the one agent of
-    /// [`Threads::new`](super::Threads::new).
+    /// ([`Threads::agent`](super::Threads::agent)): one [`Fallback`](crate::agent::Fallback)
+    /// chain, whose next agent takes a run the one before cannot make (rate limited, down,
+    /// failing); the thread is Stuck only when none is left. Empty: the context's agent (the
+    /// one of [`Threads::new`](super::Threads::new) or of the [`Ralph`](crate::Ralph)).
     pub agents: Vec<String>,
-    /// Transient failures (overload, 5xx) an agent may have in a row before the next one
-    /// takes over. The iteration is retried and not counted. Default 2.
+    /// The read-only verifier of the criteria without a command, by its registered name.
+    /// `None`: the models above.
+    pub verifier: Option<String>,
+    /// Transient failures (overload, 5xx) of the chain in a row before the iteration
+    /// counts as failed; until then the same run is tried again after a backoff, not
+    /// counted. Default 2.
     pub transient_retries: u32,
 }
 
@@ -119,6 +134,7 @@ impl Default for RunConfig {
             agent_timeout: Duration::from_secs(600),
             check_timeout: Duration::from_secs(600),
             agents: Vec::new(),
+            verifier: None,
             transient_retries: 2,
         }
     }
@@ -184,12 +200,33 @@ impl RunConfig {
         self
     }
 
-    /// Sets the transient failures an agent may have in a row.
+    /// Sets the verifier of the criteria without a command, by name (see
+    /// [`RunConfig::verifier`]).
+    #[must_use]
+    pub fn verifier(mut self, name: impl Into<String>) -> Self {
+        self.verifier = Some(name.into());
+        self
+    }
+
+    /// Sets the transient failures in a row before an iteration counts as failed.
     #[must_use]
     pub fn transient_retries(mut self, n: u32) -> Self {
         self.transient_retries = n;
         self
     }
+}
+
+/// A reviewer's feedback when sending a thread back from review
+/// ([`Threads::send_back`](super::Threads::send_back)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Feedback {
+    /// What the reviewer wrote.
+    pub text: String,
+    /// RFC 3339 time it was given.
+    pub at: String,
+    /// The last iteration before it: the next round starts after this one.
+    pub after_iteration: u32,
 }
 
 /// One iteration's result.

@@ -1,91 +1,34 @@
 //! The Running/Verifying loop of a thread: an iteration loop inside the thread's phases.
 //!
 //! Each iteration is a fresh agent run (a new process for a real agent) with the spec, the
-//! iteration number, the last few attempts and the criteria that failed last time. The
-//! model claims done by printing the promise tag as the last non-empty line of its final
-//! answer (the rules of [`signal::last_line`](crate::signal::last_line)); then every
-//! criterion is checked — commands by a real shell, the rest by a read-only verifier agent.
-//! Everything is saved before the next side effect, so an interrupt loses nothing: the
-//! interrupted iteration runs again on resume.
-
-use std::path::Path;
-use std::sync::Arc;
-use std::time::SystemTime;
+//! iteration number, the last few attempts, the criteria that failed last time and the
+//! reviewer's feedback of a send-back. The model claims done by printing the promise tag as
+//! the last non-empty line of its final answer (the rules of
+//! [`signal::last_line`](crate::signal::last_line)); then every criterion is checked
+//! ([`criteria`](super::criteria)). Everything is saved before the next side effect, so an
+//! interrupt loses nothing: the interrupted iteration runs again on resume.
 
 use serde::Serialize;
 
-use super::phase::Phase;
-use super::record::{self, IterationRecord, RECENT_ATTEMPTS, RunRecord, StuckReport};
-use super::spec::{Criterion, ThreadSpec};
+use super::LoopAgents;
+use super::call::{Ran, Request};
+use super::criteria::Checked;
+use super::phase::{Phase, PhaseKind};
+use super::record::{IterationRecord, RECENT_ATTEMPTS, StuckReport};
+use super::spec::ThreadSpec;
 use super::{KEEP, ThreadError, ThreadRecord, Threads};
-use crate::agent::{Agent, AgentRun, FailureKind, Role};
-use crate::answer::{self, Answer, VerdictKind, VerifyAnswer};
-use crate::context::ContextThresholds;
-use crate::gate::ShellGate;
-use crate::model::{KillReason, TaskId};
+use crate::agent::Role;
 use crate::output::truncate_middle;
-use crate::runtime::call::{Call, Caller, Ending, Limits, Policy};
-use crate::runtime::deadline;
-use crate::runtime::gates::{self, GateEnd};
-use crate::time;
 
 /// How much of a final answer an attempt keeps.
 const OUTPUT_KEPT: usize = 4000;
-/// How much of a failed check's output its failure message keeps.
-const CHECK_OUTPUT_KEPT: usize = 1500;
 
-/// How one agent run ended, for the loop: the runtime's [`Ending`] as a thread reads it.
-#[allow(clippy::large_enum_variant)] // one per agent run, matched at once
-pub(super) enum Ran {
-    /// A final answer (whatever it says).
-    Answer(AgentRun),
-    /// Ended without a usable answer; the iteration failed for this reason.
-    Failed(String),
-    /// A passing fault (overload, 5xx): the iteration is tried again, not counted.
-    Transient(String),
-    /// Failed in a way no further iteration of this agent can fix (bad credentials, no
-    /// agent): the next agent takes over.
-    Fatal(String),
-    /// The agent's usage limit was hit; it resets at this time. Not an iteration: the same
-    /// run is made again once the limit resets.
-    RateLimited(SystemTime),
-    /// The person interrupted it.
-    Interrupted,
-}
-
-impl Ran {
-    fn of(ended: Result<Ending, crate::agent::AgentError>, timeout: std::time::Duration) -> Ran {
-        let timed_out = || format!("timed out after {}", humantime::format_duration(timeout));
-        match ended {
-            Err(e) => Ran::Fatal(format!("the agent could not run: {e}")),
-            Ok(Ending::Answer(run)) => Ran::Answer(run),
-            Ok(Ending::Interrupted) => Ran::Interrupted,
-            Ok(Ending::RateLimited(until)) => Ran::RateLimited(until),
-            Ok(Ending::Failed {
-                reason,
-                kind: FailureKind::Fatal,
-            }) => Ran::Fatal(reason),
-            Ok(Ending::Failed {
-                reason,
-                kind: FailureKind::Transient,
-            }) => Ran::Transient(reason),
-            Ok(Ending::Failed { reason, .. }) => Ran::Failed(format!("the agent failed: {reason}")),
-            Ok(Ending::Killed {
-                reason: KillReason::ContextLimit,
-                ..
-            }) => Ran::Failed("the agent ran out of context".into()),
-            Ok(Ending::Killed { .. }) => Ran::Failed(timed_out()),
-        }
-    }
-}
-
-/// What checking the criteria found.
-enum Checked {
-    Results {
-        passed: Vec<String>,
-        failed: Vec<String>,
-    },
-    Interrupted,
+/// What an iteration's run came to, before the thread moves on.
+enum Outcome {
+    /// Recorded as an attempt (a claim checked or not, or a failure).
+    Attempt(IterationRecord),
+    /// The thread already moved (paused or stuck): nothing to record.
+    Moved,
 }
 
 impl Threads {
@@ -117,11 +60,16 @@ impl Threads {
             path: self.spec_path(&record.id, record.spec_version),
             message: e.to_string(),
         })?;
+        // A fresh chain: each round and each resume starts with its first agent.
+        let agents = self.record_agents(&record)?;
+        record.current_agent = Some(agents.first.clone());
+        record.agent_reason = None;
+        record.transient_failures = 0;
         loop {
             let Phase::Running { iteration } = record.phase else {
                 return Ok(record);
             };
-            if self.stop.is_cancelled() {
+            if self.ctx.stop.is_cancelled() {
                 self.pause(&mut record, iteration, &spec)?;
                 return Ok(record);
             }
@@ -130,129 +78,119 @@ impl Threads {
                 self.stuck(&mut record, reason).await?;
                 return Ok(record);
             }
-            self.iteration(&mut record, iteration, &spec, &spec_text)
+            let outcome = self
+                .iteration(&mut record, iteration, (&spec, &spec_text), &agents)
                 .await?;
+            if let Outcome::Attempt(attempt) = outcome {
+                self.conclude(&mut record, attempt, &spec).await?;
+            }
         }
     }
 
-    /// One iteration: the agent run, then verification when it claims done.
+    /// One iteration's agent run, and the check of its claim of done.
     async fn iteration(
         &self,
         record: &mut ThreadRecord,
         iteration: u32,
-        spec: &ThreadSpec,
-        spec_text: &str,
-    ) -> Result<(), ThreadError> {
-        let prompt = self.prompts.render(
+        (spec, spec_text): (&ThreadSpec, &str),
+        agents: &LoopAgents,
+    ) -> Result<Outcome, ThreadError> {
+        let prompt = self.ctx.prompts.render(
             "thread",
             &self.build_context(record, iteration, spec, spec_text),
         )?;
-        let (_, agent) = self.current_agent(record)?;
-        let run_id = self.open_run(record, iteration, Role::Build)?;
-        let ran = self
-            .call(
-                &agent,
-                record,
-                &run_id,
-                Role::Build,
-                iteration,
-                prompt,
-                None,
-            )
-            .await;
-        // A rate limit is not a failure of the agent: it leaves the count of transient
-        // failures in a row as it was.
-        if !matches!(ran, Ran::Transient(_) | Ran::RateLimited(_)) {
-            record.transient_failures = 0;
-        }
-        let (summary, passed, failed, output) = match ran {
+        let request = Request {
+            role: Role::Build,
+            iteration,
+            attempt: iteration,
+            prompt,
+            schema: None,
+            patient: true,
+        };
+        let called = self.call(&agents.work, record, request).await?;
+        let attempt = |summary: String, output: &str| IterationRecord {
+            iteration,
+            run_id: called.run_id.clone(),
+            summary,
+            passed: Vec::new(),
+            failed: Vec::new(),
+            output: truncate_middle(output, OUTPUT_KEPT),
+        };
+        match &called.ran {
             Ran::Interrupted => {
-                self.close_run(&run_id, "interrupted")?;
-                return self.pause(record, iteration, spec);
-            }
-            Ran::RateLimited(until) => {
-                // The same iteration again once the limit resets; the phase is unchanged.
-                if !self.wait_out_rate_limit(record, &run_id, until).await? {
-                    return self.pause(record, iteration, spec);
-                }
-                return Ok(());
+                self.close(&called, "interrupted")?;
+                self.pause(record, iteration, spec)?;
+                Ok(Outcome::Moved)
             }
             Ran::Fatal(reason) => {
-                self.close_run(&run_id, &format!("failed: {reason}"))?;
-                return self.fall_back(record, reason).await;
+                self.close(&called, &format!("failed: {reason}"))?;
+                self.exhausted(record, reason).await?;
+                Ok(Outcome::Moved)
             }
-            Ran::Transient(reason) => {
-                self.close_run(&run_id, &format!("failed (transient): {reason}"))?;
-                record.transient_failures += 1;
-                if record.transient_failures <= record.config.transient_retries {
-                    // The same iteration again, with the same agent, after a backoff that
-                    // doubles with each failure in a row.
-                    self.save(record)?;
-                    let wait = time::backoff(
-                        self.options.transient_backoff,
-                        record.transient_failures - 1,
-                    );
-                    if !time::sleep(wait, &self.stop).await {
-                        return self.pause(record, iteration, spec);
-                    }
-                    return Ok(());
-                }
-                let why = format!(
-                    "{reason} ({} transient failures in a row)",
-                    record.transient_failures
-                );
-                return self.fall_back(record, why).await;
-            }
-            Ran::Failed(reason) => {
-                self.close_run(&run_id, &reason)?;
-                (reason, Vec::new(), Vec::new(), String::new())
+            Ran::Failed(reason) | Ran::RateLimited(reason) => {
+                self.close(&called, reason)?;
+                Ok(Outcome::Attempt(attempt(reason.clone(), "")))
             }
             Ran::Answer(run)
                 if crate::signal::last_line(&run.final_text) == Some(spec.promise.as_str()) =>
             {
-                self.close_run(&run_id, "completed: claimed done")?;
-                self.advance(record, Phase::Verifying { iteration })?;
-                match self
-                    .check_criteria(record, iteration, spec, spec_text)
-                    .await?
-                {
-                    Checked::Interrupted => {
-                        // Verification did not finish: the claim is checked again on resume.
-                        self.advance(record, Phase::Running { iteration })?;
-                        return self.pause(record, iteration, spec);
-                    }
-                    Checked::Results { passed, failed } => {
-                        let summary = format!(
-                            "claimed done; {} of {} criteria passed",
-                            passed.len(),
-                            spec.criteria.len()
-                        );
-                        (summary, passed, failed, run.final_text)
-                    }
-                }
+                self.close(&called, "completed: claimed done")?;
+                let attempt = attempt(String::new(), &run.final_text);
+                self.verify_claim(record, attempt, (spec, spec_text), agents)
+                    .await
             }
             Ran::Answer(run) => {
-                self.close_run(&run_id, "completed: no claim")?;
+                self.close(&called, "completed: no claim")?;
                 let summary = format!(
                     "no claim of done: the last line of the answer was not `{}`",
                     spec.promise
                 );
-                (summary, Vec::new(), Vec::new(), run.final_text)
+                Ok(Outcome::Attempt(attempt(summary, &run.final_text)))
             }
+        }
+    }
+
+    /// The iteration of `attempt` claimed done: Verifying, and every criterion checked.
+    /// An interrupted check pauses the thread at the iteration, whose claim is checked
+    /// again on resume.
+    async fn verify_claim(
+        &self,
+        record: &mut ThreadRecord,
+        mut attempt: IterationRecord,
+        (spec, spec_text): (&ThreadSpec, &str),
+        agents: &LoopAgents,
+    ) -> Result<Outcome, ThreadError> {
+        let iteration = attempt.iteration;
+        self.advance(record, Phase::Verifying { iteration })?;
+        let checked = self
+            .check_criteria(record, iteration, (spec, spec_text), &agents.verifier)
+            .await?;
+        let Checked::Results { passed, failed } = checked else {
+            self.advance(record, Phase::Running { iteration })?;
+            self.pause(record, iteration, spec)?;
+            return Ok(Outcome::Moved);
         };
-        let verified = record.phase.kind() == super::phase::PhaseKind::Verifying;
-        let all_passed = verified && failed.is_empty();
-        self.remember(
-            record,
-            IterationRecord {
-                iteration,
-                run_id,
-                summary,
-                passed,
-                failed,
-                output: truncate_middle(&output, OUTPUT_KEPT),
-            },
+        attempt.summary = format!(
+            "claimed done; {} of {} criteria passed",
+            passed.len(),
+            spec.criteria.len()
         );
+        (attempt.passed, attempt.failed) = (passed, failed);
+        Ok(Outcome::Attempt(attempt))
+    }
+
+    /// Records `attempt`, then moves on: Implemented when every criterion passed at a
+    /// verification, Stuck at the round's last iteration, else the next iteration.
+    async fn conclude(
+        &self,
+        record: &mut ThreadRecord,
+        attempt: IterationRecord,
+        spec: &ThreadSpec,
+    ) -> Result<(), ThreadError> {
+        let iteration = attempt.iteration;
+        let verified = record.phase.kind() == PhaseKind::Verifying;
+        let all_passed = verified && attempt.failed.is_empty();
+        self.remember(record, attempt);
         if all_passed {
             self.advance(record, Phase::Implemented)?;
             if self.options.quick {
@@ -277,64 +215,17 @@ impl Threads {
         )
     }
 
-    /// The agent the loop runs with now, and its name.
-    pub(super) fn current_agent(&self, record: &ThreadRecord) -> Result<super::Named, ThreadError> {
-        let chain = self.record_chain(record)?;
-        let index = record
-            .current_agent
-            .as_ref()
-            .and_then(|name| chain.iter().position(|(n, _)| n == name))
-            .unwrap_or(0);
-        Ok(chain[index].clone())
-    }
-
-    /// Gives up the current agent for `why`: the next one takes the same iteration over,
-    /// or, when none is left, the thread is Stuck with every agent's reason.
-    async fn fall_back(&self, record: &mut ThreadRecord, why: String) -> Result<(), ThreadError> {
-        let chain = self.record_chain(record)?;
-        let (name, _) = self.current_agent(record)?;
-        record.exhausted.push(format!("{name}: {why}"));
-        record.transient_failures = 0;
-        let next = chain
-            .iter()
-            .position(|(n, _)| *n == name)
-            .and_then(|i| chain.get(i + 1));
-        if let Some((next, _)) = next {
-            record.current_agent = Some(next.clone());
-            return self.save(record);
-        }
-        let reason = format!(
-            "Stopped: all agents exhausted ({})",
-            record.exhausted.join("; ")
-        );
+    /// → Stuck: no agent of the chain can go on; the last one failed for `reason`, and
+    /// the chain said why it passed over the ones before it.
+    async fn exhausted(&self, record: &mut ThreadRecord, reason: &str) -> Result<(), ThreadError> {
+        let name = record.current_agent.as_deref().unwrap_or("the agent");
+        let passed_over = record
+            .agent_reason
+            .as_deref()
+            .map(|why| format!("{why}; "))
+            .unwrap_or_default();
+        let reason = format!("Stopped: all agents exhausted ({passed_over}{name}: {reason})");
         self.stuck(record, reason).await
-    }
-
-    /// Closes `run_id` as rate limited and waits until `until` (at most a day), with the
-    /// reset time in the record ([`ThreadRecord::rate_limited_until`]) meanwhile so that
-    /// status shows the wait. Returns false when the stop token ended the wait.
-    async fn wait_out_rate_limit(
-        &self,
-        record: &mut ThreadRecord,
-        run_id: &str,
-        until: SystemTime,
-    ) -> Result<bool, ThreadError> {
-        let wait = time::wait_until(until);
-        let resets = jiff::Timestamp::try_from(SystemTime::now() + wait)
-            .map_or_else(|_| "unknown".to_owned(), |t| t.to_string());
-        self.close_run(
-            run_id,
-            &format!(
-                "rate limited: resets at {resets}, waiting {}s",
-                time::whole_secs(wait)
-            ),
-        )?;
-        record.rate_limited_until = Some(resets);
-        self.save(record)?;
-        let waited = time::sleep(wait, &self.stop).await;
-        record.rate_limited_until = None;
-        self.save(record)?;
-        Ok(waited)
     }
 
     fn build_context(
@@ -358,6 +249,9 @@ impl Threads {
             promise: &'a str,
             attempts: &'a [IterationRecord],
             failed: &'a [String],
+            /// The reviewer's latest feedback, when a send-back started this round or one
+            /// before it.
+            feedback: Option<&'a str>,
         }
         let ctx = Ctx {
             spec: SpecCtx {
@@ -370,6 +264,7 @@ impl Threads {
             promise: &spec.promise,
             attempts: &record.attempts,
             failed: record.attempts.last().map_or(&[], |a| a.failed.as_slice()),
+            feedback: record.feedback.last().map(|f| f.text.as_str()),
         };
         serde_json::to_value(ctx).unwrap_or(serde_json::Value::Null)
     }
@@ -433,238 +328,6 @@ impl Threads {
             diff,
         });
         self.advance(record, Phase::Stuck { reason })
-    }
-
-    /// Numbers, records and saves a new run; returns its id.
-    pub(super) fn open_run(
-        &self,
-        record: &mut ThreadRecord,
-        iteration: u32,
-        role: Role,
-    ) -> Result<String, ThreadError> {
-        record.runs += 1;
-        let id = format!("{}-r{}", record.id, record.runs);
-        let run = RunRecord {
-            id: id.clone(),
-            thread: record.id.clone(),
-            iteration,
-            role: role.as_str().to_owned(),
-            started_at: jiff::Timestamp::now().to_string(),
-            ended_at: None,
-            outcome: None,
-        };
-        record::write_json(&self.run_dir(&id).join("run.json"), &run)?;
-        record.current_run_id = Some(id.clone());
-        self.save(record)?;
-        Ok(id)
-    }
-
-    pub(super) fn close_run(&self, run_id: &str, outcome: &str) -> Result<(), ThreadError> {
-        let path = self.run_dir(run_id).join("run.json");
-        let mut run = record::load_run(&path)?;
-        run.ended_at = Some(jiff::Timestamp::now().to_string());
-        run.outcome = Some(outcome.to_owned());
-        record::write_json(&path, &run)
-    }
-
-    /// One agent run through the runtime's call path, under the agent timeout and the stop
-    /// token, with rate limits and transient failures handed back: the thread decides
-    /// (wait, back off, or fall back to its next agent).
-    #[allow(clippy::too_many_arguments)] // one private call site per role
-    pub(super) async fn call(
-        &self,
-        agent: &Arc<dyn Agent>,
-        record: &ThreadRecord,
-        run_id: &str,
-        role: Role,
-        iteration: u32,
-        prompt: String,
-        schema: Option<serde_json::Value>,
-    ) -> Ran {
-        let log = self.run_dir(run_id).join("output.log");
-        let timeout = record.config.agent_timeout;
-        let limits = Limits {
-            agent_timeout: timeout,
-            grace: self.options.grace,
-            context: ContextThresholds::default(),
-            transient_retries: 0,
-            transient_backoff: self.options.transient_backoff,
-        };
-        let caller = Caller::new(
-            Arc::clone(agent),
-            &self.workspace,
-            limits,
-            Policy::HandBack,
-            self.stop.clone(),
-            self.emitter.clone(),
-        );
-        let mut call = Call {
-            role,
-            subject: Some(record.id.clone()),
-            attempt: iteration,
-            prompt,
-            deadline: deadline::after(timeout),
-            log: log.clone(),
-        };
-        let ended = caller.call_with(&mut call, schema).await;
-        if let Ok(Ending::Answer(run)) = &ended {
-            keep_answer(&log, run);
-        }
-        Ran::of(ended, timeout)
-    }
-
-    /// Checks every criterion: commands in a real shell, the rest by a read-only verifier.
-    async fn check_criteria(
-        &self,
-        record: &mut ThreadRecord,
-        iteration: u32,
-        spec: &ThreadSpec,
-        spec_text: &str,
-    ) -> Result<Checked, ThreadError> {
-        let mut passed = Vec::new();
-        let mut failed = Vec::new();
-        for (i, criterion) in spec.criteria.iter().enumerate() {
-            let verdict = match &criterion.command {
-                Some(command) => self.check_command(record, iteration, i, command).await,
-                None => {
-                    self.check_by_verifier(record, iteration, criterion, spec_text)
-                        .await?
-                }
-            };
-            match verdict {
-                None => return Ok(Checked::Interrupted),
-                Some(Ok(())) => passed.push(criterion.text.clone()),
-                Some(Err(why)) => failed.push(format!("{}: {why}", criterion.text)),
-            }
-        }
-        Ok(Checked::Results { passed, failed })
-    }
-
-    /// `None` when interrupted; `Err(why)` when the command failed. Run through the
-    /// runtime's gate path: a `ShellGate` per criterion.
-    async fn check_command(
-        &self,
-        record: &ThreadRecord,
-        iteration: u32,
-        index: usize,
-        command: &str,
-    ) -> Option<Result<(), String>> {
-        let timeout = record.config.check_timeout;
-        let gate = ShellGate::new(format!("criterion-{}", index + 1), command)
-            .timeout(timeout)
-            .grace(self.options.grace);
-        let task = TaskId::new(record.id.as_str());
-        let run = gates::GateRun {
-            workspace: &self.workspace,
-            stop: &self.stop,
-            grace: self.options.grace,
-            // The gate's own timeout comes first; the deadline is only the backstop.
-            deadline: deadline::after(deadline::backstop(timeout)),
-            emitter: &self.emitter,
-            task: &task,
-            task_name: &record.title,
-            attempt: iteration,
-        };
-        Some(match gates::check_one(&gate, run, None).await {
-            Ok(GateEnd::Interrupted) => return None,
-            Ok(GateEnd::TimedOut) => Err(format!(
-                "timed out after {}",
-                humantime::format_duration(timeout)
-            )),
-            Ok(GateEnd::Report(report)) if report.status.passed() => Ok(()),
-            Ok(GateEnd::Report(report)) => {
-                let output = report.output.to_string();
-                let output = output.trim();
-                Err(if output.is_empty() {
-                    report.status.to_string()
-                } else {
-                    format!(
-                        "{}: {}",
-                        report.status,
-                        truncate_middle(output, CHECK_OUTPUT_KEPT)
-                    )
-                })
-            }
-            Err(e) => Err(format!("`{command}` could not run: {e}")),
-        })
-    }
-
-    async fn check_by_verifier(
-        &self,
-        record: &mut ThreadRecord,
-        iteration: u32,
-        criterion: &Criterion,
-        spec_text: &str,
-    ) -> Result<Option<Result<(), String>>, ThreadError> {
-        #[derive(Serialize)]
-        struct Ctx<'a> {
-            spec: serde_json::Value,
-            title: &'a str,
-            criterion: &'a str,
-        }
-        let prompt = self.prompts.render(
-            "thread_verify",
-            &Ctx {
-                spec: serde_json::json!({"name": record.title, "text": spec_text}),
-                title: &record.title,
-                criterion: &criterion.text,
-            },
-        )?;
-        let (_, agent) = self.current_agent(record)?;
-        let (run_id, ran) = loop {
-            let run_id = self.open_run(record, iteration, Role::Verify)?;
-            let ran = self
-                .call(
-                    &agent,
-                    record,
-                    &run_id,
-                    Role::Verify,
-                    iteration,
-                    prompt.clone(),
-                    Some(VerifyAnswer::schema()),
-                )
-                .await;
-            match ran {
-                Ran::RateLimited(until) => {
-                    if !self.wait_out_rate_limit(record, &run_id, until).await? {
-                        return Ok(None);
-                    }
-                }
-                ran => break (run_id, ran),
-            }
-        };
-        let verdict = match ran {
-            Ran::Interrupted => {
-                self.close_run(&run_id, "interrupted")?;
-                return Ok(None);
-            }
-            // Waited out above; kept total without a panic.
-            Ran::RateLimited(_) => Err("the verifier was rate limited".to_owned()),
-            Ran::Failed(reason) | Ran::Transient(reason) | Ran::Fatal(reason) => {
-                Err(format!("the verifier failed: {reason}"))
-            }
-            Ran::Answer(run) => match answer::parse::<VerifyAnswer>(&run) {
-                Ok(a) if a.verdict == VerdictKind::Accept => Ok(()),
-                Ok(a) => Err(format!("the verifier rejected it: {}", a.reason)),
-                Err(e) => Err(format!("the verifier gave no usable verdict: {e}")),
-            },
-        };
-        self.close_run(
-            &run_id,
-            match &verdict {
-                Ok(()) => "completed: accept",
-                Err(_) => "completed: reject",
-            },
-        )?;
-        Ok(Some(verdict))
-    }
-}
-
-/// Agents that keep no transcript leave `output.log` missing: keep at least the answer.
-fn keep_answer(log: &Path, run: &AgentRun) {
-    if !log.exists() {
-        // The run record and the attempt hold the outcome; the log is for people.
-        let _ = std::fs::write(log, &run.final_text);
     }
 }
 

@@ -14,6 +14,7 @@ mod docs;
 mod parallel_crash;
 mod plan_build;
 mod repair;
+mod thread_agents;
 mod thread_signals;
 
 use std::path::Path;

@@ -9,6 +9,7 @@
 mod support;
 
 mod fallback;
+mod thread;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,12 +1,14 @@
-//! Seed 001's Running → Stuck "all models exhausted": the loop falls back on the next
-//! configured agent after a fatal or repeatedly transient failure, and is Stuck only when
-//! every one is exhausted.
+//! Seed 001's Running → Stuck "all models exhausted": a thread's models are one
+//! `agent::Fallback` chain, whose next agent takes a run the one before cannot make (down,
+//! rate limited, failing transiently); the thread is Stuck only when none is left. The
+//! record keeps which agent runs and why. Configuring sets the models and the verifier.
 
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
 use crate::support::threads::{SPEC, finalized, repo, writes};
+use ralph::Ralph;
 use ralph::agent::{FailureKind, FakeAgent, Role, Script};
 use ralph::thread::{Phase, PhaseKind};
 use ralph::thread::{RunConfig, ThreadError, ThreadOptions, Threads};
@@ -15,26 +17,29 @@ fn fatal(reason: &str) -> Script {
     Script::new().fail_with(reason, FailureKind::Fatal)
 }
 
-/// Threads whose default agent is never used: the loop runs `first`, then `second`.
+/// Threads whose default agent is never used: the loop runs `first`, then `second`, one
+/// fallback chain; transient failures back off 1 ms.
 fn chain(
     dir: &std::path::Path,
     first: &Arc<FakeAgent>,
     second: &Arc<FakeAgent>,
     quick: bool,
 ) -> Threads {
-    Threads::new(dir, FakeAgent::new())
+    Ralph::builder()
+        .workspace(dir)
+        .agent(FakeAgent::new())
+        .config("transient_backoff", "1ms")
+        .build()
         .unwrap()
+        .threads()
         .agent("first", Arc::clone(first))
         .agent("second", Arc::clone(second))
         .options(
-            ThreadOptions::default()
-                .quick(quick)
-                .transient_backoff(std::time::Duration::from_millis(1))
-                .config(
-                    RunConfig::default()
-                        .max_iterations(3)
-                        .agents(["first", "second"]),
-                ),
+            ThreadOptions::default().quick(quick).config(
+                RunConfig::default()
+                    .max_iterations(3)
+                    .agents(["first", "second"]),
+            ),
         )
 }
 
@@ -55,13 +60,12 @@ async fn a_fatal_failure_hands_the_same_iteration_to_the_next_agent() {
     assert_eq!(first.requests().len(), 1);
     let taken_over: Vec<u32> = second.requests().iter().map(|r| r.attempt).collect();
     assert_eq!(taken_over, [1], "iteration 1 again, not counted as tried");
+    // The record says which agent runs, and why: for `status` and `show`.
     assert_eq!(thread.current_agent.as_deref(), Some("second"));
-    assert_eq!(thread.exhausted.len(), 1);
+    let why = thread.agent_reason.as_deref().unwrap();
     assert!(
-        thread.exhausted[0].starts_with("first: ")
-            && thread.exhausted[0].contains("invalid API key"),
-        "{:?}",
-        thread.exhausted
+        why.contains("first is unavailable") && why.contains("invalid API key"),
+        "{why}"
     );
 }
 
@@ -77,9 +81,9 @@ async fn stuck_only_when_all_agents_are_exhausted_and_the_report_says_so() {
         panic!("{:?}", thread.phase)
     };
     assert!(
-        reason.starts_with("Stopped: all agents exhausted (first: ")
-            && reason.contains("invalid API key; second: ")
-            && reason.contains("model not found"),
+        reason.starts_with("Stopped: all agents exhausted (first is unavailable (")
+            && reason.contains("invalid API key")
+            && reason.contains("; second: model not found)"),
         "{reason}"
     );
     assert_eq!(&threads.diagnose(&id).unwrap().reason, reason);
@@ -90,11 +94,14 @@ async fn stuck_only_when_all_agents_are_exhausted_and_the_report_says_so() {
     let thread = threads.manual_assist(&id).await.unwrap();
     assert_eq!(thread.phase, Phase::Implemented);
     assert_eq!(first_again.requests().len(), 1);
-    assert!(thread.exhausted.is_empty());
+    assert_eq!(thread.current_agent.as_deref(), Some("first"));
+    assert_eq!(thread.agent_reason, None);
 }
 
+/// `agent::Fallback`'s rule, in threads too: a transient failure (an API error that
+/// outlasted the CLI's own retries) passes that run to the next agent at once.
 #[tokio::test]
-async fn repeated_transient_failures_move_on_after_the_retries() {
+async fn a_transient_failure_passes_the_run_to_the_next_agent() {
     let dir = repo().await;
     let first = Arc::new(FakeAgent::new().always(
         Role::Build,
@@ -105,15 +112,74 @@ async fn repeated_transient_failures_move_on_after_the_retries() {
     let id = finalized(&threads, SPEC);
     let thread = threads.start(&id).await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
-    // Tried once and retried twice (transient_retries = 2), all as iteration 1.
-    let tries: Vec<u32> = first.requests().iter().map(|r| r.attempt).collect();
-    assert_eq!(tries, [1, 1, 1]);
+    assert_eq!(first.requests().len(), 1);
     assert_eq!(second.requests()[0].attempt, 1);
-    assert!(
-        thread.exhausted[0].contains("overloaded (529) (3 transient failures in a row)"),
-        "{:?}",
-        thread.exhausted
+    let why = thread.agent_reason.as_deref().unwrap();
+    assert!(why.contains("first failed (overloaded (529))"), "{why}");
+}
+
+/// A rate-limited model rests until its reset while the next takes the run; once the
+/// reset passed it takes the next iteration again, and the record says why.
+#[tokio::test]
+async fn a_rate_limited_model_rests_and_takes_the_run_again_once_its_limit_resets() {
+    let dir = repo().await;
+    let first = Arc::new(
+        FakeAgent::new()
+            .then(Script::new().rate_limit(0))
+            .then(writes("hello\n")),
     );
+    let second = Arc::new(FakeAgent::new().then(Script::new().answer("Looked around.")));
+    let threads = chain(dir.path(), &first, &second, true);
+    let id = finalized(&threads, SPEC);
+    let thread = threads.start(&id).await.unwrap();
+    assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
+    let by: Vec<(&str, u32)> = first
+        .requests()
+        .iter()
+        .map(|r| ("first", r.attempt))
+        .chain(second.requests().iter().map(|r| ("second", r.attempt)))
+        .collect();
+    assert_eq!(by, [("first", 1), ("first", 2), ("second", 1)]);
+    assert_eq!(thread.current_agent.as_deref(), Some("first"));
+    let why = thread.agent_reason.as_deref().unwrap();
+    assert!(why.contains("its rate limit reset at"), "{why}");
+}
+
+/// Configuring sets the verifier apart from the models: the criteria without a command
+/// are judged by it, read-only, and the models only build.
+#[tokio::test]
+async fn a_configured_verifier_judges_the_criteria_the_models_build() {
+    let dir = repo().await;
+    let spec = format!("{SPEC}- [ ] the greeting is friendly\n");
+    let builder = Arc::new(FakeAgent::new().then(writes("hello\n")));
+    let judge =
+        Arc::new(FakeAgent::new().then(
+            Script::new().json(serde_json::json!({"verdict": "accept", "reason": "friendly"})),
+        ));
+    let threads = Threads::new(dir.path(), FakeAgent::new())
+        .unwrap()
+        .agent("builder", Arc::clone(&builder))
+        .agent("judge", Arc::clone(&judge));
+    let id = finalized(&threads, &spec);
+    assert_eq!(threads.start(&id).await.unwrap().phase, Phase::Configuring);
+    let refused = threads
+        .configure(&id, RunConfig::default().verifier("nobody"))
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains(r#"no agent named "nobody""#),
+        "{refused}"
+    );
+    let settings = RunConfig::default()
+        .max_iterations(2)
+        .agents(["builder"])
+        .verifier("judge");
+    threads.configure(&id, settings.clone()).unwrap();
+    let thread = threads.run(&id).await.unwrap();
+    assert_eq!(thread.phase, Phase::Implemented);
+    assert_eq!(thread.config, settings, "kept in the thread");
+    let roles = |agent: &FakeAgent| agent.requests().iter().map(|r| r.role).collect::<Vec<_>>();
+    assert_eq!(roles(&builder), [Role::Build]);
+    assert_eq!(roles(&judge), [Role::Verify]);
 }
 
 #[tokio::test]

@@ -376,12 +376,26 @@ async fn review_can_send_back_to_running_or_to_drafting_with_a_reset() {
     let threads = threads(dir.path(), &agent, true, 2);
     let id = finalized(&threads, SPEC);
     threads.start(&id).await.unwrap();
-    let again = threads.send_back(&id).await.unwrap();
+    let again = threads
+        .send_back(&id, "Say hello again, twice.")
+        .await
+        .unwrap();
     assert_eq!(again.phase.kind(), PhaseKind::PendingReview);
     assert_eq!(
         std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
         "hello again\n"
     );
+    // The reviewer's words are in the next round's prompt, and kept in the thread.
+    let prompts: Vec<String> = agent.requests().iter().map(|r| r.prompt.clone()).collect();
+    assert!(!prompts[0].contains("Say hello again"), "{}", prompts[0]);
+    assert!(
+        prompts[1].contains("## The Reviewer's Feedback")
+            && prompts[1].contains("Say hello again, twice."),
+        "{}",
+        prompts[1]
+    );
+    assert_eq!(again.feedback[0].text, "Say hello again, twice.");
+    assert_eq!(again.feedback[0].after_iteration, 1);
     let drafting = threads
         .revise(&id, None, Confirm::ResetToBaseline)
         .await

@@ -4,6 +4,7 @@
 mod support;
 
 mod assess;
+mod context;
 mod draft;
 mod fallback;
 mod forged;
@@ -11,5 +12,6 @@ mod lifecycle;
 mod preflight;
 mod record;
 mod retry;
+mod review;
 mod safety;
 mod transitions;

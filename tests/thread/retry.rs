@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::support::threads::{SPEC, finalized, no_claim, repo, writes};
 use async_trait::async_trait;
+use ralph::Ralph;
 use ralph::agent::{
     Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind, FakeAgent, Role, Script,
 };
@@ -64,19 +65,35 @@ fn transient(reason: &str) -> Script {
     Script::new().fail_with(reason, FailureKind::Transient)
 }
 
-/// Threads over `dir` running `agent`, quick, at most 3 iterations.
-fn quick(dir: &std::path::Path, agent: impl Agent + 'static, options: ThreadOptions) -> Threads {
-    Threads::new(dir, agent)
+/// Threads over `dir` running `agent`, quick, at most 3 iterations, `retries` transient
+/// failures ridden out with a first backoff of `backoff` (the workspace's
+/// `transient_backoff`, as every mode has it).
+fn quick(
+    dir: &std::path::Path,
+    agent: impl Agent + 'static,
+    (retries, backoff): (u32, Duration),
+) -> Threads {
+    Ralph::builder()
+        .workspace(dir)
+        .agent(agent)
+        .config(
+            "transient_backoff",
+            humantime::format_duration(backoff).to_string(),
+        )
+        .build()
         .unwrap()
-        .options(options.quick(true))
+        .threads()
+        .options(
+            ThreadOptions::default().quick(true).config(
+                RunConfig::default()
+                    .max_iterations(3)
+                    .transient_retries(retries),
+            ),
+        )
 }
 
-fn options(retries: u32, backoff: Duration) -> ThreadOptions {
-    ThreadOptions::default().transient_backoff(backoff).config(
-        RunConfig::default()
-            .max_iterations(3)
-            .transient_retries(retries),
-    )
+fn options(retries: u32, backoff: Duration) -> (u32, Duration) {
+    (retries, backoff)
 }
 
 fn run_json(threads: &Threads, run_id: &str) -> String {
@@ -183,7 +200,6 @@ async fn transient_failures_back_off_then_the_same_iteration_runs_again() {
     let gaps = agent.gaps();
     assert!(gaps[0] >= Duration::from_millis(100), "{gaps:?}");
     assert!(gaps[1] >= Duration::from_millis(200), "{gaps:?}");
-    assert!(thread.exhausted.is_empty(), "{:?}", thread.exhausted);
     assert!(run_json(&threads, &format!("{id}-r1")).contains("failed (transient)"));
 }
 
@@ -222,34 +238,55 @@ async fn ctrl_c_during_a_backoff_pauses_at_the_same_iteration() {
 #[tokio::test]
 async fn a_rate_limit_does_not_count_as_a_transient_failure() {
     let dir = repo().await;
-    // One retry allowed: were the rate limit a failure, the second transient one would hand
-    // the thread to `second`.
-    let first = Arc::new(
+    // One retry allowed: were the rate limit a failure, the second failure in a row would
+    // end the iteration as failed.
+    let agent = Arc::new(
         FakeAgent::new()
             .then(transient("overloaded (529)"))
             .then(Script::new().rate_limit(0))
             .then(writes("hello\n")),
     );
-    let second = Arc::new(FakeAgent::new());
-    let threads = Threads::new(dir.path(), FakeAgent::new())
-        .unwrap()
-        .agent("first", Arc::clone(&first))
-        .agent("second", Arc::clone(&second))
-        .options(
-            options(1, Duration::from_millis(1)).quick(true).config(
-                RunConfig::default()
-                    .max_iterations(3)
-                    .transient_retries(1)
-                    .agents(["first", "second"]),
-            ),
-        );
+    let threads = quick(
+        dir.path(),
+        Arc::clone(&agent),
+        options(1, Duration::from_millis(1)),
+    );
     let id = finalized(&threads, SPEC);
     let thread = threads.start(&id).await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
-    let tries: Vec<u32> = first.requests().iter().map(|r| r.attempt).collect();
+    let tries: Vec<u32> = agent.requests().iter().map(|r| r.attempt).collect();
     assert_eq!(tries, [1, 1, 1]);
-    assert!(second.requests().is_empty());
-    assert!(thread.exhausted.is_empty(), "{:?}", thread.exhausted);
+    assert_eq!(thread.attempts.len(), 1, "{:?}", thread.attempts);
+}
+
+/// Transient failures past the retries end the iteration as failed (as a task's attempt
+/// in the other modes); the next iteration runs.
+#[tokio::test]
+async fn transient_failures_past_the_retries_fail_the_iteration_and_the_loop_goes_on() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(transient("overloaded (529)"))
+            .then(transient("overloaded (529)"))
+            .then(writes("hello\n")),
+    );
+    let threads = quick(
+        dir.path(),
+        Arc::clone(&agent),
+        options(1, Duration::from_millis(1)),
+    );
+    let id = finalized(&threads, SPEC);
+    let thread = threads.start(&id).await.unwrap();
+    assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
+    let tries: Vec<u32> = agent.requests().iter().map(|r| r.attempt).collect();
+    assert_eq!(tries, [1, 1, 2]);
+    assert!(
+        thread.attempts[0]
+            .summary
+            .contains("overloaded (529) (still failing after 1 retries)"),
+        "{:?}",
+        thread.attempts
+    );
 }
 
 #[tokio::test]

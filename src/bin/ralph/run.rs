@@ -254,15 +254,21 @@ fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
 
+/// The agents `--agent` names (a comma-separated list), else `agents` of ralph.toml, else
+/// `claude`: in every mode, threads too.
+pub(crate) fn agent_names(config: &ralph::Config, flag: Option<&str>) -> Vec<String> {
+    match flag {
+        Some(list) => list.split(',').map(|n| n.trim().to_owned()).collect(),
+        None if !config.agents.is_empty() => config.agents.clone(),
+        None => vec!["claude".to_owned()],
+    }
+}
+
 /// The agent `--agent` names (or `agents` of ralph.toml, or `claude`); several names make a
 /// fallback chain.
 fn named_agents(workspace: &Path, flag: Option<&str>) -> Result<Box<dyn Agent>> {
     let config = ralph::Config::load(workspace)?;
-    let names: Vec<String> = match flag {
-        Some(list) => list.split(',').map(|n| n.trim().to_owned()).collect(),
-        None if !config.agents.is_empty() => config.agents.clone(),
-        None => vec!["claude".to_owned()],
-    };
+    let names = agent_names(&config, flag);
     let mut agents = Vec::new();
     for name in &names {
         agents.push((name.clone(), one_agent(workspace, &config, name)?));
@@ -279,7 +285,13 @@ fn named_agents(workspace: &Path, flag: Option<&str>) -> Result<Box<dyn Agent>> 
     ))
 }
 
-fn one_agent(workspace: &Path, config: &ralph::Config, name: &str) -> Result<Box<dyn Agent>> {
+/// The agent called `name`: `claude`, `codex`, `gemini`, `opencode`, or an `[agent.NAME]`
+/// table of ralph.toml (which wins over a built-in name).
+pub(crate) fn one_agent(
+    workspace: &Path,
+    config: &ralph::Config,
+    name: &str,
+) -> Result<Box<dyn Agent>> {
     if name == "claude" {
         let claude = ClaudeCli::from_workspace(workspace)?;
         return Ok(Box::new(CheckedClaude(claude)));

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use ralph::thread::{Confirm, Phase, RunConfig, ThreadOptions, ThreadRecord, Threads};
-use ralph::{Agent, ClaudeCli, Event, FakeAgent, Interrupts, Observer};
+use ralph::{Agent, Event, FakeAgent, Interrupts, Observer, Ralph};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -22,9 +22,19 @@ pub(crate) struct ThreadArgs {
     /// Iterations per round of the loop (`start`, `configure`, `reconfigure`).
     #[arg(long, global = true, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: u32,
-    /// Use a scripted FakeAgent from this TOML file instead of the Claude CLI; its requests
-    /// are appended to .ralph/fake-requests.jsonl.
+    /// The models the loop runs with, set where the thread is configured (`start`,
+    /// `configure`, `reconfigure`) and asked by `discuss` and `assess`: `claude`, `codex`,
+    /// `gemini`, `opencode` or an `[agent.NAME]` table of ralph.toml; a comma-separated list
+    /// is a fallback chain (`claude,codex`). Default: `agents` of ralph.toml, else `claude`.
     #[arg(long, global = true)]
+    agent: Option<String>,
+    /// The read-only verifier of the criteria that have no command, by the same names as
+    /// --agent (`start`, `configure`, `reconfigure`). Default: the models of --agent.
+    #[arg(long, global = true)]
+    verifier: Option<String>,
+    /// Use a scripted FakeAgent from this TOML file instead of a real agent; its requests
+    /// are appended to .ralph/fake-requests.jsonl.
+    #[arg(long, global = true, conflicts_with = "agent")]
     script: Option<PathBuf>,
     #[command(subcommand)]
     command: ThreadCommand,
@@ -69,7 +79,8 @@ enum ThreadCommand {
     FixSpec,
     /// Preflight, the settings, and the loop.
     Start,
-    /// Set the loop's settings (Configuring), then run it.
+    /// Set the loop's settings while Configuring (--agent: the models, a fallback chain;
+    /// --verifier; --max-iterations), then run it.
     Configure,
     /// Continue a paused loop.
     Resume,
@@ -94,8 +105,12 @@ enum ThreadCommand {
     PolishDone,
     /// Implemented → PendingReview.
     Review,
-    /// PendingReview → back to the loop with your feedback in the spec.
-    SendBack,
+    /// PendingReview → back to the loop with your feedback, which every prompt of the next
+    /// round shows the agent.
+    SendBack {
+        /// What is wrong, and what to fix.
+        feedback: String,
+    },
     /// Approve the changes under review (checkpoint 3).
     Approve,
     /// Prepare the commit message and show it (Approved → ReadyToCommit); commit after
@@ -121,20 +136,39 @@ enum ThreadCommand {
 
 /// Runs a thread command; the exit code.
 pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
-    let agent: Box<dyn Agent> = match &args.script {
-        Some(script) => Box::new(
+    let config = ralph::Config::load(workspace)?;
+    // A script stands for every agent; otherwise the names choose them, as in every mode.
+    let names = match &args.script {
+        Some(_) => Vec::new(),
+        None => crate::run::agent_names(&config, args.agent.as_deref()),
+    };
+    let mut settings = RunConfig::default()
+        .max_iterations(args.max_iterations)
+        .agents(names.clone());
+    if let Some(verifier) = &args.verifier {
+        settings = settings.verifier(verifier.clone());
+    }
+    let agent: Box<dyn Agent> = match (&args.script, names.first()) {
+        (Some(script), _) => Box::new(
             FakeAgent::from_toml_file(script)?.record_to(workspace.join(crate::run::FAKE_REQUESTS)),
         ),
-        None => Box::new(ClaudeCli::from_workspace(workspace)?),
+        (None, Some(first)) => crate::run::one_agent(workspace, &config, first)?,
+        (None, None) => return Err("--agent names no agent".into()),
     };
-    let config = ralph::Config::load(workspace)?;
-    let settings = RunConfig::default().max_iterations(args.max_iterations);
-    let options = ThreadOptions::from_config(&config)
+    let options = ThreadOptions::default()
         .quick(args.quick)
         .config(settings.clone());
-    let threads = Threads::new(workspace, agent)?
-        .options(options)
-        .observer(Warnings);
+    let threads = Ralph::builder()
+        .workspace(workspace)
+        .agent(agent)
+        .observer(Warnings)
+        .build()?
+        .threads()
+        .options(options);
+    let selected = args.id.clone().or_else(|| threads.active());
+    let configured = selected.as_deref().and_then(|id| threads.get(id).ok());
+    check_agent_flags(&args, configured.as_ref())?;
+    let threads = register(threads, workspace, &config, &settings, configured.as_ref())?;
     let interrupts = Interrupts::listen(threads.workspace(), threads.stop_token(), |signal| {
         eprintln!("\n{signal}: stopping the agent and pausing the thread… (again to stop at once)");
     })?;
@@ -225,7 +259,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         ThreadCommand::Polish => threads.polish(&id()?)?,
         ThreadCommand::PolishDone => threads.polish_done(&id()?)?,
         ThreadCommand::Review => threads.submit_for_review(&id()?)?,
-        ThreadCommand::SendBack => threads.send_back(&id()?).await?,
+        ThreadCommand::SendBack { feedback } => threads.send_back(&id()?, &feedback).await?,
         ThreadCommand::Approve => threads.approve(&id()?).await?,
         ThreadCommand::Message { message } => {
             let record = threads.prepare_commit(&id()?, message.as_deref())?;
@@ -252,6 +286,77 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         (_, Phase::Stuck { .. }) => 2,
         _ => 0,
     })
+}
+
+/// Registers every agent the command may run by name: the models and verifier `settings`
+/// name, and those `thread` was configured with (a resume in this process runs those).
+fn register(
+    mut threads: Threads,
+    workspace: &Path,
+    config: &ralph::Config,
+    settings: &RunConfig,
+    thread: Option<&ThreadRecord>,
+) -> Result<Threads> {
+    let configured = thread.map(|t| &t.config);
+    let names = [settings]
+        .into_iter()
+        .chain(configured)
+        .flat_map(|c| c.agents.iter().chain(&c.verifier));
+    let mut done: Vec<&String> = Vec::new();
+    for name in names {
+        if !done.contains(&name) {
+            threads = threads.agent(
+                name.clone(),
+                crate::run::one_agent(workspace, config, name)?,
+            );
+            done.push(name);
+        }
+    }
+    Ok(threads)
+}
+
+/// `--agent` and `--verifier` set a thread's agents where it is configured (and choose the
+/// agent `discuss` and `assess` ask); a loop that goes on (`resume`, `assist`, `send-back`)
+/// runs with the agents it was configured with, so other ones are refused, not ignored.
+fn check_agent_flags(args: &ThreadArgs, thread: Option<&ThreadRecord>) -> Result<()> {
+    let goes_on = matches!(
+        args.command,
+        ThreadCommand::Resume | ThreadCommand::Assist | ThreadCommand::SendBack { .. }
+    );
+    let (Some(thread), true) = (thread, goes_on) else {
+        return Ok(());
+    };
+    let asked: Option<Vec<String>> = args
+        .agent
+        .as_deref()
+        .map(|list| list.split(',').map(|n| n.trim().to_owned()).collect());
+    let differs = asked.is_some_and(|names| names != thread.config.agents)
+        || args
+            .verifier
+            .as_ref()
+            .is_some_and(|v| thread.config.verifier.as_ref() != Some(v));
+    if differs {
+        return Err(format!(
+            "thread {} runs with {} (set while Configuring); --agent and --verifier change that \
+             in `start`, `configure` or `reconfigure`",
+            thread.id,
+            describe_agents(&thread.config)
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// `claude → codex (verifier: gemini)`, or `the default agent`.
+fn describe_agents(config: &RunConfig) -> String {
+    let models = match config.agents.as_slice() {
+        [] => "the default agent".to_owned(),
+        names => names.join(" → "),
+    };
+    match &config.verifier {
+        Some(verifier) => format!("{models} (verifier: {verifier})"),
+        None => models,
+    }
 }
 
 /// A thread waiting in Configuring gets `settings` and runs; any other is returned as it is.
@@ -327,14 +432,20 @@ fn show(threads: &Threads, thread: &ThreadRecord) {
             );
         }
     }
+    if thread.phase.kind() != ralph::thread::PhaseKind::Drafting {
+        println!("  agents: {}", describe_agents(&thread.config));
+    }
     if let Some(agent) = &thread.current_agent {
-        println!("  current model: {agent}");
+        match &thread.agent_reason {
+            Some(why) => println!("  current model: {agent} ({why})"),
+            None => println!("  current model: {agent}"),
+        }
     }
     if let Some(run_id) = &thread.current_run_id {
         println!("  last run: {}", last_run(threads, run_id));
     }
-    for given_up in &thread.exhausted {
-        println!("  agent given up: {given_up}");
+    if let Some(feedback) = thread.feedback.last() {
+        println!("  review feedback: {}", feedback.text);
     }
     if let Phase::PreflightFailed { failures } = &thread.phase {
         for failure in failures {
@@ -376,7 +487,9 @@ fn next(thread: &ThreadRecord) -> String {
         Phase::Assessing => "`finalize` (you approve the spec), `edit`, or `assess` again".into(),
         Phase::Finalized => "`start` (or `reopen` to change the spec)".into(),
         Phase::PreflightFailed { .. } => "fix the above, then `start` again, or `fix-spec`".into(),
-        Phase::Configuring => "`configure` runs the loop with --max-iterations".into(),
+        Phase::Configuring => {
+            "`configure` runs the loop with --agent, --verifier and --max-iterations".into()
+        }
         Phase::Paused {
             iteration,
             criteria_passing,
@@ -393,7 +506,7 @@ fn next(thread: &ThreadRecord) -> String {
         }
         Phase::Implemented => "`review` (or `polish` first)".into(),
         Phase::PendingReview { recommend_approve } => format!(
-            "read `ralph thread diff`, then `approve` or `send-back`{}",
+            "read `ralph thread diff`, then `approve` or `send-back \"what to fix\"`{}",
             if *recommend_approve {
                 "  [recommend approve: all criteria pass]"
             } else {
