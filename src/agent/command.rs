@@ -66,8 +66,9 @@ pub struct CommandConfig {
 /// Without `{prompt_file}` the prompt goes to the command's stdin, which survives prompts of
 /// any size. The final answer is the command's stdout (its last [`ANSWER_KEPT`] bytes), or,
 /// with [`answer_pointer`](CommandAgent::answer_pointer), the value at that JSON pointer in
-/// the last line of stdout that is a JSON object. stdout and stderr go to the run's log in
-/// full; memory holds only the bounded tail.
+/// the last line of stdout that is a JSON object. The run is judged on how the command
+/// exited: an error it printed before its answer line does not count. stdout and stderr go
+/// to the run's log in full; memory holds only the bounded tail.
 ///
 /// Read-only roles (verify, investigate, plan…) get [`read_only_args`](CommandAgent::read_only_args)
 /// appended: the CLI's own sandbox or approval flags. A command without such flags is trusted

@@ -104,6 +104,22 @@ async fn the_answer_pointer_reads_the_last_json_line_and_a_marker_in_prose_is_no
 }
 
 #[tokio::test]
+async fn an_error_printed_before_the_answer_line_does_not_fail_the_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // What a CLI that retries prints: the error it recovers from, then the answer.
+    let agent = sh(concat!(
+        r#"echo '{"type":"error","message":"Reconnecting... 1/5 (stream disconnected)"}';"#,
+        r#"printf '%s\n' '{"type":"result","result":"Did it.\n<TASK_DONE>"}'"#,
+    ))
+    .answer_pointer("/result");
+
+    let run = run(&agent, Role::Build, "p", dir.path()).await;
+
+    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+    assert_eq!(run.claim(), Claim::Done);
+}
+
+#[tokio::test]
 async fn a_failing_command_is_a_failed_attempt_with_its_stderr() {
     let dir = tempfile::tempdir().expect("temp dir");
     let agent = sh("echo 'quota exceeded' >&2; exit 3");

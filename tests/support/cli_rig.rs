@@ -36,6 +36,8 @@ pub trait CliUnderTest {
     const NAME: &'static str;
     /// The model the agent asks for.
     const MODEL: &'static str;
+    /// Whether the CLI prints an `error` event for an API error it then recovers from.
+    const PRINTS_RECOVERED_ERRORS: bool;
 
     /// Serves `replies`, in order.
     async fn serve(replies: Vec<Self::Reply>) -> Self::Api;
@@ -59,6 +61,9 @@ pub struct Rig<C: CliUnderTest> {
 impl<C: CliUnderTest> Rig<C> {
     /// The agent's name: its `ralph.toml` section and `--agent` value.
     pub const NAME: &'static str = C::NAME;
+
+    /// See [`CliUnderTest::PRINTS_RECOVERED_ERRORS`].
+    pub const PRINTS_RECOVERED_ERRORS: bool = C::PRINTS_RECOVERED_ERRORS;
 
     /// See [`CliUnderTest::assert_usage`].
     pub fn assert_usage(usage: &ralph::agent::Usage) {
@@ -87,9 +92,22 @@ impl<C: CliUnderTest> Rig<C> {
         self.run_with(role, prompt, AgentEvents::none()).await
     }
 
+    /// Where [`run_with`](Self::run_with) logs.
+    fn log(&self) -> PathBuf {
+        self.home.path().join("logs/run.log")
+    }
+
+    /// What the CLI printed on stdout in the last run: its stdout file beside the log, else
+    /// the log.
+    pub fn stdout(&self) -> String {
+        let log = self.log();
+        let stdout = log.with_extension("stdout");
+        std::fs::read_to_string(if stdout.exists() { stdout } else { log }).unwrap()
+    }
+
     /// A run with its log in the CLI's home, recorded as a transcript when asked for.
     pub async fn run_with(&self, role: Role, prompt: &str, events: AgentEvents) -> AgentRun {
-        let log = self.home.path().join("logs/run.log");
+        let log = self.log();
         let request = AgentRequest::new(role, prompt, self.path())
             .log_path(&log)
             .timeout(Duration::from_secs(120))
@@ -240,6 +258,37 @@ macro_rules! cli_agent_suite {
 
             assert_eq!(run.claim(), Claim::Done, "{:?}", run.exit);
             assert_eq!(run.final_text.len(), big.len() + "<TASK_DONE>".len());
+        }
+
+        /// An API error the CLI recovers from (a 429 it waits out, a stream broken off
+        /// mid-answer, ended or failed), then a complete final answer: the run is done,
+        /// however the CLI showed the error on the way.
+        #[tokio::test]
+        async fn an_error_the_cli_recovers_from_then_a_final_answer_is_done() {
+            let Some(bin) = $skip else { return };
+            for first in [
+                Reply::retry_after(1),
+                Reply::dropped("Half an ans"),
+                Reply::failed_midway("Half an ans"),
+            ] {
+                let rig = Rig::new(
+                    bin.clone(),
+                    [first.clone(), Reply::text("Done.\n<TASK_DONE>")],
+                )
+                .await;
+
+                let run = rig.run(Role::Build, "p").await;
+
+                assert_eq!(run.exit, AgentExit::Completed, "{first:?}: {run:?}");
+                assert_eq!(run.claim(), Claim::Done, "{first:?}: {run:?}");
+                assert_eq!(rig.api.requests().await.len(), 2, "{first:?}: no retry");
+                let stdout = rig.stdout();
+                assert_eq!(
+                    stdout.contains(r#"{"type":"error""#),
+                    Rig::PRINTS_RECOVERED_ERRORS,
+                    "{first:?}: {stdout}"
+                );
+            }
         }
 
         #[tokio::test]
