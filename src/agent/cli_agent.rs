@@ -16,7 +16,10 @@ use super::{AgentExit, AgentRun, FailureKind};
 pub const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
 
 /// How much of a CLI's event lines is kept in memory: the last bytes, which hold the final
-/// answer unless it alone is larger (then the run fails, saying so; the log has it all).
+/// answer unless its line alone is larger. Such a line is never held: it is shrunk as it
+/// streams by, each long string cut to its head and tail (64 KiB each) around a line
+/// `[… N bytes omitted …]`, so the answer is still read, to the marker at its end (the log
+/// has it all).
 pub const EVENTS_KEPT: usize = 8 * 1024 * 1024;
 
 /// `[codex]` or `[gemini]` of `ralph.toml`: how ralph runs that CLI. Every key is optional.
@@ -78,7 +81,7 @@ impl CliConfig {
             })
             .idle_timeout(self.idle_timeout)
             .grace(grace)
-            .keep(EVENTS_KEPT)
+            .keep_lines(EVENTS_KEPT)
     }
 }
 

@@ -260,6 +260,26 @@ macro_rules! cli_agent_suite {
             assert_eq!(run.final_text.len(), big.len() + "<TASK_DONE>".len());
         }
 
+        /// A final answer larger than all the agent keeps of the CLI's output, ending in
+        /// the marker: done, read from its head to its marker. Its line was never held: it
+        /// was shrunk as it streamed by, its text cut to its head and tail (what that costs
+        /// however long the line is measured in `agent::kept`; this process also holds the
+        /// scripted API's copies of the answer, so its own peak says little).
+        #[tokio::test]
+        async fn a_final_answer_over_the_kept_buffer_is_read_to_its_marker() {
+            let Some(bin) = $skip else { return };
+            let big = support::cli_rig::numbered_lines(ralph::agent::EVENTS_KEPT + 64 * 1024);
+            let rig = Rig::new(bin, [Reply::text(format!("{big}<TASK_DONE>"))]).await;
+
+            let run = rig.run(Role::Build, "p").await;
+
+            assert_eq!(run.claim(), Claim::Done, "{:?}", run.exit);
+            assert!(run.final_text.starts_with("line 0 of the report\n"));
+            assert!(run.final_text.contains(" bytes omitted …]\n"));
+            assert!(run.final_text.len() < 1 << 20, "{}", run.final_text.len());
+            assert_eq!(run.oversized_lines, 1, "{run:?}");
+        }
+
         /// An API error the CLI recovers from (a 429 it waits out, a stream broken off
         /// mid-answer, ended or failed), then a complete final answer: the run is done,
         /// however the CLI showed the error on the way.
@@ -367,3 +387,15 @@ macro_rules! cli_agent_suite {
 }
 #[allow(unused_imports)]
 pub(crate) use cli_agent_suite;
+
+/// Numbered lines (`line 7 of the report`), at least `bytes` of them: a repeated chunk would
+/// trip gemini's loop detection.
+pub fn numbered_lines(bytes: usize) -> String {
+    let mut text = String::with_capacity(bytes + 64);
+    let mut i = 0;
+    while text.len() < bytes {
+        text.push_str(&format!("line {i} of the report\n"));
+        i += 1;
+    }
+    text
+}
