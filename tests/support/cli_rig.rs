@@ -137,8 +137,10 @@ impl<C: CliUnderTest> Rig<C> {
 /// caller's `Rig` and `Reply` are used): a tool call that writes a file; a marker that does
 /// not count (in prose, in an earlier turn, in tool output, before more text); background
 /// jobs of a tool killed; a stalled stream cut by the idle timeout; a huge answer kept whole
-/// with a bounded buffer; a read-only role that cannot write; `ralph construct --agent`
-/// taking a spec to the end; tool calls seen while the CLI still runs.
+/// with a bounded buffer; an answer over the kept buffer read to its marker; an API error
+/// the CLI recovers from, then a final answer, done; a read-only role that cannot write;
+/// `ralph construct --agent` taking a spec to the end; tool calls seen while the CLI still
+/// runs.
 #[allow(unused_macros)]
 macro_rules! cli_agent_suite {
     ($skip:expr) => {
