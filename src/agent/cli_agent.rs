@@ -1,5 +1,6 @@
 //! What the agents of other vendors' CLIs share ([`CodexCli`](super::CodexCli),
-//! [`GeminiCli`](super::GeminiCli)): their settings, their builder, their supervision and
+//! [`GeminiCli`](super::GeminiCli), [`OpencodeCli`](super::OpencodeCli)): their settings,
+//! their builder, their supervision, how a run is judged on how it ended ([`LastWord`]) and
 //! what a failure message means for the task.
 
 use std::collections::BTreeMap;
@@ -8,14 +9,17 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::command::CommandAgent;
-use super::{AgentExit, FailureKind};
+use super::command::{CommandAgent, Ending, Raw};
+use super::{AgentExit, AgentRun, FailureKind};
 
 /// How long a usage limit is waited out when the CLI names no reset time.
 pub const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
 
 /// How much of a CLI's event lines is kept in memory: the last bytes, which hold the final
-/// answer unless it alone is larger (then the run fails, saying so; the log has it all).
+/// answer unless its line alone is larger. Such a line is never held: it is shrunk as it
+/// streams by, each long string cut to its head and tail (64 KiB each) around a line
+/// `[… N bytes omitted …]`, so the answer is still read, to the marker at its end (the log
+/// has it all).
 pub const EVENTS_KEPT: usize = 8 * 1024 * 1024;
 
 /// `[codex]` or `[gemini]` of `ralph.toml`: how ralph runs that CLI. Every key is optional.
@@ -77,7 +81,7 @@ impl CliConfig {
             })
             .idle_timeout(self.idle_timeout)
             .grace(grace)
-            .keep(EVENTS_KEPT)
+            .keep_lines(EVENTS_KEPT)
     }
 }
 
@@ -171,9 +175,59 @@ pub(super) fn event_lines(stdout: &str) -> impl Iterator<Item = serde_json::Valu
         .filter_map(|line| serde_json::from_str(line).ok())
 }
 
+/// How a CLI's run ended, by its last word. The CLIs retry a failed API call themselves, and
+/// Codex prints the error it recovers from (`Reconnecting... 1/5 (…)`) before carrying on to
+/// a complete answer: an error is the run's failure only when no turn completed with an
+/// answer after it.
+#[derive(Debug, Default)]
+pub(super) struct LastWord {
+    /// The last error that no answered turn followed.
+    failure: Option<String>,
+}
+
+impl LastWord {
+    /// The CLI printed an error: a call it retries, or a turn that failed.
+    pub(super) fn error(&mut self, message: impl Into<String>) {
+        self.failure = Some(message.into());
+    }
+
+    /// A turn completed. With an answer, what failed before it was recovered from; without
+    /// one, that error still says why there is none.
+    pub(super) fn turn_completed(&mut self, answered: bool) {
+        if answered {
+            self.failure = None;
+        }
+    }
+
+    /// The run: stopped or timed out as the process was; else the failure, classified
+    /// (`reset` reads a usage limit's reset time in it); else `answer` when the process
+    /// exited 0; else no answer.
+    pub(super) fn judge(
+        &self,
+        agent: &str,
+        raw: &Raw,
+        answer: Option<String>,
+        reset: fn(&str) -> Option<SystemTime>,
+    ) -> AgentRun {
+        match (raw.ending, &self.failure, answer) {
+            (Ending::Stopped, ..) => AgentRun::new(AgentExit::Stopped),
+            (Ending::TimedOut, ..) => AgentRun::new(AgentExit::TimedOut),
+            (Ending::Exited, Some(failure), _) => {
+                AgentRun::new(classify(agent, failure, reset(failure)))
+            }
+            (Ending::Exited, None, Some(answer))
+                if raw.exit.is_some_and(crate::process::Exit::success) =>
+            {
+                AgentRun::completed(answer)
+            }
+            (Ending::Exited, None, _) => AgentRun::new(no_answer(agent, raw)),
+        }
+    }
+}
+
 /// A run that exited without a failure in its events and without an answer: what stderr
 /// says, else that the kept tail of stdout held none.
-pub(super) fn no_answer(agent: &str, raw: &super::command::Raw) -> AgentExit {
+fn no_answer(agent: &str, raw: &super::command::Raw) -> AgentExit {
     let detail = if raw.stderr.trim().is_empty() {
         format!(
             "no answer in the last {} MiB of its output (the log has all of it)",
@@ -191,7 +245,7 @@ pub(super) fn no_answer(agent: &str, raw: &super::command::Raw) -> AgentExit {
 /// What a CLI's failure message means for the task: a usage or rate limit rests the agent
 /// until `reset` (or [`UNKNOWN_RESET`] from now); bad credentials are fatal; overload, a
 /// 5xx or a dropped stream are transient; anything else is a failed attempt.
-pub(super) fn classify(agent: &str, message: &str, reset: Option<SystemTime>) -> AgentExit {
+fn classify(agent: &str, message: &str, reset: Option<SystemTime>) -> AgentExit {
     let lower = message.to_lowercase();
     let any = |words: &[&str]| words.iter().any(|w| lower.contains(w));
     if any(&[
@@ -266,6 +320,13 @@ pub(super) mod recorded {
         );
     }
 
+    /// An API error the CLI recovered from, then the final answer claiming done: a
+    /// completed run, whatever the CLI printed of the error.
+    pub(in crate::agent) fn assert_recovered(retried: &AgentRun) {
+        assert_eq!(retried.exit, AgentExit::Completed, "{retried:?}");
+        assert_eq!(retried.claim(), Claim::Done, "{retried:?}");
+    }
+
     /// A usage limit or exhausted quota: the agent rests.
     pub(in crate::agent) fn assert_rate_limited(limited: &AgentRun) {
         assert!(
@@ -292,6 +353,50 @@ pub(super) mod recorded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The run of an exited process whose events said `words`, in order (an error, or a turn
+    /// completed with or without an answer), ending with `answer`.
+    fn judged(words: &[Result<bool, &str>], answer: Option<&str>) -> AgentExit {
+        let mut last = LastWord::default();
+        for word in words {
+            match word {
+                Ok(answered) => last.turn_completed(*answered),
+                Err(message) => last.error(*message),
+            }
+        }
+        let raw = Raw::exited(0, "");
+        last.judge("x", &raw, answer.map(str::to_owned), |_| None)
+            .exit
+    }
+
+    #[test]
+    fn the_last_word_decides_how_a_run_ended() {
+        let retried = "Reconnecting... 1/5 (stream disconnected before completion)";
+        assert_eq!(
+            judged(&[Err(retried), Ok(true)], Some("Done.")),
+            AgentExit::Completed
+        );
+        // The error is the last word: the turn did not complete after it.
+        assert!(matches!(
+            judged(&[Ok(true), Err(retried)], Some("Done.")),
+            AgentExit::Failed {
+                kind: FailureKind::Transient,
+                ..
+            }
+        ));
+        // A turn without an answer recovered nothing: the error says why there is none.
+        assert!(matches!(
+            judged(&[Err("Loop detected, stopping execution"), Ok(false)], None),
+            AgentExit::Failed { reason, .. } if reason.contains("Loop detected")
+        ));
+        assert!(matches!(
+            judged(
+                &[Err(retried), Err("exceeded retry limit, last status: 429")],
+                None
+            ),
+            AgentExit::RateLimited { .. }
+        ));
+    }
 
     #[test]
     fn failures_are_classified_by_what_they_mean_for_the_task() {

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
-use super::command::{CommandAgent, Ending, Raw};
+use super::cli_agent::{CliConfig, LastWord, cli_agent_settings, event_lines};
+use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
@@ -14,8 +14,9 @@ use crate::config::Config;
 /// [`CodexCli`]: the OpenAI Codex CLI (`codex exec --json`), one fresh process per run.
 ///
 /// The prompt goes to stdin (`-`), which survives prompts of any size. The CLI prints one
-/// JSON event per line; ralph keeps the last [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them (the log has all)
-/// and reads:
+/// JSON event per line; ralph keeps the last [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of
+/// them, a longer line (a huge final answer) cut to the head and tail of its text (the log
+/// has all), and reads:
 ///
 /// | event | becomes |
 /// |---|---|
@@ -23,7 +24,12 @@ use crate::config::Config;
 /// | `item.completed` of an `agent_message` | the final answer: the last one; at once an [`AgentEvent::Text`] |
 /// | `item.started` of a `command_execution` | at once an [`AgentEvent::ToolUse`] |
 /// | `turn.completed` | [`AgentRun::usage`]; at once an [`AgentEvent::Usage`] with the run's tokens so far |
-/// | `turn.failed`, `error` | the failure: a usage limit is [`AgentExit::RateLimited`] until the time the CLI names; a 401, 403 or missing key is fatal; high demand, a 5xx or a dropped stream is transient; anything else a failed attempt |
+/// | `turn.failed`, `error` | the failure, unless the turn completes with an answer after it: a usage limit is [`AgentExit::RateLimited`] until the time the CLI names; a 401, 403 or missing key is fatal; high demand, a 5xx or a dropped stream is transient; anything else a failed attempt |
+///
+/// The run is judged on how it ended: the CLI prints an `error` also for a call it retries
+/// (`Reconnecting... 1/5 (…)`, after a 429 it waits out or a stream that broke off), so a
+/// turn that then completes with an answer is a completed run, and its marker decides. An
+/// error that no such turn followed is the run's failure.
 ///
 /// Roles that may not write run in the CLI's `read-only` sandbox, BUILD in
 /// `workspace-write`; structured roles pass their schema with `--output-schema`. The run is
@@ -168,7 +174,7 @@ struct Events {
     session: Option<String>,
     answer: Option<String>,
     usage: Usage,
-    failure: Option<String>,
+    last: LastWord,
 }
 
 impl Events {
@@ -194,8 +200,10 @@ impl Events {
                     self.answer = text(item, "text");
                 }
             }
-            "turn.started" => self.failure = None,
+            // What failed before the turn (the CLI's setup) is not the turn's failure.
+            "turn.started" => self.last = LastWord::default(),
             "turn.completed" => {
+                self.last.turn_completed(self.answer.is_some());
                 let Some(u) = event.get("usage") else { return };
                 let n = |key: &str| u.get(key).and_then(Value::as_u64).unwrap_or(0);
                 self.usage.input_tokens += n("input_tokens");
@@ -203,13 +211,16 @@ impl Events {
                 self.usage.cache_read_tokens += n("cached_input_tokens");
                 self.usage.cache_creation_tokens += n("cache_write_input_tokens");
             }
-            "turn.failed" => {
-                self.failure = event
+            "turn.failed" => self.last.error(
+                event
                     .get("error")
                     .and_then(|e| text(e, "message"))
-                    .or_else(|| Some("the turn failed".into()));
-            }
-            "error" if self.failure.is_none() => self.failure = text(event, "message"),
+                    .unwrap_or_else(|| "the turn failed".into()),
+            ),
+            // Printed also for a call the CLI retries: the turn may still complete.
+            "error" => self.last.error(
+                text(event, "message").unwrap_or_else(|| "an error without a message".into()),
+            ),
             _ => {}
         }
     }
@@ -257,23 +268,12 @@ fn live(event: &Value) -> Option<Live> {
 
 /// The run from how the process ended and what its events said.
 fn judge(raw: &Raw, events: Events, request: &AgentRequest) -> AgentRun {
-    let mut run = match raw.ending {
-        Ending::Stopped => AgentRun::new(AgentExit::Stopped),
-        Ending::TimedOut => AgentRun::new(AgentExit::TimedOut),
-        Ending::Exited => match (&events.failure, &events.answer) {
-            (Some(failure), _) => AgentRun::new(classify("codex", failure, reset_time(failure))),
-            (None, Some(answer)) if raw.exit.is_some_and(crate::process::Exit::success) => {
-                let mut run = AgentRun::completed(answer.clone());
-                if request.role.is_structured() {
-                    run.structured = serde_json::from_str(answer.trim())
-                        .ok()
-                        .map(super::strict_schema::without_nulls);
-                }
-                run
-            }
-            _ => AgentRun::new(no_answer("codex", raw)),
-        },
-    };
+    let mut run = events.last.judge("codex", raw, events.answer, reset_time);
+    if run.exit == AgentExit::Completed && request.role.is_structured() {
+        run.structured = serde_json::from_str(run.final_text.trim())
+            .ok()
+            .map(super::strict_schema::without_nulls);
+    }
     run.session_id = events.session;
     run.usage = events.usage;
     run
@@ -362,6 +362,28 @@ mod tests {
             1,
         );
         recorded::assert_fatal(&refused);
+    }
+
+    #[test]
+    fn a_recorded_turn_that_completes_after_an_error_it_retried_is_done() {
+        for retried in [
+            include_str!("../../fixtures/codex/retry-after-then-done.jsonl"),
+            include_str!("../../fixtures/codex/stream-dropped-then-done.jsonl"),
+            include_str!("../../fixtures/codex/response-failed-then-done.jsonl"),
+        ] {
+            assert!(retried.contains(r#"{"type":"error","message":"Reconnecting... 1/1"#));
+            let run = replay(retried, Role::Build, 0);
+            recorded::assert_recovered(&run);
+            assert_eq!(run.final_text, "Done.\n<TASK_DONE>");
+        }
+
+        // The retry met the same 429: the error is the last word.
+        let limited = replay(
+            include_str!("../../fixtures/codex/retry-after-exhausted.jsonl"),
+            Role::Build,
+            1,
+        );
+        recorded::assert_rate_limited(&limited);
     }
 
     #[test]

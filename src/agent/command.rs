@@ -8,6 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use super::kept::KeptStdout;
 use super::live::{LiveLines, LiveMap};
 use super::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
 use crate::config::Config;
@@ -66,8 +67,11 @@ pub struct CommandConfig {
 /// Without `{prompt_file}` the prompt goes to the command's stdin, which survives prompts of
 /// any size. The final answer is the command's stdout (its last [`ANSWER_KEPT`] bytes), or,
 /// with [`answer_pointer`](CommandAgent::answer_pointer), the value at that JSON pointer in
-/// the last line of stdout that is a JSON object. stdout and stderr go to the run's log in
-/// full; memory holds only the bounded tail.
+/// the last line of stdout that is a JSON object (a line longer than [`ANSWER_KEPT`] is cut
+/// to the head and tail of its strings, so a huge answer is still read to its end, where the
+/// marker is). The run is judged on how the command exited: an error it printed before its
+/// answer line does not count. stdout and stderr go to the run's log in full; memory holds
+/// only the bounded tail.
 ///
 /// Read-only roles (verify, investigate, plan…) get [`read_only_args`](CommandAgent::read_only_args)
 /// appended: the CLI's own sandbox or approval flags. A command without such flags is trusted
@@ -104,6 +108,8 @@ pub struct CommandAgent {
     grace: Duration,
     /// How much of stdout is kept: its last bytes.
     kept: usize,
+    /// stdout is JSON lines, kept as lines (see [`keep_lines`](Self::keep_lines)).
+    lines: bool,
     /// stdout goes to a file, not a pipe (see [`stdout_to_file`](Self::stdout_to_file)).
     stdout_file: bool,
     /// What stdout's JSON lines mean as live events, for a CLI agent (see [`live`](Self::live)).
@@ -125,6 +131,7 @@ impl CommandAgent {
             },
             grace: Config::default().grace,
             kept: ANSWER_KEPT,
+            lines: false,
             stdout_file: false,
             live: None,
         }
@@ -152,6 +159,7 @@ impl CommandAgent {
             config: table.clone(),
             grace: config.grace,
             kept: ANSWER_KEPT,
+            lines: false,
             stdout_file: false,
             live: None,
         })
@@ -196,11 +204,22 @@ impl CommandAgent {
         self
     }
 
-    /// Keeps the last `bytes` of stdout instead of [`ANSWER_KEPT`] (for an agent whose
-    /// answer is one long event line).
-    pub(super) fn keep(mut self, bytes: usize) -> Self {
+    /// Keeps the last `bytes` of stdout's JSON lines instead of [`ANSWER_KEPT`] of its
+    /// text, a line larger than that shrunk (see [`KeptStdout`]): for an agent whose answer
+    /// is one long event line.
+    pub(super) fn keep_lines(mut self, bytes: usize) -> Self {
         self.kept = bytes;
+        self.lines = true;
         self
+    }
+
+    /// What is kept of stdout: lines when they are JSON (an agent's events, or an answer
+    /// pointer's line), else text.
+    fn kept_stdout(&self) -> KeptStdout {
+        KeptStdout::new(
+            self.kept,
+            self.lines || self.config.answer_pointer.is_some(),
+        )
     }
 
     /// stdout goes to a file beside the log (`<log>.stdout`, else a temporary one), read
@@ -314,7 +333,7 @@ impl Agent for CommandAgent {
 
 /// What the two output pumps saw.
 struct Output {
-    stdout: BoundedOutput,
+    stdout: KeptStdout,
     stderr: BoundedOutput,
 }
 
@@ -323,8 +342,11 @@ struct Output {
 pub(super) struct Raw {
     pub(super) ending: Ending,
     pub(super) exit: Option<crate::process::Exit>,
-    /// The last bytes of stdout ([`ANSWER_KEPT`] unless the agent keeps more).
+    /// What was kept of stdout: its last bytes ([`ANSWER_KEPT`] unless the agent keeps
+    /// more), or its last lines, a longer one shrunk (see [`KeptStdout`]).
     pub(super) stdout: String,
+    /// Lines of stdout shrunk because they were longer than all that is kept.
+    pub(super) oversized_lines: u64,
     /// The head and tail of stderr.
     pub(super) stderr: String,
     pub(super) leaked: usize,
@@ -340,6 +362,7 @@ impl Raw {
             ending: Ending::Exited,
             exit: Some(crate::process::Exit::Code(code)),
             stdout: stdout.to_owned(),
+            oversized_lines: 0,
             stderr: String::new(),
             leaked: 0,
             duration: Duration::ZERO,
@@ -351,6 +374,7 @@ impl Raw {
         run.duration = self.duration;
         run.log_path = request.log_path.clone();
         run.leaked = self.leaked;
+        run.oversized_lines = self.oversized_lines;
         run.exit_code = self.exit.and_then(crate::process::Exit::code);
         run.exit_signal = self.exit.and_then(crate::process::Exit::signal);
         run
@@ -429,7 +453,7 @@ impl CommandAgent {
         };
         let stdout = Pumped {
             source: stdout,
-            kept: self.kept,
+            kept: self.kept_stdout(),
             live,
         };
         let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active));
@@ -452,7 +476,7 @@ impl CommandAgent {
             _ => {
                 pumps.abort();
                 Output {
-                    stdout: BoundedOutput::new(0, 0),
+                    stdout: self.kept_stdout(),
                     stderr: BoundedOutput::new(0, 0),
                 }
             }
@@ -467,13 +491,15 @@ impl CommandAgent {
             let _ = follower.await;
         }
         let stdout = match &file {
-            Some(file) => file.tail(self.kept).await?,
-            None => output.stdout.tail(),
+            Some(file) => file.read(self.kept_stdout()).await?,
+            None => output.stdout,
         };
+        let (stdout, oversized_lines) = stdout.finish();
         Ok(Raw {
             ending,
             exit,
             stdout,
+            oversized_lines,
             stderr: output.stderr.to_string(),
             leaked,
             duration: started.elapsed(),
@@ -667,8 +693,9 @@ impl StdoutFile {
         }
     }
 
-    /// The last `kept` bytes; the file itself is removed when temporary.
-    async fn tail(&self, kept: usize) -> Result<String, AgentError> {
+    /// The file read into `kept`, from where it needs; the file itself is removed when
+    /// temporary.
+    async fn read(&self, mut kept: KeptStdout) -> Result<KeptStdout, AgentError> {
         use tokio::io::AsyncSeekExt;
         let io = |source| AgentError::Io {
             path: self.path.clone(),
@@ -676,16 +703,21 @@ impl StdoutFile {
         };
         let mut file = tokio::fs::File::open(&self.path).await.map_err(io)?;
         let len = file.metadata().await.map_err(io)?.len();
-        let start = len.saturating_sub(kept as u64);
-        file.seek(std::io::SeekFrom::Start(start))
+        file.seek(std::io::SeekFrom::Start(kept.start_in(len)))
             .await
             .map_err(io)?;
-        let mut bytes = Vec::with_capacity((len - start) as usize);
-        file.read_to_end(&mut bytes).await.map_err(io)?;
+        let mut buf = vec![0; 64 * 1024];
+        loop {
+            let n = file.read(&mut buf).await.map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            kept.push(&buf[..n]);
+        }
         if self.temporary {
             let _ = tokio::fs::remove_file(&self.path).await;
         }
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        Ok(kept)
     }
 }
 
@@ -700,10 +732,10 @@ async fn read_new(file: &mut tokio::fs::File, live: &mut LiveLines) {
     }
 }
 
-/// stdout of a run, as the pump reads it: how much to keep, and the live events.
+/// stdout of a run, as the pump reads it: what to keep, and the live events.
 struct Pumped {
     source: Option<tokio::process::ChildStdout>,
-    kept: usize,
+    kept: KeptStdout,
     live: Option<LiveLines>,
 }
 
@@ -716,27 +748,26 @@ async fn pump_both(
     activity: tokio::sync::watch::Sender<Instant>,
 ) -> Output {
     let log = tokio::sync::Mutex::new(log);
-    let mut out = BoundedOutput::new(0, stdout.kept);
     let mut err = BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2);
     tokio::join!(
         pump(
             stdout.source,
-            &mut out,
+            |bytes| stdout.kept.push(bytes),
             stdout.live.as_mut(),
             &log,
             &activity
         ),
-        pump(stderr, &mut err, None, &log, &activity)
+        pump(stderr, |bytes| err.push(bytes), None, &log, &activity)
     );
     Output {
-        stdout: out,
+        stdout: stdout.kept,
         stderr: err,
     }
 }
 
 async fn pump(
     source: Option<impl AsyncRead + Unpin>,
-    into: &mut BoundedOutput,
+    mut keep: impl FnMut(&[u8]),
     mut live: Option<&mut LiveLines>,
     log: &tokio::sync::Mutex<Option<tokio::fs::File>>,
     activity: &tokio::sync::watch::Sender<Instant>,
@@ -747,7 +778,7 @@ async fn pump(
         if n == 0 {
             break;
         }
-        into.push(&buf[..n]);
+        keep(&buf[..n]);
         if let Some(live) = live.as_mut() {
             live.push(&buf[..n]);
         }

@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
-use super::command::{CommandAgent, Ending, Raw};
+use super::cli_agent::{CliConfig, LastWord, cli_agent_settings, event_lines};
+use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
@@ -13,14 +13,21 @@ use crate::config::Config;
 ///
 /// The prompt goes to stdin, which survives prompts of any size (the CLI appends the empty
 /// `--prompt` to it). The CLI prints one JSON event per line; ralph keeps the last
-/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them (the log has all) and reads:
+/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them, a longer line (a huge final answer)
+/// cut to the head and tail of its text (the log has all), and reads:
 ///
 /// | event | becomes |
 /// |---|---|
 /// | `init` | [`AgentRun::session_id`], and at once an [`AgentEvent::Session`] |
 /// | `message` of the assistant | the final answer: the text after the last tool call (deltas joined); at once an [`AgentEvent::Text`] per message (deltas joined) |
 /// | `tool_use` | at once an [`AgentEvent::ToolUse`]; the answer starts over |
-/// | `result` | [`AgentRun::usage`], and at once an [`AgentEvent::Usage`]; with `status: "error"`, the failure: a 429 or exhausted quota is [`AgentExit::RateLimited`], a 401 or 403 is fatal, a 5xx transient, anything else a failed attempt |
+/// | `result` | [`AgentRun::usage`], and at once an [`AgentEvent::Usage`]; with `status: "success"` and an answer, a completed turn; with `status: "error"`, the failure: a 429 or exhausted quota is [`AgentExit::RateLimited`], a 401 or 403 is fatal, a 5xx transient, anything else a failed attempt |
+/// | `error` | the failure (a warning too: `Loop detected, stopping execution`), unless a turn completes with an answer after it |
+///
+/// The CLI retries a failed API call itself (a 5xx, a 429 it may wait out, a stream that
+/// broke off), saying so on stderr only: the text it printed of a stream that broke off
+/// stays at the head of the answer. The run is judged on how it ended, as
+/// [`CodexCli`](super::CodexCli)'s is.
 ///
 /// BUILD runs with `--approval-mode yolo` (every tool allowed), every other role with
 /// `--approval-mode plan` (read-only). The CLI needs its authentication set up as for any
@@ -117,7 +124,7 @@ struct Events {
     answer: String,
     answered: bool,
     usage: Usage,
-    failure: Option<String>,
+    last: LastWord,
     succeeded: bool,
 }
 
@@ -156,18 +163,23 @@ impl Events {
                     self.usage.cache_read_tokens = n("cached");
                 }
                 match text("status").as_deref() {
-                    Some("success") => self.succeeded = true,
-                    _ => {
-                        self.failure = event
+                    Some("success") => {
+                        self.succeeded = true;
+                        self.last.turn_completed(self.answered);
+                    }
+                    _ => self.last.error(
+                        event
                             .get("error")
                             .and_then(|e| e.get("message"))
                             .and_then(Value::as_str)
-                            .map(str::to_owned)
-                            .or_else(|| Some("the run ended with an error".into()));
-                    }
+                            .unwrap_or("the run ended with an error"),
+                    ),
                 }
             }
-            "error" if self.failure.is_none() => self.failure = text("message"),
+            // A warning too (a loop detected, then `result` says success).
+            "error" => self
+                .last
+                .error(text("message").unwrap_or_else(|| "an error without a message".into())),
             _ => {}
         }
     }
@@ -214,20 +226,8 @@ fn live(event: &Value) -> Option<Live> {
 
 /// The run from how the process ended and what its events said.
 fn judge(raw: &Raw, events: Events) -> AgentRun {
-    let mut run = match raw.ending {
-        Ending::Stopped => AgentRun::new(AgentExit::Stopped),
-        Ending::TimedOut => AgentRun::new(AgentExit::TimedOut),
-        Ending::Exited => match &events.failure {
-            Some(failure) => AgentRun::new(classify("gemini", failure, None)),
-            None if events.succeeded
-                && events.answered
-                && raw.exit.is_some_and(crate::process::Exit::success) =>
-            {
-                AgentRun::completed(events.answer.clone())
-            }
-            None => AgentRun::new(no_answer("gemini", raw)),
-        },
-    };
+    let answer = (events.succeeded && events.answered).then_some(events.answer);
+    let mut run = events.last.judge("gemini", raw, answer, |_| None);
     run.session_id = events.session;
     run.usage = events.usage;
     run
@@ -236,6 +236,7 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::FailureKind;
     use crate::agent::cli_agent::recorded;
 
     /// A transcript the pinned CLI printed (`fixtures/gemini/`), read as a run that exited
@@ -287,5 +288,24 @@ mod tests {
 
         let refused = replay(include_str!("../../fixtures/gemini/api-error-401.jsonl"), 1);
         recorded::assert_fatal(&refused);
+    }
+
+    #[test]
+    fn a_recorded_retry_and_a_recorded_loop_read_as_the_live_runs_did() {
+        let retried = replay(
+            include_str!("../../fixtures/gemini/stream-dropped-then-done.jsonl"),
+            0,
+        );
+        recorded::assert_recovered(&retried);
+        // The CLI prints nothing of the retry: the broken stream's text stays in the answer.
+        assert_eq!(retried.final_text, "Half an ansDone.\n<TASK_DONE>");
+
+        // A warning, then `result` says success without an answer: the warning says why.
+        let looped = replay(include_str!("../../fixtures/gemini/loop-detected.jsonl"), 0);
+        assert!(
+            matches!(&looped.exit, AgentExit::Failed { reason, kind: FailureKind::Attempt }
+                if reason == "gemini: Loop detected, stopping execution"),
+            "{looped:?}"
+        );
     }
 }

@@ -13,6 +13,7 @@ mod command;
 mod fake;
 mod fallback;
 mod gemini;
+mod kept;
 mod live;
 mod opencode;
 mod strict_schema;

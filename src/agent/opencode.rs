@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, classify, cli_agent_settings, event_lines, no_answer};
-use super::command::{CommandAgent, Ending, Raw};
+use super::cli_agent::{CliConfig, LastWord, cli_agent_settings, event_lines};
+use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::Config;
@@ -17,21 +17,25 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// The prompt goes to stdin, which survives prompts of any size; stdout goes to a file
 /// beside the log (see [`GeminiCli`](super::GeminiCli) for why), followed while the CLI
 /// runs for the live events. The CLI prints one JSON event per line; ralph keeps the last
-/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them and reads:
+/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them, a longer line (a huge final answer)
+/// cut to the head and tail of its text, and reads:
 ///
 /// | event | becomes |
 /// |---|---|
-/// | `text` | the final answer: the text parts after the last tool call; at once an [`AgentEvent::Text`] each |
+/// | `step_start` | a model call: the answer starts over (the text of a call whose stream broke off is no answer) |
+/// | `text` | the final answer: the text parts of the last model call after its last tool call; at once an [`AgentEvent::Text`] each |
 /// | `tool_use` (printed when the tool is done) | at once an [`AgentEvent::ToolUse`]; the answer starts over |
-/// | `step_finish` | [`AgentRun::usage`] (summed over the steps); at once an [`AgentEvent::Usage`] with the run's tokens so far |
-/// | `error` | the failure: a rate limit is [`AgentExit::RateLimited`], a 401 or 403 fatal, a 5xx transient, anything else a failed attempt |
+/// | `step_finish` | [`AgentRun::usage`] (summed over the steps); at once an [`AgentEvent::Usage`] with the run's tokens so far; with reason `stop` and an answer, a completed turn |
+/// | `error` | the failure, unless a turn completes with an answer after it: a rate limit is [`AgentExit::RateLimited`], a 401 or 403 fatal, a 5xx transient, anything else a failed attempt |
 /// | any event's `sessionID` | [`AgentRun::session_id`]; the first at once an [`AgentEvent::Session`] |
 ///
 /// BUILD runs with `--auto` (permissions not explicitly denied are granted), every other
 /// role with `--agent plan` and edits, shell commands and fetches denied
-/// (`OPENCODE_PERMISSION`): the plan agent alone still runs shell commands that write. opencode retries failed API calls
-/// itself, waiting out a `retry-after`: until it gives up the run is silent, and the idle
-/// and agent timeouts apply. The provider and model come from opencode's own configuration
+/// (`OPENCODE_PERMISSION`): the plan agent alone still runs shell commands that write.
+/// opencode retries failed API calls itself, waiting out a `retry-after`, and a stream that
+/// broke off mid-answer as a new model call: until it gives up the run is silent, and the
+/// idle and agent timeouts apply. The run is judged on how it ended, as
+/// [`CodexCli`](super::CodexCli)'s is. The provider and model come from opencode's own configuration
 /// (`opencode.json`, `OPENCODE_CONFIG_CONTENT`); `model` is `provider/model`. The run is
 /// supervised as every process agent's is (see [`CommandAgent`](super::CommandAgent)).
 ///
@@ -128,7 +132,7 @@ struct Events {
     session: Option<String>,
     answer: Vec<String>,
     usage: Usage,
-    failure: Option<String>,
+    last: LastWord,
 }
 
 impl Events {
@@ -153,8 +157,14 @@ impl Events {
                     self.answer.push(text.to_owned());
                 }
             }
-            "tool_use" => self.answer.clear(),
+            // A new model call: the answer is in the last one (a call whose stream broke
+            // off is followed by another, and its text is no answer).
+            "step_start" | "tool_use" => self.answer.clear(),
             "step_finish" => {
+                // The model ended its turn (not a tool call, not a broken stream).
+                if part["reason"] == "stop" {
+                    self.last.turn_completed(!self.answer.is_empty());
+                }
                 let tokens = part.get("tokens").unwrap_or(&Value::Null);
                 let n = |v: &Value| v.as_u64().unwrap_or(0);
                 self.usage.input_tokens += n(&tokens["input"]);
@@ -171,7 +181,7 @@ impl Events {
                 let status = error["data"]["statusCode"]
                     .as_u64()
                     .map_or_else(String::new, |code| format!(" (status {code})"));
-                self.failure = Some(format!("{message}{status}"));
+                self.last.error(format!("{message}{status}"));
             }
             _ => {}
         }
@@ -215,19 +225,8 @@ fn live(event: &Value) -> Option<Live> {
 
 /// The run from how the process ended and what its events said.
 fn judge(raw: &Raw, events: Events) -> AgentRun {
-    let mut run = match raw.ending {
-        Ending::Stopped => AgentRun::new(AgentExit::Stopped),
-        Ending::TimedOut => AgentRun::new(AgentExit::TimedOut),
-        Ending::Exited => match &events.failure {
-            Some(failure) => AgentRun::new(classify("opencode", failure, None)),
-            None if !events.answer.is_empty()
-                && raw.exit.is_some_and(crate::process::Exit::success) =>
-            {
-                AgentRun::completed(events.answer.join("\n"))
-            }
-            None => AgentRun::new(no_answer("opencode", raw)),
-        },
-    };
+    let answer = (!events.answer.is_empty()).then(|| events.answer.join("\n"));
+    let mut run = events.last.judge("opencode", raw, answer, |_| None);
     run.session_id = events.session;
     run.usage = events.usage;
     run
@@ -288,5 +287,18 @@ mod tests {
             0,
         );
         assert_eq!(retried.final_text, "Done.\n<TASK_DONE>");
+    }
+
+    #[test]
+    fn a_recorded_stream_broken_off_then_retried_leaves_only_the_last_answer() {
+        for retried in [
+            // The broken call's text comes after its step, before the next one.
+            include_str!("../../fixtures/opencode/stream-dropped-then-done.jsonl"),
+            include_str!("../../fixtures/opencode/response-failed-then-done.jsonl"),
+        ] {
+            let run = replay(retried, 0);
+            recorded::assert_recovered(&run);
+            assert_eq!(run.final_text, "Done.\n<TASK_DONE>");
+        }
     }
 }

@@ -27,6 +27,7 @@ impl CliUnderTest for Codex {
     type Reply = Reply;
     const NAME: &'static str = "codex";
     const MODEL: &'static str = "gpt-5-codex";
+    const PRINTS_RECOVERED_ERRORS: bool = true;
 
     async fn serve(replies: Vec<Reply>) -> ResponsesApi {
         ResponsesApi::with_script(replies).await
@@ -107,4 +108,16 @@ async fn a_5xx_then_success_is_ridden_out_and_a_usage_limit_is_a_rate_limit_with
         ),
         "{run:?}"
     );
+}
+
+#[tokio::test]
+async fn a_429_still_there_after_the_retry_is_a_rate_limit() {
+    let Some(bin) = codex_or_skip() else { return };
+    let rig = Rig::new(bin, [Reply::retry_after(1), Reply::retry_after(1)]).await;
+
+    let run = rig.run(Role::Build, "p").await;
+
+    // The last word is the error: "exceeded retry limit, last status: 429 Too Many Requests".
+    assert!(matches!(run.exit, AgentExit::RateLimited { .. }), "{run:?}");
+    assert_eq!(rig.api.requests().await.len(), 2);
 }

@@ -23,6 +23,7 @@ impl CliUnderTest for Gemini {
     type Reply = Reply;
     const NAME: &'static str = "gemini";
     const MODEL: &'static str = "gemini-2.5-pro";
+    const PRINTS_RECOVERED_ERRORS: bool = false;
 
     async fn serve(replies: Vec<Reply>) -> GeminiApi {
         GeminiApi::with_script(replies).await
@@ -84,6 +85,22 @@ async fn a_5xx_then_success_is_ridden_out_a_daily_quota_is_a_rate_limit_and_a_40
                 ..
             }
         ),
+        "{run:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_loop_the_cli_detects_is_a_failed_attempt_saying_so() {
+    let Some(bin) = gemini_or_skip() else { return };
+    // The same tool call again and again: the CLI stops, warns, and says success.
+    let rig = Rig::new(bin, (0..6).map(|_| Reply::shell("true"))).await;
+
+    let run = rig.run(Role::Build, "p").await;
+
+    assert!(rig.stdout().contains(r#""status":"success""#));
+    assert!(
+        matches!(&run.exit, AgentExit::Failed { reason, kind: FailureKind::Attempt }
+            if reason.contains("Loop detected")),
         "{run:?}"
     );
 }

@@ -23,6 +23,7 @@ impl CliUnderTest for Opencode {
     type Reply = Reply;
     const NAME: &'static str = "opencode";
     const MODEL: &'static str = "openai/gpt-5-codex";
+    const PRINTS_RECOVERED_ERRORS: bool = false;
 
     async fn serve(replies: Vec<Reply>) -> ResponsesApi {
         ResponsesApi::with_script(replies).await

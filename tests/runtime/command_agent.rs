@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ralph::agent::{
-    ANSWER_KEPT, Agent, AgentExit, AgentRequest, AgentRun, Claim, CommandAgent, Role,
+    ANSWER_KEPT, Agent, AgentExit, AgentRequest, AgentRun, Claim, CommandAgent, EVENTS_KEPT, Role,
 };
 
 fn sh(script: &str) -> CommandAgent {
@@ -100,6 +100,44 @@ async fn the_answer_pointer_reads_the_last_json_line_and_a_marker_in_prose_is_no
     assert!(
         matches!(&run3.exit, AgentExit::Failed { reason, .. } if reason.contains("/result")),
         "{run3:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_printed_before_the_answer_line_does_not_fail_the_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // What a CLI that retries prints: the error it recovers from, then the answer.
+    let agent = sh(concat!(
+        r#"echo '{"type":"error","message":"Reconnecting... 1/5 (stream disconnected)"}';"#,
+        r#"printf '%s\n' '{"type":"result","result":"Did it.\n<TASK_DONE>"}'"#,
+    ))
+    .answer_pointer("/result");
+
+    let run = run(&agent, Role::Build, "p", dir.path()).await;
+
+    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+    assert_eq!(run.claim(), Claim::Done);
+}
+
+#[tokio::test]
+async fn an_answer_line_over_the_kept_buffer_is_read_to_its_marker() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let size = EVENTS_KEPT + 64 * 1024;
+    let agent = sh(&format!(
+        r#"echo '{{"type":"start"}}'; printf '%s' '{{"type":"result","result":"'; head -c {size} /dev/zero | tr '\0' x; printf '%s\n' '\n<TASK_DONE>"}}'"#
+    ))
+    .answer_pointer("/result");
+
+    let run = run(&agent, Role::Build, "p", dir.path()).await;
+
+    assert_eq!(run.claim(), Claim::Done, "{:?}", run.exit);
+    // The line was shrunk as it streamed by, never held: its text is its head and tail.
+    assert_eq!(run.oversized_lines, 1);
+    assert!(run.final_text.starts_with("xxx"));
+    assert!(
+        run.final_text.len() <= ANSWER_KEPT,
+        "{}",
+        run.final_text.len()
     );
 }
 

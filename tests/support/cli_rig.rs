@@ -36,6 +36,8 @@ pub trait CliUnderTest {
     const NAME: &'static str;
     /// The model the agent asks for.
     const MODEL: &'static str;
+    /// Whether the CLI prints an `error` event for an API error it then recovers from.
+    const PRINTS_RECOVERED_ERRORS: bool;
 
     /// Serves `replies`, in order.
     async fn serve(replies: Vec<Self::Reply>) -> Self::Api;
@@ -59,6 +61,9 @@ pub struct Rig<C: CliUnderTest> {
 impl<C: CliUnderTest> Rig<C> {
     /// The agent's name: its `ralph.toml` section and `--agent` value.
     pub const NAME: &'static str = C::NAME;
+
+    /// See [`CliUnderTest::PRINTS_RECOVERED_ERRORS`].
+    pub const PRINTS_RECOVERED_ERRORS: bool = C::PRINTS_RECOVERED_ERRORS;
 
     /// See [`CliUnderTest::assert_usage`].
     pub fn assert_usage(usage: &ralph::agent::Usage) {
@@ -87,9 +92,22 @@ impl<C: CliUnderTest> Rig<C> {
         self.run_with(role, prompt, AgentEvents::none()).await
     }
 
+    /// Where [`run_with`](Self::run_with) logs.
+    fn log(&self) -> PathBuf {
+        self.home.path().join("logs/run.log")
+    }
+
+    /// What the CLI printed on stdout in the last run: its stdout file beside the log, else
+    /// the log.
+    pub fn stdout(&self) -> String {
+        let log = self.log();
+        let stdout = log.with_extension("stdout");
+        std::fs::read_to_string(if stdout.exists() { stdout } else { log }).unwrap()
+    }
+
     /// A run with its log in the CLI's home, recorded as a transcript when asked for.
     pub async fn run_with(&self, role: Role, prompt: &str, events: AgentEvents) -> AgentRun {
-        let log = self.home.path().join("logs/run.log");
+        let log = self.log();
         let request = AgentRequest::new(role, prompt, self.path())
             .log_path(&log)
             .timeout(Duration::from_secs(120))
@@ -119,8 +137,10 @@ impl<C: CliUnderTest> Rig<C> {
 /// caller's `Rig` and `Reply` are used): a tool call that writes a file; a marker that does
 /// not count (in prose, in an earlier turn, in tool output, before more text); background
 /// jobs of a tool killed; a stalled stream cut by the idle timeout; a huge answer kept whole
-/// with a bounded buffer; a read-only role that cannot write; `ralph construct --agent`
-/// taking a spec to the end; tool calls seen while the CLI still runs.
+/// with a bounded buffer; an answer over the kept buffer read to its marker; an API error
+/// the CLI recovers from, then a final answer, done; a read-only role that cannot write;
+/// `ralph construct --agent` taking a spec to the end; tool calls seen while the CLI still
+/// runs.
 #[allow(unused_macros)]
 macro_rules! cli_agent_suite {
     ($skip:expr) => {
@@ -242,6 +262,57 @@ macro_rules! cli_agent_suite {
             assert_eq!(run.final_text.len(), big.len() + "<TASK_DONE>".len());
         }
 
+        /// A final answer larger than all the agent keeps of the CLI's output, ending in
+        /// the marker: done, read from its head to its marker. Its line was never held: it
+        /// was shrunk as it streamed by, its text cut to its head and tail (what that costs
+        /// however long the line is measured in `agent::kept`; this process also holds the
+        /// scripted API's copies of the answer, so its own peak says little).
+        #[tokio::test]
+        async fn a_final_answer_over_the_kept_buffer_is_read_to_its_marker() {
+            let Some(bin) = $skip else { return };
+            let big = support::cli_rig::numbered_lines(ralph::agent::EVENTS_KEPT + 64 * 1024);
+            let rig = Rig::new(bin, [Reply::text(format!("{big}<TASK_DONE>"))]).await;
+
+            let run = rig.run(Role::Build, "p").await;
+
+            assert_eq!(run.claim(), Claim::Done, "{:?}", run.exit);
+            assert!(run.final_text.starts_with("line 0 of the report\n"));
+            assert!(run.final_text.contains(" bytes omitted …]\n"));
+            assert!(run.final_text.len() < 1 << 20, "{}", run.final_text.len());
+            assert_eq!(run.oversized_lines, 1, "{run:?}");
+        }
+
+        /// An API error the CLI recovers from (a 429 it waits out, a stream broken off
+        /// mid-answer, ended or failed), then a complete final answer: the run is done,
+        /// however the CLI showed the error on the way.
+        #[tokio::test]
+        async fn an_error_the_cli_recovers_from_then_a_final_answer_is_done() {
+            let Some(bin) = $skip else { return };
+            for first in [
+                Reply::retry_after(1),
+                Reply::dropped("Half an ans"),
+                Reply::failed_midway("Half an ans"),
+            ] {
+                let rig = Rig::new(
+                    bin.clone(),
+                    [first.clone(), Reply::text("Done.\n<TASK_DONE>")],
+                )
+                .await;
+
+                let run = rig.run(Role::Build, "p").await;
+
+                assert_eq!(run.exit, AgentExit::Completed, "{first:?}: {run:?}");
+                assert_eq!(run.claim(), Claim::Done, "{first:?}: {run:?}");
+                assert_eq!(rig.api.requests().await.len(), 2, "{first:?}: no retry");
+                let stdout = rig.stdout();
+                assert_eq!(
+                    stdout.contains(r#"{"type":"error""#),
+                    Rig::PRINTS_RECOVERED_ERRORS,
+                    "{first:?}: {stdout}"
+                );
+            }
+        }
+
         #[tokio::test]
         async fn a_read_only_role_cannot_write_files() {
             let Some(bin) = $skip else { return };
@@ -318,3 +389,15 @@ macro_rules! cli_agent_suite {
 }
 #[allow(unused_imports)]
 pub(crate) use cli_agent_suite;
+
+/// Numbered lines (`line 7 of the report`), at least `bytes` of them: a repeated chunk would
+/// trip gemini's loop detection.
+pub fn numbered_lines(bytes: usize) -> String {
+    let mut text = String::with_capacity(bytes + 64);
+    let mut i = 0;
+    while text.len() < bytes {
+        text.push_str(&format!("line {i} of the report\n"));
+        i += 1;
+    }
+    text
+}

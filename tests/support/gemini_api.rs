@@ -38,6 +38,9 @@ pub enum Reply {
     Parts(Vec<Value>, Option<Duration>),
     /// An HTTP error status with a Google-style error body.
     Status(u16, Value),
+    /// The start of a message's text, then the stream breaks off: it ends (no finish
+    /// reason, no usage), or sends the error given.
+    BrokenOff(String, Option<Value>),
 }
 
 impl Reply {
@@ -80,6 +83,35 @@ impl Reply {
         )
     }
 
+    /// A 429 for a per-minute quota, retried after `secs` (its `RetryInfo`).
+    pub fn retry_after(secs: u64) -> Self {
+        Reply::Status(
+            429,
+            json!({"error": {"code": 429, "message": "Quota exceeded for requests per minute",
+                "status": "RESOURCE_EXHAUSTED", "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                    {"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                     "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": format!("{secs}s")}]}}),
+        )
+    }
+
+    /// `text` started, then the stream ends without a finish reason.
+    pub fn dropped(text: impl Into<String>) -> Self {
+        Reply::BrokenOff(text.into(), None)
+    }
+
+    /// `text` started, then the stream sends a server error.
+    pub fn failed_midway(text: impl Into<String>) -> Self {
+        Reply::BrokenOff(
+            text.into(),
+            Some(
+                json!({"error": {"code": 500, "message": "scripted failure mid-stream",
+                "status": "INTERNAL"}}),
+            ),
+        )
+    }
+
     /// A 429 for the daily quota, which the CLI does not retry.
     pub fn daily_quota() -> Self {
         Reply::Status(
@@ -119,6 +151,15 @@ impl Respond for Script {
                 }
             }
             Reply::Status(code, body) => ResponseTemplate::new(code).set_body_json(body),
+            Reply::BrokenOff(text, error) => {
+                let chunk = json!({"candidates": [{"content": {"role": "model",
+                    "parts": [{"text": text}]}, "index": 0}]});
+                let body = std::iter::once(chunk)
+                    .chain(error)
+                    .map(|data| format!("data: {data}\r\n\r\n"))
+                    .collect::<String>();
+                ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")
+            }
         }
     }
 }

@@ -4,7 +4,8 @@
 //! [`ResponsesApi::start`] serves `POST /v1/responses` as SSE on 127.0.0.1, answering each
 //! request with the next [`Reply`]; when the script runs out it answers `script exhausted`.
 //! [`ResponsesApi::args`] and [`ResponsesApi::env`] point the CLI at it through a custom
-//! model provider (`-c model_providers.fake={…}`), with one retry on errors.
+//! model provider (`-c model_providers.fake={…}`), with one retry on errors and one of a
+//! turn whose stream broke off.
 //!
 //! Facts measured against the real CLI 0.169.0 (`codex exec --json`, prompt on stdin):
 //! - One `POST /v1/responses` per model turn (`stream: true`); the shell tool is the function
@@ -15,6 +16,12 @@
 //! - A 429 `usage_limit_reached` with `resets_at` reads "… try again at 4:25 AM." (local
 //!   time); a 401 reads "unexpected status 401 Unauthorized: …"; a 5xx after the retries
 //!   reads "We’re currently experiencing high demand, …".
+//! - A turn the CLI retries (a 429 with `retry-after`, waited out; a stream that ends
+//!   before `response.completed` or says `response.failed`) prints an `error` event
+//!   "Reconnecting... 1/1 (…)", then the turn goes on: `item.completed` and
+//!   `turn.completed`, exit 0.
+//! - opencode 1.18.33 retries every failed call itself (waiting out `retry-after`), and a
+//!   stream broken off mid-answer as a new step, printing nothing of it.
 
 #![allow(dead_code)]
 
@@ -37,6 +44,12 @@ pub enum Reply {
     Items(Vec<Item>, Option<Duration>),
     /// An HTTP error status with an OpenAI-style error body.
     Status(u16, Value),
+    /// A 429 rate limit (not a usage limit) saying `retry-after: secs`: the CLI waits, then
+    /// sends the request again.
+    RetryAfter(u64),
+    /// The start of a message's text, then the stream breaks off: it ends without
+    /// `response.completed`, or with `response.failed` when the error is given.
+    BrokenOff(String, Option<Value>),
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +80,25 @@ impl Reply {
         Reply::Status(
             code,
             json!({"error": {"type": "server_error", "message": format!("scripted {code}")}}),
+        )
+    }
+
+    /// A 429 saying `retry-after: secs`.
+    pub fn retry_after(secs: u64) -> Self {
+        Reply::RetryAfter(secs)
+    }
+
+    /// `text` started, then the stream ends without `response.completed`: what a dropped
+    /// connection looks like to the CLI.
+    pub fn dropped(text: impl Into<String>) -> Self {
+        Reply::BrokenOff(text.into(), None)
+    }
+
+    /// `text` started, then `response.failed` with a server error.
+    pub fn failed_midway(text: impl Into<String>) -> Self {
+        Reply::BrokenOff(
+            text.into(),
+            Some(json!({"code": "server_error", "message": "scripted failure mid-stream"})),
         )
     }
 
@@ -171,6 +203,49 @@ fn sse(items: &[Item], turn: usize, shell_tool: &str) -> String {
     out
 }
 
+/// A turn whose stream breaks off in the middle of a message: `text` has started, then the
+/// stream ends (no `response.completed`), or `response.failed` says `error`.
+fn broken_off(text: &str, error: Option<&Value>, turn: usize) -> String {
+    let id = format!("resp_{turn}");
+    let msg = format!("msg_{turn}_0");
+    let mut events = vec![
+        (
+            "response.created",
+            json!({"response": {"id": id, "created_at": 1, "model": "m", "status": "in_progress", "output": []}}),
+        ),
+        (
+            "response.output_item.added",
+            json!({"output_index": 0, "item":
+            {"type": "message", "role": "assistant", "id": msg, "status": "in_progress", "content": []}}),
+        ),
+        (
+            "response.content_part.added",
+            json!({"item_id": msg, "output_index": 0,
+            "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+        ),
+        (
+            "response.output_text.delta",
+            json!({"item_id": msg, "output_index": 0, "content_index": 0, "delta": text}),
+        ),
+    ];
+    if let Some(error) = error {
+        events.push((
+            "response.failed",
+            json!({"response": {"id": id, "created_at": 1, "model": "m", "status": "failed",
+                "output": [], "error": error}}),
+        ));
+    }
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(seq, (kind, mut data))| {
+            data["type"] = json!(kind);
+            data["sequence_number"] = json!(seq);
+            format!("event: {kind}\ndata: {data}\n\n")
+        })
+        .collect()
+}
+
 #[derive(Clone, Default)]
 struct Script {
     replies: Arc<Mutex<VecDeque<Reply>>>,
@@ -222,6 +297,13 @@ impl Respond for Script {
                 }
             }
             Reply::Status(code, body) => ResponseTemplate::new(code).set_body_json(body),
+            Reply::RetryAfter(secs) => ResponseTemplate::new(429)
+                .insert_header("retry-after", secs.to_string().as_str())
+                .set_body_json(json!({"error": {"type": "rate_limit_exceeded",
+                    "code": "rate_limit_exceeded",
+                    "message": format!("Rate limit reached. Please try again in {secs}s.")}})),
+            Reply::BrokenOff(text, error) => ResponseTemplate::new(200)
+                .set_body_raw(broken_off(&text, error.as_ref(), turn), "text/event-stream"),
         }
     }
 }
@@ -261,7 +343,7 @@ impl ResponsesApi {
         vec![
             "-c".into(),
             format!(
-                "model_providers.fake={{name=\"fake\",base_url=\"{}/v1\",wire_api=\"responses\",env_key=\"FAKE_OPENAI_KEY\",request_max_retries=1,stream_max_retries=0}}",
+                "model_providers.fake={{name=\"fake\",base_url=\"{}/v1\",wire_api=\"responses\",env_key=\"FAKE_OPENAI_KEY\",request_max_retries=1,stream_max_retries=1}}",
                 self.server.uri()
             ),
             "-c".into(),

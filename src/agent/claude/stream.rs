@@ -69,7 +69,8 @@
 mod lenient;
 mod outcome;
 mod reader;
-mod shrink;
+// Also shrinks the oversized lines of the other CLIs (`agent::kept`).
+pub(in crate::agent) mod shrink;
 mod window;
 mod wire;
 

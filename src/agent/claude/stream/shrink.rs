@@ -28,20 +28,20 @@ const MAX_LITERAL: usize = 64;
 
 /// How much a [`Shrinker`] keeps.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Limits {
+pub(in crate::agent) struct Limits {
     /// Bytes kept from the start of a long string.
-    pub(super) head: usize,
+    pub(in crate::agent) head: usize,
     /// Bytes kept from the end of a long string.
-    pub(super) tail: usize,
+    pub(in crate::agent) tail: usize,
     /// Size of the copy past which members are dropped.
-    pub(super) budget: usize,
+    pub(in crate::agent) budget: usize,
 }
 
 /// The compact copy of one line.
 #[derive(Debug)]
-pub(super) struct Shrunk {
+pub(in crate::agent) struct Shrunk {
     /// Valid JSON (unless the input's literals were not).
-    pub(super) json: Vec<u8>,
+    pub(in crate::agent) json: Vec<u8>,
     /// The top-level members whose value was cut, with the string bytes omitted from them.
     pub(super) cuts: Vec<(String, u64)>,
 }
@@ -94,7 +94,7 @@ struct Frame {
 
 /// The streaming scanner; see the [module docs](self).
 #[derive(Debug)]
-pub(super) struct Shrinker {
+pub(in crate::agent) struct Shrinker {
     limits: Limits,
     out: Vec<u8>,
     stack: Vec<Frame>,
@@ -115,7 +115,7 @@ pub(super) struct Shrinker {
 }
 
 impl Shrinker {
-    pub(super) fn new(limits: Limits) -> Self {
+    pub(in crate::agent) fn new(limits: Limits) -> Self {
         Shrinker {
             limits,
             out: Vec::new(),
@@ -135,7 +135,7 @@ impl Shrinker {
     }
 
     /// Bytes of buffer held (capacities), for memory accounting.
-    pub(super) fn capacity(&self) -> usize {
+    pub(in crate::agent) fn capacity(&self) -> usize {
         self.out.capacity()
             + self.text.capacity()
             + self.literal.capacity()
@@ -143,7 +143,7 @@ impl Shrinker {
     }
 
     /// Scans the next bytes of the line.
-    pub(super) fn feed(&mut self, mut input: &[u8]) {
+    pub(in crate::agent) fn feed(&mut self, mut input: &[u8]) {
         while !input.is_empty() && !self.failed {
             let used = self.step(input);
             input = &input[used..];
@@ -151,7 +151,7 @@ impl Shrinker {
     }
 
     /// The copy, or `None` if the line was not exactly one JSON value.
-    pub(super) fn finish(mut self) -> Option<Shrunk> {
+    pub(in crate::agent) fn finish(mut self) -> Option<Shrunk> {
         if self.state == State::Literal {
             self.end_literal();
         }
