@@ -759,6 +759,11 @@ async fn pump_both(
         ),
         pump(stderr, |bytes| err.push(bytes), None, &log, &activity)
     );
+    // A tokio file's write returns before the bytes are written; the log must be whole
+    // when the run returns.
+    if let Some(file) = log.lock().await.as_mut() {
+        let _ = file.flush().await;
+    }
     Output {
         stdout: stdout.kept,
         stderr: err,
