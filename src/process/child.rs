@@ -116,6 +116,7 @@ impl SupervisedChild {
         #[cfg(target_os = "linux")]
         let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
             .map_err(spawn_error)?;
+        sys::before_spawn();
         let cookie = sys::new_cookie();
         let mut command = command(spec, &cookie, stdout, stderr);
         let mut child = command.spawn().map_err(spawn_error)?;
@@ -132,7 +133,7 @@ impl SupervisedChild {
         Ok(SupervisedChild {
             child,
             pid,
-            group: Group::new(pid, cookie),
+            group: Group::launched(pid, cookie),
             program: spec.program_name(),
             stdin_writer,
             exit: None,

@@ -4,6 +4,7 @@
 mod support;
 
 mod command_agent;
+mod daemons;
 mod every_mode;
 mod process;
 mod shell_gate;

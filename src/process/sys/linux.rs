@@ -13,6 +13,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
+mod adopted;
 mod recent;
 
 use super::{Group, Sweep};
@@ -30,7 +31,18 @@ const ROUND_PAUSE: Duration = Duration::from_millis(2);
 /// `PF_KTHREAD` in the flags of `/proc/<pid>/stat`.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// Kills every live process in the group or carrying the cookie, scanning until a scan
+/// See [`adopted::become_subreaper`].
+pub(super) fn before_spawn() {
+    adopted::become_subreaper();
+}
+
+/// See [`adopted::Runs`].
+pub(super) fn live(group: &Group) {
+    adopted::Runs::register(group.leader, group.cookie.clone());
+}
+
+/// Kills every live process in the group, carrying the cookie, or adopted from the run
+/// (see [`adopted`]), scanning until a scan
 /// finds none (or [`MAX_ROUNDS`] pass).
 ///
 /// Each process is found before it is killed so it can be counted; the group signal
@@ -81,6 +93,8 @@ pub(in crate::process) struct Sweeper {
 
 impl Sweeper {
     pub(super) fn new(group: Group) -> Self {
+        // The run is ending: orphans it shares with no older live run are this sweep's.
+        adopted::Runs::ending(group.leader);
         let me = i32::try_from(std::process::id()).unwrap_or(0);
         // The leader is not reaped before the sweep is clean, so its stat is there to read.
         let mut buf = Vec::with_capacity(1024);
@@ -115,15 +129,19 @@ impl Sweeper {
         self.rounds += 1;
         let leader = self.group.leader;
         if scan.found.is_empty() && (scan.unsure == 0 || round >= UNSURE_ROUNDS) {
+            adopted::Runs::swept(leader);
             return Some(Sweep {
                 killed: count_without(&self.killed, leader),
                 clean: true,
             });
         }
         self.killed.extend(scan.found);
-        (self.rounds >= MAX_ROUNDS).then(|| Sweep {
-            killed: count_without(&self.killed, leader),
-            clean: false,
+        (self.rounds >= MAX_ROUNDS).then(|| {
+            adopted::Runs::swept(leader);
+            Sweep {
+                killed: count_without(&self.killed, leader),
+                clean: false,
+            }
         })
     }
 
@@ -311,6 +329,9 @@ impl Look<'_> {
 
     fn judge_live(&self, pid: i32, stat: &Stat, buf: &mut Vec<u8>) -> Membership {
         if !stat.is_alive() {
+            if self.adopted(pid, stat, None) {
+                adopted::reap(pid);
+            }
             return Membership::Other;
         }
         if stat.pgrp == self.context.group.leader {
@@ -320,6 +341,9 @@ impl Look<'_> {
             return Membership::Other;
         }
         let environ = read_proc(pid, "environ", buf).ok();
+        if self.adopted(pid, stat, environ) {
+            return Membership::Member;
+        }
         match judge(
             stat,
             environ,
@@ -330,6 +354,26 @@ impl Look<'_> {
             Membership::Unsure if kill(Pid::from_raw(pid), None).is_err() => Membership::Other,
             membership => membership,
         }
+    }
+
+    /// A child of this process that was in the run's group, or that is an orphan of the
+    /// run (see [`adopted`]). Never the leader, which its owner reaps.
+    fn adopted(&self, pid: i32, stat: &Stat, environ: Option<&[u8]>) -> bool {
+        let context = self.context;
+        if stat.ppid != context.me || pid == context.group.leader {
+            return false;
+        }
+        let Some(since) = context.since else {
+            return false;
+        };
+        let child = adopted::Child {
+            pid,
+            session: stat.session,
+            start: stat.start,
+            environ,
+        };
+        stat.pgrp == context.group.leader
+            || adopted::judge(&child, context.group.leader, since) == adopted::Adopted::Claimed
     }
 
     /// Older than the leader: not a descendant, so neither in its group nor carrying the
@@ -403,7 +447,9 @@ fn judge(stat: &Stat, environ: Option<&[u8]>, cookie: &str, since: Option<u64>) 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stat {
     state: char,
+    ppid: i32,
     pgrp: i32,
+    session: i32,
     flags: u64,
     /// Start time, in clock ticks since boot.
     start: u64,
@@ -425,14 +471,17 @@ fn parse_stat(stat: &[u8]) -> Option<Stat> {
     // Field 3 (state) is the first after the name: field n is at index n - 3.
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
-    let mut fields = fields.skip(1); // ppid
+    let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
-    let mut fields = fields.skip(3); // session, tty_nr, tpgid
+    let session = fields.next()?.parse().ok()?;
+    let mut fields = fields.skip(2); // tty_nr, tpgid
     let flags = fields.next()?.parse().ok()?;
     let start = fields.nth(12)?.parse().ok()?; // after minflt … nice, num_threads, itrealvalue
     Some(Stat {
         state,
+        ppid,
         pgrp,
+        session,
         flags,
         start,
     })
@@ -477,7 +526,9 @@ mod tests {
     fn stat(state: char, flags: u64, start: u64) -> Stat {
         Stat {
             state,
+            ppid: 1,
             pgrp: 4240,
+            session: 4240,
             flags,
             start,
         }

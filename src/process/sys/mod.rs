@@ -45,6 +45,13 @@ pub(super) struct Sweep {
 }
 
 impl Group {
+    /// The group of a process just spawned as its leader: a run live until its sweep.
+    pub(super) fn launched(leader: u32, cookie: Arc<str>) -> Self {
+        let group = Group::new(leader, cookie);
+        imp::live(&group);
+        group
+    }
+
     pub(super) fn new(leader: u32, cookie: Arc<str>) -> Self {
         // Pids fit in an i32 on every unix. The fallback is above any pid_max, so it
         // addresses nobody (0 or -1 would address our own group or everyone).
@@ -95,6 +102,12 @@ impl Group {
     pub(super) fn start_sweep(&self) -> Result<Sweep, Sweeper> {
         imp::start_sweep(self)
     }
+}
+
+/// What must hold before a supervised process is spawned: on Linux, this process is a
+/// child subreaper, so the run's orphans that shed cookie and group become its children.
+pub(super) fn before_spawn() {
+    imp::before_spawn();
 }
 
 /// A cookie no other run, in this process or any other, has used.

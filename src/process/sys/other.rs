@@ -7,6 +7,12 @@ use nix::unistd::Pid;
 
 use super::{Group, Sweep};
 
+/// Nothing to prepare: orphans that left the group are out of reach here.
+pub(super) fn before_spawn() {}
+
+/// Nothing to register: see [`before_spawn`].
+pub(super) fn live(_group: &Group) {}
+
 /// Kills the group. Processes cannot be counted without `/proc`: a group that still had
 /// a member counts as one.
 pub(super) fn sweep(group: &Group) -> Sweep {
