@@ -29,12 +29,11 @@
 //! # }
 //! ```
 
+use crate::process::{Captured, Exit, ProcessSpec};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
-use tokio::process::Command;
 
 /// The identity ralph commits with when the repository has none configured.
 const FALLBACK_NAME: &str = "ralph";
@@ -596,18 +595,9 @@ impl Git {
     /// [`GitError::Spawn`] when git cannot run.
     pub async fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
         let args = ["merge-base", "--is-ancestor", ancestor, descendant];
-        let mut command = self.command();
-        command
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
         // 0: it is; 1: it is not; 128: one of them is not a commit here.
-        let status = command.status().await.map_err(|source| GitError::Spawn {
-            command: args.join(" "),
-            dir: self.dir.clone(),
-            source,
-        })?;
-        Ok(status.success())
+        let captured = self.capture(&args, &[]).await?;
+        Ok(captured.exit.success())
     }
 
     /// The paths of the work tree's changes (tracked files changed, deleted or added to the
@@ -765,26 +755,29 @@ impl Git {
         self.exec(args, &[], quiet_failures).await
     }
 
-    /// `git -C <dir>` with ralph's settings, ready for arguments.
-    fn command(&self) -> Command {
-        let mut command = Command::new("git");
-        command
+    /// `git -C <dir> ARGS` with ralph's settings and `env`, run to its end.
+    async fn capture(
+        &self,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<Captured, GitError> {
+        let spec = ProcessSpec::new("git")
             .arg("-C")
             .arg(&self.dir)
             // No automatic housekeeping after ralph's commits, rebases and merges: git
             // detaches it into the background, where it would outlive the run (and, in a
             // work tree, could race the next `worktree add`). The user's own git runs it.
             .args(["-c", "gc.auto=0", "-c", "maintenance.auto=false"])
+            .args(args)
             .env("LC_ALL", "C")
             .env("GIT_TERMINAL_PROMPT", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for (key, value) in &self.env {
-            command.env(key, value);
-        }
-        command
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(env.iter().copied());
+        spec.capture().await.map_err(|e| GitError::Spawn {
+            command: args.join(" "),
+            dir: self.dir.clone(),
+            source: e.into(),
+        })
     }
 
     async fn exec(
@@ -793,21 +786,12 @@ impl Git {
         env: &[(&str, &std::ffi::OsStr)],
         quiet_failures: &[i32],
     ) -> Result<String, GitError> {
-        let mut command = self.command();
-        command.args(args);
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        let output = command.output().await.map_err(|source| GitError::Spawn {
-            command: args.join(" "),
-            dir: self.dir.clone(),
-            source,
-        })?;
-        if output.status.success() {
+        let output = self.capture(args, env).await?;
+        if output.exit.success() {
             return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
         }
         if output
-            .status
+            .exit
             .code()
             .is_some_and(|c| quiet_failures.contains(&c))
         {
@@ -816,9 +800,17 @@ impl Git {
         Err(GitError::Failed {
             command: args.join(" "),
             dir: self.dir.clone(),
-            status: output.status.to_string(),
+            status: exit_status(output.exit),
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         })
+    }
+}
+
+/// How git exited, in the words of `std`'s exit status: `exit status: 128`.
+fn exit_status(exit: Exit) -> String {
+    match exit {
+        Exit::Code(code) => format!("exit status: {code}"),
+        Exit::Signal(signal) => format!("signal: {signal}"),
     }
 }
 

@@ -165,3 +165,53 @@ fn the_checker_sees_upward_and_sideways_paths() {
     assert_eq!(targets(&thread, "use super::phase::Phase;"), ["thread"]);
     assert_eq!(targets(&thread, "crate::Ralph::builder()"), ["Ralph"]);
 }
+
+/// Where the library may start a process: only `process/`, which puts every process in a
+/// group of its own with the run's cookie and sweeps what it leaves (`src/bin/` is a
+/// program on top of the library: its editor must own the terminal).
+const SPAWNS: [&str; 4] = [
+    "process::Command",
+    "Command::new(",
+    "std::process::Child",
+    "posix_spawn",
+];
+
+#[test]
+fn no_process_is_spawned_outside_the_process_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in files {
+        let module = module_of(&src, &file);
+        let own = module.first().map_or("", String::as_str);
+        if matches!(own, "process" | "bin" | "layers")
+            || file.to_string_lossy().ends_with("_props.rs")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("#[cfg(test)]") {
+                break;
+            }
+            if code.starts_with("//") {
+                continue;
+            }
+            if SPAWNS.iter().any(|spawn| code.contains(spawn)) {
+                wrong.push(format!(
+                    "{}:{}: {}",
+                    file.strip_prefix(&src).unwrap().display(),
+                    n + 1,
+                    code.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "processes started outside src/process/:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -35,6 +35,7 @@
 #[cfg(not(unix))]
 compile_error!("ralph::process supports unix systems only");
 
+mod capture;
 mod child;
 mod run;
 mod spec;
@@ -46,6 +47,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
+pub(crate) use capture::Captured;
 pub use child::{SupervisedChild, Termination};
 pub use run::ProcessReport;
 pub use spec::ProcessSpec;

@@ -1,0 +1,81 @@
+//! Short tools ralph runs for itself (git): all of their output, under the same
+//! supervision as an agent or a gate.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::{Exit, ProcessError, ProcessSpec};
+
+/// What [`ProcessSpec::capture`] returns: the exit and all of stdout and stderr.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Captured {
+    pub(crate) exit: Exit,
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
+}
+
+impl ProcessSpec {
+    /// Runs the process to its end and returns all it printed; then kills whatever it left
+    /// behind, like every supervised run.
+    ///
+    /// Unbounded: for ralph's own calls of a trusted tool whose output it parses (git),
+    /// never for an agent or a gate. The spec's timeout, stop token and log do not apply;
+    /// dropping the future kills the process.
+    pub(crate) async fn capture(&self) -> Result<Captured, ProcessError> {
+        let mut child = self.spawn()?;
+        let stdout = child.take_stdout();
+        let stderr = child.take_stderr();
+        let ended = async {
+            let exit = child.wait().await;
+            // What is left holds the pipes open: the reads end once it is gone.
+            child.kill_all().await;
+            exit
+        };
+        let (exit, stdout, stderr) = tokio::join!(ended, read_all(stdout), read_all(stderr));
+        let io = |source| ProcessError::Io {
+            program: self.program_name(),
+            source,
+        };
+        Ok(Captured {
+            exit: exit?,
+            stdout: stdout.map_err(io)?,
+            stderr: stderr.map_err(io)?,
+        })
+    }
+}
+
+async fn read_all(source: Option<impl AsyncRead + Unpin>) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    if let Some(mut source) = source {
+        source.read_to_end(&mut bytes).await?;
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn captures_both_streams_whole_and_the_exit() {
+        let script = "head -c 300000 /dev/zero | tr '\\0' o; echo err >&2; exit 4";
+        let captured = ProcessSpec::new("sh")
+            .args(["-c", script])
+            .capture()
+            .await
+            .unwrap();
+        assert_eq!(captured.exit, Exit::Code(4));
+        assert_eq!(captured.stdout.len(), 300_000);
+        assert_eq!(captured.stderr, b"err\n");
+    }
+
+    #[tokio::test]
+    async fn a_background_job_is_killed_and_does_not_hold_the_capture() {
+        let captured = ProcessSpec::new("sh")
+            .args(["-c", "sleep 1000 & echo started"])
+            .capture()
+            .await
+            .unwrap();
+        assert!(captured.exit.success());
+        assert_eq!(captured.stdout, b"started\n");
+    }
+}
