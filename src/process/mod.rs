@@ -5,7 +5,13 @@
 //! main process exits, times out, is stopped, or its handle is dropped — ralph kills the
 //! group and then *sweeps*: on Linux it scans `/proc` for processes carrying the cookie
 //! and kills them too, which catches descendants that left the group with `setsid` and
-//! daemons reparented to pid 1. On other unix systems only the group is killed.
+//! daemons reparented to pid 1. A daemon that also cleared its environment is caught by
+//! its ancestry: ralph's process is a child subreaper, so it becomes ralph's child when its
+//! parent exits (see `sys/linux/adopted.rs` for how a sweep tells whose orphan it is, and
+//! what stays out of reach). On other unix systems only the group is killed.
+//!
+//! This is the only module that starts processes (`src/layers.rs` checks it): git too runs
+//! through it ([`ProcessSpec::capture`]).
 //!
 //! Two levels:
 //!
