@@ -13,18 +13,13 @@ use super::live::{LiveLines, LiveMap};
 use super::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
 use crate::config::Config;
 use crate::output::BoundedOutput;
-use crate::process::{ProcessError, ProcessSpec, SupervisedChild};
+use crate::process::{Drain, ProcessError, ProcessSpec, SupervisedChild};
 
 /// How much of stdout is kept in memory for the final answer: its last bytes.
 pub const ANSWER_KEPT: usize = 1024 * 1024;
 
 /// How much of stderr is kept for a failure's reason.
 const STDERR_KEPT: usize = 2048;
-
-/// How long to keep reading once every process of the run is gone. EOF comes at once, but
-/// output already in the pipe and its copy to the log take their time (megabytes); only a
-/// process that escaped the sweep could hold the pipe longer.
-const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// One `[agent.<name>]` table of `ralph.toml`: a [`CommandAgent`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -456,6 +451,7 @@ impl CommandAgent {
             kept: self.kept_stdout(),
             live,
         };
+        let heard = active.subscribe();
         let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active));
         let deadline = request.timeout.map(|t| started + t);
         let ending = self.watch(&mut child, request, deadline, activity).await;
@@ -469,17 +465,14 @@ impl CommandAgent {
                 Err(_) => (None, child.kill_all().await),
             },
         };
-        let output = match tokio::time::timeout(DRAIN_LIMIT, &mut pumps).await {
-            Ok(Ok(output)) => output,
+        let output = match drain(&mut pumps, heard).await {
+            Some(output) => output,
             // Something that escaped the sweep holds the pipes: what was read is lost with
             // the task, which is aborted; the log has it.
-            _ => {
-                pumps.abort();
-                Output {
-                    stdout: self.kept_stdout(),
-                    stderr: BoundedOutput::new(0, 0),
-                }
-            }
+            None => Output {
+                stdout: self.kept_stdout(),
+                stderr: BoundedOutput::new(0, 0),
+            },
         };
         if leaked > 0 {
             request
@@ -741,6 +734,30 @@ struct Pumped {
 
 /// Reads stdout and stderr to their ends into bounded buffers, both into the log, marking
 /// each read on `activity`.
+/// The pumps' output once they reach EOF, or `None` when the drain is over first (see
+/// [`Drain`]): the pumps are then aborted.
+async fn drain(
+    pumps: &mut tokio::task::JoinHandle<Output>,
+    mut heard: tokio::sync::watch::Receiver<Instant>,
+) -> Option<Output> {
+    let mut drain = Drain::begin();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            biased;
+            joined = &mut *pumps => return joined.ok(),
+            changed = heard.changed(), if open => match changed {
+                Ok(()) => drain.heard(),
+                Err(_) => open = false,
+            },
+            () = Drain::over(Some(&drain)) => {
+                pumps.abort();
+                return None;
+            }
+        }
+    }
+}
+
 async fn pump_both(
     mut stdout: Pumped,
     stderr: Option<tokio::process::ChildStderr>,

@@ -43,6 +43,7 @@ compile_error!("ralph::process supports unix systems only");
 
 mod capture;
 mod child;
+mod drain;
 mod run;
 mod spec;
 mod sys;
@@ -55,6 +56,7 @@ use std::time::Duration;
 
 pub(crate) use capture::Captured;
 pub use child::{SupervisedChild, Termination};
+pub(crate) use drain::Drain;
 pub use run::ProcessReport;
 pub use spec::ProcessSpec;
 

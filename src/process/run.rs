@@ -10,12 +10,8 @@ use tokio::net::unix::pipe::Receiver;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::{Exit, ProcessError, ProcessSpec, SupervisedChild};
+use super::{Drain, Exit, ProcessError, ProcessSpec, SupervisedChild};
 use crate::output::BoundedOutput;
-
-/// How long to keep reading after everything was killed. Normally EOF comes at once;
-/// only a process that escaped the sweep could hold the pipe longer.
-const DRAIN_LIMIT: Duration = Duration::from_millis(500);
 
 /// The one read buffer: output is streamed through it, never collected whole.
 const READ_CHUNK: usize = 64 * 1024;
@@ -198,8 +194,8 @@ impl PumpError {
     }
 }
 
-/// Streams the pipe into `output` and the log until EOF, or until [`DRAIN_LIMIT`] after
-/// `done` is cancelled.
+/// Streams the pipe into `output` and the log until EOF, or until the drain after `done`
+/// is cancelled is over (see [`Drain`]).
 ///
 /// A log that fails is dropped and its error returned at the end: the process keeps
 /// running as it would have, and its output keeps being read. A read error returns at
@@ -211,23 +207,26 @@ async fn pump(
     done: &CancellationToken,
 ) -> Result<(), PumpError> {
     let mut buf = vec![0; READ_CHUNK];
-    let mut drain_deadline = None;
+    let mut drain: Option<Drain> = None;
     let mut log_failure = None;
     loop {
-        // `done` and the deadline come first, so a pipe that never stops being readable
+        // `done` and the drain come first, so a pipe that never stops being readable
         // cannot starve them.
         let read = tokio::select! {
             biased;
-            () = done.cancelled(), if drain_deadline.is_none() => {
-                drain_deadline = Some(Instant::now() + DRAIN_LIMIT);
+            () = done.cancelled(), if drain.is_none() => {
+                drain = Some(Drain::begin());
                 continue;
             }
-            () = sleep_until_some(drain_deadline) => break,
+            () = Drain::over(drain.as_ref()) => break,
             read = reader.read(&mut buf) => read,
         };
         let n = read.map_err(PumpError::Read)?;
         if n == 0 {
             break;
+        }
+        if let Some(drain) = &mut drain {
+            drain.heard();
         }
         output.push(&buf[..n]);
         if let Some(file) = &mut log

@@ -12,12 +12,10 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{AgentError, AgentEvent, AgentEvents};
 use crate::context::{ContextAction, ContextMonitor, ContextThresholds};
 use crate::output::{BoundedOutput, truncate_middle};
-use crate::process::{Exit, ProcessError, ProcessSpec, SupervisedChild, Termination};
+use crate::process::{Drain, Exit, ProcessError, ProcessSpec, SupervisedChild, Termination};
 
 use super::stream::{LineReader, StreamOptions, StreamParser, StreamSummary};
 
-/// How long to keep reading stdout once the process is gone: EOF normally comes at once.
-const DRAIN_LIMIT: Duration = Duration::from_millis(500);
 /// stderr kept for reports (the CLI writes there only on usage errors).
 const STDERR_KEPT: usize = 2048;
 
@@ -141,11 +139,12 @@ pub(super) async fn run(
     let mut summary = parser.finish();
     summary.bytes = lines.bytes_read();
     summary.log_error = lines.tee_error().map(ToString::to_string);
-    // Everything that held stderr is dead by now; the bound covers a process that escaped.
+    // Everything that held stderr is dead by now; the drain covers a process that escaped.
     let mut stderr = stderr;
-    let stderr = match timeout(DRAIN_LIMIT, &mut stderr).await {
-        Ok(Ok(text)) => text,
-        _ => {
+    let drain = Drain::begin();
+    let stderr = tokio::select! {
+        text = &mut stderr => text.unwrap_or_default(),
+        () = Drain::over(Some(&drain)) => {
             stderr.abort();
             String::new()
         }
@@ -307,26 +306,32 @@ async fn stop_process(
     child.terminate(clocks.grace).await
 }
 
-/// Feeds what stdout still brings to the parser, until EOF or shortly after `done`.
+/// Feeds what stdout still brings to the parser, until EOF or the drain after `done` is
+/// over (see [`Drain`]).
 async fn drain(
     lines: &mut Lines,
     parser: &mut StreamParser,
     events: &AgentEvents,
     done: &CancellationToken,
 ) {
-    let mut deadline = None;
+    let mut drain: Option<Drain> = None;
     loop {
         let piece = tokio::select! {
             biased;
-            () = done.cancelled(), if deadline.is_none() => {
-                deadline = Some(Instant::now() + DRAIN_LIMIT);
+            () = done.cancelled(), if drain.is_none() => {
+                drain = Some(Drain::begin());
                 continue;
             }
-            () = sleep_until_some(deadline) => return,
+            () = Drain::over(drain.as_ref()) => return,
             piece = lines.next() => piece,
         };
         match piece {
-            Ok(Some(piece)) => parser.feed(piece, |event| events.emit(event)),
+            Ok(Some(piece)) => {
+                if let Some(drain) = &mut drain {
+                    drain.heard();
+                }
+                parser.feed(piece, |event| events.emit(event));
+            }
             _ => return,
         }
     }
