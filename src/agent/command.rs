@@ -1,10 +1,11 @@
 //! `CommandAgent`: any agent CLI from an argv template.
 
 use std::path::{Path, PathBuf};
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
@@ -431,7 +432,7 @@ impl CommandAgent {
             None => spec.spawn(),
         }
         .map_err(spawn_error)?;
-        let log = open_log(request.log_path.as_deref()).await?;
+        let log = open_log(request.log_path.as_deref())?;
         let stdout = child.take_stdout();
         let stderr = child.take_stderr();
         let (active, activity) = tokio::sync::watch::channel(Instant::now());
@@ -596,20 +597,22 @@ async fn write_file(path: &Path, bytes: &[u8]) -> Result<(), AgentError> {
     tokio::fs::write(path, bytes).await.map_err(io)
 }
 
-async fn open_log(path: Option<&Path>) -> Result<Option<tokio::fs::File>, AgentError> {
+/// The run's log, opened for appending. Synchronous, like the writes to it: a log is a
+/// local file whose writes land in the page cache, and a trip to the blocking pool for
+/// each would cost more than the write.
+fn open_log(path: Option<&Path>) -> Result<Option<std::fs::File>, AgentError> {
     let Some(path) = path else { return Ok(None) };
     let io = |source| AgentError::Io {
         path: path.to_owned(),
         source,
     };
     if let Some(dir) = path.parent() {
-        tokio::fs::create_dir_all(dir).await.map_err(io)?;
+        std::fs::create_dir_all(dir).map_err(io)?;
     }
-    let file = tokio::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
-        .await
         .map_err(io)?;
     Ok(Some(file))
 }
@@ -761,10 +764,10 @@ async fn drain(
 async fn pump_both(
     mut stdout: Pumped,
     stderr: Option<tokio::process::ChildStderr>,
-    log: Option<tokio::fs::File>,
+    log: Option<std::fs::File>,
     activity: tokio::sync::watch::Sender<Instant>,
 ) -> Output {
-    let log = tokio::sync::Mutex::new(log);
+    let log = std::sync::Mutex::new(log);
     let mut err = BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2);
     tokio::join!(
         pump(
@@ -776,11 +779,6 @@ async fn pump_both(
         ),
         pump(stderr, |bytes| err.push(bytes), None, &log, &activity)
     );
-    // A tokio file's write returns before the bytes are written; the log must be whole
-    // when the run returns.
-    if let Some(file) = log.lock().await.as_mut() {
-        let _ = file.flush().await;
-    }
     Output {
         stdout: stdout.kept,
         stderr: err,
@@ -791,7 +789,7 @@ async fn pump(
     source: Option<impl AsyncRead + Unpin>,
     mut keep: impl FnMut(&[u8]),
     mut live: Option<&mut LiveLines>,
-    log: &tokio::sync::Mutex<Option<tokio::fs::File>>,
+    log: &std::sync::Mutex<Option<std::fs::File>>,
     activity: &tokio::sync::watch::Sender<Instant>,
 ) {
     let Some(mut source) = source else { return };
@@ -805,9 +803,9 @@ async fn pump(
             live.push(&buf[..n]);
         }
         activity.send_replace(Instant::now());
-        if let Some(file) = log.lock().await.as_mut() {
+        if let Some(file) = log.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
             // A log that cannot be written loses the transcript, not the run.
-            let _ = file.write_all(&buf[..n]).await;
+            let _ = std::io::Write::write_all(file, &buf[..n]);
         }
     }
     if let Some(live) = live {
