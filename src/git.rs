@@ -32,6 +32,7 @@
 use crate::process::{Captured, Exit, ProcessSpec};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -126,6 +127,17 @@ pub struct Baseline {
 pub struct Git {
     dir: PathBuf,
     env: Vec<(String, String)>,
+    /// What does not change during a run, asked of git once per handle (and its clones).
+    known: Arc<Known>,
+}
+
+/// Facts a handle learns once: each costs a git process.
+#[derive(Debug, Default)]
+struct Known {
+    /// The `-c user.name=… -c user.email=…` ralph's commits need.
+    identity: OnceLock<Vec<String>>,
+    /// `git rev-parse --absolute-git-dir`.
+    git_dir: OnceLock<PathBuf>,
 }
 
 impl Git {
@@ -134,6 +146,7 @@ impl Git {
         Git {
             dir: dir.into(),
             env: Vec::new(),
+            known: Arc::default(),
         }
     }
 
@@ -142,6 +155,8 @@ impl Git {
     #[must_use]
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.push((key.into(), value.into()));
+        // Another environment may mean another configuration.
+        self.known = Arc::default();
         self
     }
 
@@ -173,11 +188,36 @@ impl Git {
     ///
     /// [`GitError::NotARepo`] outside a repository, or when git fails.
     pub async fn head(&self) -> Result<Option<String>, GitError> {
-        self.require_repo().await?;
         let out = self
             .run_allowing(&["rev-parse", "-q", "--verify", "HEAD^{commit}"], &[1])
-            .await?;
+            .await
+            .map_err(|e| self.outside_a_repo(e))?;
         Ok(non_empty(out))
+    }
+
+    /// The checked-out branch (`None` when HEAD is detached) and HEAD's commit (`None` in
+    /// a repository without commits): [`current_branch`](Self::current_branch) and
+    /// [`head`](Self::head), with one git process when there is a commit.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError::NotARepo`] outside a repository, or when git fails.
+    pub async fn position(&self) -> Result<(Option<String>, Option<String>), GitError> {
+        // The commit, then (`--symbolic-full-name` applies to what follows it) the name of
+        // HEAD: `refs/heads/<branch>`, or `HEAD` when detached.
+        let both = self
+            .run(&["rev-parse", "HEAD^{commit}", "--symbolic-full-name", "HEAD"])
+            .await;
+        if let Ok(out) = both {
+            let mut lines = out.lines();
+            if let (Some(commit), Some(name), None) = (lines.next(), lines.next(), lines.next()) {
+                let branch = name.strip_prefix("refs/heads/").map(str::to_owned);
+                return Ok((branch, non_empty(commit.to_owned())));
+            }
+        }
+        // No commit yet (or a HEAD git would not name): ask each on its own.
+        let head = self.head().await?;
+        Ok((self.current_branch().await?, head))
     }
 
     /// The subject (first line of the message) of HEAD's commit, or `None` in a repository
@@ -216,7 +256,8 @@ impl Git {
     pub async fn current_branch(&self) -> Result<Option<String>, GitError> {
         let out = self
             .run_allowing(&["symbolic-ref", "-q", "--short", "HEAD"], &[1])
-            .await?;
+            .await
+            .map_err(|e| self.outside_a_repo(e))?;
         Ok(non_empty(out))
     }
 
@@ -460,9 +501,10 @@ impl Git {
         message: &str,
         exclude: &[&str],
     ) -> Result<Option<String>, GitError> {
-        self.require_repo().await?;
         let add = self.add_all_args(exclude).await?;
-        self.run_owned(&add).await?;
+        self.run_owned(&add)
+            .await
+            .map_err(|e| self.outside_a_repo(e))?;
         if !self.has_staged().await? {
             return Ok(None);
         }
@@ -547,8 +589,7 @@ impl Git {
     /// A fresh index file in the git directory, named `<name>.<pid>.<n>`, removed when
     /// dropped.
     async fn private_index(&self, name: &str) -> Result<PrivateIndex, GitError> {
-        let git_dir = self.run(&["rev-parse", "--absolute-git-dir"]).await?;
-        Ok(PrivateIndex(PathBuf::from(git_dir.trim()).join(format!(
+        Ok(PrivateIndex(self.git_dir().await?.join(format!(
             "{name}.{}.{}",
             std::process::id(),
             NEXT_INDEX.fetch_add(1, Ordering::Relaxed)
@@ -594,6 +635,10 @@ impl Git {
     ///
     /// [`GitError::Spawn`] when git cannot run.
     pub async fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
+        if ancestor == descendant && is_sha(ancestor) {
+            // A commit is its own ancestor; no need to ask.
+            return Ok(true);
+        }
         let args = ["merge-base", "--is-ancestor", ancestor, descendant];
         // 0: it is; 1: it is not; 128: one of them is not a commit here.
         let captured = self.capture(&args, &[]).await?;
@@ -704,28 +749,55 @@ impl Git {
         Ok(!out.is_empty())
     }
 
-    async fn require_repo(&self) -> Result<(), GitError> {
-        if self.is_repo().await {
-            Ok(())
-        } else {
-            Err(GitError::NotARepo(self.dir.clone()))
+    /// `err`, or [`GitError::NotARepo`] when git failed because the directory is in no
+    /// repository.
+    fn outside_a_repo(&self, err: GitError) -> GitError {
+        match err {
+            GitError::Failed { stderr, .. } if stderr.contains("not a git repository") => {
+                GitError::NotARepo(self.dir.clone())
+            }
+            err => err,
         }
     }
 
-    /// `-c user.name=… -c user.email=…` for whichever of the two git has no value for.
+    /// `-c user.name=… -c user.email=…` for whichever of the two git has no value for;
+    /// asked once per handle.
     async fn identity_args(&self) -> Vec<String> {
+        if let Some(args) = self.known.identity.get() {
+            return args.clone();
+        }
+        // Exit 1: neither is set.
+        let set = self
+            .run_allowing(&["config", "--get-regexp", r"^user\.(name|email)$"], &[1])
+            .await
+            .unwrap_or_default();
+        let has = |key: &str| {
+            set.lines().any(|line| {
+                line.split_once(' ')
+                    .is_some_and(|(k, v)| k == key && !v.trim().is_empty())
+            })
+        };
         let mut args = Vec::new();
         for (key, fallback) in [("user.name", FALLBACK_NAME), ("user.email", FALLBACK_EMAIL)] {
-            let set = self
-                .run(&["config", "--get", key])
-                .await
-                .is_ok_and(|v| !v.trim().is_empty());
-            if !set {
+            if !has(key) {
                 args.push("-c".to_owned());
                 args.push(format!("{key}={fallback}"));
             }
         }
-        args
+        self.known.identity.get_or_init(|| args).clone()
+    }
+
+    /// The repository's git directory, asked once per handle.
+    async fn git_dir(&self) -> Result<PathBuf, GitError> {
+        if let Some(dir) = self.known.git_dir.get() {
+            return Ok(dir.clone());
+        }
+        let out = self.run(&["rev-parse", "--absolute-git-dir"]).await?;
+        Ok(self
+            .known
+            .git_dir
+            .get_or_init(|| PathBuf::from(out.trim()))
+            .clone())
     }
 
     async fn run(&self, args: &[&str]) -> Result<String, GitError> {
@@ -832,8 +904,7 @@ struct PathList(PathBuf);
 
 impl PathList {
     async fn write(git: &Git, paths: &[String]) -> Result<PathList, GitError> {
-        let git_dir = git.run(&["rev-parse", "--absolute-git-dir"]).await?;
-        let path = PathBuf::from(git_dir.trim()).join(format!(
+        let path = git.git_dir().await?.join(format!(
             "ralph-paths.{}.{}",
             std::process::id(),
             NEXT_INDEX.fetch_add(1, Ordering::Relaxed)
@@ -874,6 +945,11 @@ fn parse_status_z(out: &str) -> Vec<(String, bool)> {
         }
     }
     paths
+}
+
+/// A full commit id (40 hex digits, or 64 in a SHA-256 repository).
+fn is_sha(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn non_empty(out: String) -> Option<String> {

@@ -160,15 +160,16 @@ impl Home {
     /// [`GitError`] when git fails, or the branch cannot be put back.
     pub(crate) async fn check(&mut self) -> Result<Option<String>, GitError> {
         let mut moved = Vec::new();
-        let branch = self.git.current_branch().await?;
+        let (branch, mut head) = self.git.position().await?;
         if branch != self.branch {
             moved.push(match &branch {
                 Some(other) => format!("switched to branch {other}"),
                 None => "detached HEAD".to_owned(),
             });
             self.switch_back(branch.as_deref()).await?;
+            // Back on the branch: its head is what counts, not the other one's.
+            head = self.git.head().await?;
         }
-        let head = self.git.head().await?;
         match head {
             Some(head) if self.git.is_ancestor(&self.head, &head).await? => self.head = head,
             head => {

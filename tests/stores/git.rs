@@ -186,3 +186,32 @@ async fn a_commit_by_ralph_starts_no_automatic_gc() {
     let counts = String::from_utf8_lossy(&counts.stdout);
     assert!(counts.lines().any(|l| l == "packs: 0"), "{counts}");
 }
+
+#[tokio::test]
+async fn position_names_the_branch_and_the_commit_in_one_look() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = isolated(dir.path());
+    assert!(matches!(git.position().await, Err(GitError::NotARepo(_))));
+    assert!(matches!(git.head().await, Err(GitError::NotARepo(_))));
+    assert!(matches!(
+        git.commit_all("Outside", &[]).await,
+        Err(GitError::NotARepo(_))
+    ));
+
+    git.init().await.expect("init");
+    assert_eq!(
+        git.position().await.expect("unborn"),
+        (Some("main".to_owned()), None)
+    );
+
+    let git = repo(dir.path()).await;
+    let head = git.head().await.expect("head");
+    assert_eq!(
+        git.position().await.expect("on main"),
+        (Some("main".to_owned()), head.clone())
+    );
+    git.detach(head.as_deref().expect("a commit"))
+        .await
+        .expect("detach");
+    assert_eq!(git.position().await.expect("detached"), (None, head));
+}
