@@ -141,8 +141,14 @@ pub enum Error {
     /// A spec path breaks the rule every mode applies: relative to the workspace, and
     /// inside it (and inside the specs folder, in plan and build mode) once symlinks are
     /// resolved.
-    #[error(transparent)]
-    SpecPath(#[from] super::spec::SpecPathError),
+    #[error("spec path {path:?} {reason}")]
+    SpecPath {
+        /// The path as given.
+        path: String,
+        /// What is wrong with it: it is absolute, goes up with `..`, cannot be read, or
+        /// resolves outside the workspace (or the specs folder).
+        reason: String,
+    },
     /// Another ralph process runs on this workspace (it holds `.ralph/ralph.lock`).
     #[error(
         "{path} is locked by another ralph process{holder}; stop it first, or use another workspace",

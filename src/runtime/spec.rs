@@ -12,14 +12,24 @@ use crate::output::truncate_middle;
 const SPEC_PROMPT_BYTES: usize = 16 * 1024;
 
 /// A spec path that breaks the rule: it must be relative to the workspace and, once
-/// symlinks are resolved, inside it (and inside the folder a mode keeps its specs in).
+/// symlinks are resolved, inside it (and inside the folder a mode keeps its specs in). It
+/// reaches users as [`Error::SpecPath`].
 #[derive(Debug, thiserror::Error)]
 #[error("spec path {path:?} {reason}")]
-pub struct SpecPathError {
+pub(crate) struct SpecPathError {
     /// The path as given.
-    pub path: String,
+    pub(crate) path: String,
     /// What is wrong with it.
-    pub reason: String,
+    pub(crate) reason: String,
+}
+
+impl From<SpecPathError> for Error {
+    fn from(e: SpecPathError) -> Self {
+        Error::SpecPath {
+            path: e.path,
+            reason: e.reason,
+        }
+    }
 }
 
 /// The one rule for a spec path, in every mode: `given` is relative, does not go up with

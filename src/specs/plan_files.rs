@@ -180,7 +180,7 @@ impl PlanFiles {
     ///
     /// [`SpecPathError`] when the path is absolute, has a `..`, does not exist, or is not
     /// inside the specs folder once symlinks are resolved: the rule every mode applies.
-    pub fn spec_rel(&self, file: &str) -> Result<String, SpecPathError> {
+    pub(crate) fn spec_rel(&self, file: &str) -> Result<String, SpecPathError> {
         let inside = spec::inside(&self.workspace, &self.specs_dir, Path::new(file))?;
         Ok(inside.with_extension("").to_string_lossy().into_owned())
     }
