@@ -643,8 +643,9 @@ mod claude_settings {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::agent::claude::{ClaudeCli, ClaudeConfig};
+    use crate::agent::claude::ClaudeCli;
     use crate::agent::{AgentError, AgentRequest, AgentRun};
+    use crate::config::ClaudeConfig;
 
     /// A `ClaudeCli` that keeps, where the test can see it, the settings it ends up with.
     struct Seen(ClaudeCli, Arc<Mutex<Option<(ClaudeConfig, Duration)>>>);

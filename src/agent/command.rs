@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -11,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::kept::KeptStdout;
 use super::live::{LiveLines, LiveMap};
 use super::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
-use crate::config::Config;
+use crate::config::{CommandConfig, Config};
 use crate::output::BoundedOutput;
 use crate::process::{ProcessError, ProcessSpec, SupervisedChild};
 
@@ -25,30 +24,6 @@ const STDERR_KEPT: usize = 2048;
 /// output already in the pipe and its copy to the log take their time (megabytes); only a
 /// process that escaped the sweep could hold the pipe longer.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
-
-/// One `[agent.<name>]` table of `ralph.toml`: a [`CommandAgent`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct CommandConfig {
-    /// The argv template: the program, then its arguments, with `{prompt_file}`,
-    /// `{workspace}`, `{role}` and `{subject}` replaced.
-    pub command: Vec<String>,
-    /// Arguments appended for read-only roles (the CLI's sandbox or approval flags).
-    pub read_only_args: Vec<String>,
-    /// A JSON pointer (`/result`) into the last JSON object line of stdout: the final
-    /// answer. Unset: the whole stdout is the answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub answer_pointer: Option<String>,
-    /// Longest silence on stdout and stderr before the run is cut as timed out. Unset: none.
-    #[serde(
-        with = "crate::config::duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub idle_timeout: Option<Duration>,
-    /// Environment variables set for the command.
-    pub env: std::collections::BTreeMap<String, String>,
-}
 
 /// [`CommandAgent`]: any agent CLI that takes a prompt and prints its answer (Aider, Amp,
 /// Cursor's agent, a script of your own), run under the same supervision as the Claude

@@ -2,10 +2,11 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, LastWord, cli_agent_settings, event_lines};
+use super::cli_agent::{LastWord, cli_agent_settings, event_lines};
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
+use crate::config::CliConfig;
 use crate::config::Config;
 
 /// [`GeminiCli`]: the Google Gemini CLI in headless mode (`gemini --prompt "" --output-format
@@ -35,7 +36,7 @@ use crate::config::Config;
 /// `GOOGLE_GEMINI_BASE_URL` points it at another endpoint. The run is supervised as every
 /// process agent's is (see [`CommandAgent`](super::CommandAgent)).
 ///
-/// Its settings are `[gemini]` in `ralph.toml` (see [`CliConfig`](super::CliConfig)).
+/// Its settings are `[gemini]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, GeminiCli, Role};

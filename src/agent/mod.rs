@@ -30,11 +30,11 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::context::ContextThresholds;
+use crate::config::ContextThresholds;
 
-pub use cli_agent::{CliConfig, EVENTS_KEPT, UNKNOWN_RESET};
+pub use cli_agent::{EVENTS_KEPT, UNKNOWN_RESET};
 pub use codex::CodexCli;
-pub use command::{ANSWER_KEPT, CommandAgent, CommandConfig};
+pub use command::{ANSWER_KEPT, CommandAgent};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
 pub use fallback::{AgentChoice, Fallback};

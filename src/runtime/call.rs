@@ -23,7 +23,7 @@ use crate::agent::{
     FailureKind, Role,
 };
 use crate::answer::{self, Answer};
-use crate::context::ContextThresholds;
+use crate::config::ContextThresholds;
 use crate::event::Event;
 use crate::model::KillReason;
 use crate::time;

@@ -141,11 +141,9 @@ impl Default for RunConfig {
 }
 
 impl RunConfig {
-    /// Checks the numbers against the bounds every mode uses
-    /// ([`config::bounds`](crate::config::bounds)): at least one iteration, at most
-    /// [`MAX_ITERATIONS`](crate::config::bounds::MAX_ITERATIONS); timeouts longer than zero
-    /// and at most a week; at most [`MAX_RETRIES`](crate::config::bounds::MAX_RETRIES)
-    /// transient retries.
+    /// Checks the numbers against the bounds every mode uses (those of `ralph.toml`): at
+    /// least one iteration, at most 100,000; timeouts longer than zero and at most a week; at
+    /// most 1,000 transient retries.
     ///
     /// # Errors
     ///

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::support::fake_claude;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use ralph::__internals::context::ContextThresholds;
 use ralph::ClaudeCli;
 use ralph::agent::{
     Agent, AgentError, AgentEvent, AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind,
     Role,
 };
+use ralph::config::ContextThresholds;
 use rstest::rstest;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

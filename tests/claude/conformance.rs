@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::support::messages_api::{
     ClaudeHome, MessagesApi, Reply, alive_with_env, claude_or_skip, git_repo,
 };
-use ralph::__internals::context::ContextThresholds;
 use ralph::__internals::signal::{self, TaskSignal};
 use ralph::agent::{AgentEvent, AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
+use ralph::config::ContextThresholds;
 use ralph::{Agent, ClaudeCli};
 use serde_json::json;
 use tempfile::TempDir;

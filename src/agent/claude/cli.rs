@@ -15,10 +15,10 @@ use crate::context::ContextAction;
 use crate::process::ProcessSpec;
 
 use super::command::{self, Invocation, Program};
-use super::config::{ClaudeConfig, PermissionMode};
 use super::segment::{self, Clocks, Cut, Pressure, Segment, Watch};
 use super::session;
 use super::stream::{ContextWindows, DEFAULT_MAX_LINE, RunOutcome, StreamOptions};
+use crate::config::{ClaudeConfig, PermissionMode};
 
 /// Compactions one run may go through before it is stopped at the context limit.
 const MAX_COMPACTIONS: u32 = 2;

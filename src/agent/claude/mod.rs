@@ -1,10 +1,10 @@
-//! The Claude Code CLI as an agent: [`ClaudeCli`], its [`ClaudeConfig`], and the parser of
-//! its `--output-format stream-json` stdout.
+//! The Claude Code CLI as an agent: [`ClaudeCli`] (its `[claude]` table is
+//! [`ClaudeConfig`](crate::config::ClaudeConfig)), and the parser of its
+//! `--output-format stream-json` stdout.
 
 mod cli;
 mod command;
 mod compact;
-mod config;
 mod segment;
 mod session;
 #[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
@@ -12,4 +12,3 @@ mod session;
 pub(crate) mod stream;
 
 pub use cli::ClaudeCli;
-pub use config::{BIN_ENV, ClaudeConfig, PermissionMode};

@@ -10,7 +10,8 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentError, AgentEvent, AgentEvents};
-use crate::context::{ContextAction, ContextMonitor, ContextThresholds};
+use crate::config::ContextThresholds;
+use crate::context::{ContextAction, ContextMonitor};
 use crate::output::{BoundedOutput, truncate_middle};
 use crate::process::{Exit, ProcessError, ProcessSpec, SupervisedChild, Termination};
 

@@ -1,0 +1,240 @@
+//! The tables of the loop itself: `[context]`, `[store]`, `[planning]`, `[prompts]` and
+//! `[[gates]]`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::duration;
+
+/// `[planning]`: where plan mode and build mode keep their files, and their limits.
+///
+/// ```toml
+/// [planning]
+/// specs_dir = "specs"                      # the markdown specs; plans go to specs/plans
+/// implementation = "implementation.json"
+/// progress = "PROGRESS.md"
+/// max_attempts = 3                         # failed rounds per spec (planner, verifier)
+/// magic_phrase = "PLAN_COMPLETE"           # the planner's last line
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PlanningConfig {
+    /// The folder of the markdown specs, relative to the workspace. Default `specs`.
+    pub specs_dir: PathBuf,
+    /// The file plan mode writes and build mode reads. Default `implementation.json`.
+    pub implementation: PathBuf,
+    /// The append-only audit trail of completed specs. Default `PROGRESS.md`.
+    pub progress: PathBuf,
+    /// Failed rounds of one spec (a planner run without a plan, a verifier rejection)
+    /// before build mode gives up on it. Default 3.
+    pub max_attempts: u32,
+    /// The line that must end the planner's answer. Default `PLAN_COMPLETE`.
+    pub magic_phrase: String,
+}
+
+impl Default for PlanningConfig {
+    fn default() -> Self {
+        PlanningConfig {
+            specs_dir: PathBuf::from("specs"),
+            implementation: PathBuf::from("implementation.json"),
+            progress: PathBuf::from("PROGRESS.md"),
+            max_attempts: 3,
+            magic_phrase: "PLAN_COMPLETE".into(),
+        }
+    }
+}
+
+/// One `[[gates]]` entry: a shell command run as a [`ShellGate`](crate::ShellGate).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct GateConfig {
+    /// The gate's name.
+    pub name: String,
+    /// Run with `sh -c` in the workspace.
+    pub command: String,
+    /// Whether a failure blocks the task. Default true.
+    #[serde(default = "yes")]
+    pub required: bool,
+    /// Wall-clock limit. Default 5m.
+    #[serde(with = "duration", default = "five_minutes")]
+    pub timeout: Duration,
+}
+
+impl GateConfig {
+    /// A required gate with a 5-minute timeout.
+    pub fn new(name: impl Into<String>, command: impl Into<String>) -> Self {
+        GateConfig {
+            name: name.into(),
+            command: command.into(),
+            required: true,
+            timeout: five_minutes(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn five_minutes() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// Which [`Store`](crate::Store) the builder creates when none is given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum StoreKind {
+    /// [`JsonlStore`](crate::JsonlStore) at `store.path`.
+    #[default]
+    Jsonl,
+    /// [`MemoryStore`](crate::MemoryStore): nothing survives the process.
+    Memory,
+    /// [`ProgressStore`](crate::store::ProgressStore): a markdown progress file people can
+    /// edit (seed 003), at `store.path` (default `PROGRESS.md`).
+    Progress,
+}
+
+/// `[store]`: the kind and its file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct StoreConfig {
+    /// The kind. Default `jsonl`.
+    pub kind: StoreKind,
+    /// The state file, relative to the workspace. Default `.ralph/plan.jsonl`; for
+    /// `kind = "progress"` left at that default, `PROGRESS.md` (see
+    /// [`effective_path`](Self::effective_path)).
+    pub path: PathBuf,
+}
+
+/// The default file of `kind = "progress"`.
+pub(crate) const PROGRESS_FILE: &str = "PROGRESS.md";
+
+impl StoreConfig {
+    /// The file the store uses: `path`, except that a progress store whose `path` was left
+    /// at the JSONL default uses [`PROGRESS_FILE`] (one default cannot suit both formats).
+    ///
+    /// ```
+    /// use ralph::config::{Config, StoreKind};
+    ///
+    /// let mut config = Config::default();
+    /// assert_eq!(config.store.effective_path(), std::path::Path::new(".ralph/plan.jsonl"));
+    /// config.store.kind = StoreKind::Progress;
+    /// assert_eq!(config.store.effective_path(), std::path::Path::new("PROGRESS.md"));
+    /// ```
+    pub fn effective_path(&self) -> PathBuf {
+        if self.kind == StoreKind::Progress && self.path == StoreConfig::default().path {
+            PathBuf::from(PROGRESS_FILE)
+        } else {
+            self.path.clone()
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            kind: StoreKind::Jsonl,
+            path: PathBuf::from(".ralph/plan.jsonl"),
+        }
+    }
+}
+
+/// `[prompts]`: template files that replace the built-in ones (minijinja syntax), relative to
+/// the workspace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PromptPaths {
+    /// The BUILD prompt of a task's first attempt.
+    pub build: Option<PathBuf>,
+    /// The BUILD prompt of a retry (carries the previous failure).
+    pub retry: Option<PathBuf>,
+    /// The INVESTIGATE prompt.
+    pub investigate: Option<PathBuf>,
+    /// The verifier prompt.
+    pub verify: Option<PathBuf>,
+    /// The gap-analysis prompt.
+    pub gap_analysis: Option<PathBuf>,
+    /// The decomposer prompt.
+    pub decompose: Option<PathBuf>,
+    /// Build mode's prompt of a task (seed 004).
+    pub task: Option<PathBuf>,
+    /// Build mode's prompt of a task's retry (carries the gate failures).
+    pub task_retry: Option<PathBuf>,
+    /// The per-spec planner's prompt (seed 002).
+    pub planner: Option<PathBuf>,
+    /// Build mode's verifier of a whole spec.
+    pub spec_verify: Option<PathBuf>,
+    /// Plan mode's prompt (specs → implementation.json).
+    pub plan_mode: Option<PathBuf>,
+    /// A thread's iteration (the loop's prompt, with the reviewer's feedback after a
+    /// send-back).
+    pub thread: Option<PathBuf>,
+    /// A thread's read-only verifier of one acceptance criterion.
+    pub thread_verify: Option<PathBuf>,
+    /// A thread's AI review of its spec (Assessing).
+    pub thread_assess: Option<PathBuf>,
+    /// A thread's Drafting conversation.
+    pub thread_draft: Option<PathBuf>,
+}
+
+/// `[context]`: the three context-pressure tiers, as fractions of the model's window
+/// (seed 000's warn 0.70, compact 0.85, kill 0.95).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ContextThresholds {
+    /// Emit a warning event.
+    pub warn: f64,
+    /// Ask the agent to compact its session.
+    pub compact: f64,
+    /// Stop the run with `kill_reason: context_limit`.
+    pub kill: f64,
+}
+
+impl Default for ContextThresholds {
+    fn default() -> Self {
+        ContextThresholds {
+            warn: 0.70,
+            compact: 0.85,
+            kill: 0.95,
+        }
+    }
+}
+
+impl ContextThresholds {
+    /// Thresholds from the three fractions.
+    pub fn new(warn: f64, compact: f64, kill: f64) -> Self {
+        ContextThresholds {
+            warn,
+            compact,
+            kill,
+        }
+    }
+
+    /// Checks `0 < warn < compact < kill <= 1`.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the offending values.
+    pub fn validate(&self) -> Result<(), String> {
+        let ok = 0.0 < self.warn
+            && self.warn < self.compact
+            && self.compact < self.kill
+            && self.kill <= 1.0;
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "context thresholds must satisfy 0 < warn < compact < kill <= 1, got warn={} compact={} kill={}",
+                self.warn, self.compact, self.kill
+            ))
+        }
+    }
+}
