@@ -455,7 +455,7 @@ mod tests {
                 "{msg}"
             );
             assert!(
-                !msg.contains("BTreeMap") && !msg.contains("src/config.rs"),
+                !msg.contains("BTreeMap") && !msg.contains("src/config/"),
                 "{msg}"
             );
             Ok(())
