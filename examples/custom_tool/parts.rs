@@ -60,7 +60,7 @@ impl Gate for JsonParses {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(format!("{} does not exist", self.file.display()))
             }
-            Err(e) => return Err(GateError::other(self.name(), e)),
+            Err(e) => return Err(GateError::backend(self.name(), e)),
         };
         let (status, said) = match verdict {
             Ok(said) => (GateStatus::Passed, said),
@@ -132,17 +132,28 @@ impl JsonFileStore {
 
     fn read(&self) -> Result<Vec<Change>, StoreError> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| StoreError::Other(format!("{}: {e}", self.path.display()))),
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Malformed {
+                path: self.path.clone(),
+                line: e.line(),
+                message: e.to_string(),
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(StoreError::Other(format!("{}: {e}", self.path.display()))),
+            Err(source) => Err(StoreError::Io {
+                path: self.path.clone(),
+                source,
+            }),
         }
     }
 
     fn write(&self, changes: &[Change]) -> Result<(), StoreError> {
-        let fail = |e: std::io::Error| StoreError::Other(format!("{}: {e}", self.path.display()));
-        let json =
-            serde_json::to_vec_pretty(changes).map_err(|e| StoreError::Other(e.to_string()))?;
+        let fail = |source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let json = serde_json::to_vec_pretty(changes).map_err(|source| StoreError::Encode {
+            path: self.path.clone(),
+            source,
+        })?;
         let temporary = self.path.with_extension("json.tmp");
         let mut file = std::fs::File::create(&temporary).map_err(fail)?;
         file.write_all(&json).map_err(fail)?;

@@ -116,18 +116,19 @@ impl CommandAgent {
     ///
     /// # Errors
     ///
-    /// [`AgentError::Other`] naming the key when there is no such table or its `command`
-    /// is empty.
+    /// [`AgentError::UnknownAgent`] when there is no such table, [`AgentError::NoCommand`]
+    /// when its `command` is empty.
     pub fn from_config(name: &str, config: &Config) -> Result<Self, AgentError> {
-        let table = config.agent.get(name).ok_or_else(|| {
-            AgentError::Other(format!(
-                "no agent {name:?}: add an [agent.{name}] table with a `command` to ralph.toml"
-            ))
-        })?;
+        let table = config
+            .agent
+            .get(name)
+            .ok_or_else(|| AgentError::UnknownAgent {
+                name: name.to_owned(),
+            })?;
         if table.command.is_empty() {
-            return Err(AgentError::Other(format!(
-                "agent.{name}.command is empty: give the program and its arguments"
-            )));
+            return Err(AgentError::NoCommand {
+                agent: name.to_owned(),
+            });
         }
         Ok(CommandAgent {
             name: name.to_owned(),
@@ -284,7 +285,9 @@ impl Agent for CommandAgent {
             .config
             .command
             .first()
-            .ok_or_else(|| AgentError::Other(format!("agent {}: no command", self.name)))?;
+            .ok_or_else(|| AgentError::NoCommand {
+                agent: self.name.clone(),
+            })?;
         let found = if program.contains('/') {
             // A relative path is resolved in the workspace, unknown here.
             !Path::new(program).is_absolute() || Path::new(program).is_file()
@@ -294,10 +297,12 @@ impl Agent for CommandAgent {
         if found {
             Ok(())
         } else {
-            Err(AgentError::Other(format!(
-                "agent {}: {program} is not there (nor on PATH)",
-                self.name
-            )))
+            Err(AgentError::NotFound {
+                agent: self.name.clone(),
+                program: program.clone(),
+                from: format!("agent.{}.command", self.name),
+                help: "install it, put it on PATH, or give its path in the agent's `command`",
+            })
         }
     }
 

@@ -536,13 +536,87 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// Supervising the agent's process failed: waiting for it, or reading its output.
+    #[error("i/o error while supervising {program}")]
+    Supervise {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent's program is not there: not at the path given, nor on `PATH`.
+    #[error("agent {agent}: {program} (from {from}) was not found or is not executable; {help}")]
+    NotFound {
+        /// The agent ([`Agent::name`]).
+        agent: String,
+        /// The program looked for.
+        program: String,
+        /// Where its name came from (`claude.bin`, `$RALPH_CLAUDE_BIN`, `PATH`,
+        /// `agent.aider.command`).
+        from: String,
+        /// What a person can do about it.
+        help: &'static str,
+    },
+    /// No `[agent.NAME]` table names this agent.
+    #[error("no agent {name:?}: add an [agent.{name}] table with a `command` to ralph.toml")]
+    UnknownAgent {
+        /// The name asked for.
+        name: String,
+    },
+    /// The agent's `command` is empty.
+    #[error("agent.{agent}.command is empty: give the program and its arguments")]
+    NoCommand {
+        /// The agent.
+        agent: String,
+    },
+    /// No agent of a [`Fallback`] chain can take the run (or the chain has none): each
+    /// agent's reason.
+    #[error(
+        "no agent of the chain {chain:?} can run: {}",
+        if .reasons.is_empty() { "it has no agent".to_owned() } else { .reasons.join("; ") }
+    )]
+    NoAgentCanRun {
+        /// The chain's name (its agents' names joined by `→`).
+        chain: String,
+        /// Why each agent was passed over (`claude: …`).
+        reasons: Vec<String>,
+    },
     /// A fake agent's script did not cover a request.
     #[cfg(feature = "fake")]
     #[error(transparent)]
     Fake(#[from] FakeAgentError),
-    /// Any other failure.
-    #[error("{0}")]
-    Other(String),
+    /// The backend of an agent of your own failed (an HTTP API, a queue): the agent and the
+    /// backend's own error. ralph's agents never return it.
+    ///
+    /// ```
+    /// use ralph::AgentError;
+    ///
+    /// let e = AgentError::backend("my-api", std::io::Error::other("503 Service Unavailable"));
+    /// assert_eq!(e.to_string(), "agent my-api: its backend failed");
+    /// ```
+    #[error("agent {agent}: its backend failed")]
+    Backend {
+        /// The agent ([`Agent::name`]).
+        agent: String,
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl AgentError {
+    /// [`AgentError::Backend`]: the agent named `agent` could not run because its backend
+    /// failed with `source`.
+    pub fn backend(
+        agent: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        AgentError::Backend {
+            agent: agent.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// Runs one prompt in a fresh session.

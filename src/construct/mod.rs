@@ -329,11 +329,11 @@ impl Engine {
 
     /// The task `id`, which the engine took from the board itself.
     fn task(&self, id: &TaskId) -> Result<Task, Error> {
-        self.board.tasks.get(id).cloned().ok_or_else(|| {
-            Error::Store(crate::store::StoreError::Other(format!(
-                "task {id} is no longer on the board"
-            )))
-        })
+        self.board
+            .tasks
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTask(id.clone()))
     }
 
     /// The run bookkeeping advanced to the next iteration, with the one ending now in the
@@ -431,6 +431,16 @@ pub(crate) struct Ending {
 }
 
 /// The outcome if a run on `board` should end at `stage`.
+/// The result of a job of a `JoinSet`. A job that panicked panics here, as if it had run on
+/// this thread. No other end is possible: the loop never aborts its jobs, and a runtime that
+/// shuts down drops this future with them.
+pub(super) fn joined<T>(result: Result<T, tokio::task::JoinError>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
 fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: Ending) -> Option<Outcome> {
     let iteration = board.run.iteration;
     match stage {

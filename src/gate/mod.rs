@@ -184,11 +184,11 @@ pub enum GateError {
         #[source]
         source: std::io::Error,
     },
-    /// The check could not be made for another reason: a gate of your own that calls a
-    /// service, parses a report… (a check that ran and failed is `Ok` with
-    /// [`GateStatus::Failed`], not this).
+    /// The backend of a gate of your own failed: a service it calls, a report it parses… (a
+    /// check that ran and failed is `Ok` with [`GateStatus::Failed`], not this). ralph's
+    /// gates never return it.
     #[error("gate {gate} could not check")]
-    Other {
+    Backend {
         /// The gate.
         gate: String,
         /// Why.
@@ -198,12 +198,12 @@ pub enum GateError {
 }
 
 impl GateError {
-    /// An [`Other`](GateError::Other) error of gate `gate`.
-    pub fn other(
+    /// [`GateError::Backend`]: gate `gate` could not check because of `source`.
+    pub fn backend(
         gate: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> Self {
-        GateError::Other {
+        GateError::Backend {
             gate: gate.into(),
             source: source.into(),
         }
@@ -234,7 +234,7 @@ impl GateError {
 ///     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
 ///         let found = tokio::fs::try_exists(ctx.workspace.join(self.0))
 ///             .await
-///             .map_err(|e| GateError::other(self.name(), e))?;
+///             .map_err(|e| GateError::backend(self.name(), e))?;
 ///         let status = if found {
 ///             GateStatus::Passed
 ///         } else {

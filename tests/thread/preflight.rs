@@ -157,7 +157,12 @@ impl Agent for Unavailable {
         unreachable!("never run when unavailable")
     }
     async fn check(&self) -> Result<(), AgentError> {
-        Err(AgentError::Other("claude was not found on PATH".into()))
+        Err(AgentError::NotFound {
+            agent: "claude".into(),
+            program: "claude".into(),
+            from: "PATH".into(),
+            help: "install it",
+        })
     }
 }
 
@@ -169,7 +174,10 @@ async fn an_unavailable_agent_fails() {
     let f = failures(&threads.start(&id).await.unwrap().phase);
     assert_eq!(
         f,
-        ["the agent `claude` is not available: claude was not found on PATH"]
+        [
+            "the agent `claude` is not available: agent claude: claude (from PATH) was not found \
+          or is not executable; install it"
+        ]
     );
 }
 
