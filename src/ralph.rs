@@ -154,7 +154,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::PlanMode`] when there are no specs or the agent gave no usable answer (the
+    /// [`Error::Specs`] when there are no specs or the agent gave no usable answer (the
     /// file is then unchanged); [`Error::SpecPath`] for a spec path outside the specs folder;
     /// [`Error::Store`] when `implementation.json` is malformed or cannot be written.
     ///
@@ -187,7 +187,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::NoImplementation`] without `implementation.json`; [`Error::Git`] outside a
+    /// [`Error::Specs`] without `implementation.json`; [`Error::Git`] outside a
     /// git repository or when a commit fails; [`Error::SpecPath`] for a spec outside the specs
     /// folder; otherwise as [`construct`](Self::construct). Blocks, exhausted attempts and
     /// interrupts are [`SpecsOutcome`](crate::outcome::SpecsOutcome)s.
@@ -280,7 +280,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::SpecPath`] for a spec path that breaks the rule, [`Error::PlanMode`] when
+    /// [`Error::SpecPath`] for a spec path that breaks the rule, [`Error::Specs`] when
     /// there are no specs.
     pub fn dry_run_plan<P: AsRef<Path>>(
         &self,
@@ -300,7 +300,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::NoImplementation`] without `implementation.json`; [`Error::Store`] when it
+    /// [`Error::Specs`] without `implementation.json`; [`Error::Store`] when it
     /// is malformed; [`Error::SpecPath`] for a spec path that breaks the rule.
     pub fn dry_run_build(&self) -> Result<crate::specs::BuildDryRun, Error> {
         crate::specs::dry_run::build(&self.inner)

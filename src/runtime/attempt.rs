@@ -72,7 +72,7 @@ pub(crate) async fn run(
         Ending::Failed {
             reason,
             kind: FailureKind::Fatal,
-        } => return Err(Error::AgentFatal(reason)),
+        } => return Err(caller.fatal(call, reason)),
         Ending::Failed { reason, .. } => {
             let failure = format!("The agent run failed: {reason}");
             return Ok((

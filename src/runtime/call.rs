@@ -194,6 +194,17 @@ impl Caller {
         }
     }
 
+    /// The error of `call`'s run that failed in a way no retry can fix: the agent, what the
+    /// run was for, and why.
+    pub(crate) fn fatal(&self, call: &Call, reason: String) -> Error {
+        Error::AgentFatal {
+            agent: self.agent.name().to_owned(),
+            role: call.role,
+            subject: call.subject.clone(),
+            reason,
+        }
+    }
+
     /// The agent a fallback chain last gave a run of this caller to, and why; `None` when
     /// it made no choice (one agent, or the first of the chain took every run).
     pub(crate) fn last_choice(&self) -> Option<AgentChoice> {
@@ -442,7 +453,7 @@ impl Caller {
                 Ending::Failed {
                     reason,
                     kind: FailureKind::Fatal,
-                } => return Err(Error::AgentFatal(reason)),
+                } => return Err(self.fatal(&call, reason)),
                 Ending::Failed { reason, .. } => {
                     return Ok((
                         Structured::unusable(format!("the agent failed: {reason}")),

@@ -18,6 +18,7 @@ mod json_locate;
 pub(crate) mod plan_files;
 pub(crate) mod plan_mode;
 
+pub use crate::runtime::error::SpecsError;
 pub use dry_run::{BuildDryRun, PlanDryRun};
 pub(crate) use implementation::ImplementationStore;
 pub use implementation::{Implementation, SpecEntry, Status, TaskEntry};

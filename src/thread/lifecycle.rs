@@ -76,8 +76,8 @@ impl Threads {
         // Held from the "no other thread running" check through the loop quick mode runs.
         let _lock = match self.lock_runs().await {
             Ok(lock) => lock,
-            Err(ThreadError::Busy { message }) => {
-                let failures = vec![message];
+            Err(busy @ ThreadError::Busy { .. }) => {
+                let failures = vec![busy.to_string()];
                 self.advance(&mut record, Phase::PreflightFailed { failures })?;
                 return Ok(record);
             }

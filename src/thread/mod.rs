@@ -160,7 +160,7 @@ pub use draft::Turn;
 pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
 pub use options::{Confirm, ThreadOptions};
-pub use phase::{Phase, PhaseKind, TransitionError};
+pub use phase::{Phase, PhaseKind};
 pub use record::{Feedback, IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord};
 
 /// An agent and the name the loop knows it by.
