@@ -311,9 +311,15 @@ pub enum FakeAgentError {
         /// What is wrong.
         message: String,
     },
-    /// A step is not allowed (e.g. writes outside the workspace).
-    #[error("fake agent step refused: {0}")]
-    BadStep(String),
+    /// A step names a file outside the workspace (absolute, or going up with `..`).
+    #[error(
+        "fake agent step refused: path {} must be relative and stay inside the workspace",
+        .path.display()
+    )]
+    OutsideWorkspace {
+        /// The path as the script gives it.
+        path: PathBuf,
+    },
 }
 
 /// `FakeAgent`: a deterministic, scripted [`Agent`] for tests, CI and demos.
@@ -857,10 +863,9 @@ fn workspace_path(workspace: &Path, rel: &Path) -> Result<PathBuf, AgentError> {
         .components()
         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
     if escapes || rel.as_os_str().is_empty() {
-        return Err(FakeAgentError::BadStep(format!(
-            "path {} must be relative and stay inside the workspace",
-            rel.display()
-        ))
+        return Err(FakeAgentError::OutsideWorkspace {
+            path: rel.to_path_buf(),
+        }
         .into());
     }
     Ok(workspace.join(rel))
