@@ -16,7 +16,7 @@ pub const DEFAULT_TAIL: usize = 24 * 1024;
 /// The first `head` and last `tail` bytes of a stream, and how many bytes were dropped between.
 ///
 /// ```
-/// use ralph::gate::BoundedOutput;
+/// use ralph::__internals::output::BoundedOutput;
 ///
 /// let mut out = BoundedOutput::new(4, 4);
 /// out.push(b"0123456789");

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use ralph::gate::{BoundedOutput, Gate, GateContext, GateError, GateReport, GateStatus};
+use ralph::gate::{Gate, GateContext, GateError, GateReport, GateStatus};
 use ralph::model::{Board, Change, Complexity, Priority, Task};
 use ralph::prioritize::{CriticalPath, PrioritizeError, Prioritized, Prioritizer};
 use ralph::store::{Store, StoreError};
@@ -72,8 +72,7 @@ impl Gate for JsonParses {
                 said,
             ),
         };
-        Ok(GateReport::new(self.name(), self.required(), status)
-            .with_output(BoundedOutput::from_text(&said)))
+        Ok(GateReport::new(self.name(), self.required(), status).with_output(&said))
     }
 }
 

@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::TaskId;
-pub use crate::output::BoundedOutput;
+use crate::output::BoundedOutput;
 
 pub use shell::ShellGate;
 
@@ -128,8 +128,8 @@ pub struct GateReport {
     pub required: bool,
     /// How it ended.
     pub status: GateStatus,
-    /// stdout and stderr, interleaved, bounded.
-    pub output: BoundedOutput,
+    /// stdout and stderr, interleaved, bounded: see [`output`](Self::output).
+    pub(crate) output: BoundedOutput,
     /// Wall time.
     pub duration: Duration,
     /// Processes still alive after the gate's command ended, which ralph then killed.
@@ -149,11 +149,17 @@ impl GateReport {
         }
     }
 
-    /// Sets the output.
+    /// Sets the output: `text`, bounded as ralph bounds every gate's.
     #[must_use]
-    pub fn with_output(mut self, output: BoundedOutput) -> Self {
-        self.output = output;
+    pub fn with_output(mut self, text: &str) -> Self {
+        self.output = BoundedOutput::from_text(text);
         self
+    }
+
+    /// stdout and stderr, interleaved: all of it, or for a long output its head and its
+    /// tail around a line `[… N bytes omitted …]` (the gate's log has it all).
+    pub fn output(&self) -> String {
+        self.output.to_string()
     }
 
     /// Whether this report should fail the task: a required gate that did not pass.
@@ -220,7 +226,7 @@ impl GateError {
 ///
 /// ```
 /// use ralph::async_trait;
-/// use ralph::gate::{BoundedOutput, Gate, GateContext, GateError, GateReport, GateStatus};
+/// use ralph::gate::{Gate, GateContext, GateError, GateReport, GateStatus};
 ///
 /// /// Passes when the workspace has a file of this name.
 /// struct HasFile(&'static str);
@@ -242,7 +248,7 @@ impl GateError {
 ///         };
 ///         let said = format!("{} {}", self.0, if found { "exists" } else { "is missing" });
 ///         Ok(GateReport::new(self.name(), self.required(), status)
-///             .with_output(BoundedOutput::from_text(&said)))
+///             .with_output(&said))
 ///     }
 /// }
 ///

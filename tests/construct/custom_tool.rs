@@ -144,7 +144,7 @@ async fn the_json_gate_says_where_the_file_breaks() {
         .await
         .unwrap();
     assert!(report.blocks());
-    let said = report.output.to_string();
+    let said = report.output();
     assert!(
         said.contains("config.json") && said.contains("line 3"),
         "{said}"
