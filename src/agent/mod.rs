@@ -36,7 +36,7 @@ pub use cli_agent::{EVENTS_KEPT, UNKNOWN_RESET};
 pub use codex::CodexCli;
 pub use command::{ANSWER_KEPT, CommandAgent};
 #[cfg(feature = "fake")]
-pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
+pub use fake::{FakeAgent, Script};
 pub use fallback::{AgentChoice, Fallback};
 pub use gemini::GeminiCli;
 pub use opencode::OpencodeCli;
@@ -582,10 +582,50 @@ pub enum AgentError {
         /// Why each agent was passed over (`claude: …`).
         reasons: Vec<String>,
     },
-    /// A fake agent's script did not cover a request.
+    /// A [`FakeAgent`]'s scripts have no entry for a request.
     #[cfg(feature = "fake")]
-    #[error(transparent)]
-    Fake(#[from] FakeAgentError),
+    #[error(
+        "fake agent has no script for {role} {subject} attempt {attempt}; unconsumed entries: {available}",
+        subject = .subject.as_deref().unwrap_or("(no subject)"),
+        available = if .available.is_empty() { "none".to_owned() } else { .available.join(", ") }
+    )]
+    NoScript {
+        /// The request's role.
+        role: Role,
+        /// Its subject.
+        subject: Option<String>,
+        /// Its attempt.
+        attempt: u32,
+        /// Descriptions of the entries still unconsumed.
+        available: Vec<String>,
+    },
+    /// A [`FakeAgent`]'s entries were never used ([`FakeAgent::verify`]).
+    #[cfg(feature = "fake")]
+    #[error("fake agent scripts were not consumed: {}", .entries.join(", "))]
+    ScriptsLeft {
+        /// Descriptions of the unused entries.
+        entries: Vec<String>,
+    },
+    /// A [`FakeAgent`]'s script file could not be read or parsed.
+    #[cfg(feature = "fake")]
+    #[error("fake agent script {}: {message}", .path.display())]
+    BadScript {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the TOML error's position.
+        message: String,
+    },
+    /// A [`FakeAgent`]'s step names a file outside the workspace (absolute, or going up
+    /// with `..`).
+    #[cfg(feature = "fake")]
+    #[error(
+        "fake agent step refused: path {} must be relative and stay inside the workspace",
+        .path.display()
+    )]
+    OutsideWorkspace {
+        /// The path as the script gives it.
+        path: PathBuf,
+    },
     /// The backend of an agent of your own failed (an HTTP API, a queue): the agent and the
     /// backend's own error. ralph's agents never return it.
     ///
