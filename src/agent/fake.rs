@@ -828,7 +828,6 @@ fn write_file(path: &Path, content: &str, append: bool) -> Result<(), AgentError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::AgentEvents;
     use std::sync::Arc;
 
     fn request(role: Role, subject: &str, dir: &Path) -> AgentRequest {
@@ -948,7 +947,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
-        let events = AgentEvents::new(move |e| sink.lock().unwrap().push(e));
+        let events = move |e| sink.lock().unwrap().push(e);
         let agent = FakeAgent::new()
             .then(
                 Script::new()
@@ -958,13 +957,13 @@ mod tests {
             )
             .then(Script::new().usage(90, 100, Some(85)).answer("never"));
         let ok = agent
-            .run(request(Role::Build, "t", dir.path()).events(events.clone()))
+            .run(request(Role::Build, "t", dir.path()).on_event(events.clone()))
             .await
             .unwrap();
         assert_eq!(ok.exit, AgentExit::Completed);
         assert_eq!(ok.usage.context_tokens, 40);
         let killed = agent
-            .run(request(Role::Build, "t", dir.path()).events(events))
+            .run(request(Role::Build, "t", dir.path()).on_event(events))
             .await
             .unwrap();
         assert_eq!(killed.exit, AgentExit::ContextLimit);

@@ -106,23 +106,24 @@ impl fmt::Display for Role {
     }
 }
 
-/// A sink for live [`AgentEvent`]s (usage, text, tool use) while a run is in progress.
+/// A sink for live [`AgentEvent`]s (usage, text, tool use) while a run is in progress: see
+/// [`AgentRequest::on_event`] and [`AgentRequest::emit`].
 #[derive(Clone, Default)]
-pub struct AgentEvents(Option<Arc<dyn Fn(AgentEvent) + Send + Sync>>);
+pub(crate) struct AgentEvents(Option<Arc<dyn Fn(AgentEvent) + Send + Sync>>);
 
 impl AgentEvents {
     /// Events go to `f`.
-    pub fn new(f: impl Fn(AgentEvent) + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(f: impl Fn(AgentEvent) + Send + Sync + 'static) -> Self {
         AgentEvents(Some(Arc::new(f)))
     }
 
     /// Events are dropped.
-    pub fn none() -> Self {
+    pub(crate) fn none() -> Self {
         AgentEvents(None)
     }
 
     /// Reports one event.
-    pub fn emit(&self, event: AgentEvent) {
+    pub(crate) fn emit(&self, event: AgentEvent) {
         if let Some(f) = &self.0 {
             f(event);
         }
@@ -250,8 +251,8 @@ pub struct AgentRequest {
     pub timeout: Option<Duration>,
     /// Context-pressure tiers.
     pub context: ContextThresholds,
-    /// Live events.
-    pub events: AgentEvents,
+    /// Where live events go ([`on_event`](Self::on_event), [`emit`](Self::emit)).
+    pub(crate) events: AgentEvents,
     /// Cancelled when ralph wants the run stopped (interrupt, stage timeout). The agent then
     /// stops everything it started and returns [`AgentExit::Stopped`].
     pub stop: CancellationToken,
@@ -317,11 +318,18 @@ impl AgentRequest {
         self
     }
 
-    /// Sets the event sink.
+    /// Sends the run's live events to `f` as they happen.
     #[must_use]
-    pub fn events(mut self, events: AgentEvents) -> Self {
-        self.events = events;
+    pub fn on_event(mut self, f: impl Fn(AgentEvent) + Send + Sync + 'static) -> Self {
+        self.events = AgentEvents::new(f);
         self
+    }
+
+    /// Reports a live event of the run to whoever asked for them
+    /// ([`on_event`](Self::on_event)); nothing happens when nobody did. For agents of your
+    /// own: ralph's observers get each one as [`Event::Agent`](crate::Event::Agent).
+    pub fn emit(&self, event: AgentEvent) {
+        self.events.emit(event);
     }
 
     /// Sets the stop token.

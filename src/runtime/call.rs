@@ -335,8 +335,8 @@ impl Caller {
             .log_path(&log)
             .timeout(self.limits.agent_timeout.min(remaining))
             .context(self.limits.context)
-            .events(self.forward_events(call.subject.clone()))
             .stop(token.clone());
+        request.events = self.forward_events(call.subject.clone());
         request.subject = call.subject.clone();
         request.schema = schema;
         let span = tracing::info_span!(

@@ -361,7 +361,7 @@ impl StreamParser {
     /// flushes the reader's tee and returns the summary.
     ///
     /// ```
-    /// use ralph::agent::{AgentEvent, AgentEvents, AgentExit, FailureKind};
+    /// use ralph::agent::{AgentEvent, AgentExit, FailureKind};
     /// use ralph::__internals::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -373,15 +373,15 @@ impl StreamParser {
     /// "#;
     /// let dir = tempfile::tempdir()?;
     /// let log = tokio::fs::File::create(dir.path().join("run.log")).await?;
-    /// let events = AgentEvents::new(|event| {
+    /// let on_event = |event| {
     ///     if let AgentEvent::ApiRetry { attempt, .. } = event {
     ///         assert_eq!(attempt, 1);
     ///     }
-    /// });
+    /// };
     ///
     /// let reader = LineReader::new(stdout).tee(log);
     /// let summary = StreamParser::new(StreamOptions::default())
-    ///     .read(reader, |event| events.emit(event))
+    ///     .read(reader, on_event)
     ///     .await;
     ///
     /// // `subtype` says "success"; `is_error` says otherwise.
