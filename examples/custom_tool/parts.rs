@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use ralph::gate::{Gate, GateContext, GateError, GateReport, GateStatus};
-use ralph::model::{Board, Change, Complexity, Priority, Task};
-use ralph::prioritize::{CriticalPath, PrioritizeError, Prioritized, Prioritizer};
+use ralph::model::{Board, Change, Complexity, Priority, Task, TaskId};
+use ralph::prioritize::{CriticalPath, PrioritizeError, Prioritizer};
 use ralph::store::{Store, StoreError};
 use ralph::{Agent, BuildError, Event, Observer, Ralph, async_trait};
 
@@ -81,7 +81,7 @@ impl Gate for JsonParses {
 pub(crate) struct SmallFirst;
 
 impl Prioritizer for SmallFirst {
-    fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
+    fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
         let size = |t: &Task| t.complexity.unwrap_or(Complexity::Medium);
         let mut waiting: Vec<&Task> = tasks.iter().collect();
         waiting.sort_by_key(|t| size(t)); // stable: ties keep their order
@@ -107,7 +107,7 @@ impl Prioritizer for SmallFirst {
             };
             order.push((task.id.clone(), priority));
         }
-        Ok(Prioritized::from_order(order))
+        Ok(order)
     }
 }
 

@@ -40,7 +40,7 @@ use crate::model::{
 };
 use crate::outcome::{BlockedItem, Evidence, Outcome};
 use crate::output::{bounded_failure, first_line};
-use crate::prioritize::Prioritizer;
+use crate::prioritize::{Prioritizer, PriorityReport};
 use crate::runtime::Context;
 use crate::runtime::call::{Call, Caller};
 use crate::runtime::error::Error;
@@ -686,10 +686,10 @@ pub(crate) fn prioritize_changes(
             .filter(|t| t.is_buildable())
             .cloned()
             .collect();
-        let result = prioritizer.prioritize(&pending)?;
+        let order = prioritizer.prioritize(&pending)?;
         let mut ranked: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
-        let mut labels = Vec::with_capacity(result.order.len());
-        for (rank, (id, priority)) in result.order.iter().enumerate() {
+        let mut labels = Vec::with_capacity(order.len());
+        for (rank, (id, priority)) in order.iter().enumerate() {
             labels.push(format!("{id}:{priority}"));
             ranked
                 .entry(id)
@@ -712,7 +712,7 @@ pub(crate) fn prioritize_changes(
             }
         }
         let event = Event::Prioritized {
-            report: result.report,
+            report: PriorityReport::of(&order),
             order: labels,
         };
         (updates, event)

@@ -540,12 +540,12 @@ impl Prioritizer for NewestFirst {
     fn prioritize(
         &self,
         tasks: &[Task],
-    ) -> Result<ralph::prioritize::Prioritized, ralph::prioritize::PrioritizeError> {
-        let order = tasks
+    ) -> Result<Vec<(TaskId, ralph::model::Priority)>, ralph::prioritize::PrioritizeError> {
+        Ok(tasks
             .iter()
             .rev()
-            .map(|t| (t.id.clone(), ralph::model::Priority::Medium));
-        Ok(ralph::prioritize::Prioritized::from_order(order))
+            .map(|t| (t.id.clone(), ralph::model::Priority::Medium))
+            .collect())
     }
 }
 
