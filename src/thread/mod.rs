@@ -17,7 +17,7 @@
 //! ([`revise`](Threads::revise), [`reconfigure`](Threads::reconfigure),
 //! [`manual_assist`](Threads::manual_assist), [`abandon`](Threads::abandon),
 //! [`diagnose`](Threads::diagnose)), [`approve`](Threads::approve) and
-//! [`commit`](Threads::commit). Quick mode ([`ThreadOptions::quick`]) advances *to* a
+//! [`commit`](Threads::commit). Quick mode ([`Threads::quick`]) advances *to* a
 //! checkpoint and never past it.
 //!
 //! # Git
@@ -92,7 +92,7 @@
 //!
 //! ```
 //! use ralph::agent::{FakeAgent, Script};
-//! use ralph::thread::{PhaseKind, ThreadOptions, Threads};
+//! use ralph::thread::{PhaseKind, Threads};
 //! # use std::process::Command;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -106,7 +106,7 @@
 //! // A git repository with one commit: a thread works on its own branch.
 //!
 //! let agent = FakeAgent::new().then(Script::new().write("hello.txt", "hello\n").answer("Wrote it.\nSHIPPED"));
-//! let threads = Threads::new(dir.path(), agent)?.options(ThreadOptions::default().quick(true));
+//! let threads = Threads::new(dir.path(), agent)?.quick(true);
 //! let spec = "# Hello\n<promise>SHIPPED</promise>\n## Acceptance Criteria\n- [ ] greets: `grep -q hello hello.txt`\n";
 //! let id = threads.create("Hello", spec)?.id;
 //!
@@ -131,7 +131,6 @@ mod dry_run;
 mod error;
 mod lifecycle;
 mod lock;
-mod options;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
 pub(crate) mod phase;
 mod preflight;
@@ -151,7 +150,6 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{Agent, Fallback};
 use crate::event::Observer;
 use crate::files::seen::Watch;
-pub use crate::git::Baseline;
 use crate::git::Git;
 use crate::runtime::Context;
 use crate::runtime::logs::Emitter;
@@ -159,7 +157,7 @@ pub use assess::{AssessIssue, Assessment};
 pub use draft::Turn;
 pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
-pub use options::{Confirm, ThreadOptions};
+pub use lifecycle::Confirm;
 pub use phase::{Phase, PhaseKind};
 pub use record::{Feedback, IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord};
 
@@ -182,7 +180,10 @@ pub struct Threads {
     root: PathBuf,
     /// Agents registered by name, for [`RunConfig::agents`] and [`RunConfig::verifier`].
     agents: Vec<Named>,
-    options: ThreadOptions,
+    /// Quick mode ([`quick`](Self::quick)).
+    quick: bool,
+    /// The loop's settings a thread takes when it starts ([`run_config`](Self::run_config)).
+    run_config: RunConfig,
     /// Observers added with [`observer`](Self::observer), beside the context's.
     observers: Vec<Arc<dyn Observer>>,
     /// Sends events to every observer: warnings (leftovers killed), and each agent run and
@@ -201,7 +202,8 @@ impl std::fmt::Debug for Threads {
                 "agents",
                 &self.agents.iter().map(|(n, _)| n).collect::<Vec<_>>(),
             )
-            .field("options", &self.options)
+            .field("quick", &self.quick)
+            .field("run_config", &self.run_config)
             .finish_non_exhaustive()
     }
 }
@@ -227,7 +229,8 @@ impl Threads {
             emitter: Emitter::new(&ctx.observers),
             ctx,
             agents: Vec::new(),
-            options: ThreadOptions::default(),
+            quick: false,
+            run_config: RunConfig::default(),
             observers: Vec::new(),
             seen: Watch::default(),
         }
@@ -250,10 +253,20 @@ impl Threads {
         self
     }
 
-    /// Sets the options.
+    /// Quick mode: skip assessment, configuration and polish, advancing to the next human
+    /// checkpoint (never past it). Default off (methodical).
     #[must_use]
-    pub fn options(mut self, options: ThreadOptions) -> Self {
-        self.options = options;
+    pub fn quick(mut self, quick: bool) -> Self {
+        self.quick = quick;
+        self
+    }
+
+    /// The loop's settings a thread takes when it starts (Configuring may change them), and
+    /// the models a thread not yet started asks (`discuss`, `assess`). Default
+    /// [`RunConfig::default`].
+    #[must_use]
+    pub fn run_config(mut self, config: RunConfig) -> Self {
+        self.run_config = config;
         self
     }
 
@@ -264,13 +277,13 @@ impl Threads {
     ///
     /// ```
     /// use ralph::agent::FakeAgent;
-    /// use ralph::thread::{RunConfig, ThreadOptions, Threads};
+    /// use ralph::thread::{RunConfig, Threads};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let threads = Threads::new(dir.path(), FakeAgent::new())?
     ///     .agent("opus", FakeAgent::new())
     ///     .agent("sonnet", FakeAgent::new())
-    ///     .options(ThreadOptions::default().config(RunConfig::default().agents(["opus", "sonnet"])));
+    ///     .run_config(RunConfig::default().agents(["opus", "sonnet"]));
     /// # let _ = threads;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -45,9 +45,11 @@ pub struct ThreadRecord {
     /// Runs made so far (numbers the next run id).
     #[serde(default)]
     pub runs: u32,
-    /// Where the work started, captured when implementation began.
+    /// Where the work started, captured when implementation began: what going back to
+    /// Drafting resets the work tree to. Read with [`baseline_commit`](Self::baseline_commit)
+    /// and [`baseline_branch`](Self::baseline_branch).
     #[serde(default)]
-    pub baseline: Option<Baseline>,
+    pub(crate) baseline: Option<Baseline>,
     /// The managed branch (`ralph/<id>`), once created.
     #[serde(default)]
     pub branch: Option<String>,
@@ -439,6 +441,17 @@ pub(crate) fn process_alive(pid: u32) -> bool {
 }
 
 impl ThreadRecord {
+    /// The commit the work started from (HEAD when implementation began), once it began.
+    pub fn baseline_commit(&self) -> Option<&str> {
+        self.baseline.as_ref().map(|b| b.commit_sha.as_str())
+    }
+
+    /// The branch checked out when implementation began; `None` before, or when HEAD was
+    /// detached then.
+    pub fn baseline_branch(&self) -> Option<&str> {
+        self.baseline.as_ref().and_then(|b| b.branch.as_deref())
+    }
+
     /// Whether the thread is Running or Verifying with no live process behind it (the
     /// process that ran the loop died without saving Paused).
     pub fn is_orphaned(&self) -> bool {

@@ -27,7 +27,7 @@ impl Threads {
             runs: 0,
             baseline: None,
             branch: None,
-            config: self.options.config.clone(),
+            config: self.run_config.clone(),
             iteration_limit: 0,
             attempts: Vec::new(),
             closest: None,

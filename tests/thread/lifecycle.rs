@@ -468,11 +468,9 @@ async fn a_hanging_iteration_times_out_and_counts_as_failed() {
     let threads = threads(dir.path(), &agent, true, 3);
     let id = finalized(&threads, SPEC);
     threads.configure(&id, RunConfig::default()).unwrap_err(); // not Configuring yet: refused with the phase named
-    let threads = threads.options(
-        ralph::thread::ThreadOptions::default()
-            .quick(true)
-            .config(RunConfig::default().agent_timeout(Duration::from_millis(300))),
-    );
+    let threads = threads
+        .quick(true)
+        .run_config(RunConfig::default().agent_timeout(Duration::from_millis(300)));
     let started = std::time::Instant::now();
     let thread = threads.start(&id).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(20));
