@@ -167,7 +167,6 @@ pub use git::GitError;
 /// async methods carries: `#[ralph::async_trait]`, with no dependency of your own.
 pub use async_trait::async_trait;
 pub use outcome::BlockedItem;
-pub use outcome::Evidence;
 pub use outcome::Outcome;
 #[cfg(feature = "specs")]
 pub use outcome::SpecsOutcome;

@@ -38,7 +38,7 @@ use crate::model::{
     AcceptedBy, Board, Change, Issue, IssueStatus, IterationEntry, KillReason, Priority, RunState,
     Stage, Task, TaskId, TaskStatus,
 };
-use crate::outcome::{BlockedItem, Evidence, Outcome};
+use crate::outcome::{BlockedItem, Outcome};
 use crate::output::{bounded_failure, first_line};
 use crate::prioritize::{Prioritizer, PriorityReport};
 use crate::runtime::Context;
@@ -450,15 +450,7 @@ fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: Ending) ->
                 remaining: remaining(board),
             })
         }
-        Stage::Complete => Some(Outcome::Complete {
-            iterations: iteration.saturating_sub(1).max(1),
-            accepted: board
-                .tasks
-                .values()
-                .filter(|t| t.status == TaskStatus::Accepted)
-                .count(),
-            evidence: evidence(board),
-        }),
+        Stage::Complete => Some(complete(board, iteration.saturating_sub(1).max(1))),
         Stage::Unverified if ending.check_failed => Some(Outcome::Unverified {
             reason: board
                 .run
@@ -482,29 +474,33 @@ fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: Ending) ->
     }
 }
 
-/// What a complete board rests on: the gates its accepted tasks passed, who accepted them,
-/// and the gap analysis that answered.
-fn evidence(board: &Board) -> Evidence {
-    let mut evidence = Evidence {
-        gap_analysis: board.run.spec_check.as_ref().map_or(0, |c| c.iteration),
-        ..Evidence::default()
-    };
-    for task in board
+/// The outcome of a complete board, with what it rests on: the gates its accepted tasks
+/// passed, who accepted them, and the gap analysis that answered.
+fn complete(board: &Board, iterations: u32) -> Outcome {
+    let (mut gates, mut verifier, mut people) = (Vec::new(), Vec::new(), Vec::new());
+    let accepted = board
         .tasks
         .values()
-        .filter(|t| t.status == TaskStatus::Accepted)
-    {
+        .filter(|t| t.status == TaskStatus::Accepted);
+    for task in accepted {
         for gate in &task.gates {
-            if !evidence.gates.contains(gate) {
-                evidence.gates.push(gate.clone());
+            if !gates.contains(gate) {
+                gates.push(gate.clone());
             }
         }
         match task.accepted_by {
-            Some(AcceptedBy::Person) => evidence.people.push(task.id.clone()),
-            _ => evidence.verifier.push(task.id.clone()),
+            Some(AcceptedBy::Person) => people.push(task.id.clone()),
+            _ => verifier.push(task.id.clone()),
         }
     }
-    evidence
+    Outcome::Complete {
+        iterations,
+        accepted: verifier.len() + people.len(),
+        gates,
+        verifier,
+        people,
+        gap_analysis: board.run.spec_check.as_ref().map_or(0, |c| c.iteration),
+    }
 }
 
 /// Work not yet accepted: remaining tasks plus open issues (each becomes tasks).

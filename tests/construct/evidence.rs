@@ -156,10 +156,10 @@ async fn a_gap_analysis_that_answers_prose_leaves_the_run_unverified() {
         .construct("spec.md")
         .await
         .unwrap();
-    let Outcome::Complete { evidence, .. } = &outcome else {
+    let Outcome::Complete { gap_analysis, .. } = &outcome else {
         panic!("expected Complete, got {outcome:?}");
     };
-    assert_eq!(evidence.gap_analysis, 2);
+    assert_eq!(*gap_analysis, 2);
     assert_eq!(agent.requests().len(), 1, "only the gap analysis ran");
 }
 
@@ -192,21 +192,28 @@ async fn complete_says_what_it_rested_on() {
 
     let outcome = h.run(|b| b.gate(done_gate())).await;
 
-    let Outcome::Complete { evidence, .. } = &outcome else {
+    let Outcome::Complete {
+        gates,
+        verifier,
+        people,
+        gap_analysis,
+        ..
+    } = &outcome
+    else {
         panic!("expected Complete, got {outcome:?}");
     };
-    assert_eq!(evidence.gates, ["done-file"]);
-    assert_eq!(evidence.verifier, [TaskId::new("t-1")]);
-    assert!(evidence.people.is_empty());
-    assert_eq!(evidence.gap_analysis, 1);
+    assert_eq!(gates, &["done-file"]);
+    assert_eq!(verifier, &[TaskId::new("t-1")]);
+    assert!(people.is_empty());
+    assert_eq!(*gap_analysis, 1);
     assert_eq!(
         outcome.to_string(),
         "Spec complete: 1 task accepted in 1 iteration. Evidence: gates done-file passed; \
          accepted by a verifier: t-1; the gap analysis of iteration 1 found nothing missing."
     );
     let json = serde_json::to_value(&outcome).unwrap();
-    assert_eq!(json["evidence"]["gates"], json!(["done-file"]));
-    assert_eq!(json["evidence"]["verifier"], json!(["t-1"]));
+    assert_eq!(json["gates"], json!(["done-file"]));
+    assert_eq!(json["verifier"], json!(["t-1"]));
     let task = h.task("t-1");
     assert_eq!(task.accepted_by, Some(AcceptedBy::Verifier));
     assert_eq!(task.gates, ["done-file"]);
@@ -233,10 +240,10 @@ async fn with_no_required_gate_complete_says_so() {
         .run(|b| b.gate(ShellGate::new("lint", "true").required(false)))
         .await;
 
-    let Outcome::Complete { evidence, .. } = &outcome else {
+    let Outcome::Complete { gates, .. } = &outcome else {
         panic!("expected Complete, got {outcome:?}");
     };
-    assert!(evidence.gates.is_empty());
+    assert!(gates.is_empty());
     assert!(
         outcome.to_string().contains("Evidence: no required gates;"),
         "{outcome}"
@@ -295,11 +302,14 @@ async fn a_persons_acceptance_is_recorded_as_such_and_the_spec_is_still_checked(
 
     let outcome = h.run(|b| b.gate(done_gate())).await;
 
-    let Outcome::Complete { evidence, .. } = &outcome else {
+    let Outcome::Complete {
+        people, verifier, ..
+    } = &outcome
+    else {
         panic!("expected Complete, got {outcome:?}");
     };
-    assert_eq!(evidence.people, [TaskId::new("t-9")]);
-    assert_eq!(evidence.verifier, [TaskId::new("t-1")]);
+    assert_eq!(people, &[TaskId::new("t-9")]);
+    assert_eq!(verifier, &[TaskId::new("t-1")]);
     assert!(
         outcome.to_string().contains("accepted by a person: t-9"),
         "{outcome}"
