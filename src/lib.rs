@@ -173,7 +173,7 @@ pub use outcome::SpecsOutcome;
 pub use prioritize::{CriticalPath, Prioritizer};
 pub use ralph::{Ralph, RalphBuilder};
 pub use runtime::error::{BuildError, Error};
-pub use runtime::interrupt::{Interrupt, Interrupts};
+pub use runtime::interrupt::Interrupts;
 pub use runtime::workspace::STATE_DIR;
 /// The stop token of a run ([`Ralph::stop_token`], [`RalphBuilder::stop_token`],
 /// [`AgentRequest`]'s `stop`): cancel it and the running agent or gate is stopped.

@@ -247,8 +247,8 @@ fn interrupts(ralph: &Ralph) -> std::io::Result<Interrupts> {
 
 /// The outcome's exit code, or the signal's that interrupted the run.
 fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
-    let code = match interrupts.received() {
-        Some(signal) if code == 130 => i32::from(signal.exit_code()),
+    let code = match interrupts.exit_code() {
+        Some(signal) if code == 130 => i32::from(signal),
         _ => code,
     };
     u8::try_from(code).unwrap_or(1)

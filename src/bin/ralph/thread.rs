@@ -278,8 +278,8 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         }
     };
     show(&threads, &record);
-    Ok(match (interrupts.received(), &record.phase) {
-        (Some(signal), Phase::Paused { .. }) => signal.exit_code(),
+    Ok(match (interrupts.exit_code(), &record.phase) {
+        (Some(code), Phase::Paused { .. }) => code,
         (_, Phase::PreflightFailed { .. }) => 3,
         (_, Phase::Stuck { .. }) => 2,
         _ => 0,
