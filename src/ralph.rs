@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
-use crate::config::{Config, ConfigError, Overrides, StoreKind};
+use crate::config::{Config, ConfigError, Overrides, StoreConfig};
 use crate::construct::Engine;
 use crate::construct::dry_run::DryRun;
 use crate::event::Observer;
@@ -556,12 +556,10 @@ fn collect_gates(
 }
 
 fn open_store(workspace: &Path, config: &Config) -> Result<Arc<dyn Store>, BuildError> {
-    Ok(match config.store.kind {
-        StoreKind::Memory => Arc::new(MemoryStore::new()),
-        StoreKind::Progress => Arc::new(ProgressStore::open(
-            workspace.join(config.store.effective_path()),
-        )?),
-        _ => Arc::new(JsonlStore::open(workspace.join(&config.store.path))?),
+    Ok(match &config.store {
+        StoreConfig::Progress { path } => Arc::new(ProgressStore::open(workspace.join(path))?),
+        StoreConfig::Jsonl { path } => Arc::new(JsonlStore::open(workspace.join(path))?),
+        StoreConfig::Memory {} => Arc::new(MemoryStore::new()),
     })
 }
 

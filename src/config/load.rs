@@ -246,7 +246,7 @@ mod tests {
     use figment::Jail;
 
     use super::*;
-    use crate::config::{ContextThresholds, PermissionMode, StoreKind};
+    use crate::config::{ContextThresholds, PermissionMode, StoreConfig};
 
     fn load_in(jail: &Jail) -> Result<Config, ConfigError> {
         Config::load(jail.directory())
@@ -309,17 +309,31 @@ mod tests {
             let c = load_in(jail).unwrap();
             assert!(c.once);
             assert_eq!(c.recent_attempts, 3, "env beats file");
-            assert_eq!(c.store.kind, StoreKind::Progress);
-            assert_eq!(
-                c.store.effective_path(),
-                PathBuf::from(crate::config::sections::PROGRESS_FILE)
-            );
+            assert_eq!(c.store, StoreConfig::progress(), "its own default file");
             jail.create_file(
                 "ralph.toml",
                 "[store]\nkind = \"progress\"\npath = \"docs/P.md\"\n",
             )?;
             let c = load_in(jail).unwrap();
-            assert_eq!(c.store.effective_path(), PathBuf::from("docs/P.md"));
+            assert_eq!(c.store.path(), Some(Path::new("docs/P.md")));
+            // A path alone keeps the default kind; the environment can change the kind.
+            jail.create_file("ralph.toml", "[store]\npath = \"state/plan.jsonl\"\n")?;
+            assert_eq!(
+                load_in(jail).unwrap().store,
+                StoreConfig::jsonl().at("state/plan.jsonl")
+            );
+            jail.set_env("RALPH_STORE__KIND", "progress");
+            assert_eq!(
+                load_in(jail).unwrap().store,
+                StoreConfig::progress().at("state/plan.jsonl")
+            );
+            // A memory store keeps no file: a path for it is a mistake, named.
+            jail.clear_env();
+            jail.create_file("ralph.toml", "[store]\nkind = \"memory\"\npath = \"x\"\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("path") && msg.contains("ralph.toml"), "{msg}");
+            jail.create_file("ralph.toml", "[store]\nkind = \"memory\"\n")?;
+            assert_eq!(load_in(jail).unwrap().store, StoreConfig::Memory {});
             Ok(())
         });
     }

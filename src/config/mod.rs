@@ -22,8 +22,8 @@
 //! kill = 0.95
 //!
 //! [store]
-//! kind = "jsonl"          # or "progress" (a markdown PROGRESS.md), or "memory"
-//! path = ".ralph/plan.jsonl"
+//! kind = "jsonl"          # or "progress" (markdown), or "memory" (no file)
+//! path = ".ralph/plan.jsonl" # the default of jsonl; progress defaults to PROGRESS.md
 //!
 //! [claude]          # how ClaudeCli runs the CLI: see ClaudeConfig
 //! model = "sonnet"
@@ -69,9 +69,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) use agents::BIN_ENV;
 pub use agents::{ClaudeConfig, CliConfig, CommandConfig, PermissionMode};
 pub(crate) use load::Overrides;
-pub use sections::{
-    ContextThresholds, GateConfig, PlanningConfig, PromptPaths, StoreConfig, StoreKind,
-};
+pub use sections::{ContextThresholds, GateConfig, PlanningConfig, PromptPaths, StoreConfig};
 pub(crate) use validate::bounds;
 
 /// Everything the loop needs to know about limits, gates, state and logs.
@@ -242,7 +240,10 @@ mod tests {
         assert_eq!(c.stage_timeout, Duration::from_secs(300));
         assert_eq!(c.context, ContextThresholds::new(0.70, 0.85, 0.95));
         assert_eq!(c.log_dir, PathBuf::from("build/ralph-logs"));
-        assert_eq!(c.store.path, PathBuf::from(".ralph/plan.jsonl"));
+        assert_eq!(
+            c.store.path(),
+            Some(std::path::Path::new(".ralph/plan.jsonl"))
+        );
         c.validate().unwrap();
     }
 }

@@ -1,7 +1,7 @@
 //! The tables of the loop itself: `[context]`, `[store]`, `[planning]`, `[prompts]` and
 //! `[[gates]]`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -84,65 +84,101 @@ fn five_minutes() -> Duration {
     Duration::from_secs(300)
 }
 
-/// Which [`Store`](crate::Store) the builder creates when none is given.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum StoreKind {
-    /// [`JsonlStore`](crate::JsonlStore) at `store.path`.
-    #[default]
-    Jsonl,
-    /// [`MemoryStore`](crate::MemoryStore): nothing survives the process.
-    Memory,
-    /// [`ProgressStore`](crate::store::ProgressStore): a markdown progress file people can
-    /// edit (seed 003), at `store.path` (default `PROGRESS.md`).
-    Progress,
-}
-
-/// `[store]`: the kind and its file.
+/// `[store]`: where the board is kept when the builder is given no
+/// [`Store`](crate::Store): the `kind`, and for a kind with a file, its `path` (relative to
+/// the workspace), whose default is the kind's own.
+///
+/// ```toml
+/// [store]
+/// kind = "progress"        # "jsonl" (the default), "progress" or "memory"
+/// path = "docs/PROGRESS.md" # default: .ralph/plan.jsonl for jsonl, PROGRESS.md for progress
+/// ```
+///
+/// ```
+/// use ralph::config::{Config, StoreConfig};
+///
+/// let config = Config::default();
+/// assert_eq!(config.store.path(), Some(std::path::Path::new(".ralph/plan.jsonl")));
+/// assert_eq!(StoreConfig::progress().path(), Some(std::path::Path::new("PROGRESS.md")));
+/// assert_eq!(StoreConfig::Memory {}.path(), None);
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 #[non_exhaustive]
-pub struct StoreConfig {
-    /// The kind. Default `jsonl`.
-    pub kind: StoreKind,
-    /// The state file, relative to the workspace. Default `.ralph/plan.jsonl`; for
-    /// `kind = "progress"` left at that default, `PROGRESS.md` (see
-    /// [`effective_path`](Self::effective_path)).
-    pub path: PathBuf,
+pub enum StoreConfig {
+    /// [`JsonlStore`](crate::JsonlStore): an append-only log of every change.
+    #[non_exhaustive]
+    Jsonl {
+        /// The file. Default `.ralph/plan.jsonl`.
+        #[serde(default = "jsonl_file", skip_serializing_if = "is_jsonl_file")]
+        path: PathBuf,
+    },
+    /// [`MemoryStore`](crate::MemoryStore): nothing survives the process.
+    Memory {},
+    /// [`ProgressStore`](crate::store::ProgressStore): a markdown progress file people can
+    /// edit (seed 003).
+    #[non_exhaustive]
+    Progress {
+        /// The file. Default `PROGRESS.md`.
+        #[serde(default = "progress_file", skip_serializing_if = "is_progress_file")]
+        path: PathBuf,
+    },
 }
-
-/// The default file of `kind = "progress"`.
-pub(crate) const PROGRESS_FILE: &str = "PROGRESS.md";
 
 impl StoreConfig {
-    /// The file the store uses: `path`, except that a progress store whose `path` was left
-    /// at the JSONL default uses [`PROGRESS_FILE`] (one default cannot suit both formats).
-    ///
-    /// ```
-    /// use ralph::config::{Config, StoreKind};
-    ///
-    /// let mut config = Config::default();
-    /// assert_eq!(config.store.effective_path(), std::path::Path::new(".ralph/plan.jsonl"));
-    /// config.store.kind = StoreKind::Progress;
-    /// assert_eq!(config.store.effective_path(), std::path::Path::new("PROGRESS.md"));
-    /// ```
-    pub fn effective_path(&self) -> PathBuf {
-        if self.kind == StoreKind::Progress && self.path == StoreConfig::default().path {
-            PathBuf::from(PROGRESS_FILE)
-        } else {
-            self.path.clone()
+    /// A JSONL store at its default file.
+    pub fn jsonl() -> Self {
+        StoreConfig::Jsonl { path: jsonl_file() }
+    }
+
+    /// A progress store at its default file.
+    pub fn progress() -> Self {
+        StoreConfig::Progress {
+            path: progress_file(),
+        }
+    }
+
+    /// The same kind of store at `path`; a memory store has none.
+    #[must_use]
+    pub fn at(self, path: impl Into<PathBuf>) -> Self {
+        match self {
+            StoreConfig::Jsonl { .. } => StoreConfig::Jsonl { path: path.into() },
+            StoreConfig::Progress { .. } => StoreConfig::Progress { path: path.into() },
+            StoreConfig::Memory {} => StoreConfig::Memory {},
+        }
+    }
+
+    /// The state file, relative to the workspace; `None` for a memory store.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            StoreConfig::Jsonl { path } | StoreConfig::Progress { path } => Some(path),
+            StoreConfig::Memory {} => None,
         }
     }
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig {
-            kind: StoreKind::Jsonl,
-            path: PathBuf::from(".ralph/plan.jsonl"),
-        }
+        StoreConfig::jsonl()
     }
+}
+
+// Each kind's default file is left out when written, so that a layer that sets only the
+// kind (`kind = "progress"` in ralph.toml over the built-in jsonl) gets that kind's default.
+fn jsonl_file() -> PathBuf {
+    PathBuf::from(".ralph/plan.jsonl")
+}
+
+fn is_jsonl_file(path: &Path) -> bool {
+    *path == jsonl_file()
+}
+
+fn progress_file() -> PathBuf {
+    PathBuf::from("PROGRESS.md")
+}
+
+fn is_progress_file(path: &Path) -> bool {
+    *path == progress_file()
 }
 
 /// `[prompts]`: template files that replace the built-in ones (minijinja syntax), relative to

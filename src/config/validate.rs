@@ -183,9 +183,8 @@ impl Config {
     /// never going up with `..` (the rule spec paths follow too). A state file or log folder
     /// outside it would escape the workspace's lock.
     fn check_paths(&self) -> Result<(), ConfigError> {
-        let store = self.store.effective_path();
-        for (key, path) in [
-            ("store.path", store.as_path()),
+        let store = self.store.path().map(|path| ("store.path", path));
+        for (key, path) in store.into_iter().chain([
             ("log_dir", self.log_dir.as_path()),
             ("planning.specs_dir", self.planning.specs_dir.as_path()),
             (
@@ -193,7 +192,7 @@ impl Config {
                 self.planning.implementation.as_path(),
             ),
             ("planning.progress", self.planning.progress.as_path()),
-        ] {
+        ]) {
             let message = if path.as_os_str().is_empty() {
                 "is empty"
             } else if path.is_absolute() {
