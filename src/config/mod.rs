@@ -58,6 +58,7 @@ mod props;
 mod sections;
 mod validate;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -69,7 +70,8 @@ use serde::{Deserialize, Serialize};
 pub(crate) use agents::BIN_ENV;
 pub use agents::{ClaudeConfig, CliConfig, CommandConfig, PermissionMode};
 pub(crate) use load::Overrides;
-pub use sections::{ContextThresholds, GateConfig, PlanningConfig, PromptPaths, StoreConfig};
+pub(crate) use sections::TEMPLATES;
+pub use sections::{ContextThresholds, GateConfig, PlanningConfig, StoreConfig};
 pub(crate) use validate::bounds;
 
 /// Everything the loop needs to know about limits, gates, state and logs.
@@ -125,8 +127,28 @@ pub struct Config {
     pub store: StoreConfig,
     /// Where stage and agent logs go, relative to the workspace. Default `build/ralph-logs`.
     pub log_dir: PathBuf,
-    /// Prompt template overrides.
-    pub prompts: PromptPaths,
+    /// `[prompts]`: template files that replace the built-in ones, by template name,
+    /// relative to the workspace (minijinja syntax; a name that is no template is refused,
+    /// naming it):
+    ///
+    /// | name | the prompt of |
+    /// |---|---|
+    /// | `build` | a task's first BUILD attempt |
+    /// | `retry` | a BUILD retry (carries the previous failure) |
+    /// | `investigate` | INVESTIGATE |
+    /// | `verify` | the verifier |
+    /// | `gap_analysis` | the gap analysis |
+    /// | `decompose` | the decomposer |
+    /// | `task` | build mode's task (seed 004) |
+    /// | `task_retry` | build mode's task retry (carries the gate failures) |
+    /// | `planner` | build mode's per-spec planner (seed 002) |
+    /// | `spec_verify` | build mode's verifier of a whole spec |
+    /// | `plan_mode` | plan mode (specs → `implementation.json`) |
+    /// | `thread` | a thread's iteration (with the reviewer's feedback after a send-back) |
+    /// | `thread_verify` | a thread's read-only verifier of one acceptance criterion |
+    /// | `thread_assess` | a thread's AI review of its spec (Assessing) |
+    /// | `thread_draft` | a thread's Drafting conversation |
+    pub prompts: BTreeMap<String, PathBuf>,
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
     pub claude: ClaudeConfig,
     /// How [`CodexCli`](crate::agent::CodexCli) runs the OpenAI Codex CLI.
@@ -169,7 +191,7 @@ impl Default for Config {
             gates: Vec::new(),
             store: StoreConfig::default(),
             log_dir: PathBuf::from("build/ralph-logs"),
-            prompts: PromptPaths::default(),
+            prompts: BTreeMap::new(),
             claude: ClaudeConfig::default(),
             codex: CliConfig::default(),
             gemini: CliConfig::default(),

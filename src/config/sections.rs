@@ -181,44 +181,25 @@ fn is_progress_file(path: &Path) -> bool {
     *path == progress_file()
 }
 
-/// `[prompts]`: template files that replace the built-in ones (minijinja syntax), relative to
-/// the workspace.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct PromptPaths {
-    /// The BUILD prompt of a task's first attempt.
-    pub build: Option<PathBuf>,
-    /// The BUILD prompt of a retry (carries the previous failure).
-    pub retry: Option<PathBuf>,
-    /// The INVESTIGATE prompt.
-    pub investigate: Option<PathBuf>,
-    /// The verifier prompt.
-    pub verify: Option<PathBuf>,
-    /// The gap-analysis prompt.
-    pub gap_analysis: Option<PathBuf>,
-    /// The decomposer prompt.
-    pub decompose: Option<PathBuf>,
-    /// Build mode's prompt of a task (seed 004).
-    pub task: Option<PathBuf>,
-    /// Build mode's prompt of a task's retry (carries the gate failures).
-    pub task_retry: Option<PathBuf>,
-    /// The per-spec planner's prompt (seed 002).
-    pub planner: Option<PathBuf>,
-    /// Build mode's verifier of a whole spec.
-    pub spec_verify: Option<PathBuf>,
-    /// Plan mode's prompt (specs → implementation.json).
-    pub plan_mode: Option<PathBuf>,
-    /// A thread's iteration (the loop's prompt, with the reviewer's feedback after a
-    /// send-back).
-    pub thread: Option<PathBuf>,
-    /// A thread's read-only verifier of one acceptance criterion.
-    pub thread_verify: Option<PathBuf>,
-    /// A thread's AI review of its spec (Assessing).
-    pub thread_assess: Option<PathBuf>,
-    /// A thread's Drafting conversation.
-    pub thread_draft: Option<PathBuf>,
-}
+/// The prompt templates a `[prompts]` entry can replace, by name: the keys of
+/// [`Config::prompts`](super::Config::prompts).
+pub(crate) const TEMPLATES: [&str; 15] = [
+    "build",
+    "retry",
+    "investigate",
+    "verify",
+    "gap_analysis",
+    "decompose",
+    "task",
+    "task_retry",
+    "planner",
+    "spec_verify",
+    "plan_mode",
+    "thread",
+    "thread_verify",
+    "thread_assess",
+    "thread_draft",
+];
 
 /// `[context]`: the three context-pressure tiers, as fractions of the model's window
 /// (seed 000's warn 0.70, compact 0.85, kill 0.95).

@@ -2,7 +2,7 @@
 //! files ralph writes inside the workspace, names that are not empty or repeated, and each
 //! agent's table usable.
 
-use super::{ClaudeConfig, Config, ConfigError};
+use super::{ClaudeConfig, Config, ConfigError, TEMPLATES};
 
 /// The largest values of the settings: far above what any run needs, and low enough that no
 /// arithmetic on them can overflow (a deadline is `now + timeout`, a count is incremented and
@@ -83,6 +83,7 @@ impl Config {
         if self.planning.magic_phrase.trim().is_empty() {
             return Err(invalid("planning.magic_phrase", "is empty".into()));
         }
+        self.check_prompts()?;
         check_claude(&self.claude).map_err(|(key, why)| invalid(&format!("claude.{key}"), why))?;
         let mut names = std::collections::HashSet::new();
         for (i, gate) in self.gates.iter().enumerate() {
@@ -177,6 +178,32 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Every `[prompts]` entry names a template (with the closest one when it is a typo).
+    fn check_prompts(&self) -> Result<(), ConfigError> {
+        let Some(name) = self
+            .prompts
+            .keys()
+            .find(|k| !TEMPLATES.contains(&k.as_str()))
+        else {
+            return Ok(());
+        };
+        let closest = TEMPLATES
+            .iter()
+            .map(|t| (super::load::edit_distance(t, name), t))
+            .filter(|(d, _)| *d <= 2)
+            .min()
+            .map(|(_, t)| format!(" (did you mean {t}?)"))
+            .unwrap_or_default();
+        Err(ConfigError::Invalid {
+            key: format!("prompts.{name}"),
+            message: format!(
+                "names no prompt template{closest}; the templates: {}",
+                TEMPLATES.join(", ")
+            ),
+            source_name: None,
+        })
     }
 
     /// The files and folders ralph writes stay inside the workspace: relative, not empty,
@@ -519,6 +546,26 @@ mod tests {
         config.max_budget_usd = None;
         config.context_windows.insert("m".into(), 0);
         assert_eq!(check_claude(&config).unwrap_err().0, "context_windows.m");
+    }
+
+    #[test]
+    fn a_prompts_entry_names_a_template_or_is_refused_naming_the_closest() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ralph.toml", "[prompts]\nbiuld = \"p/build.md\"\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("prompts.biuld names no prompt template (did you mean build?)")
+                    && msg.contains("ralph.toml"),
+                "{msg}"
+            );
+            jail.create_file("ralph.toml", "[prompts]\nthread_draft = \"p/draft.md\"\n")?;
+            let c = load_in(jail).unwrap();
+            assert_eq!(
+                c.prompts["thread_draft"],
+                std::path::Path::new("p/draft.md")
+            );
+            Ok(())
+        });
     }
 
     #[test]
