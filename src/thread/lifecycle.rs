@@ -4,7 +4,7 @@
 //! stuck thread, [`approve`](Threads::approve) and [`commit`](Threads::commit).
 
 use super::phase::{Phase, PhaseKind};
-use super::record::{Feedback, RunConfig, StuckReport, ThreadRecord};
+use super::record::{RunConfig, StuckReport, ThreadRecord, Turn};
 use super::{KEEP, ThreadError, Threads, preflight, spec, transition};
 
 /// Whether the person agreed to reset the work tree (see [`Threads::revise`]).
@@ -378,11 +378,8 @@ impl Threads {
         if feedback.trim().is_empty() {
             return Err(ThreadError::NoFeedback { id: id.to_owned() });
         }
-        record.feedback.push(Feedback {
-            text: feedback.trim().to_owned(),
-            at: jiff::Timestamp::now().to_string(),
-            after_iteration: record.attempts.last().map_or(0, |a| a.iteration),
-        });
+        let said = Turn::new("reviewer", feedback.trim(), record.spec_version);
+        record.feedback.push(said);
         record.approved_tree = None;
         self.run_thread(record).await
     }

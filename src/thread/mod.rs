@@ -154,12 +154,11 @@ use crate::git::Git;
 use crate::runtime::Context;
 use crate::runtime::logs::Emitter;
 pub use assess::{AssessIssue, Assessment};
-pub use draft::Turn;
 pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
 pub use lifecycle::Confirm;
 pub use phase::{Phase, PhaseKind};
-pub use record::{Feedback, IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord};
+pub use record::{IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord, Turn};
 
 /// An agent and the name the loop knows it by.
 type Named = (String, Arc<dyn Agent>);

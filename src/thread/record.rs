@@ -74,7 +74,7 @@ pub struct ThreadRecord {
     /// The reviewers' feedback of each send-back, oldest first; the latest is in every
     /// prompt of the loop until the spec is revised.
     #[serde(default)]
-    pub feedback: Vec<Feedback>,
+    pub feedback: Vec<Turn>,
     /// The work tree as the person approved it: a git tree id of everything but `.ralph/`.
     /// [`commit`](super::Threads::commit) commits only this tree.
     #[serde(default)]
@@ -216,17 +216,40 @@ impl RunConfig {
     }
 }
 
-/// A reviewer's feedback when sending a thread back from review
-/// ([`Threads::send_back`](super::Threads::send_back)).
+/// What was said to a thread, as it keeps it: a turn of its Drafting conversation (a
+/// person's message, the agent's reply), or a reviewer's feedback when sending it back
+/// from review.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct Feedback {
-    /// What the reviewer wrote.
-    pub text: String,
-    /// RFC 3339 time it was given.
+pub struct Turn {
+    /// RFC 3339 time it was written.
     pub at: String,
-    /// The last iteration before it: the next round starts after this one.
-    pub after_iteration: u32,
+    /// Who spoke: `person` or `agent` (Drafting), `reviewer` (a send-back).
+    pub by: String,
+    /// What they said.
+    pub text: String,
+    /// The spec revision the turn was about (for a reply that revised the spec, the new
+    /// revision).
+    pub spec_version: u32,
+    /// For a reply that revised the spec: true. ralph wrote the revision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revised: bool,
+    /// For a reply: the run that gave it (`runs/<run-id>/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+impl Turn {
+    pub(super) fn new(by: &str, text: &str, spec_version: u32) -> Self {
+        Turn {
+            at: jiff::Timestamp::now().to_string(),
+            by: by.to_owned(),
+            text: text.to_owned(),
+            spec_version,
+            revised: false,
+            run_id: None,
+        }
+    }
 }
 
 /// One iteration's result.

@@ -395,7 +395,13 @@ async fn review_can_send_back_to_running_or_to_drafting_with_a_reset() {
         prompts[1]
     );
     assert_eq!(again.feedback[0].text, "Say hello again, twice.");
-    assert_eq!(again.feedback[0].after_iteration, 1);
+    assert_eq!(
+        (
+            again.feedback[0].by.as_str(),
+            again.feedback[0].spec_version
+        ),
+        ("reviewer", again.spec_version)
+    );
     let drafting = threads
         .revise(&id, None, Confirm::ResetToBaseline)
         .await
