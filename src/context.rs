@@ -44,6 +44,7 @@ impl ContextMonitor {
     }
 
     /// The latest ratio seen.
+    #[cfg(feature = "fake")]
     pub fn ratio(&self) -> f64 {
         self.ratio
     }

@@ -986,8 +986,8 @@ impl Board {
     /// handled before anything else, and `Blocked` when only blocked work remains).
     ///
     /// Complete is earned: a board of a spec on record whose work is all accepted is in
-    /// VERIFY until a gap analysis has answered for it ([`RunState::spec_check`]), and
-    /// UNVERIFIED when the last one gave no valid answer.
+    /// VERIFY until a gap analysis has answered for it (the run state records how the last
+    /// one ended), and UNVERIFIED when the last one gave no valid answer.
     pub fn stage(&self) -> Stage {
         let tasks = || self.tasks.values();
         if self.declared_complete {

@@ -224,6 +224,7 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
     if n == 1 { one } else { many }
 }
 
+#[cfg(feature = "specs")]
 /// How build mode over `implementation.json` ([`Ralph::build_specs`](crate::Ralph::build_specs))
 /// ended. Running out of attempts is an outcome, not an error.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -278,6 +279,7 @@ pub enum SpecsOutcome {
     Interrupted,
 }
 
+#[cfg(feature = "specs")]
 impl SpecsOutcome {
     /// The exit code the `ralph` command uses: 0 complete or once, 2 attempts exhausted, 3
     /// blocked or unverified (a person must look), 130 interrupted.
@@ -291,6 +293,7 @@ impl SpecsOutcome {
     }
 }
 
+#[cfg(feature = "specs")]
 impl fmt::Display for SpecsOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -78,6 +78,7 @@ impl BoundedOutput {
     }
 
     /// Total bytes pushed.
+    #[cfg(any(test, feature = "internals"))]
     pub fn total(&self) -> u64 {
         self.total
     }
@@ -88,6 +89,7 @@ impl BoundedOutput {
     }
 
     /// Whether nothing was pushed.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }

@@ -801,8 +801,7 @@ fn workspace_path(workspace: &Path, rel: &Path) -> Result<PathBuf, AgentError> {
     if escapes || rel.as_os_str().is_empty() {
         return Err(AgentError::OutsideWorkspace {
             path: rel.to_path_buf(),
-        }
-        .into());
+        });
     }
     Ok(workspace.join(rel))
 }

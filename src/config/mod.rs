@@ -72,6 +72,7 @@ pub use agents::{ClaudeConfig, CliConfig, CommandConfig, PermissionMode};
 pub(crate) use load::Overrides;
 pub(crate) use sections::TEMPLATES;
 pub use sections::{ContextThresholds, GateConfig, PlanningConfig, StoreConfig};
+#[cfg(any(test, feature = "threads"))]
 pub(crate) use validate::bounds;
 
 /// Everything the loop needs to know about limits, gates, state and logs.

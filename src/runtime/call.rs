@@ -53,11 +53,18 @@ pub(crate) enum Ending {
 #[derive(Debug)]
 pub(crate) enum Wait {
     /// The agent is rate limited until `until`; the caller waits `wait` (at most a day).
-    RateLimit { until: SystemTime, wait: Duration },
+    /// What the wait is about is read by the hook that records it, which only threads have.
+    RateLimit {
+        #[cfg(feature = "threads")]
+        until: SystemTime,
+        wait: Duration,
+    },
     /// The `failures`-th transient failure in a row, for `reason`; the caller backs off
     /// `wait`.
     Backoff {
+        #[cfg(feature = "threads")]
         reason: String,
+        #[cfg(feature = "threads")]
         failures: u32,
         wait: Duration,
     },
@@ -207,6 +214,7 @@ impl Caller {
 
     /// The agent a fallback chain last gave a run of this caller to, and why; `None` when
     /// it made no choice (one agent, or the first of the chain took every run).
+    #[cfg(feature = "threads")]
     pub(crate) fn last_choice(&self) -> Option<AgentChoice> {
         self.chosen
             .lock()
@@ -276,6 +284,7 @@ impl Caller {
             };
             let wait = match ending {
                 Ending::RateLimited(until) => Wait::RateLimit {
+                    #[cfg(feature = "threads")]
                     until,
                     wait: self.rate_limit_wait(until),
                 },
@@ -294,7 +303,9 @@ impl Caller {
                         ),
                     });
                     Wait::Backoff {
+                        #[cfg(feature = "threads")]
                         reason,
+                        #[cfg(feature = "threads")]
                         failures,
                         wait,
                     }

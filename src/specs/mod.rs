@@ -10,11 +10,10 @@
 pub(crate) mod build;
 pub(crate) mod dry_run;
 mod history;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod implementation;
 mod json_locate;
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
-// reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod plan_files;
 pub(crate) mod plan_mode;
 

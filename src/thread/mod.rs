@@ -131,15 +131,15 @@ mod dry_run;
 mod error;
 mod lifecycle;
 mod lock;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod phase;
 mod preflight;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod record;
 mod registry;
 mod repair;
 mod running;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod spec;
 
 use std::path::{Path, PathBuf};
@@ -149,7 +149,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Fallback};
 use crate::event::Observer;
-use crate::files::seen::Watch;
+use crate::files::watch::Watch;
 use crate::git::Git;
 use crate::runtime::Context;
 use crate::runtime::logs::Emitter;

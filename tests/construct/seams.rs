@@ -648,6 +648,6 @@ async fn a_gate_knows_the_task_and_the_attempt_it_checks() {
 /// Whether the run state says the last gap analysis answered, as persisted (`spec_check`,
 /// which only the loop reads).
 fn answered(run: &ralph::model::RunState) -> bool {
-    let run = serde_json::to_value(run).unwrap();
+    let run = serde_json::to_value(run).expect("a run state is JSON");
     run["spec_check"].is_object() && run["spec_check"].get("failed").is_none()
 }

@@ -7,8 +7,7 @@ mod command;
 mod compact;
 mod segment;
 mod session;
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
-// reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod stream;
 
 pub use cli::ClaudeCli;

@@ -159,15 +159,20 @@ impl SpecBuild {
         // person edits implementation.json by hand.
         for &index in &plan.build_order() {
             let entry = &plan.specs[index];
-            plans
-                .spec_rel(&entry.file)
-                .map_err(|e| SpecsError::SpecFile {
-                    implementation: store.path().to_path_buf(),
-                    index,
-                    spec: entry.id.clone(),
-                    file: e.path,
-                    reason: e.reason,
-                })?;
+            match plans.spec_rel(&entry.file) {
+                Ok(_) => {}
+                Err(Error::SpecPath { path, reason }) => {
+                    return Err(SpecsError::SpecFile {
+                        implementation: store.path().to_path_buf(),
+                        index,
+                        spec: entry.id.clone(),
+                        file: path,
+                        reason,
+                    }
+                    .into());
+                }
+                Err(other) => return Err(other),
+            }
         }
         let build = SpecBuild {
             caller: ctx.caller(emitter.clone()),
