@@ -219,5 +219,11 @@ pub mod __internals {
         pub use crate::thread::spec::*;
     }
     pub use crate::specs::implementation::ImplementationStore;
+    /// How much of an agent's stdout is kept in memory: the last bytes of a command
+    /// agent's answer, and of a vendor CLI's event lines.
+    pub mod kept {
+        pub const ANSWER_KEPT: usize = crate::agent::ANSWER_KEPT;
+        pub const EVENTS_KEPT: usize = crate::agent::EVENTS_KEPT;
+    }
 }
 pub use store::{JsonlStore, MemoryStore, ProgressStore, Store};

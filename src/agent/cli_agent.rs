@@ -10,14 +10,14 @@ use super::{AgentExit, AgentRun, FailureKind};
 use crate::config::CliConfig;
 
 /// How long a usage limit is waited out when the CLI names no reset time.
-pub const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
+pub(crate) const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
 
 /// How much of a CLI's event lines is kept in memory: the last bytes, which hold the final
 /// answer unless its line alone is larger. Such a line is never held: it is shrunk as it
 /// streams by, each long string cut to its head and tail (64 KiB each) around a line
 /// `[… N bytes omitted …]`, so the answer is still read, to the marker at its end (the log
 /// has it all).
-pub const EVENTS_KEPT: usize = 8 * 1024 * 1024;
+pub(crate) const EVENTS_KEPT: usize = 8 * 1024 * 1024;
 
 impl CliConfig {
     /// The program: `bin`, else `name`.

@@ -15,7 +15,7 @@ use crate::config::Config;
 /// [`CodexCli`]: the OpenAI Codex CLI (`codex exec --json`), one fresh process per run.
 ///
 /// The prompt goes to stdin (`-`), which survives prompts of any size. The CLI prints one
-/// JSON event per line; ralph keeps the last [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of
+/// JSON event per line; ralph keeps the last 8 MiB of
 /// them, a longer line (a huge final answer) cut to the head and tail of its text (the log
 /// has all), and reads:
 ///

@@ -15,7 +15,7 @@ use crate::output::BoundedOutput;
 use crate::process::{ProcessError, ProcessSpec, SupervisedChild};
 
 /// How much of stdout is kept in memory for the final answer: its last bytes.
-pub const ANSWER_KEPT: usize = 1024 * 1024;
+pub(crate) const ANSWER_KEPT: usize = 1024 * 1024;
 
 /// How much of stderr is kept for a failure's reason.
 const STDERR_KEPT: usize = 2048;
@@ -40,9 +40,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// | `{subject}` | the task or issue the run is about (`t-3`, `i-1`), or nothing |
 ///
 /// Without `{prompt_file}` the prompt goes to the command's stdin, which survives prompts of
-/// any size. The final answer is the command's stdout (its last [`ANSWER_KEPT`] bytes), or,
+/// any size. The final answer is the command's stdout (its last MiB), or,
 /// with [`answer_pointer`](CommandAgent::answer_pointer), the value at that JSON pointer in
-/// the last line of stdout that is a JSON object (a line longer than [`ANSWER_KEPT`] is cut
+/// the last line of stdout that is a JSON object (a line longer than a MiB is cut
 /// to the head and tail of its strings, so a huge answer is still read to its end, where the
 /// marker is). The run is judged on how the command exited: an error it printed before its
 /// answer line does not count. stdout and stderr go to the run's log in full; memory holds
@@ -180,7 +180,7 @@ impl CommandAgent {
         self
     }
 
-    /// Keeps the last `bytes` of stdout's JSON lines instead of [`ANSWER_KEPT`] of its
+    /// Keeps the last `bytes` of stdout's JSON lines instead of the last MiB of its
     /// text, a line larger than that shrunk (see [`KeptStdout`]): for an agent whose answer
     /// is one long event line.
     pub(super) fn keep_lines(mut self, bytes: usize) -> Self {
@@ -322,7 +322,7 @@ struct Output {
 pub(super) struct Raw {
     pub(super) ending: Ending,
     pub(super) exit: Option<crate::process::Exit>,
-    /// What was kept of stdout: its last bytes ([`ANSWER_KEPT`] unless the agent keeps
+    /// What was kept of stdout: its last bytes (a MiB unless the agent keeps
     /// more), or its last lines, a longer one shrunk (see [`KeptStdout`]).
     pub(super) stdout: String,
     /// Lines of stdout shrunk because they were longer than all that is kept.

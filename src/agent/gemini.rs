@@ -14,7 +14,7 @@ use crate::config::Config;
 ///
 /// The prompt goes to stdin, which survives prompts of any size (the CLI appends the empty
 /// `--prompt` to it). The CLI prints one JSON event per line; ralph keeps the last
-/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them, a longer line (a huge final answer)
+/// 8 MiB of them, a longer line (a huge final answer)
 /// cut to the head and tail of its text (the log has all), and reads:
 ///
 /// | event | becomes |

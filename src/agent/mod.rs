@@ -32,9 +32,12 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::config::ContextThresholds;
 
-pub use cli_agent::{EVENTS_KEPT, UNKNOWN_RESET};
+#[cfg(feature = "internals")]
+pub(crate) use cli_agent::EVENTS_KEPT;
 pub use codex::CodexCli;
-pub use command::{ANSWER_KEPT, CommandAgent};
+#[cfg(feature = "internals")]
+pub(crate) use command::ANSWER_KEPT;
+pub use command::CommandAgent;
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, Script};
 pub use fallback::{AgentChoice, Fallback};

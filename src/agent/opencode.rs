@@ -18,7 +18,7 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// The prompt goes to stdin, which survives prompts of any size; stdout goes to a file
 /// beside the log (see [`GeminiCli`](super::GeminiCli) for why), followed while the CLI
 /// runs for the live events. The CLI prints one JSON event per line; ralph keeps the last
-/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them, a longer line (a huge final answer)
+/// 8 MiB of them, a longer line (a huge final answer)
 /// cut to the head and tail of its text, and reads:
 ///
 /// | event | becomes |

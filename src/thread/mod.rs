@@ -163,7 +163,7 @@ pub use record::{IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecor
 /// An agent and the name the loop knows it by.
 type Named = (String, Arc<dyn Agent>);
 
-pub use crate::runtime::workspace::STATE_DIR;
+use crate::runtime::workspace::STATE_DIR;
 
 /// What git must never count, commit or reset: ralph's state.
 const KEEP: &[&str] = &[STATE_DIR];

@@ -275,7 +275,7 @@ macro_rules! cli_agent_suite {
         #[tokio::test]
         async fn a_final_answer_over_the_kept_buffer_is_read_to_its_marker() {
             let Some(bin) = $skip else { return };
-            let big = support::cli_rig::numbered_lines(ralph::agent::EVENTS_KEPT + 64 * 1024);
+            let big = support::cli_rig::numbered_lines(ralph::__internals::kept::EVENTS_KEPT + 64 * 1024);
             let rig = Rig::new(bin, [Reply::text(format!("{big}<TASK_DONE>"))]).await;
 
             let run = rig.run(Role::Build, "p").await;
