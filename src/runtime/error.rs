@@ -124,7 +124,7 @@ pub enum SpecsError {
 
 /// A run failed, in any mode: the construct loop, plan mode, build mode or a thread's
 /// builder. Running out of a limit is not an error but an [`Outcome`](crate::Outcome) (or
-/// a [`SpecsOutcome`](crate::SpecsOutcome), a thread's phase).
+/// build mode's `SpecsOutcome`, a thread's phase).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

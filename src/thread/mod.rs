@@ -5,7 +5,7 @@
 //!
 //! | what | where |
 //! |---|---|
-//! | a thread's state (phase, baseline, pointers) | `threads/<id>/thread.json` (atomic writes, [`record::SCHEMA_VERSION`]) |
+//! | a thread's state (phase, baseline, pointers) | `threads/<id>/thread.json` (atomic writes, its layout versioned) |
 //! | spec revisions, never rewritten | `threads/<id>/spec/v<N>.md` |
 //! | the Drafting conversation, append-only | `threads/<id>/spec/conversation.jsonl` ([`Turn`]s) |
 //! | one agent run | `runs/<run-id>/run.json` and its transcript `runs/<run-id>/output.log` |

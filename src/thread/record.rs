@@ -25,7 +25,7 @@ pub const RECENT_ATTEMPTS: usize = 5;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ThreadRecord {
-    /// Layout version ([`SCHEMA_VERSION`]).
+    /// Layout version (this build writes 1).
     pub schema_version: u32,
     /// The thread's id (`1-add-greeting`).
     pub id: String,
@@ -59,7 +59,7 @@ pub struct ThreadRecord {
     /// The iteration after which the current round of the loop stops.
     #[serde(default)]
     pub iteration_limit: u32,
-    /// The last few attempts, newest last (at most [`RECENT_ATTEMPTS`]).
+    /// The last few attempts, newest last (at most 5).
     #[serde(default)]
     pub attempts: Vec<IterationRecord>,
     /// The attempt that passed the most criteria so far (the "closest output").
