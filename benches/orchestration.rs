@@ -146,17 +146,13 @@ fn fixture(
     }
 }
 
-fn accept() -> Script {
-    Script::new().json(json!({"verdict": "accept", "reason": "looks right"}))
-}
-
 /// Builds answer done, verifiers accept (after `verify_delay`), gap analysis finds nothing.
 fn agent(verify_delay: Option<Duration>) -> FakeAgent {
     let verify = match verify_delay {
         Some(delay) => Script::new().delay(delay),
         None => Script::new(),
     };
-    let verify = accept().steps().iter().cloned().fold(verify, Script::step);
+    let verify = verify.json(json!({"verdict": "accept", "reason": "looks right"}));
     FakeAgent::new()
         .always(Role::Build, Script::new().answer("Done.\n<TASK_DONE>"))
         .always(Role::Verify, verify)

@@ -173,6 +173,7 @@ pub(crate) struct DecomposeAnswer {
     pub subtasks: Vec<ProposedTask>,
 }
 
+#[cfg(feature = "specs")]
 /// Plan mode: the freeform specs as structured work (seed 004's `implementation.json`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -181,6 +182,7 @@ pub(crate) struct PlanAnswer {
     pub specs: Vec<PlannedSpec>,
 }
 
+#[cfg(feature = "specs")]
 /// One spec, as plan mode extracted it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -203,6 +205,7 @@ pub(crate) struct PlannedSpec {
     pub acceptance_criteria: Vec<String>,
 }
 
+#[cfg(feature = "specs")]
 /// One task of a planned spec.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -214,6 +217,7 @@ pub(crate) struct PlannedTask {
     pub acceptance_criteria: Vec<String>,
 }
 
+#[cfg(feature = "specs")]
 impl Answer for PlanAnswer {
     fn check(&self) -> Result<(), String> {
         let mut ids = std::collections::HashSet::new();

@@ -122,7 +122,7 @@ impl Ralph {
     }
 
     /// Accepts every done task in a verifier's place, recorded as a person's acceptance
-    /// ([`AcceptedBy::Person`]). Returns their ids. A gap analysis must still answer before
+    /// (a complete outcome lists them in `people`). Returns their ids. A gap analysis must still answer before
     /// the spec is complete, so the next run runs one.
     ///
     /// # Errors

@@ -4,64 +4,10 @@
 //! acts on the answer. Only the agent knows how to compact its own session, so the agent
 //! owns the action; the monitor owns the policy.
 
-use serde::{Deserialize, Serialize};
+use crate::config::ContextThresholds;
 
 /// After a compaction the ratio must fall to this or below, or the run is killed (seed 000).
 pub const COMPACTION_MUST_REACH: f64 = 0.80;
-
-/// The three context-pressure tiers, as fractions of the model's window.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct ContextThresholds {
-    /// Emit a warning event.
-    pub warn: f64,
-    /// Ask the agent to compact its session.
-    pub compact: f64,
-    /// Stop the run with `kill_reason: context_limit`.
-    pub kill: f64,
-}
-
-impl Default for ContextThresholds {
-    fn default() -> Self {
-        ContextThresholds {
-            warn: 0.70,
-            compact: 0.85,
-            kill: 0.95,
-        }
-    }
-}
-
-impl ContextThresholds {
-    /// Thresholds from the three fractions.
-    pub fn new(warn: f64, compact: f64, kill: f64) -> Self {
-        ContextThresholds {
-            warn,
-            compact,
-            kill,
-        }
-    }
-
-    /// Checks `0 < warn < compact < kill <= 1`.
-    ///
-    /// # Errors
-    ///
-    /// A message naming the offending values.
-    pub fn validate(&self) -> Result<(), String> {
-        let ok = 0.0 < self.warn
-            && self.warn < self.compact
-            && self.compact < self.kill
-            && self.kill <= 1.0;
-        if ok {
-            Ok(())
-        } else {
-            Err(format!(
-                "context thresholds must satisfy 0 < warn < compact < kill <= 1, got warn={} compact={} kill={}",
-                self.warn, self.compact, self.kill
-            ))
-        }
-    }
-}
 
 /// What the agent should do about the context after an observation.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,6 +44,7 @@ impl ContextMonitor {
     }
 
     /// The latest ratio seen.
+    #[cfg(feature = "fake")]
     pub fn ratio(&self) -> f64 {
         self.ratio
     }
@@ -105,7 +52,8 @@ impl ContextMonitor {
     /// Feeds the context size after an API call.
     ///
     /// ```
-    /// use ralph::__internals::context::{ContextAction, ContextMonitor, ContextThresholds};
+    /// use ralph::__internals::context::{ContextAction, ContextMonitor};
+    /// use ralph::config::ContextThresholds;
     ///
     /// let mut m = ContextMonitor::new(ContextThresholds::default(), 1000);
     /// assert_eq!(m.observe(500), ContextAction::Continue);
@@ -152,12 +100,5 @@ mod tests {
         assert_eq!(m.observe(86), ContextAction::Compact(0.86));
         assert_eq!(m.after_compaction(81), ContextAction::Kill(0.81));
         assert_eq!(m.after_compaction(40), ContextAction::Continue);
-    }
-
-    #[test]
-    fn validate_orders_tiers() {
-        assert!(ContextThresholds::default().validate().is_ok());
-        assert!(ContextThresholds::new(0.9, 0.85, 0.95).validate().is_err());
-        assert!(ContextThresholds::new(0.7, 0.85, 1.5).validate().is_err());
     }
 }

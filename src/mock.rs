@@ -14,8 +14,8 @@ mod generated {
 
     use crate::agent::{Agent, AgentError, AgentRequest, AgentRun};
     use crate::gate::{Gate, GateContext, GateError, GateReport};
-    use crate::model::{Board, Change, Task};
-    use crate::prioritize::{PrioritizeError, Prioritized, Prioritizer};
+    use crate::model::{Board, Change, Priority, Task, TaskId};
+    use crate::prioritize::{PrioritizeError, Prioritizer};
     use crate::store::{Store, StoreError};
 
     mockall::mock! {
@@ -57,7 +57,7 @@ mod generated {
         pub Prioritizer {}
 
         impl Prioritizer for Prioritizer {
-            fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError>;
+            fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError>;
         }
     }
 }

@@ -281,9 +281,10 @@ pub struct Task {
     /// or when a person marked it done).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<String>,
-    /// Who accepted it, once accepted: the evidence a complete run rests on.
+    /// Who accepted it, once accepted: the evidence a complete run rests on, which
+    /// [`Outcome::Complete`](crate::Outcome::Complete) reports (`verifier`, `people`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accepted_by: Option<AcceptedBy>,
+    pub(crate) accepted_by: Option<AcceptedBy>,
     /// The commit that holds its work on the user's branch (in a git workspace), from its
     /// done attempt; it is accepted only while that commit is on the branch. `None` outside
     /// git, or when the attempt changed nothing.
@@ -298,8 +299,7 @@ pub struct Task {
 /// Who accepted a task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum AcceptedBy {
+pub(crate) enum AcceptedBy {
     /// A verifier agent, in VERIFY.
     Verifier,
     /// A person (`ralph task accept`, [`Ralph::accept_done`](crate::Ralph::accept_done)).
@@ -634,26 +634,27 @@ pub struct RunState {
     /// The last gap analysis (VERIFY comparing the spec with the code): a board whose tasks
     /// are all accepted is complete only when it answered validly; until one has run since
     /// the board last changed, the stage is VERIFY, and after one that failed it is
-    /// UNVERIFIED.
+    /// UNVERIFIED. [`Outcome::Complete`](crate::Outcome::Complete) reports the iteration
+    /// that answered (`gap_analysis`), [`Outcome::Unverified`](crate::Outcome::Unverified)
+    /// why none did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spec_check: Option<SpecCheck>,
+    pub(crate) spec_check: Option<SpecCheck>,
 }
 
 /// How the last gap analysis ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct SpecCheck {
+pub(crate) struct SpecCheck {
     /// The iteration whose VERIFY ran it.
-    pub iteration: u32,
+    pub(crate) iteration: u32,
     /// Why it gave no valid answer, when it gave none (after its retries); `None` when it
     /// answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failed: Option<String>,
+    pub(crate) failed: Option<String>,
 }
 
 impl SpecCheck {
     /// A gap analysis of `iteration` that answered validly.
-    pub fn answered(iteration: u32) -> Self {
+    pub(crate) fn answered(iteration: u32) -> Self {
         SpecCheck {
             iteration,
             failed: None,
@@ -661,7 +662,7 @@ impl SpecCheck {
     }
 
     /// A gap analysis of `iteration` that gave no valid answer, for `reason`.
-    pub fn failed(iteration: u32, reason: impl Into<String>) -> Self {
+    pub(crate) fn failed(iteration: u32, reason: impl Into<String>) -> Self {
         SpecCheck {
             iteration,
             failed: Some(reason.into()),
@@ -985,8 +986,8 @@ impl Board {
     /// handled before anything else, and `Blocked` when only blocked work remains).
     ///
     /// Complete is earned: a board of a spec on record whose work is all accepted is in
-    /// VERIFY until a gap analysis has answered for it ([`RunState::spec_check`]), and
-    /// UNVERIFIED when the last one gave no valid answer.
+    /// VERIFY until a gap analysis has answered for it (the run state records how the last
+    /// one ended), and UNVERIFIED when the last one gave no valid answer.
     pub fn stage(&self) -> Stage {
         let tasks = || self.tasks.values();
         if self.declared_complete {

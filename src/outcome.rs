@@ -26,48 +26,35 @@ impl BlockedItem {
     }
 }
 
-/// What a complete construct run rests on: the gates that checked the work, who accepted
-/// each task, and the gap analysis that found nothing missing.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct Evidence {
-    /// The required gates the accepted tasks passed, by name, in the order first seen;
-    /// empty when no gate was required (the work is then done on the agent's word and the
-    /// verifier's).
-    pub gates: Vec<String>,
-    /// Tasks a verifier accepted.
-    pub verifier: Vec<TaskId>,
-    /// Tasks a person accepted (`ralph task accept`).
-    pub people: Vec<TaskId>,
-    /// The iteration whose gap analysis compared the spec with the code and found nothing
-    /// missing.
-    pub gap_analysis: u32,
-}
-
-impl fmt::Display for Evidence {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.gates.as_slice() {
-            [] => f.write_str("no required gates")?,
-            gates => write!(f, "gates {} passed", gates.join(", "))?,
-        }
-        let ids = |ids: &[TaskId]| {
-            ids.iter()
-                .map(TaskId::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        if !self.verifier.is_empty() {
-            write!(f, "; accepted by a verifier: {}", ids(&self.verifier))?;
-        }
-        if !self.people.is_empty() {
-            write!(f, "; accepted by a person: {}", ids(&self.people))?;
-        }
-        write!(
-            f,
-            "; the gap analysis of iteration {} found nothing missing",
-            self.gap_analysis
-        )
+/// `gates a, b passed; accepted by a verifier: t-1; …; the gap analysis of iteration 2
+/// found nothing missing`: what a complete construct run rests on.
+fn evidence(
+    f: &mut fmt::Formatter<'_>,
+    gates: &[String],
+    verifier: &[TaskId],
+    people: &[TaskId],
+    gap_analysis: u32,
+) -> fmt::Result {
+    match gates {
+        [] => f.write_str("no required gates")?,
+        gates => write!(f, "gates {} passed", gates.join(", "))?,
     }
+    let ids = |ids: &[TaskId]| {
+        ids.iter()
+            .map(TaskId::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !verifier.is_empty() {
+        write!(f, "; accepted by a verifier: {}", ids(verifier))?;
+    }
+    if !people.is_empty() {
+        write!(f, "; accepted by a person: {}", ids(people))?;
+    }
+    write!(
+        f,
+        "; the gap analysis of iteration {gap_analysis} found nothing missing"
+    )
 }
 
 /// How a construct run ended. Running out of a limit is an outcome, not an error.
@@ -75,14 +62,25 @@ impl fmt::Display for Evidence {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Outcome {
-    /// Every task was accepted and no issue is open: the spec is complete.
+    /// Every task was accepted and no issue is open: the spec is complete. With what that
+    /// rests on: the gates that checked the work, who accepted each task, and the gap
+    /// analysis that found nothing missing.
     Complete {
         /// Iterations used.
         iterations: u32,
         /// Tasks accepted over the whole run.
         accepted: usize,
-        /// What the verdict rests on.
-        evidence: Evidence,
+        /// The required gates the accepted tasks passed, by name, in the order first seen;
+        /// empty when no gate was required (the work is then done on the agent's word and
+        /// the verifier's).
+        gates: Vec<String>,
+        /// Tasks a verifier accepted.
+        verifier: Vec<TaskId>,
+        /// Tasks a person accepted (`ralph task accept`).
+        people: Vec<TaskId>,
+        /// The iteration whose gap analysis compared the spec with the code and found
+        /// nothing missing.
+        gap_analysis: u32,
     },
     /// Every task was accepted, but the gap analysis that compares the spec with the code
     /// gave no valid answer, even when asked again: nothing says the spec is done. A person
@@ -158,13 +156,20 @@ impl fmt::Display for Outcome {
             Outcome::Complete {
                 iterations,
                 accepted,
-                evidence,
-            } => write!(
-                f,
-                "Spec complete: {accepted} {} accepted in {iterations} {}. Evidence: {evidence}.",
-                plural(*accepted, "task", "tasks"),
-                plural(*iterations as usize, "iteration", "iterations"),
-            ),
+                gates,
+                verifier,
+                people,
+                gap_analysis,
+            } => {
+                write!(
+                    f,
+                    "Spec complete: {accepted} {} accepted in {iterations} {}. Evidence: ",
+                    plural(*accepted, "task", "tasks"),
+                    plural(*iterations as usize, "iteration", "iterations"),
+                )?;
+                evidence(f, gates, verifier, people, *gap_analysis)?;
+                f.write_str(".")
+            }
             Outcome::Unverified { reason } => write!(
                 f,
                 "Unverified: every task is accepted, but the gap analysis that compares the \
@@ -219,6 +224,7 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
     if n == 1 { one } else { many }
 }
 
+#[cfg(feature = "specs")]
 /// How build mode over `implementation.json` ([`Ralph::build_specs`](crate::Ralph::build_specs))
 /// ended. Running out of attempts is an outcome, not an error.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -273,6 +279,7 @@ pub enum SpecsOutcome {
     Interrupted,
 }
 
+#[cfg(feature = "specs")]
 impl SpecsOutcome {
     /// The exit code the `ralph` command uses: 0 complete or once, 2 attempts exhausted, 3
     /// blocked or unverified (a person must look), 130 interrupted.
@@ -286,6 +293,7 @@ impl SpecsOutcome {
     }
 }
 
+#[cfg(feature = "specs")]
 impl fmt::Display for SpecsOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

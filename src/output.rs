@@ -16,7 +16,7 @@ pub const DEFAULT_TAIL: usize = 24 * 1024;
 /// The first `head` and last `tail` bytes of a stream, and how many bytes were dropped between.
 ///
 /// ```
-/// use ralph::gate::BoundedOutput;
+/// use ralph::__internals::output::BoundedOutput;
 ///
 /// let mut out = BoundedOutput::new(4, 4);
 /// out.push(b"0123456789");
@@ -78,6 +78,7 @@ impl BoundedOutput {
     }
 
     /// Total bytes pushed.
+    #[cfg(any(test, feature = "internals"))]
     pub fn total(&self) -> u64 {
         self.total
     }
@@ -88,6 +89,7 @@ impl BoundedOutput {
     }
 
     /// Whether nothing was pushed.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }

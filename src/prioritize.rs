@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Complexity, Priority, Task, TaskId};
 
-/// Counts reported after a prioritization (seed 000: `{"prioritized":5,"high":2,…}`).
+/// Counts reported after a prioritization (seed 000: `{"prioritized":5,"high":2,…}`):
+/// what [`Ralph::prioritize`](crate::Ralph::prioritize) returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PriorityReport {
@@ -33,46 +34,21 @@ pub struct PriorityReport {
     pub low: usize,
 }
 
-/// The result of a prioritization: the tasks in the order BUILD should take them, each with
-/// its priority. Build one with [`Prioritized::from_order`].
-///
-/// ```
-/// use ralph::model::{Priority, TaskId};
-/// use ralph::prioritize::Prioritized;
-///
-/// let out = Prioritized::from_order([("t-2", Priority::High), ("t-1", Priority::Low)]);
-/// assert_eq!(out.order[0], (TaskId::new("t-2"), Priority::High));
-/// assert_eq!((out.report.high, out.report.low), (1, 1));
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Prioritized {
-    /// The tasks in execution order, each with the priority to record for it (a task's
-    /// explicit priority is kept whatever this says). A task given but left out keeps its
-    /// place after those ordered.
-    pub order: Vec<(TaskId, Priority)>,
-    /// The counts.
-    pub report: PriorityReport,
-}
-
-impl Prioritized {
-    /// The result for `order` (tasks in execution order, with their priorities); the
-    /// report is counted from it.
-    pub fn from_order<I: Into<TaskId>>(order: impl IntoIterator<Item = (I, Priority)>) -> Self {
-        let order: Vec<(TaskId, Priority)> =
-            order.into_iter().map(|(id, p)| (id.into(), p)).collect();
+impl PriorityReport {
+    /// The counts of `order`.
+    pub(crate) fn of(order: &[(TaskId, Priority)]) -> Self {
         let mut report = PriorityReport {
             prioritized: order.len(),
             ..PriorityReport::default()
         };
-        for (_, priority) in &order {
+        for (_, priority) in order {
             match priority {
                 Priority::High => report.high += 1,
                 Priority::Medium => report.medium += 1,
                 Priority::Low => report.low += 1,
             }
         }
-        Prioritized { order, report }
+        report
     }
 }
 
@@ -103,55 +79,56 @@ fn join_ids(ids: &[TaskId]) -> String {
 ///
 /// # Implementing
 ///
-/// Return the tasks in the order BUILD should take them, each with its priority, through
-/// [`Prioritized::from_order`]. The engine calls it whenever tasks are added (after
+/// Return the tasks in the order BUILD should take them, each with its priority (a task's
+/// explicit priority is kept whatever this says). The engine calls it whenever tasks are added (after
 /// INVESTIGATE, DECOMPOSE and gap analysis) and BUILD follows the order; a task left out of
 /// it is built after those in it.
 ///
 /// ```
 /// use ralph::model::{Priority, Task, TaskId};
-/// use ralph::prioritize::{PrioritizeError, Prioritized, Prioritizer};
+/// use ralph::prioritize::{PrioritizeError, Prioritizer};
 ///
 /// /// Documentation first, then the rest in the order they came.
 /// struct DocsFirst;
 ///
 /// impl Prioritizer for DocsFirst {
-///     fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
+///     fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
 ///         let is_docs = |t: &Task| t.name.to_lowercase().contains("readme");
 ///         let (docs, rest): (Vec<&Task>, Vec<&Task>) = tasks.iter().partition(|t| is_docs(t));
-///         Ok(Prioritized::from_order(
-///             docs.into_iter()
-///                 .map(|t| (t.id.clone(), Priority::High))
-///                 .chain(rest.into_iter().map(|t| (t.id.clone(), Priority::Medium))),
-///         ))
+///         Ok(docs.into_iter()
+///             .map(|t| (t.id.clone(), Priority::High))
+///             .chain(rest.into_iter().map(|t| (t.id.clone(), Priority::Medium)))
+///             .collect())
 ///     }
 /// }
 ///
 /// let tasks = [Task::new("t-1", "Add the parser"), Task::new("t-2", "Write the README")];
-/// let out = DocsFirst.prioritize(&tasks)?;
-/// assert_eq!(out.order[0], (TaskId::from("t-2"), Priority::High));
+/// let order = DocsFirst.prioritize(&tasks)?;
+/// assert_eq!(order[0], (TaskId::from("t-2"), Priority::High));
 /// # Ok::<(), PrioritizeError>(())
 /// ```
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Prioritizer`, or use `ralph::CriticalPath`"
 )]
 pub trait Prioritizer: Send + Sync {
-    /// Orders `tasks` and assigns each an effective priority.
+    /// Orders `tasks` and assigns each an effective priority: the tasks in execution order,
+    /// each with the priority to record for it. A task given but left out keeps its place
+    /// after those ordered.
     ///
     /// # Errors
     ///
     /// [`PrioritizeError::Cycle`] naming the tasks of a dependency cycle.
-    fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError>;
+    fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError>;
 }
 
 impl<T: Prioritizer + ?Sized> Prioritizer for Box<T> {
-    fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
+    fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
         (**self).prioritize(tasks)
     }
 }
 
 impl<T: Prioritizer + ?Sized> Prioritizer for Arc<T> {
-    fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
+    fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
         (**self).prioritize(tasks)
     }
 }
@@ -200,15 +177,14 @@ fn _assert_prioritizer_object_safe(
 ///     Task::new("t-2", "Implement the config loader"),
 ///     Task::new("t-3", "Implement the CLI on top of the loader").with_deps(["t-2"]),
 /// ];
-/// let out = CriticalPath::new().prioritize(&tasks)?;
+/// let order = CriticalPath::new().prioritize(&tasks)?;
 ///
 /// // t-2 -> t-3 is the critical path; the README can wait.
-/// let order: Vec<_> = out.order.iter().map(|(id, p)| (id.as_str(), *p)).collect();
+/// let order: Vec<_> = order.iter().map(|(id, p)| (id.as_str(), *p)).collect();
 /// assert_eq!(
 ///     order,
 ///     [("t-2", Priority::High), ("t-3", Priority::High), ("t-1", Priority::Low)]
 /// );
-/// assert_eq!((out.report.high, out.report.low), (2, 1));
 /// # Ok::<(), ralph::prioritize::PrioritizeError>(())
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -229,7 +205,7 @@ impl fmt::Display for CriticalPath {
 }
 
 impl Prioritizer for CriticalPath {
-    fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
+    fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
         let gathered = Gathered::new(tasks);
         let graph = Graph::new(gathered.deps);
         let topo = graph
@@ -244,12 +220,11 @@ impl Prioritizer for CriticalPath {
             })
             .collect();
         let mut ids = gathered.ids;
-        let order = graph
+        Ok(graph
             .order_by(&priorities)
             .into_iter()
             .filter_map(|v| ids[v].take().map(|id| (id, priorities[v])))
-            .collect::<Vec<_>>();
-        Ok(Prioritized::from_order(order))
+            .collect())
     }
 }
 
@@ -894,20 +869,19 @@ mod tests {
             .with_acceptance("the behaviour is covered by tests and documented where it matters")
     }
 
-    fn run(tasks: &[Task]) -> Prioritized {
+    fn run(tasks: &[Task]) -> Vec<(TaskId, Priority)> {
         CriticalPath::new().prioritize(tasks).expect("no cycle")
     }
 
-    fn priority_of(out: &Prioritized, id: &str) -> Priority {
-        out.order
-            .iter()
+    fn priority_of(out: &[(TaskId, Priority)], id: &str) -> Priority {
+        out.iter()
             .find(|(task, _)| *task == id)
             .map(|(_, priority)| *priority)
             .expect("task in the order")
     }
 
-    fn ids(out: &Prioritized) -> Vec<&str> {
-        out.order.iter().map(|(id, _)| id.as_str()).collect()
+    fn ids(out: &[(TaskId, Priority)]) -> Vec<&str> {
+        out.iter().map(|(id, _)| id.as_str()).collect()
     }
 
     fn cycle_of(tasks: &[Task]) -> Vec<String> {
@@ -1196,9 +1170,8 @@ mod tests {
     #[test]
     fn chain_of_100k_does_not_overflow() {
         let out = run(&long_chain(100_000));
-        assert_eq!(out.report.high, 100_000);
+        assert_eq!(PriorityReport::of(&out).high, 100_000);
         let in_order = out
-            .order
             .iter()
             .enumerate()
             .all(|(i, (id, _))| id.as_str() == format!("t-{i}"));
@@ -1225,7 +1198,7 @@ mod tests {
             task("t-3", "Update the README"),
             task("t-4", "Implement c").with_priority(Priority::Low),
         ];
-        let report = run(&tasks).report;
+        let report = PriorityReport::of(&run(&tasks));
         let expected = PriorityReport {
             prioritized: 4,
             high: 2,
@@ -1237,7 +1210,7 @@ mod tests {
 
     #[test]
     fn empty_input_gives_empty_order() {
-        assert_eq!(run(&[]), Prioritized::default());
+        assert_eq!(run(&[]), []);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
-use crate::config::{Config, ConfigError, Overrides, StoreKind};
+use crate::config::{Config, ConfigError, Overrides, StoreConfig};
 use crate::construct::Engine;
 use crate::construct::dry_run::DryRun;
 use crate::event::Observer;
@@ -154,7 +154,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::PlanMode`] when there are no specs or the agent gave no usable answer (the
+    /// [`Error::Specs`] when there are no specs or the agent gave no usable answer (the
     /// file is then unchanged); [`Error::SpecPath`] for a spec path outside the specs folder;
     /// [`Error::Store`] when `implementation.json` is malformed or cannot be written.
     ///
@@ -187,7 +187,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::NoImplementation`] without `implementation.json`; [`Error::Git`] outside a
+    /// [`Error::Specs`] without `implementation.json`; [`Error::Git`] outside a
     /// git repository or when a commit fails; [`Error::SpecPath`] for a spec outside the specs
     /// folder; otherwise as [`construct`](Self::construct). Blocks, exhausted attempts and
     /// interrupts are [`SpecsOutcome`](crate::outcome::SpecsOutcome)s.
@@ -280,7 +280,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::SpecPath`] for a spec path that breaks the rule, [`Error::PlanMode`] when
+    /// [`Error::SpecPath`] for a spec path that breaks the rule, [`Error::Specs`] when
     /// there are no specs.
     pub fn dry_run_plan<P: AsRef<Path>>(
         &self,
@@ -300,7 +300,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::NoImplementation`] without `implementation.json`; [`Error::Store`] when it
+    /// [`Error::Specs`] without `implementation.json`; [`Error::Store`] when it
     /// is malformed; [`Error::SpecPath`] for a spec path that breaks the rule.
     pub fn dry_run_build(&self) -> Result<crate::specs::BuildDryRun, Error> {
         crate::specs::dry_run::build(&self.inner)
@@ -556,12 +556,10 @@ fn collect_gates(
 }
 
 fn open_store(workspace: &Path, config: &Config) -> Result<Arc<dyn Store>, BuildError> {
-    Ok(match config.store.kind {
-        StoreKind::Memory => Arc::new(MemoryStore::new()),
-        StoreKind::Progress => Arc::new(ProgressStore::open(
-            workspace.join(config.store.effective_path()),
-        )?),
-        _ => Arc::new(JsonlStore::open(workspace.join(&config.store.path))?),
+    Ok(match &config.store {
+        StoreConfig::Progress { path } => Arc::new(ProgressStore::open(workspace.join(path))?),
+        StoreConfig::Jsonl { path } => Arc::new(JsonlStore::open(workspace.join(path))?),
+        StoreConfig::Memory {} => Arc::new(MemoryStore::new()),
     })
 }
 
@@ -643,8 +641,9 @@ mod claude_settings {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::agent::claude::{ClaudeCli, ClaudeConfig};
+    use crate::agent::claude::ClaudeCli;
     use crate::agent::{AgentError, AgentRequest, AgentRun};
+    use crate::config::ClaudeConfig;
 
     /// A `ClaudeCli` that keeps, where the test can see it, the settings it ends up with.
     struct Seen(ClaudeCli, Arc<Mutex<Option<(ClaudeConfig, Duration)>>>);

@@ -75,6 +75,7 @@ impl TaskSignal {
     /// assert!(!parse("<TASK_BLOCKED reason=\"no db\">\n<TASK_DONE>").task.is_done());
     /// ```
     #[must_use]
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_done(&self) -> bool {
         matches!(self, TaskSignal::Done)
     }
@@ -90,6 +91,7 @@ impl TaskSignal {
     /// assert_eq!(parse("I am blocked.").task.blocked_reason(), None);
     /// ```
     #[must_use]
+    #[cfg(any(test, feature = "internals"))]
     pub fn blocked_reason(&self) -> Option<&str> {
         match self {
             TaskSignal::Blocked { reason } => Some(reason),
@@ -165,6 +167,7 @@ pub fn parse(final_answer: &str) -> Markers {
 /// assert_eq!(last_line("```\nSHIPPED\n```"), None);
 /// ```
 #[must_use]
+#[cfg(any(feature = "specs", feature = "threads"))]
 pub fn last_line(final_answer: &str) -> Option<&str> {
     Scan::of(final_answer).last
 }

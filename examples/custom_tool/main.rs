@@ -85,7 +85,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
     let ralph = parts::assemble(workspace.path(), scripted_agent(), std::io::stdout())?;
     // Ctrl+C stops the run cleanly; a second one kills what it started and exits.
     let _interrupts = Interrupts::listen(ralph.workspace(), ralph.stop_token(), |signal| {
-        eprintln!("{signal:?}: stopping; again to kill at once");
+        eprintln!("{signal}: stopping; again to kill at once");
     })?;
     let outcome = ralph.construct("spec.md").await?;
     let kept = std::fs::read_to_string(workspace.path().join("state.json"))?;

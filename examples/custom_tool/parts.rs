@@ -9,9 +9,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use ralph::gate::{BoundedOutput, Gate, GateContext, GateError, GateReport, GateStatus};
-use ralph::model::{Board, Change, Complexity, Priority, Task};
-use ralph::prioritize::{CriticalPath, PrioritizeError, Prioritized, Prioritizer};
+use ralph::gate::{Gate, GateContext, GateError, GateReport, GateStatus};
+use ralph::model::{Board, Change, Complexity, Priority, Task, TaskId};
+use ralph::prioritize::{CriticalPath, PrioritizeError, Prioritizer};
 use ralph::store::{Store, StoreError};
 use ralph::{Agent, BuildError, Event, Observer, Ralph, async_trait};
 
@@ -60,7 +60,7 @@ impl Gate for JsonParses {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(format!("{} does not exist", self.file.display()))
             }
-            Err(e) => return Err(GateError::other(self.name(), e)),
+            Err(e) => return Err(GateError::backend(self.name(), e)),
         };
         let (status, said) = match verdict {
             Ok(said) => (GateStatus::Passed, said),
@@ -72,8 +72,7 @@ impl Gate for JsonParses {
                 said,
             ),
         };
-        Ok(GateReport::new(self.name(), self.required(), status)
-            .with_output(BoundedOutput::from_text(&said)))
+        Ok(GateReport::new(self.name(), self.required(), status).with_output(&said))
     }
 }
 
@@ -82,7 +81,7 @@ impl Gate for JsonParses {
 pub(crate) struct SmallFirst;
 
 impl Prioritizer for SmallFirst {
-    fn prioritize(&self, tasks: &[Task]) -> Result<Prioritized, PrioritizeError> {
+    fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
         let size = |t: &Task| t.complexity.unwrap_or(Complexity::Medium);
         let mut waiting: Vec<&Task> = tasks.iter().collect();
         waiting.sort_by_key(|t| size(t)); // stable: ties keep their order
@@ -108,7 +107,7 @@ impl Prioritizer for SmallFirst {
             };
             order.push((task.id.clone(), priority));
         }
-        Ok(Prioritized::from_order(order))
+        Ok(order)
     }
 }
 
@@ -132,17 +131,28 @@ impl JsonFileStore {
 
     fn read(&self) -> Result<Vec<Change>, StoreError> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| StoreError::Other(format!("{}: {e}", self.path.display()))),
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Malformed {
+                path: self.path.clone(),
+                line: e.line(),
+                message: e.to_string(),
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(StoreError::Other(format!("{}: {e}", self.path.display()))),
+            Err(source) => Err(StoreError::Io {
+                path: self.path.clone(),
+                source,
+            }),
         }
     }
 
     fn write(&self, changes: &[Change]) -> Result<(), StoreError> {
-        let fail = |e: std::io::Error| StoreError::Other(format!("{}: {e}", self.path.display()));
-        let json =
-            serde_json::to_vec_pretty(changes).map_err(|e| StoreError::Other(e.to_string()))?;
+        let fail = |source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let json = serde_json::to_vec_pretty(changes).map_err(|source| StoreError::Encode {
+            path: self.path.clone(),
+            source,
+        })?;
         let temporary = self.path.with_extension("json.tmp");
         let mut file = std::fs::File::create(&temporary).map_err(fail)?;
         file.write_all(&json).map_err(fail)?;

@@ -3,65 +3,21 @@
 //! their builder, their supervision, how a run is judged on how it ended ([`LastWord`]) and
 //! what a failure message means for the task.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
-
-use serde::{Deserialize, Serialize};
 
 use super::command::{CommandAgent, Ending, Raw};
 use super::{AgentExit, AgentRun, FailureKind};
+use crate::config::CliConfig;
 
 /// How long a usage limit is waited out when the CLI names no reset time.
-pub const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
+pub(crate) const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
 
 /// How much of a CLI's event lines is kept in memory: the last bytes, which hold the final
 /// answer unless its line alone is larger. Such a line is never held: it is shrunk as it
 /// streams by, each long string cut to its head and tail (64 KiB each) around a line
 /// `[… N bytes omitted …]`, so the answer is still read, to the marker at its end (the log
 /// has it all).
-pub const EVENTS_KEPT: usize = 8 * 1024 * 1024;
-
-/// `[codex]` or `[gemini]` of `ralph.toml`: how ralph runs that CLI. Every key is optional.
-///
-/// ```toml
-/// [codex]
-/// bin = "/opt/codex/bin/codex"          # default: the CLI's name, on PATH
-/// model = "gpt-5-codex"                 # default: the CLI's own
-/// args = ["-c", "model_reasoning_effort=\"high\""]
-/// env = { CODEX_HOME = "/home/me/.codex" }
-/// idle_timeout = "5m"
-/// ```
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct CliConfig {
-    /// The program. Default: the CLI's name (`codex`, `gemini`), looked up on `PATH`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bin: Option<PathBuf>,
-    /// The model. Default: the CLI's own.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// More arguments, before the prompt.
-    pub args: Vec<String>,
-    /// Environment variables for the CLI.
-    pub env: BTreeMap<String, String>,
-    /// Longest silence on the CLI's output before the run is cut as timed out. Default 5m.
-    #[serde(with = "crate::config::duration")]
-    pub idle_timeout: Duration,
-}
-
-impl Default for CliConfig {
-    fn default() -> Self {
-        CliConfig {
-            bin: None,
-            model: None,
-            args: Vec::new(),
-            env: BTreeMap::new(),
-            idle_timeout: Duration::from_secs(300),
-        }
-    }
-}
+pub(crate) const EVENTS_KEPT: usize = 8 * 1024 * 1024;
 
 impl CliConfig {
     /// The program: `bin`, else `name`.
@@ -96,10 +52,10 @@ macro_rules! cli_agent_settings {
         }
 
         impl $agent {
-            #[doc = concat!("The CLI with the default settings ([`CliConfig`](crate::agent::CliConfig)).")]
+            #[doc = concat!("The CLI with the default settings ([`CliConfig`](crate::config::CliConfig)).")]
             pub fn new() -> Self {
                 $agent {
-                    config: crate::agent::CliConfig::default(),
+                    config: crate::config::CliConfig::default(),
                     grace: crate::config::Config::default().grace,
                     explicit: false,
                 }

@@ -5,16 +5,17 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, LastWord, cli_agent_settings, event_lines};
+use super::cli_agent::{LastWord, cli_agent_settings, event_lines};
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
+use crate::config::CliConfig;
 use crate::config::Config;
 
 /// [`CodexCli`]: the OpenAI Codex CLI (`codex exec --json`), one fresh process per run.
 ///
 /// The prompt goes to stdin (`-`), which survives prompts of any size. The CLI prints one
-/// JSON event per line; ralph keeps the last [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of
+/// JSON event per line; ralph keeps the last 8 MiB of
 /// them, a longer line (a huge final answer) cut to the head and tail of its text (the log
 /// has all), and reads:
 ///
@@ -37,7 +38,7 @@ use crate::config::Config;
 /// own process group, the agent and idle timeouts, SIGTERM then SIGKILL, and a sweep of
 /// what its tools left running.
 ///
-/// Its settings are `[codex]` in `ralph.toml` (see [`CliConfig`](super::CliConfig)).
+/// Its settings are `[codex]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, CodexCli, Role};

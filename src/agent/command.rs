@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -12,39 +11,15 @@ use tokio_util::sync::CancellationToken;
 use super::kept::KeptStdout;
 use super::live::{LiveLines, LiveMap};
 use super::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
-use crate::config::Config;
+use crate::config::{CommandConfig, Config};
 use crate::output::BoundedOutput;
 use crate::process::{Drain, ProcessError, ProcessSpec, SupervisedChild};
 
 /// How much of stdout is kept in memory for the final answer: its last bytes.
-pub const ANSWER_KEPT: usize = 1024 * 1024;
+pub(crate) const ANSWER_KEPT: usize = 1024 * 1024;
 
 /// How much of stderr is kept for a failure's reason.
 const STDERR_KEPT: usize = 2048;
-
-/// One `[agent.<name>]` table of `ralph.toml`: a [`CommandAgent`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct CommandConfig {
-    /// The argv template: the program, then its arguments, with `{prompt_file}`,
-    /// `{workspace}`, `{role}` and `{subject}` replaced.
-    pub command: Vec<String>,
-    /// Arguments appended for read-only roles (the CLI's sandbox or approval flags).
-    pub read_only_args: Vec<String>,
-    /// A JSON pointer (`/result`) into the last JSON object line of stdout: the final
-    /// answer. Unset: the whole stdout is the answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub answer_pointer: Option<String>,
-    /// Longest silence on stdout and stderr before the run is cut as timed out. Unset: none.
-    #[serde(
-        with = "crate::config::duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub idle_timeout: Option<Duration>,
-    /// Environment variables set for the command.
-    pub env: std::collections::BTreeMap<String, String>,
-}
 
 /// [`CommandAgent`]: any agent CLI that takes a prompt and prints its answer (Aider, Amp,
 /// Cursor's agent, a script of your own), run under the same supervision as the Claude
@@ -61,9 +36,9 @@ pub struct CommandConfig {
 /// | `{subject}` | the task or issue the run is about (`t-3`, `i-1`), or nothing |
 ///
 /// Without `{prompt_file}` the prompt goes to the command's stdin, which survives prompts of
-/// any size. The final answer is the command's stdout (its last [`ANSWER_KEPT`] bytes), or,
+/// any size. The final answer is the command's stdout (its last MiB), or,
 /// with [`answer_pointer`](CommandAgent::answer_pointer), the value at that JSON pointer in
-/// the last line of stdout that is a JSON object (a line longer than [`ANSWER_KEPT`] is cut
+/// the last line of stdout that is a JSON object (a line longer than a MiB is cut
 /// to the head and tail of its strings, so a huge answer is still read to its end, where the
 /// marker is). The run is judged on how the command exited: an error it printed before its
 /// answer line does not count. stdout and stderr go to the run's log in full; memory holds
@@ -137,18 +112,19 @@ impl CommandAgent {
     ///
     /// # Errors
     ///
-    /// [`AgentError::Other`] naming the key when there is no such table or its `command`
-    /// is empty.
+    /// [`AgentError::UnknownAgent`] when there is no such table, [`AgentError::NoCommand`]
+    /// when its `command` is empty.
     pub fn from_config(name: &str, config: &Config) -> Result<Self, AgentError> {
-        let table = config.agent.get(name).ok_or_else(|| {
-            AgentError::Other(format!(
-                "no agent {name:?}: add an [agent.{name}] table with a `command` to ralph.toml"
-            ))
-        })?;
+        let table = config
+            .agent
+            .get(name)
+            .ok_or_else(|| AgentError::UnknownAgent {
+                name: name.to_owned(),
+            })?;
         if table.command.is_empty() {
-            return Err(AgentError::Other(format!(
-                "agent.{name}.command is empty: give the program and its arguments"
-            )));
+            return Err(AgentError::NoCommand {
+                agent: name.to_owned(),
+            });
         }
         Ok(CommandAgent {
             name: name.to_owned(),
@@ -200,7 +176,7 @@ impl CommandAgent {
         self
     }
 
-    /// Keeps the last `bytes` of stdout's JSON lines instead of [`ANSWER_KEPT`] of its
+    /// Keeps the last `bytes` of stdout's JSON lines instead of the last MiB of its
     /// text, a line larger than that shrunk (see [`KeptStdout`]): for an agent whose answer
     /// is one long event line.
     pub(super) fn keep_lines(mut self, bytes: usize) -> Self {
@@ -305,7 +281,9 @@ impl Agent for CommandAgent {
             .config
             .command
             .first()
-            .ok_or_else(|| AgentError::Other(format!("agent {}: no command", self.name)))?;
+            .ok_or_else(|| AgentError::NoCommand {
+                agent: self.name.clone(),
+            })?;
         let found = if program.contains('/') {
             // A relative path is resolved in the workspace, unknown here.
             !Path::new(program).is_absolute() || Path::new(program).is_file()
@@ -315,10 +293,12 @@ impl Agent for CommandAgent {
         if found {
             Ok(())
         } else {
-            Err(AgentError::Other(format!(
-                "agent {}: {program} is not there (nor on PATH)",
-                self.name
-            )))
+            Err(AgentError::NotFound {
+                agent: self.name.clone(),
+                program: program.clone(),
+                from: format!("agent.{}.command", self.name),
+                help: "install it, put it on PATH, or give its path in the agent's `command`",
+            })
         }
     }
 
@@ -338,7 +318,7 @@ struct Output {
 pub(super) struct Raw {
     pub(super) ending: Ending,
     pub(super) exit: Option<crate::process::Exit>,
-    /// What was kept of stdout: its last bytes ([`ANSWER_KEPT`] unless the agent keeps
+    /// What was kept of stdout: its last bytes (a MiB unless the agent keeps
     /// more), or its last lines, a longer one shrunk (see [`KeptStdout`]).
     pub(super) stdout: String,
     /// Lines of stdout shrunk because they were longer than all that is kept.

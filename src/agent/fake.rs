@@ -14,11 +14,12 @@ use super::{
 };
 use crate::context::{ContextAction, ContextMonitor};
 
-/// One thing a fake run does. Steps run in order; the run ends after the last one.
+/// One thing a fake run does. Steps run in order; the run ends after the last one. Built
+/// with [`Script`]'s methods, or read from a script file (one TOML table per step, named
+/// as the method: `{ answer = "…" }`, `{ write = { path = "…", content = "…" } }`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
-#[non_exhaustive]
-pub enum Step {
+enum Step {
     /// Sets the final answer's text (the last one wins).
     Answer(String),
     /// Sets the structured answer (and, if no answer is set, the final text to its JSON).
@@ -84,7 +85,16 @@ fn attempt_kind() -> FailureKind {
     FailureKind::Attempt
 }
 
-/// The steps of one fake run.
+/// The steps of one fake run, in order; the run ends after the last one.
+///
+/// ```
+/// use ralph::agent::Script;
+///
+/// let build = Script::new()
+///     .write("hello.txt", "hello\n")
+///     .print("compiling…", 3)
+///     .answer("Wrote hello.txt.\n<TASK_DONE>");
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Script {
@@ -97,31 +107,24 @@ impl Script {
         Self::default()
     }
 
-    /// A script of the given steps.
-    pub fn from_steps(steps: Vec<Step>) -> Self {
-        Script { steps }
-    }
-
-    /// Appends a step.
-    #[must_use]
-    pub fn step(mut self, step: Step) -> Self {
+    fn step(mut self, step: Step) -> Self {
         self.steps.push(step);
         self
     }
 
-    /// Appends [`Step::Answer`].
+    /// Sets the final answer's text (the last one wins).
     #[must_use]
     pub fn answer(self, text: impl Into<String>) -> Self {
         self.step(Step::Answer(text.into()))
     }
 
-    /// Appends [`Step::Json`].
+    /// Sets the structured answer (and, if no answer is set, the final text to its JSON).
     #[must_use]
     pub fn json(self, value: serde_json::Value) -> Self {
         self.step(Step::Json(value))
     }
 
-    /// Appends [`Step::Write`].
+    /// Writes a file in the workspace (creating folders); `path` is relative to it.
     #[must_use]
     pub fn write(self, path: impl Into<PathBuf>, content: impl Into<String>) -> Self {
         self.step(Step::Write {
@@ -130,7 +133,7 @@ impl Script {
         })
     }
 
-    /// Appends [`Step::Append`].
+    /// Appends to a file in the workspace.
     #[must_use]
     pub fn append(self, path: impl Into<PathBuf>, content: impl Into<String>) -> Self {
         self.step(Step::Append {
@@ -139,13 +142,13 @@ impl Script {
         })
     }
 
-    /// Appends [`Step::Remove`].
+    /// Removes a file in the workspace.
     #[must_use]
     pub fn remove(self, path: impl Into<PathBuf>) -> Self {
         self.step(Step::Remove(path.into()))
     }
 
-    /// Appends [`Step::Print`].
+    /// Prints `line` to the run's log, `times` times.
     #[must_use]
     pub fn print(self, line: impl Into<String>, times: usize) -> Self {
         self.step(Step::Print {
@@ -154,19 +157,21 @@ impl Script {
         })
     }
 
-    /// Appends [`Step::Hang`].
+    /// Waits until the run is stopped or times out.
     #[must_use]
     pub fn hang(self) -> Self {
         self.step(Step::Hang {})
     }
 
-    /// Appends [`Step::Delay`].
+    /// Waits, unless the run is stopped or times out first.
     #[must_use]
     pub fn delay(self, duration: Duration) -> Self {
         self.step(Step::Delay(duration))
     }
 
-    /// Appends [`Step::Usage`].
+    /// Reports context usage (`context` tokens of a `window`); the run reacts as a real agent
+    /// would: warns, compacts to `after_compaction` (none: the compaction fails), or is
+    /// killed at the limit.
     #[must_use]
     pub fn usage(self, context: u64, window: u64, after_compaction: Option<u64>) -> Self {
         self.step(Step::Usage {
@@ -176,7 +181,7 @@ impl Script {
         })
     }
 
-    /// Appends [`Step::Fail`] with [`FailureKind::Attempt`].
+    /// Ends the run as failed, counting as an attempt ([`FailureKind::Attempt`]).
     #[must_use]
     pub fn fail(self, reason: impl Into<String>) -> Self {
         self.step(Step::Fail {
@@ -185,7 +190,7 @@ impl Script {
         })
     }
 
-    /// Appends [`Step::Fail`] with the given kind.
+    /// Ends the run as failed, of the given kind.
     #[must_use]
     pub fn fail_with(self, reason: impl Into<String>, kind: FailureKind) -> Self {
         self.step(Step::Fail {
@@ -194,15 +199,10 @@ impl Script {
         })
     }
 
-    /// Appends [`Step::RateLimit`].
+    /// Ends the run as rate limited for `secs` seconds.
     #[must_use]
     pub fn rate_limit(self, secs: u64) -> Self {
         self.step(Step::RateLimit { secs })
-    }
-
-    /// The steps.
-    pub fn steps(&self) -> &[Step] {
-        &self.steps
     }
 }
 
@@ -264,58 +264,6 @@ struct ScriptFile {
     run: Vec<Entry>,
 }
 
-/// A request the fake agent received.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct RecordedRequest {
-    /// The role.
-    pub role: Role,
-    /// The subject.
-    pub subject: Option<String>,
-    /// The attempt.
-    pub attempt: u32,
-    /// The prompt.
-    pub prompt: String,
-    /// Whether a schema was given.
-    pub structured: bool,
-}
-
-/// A fake agent's script did not fit what happened.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FakeAgentError {
-    /// No entry answers a request.
-    #[error(
-        "fake agent has no script for {role} {subject} attempt {attempt}; unconsumed entries: {available}",
-        subject = .subject.as_deref().unwrap_or("(no subject)"),
-        available = if .available.is_empty() { "none".to_owned() } else { .available.join(", ") }
-    )]
-    Unmatched {
-        /// The request's role.
-        role: Role,
-        /// Its subject.
-        subject: Option<String>,
-        /// Its attempt.
-        attempt: u32,
-        /// Descriptions of the entries still unconsumed.
-        available: Vec<String>,
-    },
-    /// Entries were never used.
-    #[error("fake agent scripts were not consumed: {}", .0.join(", "))]
-    Unconsumed(Vec<String>),
-    /// A script file could not be read or parsed.
-    #[error("fake agent script {path}: {message}")]
-    BadScript {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-    /// A step is not allowed (e.g. writes outside the workspace).
-    #[error("fake agent step refused: {0}")]
-    BadStep(String),
-}
-
 /// `FakeAgent`: a deterministic, scripted [`Agent`] for tests, CI and demos.
 ///
 /// A fake agent holds *entries*: a [`Script`] (the steps of one run) plus what requests it
@@ -357,7 +305,7 @@ pub struct FakeAgent {
 #[derive(Debug, Default)]
 struct State {
     entries: Vec<Entry>,
-    requests: Vec<RecordedRequest>,
+    requests: Vec<AgentRequest>,
 }
 
 impl fmt::Debug for FakeAgent {
@@ -450,9 +398,9 @@ impl FakeAgent {
     ///
     /// # Errors
     ///
-    /// [`FakeAgentError::BadScript`] naming `origin` and the TOML error's position.
-    pub fn from_toml(text: &str, origin: impl Into<PathBuf>) -> Result<Self, FakeAgentError> {
-        let file: ScriptFile = toml::from_str(text).map_err(|e| FakeAgentError::BadScript {
+    /// [`AgentError::BadScript`] naming `origin` and the TOML error's position.
+    pub fn from_toml(text: &str, origin: impl Into<PathBuf>) -> Result<Self, AgentError> {
+        let file: ScriptFile = toml::from_str(text).map_err(|e| AgentError::BadScript {
             path: origin.into(),
             message: e.to_string(),
         })?;
@@ -463,18 +411,18 @@ impl FakeAgent {
     ///
     /// # Errors
     ///
-    /// [`FakeAgentError::BadScript`] when the file cannot be read or parsed.
-    pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self, FakeAgentError> {
+    /// [`AgentError::BadScript`] when the file cannot be read or parsed.
+    pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self, AgentError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| FakeAgentError::BadScript {
+        let text = std::fs::read_to_string(path).map_err(|e| AgentError::BadScript {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
         Self::from_toml(&text, path)
     }
 
-    /// Every request received, in order.
-    pub fn requests(&self) -> Vec<RecordedRequest> {
+    /// Every request received, in order, as received.
+    pub fn requests(&self) -> Vec<AgentRequest> {
         self.lock().requests.clone()
     }
 
@@ -492,13 +440,13 @@ impl FakeAgent {
     ///
     /// # Errors
     ///
-    /// [`FakeAgentError::Unconsumed`] listing the unused entries.
-    pub fn verify(&self) -> Result<(), FakeAgentError> {
+    /// [`AgentError::ScriptsLeft`] listing the unused entries.
+    pub fn verify(&self) -> Result<(), AgentError> {
         let left = self.unconsumed();
         if left.is_empty() {
             Ok(())
         } else {
-            Err(FakeAgentError::Unconsumed(left))
+            Err(AgentError::ScriptsLeft { entries: left })
         }
     }
 
@@ -507,16 +455,10 @@ impl FakeAgent {
     }
 
     /// Records the request and takes its script.
-    fn take_script(&self, request: &AgentRequest) -> Result<Script, FakeAgentError> {
+    fn take_script(&self, request: &AgentRequest) -> Result<Script, AgentError> {
         let mut state = self.lock();
         let subject = request.subject.as_deref();
-        state.requests.push(RecordedRequest {
-            role: request.role,
-            subject: request.subject.clone(),
-            attempt: request.attempt,
-            prompt: request.prompt.clone(),
-            structured: request.schema.is_some(),
-        });
+        state.requests.push(request.clone());
         let best = state
             .entries
             .iter()
@@ -525,7 +467,7 @@ impl FakeAgent {
             .max_by_key(|(i, e)| (e.specificity(), std::cmp::Reverse(*i)))
             .map(|(i, _)| i);
         let Some(index) = best else {
-            return Err(FakeAgentError::Unmatched {
+            return Err(AgentError::NoScript {
                 role: request.role,
                 subject: request.subject.clone(),
                 attempt: request.attempt,
@@ -573,7 +515,7 @@ impl Agent for FakeAgent {
         let script = self.take_script(&request)?;
         self.record_line(&request);
         let mut run = FakeRun::new(&request)?;
-        let exit = run.execute(&request, script.steps()).await?;
+        let exit = run.execute(&request, &script.steps).await?;
         Ok(run.finish(exit))
     }
 }
@@ -857,11 +799,9 @@ fn workspace_path(workspace: &Path, rel: &Path) -> Result<PathBuf, AgentError> {
         .components()
         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
     if escapes || rel.as_os_str().is_empty() {
-        return Err(FakeAgentError::BadStep(format!(
-            "path {} must be relative and stay inside the workspace",
-            rel.display()
-        ))
-        .into());
+        return Err(AgentError::OutsideWorkspace {
+            path: rel.to_path_buf(),
+        });
     }
     Ok(workspace.join(rel))
 }
@@ -887,7 +827,6 @@ fn write_file(path: &Path, content: &str, append: bool) -> Result<(), AgentError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::AgentEvents;
     use std::sync::Arc;
 
     fn request(role: Role, subject: &str, dir: &Path) -> AgentRequest {
@@ -1007,7 +946,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
-        let events = AgentEvents::new(move |e| sink.lock().unwrap().push(e));
+        let events = move |e| sink.lock().unwrap().push(e);
         let agent = FakeAgent::new()
             .then(
                 Script::new()
@@ -1017,13 +956,13 @@ mod tests {
             )
             .then(Script::new().usage(90, 100, Some(85)).answer("never"));
         let ok = agent
-            .run(request(Role::Build, "t", dir.path()).events(events.clone()))
+            .run(request(Role::Build, "t", dir.path()).on_event(events.clone()))
             .await
             .unwrap();
         assert_eq!(ok.exit, AgentExit::Completed);
         assert_eq!(ok.usage.context_tokens, 40);
         let killed = agent
-            .run(request(Role::Build, "t", dir.path()).events(events))
+            .run(request(Role::Build, "t", dir.path()).on_event(events))
             .await
             .unwrap();
         assert_eq!(killed.exit, AgentExit::ContextLimit);

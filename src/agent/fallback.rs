@@ -230,11 +230,10 @@ impl Agent for Fallback {
             return Ok(AgentRun::new(AgentExit::RateLimited { until }));
         }
         last.unwrap_or_else(|| {
-            Err(AgentError::Other(if self.agents.is_empty() {
-                "the fallback chain has no agent".to_owned()
-            } else {
-                format!("no agent can run: {}", passed_over.join("; "))
-            }))
+            Err(AgentError::NoAgentCanRun {
+                chain: self.name.clone(),
+                reasons: passed_over,
+            })
         })
     }
 
@@ -246,10 +245,10 @@ impl Agent for Fallback {
                 Err(e) => reasons.push(format!("{name}: {e}")),
             }
         }
-        Err(AgentError::Other(format!(
-            "no agent of the chain is available: {}",
-            reasons.join("; ")
-        )))
+        Err(AgentError::NoAgentCanRun {
+            chain: self.name.clone(),
+            reasons,
+        })
     }
 
     fn configure(&mut self, config: &Config) {

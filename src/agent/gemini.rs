@@ -2,10 +2,11 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, LastWord, cli_agent_settings, event_lines};
+use super::cli_agent::{LastWord, cli_agent_settings, event_lines};
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
+use crate::config::CliConfig;
 use crate::config::Config;
 
 /// [`GeminiCli`]: the Google Gemini CLI in headless mode (`gemini --prompt "" --output-format
@@ -13,7 +14,7 @@ use crate::config::Config;
 ///
 /// The prompt goes to stdin, which survives prompts of any size (the CLI appends the empty
 /// `--prompt` to it). The CLI prints one JSON event per line; ralph keeps the last
-/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them, a longer line (a huge final answer)
+/// 8 MiB of them, a longer line (a huge final answer)
 /// cut to the head and tail of its text (the log has all), and reads:
 ///
 /// | event | becomes |
@@ -35,7 +36,7 @@ use crate::config::Config;
 /// `GOOGLE_GEMINI_BASE_URL` points it at another endpoint. The run is supervised as every
 /// process agent's is (see [`CommandAgent`](super::CommandAgent)).
 ///
-/// Its settings are `[gemini]` in `ralph.toml` (see [`CliConfig`](super::CliConfig)).
+/// Its settings are `[gemini]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, GeminiCli, Role};

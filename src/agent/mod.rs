@@ -30,13 +30,16 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::context::ContextThresholds;
+use crate::config::ContextThresholds;
 
-pub use cli_agent::{CliConfig, EVENTS_KEPT, UNKNOWN_RESET};
+#[cfg(feature = "internals")]
+pub(crate) use cli_agent::EVENTS_KEPT;
 pub use codex::CodexCli;
-pub use command::{ANSWER_KEPT, CommandAgent, CommandConfig};
+#[cfg(feature = "internals")]
+pub(crate) use command::ANSWER_KEPT;
+pub use command::CommandAgent;
 #[cfg(feature = "fake")]
-pub use fake::{FakeAgent, FakeAgentError, RecordedRequest, Script, Step};
+pub use fake::{FakeAgent, Script};
 pub use fallback::{AgentChoice, Fallback};
 pub use gemini::GeminiCli;
 pub use opencode::OpencodeCli;
@@ -106,23 +109,24 @@ impl fmt::Display for Role {
     }
 }
 
-/// A sink for live [`AgentEvent`]s (usage, text, tool use) while a run is in progress.
+/// A sink for live [`AgentEvent`]s (usage, text, tool use) while a run is in progress: see
+/// [`AgentRequest::on_event`] and [`AgentRequest::emit`].
 #[derive(Clone, Default)]
-pub struct AgentEvents(Option<Arc<dyn Fn(AgentEvent) + Send + Sync>>);
+pub(crate) struct AgentEvents(Option<Arc<dyn Fn(AgentEvent) + Send + Sync>>);
 
 impl AgentEvents {
     /// Events go to `f`.
-    pub fn new(f: impl Fn(AgentEvent) + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(f: impl Fn(AgentEvent) + Send + Sync + 'static) -> Self {
         AgentEvents(Some(Arc::new(f)))
     }
 
     /// Events are dropped.
-    pub fn none() -> Self {
+    pub(crate) fn none() -> Self {
         AgentEvents(None)
     }
 
     /// Reports one event.
-    pub fn emit(&self, event: AgentEvent) {
+    pub(crate) fn emit(&self, event: AgentEvent) {
         if let Some(f) = &self.0 {
             f(event);
         }
@@ -250,8 +254,8 @@ pub struct AgentRequest {
     pub timeout: Option<Duration>,
     /// Context-pressure tiers.
     pub context: ContextThresholds,
-    /// Live events.
-    pub events: AgentEvents,
+    /// Where live events go ([`on_event`](Self::on_event), [`emit`](Self::emit)).
+    pub(crate) events: AgentEvents,
     /// Cancelled when ralph wants the run stopped (interrupt, stage timeout). The agent then
     /// stops everything it started and returns [`AgentExit::Stopped`].
     pub stop: CancellationToken,
@@ -317,11 +321,18 @@ impl AgentRequest {
         self
     }
 
-    /// Sets the event sink.
+    /// Sends the run's live events to `f` as they happen.
     #[must_use]
-    pub fn events(mut self, events: AgentEvents) -> Self {
-        self.events = events;
+    pub fn on_event(mut self, f: impl Fn(AgentEvent) + Send + Sync + 'static) -> Self {
+        self.events = AgentEvents::new(f);
         self
+    }
+
+    /// Reports a live event of the run to whoever asked for them
+    /// ([`on_event`](Self::on_event)); nothing happens when nobody did. For agents of your
+    /// own: ralph's observers get each one as [`Event::Agent`](crate::Event::Agent).
+    pub fn emit(&self, event: AgentEvent) {
+        self.events.emit(event);
     }
 
     /// Sets the stop token.
@@ -536,13 +547,127 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
-    /// A fake agent's script did not cover a request.
+    /// Supervising the agent's process failed: waiting for it, or reading its output.
+    #[error("i/o error while supervising {program}")]
+    Supervise {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent's program is not there: not at the path given, nor on `PATH`.
+    #[error("agent {agent}: {program} (from {from}) was not found or is not executable; {help}")]
+    NotFound {
+        /// The agent ([`Agent::name`]).
+        agent: String,
+        /// The program looked for.
+        program: String,
+        /// Where its name came from (`claude.bin`, `$RALPH_CLAUDE_BIN`, `PATH`,
+        /// `agent.aider.command`).
+        from: String,
+        /// What a person can do about it.
+        help: &'static str,
+    },
+    /// No `[agent.NAME]` table names this agent.
+    #[error("no agent {name:?}: add an [agent.{name}] table with a `command` to ralph.toml")]
+    UnknownAgent {
+        /// The name asked for.
+        name: String,
+    },
+    /// The agent's `command` is empty.
+    #[error("agent.{agent}.command is empty: give the program and its arguments")]
+    NoCommand {
+        /// The agent.
+        agent: String,
+    },
+    /// No agent of a [`Fallback`] chain can take the run (or the chain has none): each
+    /// agent's reason.
+    #[error(
+        "no agent of the chain {chain:?} can run: {}",
+        if .reasons.is_empty() { "it has no agent".to_owned() } else { .reasons.join("; ") }
+    )]
+    NoAgentCanRun {
+        /// The chain's name (its agents' names joined by `→`).
+        chain: String,
+        /// Why each agent was passed over (`claude: …`).
+        reasons: Vec<String>,
+    },
+    /// A [`FakeAgent`]'s scripts have no entry for a request.
     #[cfg(feature = "fake")]
-    #[error(transparent)]
-    Fake(#[from] FakeAgentError),
-    /// Any other failure.
-    #[error("{0}")]
-    Other(String),
+    #[error(
+        "fake agent has no script for {role} {subject} attempt {attempt}; unconsumed entries: {available}",
+        subject = .subject.as_deref().unwrap_or("(no subject)"),
+        available = if .available.is_empty() { "none".to_owned() } else { .available.join(", ") }
+    )]
+    NoScript {
+        /// The request's role.
+        role: Role,
+        /// Its subject.
+        subject: Option<String>,
+        /// Its attempt.
+        attempt: u32,
+        /// Descriptions of the entries still unconsumed.
+        available: Vec<String>,
+    },
+    /// A [`FakeAgent`]'s entries were never used ([`FakeAgent::verify`]).
+    #[cfg(feature = "fake")]
+    #[error("fake agent scripts were not consumed: {}", .entries.join(", "))]
+    ScriptsLeft {
+        /// Descriptions of the unused entries.
+        entries: Vec<String>,
+    },
+    /// A [`FakeAgent`]'s script file could not be read or parsed.
+    #[cfg(feature = "fake")]
+    #[error("fake agent script {}: {message}", .path.display())]
+    BadScript {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the TOML error's position.
+        message: String,
+    },
+    /// A [`FakeAgent`]'s step names a file outside the workspace (absolute, or going up
+    /// with `..`).
+    #[cfg(feature = "fake")]
+    #[error(
+        "fake agent step refused: path {} must be relative and stay inside the workspace",
+        .path.display()
+    )]
+    OutsideWorkspace {
+        /// The path as the script gives it.
+        path: PathBuf,
+    },
+    /// The backend of an agent of your own failed (an HTTP API, a queue): the agent and the
+    /// backend's own error. ralph's agents never return it.
+    ///
+    /// ```
+    /// use ralph::AgentError;
+    ///
+    /// let e = AgentError::backend("my-api", std::io::Error::other("503 Service Unavailable"));
+    /// assert_eq!(e.to_string(), "agent my-api: its backend failed");
+    /// ```
+    #[error("agent {agent}: its backend failed")]
+    Backend {
+        /// The agent ([`Agent::name`]).
+        agent: String,
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl AgentError {
+    /// [`AgentError::Backend`]: the agent named `agent` could not run because its backend
+    /// failed with `source`.
+    pub fn backend(
+        agent: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        AgentError::Backend {
+            agent: agent.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// Runs one prompt in a fresh session.

@@ -2,10 +2,11 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{CliConfig, LastWord, cli_agent_settings, event_lines};
+use super::cli_agent::{LastWord, cli_agent_settings, event_lines};
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
+use crate::config::CliConfig;
 use crate::config::Config;
 
 /// The permissions of a read-only role, merged over opencode's own (`OPENCODE_PERMISSION`).
@@ -17,7 +18,7 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// The prompt goes to stdin, which survives prompts of any size; stdout goes to a file
 /// beside the log (see [`GeminiCli`](super::GeminiCli) for why), followed while the CLI
 /// runs for the live events. The CLI prints one JSON event per line; ralph keeps the last
-/// [`EVENTS_KEPT`](super::EVENTS_KEPT) bytes of them, a longer line (a huge final answer)
+/// 8 MiB of them, a longer line (a huge final answer)
 /// cut to the head and tail of its text, and reads:
 ///
 /// | event | becomes |
@@ -39,7 +40,7 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// (`opencode.json`, `OPENCODE_CONFIG_CONTENT`); `model` is `provider/model`. The run is
 /// supervised as every process agent's is (see [`CommandAgent`](super::CommandAgent)).
 ///
-/// Its settings are `[opencode]` in `ralph.toml` (see [`CliConfig`](super::CliConfig)).
+/// Its settings are `[opencode]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, OpencodeCli, Role};

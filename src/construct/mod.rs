@@ -38,9 +38,9 @@ use crate::model::{
     AcceptedBy, Board, Change, Issue, IssueStatus, IterationEntry, KillReason, Priority, RunState,
     Stage, Task, TaskId, TaskStatus,
 };
-use crate::outcome::{BlockedItem, Evidence, Outcome};
+use crate::outcome::{BlockedItem, Outcome};
 use crate::output::{bounded_failure, first_line};
-use crate::prioritize::Prioritizer;
+use crate::prioritize::{Prioritizer, PriorityReport};
 use crate::runtime::Context;
 use crate::runtime::call::{Call, Caller};
 use crate::runtime::error::Error;
@@ -329,11 +329,11 @@ impl Engine {
 
     /// The task `id`, which the engine took from the board itself.
     fn task(&self, id: &TaskId) -> Result<Task, Error> {
-        self.board.tasks.get(id).cloned().ok_or_else(|| {
-            Error::Store(crate::store::StoreError::Other(format!(
-                "task {id} is no longer on the board"
-            )))
-        })
+        self.board
+            .tasks
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTask(id.clone()))
     }
 
     /// The run bookkeeping advanced to the next iteration, with the one ending now in the
@@ -431,6 +431,16 @@ pub(crate) struct Ending {
 }
 
 /// The outcome if a run on `board` should end at `stage`.
+/// The result of a job of a `JoinSet`. A job that panicked panics here, as if it had run on
+/// this thread. No other end is possible: the loop never aborts its jobs, and a runtime that
+/// shuts down drops this future with them.
+pub(super) fn joined<T>(result: Result<T, tokio::task::JoinError>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
 fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: Ending) -> Option<Outcome> {
     let iteration = board.run.iteration;
     match stage {
@@ -440,15 +450,7 @@ fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: Ending) ->
                 remaining: remaining(board),
             })
         }
-        Stage::Complete => Some(Outcome::Complete {
-            iterations: iteration.saturating_sub(1).max(1),
-            accepted: board
-                .tasks
-                .values()
-                .filter(|t| t.status == TaskStatus::Accepted)
-                .count(),
-            evidence: evidence(board),
-        }),
+        Stage::Complete => Some(complete(board, iteration.saturating_sub(1).max(1))),
         Stage::Unverified if ending.check_failed => Some(Outcome::Unverified {
             reason: board
                 .run
@@ -472,29 +474,33 @@ fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: Ending) ->
     }
 }
 
-/// What a complete board rests on: the gates its accepted tasks passed, who accepted them,
-/// and the gap analysis that answered.
-fn evidence(board: &Board) -> Evidence {
-    let mut evidence = Evidence {
-        gap_analysis: board.run.spec_check.as_ref().map_or(0, |c| c.iteration),
-        ..Evidence::default()
-    };
-    for task in board
+/// The outcome of a complete board, with what it rests on: the gates its accepted tasks
+/// passed, who accepted them, and the gap analysis that answered.
+fn complete(board: &Board, iterations: u32) -> Outcome {
+    let (mut gates, mut verifier, mut people) = (Vec::new(), Vec::new(), Vec::new());
+    let accepted = board
         .tasks
         .values()
-        .filter(|t| t.status == TaskStatus::Accepted)
-    {
+        .filter(|t| t.status == TaskStatus::Accepted);
+    for task in accepted {
         for gate in &task.gates {
-            if !evidence.gates.contains(gate) {
-                evidence.gates.push(gate.clone());
+            if !gates.contains(gate) {
+                gates.push(gate.clone());
             }
         }
         match task.accepted_by {
-            Some(AcceptedBy::Person) => evidence.people.push(task.id.clone()),
-            _ => evidence.verifier.push(task.id.clone()),
+            Some(AcceptedBy::Person) => people.push(task.id.clone()),
+            _ => verifier.push(task.id.clone()),
         }
     }
-    evidence
+    Outcome::Complete {
+        iterations,
+        accepted: verifier.len() + people.len(),
+        gates,
+        verifier,
+        people,
+        gap_analysis: board.run.spec_check.as_ref().map_or(0, |c| c.iteration),
+    }
 }
 
 /// Work not yet accepted: remaining tasks plus open issues (each becomes tasks).
@@ -676,10 +682,10 @@ pub(crate) fn prioritize_changes(
             .filter(|t| t.is_buildable())
             .cloned()
             .collect();
-        let result = prioritizer.prioritize(&pending)?;
+        let order = prioritizer.prioritize(&pending)?;
         let mut ranked: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
-        let mut labels = Vec::with_capacity(result.order.len());
-        for (rank, (id, priority)) in result.order.iter().enumerate() {
+        let mut labels = Vec::with_capacity(order.len());
+        for (rank, (id, priority)) in order.iter().enumerate() {
             labels.push(format!("{id}:{priority}"));
             ranked
                 .entry(id)
@@ -702,7 +708,7 @@ pub(crate) fn prioritize_changes(
             }
         }
         let event = Event::Prioritized {
-            report: result.report,
+            report: PriorityReport::of(&order),
             order: labels,
         };
         (updates, event)

@@ -116,11 +116,7 @@ impl Engine {
             let Some(joined) = run.jobs.join_next().await else {
                 break;
             };
-            let built = joined.map_err(|e| {
-                Error::Agent(crate::agent::AgentError::Other(format!(
-                    "a build job failed: {e}"
-                )))
-            })??;
+            let built = super::joined(joined)?;
             let mut landing: Vec<Built> = run.order.ended(built).into_iter().collect();
             while let Some(next) = run.order.next_to_merge() {
                 landing.push(next);

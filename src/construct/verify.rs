@@ -73,11 +73,7 @@ impl Engine {
             let mut verdicts = Vec::new();
             for joined in std::iter::once(first).chain(std::iter::from_fn(|| jobs.try_join_next()))
             {
-                let (id, result) = joined.map_err(|e| {
-                    Error::Agent(crate::agent::AgentError::Other(format!(
-                        "a verifier job failed: {e}"
-                    )))
-                })?;
+                let (id, result) = super::joined(joined);
                 match result? {
                     Some((verdict, runs)) => verdicts.push((id, verdict, runs)),
                     None => interrupted = true,

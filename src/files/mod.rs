@@ -3,7 +3,10 @@
 
 pub(crate) mod atomic;
 pub(crate) mod lock;
+#[cfg(feature = "threads")]
 pub(crate) mod seal;
 pub(crate) mod seen;
+#[cfg(any(feature = "specs", feature = "threads"))]
+pub(crate) mod watch;
 
 pub(crate) use lock::{LockError, LockFile};

@@ -8,12 +8,10 @@
 //! conv=notrunc`, an edit of `"s":"p"` to `"s":"a"`). The writer takes a new [`Seen`] after
 //! each of its own writes, so only someone else's write changes it.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
 
 /// A file's identity, length and modification time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,33 +62,6 @@ pub(crate) fn change(before: Option<Seen>, now: Option<Seen>) -> Option<String> 
         (Some(_), Some(_)) => "was modified (rewritten in place, same length)".to_owned(),
         (None, None) => return None,
     })
-}
-
-/// What a writer of whole files (replaced atomically) last read or wrote of each: a file
-/// it has not read is not checked, one it has must still be as it was.
-#[derive(Debug, Default)]
-pub(crate) struct Watch(Mutex<HashMap<PathBuf, Option<Seen>>>);
-
-impl Watch {
-    /// Remembers `path` as it is now (after reading or writing it).
-    pub(crate) fn saw(&self, path: &Path) -> io::Result<()> {
-        let now = Seen::at(path)?;
-        self.files().insert(path.to_path_buf(), now);
-        Ok(())
-    }
-
-    /// What happened to `path` since it was last seen, if it was and anything did.
-    pub(crate) fn change(&self, path: &Path) -> io::Result<Option<String>> {
-        let Some(before) = self.files().get(path).copied() else {
-            return Ok(None);
-        };
-        Ok(change(before, Seen::at(path)?))
-    }
-
-    fn files(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Option<Seen>>> {
-        // Only ever updated whole per entry: a panic cannot leave one half-written.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 #[cfg(test)]

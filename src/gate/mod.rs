@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::TaskId;
-pub use crate::output::BoundedOutput;
+use crate::output::BoundedOutput;
 
 pub use shell::ShellGate;
 
@@ -128,8 +128,8 @@ pub struct GateReport {
     pub required: bool,
     /// How it ended.
     pub status: GateStatus,
-    /// stdout and stderr, interleaved, bounded.
-    pub output: BoundedOutput,
+    /// stdout and stderr, interleaved, bounded: see [`output`](Self::output).
+    pub(crate) output: BoundedOutput,
     /// Wall time.
     pub duration: Duration,
     /// Processes still alive after the gate's command ended, which ralph then killed.
@@ -149,11 +149,17 @@ impl GateReport {
         }
     }
 
-    /// Sets the output.
+    /// Sets the output: `text`, bounded as ralph bounds every gate's.
     #[must_use]
-    pub fn with_output(mut self, output: BoundedOutput) -> Self {
-        self.output = output;
+    pub fn with_output(mut self, text: &str) -> Self {
+        self.output = BoundedOutput::from_text(text);
         self
+    }
+
+    /// stdout and stderr, interleaved: all of it, or for a long output its head and its
+    /// tail around a line `[… N bytes omitted …]` (the gate's log has it all).
+    pub fn output(&self) -> String {
+        self.output.to_string()
     }
 
     /// Whether this report should fail the task: a required gate that did not pass.
@@ -184,11 +190,11 @@ pub enum GateError {
         #[source]
         source: std::io::Error,
     },
-    /// The check could not be made for another reason: a gate of your own that calls a
-    /// service, parses a report… (a check that ran and failed is `Ok` with
-    /// [`GateStatus::Failed`], not this).
+    /// The backend of a gate of your own failed: a service it calls, a report it parses… (a
+    /// check that ran and failed is `Ok` with [`GateStatus::Failed`], not this). ralph's
+    /// gates never return it.
     #[error("gate {gate} could not check")]
-    Other {
+    Backend {
         /// The gate.
         gate: String,
         /// Why.
@@ -198,12 +204,12 @@ pub enum GateError {
 }
 
 impl GateError {
-    /// An [`Other`](GateError::Other) error of gate `gate`.
-    pub fn other(
+    /// [`GateError::Backend`]: gate `gate` could not check because of `source`.
+    pub fn backend(
         gate: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> Self {
-        GateError::Other {
+        GateError::Backend {
             gate: gate.into(),
             source: source.into(),
         }
@@ -220,7 +226,7 @@ impl GateError {
 ///
 /// ```
 /// use ralph::async_trait;
-/// use ralph::gate::{BoundedOutput, Gate, GateContext, GateError, GateReport, GateStatus};
+/// use ralph::gate::{Gate, GateContext, GateError, GateReport, GateStatus};
 ///
 /// /// Passes when the workspace has a file of this name.
 /// struct HasFile(&'static str);
@@ -234,7 +240,7 @@ impl GateError {
 ///     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
 ///         let found = tokio::fs::try_exists(ctx.workspace.join(self.0))
 ///             .await
-///             .map_err(|e| GateError::other(self.name(), e))?;
+///             .map_err(|e| GateError::backend(self.name(), e))?;
 ///         let status = if found {
 ///             GateStatus::Passed
 ///         } else {
@@ -242,7 +248,7 @@ impl GateError {
 ///         };
 ///         let said = format!("{} {}", self.0, if found { "exists" } else { "is missing" });
 ///         Ok(GateReport::new(self.name(), self.required(), status)
-///             .with_output(BoundedOutput::from_text(&said)))
+///             .with_output(&said))
 ///     }
 /// }
 ///

@@ -22,7 +22,7 @@ use crate::process::{ProcessError, ProcessReport, ProcessSpec};
 /// let gate = ShellGate::new("lint", "echo checking; exit 2").timeout(Duration::from_secs(10));
 /// let report = gate.check(GateContext::new(".")).await?;
 /// assert_eq!(report.status, GateStatus::Failed { code: Some(2), signal: None });
-/// assert_eq!(report.output.to_string(), "checking\n");
+/// assert_eq!(report.output(), "checking\n");
 /// # Ok(())
 /// # }
 /// ```
@@ -90,7 +90,8 @@ impl Gate for ShellGate {
         let mut gate = GateReport::new(&self.name, self.required, status(&report));
         gate.duration = report.duration;
         gate.leaked = report.leaked;
-        Ok(gate.with_output(report.output))
+        gate.output = report.output;
+        Ok(gate)
     }
 }
 

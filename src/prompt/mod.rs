@@ -28,12 +28,13 @@
 //! | `spec_verify` | `spec`, `spec_text`, `plan`, `changes` (`git status` lines of the uncommitted work) |
 //! | `plan_mode` | `specs` (`file`, `text`), `existing` (`id`, `file`, `status`, `completed`: descriptions) |
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use minijinja::Environment;
 use serde::Serialize;
 
-use crate::config::PromptPaths;
+use crate::config::TEMPLATES;
 
 /// How many recently finished tasks a build prompt names (`completed`); the earlier ones
 /// are a count (`completed_earlier`), so the prompt stays the same size however long the
@@ -95,34 +96,24 @@ impl Prompts {
         }
     }
 
-    /// The built-in templates, with the overrides named in `paths` (relative to `workspace`).
+    /// The built-in templates, with the overrides `paths` names (`[prompts]`: template name
+    /// → file, relative to `workspace`).
     ///
     /// # Errors
     ///
-    /// [`PromptError`] naming the file that cannot be read or does not compile (with its line).
-    pub fn load(workspace: &Path, paths: &PromptPaths) -> Result<Self, PromptError> {
+    /// [`PromptError`] naming the file that cannot be read or does not compile (with its
+    /// line), or a name that is no template.
+    pub fn load(workspace: &Path, paths: &BTreeMap<String, PathBuf>) -> Result<Self, PromptError> {
         let mut prompts = Self::builtin();
-        let overrides = [
-            ("build", &paths.build),
-            ("retry", &paths.retry),
-            ("investigate", &paths.investigate),
-            ("verify", &paths.verify),
-            ("gap_analysis", &paths.gap_analysis),
-            ("decompose", &paths.decompose),
-            ("task", &paths.task),
-            ("task_retry", &paths.task_retry),
-            ("planner", &paths.planner),
-            ("spec_verify", &paths.spec_verify),
-            ("plan_mode", &paths.plan_mode),
-            ("thread", &paths.thread),
-            ("thread_verify", &paths.thread_verify),
-            ("thread_assess", &paths.thread_assess),
-            ("thread_draft", &paths.thread_draft),
-        ];
-        for (name, path) in overrides {
-            if let Some(path) = path {
-                prompts.replace(name, &workspace.join(path))?;
-            }
+        for (name, path) in paths {
+            let Some(&(name, _)) = DEFAULTS.iter().find(|(n, _)| n == name) else {
+                return Err(PromptError {
+                    name: name.clone(),
+                    origin: Some(path.display().to_string()),
+                    message: format!("no such template; the templates: {}", TEMPLATES.join(", ")),
+                });
+            };
+            prompts.replace(name, &workspace.join(path))?;
         }
         Ok(prompts)
     }
@@ -187,6 +178,15 @@ fn describe(e: &minijinja::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_built_in_template_is_one_prompts_can_name() {
+        let mut built_in: Vec<&str> = super::DEFAULTS.iter().map(|(name, _)| *name).collect();
+        let mut named = super::TEMPLATES.to_vec();
+        built_in.sort_unstable();
+        named.sort_unstable();
+        assert_eq!(built_in, named);
+    }
+
     use super::*;
     use serde_json::json;
 
@@ -304,10 +304,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("b.md"), "Custom {{ task.name }}").unwrap();
         std::fs::write(dir.path().join("bad.md"), "line one\n{% if %}").unwrap();
-        let paths = PromptPaths {
-            build: Some("b.md".into()),
-            ..PromptPaths::default()
-        };
+        let paths = BTreeMap::from([("build".to_owned(), "b.md".into())]);
         let p = Prompts::load(dir.path(), &paths).unwrap();
         let text = p.render("build", &json!({"task": {"name": "T"}})).unwrap();
         assert_eq!(text, "Custom T\n");
@@ -320,16 +317,10 @@ mod tests {
             .unwrap();
         assert!(retry.starts_with("Custom T"));
 
-        let bad = PromptPaths {
-            verify: Some("bad.md".into()),
-            ..PromptPaths::default()
-        };
+        let bad = BTreeMap::from([("verify".to_owned(), "bad.md".into())]);
         let msg = Prompts::load(dir.path(), &bad).unwrap_err().to_string();
         assert!(msg.contains("bad.md") && msg.contains("line 2"), "{msg}");
-        let missing = PromptPaths {
-            verify: Some("nope.md".into()),
-            ..PromptPaths::default()
-        };
+        let missing = BTreeMap::from([("verify".to_owned(), "nope.md".into())]);
         let msg = Prompts::load(dir.path(), &missing).unwrap_err().to_string();
         assert!(msg.contains("nope.md"), "{msg}");
     }

@@ -27,9 +27,11 @@ pub(crate) enum Attempted {
         failure: String,
         gate: Option<String>,
     },
-    /// A limit stopped the agent, or the deadline stopped a gate (`gate`).
+    /// A limit stopped the agent, or the deadline stopped a gate (`gate`, which build mode
+    /// names in its failure).
     Killed {
         reason: KillReason,
+        #[cfg(feature = "specs")]
         gate: Option<String>,
     },
     /// The run was stopped.
@@ -67,12 +69,17 @@ pub(crate) async fn run(
         Ending::Interrupted => return Ok((Attempted::Interrupted, trace)),
         Ending::Killed { reason, log } => {
             trace.log = log;
-            return Ok((Attempted::Killed { reason, gate: None }, trace));
+            let killed = Attempted::Killed {
+                reason,
+                #[cfg(feature = "specs")]
+                gate: None,
+            };
+            return Ok((killed, trace));
         }
         Ending::Failed {
             reason,
             kind: FailureKind::Fatal,
-        } => return Err(Error::AgentFatal(reason)),
+        } => return Err(caller.fatal(call, reason)),
         Ending::Failed { reason, .. } => {
             let failure = format!("The agent run failed: {reason}");
             return Ok((
@@ -109,9 +116,14 @@ pub(crate) async fn run(
                     failure,
                     gate: Some(gate),
                 },
+                #[cfg(feature = "specs")]
                 GatesEnd::TimedOut { gate } => Attempted::Killed {
                     reason: KillReason::Timeout,
                     gate: Some(gate),
+                },
+                #[cfg(not(feature = "specs"))]
+                GatesEnd::TimedOut { .. } => Attempted::Killed {
+                    reason: KillReason::Timeout,
                 },
                 GatesEnd::Interrupted => Attempted::Interrupted,
             }

@@ -23,7 +23,7 @@ use crate::agent::{
     FailureKind, Role,
 };
 use crate::answer::{self, Answer};
-use crate::context::ContextThresholds;
+use crate::config::ContextThresholds;
 use crate::event::Event;
 use crate::model::KillReason;
 use crate::time;
@@ -53,11 +53,18 @@ pub(crate) enum Ending {
 #[derive(Debug)]
 pub(crate) enum Wait {
     /// The agent is rate limited until `until`; the caller waits `wait` (at most a day).
-    RateLimit { until: SystemTime, wait: Duration },
+    /// What the wait is about is read by the hook that records it, which only threads have.
+    RateLimit {
+        #[cfg(feature = "threads")]
+        until: SystemTime,
+        wait: Duration,
+    },
     /// The `failures`-th transient failure in a row, for `reason`; the caller backs off
     /// `wait`.
     Backoff {
+        #[cfg(feature = "threads")]
         reason: String,
+        #[cfg(feature = "threads")]
         failures: u32,
         wait: Duration,
     },
@@ -194,8 +201,20 @@ impl Caller {
         }
     }
 
+    /// The error of `call`'s run that failed in a way no retry can fix: the agent, what the
+    /// run was for, and why.
+    pub(crate) fn fatal(&self, call: &Call, reason: String) -> Error {
+        Error::AgentFatal {
+            agent: self.agent.name().to_owned(),
+            role: call.role,
+            subject: call.subject.clone(),
+            reason,
+        }
+    }
+
     /// The agent a fallback chain last gave a run of this caller to, and why; `None` when
     /// it made no choice (one agent, or the first of the chain took every run).
+    #[cfg(feature = "threads")]
     pub(crate) fn last_choice(&self) -> Option<AgentChoice> {
         self.chosen
             .lock()
@@ -265,6 +284,7 @@ impl Caller {
             };
             let wait = match ending {
                 Ending::RateLimited(until) => Wait::RateLimit {
+                    #[cfg(feature = "threads")]
                     until,
                     wait: self.rate_limit_wait(until),
                 },
@@ -283,7 +303,9 @@ impl Caller {
                         ),
                     });
                     Wait::Backoff {
+                        #[cfg(feature = "threads")]
                         reason,
+                        #[cfg(feature = "threads")]
                         failures,
                         wait,
                     }
@@ -324,8 +346,8 @@ impl Caller {
             .log_path(&log)
             .timeout(self.limits.agent_timeout.min(remaining))
             .context(self.limits.context)
-            .events(self.forward_events(call.subject.clone()))
             .stop(token.clone());
+        request.events = self.forward_events(call.subject.clone());
         request.subject = call.subject.clone();
         request.schema = schema;
         let span = tracing::info_span!(
@@ -442,7 +464,7 @@ impl Caller {
                 Ending::Failed {
                     reason,
                     kind: FailureKind::Fatal,
-                } => return Err(Error::AgentFatal(reason)),
+                } => return Err(self.fatal(&call, reason)),
                 Ending::Failed { reason, .. } => {
                     return Ok((
                         Structured::unusable(format!("the agent failed: {reason}")),

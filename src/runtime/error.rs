@@ -36,13 +36,95 @@ pub enum BuildError {
     /// The store could not be opened (e.g. another ralph holds its lock).
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A prompt template override is unusable.
-    #[error(transparent)]
-    Prompt(#[from] PromptError),
+    /// A prompt template override (`[prompts]`) cannot be read or does not compile.
+    #[error("{}", prompt_message(template, file, message))]
+    Prompt {
+        /// The template's name (`build`, `thread_verify`).
+        template: String,
+        /// The override file.
+        file: Option<String>,
+        /// What is wrong, with the line when the template engine knows it.
+        message: String,
+    },
 }
 
-/// A construct run failed. Running out of a limit is not an error but an
-/// [`Outcome`](crate::Outcome).
+impl From<PromptError> for BuildError {
+    fn from(e: PromptError) -> Self {
+        BuildError::Prompt {
+            template: e.name,
+            file: e.origin,
+            message: e.message,
+        }
+    }
+}
+
+/// `prompt template build (prompts/build.md): …`: the template, its file when it is an
+/// override, and what is wrong.
+pub(crate) fn prompt_message(template: &str, file: &Option<String>, message: &str) -> String {
+    let file = file.as_ref().map(|f| format!(" ({f})")).unwrap_or_default();
+    format!("prompt template {template}{file}: {message}")
+}
+
+/// Plan mode or build mode could not go on (feature `specs`): what is missing or unusable
+/// in their files or in the agent's answer, named.
+#[cfg(feature = "specs")]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecsError {
+    /// Build mode found no `implementation.json`.
+    #[error("no {}: run plan mode first (`ralph plan`, `Ralph::plan`)", .path.display())]
+    NoImplementation {
+        /// The file looked for.
+        path: PathBuf,
+    },
+    /// Plan mode found no markdown spec to plan.
+    #[error("plan mode: no markdown specs in {}", .dir.display())]
+    NoSpecs {
+        /// The specs folder.
+        dir: PathBuf,
+    },
+    /// Plan mode's agent gave no usable plan, even when asked again with the error shown.
+    #[error("plan mode: no usable plan ({reason}); {} was not changed", .implementation.display())]
+    NoUsablePlan {
+        /// Why the answer could not be used.
+        reason: String,
+        /// `implementation.json`, left as it was.
+        implementation: PathBuf,
+    },
+    /// Plan mode was stopped (an interrupt, the stop token) before its agent answered.
+    #[error("plan mode: stopped before the agent answered; {} was not changed", .implementation.display())]
+    Stopped {
+        /// `implementation.json`, left as it was.
+        implementation: PathBuf,
+    },
+    /// A spec of `implementation.json` names a file that breaks the spec-path rule.
+    #[error("{}: specs[{index}].file of spec {spec:?}: spec path {file:?} {reason}", .implementation.display())]
+    SpecFile {
+        /// `implementation.json`.
+        implementation: PathBuf,
+        /// The spec's index in `specs`.
+        index: usize,
+        /// The spec's id.
+        spec: String,
+        /// The file as written.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A spec build mode was working on is no longer in `implementation.json` (a person
+    /// removed it while the run went on).
+    #[error("spec {spec} is no longer in {}", .implementation.display())]
+    SpecGone {
+        /// The spec's id.
+        spec: String,
+        /// `implementation.json`.
+        implementation: PathBuf,
+    },
+}
+
+/// A run failed, in any mode: the construct loop, plan mode, build mode or a thread's
+/// builder. Running out of a limit is not an error but an [`Outcome`](crate::Outcome) (or
+/// build mode's `SpecsOutcome`, a thread's phase).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -56,8 +138,21 @@ pub enum Error {
     #[error("agent could not run: {0}")]
     Agent(#[from] AgentError),
     /// The agent reported a failure no retry can fix (e.g. bad credentials).
-    #[error("agent failed and cannot recover: {0}")]
-    AgentFatal(String),
+    #[error(
+        "agent {agent} failed on {role}{} and no retry can fix it: {reason}",
+        .subject.as_ref().map(|s| format!(" {s}")).unwrap_or_default()
+    )]
+    AgentFatal {
+        /// The agent ([`Agent::name`](crate::Agent::name); a fallback chain's names
+        /// joined).
+        agent: String,
+        /// What the run was for.
+        role: crate::agent::Role,
+        /// The task, issue or spec it was about, if any.
+        subject: Option<String>,
+        /// Why, as the agent said it (`invalid API key`).
+        reason: String,
+    },
     /// A gate could not run.
     #[error(transparent)]
     Gate(#[from] GateError),
@@ -65,8 +160,15 @@ pub enum Error {
     #[error(transparent)]
     Prioritize(#[from] PrioritizeError),
     /// A prompt could not be rendered.
-    #[error(transparent)]
-    Prompt(#[from] PromptError),
+    #[error("{}", prompt_message(template, file, message))]
+    Prompt {
+        /// The template's name (`build`, `verify`).
+        template: String,
+        /// Its override file, when it is not the built-in one.
+        file: Option<String>,
+        /// What is wrong, with the line when the template engine knows it.
+        message: String,
+    },
     /// The spec file could not be read.
     #[error("spec {path}")]
     Spec {
@@ -141,8 +243,14 @@ pub enum Error {
     /// A spec path breaks the rule every mode applies: relative to the workspace, and
     /// inside it (and inside the specs folder, in plan and build mode) once symlinks are
     /// resolved.
-    #[error(transparent)]
-    SpecPath(#[from] super::spec::SpecPathError),
+    #[error("spec path {path:?} {reason}")]
+    SpecPath {
+        /// The path as given.
+        path: String,
+        /// What is wrong with it: it is absolute, goes up with `..`, cannot be read, or
+        /// resolves outside the workspace (or the specs folder).
+        reason: String,
+    },
     /// Another ralph process runs on this workspace (it holds `.ralph/ralph.lock`).
     #[error(
         "{path} is locked by another ralph process{holder}; stop it first, or use another workspace",
@@ -154,12 +262,10 @@ pub enum Error {
         /// What the lock file says about its holder (`pid N, since T`), if anything.
         holder: Option<String>,
     },
-    /// Build mode found no `implementation.json`.
-    #[error("no {0}: run plan mode first (`Ralph::plan`)")]
-    NoImplementation(PathBuf),
-    /// Plan mode's specs or its answer cannot be used.
-    #[error("plan mode: {0}")]
-    PlanMode(String),
+    /// Plan mode or build mode could not go on.
+    #[cfg(feature = "specs")]
+    #[error(transparent)]
+    Specs(#[from] SpecsError),
     /// The user's work tree has uncommitted changes to tracked files, and ralph, which
     /// commits each task on the user's branch, would mix them into its commits.
     #[error(
@@ -181,6 +287,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<PromptError> for Error {
+    fn from(e: PromptError) -> Self {
+        Error::Prompt {
+            template: e.name,
+            file: e.origin,
+            message: e.message,
+        }
+    }
 }
 
 impl From<crate::files::LockError> for Error {

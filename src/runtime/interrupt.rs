@@ -1,6 +1,5 @@
 //! Stopping a run from outside, the same way in every mode: see [`Interrupts`].
 
-use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -9,8 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 /// A signal that stops a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Interrupt {
+enum Interrupt {
     /// SIGINT: Ctrl+C in a terminal.
     Int,
     /// SIGTERM: CI runners cancelling a job, `timeout`, `kill`.
@@ -22,7 +20,7 @@ pub enum Interrupt {
 impl Interrupt {
     /// The exit code a shell gives a process this signal ended: 128 + its number (130 for
     /// SIGINT, 143 for SIGTERM, 129 for SIGHUP).
-    pub fn exit_code(self) -> u8 {
+    fn exit_code(self) -> u8 {
         match self {
             Interrupt::Int => 130,
             Interrupt::Term => 143,
@@ -31,13 +29,14 @@ impl Interrupt {
     }
 }
 
-impl fmt::Display for Interrupt {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Interrupt {
+    /// The signal's name: `SIGINT`, `SIGTERM`, `SIGHUP`.
+    fn name(self) -> &'static str {
+        match self {
             Interrupt::Int => "SIGINT",
             Interrupt::Term => "SIGTERM",
             Interrupt::Hup => "SIGHUP",
-        })
+        }
     }
 }
 
@@ -60,7 +59,7 @@ impl fmt::Display for Interrupt {
 ///     eprintln!("{signal}: stopping the running agent or gate and saving the state…");
 /// })?;
 /// let outcome = ralph.resume().await?;
-/// let code = interrupts.received().map_or(outcome.exit_code(), |s| i32::from(s.exit_code()));
+/// let code = interrupts.exit_code().map_or(outcome.exit_code(), i32::from);
 /// std::process::exit(code);
 /// # }
 /// ```
@@ -70,10 +69,10 @@ pub struct Interrupts {
 }
 
 impl Interrupts {
-    /// Starts listening. The first signal cancels `stop` and calls `on_first` (to tell the
-    /// person what happens now); a second one kills every process that runs on `workspace`
-    /// started, at once, and exits the process with the first signal's
-    /// [`exit_code`](Interrupt::exit_code). Call it inside a tokio runtime.
+    /// Starts listening. The first signal cancels `stop` and calls `on_first` with its name
+    /// (`SIGINT`, to tell the person what happens now); a second one kills every process
+    /// that runs on `workspace` started, at once, and exits the process with the first
+    /// signal's [`exit_code`](Self::exit_code). Call it inside a tokio runtime.
     ///
     /// # Errors
     ///
@@ -81,7 +80,7 @@ impl Interrupts {
     pub fn listen(
         workspace: &Path,
         stop: CancellationToken,
-        on_first: impl Fn(Interrupt) + Send + 'static,
+        on_first: impl Fn(&'static str) + Send + 'static,
     ) -> std::io::Result<Interrupts> {
         let streams = [
             (Interrupt::Int, signal(SignalKind::interrupt())?),
@@ -95,7 +94,7 @@ impl Interrupts {
             let mut streams = streams;
             let signal = next(&mut streams).await;
             let _ = seen.set(signal);
-            on_first(signal);
+            on_first(signal.name());
             stop.cancel();
             next(&mut streams).await;
             // The person asked twice: no grace. Everything the runs started carries the
@@ -106,9 +105,15 @@ impl Interrupts {
         Ok(Interrupts { first })
     }
 
-    /// The first signal received, if any.
-    pub fn received(&self) -> Option<Interrupt> {
-        self.first.get().copied()
+    /// The name of the first signal received (`SIGINT`, `SIGTERM`, `SIGHUP`), if any.
+    pub fn received(&self) -> Option<&'static str> {
+        self.first.get().map(|signal| signal.name())
+    }
+
+    /// The exit code a shell gives a process the first signal received ends: 128 + its
+    /// number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP); `None` while none came.
+    pub fn exit_code(&self) -> Option<u8> {
+        self.first.get().map(|signal| signal.exit_code())
     }
 }
 

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::error::Error;
+#[cfg(feature = "specs")]
 use crate::agent::Role;
 use crate::event::{Event, Observer};
 use crate::model::Stage;
@@ -122,6 +123,7 @@ impl Logs {
 
     /// Opens `ralph-<timestamp>-<name>.log` for a whole run of a mode without stages (build
     /// mode, plan mode) and routes the emitter's lines to it. Returns its path.
+    #[cfg(feature = "specs")]
     pub(crate) fn open_run(&mut self, name: &str, emitter: &Emitter) -> Result<PathBuf, Error> {
         self.stamp = file_stamp();
         let (path, file) = self.create(&format!("ralph-{}-{}", self.stamp, sanitize(name)))?;
@@ -198,6 +200,7 @@ pub(crate) fn sanitize(text: &str) -> String {
         .collect()
 }
 
+#[cfg(feature = "specs")]
 /// A new run folder `<log_dir>/runs/<name>/<timestamp>/`, created.
 pub(crate) fn run_folder(workspace: &Path, log_dir: &Path, name: &str) -> Result<PathBuf, Error> {
     let dir = workspace
@@ -212,6 +215,7 @@ pub(crate) fn run_folder(workspace: &Path, log_dir: &Path, name: &str) -> Result
     Ok(dir)
 }
 
+#[cfg(feature = "specs")]
 /// The path of one agent run's log in a run folder: `plan-attempt-N.log` (N the plan's
 /// attempt), `impl-attempt-N.log` (N counts the implementer sessions in the folder),
 /// `verify.log`; a number is added when the name is taken.

@@ -167,6 +167,7 @@ impl Context {
     }
 
     /// `path` relative to the workspace when inside it (as events and `kill_log` show it).
+    #[cfg(feature = "specs")]
     pub(crate) fn relative(&self, path: &std::path::Path) -> PathBuf {
         path.strip_prefix(&self.workspace)
             .map(std::path::Path::to_path_buf)

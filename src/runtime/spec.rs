@@ -11,17 +11,6 @@ use crate::output::truncate_middle;
 /// How much of a spec goes into a prompt; agents can read the file for the rest.
 const SPEC_PROMPT_BYTES: usize = 16 * 1024;
 
-/// A spec path that breaks the rule: it must be relative to the workspace and, once
-/// symlinks are resolved, inside it (and inside the folder a mode keeps its specs in).
-#[derive(Debug, thiserror::Error)]
-#[error("spec path {path:?} {reason}")]
-pub struct SpecPathError {
-    /// The path as given.
-    pub path: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
 /// The one rule for a spec path, in every mode: `given` is relative, does not go up with
 /// `..`, names an existing file, and resolves (symlinks followed) inside `root`, a folder of
 /// `workspace` (the workspace itself, or a mode's specs folder). Returns the path relative
@@ -29,13 +18,9 @@ pub struct SpecPathError {
 ///
 /// # Errors
 ///
-/// [`SpecPathError`] saying which part of the rule the path breaks.
-pub(crate) fn inside(
-    workspace: &Path,
-    root: &Path,
-    given: &Path,
-) -> Result<PathBuf, SpecPathError> {
-    let refuse = |reason: String| SpecPathError {
+/// [`Error::SpecPath`] saying which part of the rule the path breaks.
+pub(crate) fn inside(workspace: &Path, root: &Path, given: &Path) -> Result<PathBuf, Error> {
+    let refuse = |reason: String| Error::SpecPath {
         path: given.to_string_lossy().into_owned(),
         reason,
     };

@@ -12,7 +12,7 @@ use super::implementation::ImplementationStore;
 use super::plan_files::{PlanFiles, Resume};
 use super::plan_mode::spec_files;
 use crate::runtime::Context;
-use crate::runtime::error::Error;
+use crate::runtime::error::{Error, SpecsError};
 
 /// What [`Ralph::dry_run_plan`](crate::Ralph::dry_run_plan) found: the specs plan mode would
 /// read, the file it would write, and the prompt it would use.
@@ -151,9 +151,9 @@ pub(crate) fn plan(ctx: &Context, specs: Vec<PathBuf>) -> Result<PlanDryRun, Err
 pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
     let config = &ctx.config;
     let store = ImplementationStore::new(ctx.workspace.join(&config.planning.implementation));
-    let plan = store
-        .load()?
-        .ok_or_else(|| Error::NoImplementation(store.path().to_path_buf()))?;
+    let plan = store.load()?.ok_or_else(|| SpecsError::NoImplementation {
+        path: store.path().to_path_buf(),
+    })?;
     let plans = PlanFiles::new(&ctx.workspace, &config.planning.specs_dir);
     let order = plan.build_order();
     let mut report = BuildDryRun {

@@ -53,7 +53,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::files::seen::Watch;
+use crate::files::watch::Watch;
 use crate::store::StoreError;
 
 /// The format version ralph writes.

@@ -10,14 +10,14 @@
 pub(crate) mod build;
 pub(crate) mod dry_run;
 mod history;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod implementation;
 mod json_locate;
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
-// reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod plan_files;
 pub(crate) mod plan_mode;
 
+pub use crate::runtime::error::SpecsError;
 pub use dry_run::{BuildDryRun, PlanDryRun};
 pub(crate) use implementation::ImplementationStore;
 pub use implementation::{Implementation, SpecEntry, Status, TaskEntry};

@@ -55,7 +55,7 @@ use serde_json::{Map, Value};
 
 use crate::files::atomic;
 use crate::runtime::error::Error;
-use crate::runtime::spec::{self, SpecPathError};
+use crate::runtime::spec;
 use crate::store::StoreError;
 
 /// Whether a plan is in force.
@@ -170,6 +170,7 @@ impl PlanFiles {
     }
 
     /// The folder of the plans (`specs/plans`), absolute.
+    #[cfg(any(test, feature = "internals"))]
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -178,9 +179,9 @@ impl PlanFiles {
     ///
     /// # Errors
     ///
-    /// [`SpecPathError`] when the path is absolute, has a `..`, does not exist, or is not
+    /// [`Error::SpecPath`] when the path is absolute, has a `..`, does not exist, or is not
     /// inside the specs folder once symlinks are resolved: the rule every mode applies.
-    pub fn spec_rel(&self, file: &str) -> Result<String, SpecPathError> {
+    pub fn spec_rel(&self, file: &str) -> Result<String, Error> {
         let inside = spec::inside(&self.workspace, &self.specs_dir, Path::new(file))?;
         Ok(inside.with_extension("").to_string_lossy().into_owned())
     }

@@ -23,7 +23,7 @@ use crate::event::Event;
 use crate::runtime::Context;
 use crate::runtime::call::{Call, Structured};
 use crate::runtime::deadline;
-use crate::runtime::error::Error;
+use crate::runtime::error::{Error, SpecsError};
 use crate::runtime::logs::{self, Emitter, Logs};
 use crate::runtime::spec;
 
@@ -72,14 +72,16 @@ async fn plan(
     let answer = match answer {
         Structured::Answer(answer) => answer,
         Structured::Unusable { reason, .. } => {
-            return Err(Error::PlanMode(format!(
-                "no usable plan ({reason}); implementation.json was not changed"
-            )));
+            let implementation = store.path().to_path_buf();
+            return Err(SpecsError::NoUsablePlan {
+                reason,
+                implementation,
+            }
+            .into());
         }
         Structured::Interrupted => {
-            return Err(Error::PlanMode(
-                "stopped before the agent answered; implementation.json was not changed".into(),
-            ));
+            let implementation = store.path().to_path_buf();
+            return Err(SpecsError::Stopped { implementation }.into());
         }
     };
     let mut plan = merge(existing, answer);
@@ -107,10 +109,8 @@ pub(crate) fn spec_files(
             .collect()
     };
     if files.is_empty() {
-        return Err(Error::PlanMode(format!(
-            "no markdown specs in {}",
-            workspace.join(specs_dir).display()
-        )));
+        let dir = workspace.join(specs_dir);
+        return Err(SpecsError::NoSpecs { dir }.into());
     }
     let plans = PlanFiles::new(workspace, specs_dir);
     for file in &files {

@@ -228,7 +228,7 @@ impl JsonlStore {
         T: Send + 'static,
         F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
     {
-        super::on_blocking_pool(&self.shared, f).await
+        super::on_blocking_pool(&self.shared.path, &self.shared, f).await
     }
 }
 
@@ -278,7 +278,11 @@ impl Shared {
         let log = self.loaded(&mut slot)?;
         // Encoded (and signed, which needs the last link) before the board changes: a record
         // that cannot be written must not reach the board either.
-        let (bytes, last) = encode(&changes, log.last.as_ref())?;
+        let (bytes, last) =
+            encode(&changes, log.last.as_ref()).map_err(|source| StoreError::Encode {
+                path: self.path.clone(),
+                source,
+            })?;
         // Checked before the board changes: a refused write leaves the store as it was.
         log.check_unchanged(&self.path)?;
         log.lines += changes.len() + usize::from(changes.len() > 1);
@@ -631,7 +635,10 @@ impl Log {
     /// Replaces the file with the board's snapshot, its chain started afresh.
     fn compact(&mut self, path: &Path) -> Result<(), StoreError> {
         let snapshot = self.board.snapshot();
-        let (bytes, last) = encode_lines(&snapshot, None)?;
+        let (bytes, last) = encode_lines(&snapshot, None).map_err(|source| StoreError::Encode {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let dir = atomic::dir_of(path);
         fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
         atomic::remove_stale_temps(path);
@@ -764,7 +771,10 @@ fn adopted_note(path: &Path) -> String {
 
 /// The changes as signed lines after the line linked `prev`, ready for one write; several
 /// changes get a batch header. Returns them with the last line's link.
-fn encode(changes: &[Change], prev: Option<&Link>) -> Result<(Vec<u8>, Option<Link>), StoreError> {
+fn encode(
+    changes: &[Change],
+    prev: Option<&Link>,
+) -> Result<(Vec<u8>, Option<Link>), serde_json::Error> {
     let mut bytes = Vec::new();
     let mut last = prev.copied();
     if changes.len() > 1 {
@@ -785,7 +795,7 @@ fn encode(changes: &[Change], prev: Option<&Link>) -> Result<(Vec<u8>, Option<Li
 fn encode_lines(
     changes: &[Change],
     prev: Option<&Link>,
-) -> Result<(Vec<u8>, Option<Link>), StoreError> {
+) -> Result<(Vec<u8>, Option<Link>), serde_json::Error> {
     let mut bytes = Vec::new();
     let mut last = prev.copied();
     for change in changes {
@@ -799,12 +809,12 @@ fn write_signed(
     out: &mut Vec<u8>,
     value: &impl serde::Serialize,
     prev: Option<Link>,
-) -> Result<Link, StoreError> {
+) -> Result<Link, serde_json::Error> {
     let start = out.len();
-    serde_json::to_writer(&mut *out, value)
-        .map_err(|e| StoreError::Other(format!("cannot write a change as JSON: {e}")))?;
-    let link = chain::sign(out, start, prev.as_ref())
-        .ok_or_else(|| StoreError::Other("a change did not serialize as a JSON object".into()))?;
+    serde_json::to_writer(&mut *out, value)?;
+    let link = chain::sign(out, start, prev.as_ref()).ok_or_else(|| {
+        <serde_json::Error as serde::ser::Error>::custom("the record is not a JSON object")
+    })?;
     out.push(b'\n');
     Ok(link)
 }

@@ -30,8 +30,9 @@ impl Shared {
         let at = usize::try_from(bad.cut.offset)
             .ok()
             .filter(|&at| at <= bytes.len())
-            .ok_or_else(|| {
-                StoreError::Other(format!("{} changed during the repair", self.path.display()))
+            .ok_or_else(|| StoreError::Changed {
+                path: self.path.clone(),
+                how: "changed during the repair".to_owned(),
             })?;
         let (kept, rest) = bytes.split_at(at);
         let repair = if adopt {
@@ -72,6 +73,10 @@ fn adopt_lines(
     rest: &[u8],
     bad: &Unverified,
 ) -> Result<Repair, StoreError> {
+    let encode = |source| StoreError::Encode {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut out = kept.to_vec();
     let mut last = bad.cut.last;
     let mut lines = 0;
@@ -87,8 +92,12 @@ fn adopt_lines(
         };
         match parse_line(&object) {
             Ok(Line::Blank) => continue,
-            Ok(Line::Batch(n)) => last = Some(write_signed(&mut out, &BatchHeader::new(n), last)?),
-            Ok(Line::Record(change)) => last = Some(write_signed(&mut out, &change, last)?),
+            Ok(Line::Batch(n)) => {
+                last = Some(write_signed(&mut out, &BatchHeader::new(n), last).map_err(encode)?)
+            }
+            Ok(Line::Record(change)) => {
+                last = Some(write_signed(&mut out, &change, last).map_err(encode)?)
+            }
             // A write a crash cut short stays what it is: the next load drops it.
             Err(_) if !terminated => {
                 out.extend_from_slice(piece);

@@ -111,9 +111,55 @@ pub enum StoreError {
         /// Where the changed file is kept (`None` when it was deleted).
         copy: Option<PathBuf>,
     },
-    /// Anything else.
-    #[error("{0}")]
-    Other(String),
+    /// A record could not be written as JSON (a path that is not UTF-8, say); nothing was
+    /// written.
+    #[error("cannot write a record of {} as JSON", .path.display())]
+    Encode {
+        /// The state file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The store's work was cancelled before it finished: the async runtime shut down
+    /// under it.
+    #[error("the store's work on {} was cancelled before it finished (the runtime shut down)", .path.display())]
+    Cancelled {
+        /// The state file.
+        path: PathBuf,
+    },
+    /// The backend of a store of your own failed (a database, a service): the store that
+    /// failed and the backend's own error. ralph's stores never return it.
+    ///
+    /// ```
+    /// use ralph::store::StoreError;
+    ///
+    /// let refused = std::io::Error::other("connection refused");
+    /// let e = StoreError::backend("postgres://db/ralph", refused);
+    /// assert_eq!(e.to_string(), "the store postgres://db/ralph failed");
+    /// ```
+    #[error("the store {store} failed")]
+    Backend {
+        /// The store, as a person finds it (a URL, a table, a file).
+        store: String,
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// [`StoreError::Backend`]: `store` (where it is, as a person finds it) failed with
+    /// `source`.
+    pub fn backend(
+        store: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        StoreError::Backend {
+            store: store.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// What [`Store::repair`] did to a state file whose lines ralph did not all write.
@@ -222,7 +268,11 @@ impl From<crate::files::LockError> for StoreError {
 
 /// Runs `f` on `shared` on the blocking pool: file I/O and fsync must not stall the runtime.
 /// A panic in `f` is resumed here, as if `f` had run on this thread.
-pub(crate) async fn on_blocking_pool<S, T, F>(shared: &Arc<S>, f: F) -> Result<T, StoreError>
+pub(crate) async fn on_blocking_pool<S, T, F>(
+    path: &std::path::Path,
+    shared: &Arc<S>,
+    f: F,
+) -> Result<T, StoreError>
 where
     S: Send + Sync + 'static,
     T: Send + 'static,
@@ -232,7 +282,9 @@ where
     match tokio::task::spawn_blocking(move || f(&shared)).await {
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(StoreError::Other(format!("store task did not finish: {e}"))),
+        Err(_) => Err(StoreError::Cancelled {
+            path: path.to_path_buf(),
+        }),
     }
 }
 
@@ -246,7 +298,7 @@ where
 /// `tokio::task::spawn_blocking`.
 ///
 /// ```
-/// use std::sync::Mutex;
+/// use std::sync::{Mutex, PoisonError};
 ///
 /// use ralph::async_trait;
 /// use ralph::model::{Board, Change, Task};
@@ -259,14 +311,14 @@ where
 /// #[async_trait]
 /// impl Store for Journal {
 ///     async fn load(&self) -> Result<Board, StoreError> {
-///         let changes = self.0.lock().map_err(|e| StoreError::Other(e.to_string()))?;
+///         let changes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
 ///         let mut board = Board::default();
 ///         board.apply_all(changes.iter().cloned());
 ///         Ok(board)
 ///     }
 ///
 ///     async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
-///         let mut kept = self.0.lock().map_err(|e| StoreError::Other(e.to_string()))?;
+///         let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
 ///         kept.extend_from_slice(changes);
 ///         Ok(())
 ///     }

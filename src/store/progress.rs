@@ -198,7 +198,7 @@ impl ProgressStore {
         T: Send + 'static,
         F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
     {
-        super::on_blocking_pool(&self.shared, f).await
+        super::on_blocking_pool(&self.shared.path, &self.shared, f).await
     }
 }
 
@@ -279,8 +279,10 @@ impl Shared {
         // Markdown first: a crash before the sidecar leaves ticks the reconciliation honors.
         atomic::replace(&self.path, text.as_bytes()).map_err(|e| io_error(&self.path, e))?;
         let sidecar = Sidecar::of(&board, fingerprint(&text));
-        let json = serde_json::to_vec_pretty(&sidecar)
-            .map_err(|e| StoreError::Other(format!("cannot write the sidecar as JSON: {e}")))?;
+        let json = serde_json::to_vec_pretty(&sidecar).map_err(|source| StoreError::Encode {
+            path: self.sidecar.clone(),
+            source,
+        })?;
         atomic::replace(&self.sidecar, &json).map_err(|e| io_error(&self.sidecar, e))?;
         *seen = Seen::at(&self.sidecar).map_err(|e| io_error(&self.sidecar, e))?;
         Ok(())

@@ -8,7 +8,7 @@ use crate::agent::Role;
 use crate::answer::{self, Answer};
 
 impl Threads {
-    /// Asks this handle's models (the thread is not configured yet: [`ThreadOptions::config`](super::ThreadOptions::config))
+    /// Asks this handle's models (the thread is not configured yet: [`Threads::run_config`])
     /// `prompt` in `role` and parses the answer as `A`; the answer and the id of the run that
     /// gave it. Every failure (the agent's, an interrupt, a rate limit, an unusable answer
     /// twice) is handed to `failed` with a reason, which makes the caller's error. A rate
@@ -21,10 +21,7 @@ impl Threads {
         mut prompt: String,
         failed: impl Fn(String) -> ThreadError,
     ) -> Result<(A, String), ThreadError> {
-        let agent = self
-            .loop_agents(&self.options.config)
-            .map_err(&failed)?
-            .work;
+        let agent = self.loop_agents(&self.run_config).map_err(&failed)?.work;
         let mut last_error = String::new();
         for attempt in 1..=2 {
             let request = Request {

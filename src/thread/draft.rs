@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::phase::PhaseKind;
+use super::record::Turn;
 use super::spec::ThreadSpec;
 use super::{ThreadError, ThreadRecord, Threads};
 use crate::agent::Role;
@@ -43,40 +44,6 @@ impl Answer for DraftAnswer {
             return Err("`spec` is empty: leave it out to keep the spec as it is".into());
         }
         Ok(())
-    }
-}
-
-/// One turn of a thread's Drafting conversation, as its log keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Turn {
-    /// RFC 3339 time it was written.
-    pub at: String,
-    /// Who spoke: `person` or `agent`.
-    pub by: String,
-    /// What they said.
-    pub text: String,
-    /// The spec revision the turn was about (for a reply that revised the spec, the new
-    /// revision).
-    pub spec_version: u32,
-    /// For a reply that revised the spec: true. ralph wrote the revision.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub revised: bool,
-    /// For a reply: the run that gave it (`runs/<run-id>/`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-}
-
-impl Turn {
-    fn new(by: &str, text: &str, spec_version: u32) -> Self {
-        Turn {
-            at: jiff::Timestamp::now().to_string(),
-            by: by.to_owned(),
-            text: text.to_owned(),
-            spec_version,
-            revised: false,
-            run_id: None,
-        }
     }
 }
 

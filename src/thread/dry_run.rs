@@ -94,7 +94,7 @@ impl Threads {
         let spec = ThreadSpec::parse(&self.spec_text(&record)?).ok();
         let config = match record.phase.kind() {
             // `start` gives the thread this handle's settings.
-            PhaseKind::Finalized | PhaseKind::PreflightFailed => self.options.config.clone(),
+            PhaseKind::Finalized | PhaseKind::PreflightFailed => self.run_config.clone(),
             _ => record.config.clone(),
         };
         let agents = match self.chain(&config) {
@@ -114,7 +114,7 @@ impl Threads {
                 Some(format!(
                     "preflight (a clean tree, a commit to start from, the spec's promise tag and \
                      criteria, an agent, no other thread running), then {}",
-                    if self.options.quick {
+                    if self.quick {
                         round(next_iteration)
                     } else {
                         "Configuring".to_owned()

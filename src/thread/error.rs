@@ -10,12 +10,14 @@ use crate::git::GitError;
 #[non_exhaustive]
 pub enum ThreadError {
     /// The move is not in seed 001's tables.
-    #[error("thread {id}: {refused}")]
+    #[error("thread {id}: a thread cannot go from {from} to {to}")]
     Transition {
         /// The thread.
         id: String,
-        /// The refused move (its message is part of this one's).
-        refused: TransitionError,
+        /// The phase the thread is in.
+        from: PhaseKind,
+        /// The phase asked for.
+        to: PhaseKind,
     },
     /// The call needs a phase the thread is not in (a data-only call such as `configure`).
     #[error("thread {id} is {phase}; {action} needs it to be {needed}")]
@@ -120,8 +122,15 @@ pub enum ThreadError {
         id: String,
     },
     /// A prompt could not be rendered.
-    #[error(transparent)]
-    Prompt(#[from] crate::prompt::PromptError),
+    #[error("{}", crate::runtime::error::prompt_message(template, file, message))]
+    Prompt {
+        /// The template's name (`thread`, `thread_verify`).
+        template: String,
+        /// Its override file, when it is not the built-in one.
+        file: Option<String>,
+        /// What is wrong, with the line when the template engine knows it.
+        message: String,
+    },
     /// The loop's settings cannot be used (an unknown agent name, a number out of range).
     #[error("thread {id}: {reason}")]
     Config {
@@ -130,11 +139,17 @@ pub enum ThreadError {
         /// What is wrong.
         reason: String,
     },
-    /// Another process runs a thread of this workspace (it holds `.ralph/ralph.lock`).
-    #[error("{message}")]
+    /// Another process or handle runs a thread of this workspace, or another mode (it
+    /// holds `.ralph/ralph.lock`).
+    #[error("{}", busy_message(lock, holder, running))]
     Busy {
-        /// Which thread runs where, and what to do.
-        message: String,
+        /// The lock file.
+        lock: PathBuf,
+        /// What the lock file says about its holder (`pid N, since T`), if anything.
+        holder: Option<String>,
+        /// The thread that runs, when a thread holds the lock: its id, its phase (Running or
+        /// Verifying) and the process that runs it.
+        running: Option<(String, PhaseKind, u32)>,
     },
     /// The AI review of the spec gave no usable feedback; the thread stays Assessing.
     #[error(
@@ -157,4 +172,48 @@ pub enum ThreadError {
         /// Why (the agent's failure, or the parse error of its second answer).
         reason: String,
     },
+}
+
+impl From<crate::prompt::PromptError> for ThreadError {
+    fn from(e: crate::prompt::PromptError) -> Self {
+        ThreadError::Prompt {
+            template: e.name,
+            file: e.origin,
+            message: e.message,
+        }
+    }
+}
+
+/// `thread 1 is Running in process 42 (it holds .ralph/ralph.lock); pause or finish it
+/// first`, or, when no thread's record says it runs, who holds the lock.
+fn busy_message(
+    lock: &std::path::Path,
+    holder: &Option<String>,
+    running: &Option<(String, PhaseKind, u32)>,
+) -> String {
+    let note = holder
+        .as_ref()
+        .map(|h| format!(" ({h})"))
+        .unwrap_or_default();
+    match running {
+        Some((id, phase, pid)) => format!(
+            "thread {id} is {phase} in process {pid} (it holds {}{note}); pause or finish it first",
+            lock.display()
+        ),
+        None => format!(
+            "another ralph process holds {}{note}; wait for it to finish",
+            lock.display()
+        ),
+    }
+}
+
+impl ThreadError {
+    /// The refused move `refused` of thread `id`.
+    pub(super) fn transition(id: &str, refused: TransitionError) -> Self {
+        ThreadError::Transition {
+            id: id.to_owned(),
+            from: refused.from,
+            to: refused.to,
+        }
+    }
 }

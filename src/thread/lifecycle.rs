@@ -4,8 +4,18 @@
 //! stuck thread, [`approve`](Threads::approve) and [`commit`](Threads::commit).
 
 use super::phase::{Phase, PhaseKind};
-use super::record::{Feedback, RunConfig, StuckReport, ThreadRecord};
-use super::{Confirm, KEEP, ThreadError, Threads, preflight, spec, transition};
+use super::record::{RunConfig, StuckReport, ThreadRecord, Turn};
+use super::{KEEP, ThreadError, Threads, preflight, spec, transition};
+
+/// Whether the person agreed to reset the work tree (see [`Threads::revise`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Confirm {
+    /// Not confirmed: the call is refused and nothing changes.
+    No,
+    /// "This will reset changes. Continue?" — yes.
+    ResetToBaseline,
+}
 
 impl Threads {
     // ---- Phase 1: the spec --------------------------------------------------------------
@@ -59,7 +69,7 @@ impl Threads {
 
     /// Finalized (or PreflightFailed, to retry) → Preflight, then Configuring or
     /// PreflightFailed. The thread takes this handle's settings
-    /// ([`ThreadOptions::config`](super::ThreadOptions::config)), which Configuring may
+    /// ([`run_config`](Threads::run_config)), which Configuring may
     /// change, and preflight checks the agents they name. Entering Preflight from Finalized
     /// captures the git baseline; passing moves the work to the branch `ralph/<id>`. In
     /// quick mode the loop then runs with those settings, up to the next checkpoint.
@@ -71,13 +81,13 @@ impl Threads {
     pub async fn start(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Preflight)?;
         // Configuring starts from the defaults (seed 001: "can use defaults").
-        record.config = self.options.config.clone();
+        record.config = self.run_config.clone();
         self.advance(&mut record, Phase::Preflight)?;
         // Held from the "no other thread running" check through the loop quick mode runs.
         let _lock = match self.lock_runs().await {
             Ok(lock) => lock,
-            Err(ThreadError::Busy { message }) => {
-                let failures = vec![message];
+            Err(busy @ ThreadError::Busy { .. }) => {
+                let failures = vec![busy.to_string()];
                 self.advance(&mut record, Phase::PreflightFailed { failures })?;
                 return Ok(record);
             }
@@ -89,7 +99,7 @@ impl Threads {
             return Ok(record);
         }
         self.advance(&mut record, Phase::Configuring)?;
-        if self.options.quick {
+        if self.quick {
             return self.run_thread(record).await;
         }
         Ok(record)
@@ -368,11 +378,8 @@ impl Threads {
         if feedback.trim().is_empty() {
             return Err(ThreadError::NoFeedback { id: id.to_owned() });
         }
-        record.feedback.push(Feedback {
-            text: feedback.trim().to_owned(),
-            at: jiff::Timestamp::now().to_string(),
-            after_iteration: record.attempts.last().map_or(0, |a| a.iteration),
-        });
+        let said = Turn::new("reviewer", feedback.trim(), record.spec_version);
+        record.feedback.push(said);
         record.approved_tree = None;
         self.run_thread(record).await
     }
@@ -390,7 +397,7 @@ impl Threads {
         let mut record = self.load_for(id, PhaseKind::Approved)?;
         record.approved_tree = Some(self.git().work_tree_id(KEEP).await?);
         self.advance(&mut record, Phase::Approved)?;
-        if self.options.quick {
+        if self.quick {
             return self.prepare_commit(id, None);
         }
         Ok(record)

@@ -17,7 +17,9 @@ impl Threads {
         match self.ctx.begin(&self.emitter).await {
             Ok(lock) => Ok(lock),
             Err(Error::Busy { path, holder }) => Err(ThreadError::Busy {
-                message: self.holder_message(&path, holder),
+                lock: path,
+                holder,
+                running: self.running(),
             }),
             Err(Error::Io { path, source }) => Err(ThreadError::Io {
                 path,
@@ -31,25 +33,13 @@ impl Threads {
         }
     }
 
-    /// "thread X is Running in process N", from the records; the lock file's note otherwise.
-    fn holder_message(&self, path: &std::path::Path, holder: Option<String>) -> String {
-        let running = self.list().unwrap_or_default().into_iter().find_map(|id| {
+    /// The thread whose record says it runs, its phase and its process, if one does.
+    fn running(&self) -> Option<(String, PhaseKind, u32)> {
+        self.list().unwrap_or_default().into_iter().find_map(|id| {
             let record = self.get(&id).ok()?;
             let phase = record.phase.kind();
             let pid = record.runner_pid?;
-            matches!(phase, PhaseKind::Running | PhaseKind::Verifying)
-                .then(|| format!("thread {id} is {phase} in process {pid}"))
-        });
-        let note = holder.map(|h| format!(" ({h})")).unwrap_or_default();
-        match running {
-            Some(running) => format!(
-                "{running} (it holds {}{note}); pause or finish it first",
-                path.display()
-            ),
-            None => format!(
-                "another ralph process holds {}{note}; wait for it to finish",
-                path.display()
-            ),
-        }
+            matches!(phase, PhaseKind::Running | PhaseKind::Verifying).then_some((id, phase, pid))
+        })
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! | what | where |
 //! |---|---|
-//! | a thread's state (phase, baseline, pointers) | `threads/<id>/thread.json` (atomic writes, [`record::SCHEMA_VERSION`]) |
+//! | a thread's state (phase, baseline, pointers) | `threads/<id>/thread.json` (atomic writes, its layout versioned) |
 //! | spec revisions, never rewritten | `threads/<id>/spec/v<N>.md` |
 //! | the Drafting conversation, append-only | `threads/<id>/spec/conversation.jsonl` ([`Turn`]s) |
 //! | one agent run | `runs/<run-id>/run.json` and its transcript `runs/<run-id>/output.log` |
@@ -17,7 +17,7 @@
 //! ([`revise`](Threads::revise), [`reconfigure`](Threads::reconfigure),
 //! [`manual_assist`](Threads::manual_assist), [`abandon`](Threads::abandon),
 //! [`diagnose`](Threads::diagnose)), [`approve`](Threads::approve) and
-//! [`commit`](Threads::commit). Quick mode ([`ThreadOptions::quick`]) advances *to* a
+//! [`commit`](Threads::commit). Quick mode ([`Threads::quick`]) advances *to* a
 //! checkpoint and never past it.
 //!
 //! # Git
@@ -92,7 +92,7 @@
 //!
 //! ```
 //! use ralph::agent::{FakeAgent, Script};
-//! use ralph::thread::{PhaseKind, ThreadOptions, Threads};
+//! use ralph::thread::{PhaseKind, Threads};
 //! # use std::process::Command;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -106,7 +106,7 @@
 //! // A git repository with one commit: a thread works on its own branch.
 //!
 //! let agent = FakeAgent::new().then(Script::new().write("hello.txt", "hello\n").answer("Wrote it.\nSHIPPED"));
-//! let threads = Threads::new(dir.path(), agent)?.options(ThreadOptions::default().quick(true));
+//! let threads = Threads::new(dir.path(), agent)?.quick(true);
 //! let spec = "# Hello\n<promise>SHIPPED</promise>\n## Acceptance Criteria\n- [ ] greets: `grep -q hello hello.txt`\n";
 //! let id = threads.create("Hello", spec)?.id;
 //!
@@ -131,16 +131,15 @@ mod dry_run;
 mod error;
 mod lifecycle;
 mod lock;
-mod options;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod phase;
 mod preflight;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod record;
 mod registry;
 mod repair;
 mod running;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod spec;
 
 use std::path::{Path, PathBuf};
@@ -150,23 +149,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Fallback};
 use crate::event::Observer;
-use crate::files::seen::Watch;
-pub use crate::git::Baseline;
+use crate::files::watch::Watch;
 use crate::git::Git;
 use crate::runtime::Context;
 use crate::runtime::logs::Emitter;
 pub use assess::{AssessIssue, Assessment};
-pub use draft::Turn;
 pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
-pub use options::{Confirm, ThreadOptions};
-pub use phase::{Phase, PhaseKind, TransitionError};
-pub use record::{Feedback, IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord};
+pub use lifecycle::Confirm;
+pub use phase::{Phase, PhaseKind};
+pub use record::{IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord, Turn};
 
 /// An agent and the name the loop knows it by.
 type Named = (String, Arc<dyn Agent>);
 
-pub use crate::runtime::workspace::STATE_DIR;
+use crate::runtime::workspace::STATE_DIR;
 
 /// What git must never count, commit or reset: ralph's state.
 const KEEP: &[&str] = &[STATE_DIR];
@@ -182,7 +179,10 @@ pub struct Threads {
     root: PathBuf,
     /// Agents registered by name, for [`RunConfig::agents`] and [`RunConfig::verifier`].
     agents: Vec<Named>,
-    options: ThreadOptions,
+    /// Quick mode ([`quick`](Self::quick)).
+    quick: bool,
+    /// The loop's settings a thread takes when it starts ([`run_config`](Self::run_config)).
+    run_config: RunConfig,
     /// Observers added with [`observer`](Self::observer), beside the context's.
     observers: Vec<Arc<dyn Observer>>,
     /// Sends events to every observer: warnings (leftovers killed), and each agent run and
@@ -201,7 +201,8 @@ impl std::fmt::Debug for Threads {
                 "agents",
                 &self.agents.iter().map(|(n, _)| n).collect::<Vec<_>>(),
             )
-            .field("options", &self.options)
+            .field("quick", &self.quick)
+            .field("run_config", &self.run_config)
             .finish_non_exhaustive()
     }
 }
@@ -227,7 +228,8 @@ impl Threads {
             emitter: Emitter::new(&ctx.observers),
             ctx,
             agents: Vec::new(),
-            options: ThreadOptions::default(),
+            quick: false,
+            run_config: RunConfig::default(),
             observers: Vec::new(),
             seen: Watch::default(),
         }
@@ -250,10 +252,20 @@ impl Threads {
         self
     }
 
-    /// Sets the options.
+    /// Quick mode: skip assessment, configuration and polish, advancing to the next human
+    /// checkpoint (never past it). Default off (methodical).
     #[must_use]
-    pub fn options(mut self, options: ThreadOptions) -> Self {
-        self.options = options;
+    pub fn quick(mut self, quick: bool) -> Self {
+        self.quick = quick;
+        self
+    }
+
+    /// The loop's settings a thread takes when it starts (Configuring may change them), and
+    /// the models a thread not yet started asks (`discuss`, `assess`). Default
+    /// [`RunConfig::default`].
+    #[must_use]
+    pub fn run_config(mut self, config: RunConfig) -> Self {
+        self.run_config = config;
         self
     }
 
@@ -264,13 +276,13 @@ impl Threads {
     ///
     /// ```
     /// use ralph::agent::FakeAgent;
-    /// use ralph::thread::{RunConfig, ThreadOptions, Threads};
+    /// use ralph::thread::{RunConfig, Threads};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let threads = Threads::new(dir.path(), FakeAgent::new())?
     ///     .agent("opus", FakeAgent::new())
     ///     .agent("sonnet", FakeAgent::new())
-    ///     .options(ThreadOptions::default().config(RunConfig::default().agents(["opus", "sonnet"])));
+    ///     .run_config(RunConfig::default().agents(["opus", "sonnet"]));
     /// # let _ = threads;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -25,7 +25,7 @@ pub const RECENT_ATTEMPTS: usize = 5;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ThreadRecord {
-    /// Layout version ([`SCHEMA_VERSION`]).
+    /// Layout version (this build writes 1).
     pub schema_version: u32,
     /// The thread's id (`1-add-greeting`).
     pub id: String,
@@ -45,9 +45,11 @@ pub struct ThreadRecord {
     /// Runs made so far (numbers the next run id).
     #[serde(default)]
     pub runs: u32,
-    /// Where the work started, captured when implementation began.
+    /// Where the work started, captured when implementation began: what going back to
+    /// Drafting resets the work tree to. Read with [`baseline_commit`](Self::baseline_commit)
+    /// and [`baseline_branch`](Self::baseline_branch).
     #[serde(default)]
-    pub baseline: Option<Baseline>,
+    pub(crate) baseline: Option<Baseline>,
     /// The managed branch (`ralph/<id>`), once created.
     #[serde(default)]
     pub branch: Option<String>,
@@ -57,7 +59,7 @@ pub struct ThreadRecord {
     /// The iteration after which the current round of the loop stops.
     #[serde(default)]
     pub iteration_limit: u32,
-    /// The last few attempts, newest last (at most [`RECENT_ATTEMPTS`]).
+    /// The last few attempts, newest last (at most 5).
     #[serde(default)]
     pub attempts: Vec<IterationRecord>,
     /// The attempt that passed the most criteria so far (the "closest output").
@@ -72,7 +74,7 @@ pub struct ThreadRecord {
     /// The reviewers' feedback of each send-back, oldest first; the latest is in every
     /// prompt of the loop until the spec is revised.
     #[serde(default)]
-    pub feedback: Vec<Feedback>,
+    pub feedback: Vec<Turn>,
     /// The work tree as the person approved it: a git tree id of everything but `.ralph/`.
     /// [`commit`](super::Threads::commit) commits only this tree.
     #[serde(default)]
@@ -141,11 +143,9 @@ impl Default for RunConfig {
 }
 
 impl RunConfig {
-    /// Checks the numbers against the bounds every mode uses
-    /// ([`config::bounds`](crate::config::bounds)): at least one iteration, at most
-    /// [`MAX_ITERATIONS`](crate::config::bounds::MAX_ITERATIONS); timeouts longer than zero
-    /// and at most a week; at most [`MAX_RETRIES`](crate::config::bounds::MAX_RETRIES)
-    /// transient retries.
+    /// Checks the numbers against the bounds every mode uses (those of `ralph.toml`): at
+    /// least one iteration, at most 100,000; timeouts longer than zero and at most a week; at
+    /// most 1,000 transient retries.
     ///
     /// # Errors
     ///
@@ -216,17 +216,40 @@ impl RunConfig {
     }
 }
 
-/// A reviewer's feedback when sending a thread back from review
-/// ([`Threads::send_back`](super::Threads::send_back)).
+/// What was said to a thread, as it keeps it: a turn of its Drafting conversation (a
+/// person's message, the agent's reply), or a reviewer's feedback when sending it back
+/// from review.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct Feedback {
-    /// What the reviewer wrote.
-    pub text: String,
-    /// RFC 3339 time it was given.
+pub struct Turn {
+    /// RFC 3339 time it was written.
     pub at: String,
-    /// The last iteration before it: the next round starts after this one.
-    pub after_iteration: u32,
+    /// Who spoke: `person` or `agent` (Drafting), `reviewer` (a send-back).
+    pub by: String,
+    /// What they said.
+    pub text: String,
+    /// The spec revision the turn was about (for a reply that revised the spec, the new
+    /// revision).
+    pub spec_version: u32,
+    /// For a reply that revised the spec: true. ralph wrote the revision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revised: bool,
+    /// For a reply: the run that gave it (`runs/<run-id>/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+impl Turn {
+    pub(super) fn new(by: &str, text: &str, spec_version: u32) -> Self {
+        Turn {
+            at: jiff::Timestamp::now().to_string(),
+            by: by.to_owned(),
+            text: text.to_owned(),
+            spec_version,
+            revised: false,
+            run_id: None,
+        }
+    }
 }
 
 /// One iteration's result.
@@ -441,6 +464,17 @@ pub(crate) fn process_alive(pid: u32) -> bool {
 }
 
 impl ThreadRecord {
+    /// The commit the work started from (HEAD when implementation began), once it began.
+    pub fn baseline_commit(&self) -> Option<&str> {
+        self.baseline.as_ref().map(|b| b.commit_sha.as_str())
+    }
+
+    /// The branch checked out when implementation began; `None` before, or when HEAD was
+    /// detached then.
+    pub fn baseline_branch(&self) -> Option<&str> {
+        self.baseline.as_ref().and_then(|b| b.branch.as_deref())
+    }
+
     /// Whether the thread is Running or Verifying with no live process behind it (the
     /// process that ran the loop died without saving Paused).
     pub fn is_orphaned(&self) -> bool {

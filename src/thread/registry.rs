@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::phase::{self, Phase, PhaseKind, TransitionError};
+use super::phase::{self, Phase, PhaseKind};
 use super::record::{self, ThreadRecord};
 use super::{ThreadError, Threads};
 
@@ -27,7 +27,7 @@ impl Threads {
             runs: 0,
             baseline: None,
             branch: None,
-            config: self.options.config.clone(),
+            config: self.run_config.clone(),
             iteration_limit: 0,
             attempts: Vec::new(),
             closest: None,
@@ -183,10 +183,7 @@ impl Threads {
     pub(super) fn advance(&self, record: &mut ThreadRecord, to: Phase) -> Result<(), ThreadError> {
         let from = record.phase.kind();
         if from != to.kind() {
-            phase::check(from, to.kind()).map_err(|source| ThreadError::Transition {
-                id: record.id.clone(),
-                refused: source,
-            })?;
+            phase::check(from, to.kind()).map_err(|e| ThreadError::transition(&record.id, e))?;
         }
         record.phase = to;
         self.save(record)
@@ -196,10 +193,7 @@ impl Threads {
     /// names both phases.
     pub(super) fn load_for(&self, id: &str, to: PhaseKind) -> Result<ThreadRecord, ThreadError> {
         let record = self.get(id)?;
-        phase::check(record.phase.kind(), to).map_err(|source| ThreadError::Transition {
-            id: id.to_owned(),
-            refused: source,
-        })?;
+        phase::check(record.phase.kind(), to).map_err(|e| ThreadError::transition(id, e))?;
         Ok(record)
     }
 
@@ -242,10 +236,8 @@ impl Threads {
 pub(super) fn transition(record: &ThreadRecord, to: PhaseKind) -> ThreadError {
     ThreadError::Transition {
         id: record.id.clone(),
-        refused: TransitionError {
-            from: record.phase.kind(),
-            to,
-        },
+        from: record.phase.kind(),
+        to,
     }
 }
 

@@ -193,7 +193,7 @@ impl Threads {
         self.remember(record, attempt);
         if all_passed {
             self.advance(record, Phase::Implemented)?;
-            if self.options.quick {
+            if self.quick {
                 self.advance(
                     record,
                     Phase::PendingReview {

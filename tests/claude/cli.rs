@@ -17,12 +17,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::support::fake_claude;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use ralph::__internals::context::ContextThresholds;
 use ralph::ClaudeCli;
 use ralph::agent::{
-    Agent, AgentError, AgentEvent, AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind,
-    Role,
+    Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Role,
 };
+use ralph::config::ContextThresholds;
 use rstest::rstest;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -180,9 +179,9 @@ fn alive(pid: i32) -> bool {
 struct Events(Arc<Mutex<Vec<AgentEvent>>>);
 
 impl Events {
-    fn sink(&self) -> AgentEvents {
+    fn sink(&self) -> impl Fn(AgentEvent) + Send + Sync + 'static {
         let events = self.clone();
-        AgentEvents::new(move |event| events.0.lock().unwrap().push(event))
+        move |event: AgentEvent| events.0.lock().unwrap().push(event)
     }
 
     fn all(&self) -> Vec<AgentEvent> {
@@ -220,16 +219,21 @@ async fn run(cli: &ClaudeCli, request: AgentRequest) -> AgentRun {
 }
 
 /// A token cancelled as soon as the run reports its session, i.e. mid-run.
-fn stop_on_session(events: &Events) -> (CancellationToken, AgentEvents) {
+fn stop_on_session(
+    events: &Events,
+) -> (
+    CancellationToken,
+    impl Fn(AgentEvent) + Send + Sync + 'static,
+) {
     let stop = CancellationToken::new();
     let token = stop.clone();
     let events = events.clone();
-    let sink = AgentEvents::new(move |event| {
+    let sink = move |event: AgentEvent| {
         if matches!(event, AgentEvent::Session { .. }) {
             token.cancel();
         }
         events.0.lock().unwrap().push(event);
-    });
+    };
     (stop, sink)
 }
 
@@ -257,7 +261,7 @@ async fn the_default_run_completes_with_everything_reported() {
     let events = Events::default();
     let prompt = "Implement the spec.".repeat(10); // 190 bytes: 48 input tokens
 
-    let run = run(&f.cli(), f.request(&prompt).events(events.sink())).await;
+    let run = run(&f.cli(), f.request(&prompt).on_event(events.sink())).await;
 
     assert_eq!(run.exit, AgentExit::Completed);
     assert!(
@@ -610,7 +614,7 @@ async fn the_cli_s_own_compaction_completes_when_ralph_s_tiers_are_not_reached()
     let request = f
         .request("Do the thing")
         .context(ContextThresholds::new(0.996, 0.998, 0.999))
-        .events(events.sink());
+        .on_event(events.sink());
 
     let run = run(&cli, request).await;
 
@@ -664,7 +668,7 @@ async fn a_stop_mid_run_ends_it_promptly() {
     let cli = f.fake(&[("FAKE_CLAUDE_HANG_AFTER", "1")]);
     let started = Instant::now();
 
-    let run = run(&cli, f.request("x").stop(stop).events(sink)).await;
+    let run = run(&cli, f.request("x").stop(stop).on_event(sink)).await;
 
     assert_eq!(run.exit, AgentExit::Stopped);
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
@@ -752,7 +756,7 @@ async fn grandchildren_in_sessions_of_their_own_die_with_the_run(
         ("FAKE_CLAUDE_SPAWN_PIDFILE", pidfile.to_str().unwrap()),
     ]);
     let events = Events::default();
-    let mut request = f.request("x").events(events.sink());
+    let mut request = f.request("x").on_event(events.sink());
     match ending {
         Ending::Completes => {}
         Ending::IdleTimeout => {
@@ -763,7 +767,7 @@ async fn grandchildren_in_sessions_of_their_own_die_with_the_run(
         Ending::Stop => {
             cli = cli.env("FAKE_CLAUDE_HANG_AFTER", "1");
             let (stop, sink) = stop_on_session(&events);
-            request = request.stop(stop).events(sink);
+            request = request.stop(stop).on_event(sink);
         }
     }
 
@@ -804,7 +808,7 @@ async fn dropping_the_run_kills_everything_it_started() {
         ("FAKE_CLAUDE_SPAWN_PIDFILE", pidfile.to_str().unwrap()),
     ]);
     let events = Events::default();
-    let request = f.request("x").events(events.sink());
+    let request = f.request("x").on_event(events.sink());
     let mut started = Box::pin(cli.run(request));
 
     // Run until the session is known, then drop the future.
@@ -1023,7 +1027,7 @@ async fn the_warn_tier_is_reported_and_the_run_goes_on() {
 
     let run = run(
         &f.fake(&[("FAKE_CLAUDE_TRANSCRIPT", &path)]),
-        f.request("x").events(events.sink()),
+        f.request("x").on_event(events.sink()),
     )
     .await;
 
@@ -1052,7 +1056,7 @@ async fn the_kill_tier_ends_the_run_at_the_context_limit() {
         ("FAKE_CLAUDE_HANG_AFTER", "2"),
     ]);
 
-    let run = run(&cli, f.request("x").events(events.sink())).await;
+    let run = run(&cli, f.request("x").on_event(events.sink())).await;
 
     assert_eq!(run.exit, AgentExit::ContextLimit);
     assert_eq!(run.log_path.as_deref(), Some(f.log().as_path()));
@@ -1080,7 +1084,7 @@ async fn the_compact_tier_compacts_the_session_and_continues_it() {
     let cli = per_invocation(&f, &[&first, &compact, &cont]);
     let events = Events::default();
 
-    let run = run(&cli, f.request("Build it.").events(events.sink())).await;
+    let run = run(&cli, f.request("Build it.").on_event(events.sink())).await;
 
     assert_eq!(run.exit, AgentExit::Completed, "{:?}", events.notes());
     assert_eq!(run.final_text, "Finished.\n<TASK_DONE>");
@@ -1175,7 +1179,7 @@ async fn a_context_that_keeps_growing_stops_after_two_compactions() {
     let cli = per_invocation(&f, &[&first, &compact, &first, &compact, &first]);
     let events = Events::default();
 
-    let run = run(&cli, f.request("Build it.").events(events.sink())).await;
+    let run = run(&cli, f.request("Build it.").on_event(events.sink())).await;
 
     assert_eq!(run.exit, AgentExit::ContextLimit);
     assert_eq!(f.records().len(), 5);
@@ -1198,13 +1202,13 @@ async fn a_stop_at_the_compact_tier_does_not_compact() {
     let cli = per_invocation(&f, &[&first, &compact]);
     let stop = CancellationToken::new();
     let token = stop.clone();
-    let events = AgentEvents::new(move |event| {
+    let events = move |event: AgentEvent| {
         if matches!(event, AgentEvent::ContextPressure { .. }) {
             token.cancel();
         }
-    });
+    };
 
-    let run = run(&cli, f.request("Build it.").stop(stop).events(events)).await;
+    let run = run(&cli, f.request("Build it.").stop(stop).on_event(events)).await;
 
     assert_eq!(run.exit, AgentExit::Stopped);
     // The compacting process may have been started, but never the continuation.

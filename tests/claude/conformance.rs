@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::support::messages_api::{
     ClaudeHome, MessagesApi, Reply, alive_with_env, claude_or_skip, git_repo,
 };
-use ralph::__internals::context::ContextThresholds;
 use ralph::__internals::signal::{self, TaskSignal};
-use ralph::agent::{AgentEvent, AgentEvents, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
+use ralph::agent::{AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
+use ralph::config::ContextThresholds;
 use ralph::{Agent, ClaudeCli};
 use serde_json::json;
 use tempfile::TempDir;
@@ -167,15 +167,15 @@ async fn a_500_then_success_is_ridden_out_by_the_cli_retry() {
     };
     let retries = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let seen = retries.clone();
-    let events = AgentEvents::new(move |event| {
+    let events = move |event: AgentEvent| {
         if let AgentEvent::ApiRetry { .. } = event {
             seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
-    });
+    };
     let claude = rig.claude.clone().max_retries(1);
 
     let run = claude
-        .run(rig.request(Role::Build, "Do it.").events(events))
+        .run(rig.request(Role::Build, "Do it.").on_event(events))
         .await
         .unwrap();
 
@@ -410,17 +410,17 @@ async fn context_at_the_compact_tier_is_compacted_and_the_task_continues() {
     };
     let tiers = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = tiers.clone();
-    let events = AgentEvents::new(move |event| match event {
+    let events = move |event: AgentEvent| match event {
         AgentEvent::ContextPressure { tier, .. } => seen.lock().unwrap().push(tier),
         AgentEvent::Compacted { .. } => seen.lock().unwrap().push("compacted".into()),
         _ => {}
-    });
+    };
 
     let run = rig
         .run(
             rig.request(Role::Build, "Create done.txt.")
                 .context(ContextThresholds::default())
-                .events(events),
+                .on_event(events),
         )
         .await;
 

@@ -570,7 +570,14 @@ fn demo_in_tmux(dir: &Path, env: &str) -> Vec<String> {
         ralph_bin().display(),
         dir.display()
     );
-    let started = Command::new("tmux")
+    // Each call has its own tmux server (`-L`): with the default one shared, one test's
+    // `kill-session` could end the server while another test was starting its session.
+    let tmux = || {
+        let mut command = Command::new("tmux");
+        command.args(["-L", &session]);
+        command
+    };
+    let started = tmux()
         .args([
             "new-session",
             "-d",
@@ -588,7 +595,7 @@ fn demo_in_tmux(dir: &Path, env: &str) -> Vec<String> {
     let mut screens = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while std::time::Instant::now() < deadline {
-        let pane = Command::new("tmux")
+        let pane = tmux()
             .args(["capture-pane", "-p", "-t", &session])
             .output()
             .unwrap();
@@ -600,9 +607,7 @@ fn demo_in_tmux(dir: &Path, env: &str) -> Vec<String> {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let _ = Command::new("tmux")
-        .args(["kill-session", "-t", &session])
-        .status();
+    let _ = tmux().arg("kill-server").status();
     screens
 }
 

@@ -262,12 +262,15 @@ async fn a_fatal_agent_failure_ends_the_run_with_an_error(
     let err = h.try_run(|b| b.gate(done_gate())).await.unwrap_err();
 
     assert!(
-        matches!(&err, Error::AgentFatal(reason) if reason == "credentials rejected"),
+        matches!(&err, Error::AgentFatal { agent, role: r, subject: Some(s), reason }
+            if agent == "fake" && *r == role && s == subject && reason == "credentials rejected"),
         "{err:?}"
     );
     assert_eq!(
         err.to_string(),
-        "agent failed and cannot recover: credentials rejected"
+        format!(
+            "agent fake failed on {role} {subject} and no retry can fix it: credentials rejected"
+        )
     );
     // Nothing ran after it, and it counted for nothing.
     let last = h.agent.requests().pop().unwrap();

@@ -144,7 +144,7 @@ async fn the_json_gate_says_where_the_file_breaks() {
         .await
         .unwrap();
     assert!(report.blocks());
-    let said = report.output.to_string();
+    let said = report.output();
     assert!(
         said.contains("config.json") && said.contains("line 3"),
         "{said}"
@@ -159,7 +159,7 @@ fn small_first_keeps_dependencies_before_their_dependents() {
     small.complexity = Some(Complexity::Small);
     small.deps = vec!["t-1".into()];
     let out = parts::SmallFirst.prioritize(&[big, small]).unwrap();
-    let order: Vec<(&str, Priority)> = out.order.iter().map(|(id, p)| (id.as_str(), *p)).collect();
+    let order: Vec<(&str, Priority)> = out.iter().map(|(id, p)| (id.as_str(), *p)).collect();
     assert_eq!(order, [("t-1", Priority::Low), ("t-2", Priority::High)]);
 }
 

@@ -135,8 +135,8 @@ async fn a_transient_failure_passes_the_run_on_once_and_the_first_agent_is_tried
     let sink = events.clone();
     let request = || {
         let sink = sink.clone();
-        AgentRequest::new(Role::Build, "p", dir.path()).events(ralph::agent::AgentEvents::new(
-            move |detail| {
+        AgentRequest::new(Role::Build, "p", dir.path()).on_event(
+            move |detail: ralph::agent::AgentEvent| {
                 ralph::Observer::on_event(
                     &sink,
                     &Event::Agent {
@@ -145,7 +145,7 @@ async fn a_transient_failure_passes_the_run_on_once_and_the_first_agent_is_tried
                     },
                 )
             },
-        ))
+        )
     };
 
     let one = chain.run(request()).await.expect("a run");

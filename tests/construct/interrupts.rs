@@ -115,7 +115,7 @@ impl Store for CrashingStore {
 
     async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
         if self.persists.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_at {
-            return Err(StoreError::Other("simulated crash".into()));
+            return Err(StoreError::backend("crashing store", "simulated crash"));
         }
         self.inner.persist(changes).await
     }

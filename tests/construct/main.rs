@@ -38,7 +38,6 @@ use crate::support::*;
 use async_trait::async_trait;
 use ralph::BlockedItem;
 use ralph::Event;
-use ralph::agent::RecordedRequest;
 use ralph::agent::{FailureKind, Script};
 use ralph::gate::GateStatus;
 use ralph::model::{Change, IssueStatus, KillReason, Priority, Task, TaskId, TaskStatus};
@@ -127,7 +126,7 @@ impl Harness {
     }
 
     /// The requests for `role` about `subject`, in order.
-    fn requests(&self, role: Role, subject: &str) -> Vec<RecordedRequest> {
+    fn requests(&self, role: Role, subject: &str) -> Vec<AgentRequest> {
         self.agent
             .requests()
             .into_iter()
@@ -175,7 +174,7 @@ impl Harness {
     }
 }
 
-fn attempts(requests: &[RecordedRequest]) -> Vec<u32> {
+fn attempts(requests: &[AgentRequest]) -> Vec<u32> {
     requests.iter().map(|r| r.attempt).collect()
 }
 

@@ -36,7 +36,7 @@ async fn another_spec_on_a_workspace_with_state_is_an_error() {
     let again = ralph.construct("spec.md").await.unwrap();
     assert_eq!(again.exit_code(), 0);
     let err = ralph.construct(h.path().join("spec.md")).await.unwrap_err();
-    assert!(matches!(err, Error::SpecPath(_)), "{err:?}");
+    assert!(matches!(err, Error::SpecPath { .. }), "{err:?}");
     assert_eq!(h.agent.requests().len(), 4, "nothing ran after completion");
 }
 
@@ -44,7 +44,7 @@ async fn another_spec_on_a_workspace_with_state_is_an_error() {
 async fn a_missing_spec_is_an_error_naming_it() {
     let h = Harness::new(FakeAgent::new());
     let err = h.ralph(|b| b).construct("nope.md").await.unwrap_err();
-    assert!(matches!(err, Error::SpecPath(_)), "{err:?}");
+    assert!(matches!(err, Error::SpecPath { .. }), "{err:?}");
     assert!(err.to_string().contains("cannot be read"), "{err}");
     assert!(err.to_string().contains("nope.md"), "{err}");
     assert!(h.store.persisted().is_empty());

@@ -227,7 +227,7 @@ async fn a_fresh_spec_is_persisted_as_an_issue_before_the_investigator_runs() {
         .in_sequence(&mut seq)
         .withf(|changes: &[Change]| {
             matches!(changes.last(), Some(Change::Run(run))
-                if run.spec_check.as_ref().is_some_and(|c| c.failed.is_none()))
+                if answered(run))
         })
         .returning(|_| Ok(()));
 
@@ -409,7 +409,12 @@ async fn a_store_that_cannot_persist_aborts_the_run_and_no_agent_runs_after() {
         .withf(|changes: &[Change]| {
             task_change(changes, "t-1").is_some_and(|t| t.status == TaskStatus::Done)
         })
-        .returning(|_| Err(StoreError::Other("disk full".into())));
+        .returning(|_| {
+            Err(StoreError::backend(
+                "mock",
+                std::io::Error::other("disk full"),
+            ))
+        });
     // Nothing after: no verifier, no further persist (the mocks panic on any other call).
 
     let ralph = Ralph::builder()
@@ -422,7 +427,8 @@ async fn a_store_that_cannot_persist_aborts_the_run_and_no_agent_runs_after() {
     let err = ralph.construct("spec.md").await.unwrap_err();
 
     assert!(
-        matches!(err, Error::Store(StoreError::Other(ref m)) if m == "disk full"),
+        matches!(err, Error::Store(StoreError::Backend { ref store, ref source })
+            if store == "mock" && source.to_string() == "disk full"),
         "{err:?}"
     );
 }
@@ -432,10 +438,12 @@ async fn a_store_that_fails_the_first_persist_runs_no_agent_at_all() {
     let dir = workspace("# Greeter\n");
     let mut store = MockStore::new();
     store.expect_load().times(1).returning(|| Ok(Board::new()));
-    store
-        .expect_persist()
-        .times(1)
-        .returning(|_| Err(StoreError::Other("read-only file system".into())));
+    store.expect_persist().times(1).returning(|_| {
+        Err(StoreError::backend(
+            "mock",
+            std::io::Error::other("read-only file system"),
+        ))
+    });
     let mut agent = an_agent();
     agent.expect_run().never();
 
@@ -447,8 +455,13 @@ async fn a_store_that_fails_the_first_persist_runs_no_agent_at_all() {
         .unwrap();
     let err = ralph.construct("spec.md").await.unwrap_err();
 
-    assert!(matches!(err, Error::Store(_)), "{err:?}");
-    assert!(err.to_string().contains("read-only file system"));
+    let Error::Store(StoreError::Backend { store, source }) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (store.as_str(), source.to_string()),
+        ("mock", "read-only file system".into())
+    );
 }
 
 #[tokio::test]
@@ -527,12 +540,12 @@ impl Prioritizer for NewestFirst {
     fn prioritize(
         &self,
         tasks: &[Task],
-    ) -> Result<ralph::prioritize::Prioritized, ralph::prioritize::PrioritizeError> {
-        let order = tasks
+    ) -> Result<Vec<(TaskId, ralph::model::Priority)>, ralph::prioritize::PrioritizeError> {
+        Ok(tasks
             .iter()
             .rev()
-            .map(|t| (t.id.clone(), ralph::model::Priority::Medium));
-        Ok(ralph::prioritize::Prioritized::from_order(order))
+            .map(|t| (t.id.clone(), ralph::model::Priority::Medium))
+            .collect())
     }
 }
 
@@ -630,4 +643,11 @@ async fn a_gate_knows_the_task_and_the_attempt_it_checks() {
         seen,
         [(task.0.clone(), task.1.clone(), 1), (task.0, task.1, 2)]
     );
+}
+
+/// Whether the run state says the last gap analysis answered, as persisted (`spec_check`,
+/// which only the loop reads).
+fn answered(run: &ralph::model::RunState) -> bool {
+    let run = serde_json::to_value(run).expect("a run state is JSON");
+    run["spec_check"].is_object() && run["spec_check"].get("failed").is_none()
 }

@@ -76,7 +76,7 @@ async fn an_invalid_structured_answer_is_retried_once_with_the_error(
     h.agent.verify().unwrap();
     let calls = h.requests(role, subject);
     assert_eq!(attempts(&calls), [1, 2]);
-    assert!(calls.iter().all(|c| c.structured));
+    assert!(calls.iter().all(|c| c.schema.is_some()));
     let retry = &calls[1].prompt;
     assert!(
         retry.starts_with(&calls[0].prompt),

@@ -6,9 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ralph::agent::{
-    ANSWER_KEPT, Agent, AgentExit, AgentRequest, AgentRun, Claim, CommandAgent, EVENTS_KEPT, Role,
-};
+use ralph::__internals::kept::{ANSWER_KEPT, EVENTS_KEPT};
+use ralph::agent::{Agent, AgentExit, AgentRequest, AgentRun, Claim, CommandAgent, Role};
 
 fn sh(script: &str) -> CommandAgent {
     CommandAgent::new("script", ["sh", "-c", script, "agent"]).grace(Duration::from_millis(200))

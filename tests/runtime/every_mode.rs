@@ -308,7 +308,7 @@ async fn construct_refuses_spec_paths_outside_the_workspace() {
         ("link.md", "outside the workspace"),
     ] {
         let err = ralph.construct(spec).await.unwrap_err();
-        assert!(matches!(err, Error::SpecPath(_)), "{spec}: {err:?}");
+        assert!(matches!(err, Error::SpecPath { .. }), "{spec}: {err:?}");
         let text = err.to_string();
         assert!(text.contains(spec) && text.contains(why), "{spec}: {text}");
         let err = ralph.dry_run(spec).await.unwrap_err().to_string();

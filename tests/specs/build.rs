@@ -446,8 +446,7 @@ fn task_and_retry_prompts_follow_seed_004() {
 
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "p/task.md", "Only {{ task.id }}");
-    let mut paths = ralph::config::PromptPaths::default();
-    paths.task = Some("p/task.md".into());
+    let paths = std::collections::BTreeMap::from([("task".to_owned(), "p/task.md".into())]);
     let custom = Prompts::load(dir.path(), &paths).unwrap();
     assert_eq!(custom.render("task", &ctx).unwrap(), "Only a-2\n");
 }

@@ -65,7 +65,7 @@ async fn plan_mode_creates_implementation_json_from_the_specs() {
 
     let requests = agent.requests();
     assert_eq!(requests.len(), 1);
-    assert!(requests[0].structured, "a schema was sent");
+    assert!(requests[0].schema.is_some(), "a schema was sent");
     assert!(!Role::Breakdown.may_write());
     for part in [
         "specs/greeter.md",

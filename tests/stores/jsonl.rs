@@ -430,7 +430,10 @@ async fn a_change_that_cannot_be_written_changes_nothing() {
     bad.kill_log = Some(std::ffi::OsStr::from_bytes(b"log-\xff").into());
 
     let err = store.persist(&[task("t-1", "a2"), Change::Task(bad)]).await;
-    assert!(matches!(err, Err(StoreError::Other(_))), "{err:?}");
+    assert!(
+        matches!(&err, Err(StoreError::Encode { path: p, .. }) if *p == path),
+        "{err:?}"
+    );
     assert_eq!(
         without_links(&fs::read_to_string(&path).unwrap()),
         line_of(&task("t-1", "a"))

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ralph::agent::{Agent, AgentEvents, AgentRequest, AgentRun, Role};
+use ralph::agent::{Agent, AgentEvent, AgentRequest, AgentRun, Role};
 
 /// A scripted tool call's command that waits up to 8 s for a file `go` in its directory,
 /// then writes `seen.txt`: `live` if it came, `late` if not. With
@@ -14,13 +14,13 @@ use ralph::agent::{Agent, AgentEvents, AgentRequest, AgentRun, Role};
 pub const WAIT_FOR_GO: &str = "timeout 8 sh -c 'until [ -f go ]; do sleep 0.1; done'; if [ -f go ]; then echo live > seen.txt; else echo late > seen.txt; fi";
 
 /// Agent events that create `go` in `dir` at the first tool call (see [`WAIT_FOR_GO`]).
-pub fn go_at_the_first_tool_use(dir: &Path) -> AgentEvents {
+pub fn go_at_the_first_tool_use(dir: &Path) -> impl Fn(AgentEvent) + Send + Sync + 'static {
     let go = dir.join("go");
-    AgentEvents::new(move |event| {
-        if matches!(event, ralph::agent::AgentEvent::ToolUse { .. }) && !go.exists() {
+    move |event: AgentEvent| {
+        if matches!(event, AgentEvent::ToolUse { .. }) && !go.exists() {
             std::fs::write(&go, "").expect("write go");
         }
-    })
+    }
 }
 
 /// One CLI under test: how its API is served and its agent set up.
@@ -89,7 +89,7 @@ impl<C: CliUnderTest> Rig<C> {
     }
 
     pub async fn run(&self, role: Role, prompt: &str) -> AgentRun {
-        self.run_with(role, prompt, AgentEvents::none()).await
+        self.run_with(role, prompt, |_| {}).await
     }
 
     /// Where [`run_with`](Self::run_with) logs.
@@ -106,12 +106,17 @@ impl<C: CliUnderTest> Rig<C> {
     }
 
     /// A run with its log in the CLI's home, recorded as a transcript when asked for.
-    pub async fn run_with(&self, role: Role, prompt: &str, events: AgentEvents) -> AgentRun {
+    pub async fn run_with(
+        &self,
+        role: Role,
+        prompt: &str,
+        events: impl Fn(AgentEvent) + Send + Sync + 'static,
+    ) -> AgentRun {
         let log = self.log();
         let request = AgentRequest::new(role, prompt, self.path())
             .log_path(&log)
             .timeout(Duration::from_secs(120))
-            .events(events);
+            .on_event(events);
         let run = self.agent.run(request).await.unwrap();
         super::record_transcript(C::NAME, prompt, &log);
         run
@@ -270,7 +275,7 @@ macro_rules! cli_agent_suite {
         #[tokio::test]
         async fn a_final_answer_over_the_kept_buffer_is_read_to_its_marker() {
             let Some(bin) = $skip else { return };
-            let big = support::cli_rig::numbered_lines(ralph::agent::EVENTS_KEPT + 64 * 1024);
+            let big = support::cli_rig::numbered_lines(ralph::__internals::kept::EVENTS_KEPT + 64 * 1024);
             let rig = Rig::new(bin, [Reply::text(format!("{big}<TASK_DONE>"))]).await;
 
             let run = rig.run(Role::Build, "p").await;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ralph::__internals::git::Git;
 use ralph::agent::{FakeAgent, Script};
-use ralph::thread::{RunConfig, ThreadOptions, Threads};
+use ralph::thread::{RunConfig, Threads};
 
 /// A spec whose two criteria are shell commands about `hello.txt`.
 pub const SPEC: &str = "# Greeter\n\nWrite hello.txt saying hello.\n\n<promise>SHIPPED</promise>\n\n## Acceptance Criteria\n\n- [ ] hello.txt exists: `test -f hello.txt`\n- [ ] it says hello: `grep -q hello hello.txt`\n";
@@ -23,11 +23,10 @@ pub async fn repo() -> tempfile::TempDir {
 
 /// Threads over `dir` with `agent`, methodical or quick, `max` iterations per round.
 pub fn threads(dir: &Path, agent: &Arc<FakeAgent>, quick: bool, max: u32) -> Threads {
-    Threads::new(dir, Arc::clone(agent)).unwrap().options(
-        ThreadOptions::default()
-            .quick(quick)
-            .config(RunConfig::default().max_iterations(max)),
-    )
+    Threads::new(dir, Arc::clone(agent))
+        .unwrap()
+        .quick(quick)
+        .run_config(RunConfig::default().max_iterations(max))
 }
 
 /// An iteration that writes `hello.txt` with `content` and claims done.

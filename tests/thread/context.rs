@@ -12,7 +12,7 @@ use ralph::__internals::git::Git;
 use ralph::Ralph;
 use ralph::agent::{Agent, AgentError, AgentRequest, AgentRun, FakeAgent, Script};
 use ralph::config::{Config, ContextThresholds};
-use ralph::thread::{PhaseKind, ThreadOptions, Threads};
+use ralph::thread::{PhaseKind, Threads};
 use serde_json::json;
 
 /// `inner`, keeping the context thresholds of every request and the `grace` of the config
@@ -57,7 +57,7 @@ async fn committed(dir: &std::path::Path, files: &[(&str, &str)]) {
 }
 
 fn quick(threads: Threads) -> Threads {
-    threads.options(ThreadOptions::default().quick(true))
+    threads.quick(true)
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use crate::support::threads::{SPEC, finalized, repo, writes};
 use ralph::Ralph;
 use ralph::agent::{FailureKind, FakeAgent, Role, Script};
 use ralph::thread::{Phase, PhaseKind};
-use ralph::thread::{RunConfig, ThreadError, ThreadOptions, Threads};
+use ralph::thread::{RunConfig, ThreadError, Threads};
 
 fn fatal(reason: &str) -> Script {
     Script::new().fail_with(reason, FailureKind::Fatal)
@@ -34,12 +34,11 @@ fn chain(
         .threads()
         .agent("first", Arc::clone(first))
         .agent("second", Arc::clone(second))
-        .options(
-            ThreadOptions::default().quick(quick).config(
-                RunConfig::default()
-                    .max_iterations(3)
-                    .agents(["first", "second"]),
-            ),
+        .quick(quick)
+        .run_config(
+            RunConfig::default()
+                .max_iterations(3)
+                .agents(["first", "second"]),
         )
 }
 
@@ -205,7 +204,7 @@ async fn an_unknown_agent_name_fails_preflight_and_is_refused_by_configure() {
     let threads = Threads::new(dir.path(), FakeAgent::new())
         .unwrap()
         .agent("first", FakeAgent::new())
-        .options(ThreadOptions::default().config(RunConfig::default().agents(["first", "nope"])));
+        .run_config(RunConfig::default().agents(["first", "nope"]));
     let id = finalized(&threads, SPEC);
     let thread = threads.start(&id).await.unwrap();
     let Phase::PreflightFailed { failures } = &thread.phase else {

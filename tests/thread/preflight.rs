@@ -58,8 +58,8 @@ async fn a_dirty_tree_on_the_threads_own_branch_is_fine_and_keeps_the_baseline()
     let failed = threads.start(&id).await.unwrap();
     let f = failures(&failed.phase);
     assert_eq!(f.len(), 1, "only the spec fails, not the dirty tree: {f:?}");
-    let baseline = failed.baseline.clone().unwrap();
-    assert_eq!(baseline.commit_sha, head);
+    assert_eq!(failed.baseline_commit(), Some(head.as_str()));
+    let baseline = (failed.baseline_branch(), failed.baseline_commit());
 
     // The person commits on the branch, fixes the spec and retries: same baseline.
     git.commit_all("wip", &[".ralph"]).await.unwrap();
@@ -69,7 +69,10 @@ async fn a_dirty_tree_on_the_threads_own_branch_is_fine_and_keeps_the_baseline()
     threads.finalize(&id).unwrap();
     let passed = threads.start(&id).await.unwrap();
     assert_eq!(passed.phase, Phase::Configuring);
-    assert_eq!(passed.baseline, Some(baseline));
+    assert_eq!(
+        (passed.baseline_branch(), passed.baseline_commit()),
+        baseline
+    );
     assert_eq!(passed.branch, Some(format!("ralph/{id}")));
 }
 
@@ -157,7 +160,12 @@ impl Agent for Unavailable {
         unreachable!("never run when unavailable")
     }
     async fn check(&self) -> Result<(), AgentError> {
-        Err(AgentError::Other("claude was not found on PATH".into()))
+        Err(AgentError::NotFound {
+            agent: "claude".into(),
+            program: "claude".into(),
+            from: "PATH".into(),
+            help: "install it",
+        })
     }
 }
 
@@ -169,7 +177,10 @@ async fn an_unavailable_agent_fails() {
     let f = failures(&threads.start(&id).await.unwrap().phase);
     assert_eq!(
         f,
-        ["the agent `claude` is not available: claude was not found on PATH"]
+        [
+            "the agent `claude` is not available: agent claude: claude (from PATH) was not found \
+          or is not executable; install it"
+        ]
     );
 }
 

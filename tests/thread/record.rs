@@ -75,7 +75,7 @@ async fn a_version_0_file_is_migrated_on_load() {
         }
     );
     assert_eq!(thread.spec_version, 2);
-    assert_eq!(thread.baseline.unwrap().branch.as_deref(), Some("main"));
+    assert_eq!(thread.baseline_branch(), Some("main"));
     // Migrated threads keep working: a paused one can be abandoned, and is saved as v1.
     threads.abandon("1-greeter").await.unwrap();
     let text = std::fs::read_to_string(&path).unwrap();

@@ -14,7 +14,7 @@ use ralph::agent::{
     Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind, FakeAgent, Role, Script,
 };
 use ralph::thread::{Phase, PhaseKind};
-use ralph::thread::{RunConfig, ThreadOptions, ThreadRecord, Threads};
+use ralph::thread::{RunConfig, ThreadRecord, Threads};
 use serde_json::json;
 
 /// `inner`, but rate limited for `reset` (when given) on its first run; records the
@@ -83,12 +83,11 @@ fn quick(
         .build()
         .unwrap()
         .threads()
-        .options(
-            ThreadOptions::default().quick(true).config(
-                RunConfig::default()
-                    .max_iterations(3)
-                    .transient_retries(retries),
-            ),
+        .quick(true)
+        .run_config(
+            RunConfig::default()
+                .max_iterations(3)
+                .transient_retries(retries),
         )
 }
 

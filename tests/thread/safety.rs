@@ -94,8 +94,10 @@ async fn revise_with_a_detached_baseline_deletes_the_branch_and_stays_detached()
     let id = finalized(&threads, SPEC);
     let stuck = threads.start(&id).await.unwrap();
     assert_eq!(stuck.phase.kind(), PhaseKind::Stuck);
-    let baseline = stuck.baseline.unwrap();
-    assert_eq!((baseline.branch, baseline.commit_sha), (None, base.clone()));
+    assert_eq!(
+        (stuck.baseline_branch(), stuck.baseline_commit()),
+        (None, Some(base.as_str()))
+    );
     let branch = format!("ralph/{id}");
     assert_eq!(
         git.current_branch().await.unwrap().as_deref(),

@@ -15,10 +15,10 @@ use crate::context::ContextAction;
 use crate::process::ProcessSpec;
 
 use super::command::{self, Invocation, Program};
-use super::config::{ClaudeConfig, PermissionMode};
 use super::segment::{self, Clocks, Cut, Pressure, Segment, Watch};
 use super::session;
 use super::stream::{ContextWindows, DEFAULT_MAX_LINE, RunOutcome, StreamOptions};
+use crate::config::{ClaudeConfig, PermissionMode};
 
 /// Compactions one run may go through before it is stopped at the context limit.
 const MAX_COMPACTIONS: u32 = 2;
@@ -412,11 +412,13 @@ impl Agent for ClaudeCli {
         if find_program(&program.path).is_some() {
             return Ok(());
         }
-        Err(AgentError::Other(format!(
-            "the claude binary {} (from {}) was not found or is not executable",
-            std::path::Path::new(&program.path).display(),
-            program.source
-        )))
+        Err(AgentError::NotFound {
+            agent: self.name().to_owned(),
+            program: program.path.to_string_lossy().into_owned(),
+            from: program.source.to_owned(),
+            help: "install the Claude Code CLI (npm install -g @anthropic-ai/claude-code), \
+                   or name it in ralph.toml ([claude] bin) or RALPH_CLAUDE_BIN",
+        })
     }
 
     /// Takes the workspace's `[claude]` (from `ralph.toml`, `RALPH_CLAUDE__*` and

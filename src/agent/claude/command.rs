@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::agent::Role;
 
-use super::config::{BIN_ENV, ClaudeConfig, PermissionMode};
+use crate::config::{BIN_ENV, ClaudeConfig, PermissionMode};
 
 /// Where the `claude` binary came from, for error messages.
 #[derive(Clone, Debug, PartialEq, Eq)]

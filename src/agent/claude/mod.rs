@@ -1,15 +1,13 @@
-//! The Claude Code CLI as an agent: [`ClaudeCli`], its [`ClaudeConfig`], and the parser of
-//! its `--output-format stream-json` stdout.
+//! The Claude Code CLI as an agent: [`ClaudeCli`] (its `[claude]` table is
+//! [`ClaudeConfig`](crate::config::ClaudeConfig)), and the parser of its
+//! `--output-format stream-json` stdout.
 
 mod cli;
 mod command;
 mod compact;
-mod config;
 mod segment;
 mod session;
-#[cfg_attr(not(feature = "internals"), allow(dead_code, unreachable_pub))]
-// reached through `__internals`
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod stream;
 
 pub use cli::ClaudeCli;
-pub use config::{BIN_ENV, ClaudeConfig, PermissionMode};

@@ -10,7 +10,8 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentError, AgentEvent, AgentEvents};
-use crate::context::{ContextAction, ContextMonitor, ContextThresholds};
+use crate::config::ContextThresholds;
+use crate::context::{ContextAction, ContextMonitor};
 use crate::output::{BoundedOutput, truncate_middle};
 use crate::process::{Drain, Exit, ProcessError, ProcessSpec, SupervisedChild, Termination};
 
@@ -118,7 +119,10 @@ pub(super) async fn run(
 ) -> Result<Segment, AgentError> {
     let mut child = spec.spawn().map_err(spawn_error)?;
     let (Some(stdout), Some(stderr)) = (child.take_stdout(), child.take_stderr()) else {
-        return Err(AgentError::Other("the CLI's output was not piped".into()));
+        return Err(AgentError::Supervise {
+            program: spec.program().to_string_lossy().into_owned(),
+            source: std::io::Error::other("its stdout and stderr were not piped"),
+        });
     };
     let stderr = tokio::spawn(keep_ends(stderr));
     let mut lines = LineReader::new(stdout)
@@ -149,7 +153,7 @@ pub(super) async fn run(
             String::new()
         }
     };
-    let ended = ended.map_err(|e| AgentError::Other(e.to_string()))?;
+    let ended = ended.map_err(process_error)?;
     if ended.leaked > 0 {
         watch.events.emit(AgentEvent::LeftoversKilled {
             count: ended.leaked,
@@ -165,9 +169,17 @@ pub(super) async fn run(
 }
 
 fn spawn_error(error: ProcessError) -> AgentError {
+    process_error(error)
+}
+
+/// The supervisor's error, as the agent's: the program, or the file, it is about.
+fn process_error(error: ProcessError) -> AgentError {
     match error {
         ProcessError::Spawn { program, source } => AgentError::Spawn { program, source },
-        other => AgentError::Other(other.to_string()),
+        ProcessError::Cwd { cwd: path, source } | ProcessError::Log { path, source } => {
+            AgentError::Io { path, source }
+        }
+        ProcessError::Io { program, source } => AgentError::Supervise { program, source },
     }
 }
 

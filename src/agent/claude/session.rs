@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 
-use super::config::ClaudeConfig;
+use crate::config::ClaudeConfig;
 
 /// The CLI's config dir: `CLAUDE_CONFIG_DIR` of the config's env, then of ours, then
 /// `~/.claude`.

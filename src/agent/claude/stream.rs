@@ -77,6 +77,7 @@ mod wire;
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
+#[cfg(any(test, feature = "internals"))]
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::agent::{AgentEvent, AgentExit, Usage};
@@ -85,7 +86,7 @@ use lenient::{Obj, Status, StrOrObj};
 use shrink::{Limits, Shrinker, Shrunk};
 use wire::{Block, Line, TokenUsage};
 
-#[cfg_attr(not(feature = "internals"), allow(unused_imports))] // reached through `__internals`
+#[cfg(feature = "internals")]
 pub use outcome::FailureCause;
 pub use outcome::{Failure, RunOutcome};
 pub use reader::{DEFAULT_MAX_LINE, LineReader, Piece};
@@ -139,6 +140,7 @@ impl StreamOptions {
 
     /// Sets the bytes kept of each end of a long string of an oversized line.
     #[must_use]
+    #[cfg(any(test, feature = "internals"))]
     pub fn string_limits(mut self, head: usize, tail: usize) -> Self {
         self.string_head = head;
         self.string_tail = tail;
@@ -147,6 +149,7 @@ impl StreamOptions {
 
     /// Sets the size of an oversized line's compact copy.
     #[must_use]
+    #[cfg(any(test, feature = "internals"))]
     pub fn oversized_budget(mut self, bytes: usize) -> Self {
         self.oversized_budget = bytes;
         self
@@ -154,6 +157,7 @@ impl StreamOptions {
 
     /// Sets the longest text of an [`AgentEvent::Text`].
     #[must_use]
+    #[cfg(any(test, feature = "internals"))]
     pub fn event_text(mut self, bytes: usize) -> Self {
         self.event_text = bytes;
         self
@@ -361,7 +365,7 @@ impl StreamParser {
     /// flushes the reader's tee and returns the summary.
     ///
     /// ```
-    /// use ralph::agent::{AgentEvent, AgentEvents, AgentExit, FailureKind};
+    /// use ralph::agent::{AgentEvent, AgentExit, FailureKind};
     /// use ralph::__internals::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -373,15 +377,15 @@ impl StreamParser {
     /// "#;
     /// let dir = tempfile::tempdir()?;
     /// let log = tokio::fs::File::create(dir.path().join("run.log")).await?;
-    /// let events = AgentEvents::new(|event| {
+    /// let on_event = |event| {
     ///     if let AgentEvent::ApiRetry { attempt, .. } = event {
     ///         assert_eq!(attempt, 1);
     ///     }
-    /// });
+    /// };
     ///
     /// let reader = LineReader::new(stdout).tee(log);
     /// let summary = StreamParser::new(StreamOptions::default())
-    ///     .read(reader, |event| events.emit(event))
+    ///     .read(reader, on_event)
     ///     .await;
     ///
     /// // `subtype` says "success"; `is_error` says otherwise.
@@ -403,6 +407,7 @@ impl StreamParser {
     ///
     /// Dropping the future drops the parser; what was read is lost. To keep it, drive
     /// [`LineReader::next`] and [`feed`](Self::feed) yourself.
+    #[cfg(any(test, feature = "internals"))]
     pub async fn read<R, W>(
         mut self,
         mut reader: LineReader<R, W>,
@@ -477,11 +482,13 @@ impl StreamParser {
     }
 
     /// The session id, once a line had one.
+    #[cfg(any(test, feature = "internals"))]
     pub fn session_id(&self) -> Option<&str> {
         self.session_id.as_deref()
     }
 
     /// The context in use after the latest distinct API message, once there was one.
+    #[cfg(any(test, feature = "internals"))]
     pub fn context_tokens(&self) -> Option<u64> {
         self.context_tokens
     }
@@ -493,6 +500,7 @@ impl StreamParser {
 
     /// Bytes of buffer the parser holds now (capacities of its own buffers, approximate):
     /// bounded by the options, however long the lines.
+    #[cfg(any(test, feature = "internals"))]
     pub fn retained_bytes(&self) -> usize {
         let shrinker = self
             .shrinker

@@ -5,10 +5,11 @@
 use std::path::Path;
 
 use clap::{Subcommand, ValueEnum};
+use ralph::agent::FailureKind;
 use ralph::model::{
     Board, Issue, IssueId, IssueStatus, KillReason, Priority, Stage, Task, TaskId, TaskStatus,
 };
-use ralph::{Agent, AgentError, AgentRequest, AgentRun, Ralph, async_trait};
+use ralph::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Ralph, async_trait};
 use serde::Deserialize;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -124,7 +125,8 @@ struct NewTask {
     priority: Option<Priority>,
 }
 
-/// The board commands run no agent: this one says so if anything asks it to.
+/// The board commands run no agent: this one says so if anything asks it to, as a failure
+/// no retry can fix.
 struct NoAgent;
 
 #[async_trait]
@@ -134,7 +136,10 @@ impl Agent for NoAgent {
     }
 
     async fn run(&self, _: AgentRequest) -> std::result::Result<AgentRun, AgentError> {
-        Err(AgentError::Other("the board commands run no agent".into()))
+        Ok(AgentRun::new(AgentExit::Failed {
+            reason: "the board commands run no agent".into(),
+            kind: FailureKind::Fatal,
+        }))
     }
 }
 

@@ -247,8 +247,8 @@ fn interrupts(ralph: &Ralph) -> std::io::Result<Interrupts> {
 
 /// The outcome's exit code, or the signal's that interrupted the run.
 fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
-    let code = match interrupts.received() {
-        Some(signal) if code == 130 => i32::from(signal.exit_code()),
+    let code = match interrupts.exit_code() {
+        Some(signal) if code == 130 => i32::from(signal),
         _ => code,
     };
     u8::try_from(code).unwrap_or(1)
@@ -294,7 +294,7 @@ pub(crate) fn one_agent(
 ) -> Result<Box<dyn Agent>> {
     if name == "claude" {
         let claude = ClaudeCli::from_workspace(workspace)?;
-        return Ok(Box::new(CheckedClaude(claude)));
+        return Ok(Box::new(claude));
     }
     if !config.agent.contains_key(name) {
         match name {
@@ -312,34 +312,4 @@ pub(crate) fn one_agent(
         format!("{e} (the agents this workspace has: {})", known.join(", "))
     })?;
     Ok(Box::new(agent))
-}
-
-/// The Claude CLI, whose unavailability says how to install it.
-struct CheckedClaude(ClaudeCli);
-
-#[ralph::async_trait]
-impl Agent for CheckedClaude {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    async fn run(
-        &self,
-        request: ralph::AgentRequest,
-    ) -> std::result::Result<ralph::AgentRun, ralph::AgentError> {
-        self.0.run(request).await
-    }
-
-    async fn check(&self) -> std::result::Result<(), ralph::AgentError> {
-        self.0.check().await.map_err(|e| {
-            ralph::AgentError::Other(format!(
-                "{e}: install the Claude Code CLI (npm install -g @anthropic-ai/claude-code), \
-                 or name it in ralph.toml ([claude] bin) or RALPH_CLAUDE_BIN"
-            ))
-        })
-    }
-
-    fn configure(&mut self, config: &ralph::Config) {
-        self.0.configure(config);
-    }
 }

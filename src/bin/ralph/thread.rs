@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use ralph::thread::{Confirm, Phase, RunConfig, ThreadOptions, ThreadRecord, Threads};
+use ralph::thread::{Confirm, Phase, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, Event, FakeAgent, Interrupts, Observer, Ralph};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -155,16 +155,14 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         (None, Some(first)) => crate::run::one_agent(workspace, &config, first)?,
         (None, None) => return Err("--agent names no agent".into()),
     };
-    let options = ThreadOptions::default()
-        .quick(args.quick)
-        .config(settings.clone());
     let threads = Ralph::builder()
         .workspace(workspace)
         .agent(agent)
         .observer(Warnings)
         .build()?
         .threads()
-        .options(options);
+        .quick(args.quick)
+        .run_config(settings.clone());
     let selected = args.id.clone().or_else(|| threads.active());
     let configured = selected.as_deref().and_then(|id| threads.get(id).ok());
     check_agent_flags(&args, configured.as_ref())?;
@@ -280,8 +278,8 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         }
     };
     show(&threads, &record);
-    Ok(match (interrupts.received(), &record.phase) {
-        (Some(signal), Phase::Paused { .. }) => signal.exit_code(),
+    Ok(match (interrupts.exit_code(), &record.phase) {
+        (Some(code), Phase::Paused { .. }) => code,
         (_, Phase::PreflightFailed { .. }) => 3,
         (_, Phase::Stuck { .. }) => 2,
         _ => 0,

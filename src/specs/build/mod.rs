@@ -42,7 +42,7 @@ use crate::outcome::{BlockedItem, SpecsOutcome};
 use crate::output::first_line;
 use crate::runtime::Context;
 use crate::runtime::call::Caller;
-use crate::runtime::error::Error;
+use crate::runtime::error::{Error, SpecsError};
 use crate::runtime::home::Home;
 use crate::runtime::logs::{self, Emitter, Logs};
 use crate::runtime::spec;
@@ -124,9 +124,9 @@ impl SpecBuild {
         let config = &ctx.config.planning;
         let store = ImplementationStore::new(ctx.workspace.join(&config.implementation))
             .copies_in(crate::runtime::workspace::state_dir(&ctx.workspace));
-        let plan = store
-            .load()?
-            .ok_or_else(|| Error::NoImplementation(store.path().to_path_buf()))?;
+        let plan = store.load()?.ok_or_else(|| SpecsError::NoImplementation {
+            path: store.path().to_path_buf(),
+        })?;
         let git = Git::new(&ctx.workspace);
         if !git.is_repo().await {
             // Checked up front: finding out at the first commit would waste the spec's work.
@@ -159,13 +159,20 @@ impl SpecBuild {
         // person edits implementation.json by hand.
         for &index in &plan.build_order() {
             let entry = &plan.specs[index];
-            plans.spec_rel(&entry.file).map_err(|e| {
-                crate::store::StoreError::Other(format!(
-                    "{}: specs[{index}].file of spec {:?}: {e}",
-                    store.path().display(),
-                    entry.id
-                ))
-            })?;
+            match plans.spec_rel(&entry.file) {
+                Ok(_) => {}
+                Err(Error::SpecPath { path, reason }) => {
+                    return Err(SpecsError::SpecFile {
+                        implementation: store.path().to_path_buf(),
+                        index,
+                        spec: entry.id.clone(),
+                        file: path,
+                        reason,
+                    }
+                    .into());
+                }
+                Err(other) => return Err(other),
+            }
         }
         let build = SpecBuild {
             caller: ctx.caller(emitter.clone()),
@@ -450,11 +457,11 @@ impl SpecBuild {
     }
 
     fn spec(&self, id: &str) -> Result<&SpecEntry, Error> {
-        self.plan.spec(id).ok_or_else(|| missing(id))
+        self.plan.spec(id).ok_or_else(|| gone(&self.store, id))
     }
 
     fn spec_mut(&mut self, id: &str) -> Result<&mut SpecEntry, Error> {
-        self.plan.spec_mut(id).ok_or_else(|| missing(id))
+        self.plan.spec_mut(id).ok_or_else(|| gone(&self.store, id))
     }
 
     fn save(&mut self) -> Result<(), Error> {
@@ -497,6 +504,14 @@ pub(crate) fn stuck(entry: &SpecEntry) -> Option<SpecsOutcome> {
     })
 }
 
+/// The error of a spec the run was working on that is no longer in the file.
+fn gone(store: &ImplementationStore, id: &str) -> Error {
+    Error::from(SpecsError::SpecGone {
+        spec: id.to_owned(),
+        implementation: store.path().to_path_buf(),
+    })
+}
+
 /// `entry` blocked by its blocked tasks.
 fn blocked(entry: &SpecEntry) -> SpecsOutcome {
     let items = entry
@@ -509,10 +524,4 @@ fn blocked(entry: &SpecEntry) -> SpecsOutcome {
         spec: entry.id.clone(),
         items,
     }
-}
-
-fn missing(id: &str) -> Error {
-    Error::Store(crate::store::StoreError::Other(format!(
-        "spec {id} is no longer in implementation.json"
-    )))
 }

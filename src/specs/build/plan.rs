@@ -119,7 +119,7 @@ impl SpecBuild {
             Ending::Failed {
                 reason,
                 kind: FailureKind::Fatal,
-            } => return Err(Error::AgentFatal(reason)),
+            } => return Err(self.caller.fatal(&call, reason)),
             Ending::Failed { reason, .. } => return Ok(PlanStep::Failed(reason)),
             Ending::Killed { reason, .. } => {
                 return Ok(PlanStep::Failed(format!(

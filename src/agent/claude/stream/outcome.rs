@@ -31,6 +31,7 @@ impl RunOutcome {
     }
 
     /// The failure, if the run failed with a `result` line.
+    #[cfg(any(test, feature = "internals"))]
     pub fn failure(&self) -> Option<&Failure> {
         match self {
             RunOutcome::Failed(failure) => Some(failure),

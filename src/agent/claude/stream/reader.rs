@@ -168,11 +168,13 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineReader<R, W> {
     }
 
     /// The line cap.
+    #[cfg(any(test, feature = "internals"))]
     pub fn line_cap(&self) -> usize {
         self.max_line
     }
 
     /// The bytes of buffer held now (its capacity): at most the cap plus one read chunk.
+    #[cfg(any(test, feature = "internals"))]
     pub fn buffer_capacity(&self) -> usize {
         self.buf.capacity()
     }

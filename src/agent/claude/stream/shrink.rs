@@ -135,6 +135,7 @@ impl Shrinker {
     }
 
     /// Bytes of buffer held (capacities), for memory accounting.
+    #[cfg(any(test, feature = "internals"))]
     pub(in crate::agent) fn capacity(&self) -> usize {
         self.out.capacity()
             + self.text.capacity()
@@ -483,6 +484,7 @@ struct Capture {
 }
 
 impl Capture {
+    #[cfg(any(test, feature = "internals"))]
     fn capacity(&self) -> usize {
         self.head.capacity() + self.tail.capacity()
     }

@@ -73,6 +73,7 @@ impl ContextWindows {
 
     /// Sets the window of the models nothing else matches.
     #[must_use]
+    #[cfg(any(test, feature = "internals"))]
     pub fn with_default(mut self, window: u64) -> Self {
         self.default = Some(window);
         self

@@ -1,15 +1,19 @@
-//! `[claude]` in `ralph.toml`: how [`ClaudeCli`](super::ClaudeCli) runs the CLI.
+//! The tables of each agent: `[claude]` ([`ClaudeCli`](crate::ClaudeCli)), `[codex]`,
+//! `[gemini]` and `[opencode]` (the vendor CLIs), and `[agent.NAME]`
+//! ([`CommandAgent`](crate::agent::CommandAgent)). The agents take their table from here;
+//! nothing here knows an agent.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-use crate::config::duration;
+use super::duration;
 
 /// The environment variable naming the `claude` binary when `claude.bin` is not set.
-pub const BIN_ENV: &str = "RALPH_CLAUDE_BIN";
+pub(crate) const BIN_ENV: &str = "RALPH_CLAUDE_BIN";
 
 /// How the CLI treats tool calls that need approval (its `--permission-mode`; fixtures/claude/PROTOCOL.md §8).
 ///
@@ -51,7 +55,7 @@ impl PermissionMode {
 }
 
 /// How the Claude CLI is run: the `[claude]` table of `ralph.toml`, also settable from the
-/// environment (`RALPH_CLAUDE__MODEL=sonnet`) and with [`ClaudeCli`](super::ClaudeCli)'s
+/// environment (`RALPH_CLAUDE__MODEL=sonnet`) and with [`ClaudeCli`](crate::ClaudeCli)'s
 /// builder methods.
 ///
 /// ```toml
@@ -107,7 +111,7 @@ pub struct ClaudeConfig {
     /// Keep the CLI's session transcripts (`~/.claude/projects/…`). Default false
     /// (`--no-session-persistence`). Compaction needs the session to be resumable, so runs
     /// always persist their session when the context thresholds could trigger one; see
-    /// [`ClaudeCli`](super::ClaudeCli).
+    /// [`ClaudeCli`](crate::ClaudeCli).
     pub session_persistence: bool,
     /// `CLAUDE_CODE_MAX_RETRIES`: the CLI's own retries of a failed API call before it gives
     /// up (its default, 10, can take three minutes). Default 3; ralph's engine retries
@@ -153,101 +157,76 @@ impl Default for ClaudeConfig {
     }
 }
 
-impl ClaudeConfig {
-    /// Checks values the CLI would reject or that would make every run fail.
-    ///
-    /// # Errors
-    ///
-    /// The offending key (relative to `[claude]`) and why.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let invalid = |key: &str, why: &str| Err((key.to_owned(), why.to_owned()));
-        if self.max_turns == Some(0) {
-            return invalid("max_turns", "must be at least 1");
+/// `[codex]`, `[gemini]` or `[opencode]` of `ralph.toml`: how ralph runs that vendor's CLI
+/// ([`CodexCli`](crate::agent::CodexCli), [`GeminiCli`](crate::agent::GeminiCli),
+/// [`OpencodeCli`](crate::agent::OpencodeCli)). Every key is optional.
+///
+/// ```toml
+/// [codex]
+/// bin = "/opt/codex/bin/codex"          # default: the CLI's name, on PATH
+/// model = "gpt-5-codex"                 # default: the CLI's own
+/// args = ["-c", "model_reasoning_effort=\"high\""]
+/// env = { CODEX_HOME = "/home/me/.codex" }
+/// idle_timeout = "5m"
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CliConfig {
+    /// The program. Default: the CLI's name (`codex`, `gemini`), looked up on `PATH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bin: Option<PathBuf>,
+    /// The model. Default: the CLI's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// More arguments, before the prompt.
+    pub args: Vec<String>,
+    /// Environment variables for the CLI.
+    pub env: BTreeMap<String, String>,
+    /// Longest silence on the CLI's output before the run is cut as timed out. Default 5m.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for CliConfig {
+    fn default() -> Self {
+        CliConfig {
+            bin: None,
+            model: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            idle_timeout: Duration::from_secs(300),
         }
-        if let Some(budget) = self.max_budget_usd
-            && !(budget.is_finite() && budget > 0.0)
-        {
-            return invalid("max_budget_usd", "must be a positive number of dollars");
-        }
-        if self.idle_timeout.is_zero() {
-            return invalid("idle_timeout", "must be longer than zero");
-        }
-        if self.bin.as_ref().is_some_and(|b| b.as_os_str().is_empty()) {
-            return invalid("bin", "is empty");
-        }
-        if let Some((model, _)) = self.context_windows.iter().find(|(_, w)| **w == 0) {
-            return Err((
-                format!("context_windows.{model}"),
-                "must be at least 1 token".to_owned(),
-            ));
-        }
-        if let Some((model, w)) = self
-            .context_windows
-            .iter()
-            .find(|(_, w)| **w > MAX_CONTEXT_WINDOW)
-        {
-            return Err((
-                format!("context_windows.{model}"),
-                format!("must be at most {MAX_CONTEXT_WINDOW} tokens, got {w}"),
-            ));
-        }
-        let bounded = [
-            (
-                "max_turns",
-                u64::from(self.max_turns.unwrap_or(0)),
-                MAX_TURNS,
-            ),
-            ("max_retries", u64::from(self.max_retries), MAX_RETRIES),
-        ];
-        for (key, value, max) in bounded {
-            if value > max {
-                return Err((
-                    key.to_owned(),
-                    format!("must be at most {max}, got {value}"),
-                ));
-            }
-        }
-        if let Some(budget) = self.max_budget_usd.filter(|b| *b > MAX_BUDGET_USD) {
-            return Err((
-                "max_budget_usd".to_owned(),
-                format!("must be at most {MAX_BUDGET_USD} dollars, got {budget}"),
-            ));
-        }
-        for (key, value, max) in [
-            (
-                "idle_timeout",
-                self.idle_timeout,
-                crate::config::bounds::MAX_TIMEOUT,
-            ),
-            (
-                "result_grace",
-                self.result_grace,
-                crate::config::bounds::MAX_WAIT,
-            ),
-        ] {
-            if value > max {
-                return Err((
-                    key.to_owned(),
-                    format!(
-                        "must be at most {}, got {}",
-                        humantime::format_duration(max),
-                        humantime::format_duration(value)
-                    ),
-                ));
-            }
-        }
-        Ok(())
     }
 }
 
-/// The largest `max_turns`: far above any task, and safe to count up to.
-const MAX_TURNS: u64 = 10_000;
-/// The largest `max_retries` the CLI is told (each retry can wait minutes).
-const MAX_RETRIES: u64 = 100;
-/// The largest `max_budget_usd`: a typo guard, not a policy.
-const MAX_BUDGET_USD: f64 = 1_000_000.0;
-/// The largest context window a model name may be given, in tokens.
-const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
+/// One `[agent.<name>]` table of `ralph.toml`: a [`CommandAgent`](crate::agent::CommandAgent),
+/// any agent CLI run from an argv template.
+///
+/// ```toml
+/// [agent.aider]
+/// command = ["aider", "--yes-always", "--no-git", "--message-file", "{prompt_file}"]
+/// read_only_args = ["--dry-run"]
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CommandConfig {
+    /// The argv template: the program, then its arguments, with `{prompt_file}`,
+    /// `{workspace}`, `{role}` and `{subject}` replaced.
+    pub command: Vec<String>,
+    /// Arguments appended for read-only roles (the CLI's sandbox or approval flags).
+    pub read_only_args: Vec<String>,
+    /// A JSON pointer (`/result`) into the last JSON object line of stdout: the final
+    /// answer. Unset: the whole stdout is the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_pointer: Option<String>,
+    /// Longest silence on stdout and stderr before the run is cut as timed out. Unset: none.
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Duration>,
+    /// Environment variables set for the command.
+    pub env: BTreeMap<String, String>,
+}
 
 #[cfg(test)]
 mod tests {
@@ -262,19 +241,5 @@ mod tests {
             modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
             ["bypassPermissions", "acceptEdits", "plan", "dontAsk"]
         );
-    }
-
-    #[test]
-    fn validation_names_the_key() {
-        let mut config = ClaudeConfig::default();
-        config.validate().unwrap();
-        config.max_turns = Some(0);
-        assert_eq!(config.validate().unwrap_err().0, "max_turns");
-        config.max_turns = None;
-        config.max_budget_usd = Some(-1.0);
-        assert_eq!(config.validate().unwrap_err().0, "max_budget_usd");
-        config.max_budget_usd = None;
-        config.context_windows.insert("m".into(), 0);
-        assert_eq!(config.validate().unwrap_err().0, "context_windows.m");
     }
 }

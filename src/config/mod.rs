@@ -1,0 +1,272 @@
+//! Layered configuration: built-in defaults < `ralph.toml` in the workspace < `RALPH_*`
+//! environment variables (nested keys split on `__`) < builder overrides.
+//!
+//! ```toml
+//! # ralph.toml
+//! max_iterations = 10
+//! stage_timeout = "5m"
+//! agent_timeout = "5m"
+//! retries = 2
+//! decompose_after_rejections = 2   # verifier rejections of a task before it is split
+//! verify_concurrency = 4
+//! build_concurrency = 1   # ready tasks built at once, each in its own git work tree
+//! transient_retries = 4
+//! transient_backoff = "2s"
+//! log_dir = "build/ralph-logs"
+//! once = false            # stop after one iteration (seed 003's --once)
+//! recent_attempts = 5     # BUILD attempts remembered in the next prompts
+//!
+//! [context]
+//! warn = 0.70
+//! compact = 0.85
+//! kill = 0.95
+//!
+//! [store]
+//! kind = "jsonl"          # or "progress" (markdown), or "memory" (no file)
+//! path = ".ralph/plan.jsonl" # the default of jsonl; progress defaults to PROGRESS.md
+//!
+//! [claude]          # how ClaudeCli runs the CLI: see ClaudeConfig
+//! model = "sonnet"
+//! max_turns = 40
+//!
+//! [[gates]]
+//! name = "test"
+//! command = "cargo test"
+//! required = true
+//! timeout = "10m"
+//! ```
+//!
+//! `RALPH_MAX_ITERATIONS=3` or `RALPH_CONTEXT__WARN=0.6` override single keys. A
+//! `RALPH_…` variable that names no setting is an error naming it (with the closest setting),
+//! like an unknown key in `ralph.toml`, so a typo is never silently ignored (the few
+//! variables ralph reads otherwise, such as `RALPH_CLAUDE_BIN` and `RALPH_LOG`, are allowed).
+//!
+//! The module by role: this file is the schema's top ([`Config`], [`ConfigError`]);
+//! `sections` holds the tables of the loop itself (`[context]`, `[store]`, `[planning]`,
+//! `[prompts]`, `[[gates]]`), `agents` the tables of each agent (`[claude]`, `[codex]`,
+//! `[gemini]`, `[opencode]`, `[agent.NAME]`), `load` the layers and where a value came from,
+//! `validate` what a loaded value must satisfy, and `duration` how `"5m"` is read and written.
+//!
+//! Config is foundation: it imports no agent, gate or store. Agents take their own table
+//! from here ([`Agent::configure`](crate::Agent::configure)).
+
+mod agents;
+pub(crate) mod duration;
+mod load;
+#[cfg(test)]
+mod props;
+mod sections;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The layered configuration [`Config::figment`] returns (the `figment` crate).
+#[doc(no_inline)]
+pub use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+pub(crate) use agents::BIN_ENV;
+pub use agents::{ClaudeConfig, CliConfig, CommandConfig, PermissionMode};
+pub(crate) use load::Overrides;
+pub(crate) use sections::TEMPLATES;
+pub use sections::{ContextThresholds, GateConfig, PlanningConfig, StoreConfig};
+#[cfg(any(test, feature = "threads"))]
+pub(crate) use validate::bounds;
+
+/// Everything the loop needs to know about limits, gates, state and logs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Config {
+    /// Iterations (INVESTIGATE → BUILD → VERIFY) before the loop stops. Default 10 (seed
+    /// 000's; seed 003's 20 loses, see the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
+    pub max_iterations: u32,
+    /// Wall-clock limit of one stage step: investigating one issue, building one task (all
+    /// its attempts, agent and gates), one VERIFY fork/join, one gap analysis, decomposing
+    /// one task. Time spent waiting out a rate limit does not count. Default 5m (seed 000's;
+    /// why a step and not a stage, and why not seed 003's 10m: the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
+    #[serde(with = "duration")]
+    pub stage_timeout: Duration,
+    /// Wall-clock limit of one agent run. Default 5m.
+    #[serde(with = "duration")]
+    pub agent_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL when ralph stops a process. Default 5s.
+    #[serde(with = "duration")]
+    pub grace: Duration,
+    /// Retries of a task after its first attempt fails (gates, missing marker). Default 2.
+    pub retries: u32,
+    /// Verifier rejections of one task after which it goes to DECOMPOSE instead of being
+    /// built again (seed 000: a rejected task "remains for retry or decomposition"): the
+    /// decomposer sees the rejections' reasons and the head and tail of its last build's
+    /// log. Only a verifier's judgement of the work counts, not a verifier that gave no
+    /// usable answer, nor a person's rejection. Default 2; 1 decomposes at the first
+    /// rejection.
+    pub decompose_after_rejections: u32,
+    /// Verifier runs at once in VERIFY. Default 4 (seed 000 runs them all at once; why
+    /// not: the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)).
+    pub verify_concurrency: usize,
+    /// Ready tasks built at once in BUILD, each by its own agent in its own git work tree
+    /// (`.ralph/worktrees/<task>`, branch `ralph-task/<task>`), rebased onto the checked-out
+    /// branch and fast-forwarded into it when it passes its gates, in the order the attempts
+    /// started (priority order). Default 1 (one at a time,
+    /// in the workspace itself). Needs a git repository with a commit; without one BUILD
+    /// goes one at a time and says why.
+    pub build_concurrency: usize,
+    /// Retries of an agent run that failed transiently (overloaded, 5xx), on top of the task's
+    /// own retries: they do not count as attempts. Default 4.
+    pub transient_retries: u32,
+    /// The first wait before such a retry; it doubles each time, up to a minute. Default 2s.
+    #[serde(with = "duration")]
+    pub transient_backoff: Duration,
+    /// Context-pressure tiers.
+    pub context: ContextThresholds,
+    /// Quality gates, run in order after an agent claims a task done.
+    pub gates: Vec<GateConfig>,
+    /// Where the board is kept.
+    pub store: StoreConfig,
+    /// Where stage and agent logs go, relative to the workspace. Default `build/ralph-logs`.
+    pub log_dir: PathBuf,
+    /// `[prompts]`: template files that replace the built-in ones, by template name,
+    /// relative to the workspace (minijinja syntax; a name that is no template is refused,
+    /// naming it):
+    ///
+    /// | name | the prompt of |
+    /// |---|---|
+    /// | `build` | a task's first BUILD attempt |
+    /// | `retry` | a BUILD retry (carries the previous failure) |
+    /// | `investigate` | INVESTIGATE |
+    /// | `verify` | the verifier |
+    /// | `gap_analysis` | the gap analysis |
+    /// | `decompose` | the decomposer |
+    /// | `task` | build mode's task (seed 004) |
+    /// | `task_retry` | build mode's task retry (carries the gate failures) |
+    /// | `planner` | build mode's per-spec planner (seed 002) |
+    /// | `spec_verify` | build mode's verifier of a whole spec |
+    /// | `plan_mode` | plan mode (specs → `implementation.json`) |
+    /// | `thread` | a thread's iteration (with the reviewer's feedback after a send-back) |
+    /// | `thread_verify` | a thread's read-only verifier of one acceptance criterion |
+    /// | `thread_assess` | a thread's AI review of its spec (Assessing) |
+    /// | `thread_draft` | a thread's Drafting conversation |
+    pub prompts: BTreeMap<String, PathBuf>,
+    /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
+    pub claude: ClaudeConfig,
+    /// How [`CodexCli`](crate::agent::CodexCli) runs the OpenAI Codex CLI.
+    pub codex: CliConfig,
+    /// How [`GeminiCli`](crate::agent::GeminiCli) runs the Google Gemini CLI.
+    pub gemini: CliConfig,
+    /// How [`OpencodeCli`](crate::agent::OpencodeCli) runs opencode.
+    pub opencode: CliConfig,
+    /// Agent CLIs run from an argv template, by name (`[agent.aider]`): see
+    /// [`CommandAgent`](crate::agent::CommandAgent).
+    pub agent: std::collections::BTreeMap<String, CommandConfig>,
+    /// The agents the `ralph` command runs, in fallback order (`["claude", "aider"]`): on a
+    /// rate limit or an unavailable agent the next one takes the run (see
+    /// [`Fallback`](crate::agent::Fallback)). Empty: `claude`, or `--agent`.
+    pub agents: Vec<String>,
+    /// Plan mode and build mode over `implementation.json` (seeds 004 and 002).
+    pub planning: PlanningConfig,
+    /// Run one iteration, then return [`Outcome::Once`](crate::Outcome::Once) (seed 003's
+    /// `--once`, with an iteration a whole construct pass: see the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)). Default false.
+    pub once: bool,
+    /// BUILD attempts remembered in the run state and shown in the next BUILD prompts
+    /// (seed 003's "Recent Attempts"); older ones are dropped. Default 5.
+    pub recent_attempts: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_iterations: 10,
+            stage_timeout: Duration::from_secs(300),
+            agent_timeout: Duration::from_secs(300),
+            grace: crate::process::DEFAULT_GRACE,
+            retries: 2,
+            decompose_after_rejections: 2,
+            verify_concurrency: 4,
+            build_concurrency: 1,
+            transient_retries: 4,
+            transient_backoff: Duration::from_secs(2),
+            context: ContextThresholds::default(),
+            gates: Vec::new(),
+            store: StoreConfig::default(),
+            log_dir: PathBuf::from("build/ralph-logs"),
+            prompts: BTreeMap::new(),
+            claude: ClaudeConfig::default(),
+            codex: CliConfig::default(),
+            gemini: CliConfig::default(),
+            opencode: CliConfig::default(),
+            agent: std::collections::BTreeMap::new(),
+            agents: Vec::new(),
+            planning: PlanningConfig::default(),
+            once: false,
+            recent_attempts: 5,
+        }
+    }
+}
+
+/// The configuration could not be loaded or is invalid.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A value could not be read. The message names the key as written (`context.warn`) and
+    /// where it was set: the file, the `RALPH_…` variable, or the program.
+    #[error("{}", load::describe(.0))]
+    Load(Box<figment::Error>),
+    /// A `RALPH_…` environment variable names no setting (a typo would otherwise be
+    /// silently ignored). Variables ralph reads itself (`RALPH_CLAUDE_BIN`, `RALPH_LOG`, …)
+    /// are allowed.
+    #[error(
+        "environment variable {var} names no setting of ralph{}; unset it, or see the settings in ralph.toml's docs",
+        .hint.as_ref().map(|h| format!(" (did you mean {h}?)")).unwrap_or_default()
+    )]
+    UnknownEnv {
+        /// The variable.
+        var: String,
+        /// The variable of the closest setting, if one is close.
+        hint: Option<String>,
+    },
+    /// A value was read but is not acceptable.
+    #[error("invalid config: {key} {message}{}", origin_suffix(.source_name))]
+    Invalid {
+        /// The key, dotted (`context.warn`, `gates[1].name`).
+        key: String,
+        /// What is wrong with it.
+        message: String,
+        /// Where the value came from (`/ws/ralph.toml`, `RALPH_ environment variable(s)`).
+        source_name: Option<String>,
+    },
+}
+
+fn origin_suffix(source: &Option<String>) -> String {
+    source
+        .as_ref()
+        .map(|s| format!(" (set in {s})"))
+        .unwrap_or_default()
+}
+
+impl From<figment::Error> for ConfigError {
+    fn from(e: figment::Error) -> Self {
+        ConfigError::Load(Box::new(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_seed_000() {
+        let c = Config::default();
+        assert_eq!(c.max_iterations, 10);
+        assert_eq!(c.stage_timeout, Duration::from_secs(300));
+        assert_eq!(c.context, ContextThresholds::new(0.70, 0.85, 0.95));
+        assert_eq!(c.log_dir, PathBuf::from("build/ralph-logs"));
+        assert_eq!(
+            c.store.path(),
+            Some(std::path::Path::new(".ralph/plan.jsonl"))
+        );
+        c.validate().unwrap();
+    }
+}

@@ -1,0 +1,257 @@
+//! The tables of the loop itself: `[context]`, `[store]`, `[planning]`, `[prompts]` and
+//! `[[gates]]`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::duration;
+
+/// `[planning]`: where plan mode and build mode keep their files, and their limits.
+///
+/// ```toml
+/// [planning]
+/// specs_dir = "specs"                      # the markdown specs; plans go to specs/plans
+/// implementation = "implementation.json"
+/// progress = "PROGRESS.md"
+/// max_attempts = 3                         # failed rounds per spec (planner, verifier)
+/// magic_phrase = "PLAN_COMPLETE"           # the planner's last line
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PlanningConfig {
+    /// The folder of the markdown specs, relative to the workspace. Default `specs`.
+    pub specs_dir: PathBuf,
+    /// The file plan mode writes and build mode reads. Default `implementation.json`.
+    pub implementation: PathBuf,
+    /// The append-only audit trail of completed specs. Default `PROGRESS.md`.
+    pub progress: PathBuf,
+    /// Failed rounds of one spec (a planner run without a plan, a verifier rejection)
+    /// before build mode gives up on it. Default 3.
+    pub max_attempts: u32,
+    /// The line that must end the planner's answer. Default `PLAN_COMPLETE`.
+    pub magic_phrase: String,
+}
+
+impl Default for PlanningConfig {
+    fn default() -> Self {
+        PlanningConfig {
+            specs_dir: PathBuf::from("specs"),
+            implementation: PathBuf::from("implementation.json"),
+            progress: PathBuf::from("PROGRESS.md"),
+            max_attempts: 3,
+            magic_phrase: "PLAN_COMPLETE".into(),
+        }
+    }
+}
+
+/// One `[[gates]]` entry: a shell command run as a [`ShellGate`](crate::ShellGate).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct GateConfig {
+    /// The gate's name.
+    pub name: String,
+    /// Run with `sh -c` in the workspace.
+    pub command: String,
+    /// Whether a failure blocks the task. Default true.
+    #[serde(default = "yes")]
+    pub required: bool,
+    /// Wall-clock limit. Default 5m.
+    #[serde(with = "duration", default = "five_minutes")]
+    pub timeout: Duration,
+}
+
+impl GateConfig {
+    /// A required gate with a 5-minute timeout.
+    pub fn new(name: impl Into<String>, command: impl Into<String>) -> Self {
+        GateConfig {
+            name: name.into(),
+            command: command.into(),
+            required: true,
+            timeout: five_minutes(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn five_minutes() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// `[store]`: where the board is kept when the builder is given no
+/// [`Store`](crate::Store): the `kind`, and for a kind with a file, its `path` (relative to
+/// the workspace), whose default is the kind's own.
+///
+/// ```toml
+/// [store]
+/// kind = "progress"        # "jsonl" (the default), "progress" or "memory"
+/// path = "docs/PROGRESS.md" # default: .ralph/plan.jsonl for jsonl, PROGRESS.md for progress
+/// ```
+///
+/// ```
+/// use ralph::config::{Config, StoreConfig};
+///
+/// let config = Config::default();
+/// assert_eq!(config.store.path(), Some(std::path::Path::new(".ralph/plan.jsonl")));
+/// assert_eq!(StoreConfig::progress().path(), Some(std::path::Path::new("PROGRESS.md")));
+/// assert_eq!(StoreConfig::Memory {}.path(), None);
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum StoreConfig {
+    /// [`JsonlStore`](crate::JsonlStore): an append-only log of every change.
+    #[non_exhaustive]
+    Jsonl {
+        /// The file. Default `.ralph/plan.jsonl`.
+        #[serde(default = "jsonl_file", skip_serializing_if = "is_jsonl_file")]
+        path: PathBuf,
+    },
+    /// [`MemoryStore`](crate::MemoryStore): nothing survives the process.
+    Memory {},
+    /// [`ProgressStore`](crate::store::ProgressStore): a markdown progress file people can
+    /// edit (seed 003).
+    #[non_exhaustive]
+    Progress {
+        /// The file. Default `PROGRESS.md`.
+        #[serde(default = "progress_file", skip_serializing_if = "is_progress_file")]
+        path: PathBuf,
+    },
+}
+
+impl StoreConfig {
+    /// A JSONL store at its default file.
+    pub fn jsonl() -> Self {
+        StoreConfig::Jsonl { path: jsonl_file() }
+    }
+
+    /// A progress store at its default file.
+    pub fn progress() -> Self {
+        StoreConfig::Progress {
+            path: progress_file(),
+        }
+    }
+
+    /// The same kind of store at `path`; a memory store has none.
+    #[must_use]
+    pub fn at(self, path: impl Into<PathBuf>) -> Self {
+        match self {
+            StoreConfig::Jsonl { .. } => StoreConfig::Jsonl { path: path.into() },
+            StoreConfig::Progress { .. } => StoreConfig::Progress { path: path.into() },
+            StoreConfig::Memory {} => StoreConfig::Memory {},
+        }
+    }
+
+    /// The state file, relative to the workspace; `None` for a memory store.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            StoreConfig::Jsonl { path } | StoreConfig::Progress { path } => Some(path),
+            StoreConfig::Memory {} => None,
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig::jsonl()
+    }
+}
+
+// Each kind's default file is left out when written, so that a layer that sets only the
+// kind (`kind = "progress"` in ralph.toml over the built-in jsonl) gets that kind's default.
+fn jsonl_file() -> PathBuf {
+    PathBuf::from(".ralph/plan.jsonl")
+}
+
+fn is_jsonl_file(path: &Path) -> bool {
+    *path == jsonl_file()
+}
+
+fn progress_file() -> PathBuf {
+    PathBuf::from("PROGRESS.md")
+}
+
+fn is_progress_file(path: &Path) -> bool {
+    *path == progress_file()
+}
+
+/// The prompt templates a `[prompts]` entry can replace, by name: the keys of
+/// [`Config::prompts`](super::Config::prompts).
+pub(crate) const TEMPLATES: [&str; 15] = [
+    "build",
+    "retry",
+    "investigate",
+    "verify",
+    "gap_analysis",
+    "decompose",
+    "task",
+    "task_retry",
+    "planner",
+    "spec_verify",
+    "plan_mode",
+    "thread",
+    "thread_verify",
+    "thread_assess",
+    "thread_draft",
+];
+
+/// `[context]`: the three context-pressure tiers, as fractions of the model's window
+/// (seed 000's warn 0.70, compact 0.85, kill 0.95).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ContextThresholds {
+    /// Emit a warning event.
+    pub warn: f64,
+    /// Ask the agent to compact its session.
+    pub compact: f64,
+    /// Stop the run with `kill_reason: context_limit`.
+    pub kill: f64,
+}
+
+impl Default for ContextThresholds {
+    fn default() -> Self {
+        ContextThresholds {
+            warn: 0.70,
+            compact: 0.85,
+            kill: 0.95,
+        }
+    }
+}
+
+impl ContextThresholds {
+    /// Thresholds from the three fractions.
+    pub fn new(warn: f64, compact: f64, kill: f64) -> Self {
+        ContextThresholds {
+            warn,
+            compact,
+            kill,
+        }
+    }
+
+    /// Checks `0 < warn < compact < kill <= 1`.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the offending values.
+    pub fn validate(&self) -> Result<(), String> {
+        let ok = 0.0 < self.warn
+            && self.warn < self.compact
+            && self.compact < self.kill
+            && self.kill <= 1.0;
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "context thresholds must satisfy 0 < warn < compact < kill <= 1, got warn={} compact={} kill={}",
+                self.warn, self.compact, self.kill
+            ))
+        }
+    }
+}
