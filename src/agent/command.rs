@@ -1,19 +1,16 @@
 //! `CommandAgent`: any agent CLI from an argv template.
 
 use std::path::{Path, PathBuf};
-use std::sync::PoisonError;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::time::{Instant, sleep_until};
-use tokio_util::sync::CancellationToken;
+use tokio::time::Instant;
 
 use super::kept::KeptStdout;
 use super::live::{LiveLines, LiveMap};
 use super::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
 use crate::config::{CommandConfig, Config};
 use crate::output::BoundedOutput;
-use crate::process::{Drain, ProcessError, ProcessSpec, SupervisedChild};
+use crate::process::{Clocks, Ending as ProcessEnding, Listener, ProcessSpec, Streams};
 
 /// How much of stdout is kept in memory for the final answer: its last bytes.
 pub(crate) const ANSWER_KEPT: usize = 1024 * 1024;
@@ -307,12 +304,6 @@ impl Agent for CommandAgent {
     }
 }
 
-/// What the two output pumps saw.
-struct Output {
-    stdout: KeptStdout,
-    stderr: BoundedOutput,
-}
-
 /// What one supervised run of a command did.
 #[derive(Debug)]
 pub(super) struct Raw {
@@ -386,7 +377,6 @@ impl CommandAgent {
         argv: &[String],
         on_stdin: bool,
     ) -> Result<Raw, AgentError> {
-        let started = Instant::now();
         let mut spec = ProcessSpec::new(&argv[0])
             .args(&argv[1..])
             .owner(crate::process::owner_of(&request.workspace))
@@ -395,116 +385,56 @@ impl CommandAgent {
             // be ralph's own.
             .env("PWD", &request.workspace)
             .envs(self.config.env.iter())
+            .stop(request.stop.clone())
             .grace(self.grace);
         if on_stdin {
             spec = spec.stdin(request.prompt.as_bytes().to_vec());
         }
-        let spawn_error = |e: ProcessError| AgentError::Spawn {
-            program: argv[0].clone(),
-            source: std::io::Error::other(e.to_string()),
-        };
-        let file = match self.stdout_file {
-            true => Some(StdoutFile::create(request).await?),
-            false => None,
-        };
-        let mut child = match &file {
-            Some(file) => spec.spawn_stdout_to(file.handle()?),
-            None => spec.spawn(),
+        if let Some(log) = &request.log_path {
+            spec = spec.log_path(log);
         }
-        .map_err(spawn_error)?;
-        let log = open_log(request.log_path.as_deref())?;
-        let stdout = child.take_stdout();
-        let stderr = child.take_stderr();
-        let (active, activity) = tokio::sync::watch::channel(Instant::now());
-        let live = self
-            .live
-            .map(|map| LiveLines::new(map, request.events.clone()));
-        let ended = CancellationToken::new();
-        let (follower, live) = match &file {
-            Some(f) => {
-                let follow = f.follow(active.clone(), live, ended.clone());
-                (Some(tokio::spawn(follow)), None)
-            }
-            None => (None, live),
+        let clocks = Clocks {
+            deadline: request.timeout.and_then(|t| Instant::now().checked_add(t)),
+            idle: self.config.idle_timeout,
+            exit_after_close: None,
         };
-        let stdout = Pumped {
-            source: stdout,
-            kept: self.kept_stdout(),
-            live,
+        let mut heard = Heard {
+            stdout: self.kept_stdout(),
+            live: self
+                .live
+                .map(|map| LiveLines::new(map, request.events.clone())),
+            stderr: BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2),
         };
-        let heard = active.subscribe();
-        let mut pumps = tokio::spawn(pump_both(stdout, stderr, log, active));
-        let deadline = request.timeout.map(|t| started + t);
-        let ending = self.watch(&mut child, request, deadline, activity).await;
-        let (exit, leaked) = match ending {
-            Ending::Exited => {
-                let exit = child.wait().await.ok();
-                (exit, child.kill_all().await)
-            }
-            Ending::Stopped | Ending::TimedOut => match child.terminate(self.grace).await {
-                Ok(t) => (t.exit, t.leaked),
-                Err(_) => (None, child.kill_all().await),
-            },
+        let stdout_file = self.stdout_file.then(|| stdout_file(request));
+        let streams = match &stdout_file {
+            Some((path, _)) => Streams::StdoutToFile(path.clone()),
+            None => Streams::Separate,
         };
-        let output = match drain(&mut pumps, heard).await {
-            Some(output) => output,
-            // Something that escaped the sweep holds the pipes: what was read is lost with
-            // the task, which is aborted; the log has it.
-            None => Output {
-                stdout: self.kept_stdout(),
-                stderr: BoundedOutput::new(0, 0),
-            },
-        };
-        if leaked > 0 {
+        let ran = spec.supervise(streams, clocks, &mut heard).await;
+        if let Some((path, true)) = &stdout_file {
+            let _ = std::fs::remove_file(path);
+        }
+        let ran = ran.map_err(AgentError::from_process)?;
+        if ran.leaked > 0 {
             request
                 .events
-                .emit(super::AgentEvent::LeftoversKilled { count: leaked });
+                .emit(super::AgentEvent::LeftoversKilled { count: ran.leaked });
         }
-        if let Some(follower) = follower {
-            ended.cancel();
-            let _ = follower.await;
-        }
-        let stdout = match &file {
-            Some(file) => file.read(self.kept_stdout()).await?,
-            None => output.stdout,
-        };
-        let (stdout, oversized_lines) = stdout.finish();
+        let (stdout, oversized_lines) = heard.stdout.finish();
         Ok(Raw {
-            ending,
-            exit,
+            ending: match ran.ending {
+                ProcessEnding::Exited | ProcessEnding::Closed => Ending::Exited,
+                ProcessEnding::Stopped => Ending::Stopped,
+                ProcessEnding::Deadline | ProcessEnding::Idle => Ending::TimedOut,
+                ProcessEnding::Cut(never) => match never {},
+            },
+            exit: ran.exit,
             stdout,
             oversized_lines,
-            stderr: output.stderr.to_string(),
-            leaked,
-            duration: started.elapsed(),
+            stderr: heard.stderr.to_string(),
+            leaked: ran.leaked,
+            duration: ran.duration,
         })
-    }
-
-    /// Waits for the exit, the deadline, the stop token or an idle spell, whichever first.
-    async fn watch(
-        &self,
-        child: &mut SupervisedChild,
-        request: &AgentRequest,
-        deadline: Option<Instant>,
-        mut activity: tokio::sync::watch::Receiver<Instant>,
-    ) -> Ending {
-        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
-        let mut open = true;
-        loop {
-            let idle_at = self
-                .config
-                .idle_timeout
-                .map_or(far, |idle| *activity.borrow() + idle);
-            tokio::select! {
-                _ = child.wait() => return Ending::Exited,
-                () = request.stop.cancelled() => return Ending::Stopped,
-                () = sleep_until(deadline.unwrap_or(far)) => return Ending::TimedOut,
-                () = sleep_until(idle_at) => return Ending::TimedOut,
-                // Each read moves the idle clock; once both pipes are closed only the exit,
-                // the deadline, the stop or the idle clock can end the wait.
-                changed = activity.changed(), if open => open = changed.is_ok(),
-            }
-        }
     }
 
     /// The run's exit and final answer from how it ended and what it printed.
@@ -577,219 +507,48 @@ async fn write_file(path: &Path, bytes: &[u8]) -> Result<(), AgentError> {
     tokio::fs::write(path, bytes).await.map_err(io)
 }
 
-/// The run's log, opened for appending. Synchronous, like the writes to it: a log is a
-/// local file whose writes land in the page cache, and a trip to the blocking pool for
-/// each would cost more than the write.
-fn open_log(path: Option<&Path>) -> Result<Option<std::fs::File>, AgentError> {
-    let Some(path) = path else { return Ok(None) };
-    let io = |source| AgentError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io)?;
-    Ok(Some(file))
-}
-
-/// A run's stdout as a file (see [`CommandAgent::stdout_to_file`]).
-struct StdoutFile {
-    path: PathBuf,
-    /// Removed after the run: there is no log to keep it beside.
-    temporary: bool,
-}
-
-impl StdoutFile {
-    async fn create(request: &AgentRequest) -> Result<Self, AgentError> {
-        let (path, temporary) = match &request.log_path {
-            Some(log) => (log.with_extension("stdout"), false),
-            None => {
-                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let name = format!("ralph-stdout-{}-{n}", std::process::id());
-                (std::env::temp_dir().join(name), true)
-            }
-        };
-        write_file(&path, b"").await?;
-        Ok(StdoutFile { path, temporary })
-    }
-
-    fn handle(&self) -> Result<std::fs::File, AgentError> {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .map_err(|source| AgentError::Io {
-                path: self.path.clone(),
-                source,
-            })
-    }
-
-    /// Marks activity whenever the file grows, and reads what was added for `live`, until
-    /// `ended` (then it reads the rest).
-    fn follow(
-        &self,
-        activity: tokio::sync::watch::Sender<Instant>,
-        mut live: Option<LiveLines>,
-        ended: CancellationToken,
-    ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let path = self.path.clone();
-        async move {
-            let mut seen = 0;
-            let mut reader = None;
-            loop {
-                let last = tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(200)) => false,
-                    () = ended.cancelled() => true,
-                };
-                let len = tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
-                if len != seen {
-                    seen = len;
-                    activity.send_replace(Instant::now());
-                    if let Some(live) = live.as_mut() {
-                        if reader.is_none() {
-                            reader = tokio::fs::File::open(&path).await.ok();
-                        }
-                        if let Some(file) = reader.as_mut() {
-                            read_new(file, live).await;
-                        }
-                    }
-                }
-                if last {
-                    if let Some(live) = live.as_mut() {
-                        live.finish();
-                    }
-                    return;
-                }
-            }
+/// Where stdout goes when it goes to a file: beside the log, else a temporary file (the
+/// `true`), removed after the run.
+fn stdout_file(request: &AgentRequest) -> (PathBuf, bool) {
+    match &request.log_path {
+        Some(log) => (log.with_extension("stdout"), false),
+        None => {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("ralph-stdout-{}-{n}", std::process::id());
+            (std::env::temp_dir().join(name), true)
         }
-    }
-
-    /// The file read into `kept`, from where it needs; the file itself is removed when
-    /// temporary.
-    async fn read(&self, mut kept: KeptStdout) -> Result<KeptStdout, AgentError> {
-        use tokio::io::AsyncSeekExt;
-        let io = |source| AgentError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        let mut file = tokio::fs::File::open(&self.path).await.map_err(io)?;
-        let len = file.metadata().await.map_err(io)?.len();
-        file.seek(std::io::SeekFrom::Start(kept.start_in(len)))
-            .await
-            .map_err(io)?;
-        let mut buf = vec![0; 64 * 1024];
-        loop {
-            let n = file.read(&mut buf).await.map_err(io)?;
-            if n == 0 {
-                break;
-            }
-            kept.push(&buf[..n]);
-        }
-        if self.temporary {
-            let _ = tokio::fs::remove_file(&self.path).await;
-        }
-        Ok(kept)
     }
 }
 
-/// Reads what was appended to `file` since the last call into `live`.
-async fn read_new(file: &mut tokio::fs::File, live: &mut LiveLines) {
-    let mut buf = vec![0; 64 * 1024];
-    while let Ok(n) = file.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        live.push(&buf[..n]);
-    }
-}
-
-/// stdout of a run, as the pump reads it: what to keep, and the live events.
-struct Pumped {
-    source: Option<tokio::process::ChildStdout>,
-    kept: KeptStdout,
+/// What a command's run printed, as the supervisor hands it over: the kept stdout, its
+/// live events, and the ends of stderr.
+struct Heard {
+    stdout: KeptStdout,
     live: Option<LiveLines>,
+    stderr: BoundedOutput,
 }
 
-/// Reads stdout and stderr to their ends into bounded buffers, both into the log, marking
-/// each read on `activity`.
-/// The pumps' output once they reach EOF, or `None` when the drain is over first (see
-/// [`Drain`]): the pumps are then aborted.
-async fn drain(
-    pumps: &mut tokio::task::JoinHandle<Output>,
-    mut heard: tokio::sync::watch::Receiver<Instant>,
-) -> Option<Output> {
-    let mut drain = Drain::begin();
-    let mut open = true;
-    loop {
-        tokio::select! {
-            biased;
-            joined = &mut *pumps => return joined.ok(),
-            changed = heard.changed(), if open => match changed {
-                Ok(()) => drain.heard(),
-                Err(_) => open = false,
-            },
-            () = Drain::over(Some(&drain)) => {
-                pumps.abort();
-                return None;
-            }
-        }
-    }
-}
+impl Listener for Heard {
+    /// A command is judged only when it has ended: nothing it prints cuts its run.
+    type Cut = std::convert::Infallible;
 
-async fn pump_both(
-    mut stdout: Pumped,
-    stderr: Option<tokio::process::ChildStderr>,
-    log: Option<std::fs::File>,
-    activity: tokio::sync::watch::Sender<Instant>,
-) -> Output {
-    let log = std::sync::Mutex::new(log);
-    let mut err = BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2);
-    tokio::join!(
-        pump(
-            stdout.source,
-            |bytes| stdout.kept.push(bytes),
-            stdout.live.as_mut(),
-            &log,
-            &activity
-        ),
-        pump(stderr, |bytes| err.push(bytes), None, &log, &activity)
-    );
-    Output {
-        stdout: stdout.kept,
-        stderr: err,
+    fn stdout(&mut self, bytes: &[u8]) -> Option<Self::Cut> {
+        self.stdout.push(bytes);
+        if let Some(live) = &mut self.live {
+            live.push(bytes);
+        }
+        None
     }
-}
 
-async fn pump(
-    source: Option<impl AsyncRead + Unpin>,
-    mut keep: impl FnMut(&[u8]),
-    mut live: Option<&mut LiveLines>,
-    log: &std::sync::Mutex<Option<std::fs::File>>,
-    activity: &tokio::sync::watch::Sender<Instant>,
-) {
-    let Some(mut source) = source else { return };
-    let mut buf = vec![0; 64 * 1024];
-    while let Ok(n) = source.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        keep(&buf[..n]);
-        if let Some(live) = live.as_mut() {
-            live.push(&buf[..n]);
-        }
-        activity.send_replace(Instant::now());
-        if let Some(file) = log.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-            // A log that cannot be written loses the transcript, not the run.
-            let _ = std::io::Write::write_all(file, &buf[..n]);
-        }
+    fn stderr(&mut self, bytes: &[u8]) {
+        self.stderr.push(bytes);
     }
-    if let Some(live) = live {
-        live.finish();
+
+    fn closed(&mut self) {
+        if let Some(live) = &mut self.live {
+            live.finish();
+        }
     }
 }
 

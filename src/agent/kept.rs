@@ -17,8 +17,8 @@ use super::claude::stream::shrink::{Limits, Shrinker};
 /// What is kept of one run's stdout.
 #[derive(Debug)]
 pub(super) enum KeptStdout {
-    /// The last `bytes`, as text.
-    Text { tail: BoundedOutput, bytes: usize },
+    /// The last bytes, as text.
+    Text(BoundedOutput),
     /// The last JSON lines, a line larger than them all shrunk.
     Lines(KeptLines),
 }
@@ -29,33 +29,21 @@ impl KeptStdout {
         if lines {
             KeptStdout::Lines(KeptLines::new(bytes))
         } else {
-            KeptStdout::Text {
-                tail: BoundedOutput::new(0, bytes),
-                bytes,
-            }
+            KeptStdout::Text(BoundedOutput::new(0, bytes))
         }
     }
 
     pub(super) fn push(&mut self, bytes: &[u8]) {
         match self {
-            KeptStdout::Text { tail, .. } => tail.push(bytes),
+            KeptStdout::Text(tail) => tail.push(bytes),
             KeptStdout::Lines(lines) => lines.push(bytes),
-        }
-    }
-
-    /// Where reading a file holding all of stdout, `len` bytes, starts: text needs only
-    /// its last bytes, lines all of them (the start of a long line is in its head).
-    pub(super) fn start_in(&self, len: u64) -> u64 {
-        match self {
-            KeptStdout::Text { bytes, .. } => len.saturating_sub(*bytes as u64),
-            KeptStdout::Lines(_) => 0,
         }
     }
 
     /// The text kept, and how many lines were shrunk.
     pub(super) fn finish(self) -> (String, u64) {
         match self {
-            KeptStdout::Text { tail, .. } => (tail.tail(), 0),
+            KeptStdout::Text(tail) => (tail.tail(), 0),
             KeptStdout::Lines(lines) => lines.finish(),
         }
     }

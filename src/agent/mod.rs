@@ -657,6 +657,20 @@ pub enum AgentError {
 }
 
 impl AgentError {
+    /// The supervisor's error, as the agent's: the program, or the file, it is about.
+    pub(crate) fn from_process(error: crate::process::ProcessError) -> Self {
+        use crate::process::ProcessError;
+        match error {
+            ProcessError::Spawn { program, source } => AgentError::Spawn { program, source },
+            ProcessError::Cwd { cwd: path, source } | ProcessError::Log { path, source } => {
+                AgentError::Io { path, source }
+            }
+            ProcessError::Io { program, source } => AgentError::Supervise { program, source },
+        }
+    }
+}
+
+impl AgentError {
     /// [`AgentError::Backend`]: the agent named `agent` could not run because its backend
     /// failed with `source`.
     pub fn backend(

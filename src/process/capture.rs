@@ -1,8 +1,7 @@
 //! Short tools ralph runs for itself (git): all of their output, under the same
 //! supervision as an agent or a gate.
 
-use tokio::io::{AsyncRead, AsyncReadExt};
-
+use super::supervise::{Clocks, Listener, Streams};
 use super::{Exit, ProcessError, ProcessSpec};
 
 /// What [`ProcessSpec::capture`] returns: the exit and all of stdout and stderr.
@@ -21,34 +20,46 @@ impl ProcessSpec {
     /// never for an agent or a gate. The spec's timeout, stop token and log do not apply;
     /// dropping the future kills the process.
     pub(crate) async fn capture(&self) -> Result<Captured, ProcessError> {
-        let mut child = self.spawn()?;
-        let stdout = child.take_stdout();
-        let stderr = child.take_stderr();
-        let ended = async {
-            let exit = child.wait().await;
-            // What is left holds the pipes open: the reads end once it is gone.
-            child.kill_all().await;
-            exit
-        };
-        let (exit, stdout, stderr) = tokio::join!(ended, read_all(stdout), read_all(stderr));
+        let mut all = All::default();
+        let run = self
+            .supervise(Streams::Separate, Clocks::default(), &mut all)
+            .await?;
         let io = |source| ProcessError::Io {
             program: self.program_name(),
             source,
         };
+        if let Some(source) = run.read_error {
+            return Err(io(source));
+        }
+        let exit = run
+            .exit
+            .ok_or_else(|| io(std::io::Error::other("its end was not seen")))?;
         Ok(Captured {
-            exit: exit?,
-            stdout: stdout.map_err(io)?,
-            stderr: stderr.map_err(io)?,
+            exit,
+            stdout: all.stdout,
+            stderr: all.stderr,
         })
     }
 }
 
-async fn read_all(source: Option<impl AsyncRead + Unpin>) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    if let Some(mut source) = source {
-        source.read_to_end(&mut bytes).await?;
+/// All of both streams.
+#[derive(Default)]
+struct All {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Listener for All {
+    type Cut = ();
+
+    fn stdout(&mut self, bytes: &[u8]) -> Option<()> {
+        self.stdout.extend_from_slice(bytes);
+        None
     }
-    Ok(bytes)
+
+    fn stderr(&mut self, bytes: &[u8]) {
+        self.stderr.extend_from_slice(bytes);
+    }
 }
 
 #[cfg(test)]

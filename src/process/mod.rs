@@ -44,8 +44,10 @@ compile_error!("ralph::process supports unix systems only");
 mod capture;
 mod child;
 mod drain;
+pub(crate) mod lines;
 mod run;
 mod spec;
+mod supervise;
 mod sys;
 
 use std::io;
@@ -56,9 +58,10 @@ use std::time::Duration;
 
 pub(crate) use capture::Captured;
 pub use child::{SupervisedChild, Termination};
-pub(crate) use drain::Drain;
+use drain::Drain;
 pub use run::ProcessReport;
 pub use spec::ProcessSpec;
+pub(crate) use supervise::{Clocks, Ending, LineListener, Lines, Listener, OwnClock, Streams};
 
 /// The environment variable carrying the run cookies of every supervised ancestor.
 ///

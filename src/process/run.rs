@@ -1,20 +1,12 @@
-//! Running a process to completion: supervise it while pumping its output.
+//! Running a process to completion: its output bounded in memory, all of it in the log.
 
-use std::io::pipe;
-use std::path::Path;
 use std::time::Duration;
 
-use tokio::fs::{File, OpenOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::pipe::Receiver;
-use tokio::time::{Instant, sleep_until};
-use tokio_util::sync::CancellationToken;
+use tokio::time::Instant;
 
-use super::{Drain, Exit, ProcessError, ProcessSpec, SupervisedChild};
+use super::supervise::{Clocks, Ending, Listener, Streams};
+use super::{Exit, ProcessError, ProcessSpec};
 use crate::output::BoundedOutput;
-
-/// The one read buffer: output is streamed through it, never collected whole.
-const READ_CHUNK: usize = 64 * 1024;
 
 /// What [`ProcessSpec::run`] observed.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,14 +44,6 @@ impl ProcessReport {
     }
 }
 
-/// Why supervision ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cause {
-    Exited(Exit),
-    TimedOut,
-    Stopped,
-}
-
 impl ProcessSpec {
     /// Runs the process to completion and reports how it went.
     ///
@@ -80,173 +64,51 @@ impl ProcessSpec {
     /// before any error is returned.
     pub async fn run(&self) -> Result<ProcessReport, ProcessError> {
         let started = Instant::now();
-        let mut output = BoundedOutput::new(self.head, self.tail);
+        let mut output = Kept(BoundedOutput::new(self.head, self.tail));
         if self.stop.is_cancelled() {
-            return Ok(report(started, Cause::Stopped, None, output, 0));
+            return Ok(ProcessReport {
+                exit: None,
+                timed_out: false,
+                stopped: true,
+                duration: started.elapsed(),
+                output: output.0,
+                leaked: 0,
+            });
         }
-        let log = self.open_log().await?;
-        let (mut child, reader) = self.launch_merged()?;
-        let done = CancellationToken::new();
-        let (pumped, ended) = tokio::join!(pump(reader, &mut output, log, &done), async {
-            let ended = supervise(self, &mut child, started).await;
-            done.cancel();
-            ended
-        });
-        let (cause, exit, leaked) = ended?;
-        pumped.map_err(|err| err.with_context(self))?;
-        Ok(report(started, cause, exit, output, leaked))
-    }
-
-    async fn open_log(&self) -> Result<Option<File>, ProcessError> {
-        let Some(path) = &self.log_path else {
-            return Ok(None);
+        let clocks = Clocks {
+            // A timeout too large to represent is no timeout.
+            deadline: self.timeout.and_then(|t| started.checked_add(t)),
+            ..Clocks::default()
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .await
-            .map_err(|source| log_error(path, source))?;
-        Ok(Some(file))
-    }
-
-    /// Starts the process with stdout and stderr on one pipe, which keeps their
-    /// interleaving exactly as written.
-    fn launch_merged(&self) -> Result<(SupervisedChild, Receiver), ProcessError> {
-        let spawn_error = |source| ProcessError::Spawn {
-            program: self.program_name(),
-            source,
-        };
-        let (reader, writer) = pipe().map_err(spawn_error)?;
-        let stderr = writer.try_clone().map_err(spawn_error)?;
-        let child = SupervisedChild::launch(self, writer.into(), stderr.into())?;
-        // Should this fail, dropping `child` kills the process.
-        match Receiver::from_owned_fd(reader.into()) {
-            Ok(reader) => Ok((child, reader)),
-            Err(source) => Err(child.io_error(source)),
+        let run = self.supervise(Streams::Merged, clocks, &mut output).await?;
+        if let Some(source) = run.log_error {
+            let path = self.log_path.clone().unwrap_or_default();
+            return Err(ProcessError::Log { path, source });
         }
-    }
-}
-
-fn report(
-    started: Instant,
-    cause: Cause,
-    exit: Option<Exit>,
-    output: BoundedOutput,
-    leaked: usize,
-) -> ProcessReport {
-    ProcessReport {
-        exit,
-        timed_out: cause == Cause::TimedOut,
-        stopped: cause == Cause::Stopped,
-        duration: started.elapsed(),
-        output,
-        leaked,
-    }
-}
-
-fn log_error(path: &Path, source: std::io::Error) -> ProcessError {
-    ProcessError::Log {
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// Waits for the end of the run, terminates if it was cut short, and kills what is left.
-/// Returns why it ended, the main process's exit, and how many others were killed.
-async fn supervise(
-    spec: &ProcessSpec,
-    child: &mut SupervisedChild,
-    started: Instant,
-) -> Result<(Cause, Option<Exit>, usize), ProcessError> {
-    // A timeout too large to represent is no timeout.
-    let deadline = spec.timeout.and_then(|t| started.checked_add(t));
-    let cause = tokio::select! {
-        // An exit that coincides with the deadline is an exit, not a timeout.
-        biased;
-        exit = child.wait() => Cause::Exited(exit?),
-        () = sleep_until_some(deadline) => Cause::TimedOut,
-        () = spec.stop.cancelled() => Cause::Stopped,
-    };
-    if let Cause::Exited(exit) = cause {
-        let leaked = child.kill_all().await;
-        return Ok((cause, Some(exit), leaked));
-    }
-    let ended = child.terminate(spec.grace).await?;
-    Ok((cause, ended.exit, ended.leaked))
-}
-
-/// A failure while pumping output, before it is given context.
-enum PumpError {
-    Read(std::io::Error),
-    Log(std::io::Error),
-}
-
-impl PumpError {
-    fn with_context(self, spec: &ProcessSpec) -> ProcessError {
-        match (self, &spec.log_path) {
-            (PumpError::Log(source), Some(path)) => log_error(path, source),
-            (PumpError::Read(source) | PumpError::Log(source), _) => ProcessError::Io {
-                program: spec.program_name(),
-                source,
-            },
+        if let Some(source) = run.read_error {
+            let program = self.program_name();
+            return Err(ProcessError::Io { program, source });
         }
+        Ok(ProcessReport {
+            exit: run.exit,
+            timed_out: run.ending == Ending::Deadline,
+            stopped: run.ending == Ending::Stopped,
+            duration: run.duration,
+            output: output.0,
+            leaked: run.leaked,
+        })
     }
 }
 
-/// Streams the pipe into `output` and the log until EOF, or until the drain after `done`
-/// is cancelled is over (see [`Drain`]).
-///
-/// A log that fails is dropped and its error returned at the end: the process keeps
-/// running as it would have, and its output keeps being read. A read error returns at
-/// once; dropping the reader then makes further writes fail instead of block.
-async fn pump(
-    mut reader: Receiver,
-    output: &mut BoundedOutput,
-    mut log: Option<File>,
-    done: &CancellationToken,
-) -> Result<(), PumpError> {
-    let mut buf = vec![0; READ_CHUNK];
-    let mut drain: Option<Drain> = None;
-    let mut log_failure = None;
-    loop {
-        // `done` and the drain come first, so a pipe that never stops being readable
-        // cannot starve them.
-        let read = tokio::select! {
-            biased;
-            () = done.cancelled(), if drain.is_none() => {
-                drain = Some(Drain::begin());
-                continue;
-            }
-            () = Drain::over(drain.as_ref()) => break,
-            read = reader.read(&mut buf) => read,
-        };
-        let n = read.map_err(PumpError::Read)?;
-        if n == 0 {
-            break;
-        }
-        if let Some(drain) = &mut drain {
-            drain.heard();
-        }
-        output.push(&buf[..n]);
-        if let Some(file) = &mut log
-            && let Err(err) = file.write_all(&buf[..n]).await
-        {
-            log_failure = Some(err);
-            log = None;
-        }
-    }
-    if let Some(file) = &mut log
-        && let Err(err) = file.flush().await
-    {
-        log_failure = Some(err);
-    }
-    log_failure.map_or(Ok(()), |err| Err(PumpError::Log(err)))
-}
+/// All output, bounded: the head and tail kept, the middle counted.
+struct Kept(BoundedOutput);
 
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => sleep_until(deadline).await,
-        None => std::future::pending().await,
+impl Listener for Kept {
+    /// A gate has no reason of its own to end.
+    type Cut = ();
+
+    fn stdout(&mut self, bytes: &[u8]) -> Option<()> {
+        self.0.push(bytes);
+        None
     }
 }

@@ -139,7 +139,7 @@ impl ProcessSpec {
         self
     }
 
-    /// A file the full stdout+stderr stream of [`run`](ProcessSpec::run) is appended to.
+    /// A file the full stdout+stderr stream is appended to (its folder made when missing).
     #[must_use]
     pub fn log_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.log_path = Some(path.into());

@@ -260,13 +260,13 @@ async fn the_log_file_gets_the_full_output_appended() {
 
 #[tokio::test]
 async fn an_unwritable_log_is_an_error_naming_it() {
-    let err = sh("true")
-        .log_path("/nonexistent-ralph-dir/run.log")
-        .run()
-        .await
-        .unwrap_err();
+    // The log's folder is made when missing; under a file it cannot be.
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("file"), "").unwrap();
+    let log = dir.path().join("file/run.log");
+    let err = sh("true").log_path(&log).run().await.unwrap_err();
     assert!(matches!(err, ProcessError::Log { .. }), "{err:?}");
-    assert!(err.to_string().contains("/nonexistent-ralph-dir/run.log"));
+    assert!(err.to_string().contains(&log.display().to_string()));
 }
 
 #[tokio::test]

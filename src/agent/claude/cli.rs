@@ -345,13 +345,18 @@ impl ClaudeCli {
         prompt: &str,
     ) -> ProcessSpec {
         let program = Program::resolve(self.config.bin.as_ref());
-        ProcessSpec::new(&program.path)
+        let spec = ProcessSpec::new(&program.path)
             .args(command::args(&self.config, invocation))
             .envs(command::env(&self.config, request.role, command::is_root()))
             .owner(crate::process::owner_of(&request.workspace))
             .cwd(&request.workspace)
             .stdin(prompt.as_bytes().to_vec())
-            .grace(self.grace)
+            .stop(request.stop.clone())
+            .grace(self.grace);
+        match &request.log_path {
+            Some(log) => spec.log_path(log),
+            None => spec,
+        }
     }
 
     async fn segment(
@@ -367,16 +372,14 @@ impl ClaudeCli {
                 deadline,
                 idle: self.config.idle_timeout,
                 result_grace: self.config.result_grace,
-                grace: self.grace,
             },
-            stop: &request.stop,
             events: &request.events,
             pressure,
             options: StreamOptions::default().windows(self.windows()),
             max_line: DEFAULT_MAX_LINE,
         };
         let spec = self.spec(request, invocation, prompt);
-        segment::run(&spec, request.log_path.as_deref(), watch)
+        segment::run(&spec, watch)
             .await
             .map_err(|e| self.explain(e))
     }

@@ -68,7 +68,6 @@
 
 mod lenient;
 mod outcome;
-mod reader;
 // Also shrinks the oversized lines of the other CLIs (`agent::kept`).
 pub(in crate::agent) mod shrink;
 mod window;
@@ -86,10 +85,12 @@ use lenient::{Obj, Status, StrOrObj};
 use shrink::{Limits, Shrinker, Shrunk};
 use wire::{Block, Line, TokenUsage};
 
+#[cfg(any(test, feature = "internals"))]
+pub use crate::process::lines::LineReader;
+pub use crate::process::lines::{DEFAULT_MAX_LINE, Piece};
 #[cfg(feature = "internals")]
 pub use outcome::FailureCause;
 pub use outcome::{Failure, RunOutcome};
-pub use reader::{DEFAULT_MAX_LINE, LineReader, Piece};
 pub use window::ContextWindows;
 
 /// Message ids remembered for deduplication. The lines of one API message come together, so
@@ -937,3 +938,6 @@ mod tests {
         assert_eq!(epoch_seconds(f64::INFINITY), None);
     }
 }
+
+#[cfg(test)]
+mod parser_props;

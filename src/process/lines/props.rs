@@ -1,6 +1,6 @@
-//! Property tests of the line reader and the stream parser behind it: arbitrary bytes, cut
-//! into arbitrary reads, never panic either; the reader's memory stays within its cap; the
-//! lines it hands out, put back together, are the input.
+//! Property tests of the line reader and splitter: arbitrary bytes, cut into arbitrary reads,
+//! never panic either; the memory stays within the cap; the lines handed out, put back
+//! together, are the input, whether read or pushed.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -9,11 +9,10 @@ use std::task::{Context, Poll};
 use proptest::prelude::*;
 use tokio::io::{AsyncRead, ReadBuf};
 
-use super::{CHUNK, LineReader, Piece};
-use crate::agent::claude::stream::{StreamOptions, StreamParser};
+use super::{CHUNK, LineReader, LineSplitter, Piece};
 
 /// An `AsyncRead` that hands out its bytes in the reads given, each at most the buffer.
-struct Reads(VecDeque<Vec<u8>>);
+pub(crate) struct Reads(pub(crate) VecDeque<Vec<u8>>);
 
 impl AsyncRead for Reads {
     fn poll_read(
@@ -33,7 +32,7 @@ impl AsyncRead for Reads {
 }
 
 /// `bytes` cut at `cuts` (offsets, in any order).
-fn reads(bytes: &[u8], cuts: &[usize]) -> Reads {
+pub(crate) fn reads(bytes: &[u8], cuts: &[usize]) -> Reads {
     let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
     cuts.sort_unstable();
     let mut out = VecDeque::new();
@@ -48,7 +47,7 @@ fn reads(bytes: &[u8], cuts: &[usize]) -> Reads {
 }
 
 /// Bytes rich in newlines, long runs and JSON-ish text.
-fn stream_bytes() -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn stream_bytes() -> impl Strategy<Value = Vec<u8>> {
     let piece = prop_oneof![
         Just(b"\n".to_vec()),
         Just(b"{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"x\"}\n".to_vec()),
@@ -109,64 +108,56 @@ proptest! {
     }
 
     #[test]
-    fn the_parser_takes_any_pieces_without_panicking(
+    fn pushed_reads_split_as_the_reader_splits_them(
         bytes in stream_bytes(),
         cuts in proptest::collection::vec(any::<usize>(), 0..20),
-        cap in 1usize..128,
+        cap in 1usize..64,
     ) {
-        run(async {
+        let read = run(async {
             let mut lines = LineReader::new(reads(&bytes, &cuts)).max_line(cap);
-            let options = StreamOptions::default().string_limits(16, 16).oversized_budget(256);
-            let mut parser = StreamParser::new(options);
+            let mut all = Vec::new();
             while let Some(piece) = lines.next().await.expect("reads") {
-                parser.feed(piece, |_| {});
-                assert!(parser.retained_bytes() < 64 << 10, "bounded by the options");
+                all.push(owned(piece));
             }
-            let _ = parser.finish().agent_exit();
+            all
         });
-    }
-
-    #[test]
-    fn arbitrary_json_values_as_lines_never_panic_the_parser(value in arbitrary_json()) {
-        let mut parser = StreamParser::new(StreamOptions::default());
-        let line = serde_json::to_vec(&value).expect("json");
-        parser.feed(Piece::Line(&line), |_| {});
-        let _ = parser.finish().agent_exit();
+        let mut splitter = LineSplitter::new(cap);
+        let mut pushed = Vec::new();
+        let mut largest = 0;
+        for chunk in reads(&bytes, &cuts).0 {
+            splitter.push(&chunk);
+            while let Some(piece) = splitter.next() {
+                pushed.push(owned(piece));
+            }
+            largest = largest.max(splitter.buffer_capacity());
+        }
+        if let Some(piece) = splitter.rest() {
+            pushed.push(owned(piece));
+        }
+        // The reader may hand out an oversized line in other parts: compare the lines.
+        prop_assert_eq!(rejoin(&pushed), rejoin(&read));
+        prop_assert!(largest <= cap + 2 * CHUNK, "buffer {largest} for cap {cap}");
     }
 }
 
-/// Any JSON value, with the keys the stream uses more likely than chance.
-fn arbitrary_json() -> impl Strategy<Value = serde_json::Value> {
-    use serde_json::Value;
-    let key = prop_oneof![
-        Just("type".to_owned()),
-        Just("subtype".to_owned()),
-        Just("result".to_owned()),
-        Just("is_error".to_owned()),
-        Just("message".to_owned()),
-        Just("usage".to_owned()),
-        Just("content".to_owned()),
-        Just("rate_limit_info".to_owned()),
-        "[a-z_]{1,12}",
-    ];
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-        prop_oneof![
-            Just("result".to_owned()),
-            Just("assistant".to_owned()),
-            any::<String>()
-        ]
-        .prop_map(Value::String),
-    ];
-    leaf.prop_recursive(4, 64, 8, move |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-            proptest::collection::vec((key.clone(), inner), 0..8)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
-        ]
-    })
+/// A piece, owned: `(whole line?, bytes, ends its line?)`.
+fn owned(piece: Piece<'_>) -> (bool, Vec<u8>, bool) {
+    match piece {
+        Piece::Line(b) => (true, b.to_vec(), true),
+        Piece::Part(b) => (false, b.to_vec(), false),
+        Piece::LastPart(b) => (false, b.to_vec(), true),
+    }
+}
+
+/// The lines the pieces make, each marked whole or oversized.
+fn rejoin(pieces: &[(bool, Vec<u8>, bool)]) -> Vec<(bool, Vec<u8>)> {
+    let mut lines = Vec::new();
+    let mut current = Vec::new();
+    for (whole, bytes, ends) in pieces {
+        current.extend_from_slice(bytes);
+        if *ends {
+            lines.push((*whole, std::mem::take(&mut current)));
+        }
+    }
+    lines
 }
