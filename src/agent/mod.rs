@@ -6,17 +6,10 @@
 
 mod claim;
 pub mod claude;
-mod cli_agent;
-mod codex;
-mod command;
+mod cli;
 #[cfg(feature = "fake")]
 mod fake;
 mod fallback;
-mod gemini;
-mod kept;
-mod live;
-mod opencode;
-mod strict_schema;
 
 pub use claim::Claim;
 
@@ -33,16 +26,11 @@ use crate::config::Config;
 use crate::config::ContextThresholds;
 
 #[cfg(feature = "internals")]
-pub(crate) use cli_agent::EVENTS_KEPT;
-pub use codex::CodexCli;
-#[cfg(feature = "internals")]
-pub(crate) use command::ANSWER_KEPT;
-pub use command::CommandAgent;
+pub(crate) use cli::{ANSWER_KEPT, EVENTS_KEPT};
+pub use cli::{CodexCli, CommandAgent, GeminiCli, OpencodeCli};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, Script};
 pub use fallback::{AgentChoice, Fallback};
-pub use gemini::GeminiCli;
-pub use opencode::OpencodeCli;
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -13,7 +13,10 @@
 //! This is the only module that starts processes (`src/layers.rs` checks it): git too runs
 //! through it ([`ProcessSpec::capture`]).
 //!
-//! Two levels:
+//! Inside the crate every run goes through one supervisor, `ProcessSpec::supervise`
+//! (`supervise.rs`): the spawn, the log, the clocks, the stop, the grace, the sweep and the
+//! drain, with the consumer's listener handed the output (by reads, or by lines). Gates,
+//! git, the command agent, the vendor CLIs and Claude are listeners. The public levels:
 //!
 //! - [`ProcessSpec::run`] runs to completion and returns a [`ProcessReport`] with the
 //!   exit, timing, bounded interleaved output and the number of leaked processes killed.

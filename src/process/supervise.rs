@@ -172,6 +172,10 @@ pub(crate) struct Clocks {
     /// Once all output has closed, how long the process may take to exit before it is
     /// terminated; `None`: as long as the other clocks allow.
     pub(crate) exit_after_close: Option<Duration>,
+    /// The run goes on until stdout closes, whenever the process exits: every line of it
+    /// may cut the run (an exit seen first would leave the last lines to the drain, where
+    /// cuts no longer count).
+    pub(crate) read_to_close: bool,
 }
 
 /// Where the process's stdout and stderr go.
@@ -431,7 +435,9 @@ impl Running {
             let (stream, read) = tokio::select! {
                 // An exit that coincides with a clock is an exit.
                 biased;
-                _ = child.wait() => return Ending::Exited,
+                _ = child.wait(), if !clocks.read_to_close || !self.stdout.is_open() => {
+                    return Ending::Exited;
+                }
                 () = stop.cancelled() => return Ending::Stopped,
                 () = sleep_until_some(clocks.deadline) => return Ending::Deadline,
                 () = sleep_until_some(own.cut_at.map(|(at, _)| at)) => {

@@ -123,6 +123,8 @@ pub(super) async fn run(spec: &ProcessSpec, watch: Watch<'_>) -> Result<Segment,
         idle: Some(clocks.idle),
         // stdout closed: the process is exiting, and has this long to.
         exit_after_close: Some(clocks.result_grace),
+        // Its last lines (the usage, the result) count as much as the first.
+        read_to_close: true,
     };
     let ran = spec
         .supervise(Streams::Separate, process_clocks, &mut lines)

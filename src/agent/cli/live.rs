@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::{AgentEvent, AgentEvents};
+use crate::agent::{AgentEvent, AgentEvents};
 
 /// Which of a CLI's event lines mean live events, and what they mean.
 #[derive(Clone, Copy, Debug)]

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::kept::KeptStdout;
 use super::live::{LiveLines, LiveMap};
-use super::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
+use crate::agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
 use crate::config::{CommandConfig, Config};
 use crate::output::BoundedOutput;
 use crate::process::{Clocks, Ending as ProcessEnding, Listener, ProcessSpec, Streams};
@@ -396,7 +396,7 @@ impl CommandAgent {
         let clocks = Clocks {
             deadline: request.timeout.and_then(|t| Instant::now().checked_add(t)),
             idle: self.config.idle_timeout,
-            exit_after_close: None,
+            ..Clocks::default()
         };
         let mut heard = Heard {
             stdout: self.kept_stdout(),
@@ -418,7 +418,7 @@ impl CommandAgent {
         if ran.leaked > 0 {
             request
                 .events
-                .emit(super::AgentEvent::LeftoversKilled { count: ran.leaked });
+                .emit(crate::agent::AgentEvent::LeftoversKilled { count: ran.leaked });
         }
         let (stdout, oversized_lines) = heard.stdout.finish();
         Ok(Raw {

@@ -1,13 +1,28 @@
-//! What the agents of other vendors' CLIs share ([`CodexCli`](super::CodexCli),
-//! [`GeminiCli`](super::GeminiCli), [`OpencodeCli`](super::OpencodeCli)): their settings,
+//! The agents that run a CLI: [`CommandAgent`] (any program from an argv template) and the
+//! vendors' CLIs on top of it, one file each. What the agents of other vendors' CLIs share ([`CodexCli`](crate::agent::CodexCli),
+//! [`GeminiCli`](crate::agent::GeminiCli), [`OpencodeCli`](crate::agent::OpencodeCli)): their settings,
 //! their builder, their supervision, how a run is judged on how it ended ([`LastWord`]) and
 //! what a failure message means for the task.
 
 use std::time::{Duration, SystemTime};
 
-use super::command::{CommandAgent, Ending, Raw};
-use super::{AgentExit, AgentRun, FailureKind};
+mod codex;
+mod command;
+mod gemini;
+mod kept;
+mod live;
+mod opencode;
+mod strict_schema;
+
+pub use codex::CodexCli;
+pub(crate) use command::ANSWER_KEPT;
+pub use command::CommandAgent;
+pub use gemini::GeminiCli;
+pub use opencode::OpencodeCli;
+
+use crate::agent::{AgentExit, AgentRun, FailureKind};
 use crate::config::CliConfig;
+use command::{Ending, Raw};
 
 /// How long a usage limit is waited out when the CLI names no reset time.
 pub(crate) const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
@@ -21,7 +36,7 @@ pub(crate) const EVENTS_KEPT: usize = 8 * 1024 * 1024;
 
 impl CliConfig {
     /// The program: `bin`, else `name`.
-    pub(super) fn program(&self, name: &str) -> String {
+    fn program(&self, name: &str) -> String {
         self.bin
             .as_ref()
             .map_or_else(|| name.to_owned(), |b| b.display().to_string())
@@ -29,7 +44,7 @@ impl CliConfig {
 
     /// The supervisor of one run: the environment, the idle timeout and the grace, keeping
     /// [`EVENTS_KEPT`] of stdout.
-    pub(super) fn supervisor(&self, name: &str, grace: Duration) -> CommandAgent {
+    fn supervisor(&self, name: &str, grace: Duration) -> CommandAgent {
         self.env
             .iter()
             .fold(CommandAgent::new(name, [name]), |agent, (k, v)| {
@@ -121,11 +136,11 @@ macro_rules! cli_agent_settings {
     };
 }
 
-pub(super) use cli_agent_settings;
+use cli_agent_settings;
 
 /// The JSON event lines in the kept tail of a CLI's stdout, in order: the first line may
 /// be cut, so a line that does not parse is skipped.
-pub(super) fn event_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
+fn event_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
     stdout
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
@@ -136,20 +151,20 @@ pub(super) fn event_lines(stdout: &str) -> impl Iterator<Item = serde_json::Valu
 /// a complete answer: an error is the run's failure only when no turn completed with an
 /// answer after it.
 #[derive(Debug, Default)]
-pub(super) struct LastWord {
+struct LastWord {
     /// The last error that no answered turn followed.
     failure: Option<String>,
 }
 
 impl LastWord {
     /// The CLI printed an error: a call it retries, or a turn that failed.
-    pub(super) fn error(&mut self, message: impl Into<String>) {
+    fn error(&mut self, message: impl Into<String>) {
         self.failure = Some(message.into());
     }
 
     /// A turn completed. With an answer, what failed before it was recovered from; without
     /// one, that error still says why there is none.
-    pub(super) fn turn_completed(&mut self, answered: bool) {
+    fn turn_completed(&mut self, answered: bool) {
         if answered {
             self.failure = None;
         }
@@ -158,7 +173,7 @@ impl LastWord {
     /// The run: stopped or timed out as the process was; else the failure, classified
     /// (`reset` reads a usage limit's reset time in it); else `answer` when the process
     /// exited 0; else no answer.
-    pub(super) fn judge(
+    fn judge(
         &self,
         agent: &str,
         raw: &Raw,
@@ -183,7 +198,7 @@ impl LastWord {
 
 /// A run that exited without a failure in its events and without an answer: what stderr
 /// says, else that the kept tail of stdout held none.
-fn no_answer(agent: &str, raw: &super::command::Raw) -> AgentExit {
+fn no_answer(agent: &str, raw: &Raw) -> AgentExit {
     let detail = if raw.stderr.trim().is_empty() {
         format!(
             "no answer in the last {} MiB of its output (the log has all of it)",
@@ -247,7 +262,7 @@ fn classify(agent: &str, message: &str, reset: Option<SystemTime>) -> AgentExit 
 /// The checks every vendor CLI's recorded transcripts pass (`fixtures/<cli>/`), read as
 /// the agent reads them.
 #[cfg(test)]
-pub(super) mod recorded {
+mod recorded {
     use crate::agent::{AgentExit, AgentRun, Claim, FailureKind};
 
     /// `tool-flow-done`: a tool call, then the final answer claiming done, with a session

@@ -2,10 +2,10 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{LastWord, cli_agent_settings, event_lines};
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
-use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
+use super::{LastWord, cli_agent_settings, event_lines};
+use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
 use crate::config::Config;
 
@@ -16,7 +16,7 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// per run.
 ///
 /// The prompt goes to stdin, which survives prompts of any size; stdout goes to a file
-/// beside the log (see [`GeminiCli`](super::GeminiCli) for why), followed while the CLI
+/// beside the log (see [`GeminiCli`](crate::agent::GeminiCli) for why), followed while the CLI
 /// runs for the live events. The CLI prints one JSON event per line; ralph keeps the last
 /// 8 MiB of them, a longer line (a huge final answer)
 /// cut to the head and tail of its text, and reads:
@@ -36,9 +36,9 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// opencode retries failed API calls itself, waiting out a `retry-after`, and a stream that
 /// broke off mid-answer as a new model call: until it gives up the run is silent, and the
 /// idle and agent timeouts apply. The run is judged on how it ended, as
-/// [`CodexCli`](super::CodexCli)'s is. The provider and model come from opencode's own configuration
+/// [`CodexCli`](crate::agent::CodexCli)'s is. The provider and model come from opencode's own configuration
 /// (`opencode.json`, `OPENCODE_CONFIG_CONTENT`); `model` is `provider/model`. The run is
-/// supervised as every process agent's is (see [`CommandAgent`](super::CommandAgent)).
+/// supervised as every process agent's is (see [`CommandAgent`](crate::agent::CommandAgent)).
 ///
 /// Its settings are `[opencode]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
 ///
@@ -236,7 +236,7 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::cli_agent::recorded;
+    use crate::agent::cli::recorded;
 
     /// A transcript the pinned CLI printed (`fixtures/opencode/`), read as a run that exited
     /// with `code`.
@@ -247,8 +247,8 @@ mod tests {
 
     #[test]
     fn a_recorded_run_shows_its_session_each_tool_call_and_each_message() {
-        let events = crate::agent::live::replay(
-            include_str!("../../fixtures/opencode/tool-flow-done.jsonl"),
+        let events = crate::agent::cli::live::replay(
+            include_str!("../../../fixtures/opencode/tool-flow-done.jsonl"),
             LIVE,
         );
         assert_eq!(
@@ -266,25 +266,25 @@ mod tests {
     #[test]
     fn recorded_transcripts_read_as_the_live_runs_did() {
         let done = replay(
-            include_str!("../../fixtures/opencode/tool-flow-done.jsonl"),
+            include_str!("../../../fixtures/opencode/tool-flow-done.jsonl"),
             0,
         );
         recorded::assert_done(&done);
 
         let earlier = replay(
-            include_str!("../../fixtures/opencode/marker-in-tool-output.jsonl"),
+            include_str!("../../../fixtures/opencode/marker-in-tool-output.jsonl"),
             0,
         );
         recorded::assert_marker_in_tool_output_is_not_done(&earlier);
 
         let judged = replay(
-            include_str!("../../fixtures/opencode/read-only-structured.jsonl"),
+            include_str!("../../../fixtures/opencode/read-only-structured.jsonl"),
             0,
         );
         recorded::assert_verdict_in_the_answer(&judged);
 
         let retried = replay(
-            include_str!("../../fixtures/opencode/api-500-then-ok.jsonl"),
+            include_str!("../../../fixtures/opencode/api-500-then-ok.jsonl"),
             0,
         );
         assert_eq!(retried.final_text, "Done.\n<TASK_DONE>");
@@ -294,8 +294,8 @@ mod tests {
     fn a_recorded_stream_broken_off_then_retried_leaves_only_the_last_answer() {
         for retried in [
             // The broken call's text comes after its step, before the next one.
-            include_str!("../../fixtures/opencode/stream-dropped-then-done.jsonl"),
-            include_str!("../../fixtures/opencode/response-failed-then-done.jsonl"),
+            include_str!("../../../fixtures/opencode/stream-dropped-then-done.jsonl"),
+            include_str!("../../../fixtures/opencode/response-failed-then-done.jsonl"),
         ] {
             let run = replay(retried, 0);
             recorded::assert_recovered(&run);

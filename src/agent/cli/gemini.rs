@@ -2,10 +2,10 @@
 
 use serde_json::Value;
 
-use super::cli_agent::{LastWord, cli_agent_settings, event_lines};
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
-use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
+use super::{LastWord, cli_agent_settings, event_lines};
+use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
 use crate::config::Config;
 
@@ -28,13 +28,13 @@ use crate::config::Config;
 /// The CLI retries a failed API call itself (a 5xx, a 429 it may wait out, a stream that
 /// broke off), saying so on stderr only: the text it printed of a stream that broke off
 /// stays at the head of the answer. The run is judged on how it ended, as
-/// [`CodexCli`](super::CodexCli)'s is.
+/// [`CodexCli`](crate::agent::CodexCli)'s is.
 ///
 /// BUILD runs with `--approval-mode yolo` (every tool allowed), every other role with
 /// `--approval-mode plan` (read-only). The CLI needs its authentication set up as for any
 /// headless use (`GEMINI_API_KEY` and `security.auth.selectedType` in its settings);
 /// `GOOGLE_GEMINI_BASE_URL` points it at another endpoint. The run is supervised as every
-/// process agent's is (see [`CommandAgent`](super::CommandAgent)).
+/// process agent's is (see [`CommandAgent`](crate::agent::CommandAgent)).
 ///
 /// Its settings are `[gemini]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
 ///
@@ -238,7 +238,7 @@ fn judge(raw: &Raw, events: Events) -> AgentRun {
 mod tests {
     use super::*;
     use crate::agent::FailureKind;
-    use crate::agent::cli_agent::recorded;
+    use crate::agent::cli::recorded;
 
     /// A transcript the pinned CLI printed (`fixtures/gemini/`), read as a run that exited
     /// with `code`.
@@ -249,8 +249,8 @@ mod tests {
 
     #[test]
     fn a_recorded_run_shows_its_session_each_tool_call_and_each_message() {
-        let events = crate::agent::live::replay(
-            include_str!("../../fixtures/gemini/tool-flow-done.jsonl"),
+        let events = crate::agent::cli::live::replay(
+            include_str!("../../../fixtures/gemini/tool-flow-done.jsonl"),
             LIVE,
         );
         assert_eq!(
@@ -267,34 +267,40 @@ mod tests {
     #[test]
     fn recorded_transcripts_read_as_the_live_runs_did() {
         let done = replay(
-            include_str!("../../fixtures/gemini/tool-flow-done.jsonl"),
+            include_str!("../../../fixtures/gemini/tool-flow-done.jsonl"),
             0,
         );
         recorded::assert_done(&done);
 
         let earlier = replay(
-            include_str!("../../fixtures/gemini/marker-in-tool-output.jsonl"),
+            include_str!("../../../fixtures/gemini/marker-in-tool-output.jsonl"),
             0,
         );
         recorded::assert_marker_in_tool_output_is_not_done(&earlier);
 
         let judged = replay(
-            include_str!("../../fixtures/gemini/read-only-structured.jsonl"),
+            include_str!("../../../fixtures/gemini/read-only-structured.jsonl"),
             0,
         );
         recorded::assert_verdict_in_the_answer(&judged);
 
-        let limited = replay(include_str!("../../fixtures/gemini/daily-quota.jsonl"), 1);
+        let limited = replay(
+            include_str!("../../../fixtures/gemini/daily-quota.jsonl"),
+            1,
+        );
         recorded::assert_rate_limited(&limited);
 
-        let refused = replay(include_str!("../../fixtures/gemini/api-error-401.jsonl"), 1);
+        let refused = replay(
+            include_str!("../../../fixtures/gemini/api-error-401.jsonl"),
+            1,
+        );
         recorded::assert_fatal(&refused);
     }
 
     #[test]
     fn a_recorded_retry_and_a_recorded_loop_read_as_the_live_runs_did() {
         let retried = replay(
-            include_str!("../../fixtures/gemini/stream-dropped-then-done.jsonl"),
+            include_str!("../../../fixtures/gemini/stream-dropped-then-done.jsonl"),
             0,
         );
         recorded::assert_recovered(&retried);
@@ -302,7 +308,10 @@ mod tests {
         assert_eq!(retried.final_text, "Half an ansDone.\n<TASK_DONE>");
 
         // A warning, then `result` says success without an answer: the warning says why.
-        let looped = replay(include_str!("../../fixtures/gemini/loop-detected.jsonl"), 0);
+        let looped = replay(
+            include_str!("../../../fixtures/gemini/loop-detected.jsonl"),
+            0,
+        );
         assert!(
             matches!(&looped.exit, AgentExit::Failed { reason, kind: FailureKind::Attempt }
                 if reason == "gemini: Loop detected, stopping execution"),

@@ -11,8 +11,8 @@
 
 use crate::output::BoundedOutput;
 
-use super::claude::stream::StreamOptions;
-use super::claude::stream::shrink::{Limits, Shrinker};
+use crate::agent::claude::stream::StreamOptions;
+use crate::agent::claude::stream::shrink::{Limits, Shrinker};
 
 /// What is kept of one run's stdout.
 #[derive(Debug)]

@@ -5,10 +5,10 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::cli_agent::{LastWord, cli_agent_settings, event_lines};
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
-use super::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
+use super::{LastWord, cli_agent_settings, event_lines};
+use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
 use crate::config::Config;
 
@@ -34,7 +34,7 @@ use crate::config::Config;
 ///
 /// Roles that may not write run in the CLI's `read-only` sandbox, BUILD in
 /// `workspace-write`; structured roles pass their schema with `--output-schema`. The run is
-/// supervised as every process agent's is (see [`CommandAgent`](super::CommandAgent)): its
+/// supervised as every process agent's is (see [`CommandAgent`](crate::agent::CommandAgent)): its
 /// own process group, the agent and idle timeouts, SIGTERM then SIGKILL, and a sweep of
 /// what its tools left running.
 ///
@@ -317,7 +317,7 @@ fn reset_time(message: &str) -> Option<SystemTime> {
 mod tests {
     use super::*;
     use crate::agent::Role;
-    use crate::agent::cli_agent::recorded;
+    use crate::agent::cli::recorded;
 
     /// A transcript the pinned CLI printed (`fixtures/codex/`), read as a run of `role` that
     /// exited with `code`.
@@ -330,35 +330,35 @@ mod tests {
     #[test]
     fn recorded_transcripts_read_as_the_live_runs_did() {
         let done = replay(
-            include_str!("../../fixtures/codex/tool-flow-done.jsonl"),
+            include_str!("../../../fixtures/codex/tool-flow-done.jsonl"),
             Role::Build,
             0,
         );
         recorded::assert_done(&done);
 
         let earlier = replay(
-            include_str!("../../fixtures/codex/marker-in-tool-output.jsonl"),
+            include_str!("../../../fixtures/codex/marker-in-tool-output.jsonl"),
             Role::Build,
             0,
         );
         recorded::assert_marker_in_tool_output_is_not_done(&earlier);
 
         let judged = replay(
-            include_str!("../../fixtures/codex/read-only-structured.jsonl"),
+            include_str!("../../../fixtures/codex/read-only-structured.jsonl"),
             Role::Verify,
             0,
         );
         assert_eq!(judged.structured.expect("structured")["verdict"], "accept");
 
         let limited = replay(
-            include_str!("../../fixtures/codex/usage-limit.jsonl"),
+            include_str!("../../../fixtures/codex/usage-limit.jsonl"),
             Role::Build,
             1,
         );
         recorded::assert_rate_limited(&limited);
 
         let refused = replay(
-            include_str!("../../fixtures/codex/api-error-401.jsonl"),
+            include_str!("../../../fixtures/codex/api-error-401.jsonl"),
             Role::Build,
             1,
         );
@@ -368,9 +368,9 @@ mod tests {
     #[test]
     fn a_recorded_turn_that_completes_after_an_error_it_retried_is_done() {
         for retried in [
-            include_str!("../../fixtures/codex/retry-after-then-done.jsonl"),
-            include_str!("../../fixtures/codex/stream-dropped-then-done.jsonl"),
-            include_str!("../../fixtures/codex/response-failed-then-done.jsonl"),
+            include_str!("../../../fixtures/codex/retry-after-then-done.jsonl"),
+            include_str!("../../../fixtures/codex/stream-dropped-then-done.jsonl"),
+            include_str!("../../../fixtures/codex/response-failed-then-done.jsonl"),
         ] {
             assert!(retried.contains(r#"{"type":"error","message":"Reconnecting... 1/1"#));
             let run = replay(retried, Role::Build, 0);
@@ -380,7 +380,7 @@ mod tests {
 
         // The retry met the same 429: the error is the last word.
         let limited = replay(
-            include_str!("../../fixtures/codex/retry-after-exhausted.jsonl"),
+            include_str!("../../../fixtures/codex/retry-after-exhausted.jsonl"),
             Role::Build,
             1,
         );
@@ -389,8 +389,8 @@ mod tests {
 
     #[test]
     fn a_recorded_run_shows_its_thread_each_command_as_it_starts_and_each_message() {
-        let events = crate::agent::live::replay(
-            include_str!("../../fixtures/codex/tool-flow-done.jsonl"),
+        let events = crate::agent::cli::live::replay(
+            include_str!("../../../fixtures/codex/tool-flow-done.jsonl"),
             LIVE,
         );
         assert_eq!(

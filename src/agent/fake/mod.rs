@@ -1,0 +1,490 @@
+//! `FakeAgent`: a deterministic, scripted [`Agent`] for tests, CI and demos.
+//!
+//! [`Script`] and its steps are in `script.rs`, a run carrying them out in `run.rs`.
+
+mod run;
+mod script;
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use super::{Agent, AgentError, AgentRequest, AgentRun, Role};
+use run::FakeRun;
+pub use script::Script;
+use script::{Entry, ScriptFile};
+
+/// `FakeAgent`: a deterministic, scripted [`Agent`] for tests, CI and demos.
+///
+/// A fake agent holds *entries*: a [`Script`] (the steps of one run) plus what requests it
+/// answers — a role, optionally a subject (task or issue id) and an attempt number. Entries
+/// with no role answer any request, in order ("in sequence"). Each request takes the most
+/// specific unconsumed matching entry; ties go to the earliest. Entries are consumed once
+/// unless marked `repeat`.
+///
+/// Attempt numbers come from the persisted board, so a script keyed by attempt behaves the
+/// same when a killed run is resumed by a new process.
+///
+/// ```
+/// use ralph::agent::{FakeAgent, Role, Script};
+///
+/// let agent = FakeAgent::new()
+///     .on(Role::Build, "t-1", Script::new().write("hello.txt", "hello\n").answer("Done.\n<TASK_DONE>"))
+///     .on_role(Role::Verify, Script::new().json(serde_json::json!({"verdict": "accept", "reason": "ok"})));
+/// assert_eq!(agent.unconsumed().len(), 2);
+/// ```
+///
+/// Scripts can also be written in TOML (see [`FakeAgent::from_toml`]):
+///
+/// ```toml
+/// [[run]]
+/// role = "build"
+/// subject = "t-1"
+/// attempt = 1
+/// [[run.steps]]
+/// write = { path = "src/lib.rs", content = "pub fn f() {}\n" }
+/// [[run.steps]]
+/// answer = "Implemented.\n<TASK_DONE>"
+/// ```
+#[derive(Default)]
+pub struct FakeAgent {
+    state: Mutex<State>,
+    record_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: Vec<Entry>,
+    requests: Vec<AgentRequest>,
+}
+
+impl fmt::Debug for FakeAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("FakeAgent")
+            .field("entries", &state.entries.len())
+            .field("requests", &state.requests.len())
+            .finish()
+    }
+}
+
+impl FakeAgent {
+    /// A fake agent with no scripts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn push(mut self, entry: Entry) -> Self {
+        self.state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries
+            .push(entry);
+        self
+    }
+
+    fn entry(
+        role: Option<Role>,
+        subject: Option<&str>,
+        attempt: Option<u32>,
+        script: Script,
+    ) -> Entry {
+        Entry {
+            role,
+            subject: subject.map(str::to_owned),
+            attempt,
+            repeat: false,
+            steps: script,
+            consumed: false,
+        }
+    }
+
+    /// Answers the next `role` request about `subject` with `script`.
+    #[must_use]
+    pub fn on(self, role: Role, subject: &str, script: Script) -> Self {
+        self.push(Self::entry(Some(role), Some(subject), None, script))
+    }
+
+    /// Answers the `role` request about `subject` at `attempt` with `script`.
+    #[must_use]
+    pub fn on_attempt(self, role: Role, subject: &str, attempt: u32, script: Script) -> Self {
+        self.push(Self::entry(
+            Some(role),
+            Some(subject),
+            Some(attempt),
+            script,
+        ))
+    }
+
+    /// Answers the next `role` request, whatever its subject.
+    #[must_use]
+    pub fn on_role(self, role: Role, script: Script) -> Self {
+        self.push(Self::entry(Some(role), None, None, script))
+    }
+
+    /// Answers every `role` request not matched by a more specific entry.
+    #[must_use]
+    pub fn always(self, role: Role, script: Script) -> Self {
+        let mut entry = Self::entry(Some(role), None, None, script);
+        entry.repeat = true;
+        self.push(entry)
+    }
+
+    /// Answers the next request of any role, in the order these were added.
+    #[must_use]
+    pub fn then(self, script: Script) -> Self {
+        self.push(Self::entry(None, None, None, script))
+    }
+
+    /// Also appends one NDJSON line per request to `path`, so runs across several processes
+    /// can be checked afterwards.
+    #[must_use]
+    pub fn record_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.record_file = Some(path.into());
+        self
+    }
+
+    /// Loads entries from TOML (the format is in the [`FakeAgent`] docs).
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::BadScript`] naming `origin` and the TOML error's position.
+    pub fn from_toml(text: &str, origin: impl Into<PathBuf>) -> Result<Self, AgentError> {
+        let file: ScriptFile = toml::from_str(text).map_err(|e| AgentError::BadScript {
+            path: origin.into(),
+            message: e.to_string(),
+        })?;
+        Ok(file.run.into_iter().fold(Self::new(), Self::push))
+    }
+
+    /// Loads entries from a TOML file.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::BadScript`] when the file cannot be read or parsed.
+    pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self, AgentError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| AgentError::BadScript {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Every request received, in order, as received.
+    pub fn requests(&self) -> Vec<AgentRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// Descriptions of entries never used (repeat entries are never reported).
+    pub fn unconsumed(&self) -> Vec<String> {
+        self.lock()
+            .entries
+            .iter()
+            .filter(|e| !e.consumed && !e.repeat)
+            .map(Entry::describe)
+            .collect()
+    }
+
+    /// Checks that every non-repeat entry was used.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::ScriptsLeft`] listing the unused entries.
+    pub fn verify(&self) -> Result<(), AgentError> {
+        let left = self.unconsumed();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(AgentError::ScriptsLeft { entries: left })
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the request and takes its script.
+    fn take_script(&self, request: &AgentRequest) -> Result<Script, AgentError> {
+        let mut state = self.lock();
+        let subject = request.subject.as_deref();
+        state.requests.push(request.clone());
+        let best = state
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.matches(request.role, subject, request.attempt))
+            .max_by_key(|(i, e)| (e.specificity(), std::cmp::Reverse(*i)))
+            .map(|(i, _)| i);
+        let Some(index) = best else {
+            return Err(AgentError::NoScript {
+                role: request.role,
+                subject: request.subject.clone(),
+                attempt: request.attempt,
+                available: state
+                    .entries
+                    .iter()
+                    .filter(|e| !e.consumed || e.repeat)
+                    .map(Entry::describe)
+                    .collect(),
+            });
+        };
+        let entry = &mut state.entries[index];
+        entry.consumed = true;
+        Ok(entry.steps.clone())
+    }
+
+    fn record_line(&self, request: &AgentRequest) {
+        let Some(path) = &self.record_file else {
+            return;
+        };
+        let line = serde_json::json!({
+            "role": request.role,
+            "subject": request.subject,
+            "attempt": request.attempt,
+        });
+        // Best effort: the record is a test aid, and a failure to write it must not change
+        // the run being recorded. One write per line, so a kill cannot split a line.
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = file.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+}
+
+#[async_trait]
+impl Agent for FakeAgent {
+    fn name(&self) -> &str {
+        "fake"
+    }
+
+    async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
+        let script = self.take_script(&request)?;
+        self.record_line(&request);
+        let mut run = FakeRun::new(&request)?;
+        let exit = run.execute(&request, &script.steps).await?;
+        Ok(run.finish(exit))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::agent::{AgentEvent, AgentExit, FailureKind};
+
+    fn request(role: Role, subject: &str, dir: &Path) -> AgentRequest {
+        AgentRequest::new(role, "prompt", dir).subject(subject)
+    }
+
+    #[tokio::test]
+    async fn most_specific_entry_wins_and_is_consumed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = FakeAgent::new()
+            .on_role(Role::Build, Script::new().answer("generic"))
+            .on(Role::Build, "t-1", Script::new().answer("specific"));
+        let run = agent
+            .run(request(Role::Build, "t-1", dir.path()))
+            .await
+            .unwrap();
+        assert_eq!(run.final_text, "specific");
+        let run = agent
+            .run(request(Role::Build, "t-1", dir.path()))
+            .await
+            .unwrap();
+        assert_eq!(run.final_text, "generic");
+        let err = agent
+            .run(request(Role::Build, "t-1", dir.path()))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("no script for build t-1 attempt 1"),
+            "{err}"
+        );
+        assert_eq!(agent.requests().len(), 3);
+        agent.verify().unwrap();
+    }
+
+    #[tokio::test]
+    async fn attempt_keys_select_by_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = FakeAgent::new()
+            .on_attempt(Role::Build, "t-1", 2, Script::new().answer("second"))
+            .on_attempt(Role::Build, "t-1", 1, Script::new().answer("first"));
+        let second = agent
+            .run(request(Role::Build, "t-1", dir.path()).attempt(2))
+            .await
+            .unwrap();
+        assert_eq!(second.final_text, "second");
+        assert_eq!(agent.unconsumed(), vec!["build t-1 attempt 1".to_owned()]);
+        assert!(
+            agent
+                .verify()
+                .unwrap_err()
+                .to_string()
+                .contains("attempt 1")
+        );
+    }
+
+    #[tokio::test]
+    async fn sequence_entries_answer_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = FakeAgent::new()
+            .then(Script::new().answer("one"))
+            .then(Script::new().answer("two"));
+        let a = agent
+            .run(request(Role::Verify, "x", dir.path()))
+            .await
+            .unwrap();
+        let b = agent
+            .run(request(Role::Build, "y", dir.path()))
+            .await
+            .unwrap();
+        assert_eq!(
+            (a.final_text.as_str(), b.final_text.as_str()),
+            ("one", "two")
+        );
+    }
+
+    #[tokio::test]
+    async fn file_steps_change_the_workspace_and_refuse_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = FakeAgent::new()
+            .then(Script::new().write("a/b.txt", "x").append("a/b.txt", "y"))
+            .then(Script::new().write("../evil", "x"));
+        agent
+            .run(request(Role::Build, "t", dir.path()))
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a/b.txt")).unwrap(),
+            "xy"
+        );
+        let err = agent
+            .run(request(Role::Build, "t", dir.path()))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("inside the workspace"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn hang_ends_on_stop_and_on_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = FakeAgent::new().always(Role::Build, Script::new().hang());
+        let timed = agent
+            .run(request(Role::Build, "t", dir.path()).timeout(Duration::from_millis(20)))
+            .await
+            .unwrap();
+        assert_eq!(timed.exit, AgentExit::TimedOut);
+        let req = request(Role::Build, "t", dir.path());
+        let stop = req.stop.clone();
+        let handle = tokio::spawn(async move { agent.run(req).await });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        stop.cancel();
+        assert_eq!(handle.await.unwrap().unwrap().exit, AgentExit::Stopped);
+    }
+
+    #[tokio::test]
+    async fn usage_walks_the_context_tiers() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let events = move |e| sink.lock().unwrap().push(e);
+        let agent = FakeAgent::new()
+            .then(
+                Script::new()
+                    .usage(75, 100, None)
+                    .usage(90, 100, Some(40))
+                    .answer("ok"),
+            )
+            .then(Script::new().usage(90, 100, Some(85)).answer("never"));
+        let ok = agent
+            .run(request(Role::Build, "t", dir.path()).on_event(events.clone()))
+            .await
+            .unwrap();
+        assert_eq!(ok.exit, AgentExit::Completed);
+        assert_eq!(ok.usage.context_tokens, 40);
+        let killed = agent
+            .run(request(Role::Build, "t", dir.path()).on_event(events))
+            .await
+            .unwrap();
+        assert_eq!(killed.exit, AgentExit::ContextLimit);
+        let tiers: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::ContextPressure { tier, .. } => Some(tier.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tiers, ["warn", "compact", "compact", "kill"]);
+    }
+
+    #[tokio::test]
+    async fn log_gets_the_transcript() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("logs/run.log");
+        let agent = FakeAgent::new().then(Script::new().print("compiling", 3).answer("done"));
+        let run = agent
+            .run(request(Role::Build, "t", dir.path()).log_path(&log))
+            .await
+            .unwrap();
+        assert_eq!(run.log_path.as_deref(), Some(log.as_path()));
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(text.matches("compiling").count(), 3);
+    }
+
+    #[tokio::test]
+    async fn toml_scripts_load_and_errors_name_the_file() {
+        let agent = FakeAgent::from_toml(
+            r#"
+            [[run]]
+            role = "verify"
+            subject = "t-1"
+            [[run.steps]]
+            json = { verdict = "accept", reason = "fine" }
+
+            [[run]]
+            role = "build"
+            repeat = true
+            [[run.steps]]
+            delay = "1ms"
+            [[run.steps]]
+            fail = { reason = "flaky", kind = "transient" }
+            "#,
+            "inline.toml",
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let v = agent
+            .run(request(Role::Verify, "t-1", dir.path()))
+            .await
+            .unwrap();
+        assert_eq!(v.structured.unwrap()["verdict"], "accept");
+        let b = agent
+            .run(request(Role::Build, "t-9", dir.path()))
+            .await
+            .unwrap();
+        assert!(matches!(
+            b.exit,
+            AgentExit::Failed {
+                kind: FailureKind::Transient,
+                ..
+            }
+        ));
+
+        let err = FakeAgent::from_toml("[[run]]\nrole = \"builder\"\n", "bad.toml").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("bad.toml") && msg.contains("builder"), "{msg}");
+    }
+}

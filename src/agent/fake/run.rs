@@ -1,0 +1,314 @@
+//! One fake run in progress: its steps carried out, in the workspace, under the request's
+//! stop token and timeout, with a transcript in the run's log.
+
+use std::io::Write as _;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::script::Step;
+use crate::agent::{AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
+use crate::context::{ContextAction, ContextMonitor};
+
+/// The state of one fake run in progress.
+pub(super) struct FakeRun {
+    started: Instant,
+    deadline: Option<tokio::time::Instant>,
+    log: Option<std::fs::File>,
+    log_path: Option<PathBuf>,
+    final_text: Option<String>,
+    structured: Option<serde_json::Value>,
+    usage: Usage,
+}
+
+/// Why a wait ended early.
+enum Interrupted {
+    Stopped,
+    TimedOut,
+}
+
+impl FakeRun {
+    pub(super) fn new(request: &AgentRequest) -> Result<Self, AgentError> {
+        let log = match &request.log_path {
+            Some(path) => Some(open_log(path)?),
+            None => None,
+        };
+        Ok(FakeRun {
+            started: Instant::now(),
+            deadline: request.timeout.map(|t| tokio::time::Instant::now() + t),
+            log,
+            log_path: request.log_path.clone(),
+            final_text: None,
+            structured: None,
+            usage: Usage::default(),
+        })
+    }
+
+    fn log(&mut self, line: &str) {
+        if let Some(file) = &mut self.log {
+            // The transcript is a diagnostic copy; a full disk must not fail the run itself.
+            // One write per line (`writeln!` would make two).
+            let _ = file.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+
+    pub(super) async fn execute(
+        &mut self,
+        request: &AgentRequest,
+        steps: &[Step],
+    ) -> Result<AgentExit, AgentError> {
+        self.log(&format!(
+            "[fake] {} {} attempt {}",
+            request.role,
+            request.subject.as_deref().unwrap_or("-"),
+            request.attempt
+        ));
+        for step in steps {
+            if let Some(exit) = self.step(request, step).await? {
+                return Ok(exit);
+            }
+        }
+        Ok(AgentExit::Completed)
+    }
+
+    /// Runs one step; `Some(exit)` ends the run.
+    async fn step(
+        &mut self,
+        request: &AgentRequest,
+        step: &Step,
+    ) -> Result<Option<AgentExit>, AgentError> {
+        match step {
+            Step::Answer(text) => {
+                self.log(text);
+                self.final_text = Some(text.clone());
+            }
+            Step::Json(value) => {
+                self.log(&value.to_string());
+                self.structured = Some(value.clone());
+            }
+            Step::Write { path, content } => {
+                let full = workspace_path(&request.workspace, path)?;
+                self.log(&format!(
+                    "[fake] write {} ({} bytes)",
+                    path.display(),
+                    content.len()
+                ));
+                write_file(&full, content, false)?;
+            }
+            Step::Append { path, content } => {
+                let full = workspace_path(&request.workspace, path)?;
+                self.log(&format!(
+                    "[fake] append {} ({} bytes)",
+                    path.display(),
+                    content.len()
+                ));
+                write_file(&full, content, true)?;
+            }
+            Step::Remove(path) => {
+                let full = workspace_path(&request.workspace, path)?;
+                self.log(&format!("[fake] remove {}", path.display()));
+                std::fs::remove_file(&full)
+                    .map_err(|source| AgentError::Io { path: full, source })?;
+            }
+            Step::Print { line, times } => {
+                for _ in 0..*times {
+                    self.log(line);
+                }
+            }
+            Step::Hang {} => {
+                self.log("[fake] hanging until stopped");
+                return Ok(Some(self.interrupted_exit(self.wait(request, None).await)));
+            }
+            Step::Delay(duration) => {
+                if let Some(why) = self.wait(request, Some(*duration)).await {
+                    return Ok(Some(self.interrupted_exit(Some(why))));
+                }
+            }
+            Step::Usage {
+                context,
+                window,
+                after_compaction,
+            } => return Ok(self.usage_step(request, *context, *window, *after_compaction)),
+            Step::Fail { reason, kind } => {
+                self.log(&format!("[fake] fail: {reason}"));
+                return Ok(Some(AgentExit::Failed {
+                    reason: reason.clone(),
+                    kind: *kind,
+                }));
+            }
+            Step::RateLimit { secs } => {
+                self.log(&format!("[fake] rate limited for {secs}s"));
+                return Ok(Some(AgentExit::RateLimited {
+                    until: SystemTime::now() + Duration::from_secs(*secs),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Waits for `duration` (forever if `None`); returns why it ended early, if it did.
+    async fn wait(
+        &self,
+        request: &AgentRequest,
+        duration: Option<Duration>,
+    ) -> Option<Interrupted> {
+        let sleep = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let deadline = async {
+            match self.deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sleep => None,
+            () = request.stop.cancelled() => Some(Interrupted::Stopped),
+            () = deadline => Some(Interrupted::TimedOut),
+        }
+    }
+
+    fn interrupted_exit(&mut self, why: Option<Interrupted>) -> AgentExit {
+        match why {
+            Some(Interrupted::TimedOut) => {
+                self.log("[fake] timed out");
+                AgentExit::TimedOut
+            }
+            // A hang that ends without stop or deadline cannot happen; treat it as stopped.
+            Some(Interrupted::Stopped) | None => {
+                self.log("[fake] stopped");
+                AgentExit::Stopped
+            }
+        }
+    }
+
+    fn usage_step(
+        &mut self,
+        request: &AgentRequest,
+        context: u64,
+        window: u64,
+        after_compaction: Option<u64>,
+    ) -> Option<AgentExit> {
+        self.usage.context_tokens = context;
+        self.usage.context_window = Some(window);
+        self.usage.input_tokens += context;
+        request.events.emit(AgentEvent::Usage {
+            context_tokens: context,
+            window: Some(window),
+            input_tokens: self.usage.input_tokens,
+            output_tokens: self.usage.output_tokens,
+        });
+        let mut monitor = ContextMonitor::new(request.context, window);
+        match monitor.observe(context) {
+            ContextAction::Warn(ratio) => {
+                self.log(&format!("[fake] context pressure {:.0}%", ratio * 100.0));
+                emit_pressure(request, ratio, "warn");
+                None
+            }
+            ContextAction::Compact(ratio) => {
+                emit_pressure(request, ratio, "compact");
+                // A failed compaction leaves the context where it was.
+                let after = after_compaction.unwrap_or(context);
+                let verdict = monitor.after_compaction(after);
+                request.events.emit(AgentEvent::Compacted {
+                    before: ratio,
+                    after: monitor.ratio(),
+                });
+                self.usage.context_tokens = after;
+                self.log(&format!(
+                    "[fake] compacted {:.0}% -> {:.0}%",
+                    ratio * 100.0,
+                    monitor.ratio() * 100.0
+                ));
+                match verdict {
+                    ContextAction::Kill(r) => Some(self.context_kill(request, r)),
+                    _ => None,
+                }
+            }
+            ContextAction::Kill(ratio) => Some(self.context_kill(request, ratio)),
+            _ => None,
+        }
+    }
+
+    fn context_kill(&mut self, request: &AgentRequest, ratio: f64) -> AgentExit {
+        self.log(&format!(
+            "[fake] context limit {:.0}%: stopping",
+            ratio * 100.0
+        ));
+        emit_pressure(request, ratio, "kill");
+        AgentExit::ContextLimit
+    }
+
+    pub(super) fn finish(self, exit: AgentExit) -> AgentRun {
+        let final_text = match (&self.final_text, &self.structured) {
+            (Some(text), _) => text.clone(),
+            (None, Some(value)) => value.to_string(),
+            (None, None) => String::new(),
+        };
+        let mut run = AgentRun::new(exit);
+        run.final_text = final_text;
+        run.structured = self.structured;
+        run.usage = self.usage;
+        run.log_path = self.log_path;
+        run.duration = self.started.elapsed();
+        run.turns = Some(1);
+        run
+    }
+}
+
+fn emit_pressure(request: &AgentRequest, ratio: f64, tier: &str) {
+    request.events.emit(AgentEvent::ContextPressure {
+        ratio,
+        tier: tier.to_owned(),
+    });
+}
+
+fn open_log(path: &Path) -> Result<std::fs::File, AgentError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| AgentError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| AgentError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Joins `rel` to the workspace, refusing absolute paths and `..`.
+fn workspace_path(workspace: &Path, rel: &Path) -> Result<PathBuf, AgentError> {
+    let escapes = rel
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+    if escapes || rel.as_os_str().is_empty() {
+        return Err(AgentError::OutsideWorkspace {
+            path: rel.to_path_buf(),
+        });
+    }
+    Ok(workspace.join(rel))
+}
+
+fn write_file(path: &Path, content: &str, append: bool) -> Result<(), AgentError> {
+    let io = |source| AgentError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(path)
+        .map_err(io)?;
+    file.write_all(content.as_bytes()).map_err(io)
+}

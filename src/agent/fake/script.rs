@@ -1,0 +1,259 @@
+//! What a fake run does: [`Script`], its steps, and the entries of a script file that say
+//! which requests a script answers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{FailureKind, Role};
+
+/// One thing a fake run does. Steps run in order; the run ends after the last one. Built
+/// with [`Script`]'s methods, or read from a script file (one TOML table per step, named
+/// as the method: `{ answer = "…" }`, `{ write = { path = "…", content = "…" } }`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum Step {
+    /// Sets the final answer's text (the last one wins).
+    Answer(String),
+    /// Sets the structured answer (and, if no answer is set, the final text to its JSON).
+    Json(serde_json::Value),
+    /// Writes a file in the workspace (creating directories).
+    Write {
+        /// Path relative to the workspace.
+        path: PathBuf,
+        /// New contents.
+        content: String,
+    },
+    /// Appends to a file in the workspace.
+    Append {
+        /// Path relative to the workspace.
+        path: PathBuf,
+        /// Text to append.
+        content: String,
+    },
+    /// Removes a file in the workspace.
+    Remove(PathBuf),
+    /// Prints a line to the run's log, `times` times (for log-excerpt tests).
+    Print {
+        /// The line.
+        line: String,
+        /// How often. Default 1.
+        #[serde(default = "one")]
+        times: usize,
+    },
+    /// Waits until the run is stopped or times out.
+    Hang {},
+    /// Waits, unless the run is stopped or times out first.
+    Delay(#[serde(with = "crate::config::duration")] Duration),
+    /// Reports context usage; the run reacts as a real agent would (warn, compact, kill).
+    Usage {
+        /// Tokens in the context now.
+        context: u64,
+        /// The model's window.
+        window: u64,
+        /// Context after a compaction, if the run compacts; none means compaction fails.
+        #[serde(default)]
+        after_compaction: Option<u64>,
+    },
+    /// Ends the run as failed.
+    Fail {
+        /// Why.
+        reason: String,
+        /// How the engine should treat it. Default `attempt`.
+        #[serde(default = "attempt_kind")]
+        kind: FailureKind,
+    },
+    /// Ends the run as rate limited for `secs` seconds.
+    RateLimit {
+        /// Seconds until the limit resets.
+        secs: u64,
+    },
+}
+
+fn one() -> usize {
+    1
+}
+
+fn attempt_kind() -> FailureKind {
+    FailureKind::Attempt
+}
+
+/// The steps of one fake run, in order; the run ends after the last one.
+///
+/// ```
+/// use ralph::agent::Script;
+///
+/// let build = Script::new()
+///     .write("hello.txt", "hello\n")
+///     .print("compiling…", 3)
+///     .answer("Wrote hello.txt.\n<TASK_DONE>");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Script {
+    pub(super) steps: Vec<Step>,
+}
+
+impl Script {
+    /// An empty script (the run completes with an empty answer).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn step(mut self, step: Step) -> Self {
+        self.steps.push(step);
+        self
+    }
+
+    /// Sets the final answer's text (the last one wins).
+    #[must_use]
+    pub fn answer(self, text: impl Into<String>) -> Self {
+        self.step(Step::Answer(text.into()))
+    }
+
+    /// Sets the structured answer (and, if no answer is set, the final text to its JSON).
+    #[must_use]
+    pub fn json(self, value: serde_json::Value) -> Self {
+        self.step(Step::Json(value))
+    }
+
+    /// Writes a file in the workspace (creating folders); `path` is relative to it.
+    #[must_use]
+    pub fn write(self, path: impl Into<PathBuf>, content: impl Into<String>) -> Self {
+        self.step(Step::Write {
+            path: path.into(),
+            content: content.into(),
+        })
+    }
+
+    /// Appends to a file in the workspace.
+    #[must_use]
+    pub fn append(self, path: impl Into<PathBuf>, content: impl Into<String>) -> Self {
+        self.step(Step::Append {
+            path: path.into(),
+            content: content.into(),
+        })
+    }
+
+    /// Removes a file in the workspace.
+    #[must_use]
+    pub fn remove(self, path: impl Into<PathBuf>) -> Self {
+        self.step(Step::Remove(path.into()))
+    }
+
+    /// Prints `line` to the run's log, `times` times.
+    #[must_use]
+    pub fn print(self, line: impl Into<String>, times: usize) -> Self {
+        self.step(Step::Print {
+            line: line.into(),
+            times,
+        })
+    }
+
+    /// Waits until the run is stopped or times out.
+    #[must_use]
+    pub fn hang(self) -> Self {
+        self.step(Step::Hang {})
+    }
+
+    /// Waits, unless the run is stopped or times out first.
+    #[must_use]
+    pub fn delay(self, duration: Duration) -> Self {
+        self.step(Step::Delay(duration))
+    }
+
+    /// Reports context usage (`context` tokens of a `window`); the run reacts as a real agent
+    /// would: warns, compacts to `after_compaction` (none: the compaction fails), or is
+    /// killed at the limit.
+    #[must_use]
+    pub fn usage(self, context: u64, window: u64, after_compaction: Option<u64>) -> Self {
+        self.step(Step::Usage {
+            context,
+            window,
+            after_compaction,
+        })
+    }
+
+    /// Ends the run as failed, counting as an attempt ([`FailureKind::Attempt`]).
+    #[must_use]
+    pub fn fail(self, reason: impl Into<String>) -> Self {
+        self.step(Step::Fail {
+            reason: reason.into(),
+            kind: FailureKind::Attempt,
+        })
+    }
+
+    /// Ends the run as failed, of the given kind.
+    #[must_use]
+    pub fn fail_with(self, reason: impl Into<String>, kind: FailureKind) -> Self {
+        self.step(Step::Fail {
+            reason: reason.into(),
+            kind,
+        })
+    }
+
+    /// Ends the run as rate limited for `secs` seconds.
+    #[must_use]
+    pub fn rate_limit(self, secs: u64) -> Self {
+        self.step(Step::RateLimit { secs })
+    }
+}
+
+/// A script, and which requests it answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Entry {
+    #[serde(default)]
+    pub(super) role: Option<Role>,
+    #[serde(default)]
+    pub(super) subject: Option<String>,
+    #[serde(default)]
+    pub(super) attempt: Option<u32>,
+    #[serde(default)]
+    pub(super) repeat: bool,
+    #[serde(default)]
+    pub(super) steps: Script,
+    #[serde(skip)]
+    pub(super) consumed: bool,
+}
+
+impl Entry {
+    pub(super) fn matches(&self, role: Role, subject: Option<&str>, attempt: u32) -> bool {
+        (self.repeat || !self.consumed)
+            && self.role.is_none_or(|r| r == role)
+            && self.subject.as_deref().is_none_or(|s| Some(s) == subject)
+            && self.attempt.is_none_or(|a| a == attempt)
+    }
+
+    /// Higher is more specific; sequence entries (no role) are the least specific.
+    pub(super) fn specificity(&self) -> u8 {
+        u8::from(self.role.is_some())
+            + 2 * u8::from(self.subject.is_some())
+            + u8::from(self.attempt.is_some())
+    }
+
+    pub(super) fn describe(&self) -> String {
+        let mut key = match self.role {
+            Some(role) => role.to_string(),
+            None => "any role (sequence)".to_owned(),
+        };
+        if let Some(subject) = &self.subject {
+            key.push_str(&format!(" {subject}"));
+        }
+        if let Some(attempt) = self.attempt {
+            key.push_str(&format!(" attempt {attempt}"));
+        }
+        if self.repeat {
+            key.push_str(" (repeat)");
+        }
+        key
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ScriptFile {
+    #[serde(default)]
+    pub(super) run: Vec<Entry>,
+}
