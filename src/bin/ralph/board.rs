@@ -12,6 +12,8 @@ use ralph::model::{
 use ralph::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Ralph, async_trait};
 use serde::Deserialize;
 
+use crate::out::out;
+
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// `ralph query`.
@@ -155,13 +157,13 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     let ralph = open(workspace)?;
     let board = ralph.board().await?;
     let stage = board.stage();
-    println!(
+    out!(
         "stage {}, iteration {}",
         stage_name(stage),
         board.run.iteration
     );
     if let Some(spec) = &board.run.spec {
-        println!("spec {spec}");
+        out!("spec {spec}");
     }
     let in_flight = ralph.tasks_in_flight();
     for task in board.tasks.values() {
@@ -169,28 +171,30 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
         if in_flight.contains(&task.id) {
             line.push_str("  — in flight (its own work tree)");
         }
-        println!("{line}");
+        out!("{line}");
     }
     for issue in board.issues.values() {
         if let Some(line) = issue_line(issue) {
-            println!("{line}");
+            out!("{line}");
         }
     }
-    println!(
+    out!(
         "spent {} tokens in, {} out, ${:.4}",
-        board.run.tokens_in, board.run.tokens_out, board.run.cost_usd
+        board.run.tokens_in,
+        board.run.tokens_out,
+        board.run.cost_usd
     );
     if let Some(last) = board.run.log.last() {
-        println!("last iteration {}: {}", last.iteration, last.note);
+        out!("last iteration {}: {}", last.iteration, last.note);
     }
     let choices = ralph.agent_choices()?;
     for choice in choices.iter().rev().take(SHOWN_CHOICES).rev() {
-        println!("{}", choice_line(choice));
+        out!("{}", choice_line(choice));
     }
     let again = crate::next::Again::new(workspace, "construct");
     match crate::next::for_board(&board, ralph.config().max_iterations, &again) {
-        Some(next) => println!("next: {next}"),
-        None => println!("next: nothing: the spec is complete"),
+        Some(next) => out!("next: {next}"),
+        None => out!("next: nothing: the spec is complete"),
     }
     Ok(())
 }
@@ -253,12 +257,12 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
     }
     let board = open(workspace)?.board().await?;
     match what {
-        Query::Stage => println!("{}", stage_name(board.stage())),
-        Query::Iteration => println!("{}", board.run.iteration),
-        Query::Next => println!("{}", next_action(&board)),
+        Query::Stage => out!("{}", stage_name(board.stage())),
+        Query::Iteration => out!("{}", board.run.iteration),
+        Query::Next => out!("{}", next_action(&board)),
         Query::Issues => {
             for issue in board.open_issues() {
-                println!("{}", serde_json::to_string(issue)?);
+                out!("{}", serde_json::to_string(issue)?);
             }
         }
         Query::Tasks => {
@@ -267,7 +271,7 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
                 false => t.is_remaining(),
             });
             for task in tasks {
-                println!("{}", serde_json::to_string(task)?);
+                out!("{}", serde_json::to_string(task)?);
             }
         }
     }
@@ -327,7 +331,7 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             if let Some(priority) = new.priority {
                 task = task.with_priority(priority);
             }
-            println!("{}", ralph.add_task(task).await?);
+            out!("{}", ralph.add_task(task).await?);
         }
         TaskCommand::Done { id } => {
             let id = match id {
@@ -337,11 +341,11 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
                     .ok_or("no task is ready to build: name one, as in `ralph task done t-1`")?,
             };
             ralph.mark_done(&id).await?;
-            println!("{id} done");
+            out!("{id} done");
         }
         TaskCommand::Accept => {
             let accepted = ralph.accept_done().await?;
-            println!("accepted {}", accepted.len());
+            out!("accepted {}", accepted.len());
         }
         TaskCommand::Reject { args } => {
             let (id, reason) = match args.as_slice() {
@@ -350,14 +354,14 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
                 _ => return Err("ralph task reject [ID] REASON".into()),
             };
             ralph.reject(&id, &reason).await?;
-            println!("{id} rejected");
+            out!("{id} rejected");
         }
         TaskCommand::Prioritize { spec } => {
             if let Some(spec) = spec {
                 same_spec(&ralph.board().await?, &spec)?;
             }
             let report = ralph.prioritize().await?;
-            println!("{}", serde_json::to_string(&report)?);
+            out!("{}", serde_json::to_string(&report)?);
         }
         TaskCommand::Unblock { ids } => {
             let board = ralph.board().await?;
@@ -372,7 +376,7 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
         }
         TaskCommand::List => {
             for task in ralph.board().await?.tasks.values() {
-                println!("{}", task_line(task));
+                out!("{}", task_line(task));
             }
         }
     }
@@ -407,7 +411,7 @@ fn only_done(board: &Board) -> Result<TaskId> {
 async fn unblock_task(ralph: &Ralph, id: TaskId) -> Result<()> {
     let unblocked = ralph.unblock(&id).await?;
     if unblocked.task != id {
-        println!(
+        out!(
             "{id} is {} now (its id could not name a git branch or folder)",
             unblocked.task
         );
@@ -421,14 +425,14 @@ async fn unblock_task(ralph: &Ralph, id: TaskId) -> Result<()> {
             dropped.join(", ")
         ));
     }
-    println!("{line}");
+    out!("{line}");
     Ok(())
 }
 
 /// Opens issue `id` again.
 async fn unblock_issue(ralph: &Ralph, id: IssueId) -> Result<()> {
     ralph.unblock_issue(&id).await?;
-    println!("{id} open again");
+    out!("{id} open again");
     Ok(())
 }
 
@@ -436,7 +440,7 @@ async fn unblock_issue(ralph: &Ralph, id: IssueId) -> Result<()> {
 pub(crate) async fn issue(workspace: &Path, command: IssueCommand) -> Result<()> {
     let ralph = open(workspace)?;
     match command {
-        IssueCommand::Add { text } => println!("{}", ralph.add_issue(text).await?),
+        IssueCommand::Add { text } => out!("{}", ralph.add_issue(text).await?),
         IssueCommand::Unblock { ids } => {
             for id in ids {
                 unblock_issue(&ralph, IssueId::from(id)).await?;
@@ -455,10 +459,10 @@ pub(crate) async fn repair(workspace: &Path, adopt: bool) -> Result<()> {
     let threads = ralph::thread::Threads::new(workspace, NoAgent)?;
     repairs.extend(threads.repair(adopt).await?.iter().map(ToString::to_string));
     if repairs.is_empty() {
-        println!("nothing to repair");
+        out!("nothing to repair");
     }
     for repair in repairs {
-        println!("{repair}");
+        out!("{repair}");
     }
     Ok(())
 }

@@ -12,6 +12,8 @@ use ralph::agent::AgentEvent;
 use ralph::model::TaskStatus;
 use ralph::{Event, Observer, Outcome, Ralph};
 
+use crate::out::out;
+
 /// Prints events and adds up what the agent runs cost.
 #[derive(Default)]
 pub(crate) struct Lines {
@@ -235,9 +237,9 @@ pub(crate) async fn summary(
 ) -> Result<(), ralph::Error> {
     let board = ralph.board().await?;
     let count = |s: TaskStatus| board.tasks.values().filter(|t| t.status == s).count();
-    println!("\n── summary ──");
-    println!("  {outcome}");
-    println!(
+    out!("\n── summary ──");
+    out!("  {outcome}");
+    out!(
         "  tasks: {} accepted, {} pending, {} blocked, {} decomposed",
         count(TaskStatus::Accepted),
         count(TaskStatus::Pending),
@@ -248,18 +250,18 @@ pub(crate) async fn summary(
     let costs = lines.lock_costs();
     if !costs.is_empty() {
         let per_task: Vec<String> = costs.iter().map(|(s, c)| format!("{s} ${c:.4}")).collect();
-        println!(
+        out!(
             "  cost: ${:.4} ({})",
             costs.values().fold(0.0, |a, b| a + b),
             per_task.join(", ")
         );
     }
-    println!("  tokens: {tokens_in} in, {tokens_out} out");
+    out!("  tokens: {tokens_in} in, {tokens_out} out");
     // What `ralph construct` with no flag runs: the workspace's setting, not this run's.
     let setting = ralph::Config::load(ralph.workspace())
         .map_or(ralph.config().max_iterations, |c| c.max_iterations);
     if let Some(next) = crate::next::after_construct(outcome, &board, setting, again) {
-        println!("  next: {next}");
+        out!("  next: {next}");
     }
     Ok(())
 }

@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use crate::out::out;
+
 /// A gate guessed from a file the repository has.
 struct Guess {
     /// The file that suggests it.
@@ -53,17 +55,17 @@ pub(crate) fn init(workspace: &Path) -> Result<(), Box<dyn std::error::Error>> {
     }
     let text = config_text(workspace);
     std::fs::write(&config, text)?;
-    println!("wrote {}", config.display());
+    out!("wrote {}", config.display());
     if ignore_state(workspace)? {
-        println!("added .ralph/ to .gitignore");
+        out!("added .ralph/ to .gitignore");
     }
     if let Some(path) = implementation_template(workspace)? {
-        println!(
+        out!(
             "wrote {} (no specs yet: `ralph plan` fills it from specs/, `ralph build` builds it)",
             path.display()
         );
     }
-    println!("next: write a spec (spec.md), then `ralph construct spec.md`");
+    out!("next: write a spec (spec.md), then `ralph construct spec.md`");
     Ok(())
 }
 

@@ -10,6 +10,7 @@ mod board;
 mod display;
 mod init;
 mod next;
+mod out;
 mod run;
 mod thread;
 
