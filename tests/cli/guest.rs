@@ -1,5 +1,5 @@
-//! A good guest in the user's repository (issue 26): a closed stdout ends the command
-//! quietly.
+//! A good guest in the user's repository (issue 26): `init` writes a config ralph accepts in
+//! any repository, and a closed stdout ends the command quietly.
 
 use super::*;
 
@@ -45,5 +45,69 @@ fn a_closed_stdout_ends_the_command_quietly() {
         let out = with_reader_closed(at, &args);
         assert_eq!(out.status.code(), Some(141), "{args:?}: {}", stderr(&out));
         assert_eq!(stderr(&out), "", "{args:?}");
+    }
+}
+
+/// The marker files `init` guesses gates from, and the gate names it gives them.
+const ECOSYSTEMS: [(&str, &str, &[&str]); 4] = [
+    (
+        "Cargo.toml",
+        "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+        &["cargo-fmt", "cargo-clippy", "cargo-test"],
+    ),
+    ("package.json", "{\"name\":\"demo\"}\n", &["npm-test"]),
+    (
+        "pyproject.toml",
+        "[project]\nname = \"demo\"\n",
+        &["python-test"],
+    ),
+    ("Makefile", "test:\n\ttrue\n", &["make-test"]),
+];
+
+/// Audit row 6: `init` in a repository with every combination of Cargo, npm, pyproject and
+/// make writes a config the dry run accepts, with a gate name per ecosystem; every top-level
+/// key comes before the first table, and the file shows `agents` and an `[agent.NAME]`.
+#[test]
+fn init_writes_a_config_the_dry_run_accepts_for_every_mix_of_ecosystems() {
+    for mask in 0..16u32 {
+        let dir = support::messages_api::git_repo();
+        std::fs::write(dir.path().join("spec.md"), "# Hello\nCreate hello.txt.\n").unwrap();
+        let chosen: Vec<_> = ECOSYSTEMS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, e)| e)
+            .collect();
+        for (file, text, _) in &chosen {
+            std::fs::write(dir.path().join(file), text).unwrap();
+        }
+
+        let init = ralph(dir.path(), &["init"], &[]);
+        assert_eq!(init.status.code(), Some(0), "{mask}: {}", stderr(&init));
+        let dry = ralph(dir.path(), &["construct", "spec.md", "--dry-run"], &[]);
+
+        let config = std::fs::read_to_string(dir.path().join("ralph.toml")).unwrap();
+        assert_eq!(dry.status.code(), Some(0), "{config}\n{}", stderr(&dry));
+        let gates = stdout(&dry)
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("gates:")
+                    .map(str::trim)
+                    .map(String::from)
+            })
+            .unwrap();
+        for (_, _, names) in &chosen {
+            for name in *names {
+                assert!(gates.contains(name), "{mask}: {gates}");
+            }
+        }
+        let first_table = config.lines().position(|l| l.starts_with('[')).unwrap();
+        let agents = config
+            .lines()
+            .position(|l| l.starts_with("agents ="))
+            .unwrap();
+        assert!(agents < first_table, "{config}");
+        assert!(config.contains("# [agent.mine]"), "{config}");
     }
 }
