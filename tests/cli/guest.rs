@@ -1,5 +1,5 @@
 //! A good guest in the user's repository (issue 26): `init` writes a config ralph accepts in
-//! any repository, and a closed stdout ends the command quietly.
+//! any repository, a closed stdout ends the command quietly, and bad specs are refused.
 
 use super::*;
 
@@ -110,4 +110,41 @@ fn init_writes_a_config_the_dry_run_accepts_for_every_mix_of_ecosystems() {
         assert!(agents < first_table, "{config}");
         assert!(config.contains("# [agent.mine]"), "{config}");
     }
+}
+
+/// Audit rows 12–14: an empty spec and a binary one are refused, naming the file and (for
+/// the binary one) the byte offset; the dry run of a long spec says how much reaches the
+/// agent.
+#[test]
+fn empty_and_binary_specs_are_refused_and_a_long_one_is_measured() {
+    let dir = project();
+    std::fs::write(dir.path().join("empty.md"), "\n  \n").unwrap();
+    std::fs::write(dir.path().join("bin.md"), b"# Bin\n\x00\x01\x1b[31m").unwrap();
+    std::fs::write(
+        dir.path().join("big.md"),
+        "# Big\n".to_owned() + &"words ".repeat(50_000),
+    )
+    .unwrap();
+    for (spec, said) in [
+        ("empty.md", "empty.md is empty"),
+        ("bin.md", "U+0000 at byte offset 6"),
+    ] {
+        let script = Path::new(crate::demo::DEMO).join("script.toml");
+        for dry in [true, false] {
+            let args = match dry {
+                true => vec!["construct", spec, "--dry-run"],
+                false => vec!["construct", spec, "--script", script.to_str().unwrap()],
+            };
+            let out = ralph(dir.path(), &args, &[]);
+            assert_eq!(out.status.code(), Some(1), "{spec} {dry}");
+            assert!(stderr(&out).contains(said), "{spec}: {}", stderr(&out));
+        }
+    }
+    let out = ralph(dir.path(), &["construct", "big.md", "--dry-run"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("spec:      300006 bytes; prompts carry"),
+        "{}",
+        stdout(&out)
+    );
 }
