@@ -56,8 +56,10 @@ pub struct DryRun {
     /// `max_iterations`.
     pub max_iterations: u32,
     /// `stage_timeout`.
+    #[serde(serialize_with = "crate::time::secs")]
     pub stage_timeout: Duration,
     /// `agent_timeout`.
+    #[serde(serialize_with = "crate::time::secs")]
     pub agent_timeout: Duration,
     /// `retries`.
     pub retries: u32,

@@ -1,5 +1,6 @@
 //! A good guest in the user's repository (issue 26): `init` writes a config ralph accepts in
-//! any repository, a closed stdout ends the command quietly, and bad specs are refused.
+//! any repository, a closed stdout ends the command quietly, `--json` is NDJSON, every end
+//! says what to do next, and bad specs are refused.
 
 use super::*;
 
@@ -147,4 +148,70 @@ fn empty_and_binary_specs_are_refused_and_a_long_one_is_measured() {
         "{}",
         stdout(&out)
     );
+}
+
+/// Every line of `out`'s stdout, as JSON.
+fn ndjson(out: &Output) -> Vec<serde_json::Value> {
+    stdout(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Issue 26 item 5: `--json` is NDJSON in every mode, dry runs included, with durations in
+/// seconds as numbers, and the last line is the next step.
+#[test]
+fn json_output_is_ndjson_everywhere_with_durations_in_seconds() {
+    let dir = project();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/a.md"), "# A\nWrite a.txt.\n").unwrap();
+    assert_eq!(ralph(dir.path(), &["init"], &[]).status.code(), Some(0));
+    for args in [
+        &["construct", "spec.md", "--dry-run", "--json"][..],
+        &["plan", "--dry-run", "--json"],
+        &["build", "--dry-run", "--json"],
+    ] {
+        let out = ralph(dir.path(), args, &[]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        let lines = ndjson(&out);
+        assert_eq!(lines.len(), 1, "{args:?}");
+        assert!(
+            lines[0]["stage_timeout"].is_number(),
+            "{args:?}: {}",
+            lines[0]
+        );
+    }
+
+    let parent = tempfile::tempdir().unwrap();
+    let ws = parent.path().join("ws");
+    let out = ralph(
+        parent.path(),
+        &["demo", "--json", "--in", ws.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = ndjson(&out);
+    let gate = events
+        .iter()
+        .find(|e| e["event"] == "gate_finished")
+        .unwrap();
+    assert!(gate["duration"].is_number(), "{gate}");
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "next", "{last}");
+    assert!(
+        last["command"].as_str().unwrap().contains("status"),
+        "{last}"
+    );
+}
+
+/// Issue 26 item 5: a complete run says so once and still ends with a `next:` step.
+#[test]
+fn a_complete_run_ends_with_a_next_step() {
+    let parent = tempfile::tempdir().unwrap();
+    let ws = parent.path().join("ws");
+    let out = ralph(parent.path(), &["demo", "--in", ws.to_str().unwrap()], &[]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(text.matches("Spec complete").count(), 1, "{text}");
+    assert!(text.contains("next: `ralph -C"), "{text}");
 }
