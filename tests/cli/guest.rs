@@ -1,6 +1,7 @@
 //! A good guest in the user's repository (issue 26): `init` writes a config ralph accepts in
-//! any repository, a closed stdout ends the command quietly, `--json` is NDJSON, every end
-//! says what to do next, and bad specs are refused.
+//! any repository, the workspace is found from a subdirectory, a closed stdout ends the
+//! command quietly, `--json` is NDJSON, every end says what to do next, and bad specs are
+//! refused.
 
 use super::*;
 
@@ -214,4 +215,74 @@ fn a_complete_run_ends_with_a_next_step() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert_eq!(text.matches("Spec complete").count(), 1, "{text}");
     assert!(text.contains("next: `ralph -C"), "{text}");
+}
+
+/// Issue 26 item 3: `ralph status` from a subdirectory shows the workspace's board (found
+/// upward, up to the git root), and a spec path is taken from the current directory.
+#[test]
+fn status_from_a_subdirectory_shows_the_workspaces_board() {
+    let dir = project();
+    long_board(dir.path(), 2);
+    std::fs::create_dir_all(dir.path().join("src/deep")).unwrap();
+    let sub = dir.path().join("src/deep");
+
+    let out = ralph(&sub, &["status"], &[]);
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("t-2") && text.contains("spec spec.md"),
+        "{text}"
+    );
+    assert!(
+        !sub.join(".ralph").exists(),
+        "a new workspace was made in src/deep"
+    );
+    // The spec on record, named from where the person stands.
+    let dry = ralph(&sub, &["construct", "../../spec.md", "--dry-run"], &[]);
+    assert_eq!(dry.status.code(), Some(0), "{}", stderr(&dry));
+    assert!(
+        stdout(&dry).contains("Dry run of spec.md"),
+        "{}",
+        stdout(&dry)
+    );
+    let out = ralph(&sub, &["construct", "../../../x.md", "--dry-run"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("outside the workspace"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Audit row 58: a `-C DIR` that does not exist is that error for every command, never a
+/// missing agent; `agents = []` is an error naming the key.
+#[test]
+fn a_missing_workspace_is_that_error_for_every_command() {
+    let dir = project();
+    let missing = dir.path().join("nope");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        &["status"][..],
+        &["construct", "spec.md"],
+        &["init"],
+        &["task", "list"],
+        &["thread", "list"],
+        &["build"],
+        &["demo"],
+    ] {
+        let mut all = vec!["-C", missing];
+        all.extend_from_slice(args);
+        let out = ralph(dir.path(), &all, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let said = stderr(&out);
+        assert!(
+            said.contains(&format!("workspace {missing}")) && !said.contains("claude"),
+            "{args:?}: {said}"
+        );
+    }
+    std::fs::write(dir.path().join("ralph.toml"), "agents = []\n").unwrap();
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("agents is empty"), "{}", stderr(&out));
 }
