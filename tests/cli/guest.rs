@@ -1,5 +1,6 @@
 //! A good guest in the user's repository (issue 26): `init` writes a config ralph accepts in
-//! any repository, the workspace is found from a subdirectory, a closed stdout ends the
+//! any repository, the workspace is found from a subdirectory, `status` tells a workspace
+//! where nothing ran from a finished one, a closed stdout ends the
 //! command quietly, `--json` is NDJSON, every end says what to do next, and bad specs are
 //! refused.
 
@@ -285,4 +286,29 @@ fn a_missing_workspace_is_that_error_for_every_command() {
     let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("agents is empty"), "{}", stderr(&out));
+}
+
+/// Issue 26 item 4: before any run, `status` and `query stage` say so (not COMPLETE), and a
+/// build-mode workspace is not told to run `ralph construct SPEC`.
+#[test]
+fn a_workspace_with_no_run_says_so_and_build_mode_is_advised_build() {
+    let dir = project();
+    let status = ralph(dir.path(), &["status"], &[]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let text = stdout(&status);
+    assert!(
+        text.contains("no construct run yet") && !text.contains("COMPLETE"),
+        "{text}"
+    );
+    let stage = ralph(dir.path(), &["query", "stage"], &[]);
+    assert_eq!(stdout(&stage), "NONE\n");
+
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    assert_eq!(ralph(dir.path(), &["init"], &[]).status.code(), Some(0));
+    let text = stdout(&ralph(dir.path(), &["status"], &[]));
+    assert!(
+        text.contains("build mode") && text.contains("`ralph plan`"),
+        "{text}"
+    );
+    assert!(!text.contains("construct SPEC"), "{text}");
 }

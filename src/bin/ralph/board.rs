@@ -19,7 +19,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// `ralph query`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub(crate) enum Query {
-    /// The stage: INVESTIGATE, BUILD, VERIFY, DECOMPOSE or COMPLETE.
+    /// The stage: INVESTIGATE, BUILD, VERIFY, DECOMPOSE or COMPLETE; NONE before any run.
     Stage,
     /// The iteration number.
     Iteration,
@@ -156,6 +156,9 @@ fn open(workspace: &Path) -> Result<Ralph> {
 pub(crate) async fn status(workspace: &Path) -> Result<()> {
     let ralph = open(workspace)?;
     let board = ralph.board().await?;
+    if no_run(&board) {
+        return no_run_status(&ralph, workspace);
+    }
     let stage = board.stage();
     out!(
         "stage {}, iteration {}",
@@ -195,6 +198,63 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     match crate::next::for_board(&board, ralph.config().max_iterations, &again) {
         Some(next) => out!("next: {next}"),
         None => out!("next: nothing: the spec is complete"),
+    }
+    Ok(())
+}
+
+/// Whether no construct run has happened here: nothing on record, nothing on the board.
+/// The board's stage is then COMPLETE (nothing is left), which must not be read as done.
+fn no_run(board: &Board) -> bool {
+    board.run.spec.is_none() && board.tasks.is_empty() && board.issues.is_empty()
+}
+
+/// What `query stage` prints before any run: not a stage, so a script waiting for COMPLETE
+/// is not satisfied by a workspace where nothing ran.
+const NO_RUN: &str = "NONE";
+
+/// `ralph status` where no construct run happened: build mode's progress when the
+/// workspace has an `implementation.json`, and the command that starts the work.
+fn no_run_status(ralph: &Ralph, workspace: &Path) -> Result<()> {
+    out!(
+        "no construct run yet in this workspace ({})",
+        ralph.workspace().display()
+    );
+    let file = ralph
+        .workspace()
+        .join(&ralph.config().planning.implementation);
+    let again = |mode: &str| crate::next::Again::new(workspace, mode).command("");
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        out!("next: `{}` starts on a spec", again("construct SPEC.md"));
+        return Ok(());
+    };
+    let plan: ralph::specs::Implementation =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let done = plan
+        .specs
+        .iter()
+        .filter(|s| s.status == ralph::specs::Status::Completed)
+        .count();
+    out!(
+        "build mode ({}): {done} of {} {} complete",
+        file.display(),
+        plan.specs.len(),
+        crate::display::plural(plan.specs.len(), "spec", "specs")
+    );
+    for spec in &plan.specs {
+        out!(
+            "{:<10} {:<12} {}",
+            spec.id,
+            format!("{:?}", spec.status),
+            spec.name
+        );
+    }
+    match (plan.specs.is_empty(), done == plan.specs.len()) {
+        (true, _) => out!(
+            "next: `{}` plans the specs of the specs folder",
+            again("plan")
+        ),
+        (false, false) => out!("next: `{}` builds the specs left", again("build")),
+        (false, true) => out!("next: nothing: every spec is complete"),
     }
     Ok(())
 }
@@ -257,6 +317,7 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
     }
     let board = open(workspace)?.board().await?;
     match what {
+        Query::Stage if no_run(&board) => out!("{NO_RUN}"),
         Query::Stage => out!("{}", stage_name(board.stage())),
         Query::Iteration => out!("{}", board.run.iteration),
         Query::Next => out!("{}", next_action(&board)),

@@ -68,6 +68,11 @@ impl Again {
         self
     }
 
+    /// `ralph [-C DIR] MODE` and `more`, for a command printed on its own.
+    pub(crate) fn command(&self, more: &str) -> String {
+        self.run(more)
+    }
+
     /// The run again, with `more` flags (` --once`).
     fn run(&self, more: &str) -> String {
         format!("{}{more}", self.run)
