@@ -302,6 +302,8 @@ fn a_workspace_with_no_run_says_so_and_build_mode_is_advised_build() {
     );
     let stage = ralph(dir.path(), &["query", "stage"], &[]);
     assert_eq!(stdout(&stage), "NONE\n");
+    let next = ralph(dir.path(), &["query", "next"], &[]);
+    assert_eq!(stdout(&next), "{\"action\":\"none\",\"item\":null}\n");
 
     std::fs::create_dir(dir.path().join("specs")).unwrap();
     assert_eq!(ralph(dir.path(), &["init"], &[]).status.code(), Some(0));

@@ -23,7 +23,7 @@ pub(crate) enum Query {
     Stage,
     /// The iteration number.
     Iteration,
-    /// The next action and its item, as JSON.
+    /// The next action and its item, as JSON (action `none` before any run).
     Next,
     /// The open issues, one JSON object per line.
     Issues,
@@ -320,6 +320,9 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
         Query::Stage if no_run(&board) => out!("{NO_RUN}"),
         Query::Stage => out!("{}", stage_name(board.stage())),
         Query::Iteration => out!("{}", board.run.iteration),
+        Query::Next if no_run(&board) => {
+            out!("{}", serde_json::json!({"action": "none", "item": null}))
+        }
         Query::Next => out!("{}", next_action(&board)),
         Query::Issues => {
             for issue in board.open_issues() {
