@@ -12,7 +12,8 @@ use crate::model::{IssueId, KillReason, Stage, TaskId};
 use crate::outcome::Outcome;
 use crate::prioritize::PriorityReport;
 
-/// Something that happened in a run. Serialized as one NDJSON object with an `event` field.
+/// Something that happened in a run. Serialized as one NDJSON object with an `event` field;
+/// durations are seconds, as numbers.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -56,6 +57,7 @@ pub enum Event {
         /// Tokens.
         usage: Usage,
         /// Wall time.
+        #[serde(serialize_with = "crate::time::secs")]
         duration: Duration,
         /// Cost in USD, when the agent reports it.
         cost_usd: Option<f64>,
@@ -85,6 +87,7 @@ pub enum Event {
         /// How it ended.
         status: GateStatus,
         /// Wall time.
+        #[serde(serialize_with = "crate::time::secs")]
         duration: Duration,
     },
     /// An attempt failed and the task will be tried again.
@@ -485,7 +488,15 @@ impl std::fmt::Display for Event {
             Event::SpecsFinished { outcome } => write!(f, "{outcome}"),
             #[cfg(feature = "specs")]
             Event::PlanSaved { path, specs, tasks } => {
-                write!(f, "saved {} ({specs} specs, {tasks} tasks)", path.display())
+                let (s, t) = (
+                    if *specs == 1 { "" } else { "s" },
+                    if *tasks == 1 { "" } else { "s" },
+                );
+                write!(
+                    f,
+                    "saved {} ({specs} spec{s}, {tasks} task{t})",
+                    path.display()
+                )
             }
             Event::Finished { outcome } => write!(f, "{outcome}"),
         }

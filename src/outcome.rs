@@ -304,8 +304,10 @@ impl fmt::Display for SpecsOutcome {
             } => {
                 write!(
                     f,
-                    "All specs complete: {specs} spec(s) committed, {tasks} task(s) completed in \
-                     this run. Evidence: "
+                    "All specs complete: {specs} {} committed, {tasks} {} completed in this run. \
+                     Evidence: ",
+                    plural(*specs, "spec", "specs"),
+                    plural(*tasks, "task", "tasks"),
                 )?;
                 match gates.as_slice() {
                     [] => f.write_str("no required gates")?,

@@ -26,6 +26,12 @@ pub(crate) fn wait_until(until: SystemTime) -> Duration {
         .min(MAX_RATE_LIMIT_WAIT)
 }
 
+/// A duration as JSON shows it: seconds, as a number (`1.5`), not serde's `{"secs", "nanos"}`,
+/// so a script reads it as it is (`#[serde(serialize_with = "crate::time::secs")]`).
+pub(crate) fn secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
 /// Whole seconds of `wait`, rounded up: a wait of 0.9 s is reported as 1 s, never as
 /// "0 seconds".
 pub(crate) fn whole_secs(wait: Duration) -> u64 {

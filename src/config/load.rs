@@ -116,6 +116,7 @@ impl Config {
         check_env_names()?;
         let figment = Self::figment_with(workspace, overrides);
         let config: Config = figment.extract()?;
+        check_agents(&config, &figment)?;
         config.validate().map_err(|mut e| {
             if let ConfigError::Invalid {
                 key, source_name, ..
@@ -128,6 +129,31 @@ impl Config {
         })?;
         Ok(config)
     }
+}
+
+/// Refuses `agents = []` written on purpose (in `ralph.toml`, a `RALPH_AGENTS` or the
+/// program), which would otherwise fall back to `claude` in silence; the default empty
+/// list is not refused.
+fn check_agents(config: &Config, figment: &Figment) -> Result<(), ConfigError> {
+    if !config.agents.is_empty() {
+        return Ok(());
+    }
+    let Some(meta) = figment.find_metadata("agents") else {
+        return Ok(());
+    };
+    let set = matches!(meta.source, Some(figment::Source::File(_)))
+        || meta.name.contains("environment")
+        || meta.name == OVERRIDES_SOURCE;
+    if !set {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid {
+        key: "agents".into(),
+        message: "is empty: name at least one agent (claude, codex, gemini, opencode or an \
+                  [agent.NAME] table), or remove the key to run claude"
+            .into(),
+        source_name: Some(describe_source(meta)),
+    })
 }
 
 fn describe_source(meta: &figment::Metadata) -> String {
@@ -334,6 +360,24 @@ mod tests {
             assert!(msg.contains("path") && msg.contains("ralph.toml"), "{msg}");
             jail.create_file("ralph.toml", "[store]\nkind = \"memory\"\n")?;
             assert_eq!(load_in(jail).unwrap().store, StoreConfig::Memory {});
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn an_empty_agents_list_is_refused_naming_the_key_but_the_default_is_not() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file("ralph.toml", "agents = []\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("agents is empty") && msg.contains("ralph.toml"),
+                "{msg}"
+            );
+            jail.create_file("ralph.toml", "max_iterations = 3\n")?;
+            assert!(load_in(jail).unwrap().agents.is_empty());
+            jail.create_file("ralph.toml", "agents = [\"claude\"]\n")?;
+            assert_eq!(load_in(jail).unwrap().agents, ["claude"]);
             Ok(())
         });
     }

@@ -56,8 +56,10 @@ pub struct DryRun {
     /// `max_iterations`.
     pub max_iterations: u32,
     /// `stage_timeout`.
+    #[serde(serialize_with = "crate::time::secs")]
     pub stage_timeout: Duration,
     /// `agent_timeout`.
+    #[serde(serialize_with = "crate::time::secs")]
     pub agent_timeout: Duration,
     /// `retries`.
     pub retries: u32,
@@ -74,6 +76,9 @@ pub struct DryRun {
     pub repaired: Option<String>,
     /// The agent that would run ([`Agent::name`](crate::Agent::name)).
     pub agent: String,
+    /// When the spec is longer than a prompt carries: its size and how much of it (head and
+    /// tail) reaches the agent. `None` when all of it does.
+    pub spec_cut: Option<String>,
     /// The gates a task's attempt must pass, by name, in order; optional ones are marked
     /// `(optional)`. Empty when there is none.
     pub gates: Vec<String>,
@@ -82,6 +87,9 @@ pub struct DryRun {
 impl fmt::Display for DryRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Dry run of {} (nothing was run or written)", self.spec)?;
+        if let Some(cut) = &self.spec_cut {
+            writeln!(f, "  spec:      {cut}")?;
+        }
         if let Some(state) = &self.state {
             writeln!(f, "  state:     {state}")?;
         }
@@ -144,6 +152,8 @@ const OPTIONAL: &str = " (optional)";
 pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun, Error> {
     let mut board = ctx.store.load().await?;
     let spec = resolve_spec(&ctx.workspace, &board.run, spec)?;
+    // Checked as the run would check it: an empty or binary spec is refused here too.
+    let spec_cut = crate::runtime::spec::read(&ctx.workspace, &spec)?.cut_note();
     // As the run would begin: what cannot be built as it stands is blocked.
     board.apply_all(unsound_blocked(&board).0);
     let config = &ctx.config;
@@ -246,6 +256,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         recent_attempts: config.recent_attempts,
         build_concurrency: config.build_concurrency,
         agent: ctx.agent.name().to_owned(),
+        spec_cut,
         gates: ctx
             .gates
             .iter()

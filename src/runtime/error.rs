@@ -178,6 +178,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The spec file holds nothing an agent can work from: it is empty, is not UTF-8 text,
+    /// or holds a control character other than tab, CR and LF (the reason gives its byte
+    /// offset).
+    #[error("spec {} {reason}", .path.display())]
+    SpecText {
+        /// The spec.
+        path: PathBuf,
+        /// What is wrong, as the rest of a sentence that starts with the file.
+        reason: String,
+    },
     /// The workspace's state belongs to another spec.
     #[error(
         "the state in this workspace is constructing {recorded}, not {given}; use another workspace or the same spec"

@@ -28,6 +28,7 @@ pub struct PlanDryRun {
     /// The override file of the `plan_mode` template; `None` for the built-in one.
     pub template_source: Option<String>,
     /// `stage_timeout`.
+    #[serde(serialize_with = "crate::time::secs")]
     pub stage_timeout: Duration,
 }
 
@@ -77,8 +78,10 @@ pub struct BuildDryRun {
     /// `planning.max_attempts`.
     pub max_attempts: u32,
     /// `stage_timeout`.
+    #[serde(serialize_with = "crate::time::secs")]
     pub stage_timeout: Duration,
     /// `agent_timeout`.
+    #[serde(serialize_with = "crate::time::secs")]
     pub agent_timeout: Duration,
     /// `once`.
     pub once: bool,

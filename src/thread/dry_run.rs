@@ -39,8 +39,10 @@ pub struct ThreadDryRun {
     /// Iterations per round.
     pub max_iterations: u32,
     /// One agent run's limit.
+    #[serde(serialize_with = "crate::time::secs")]
     pub agent_timeout: Duration,
     /// One criterion command's limit.
+    #[serde(serialize_with = "crate::time::secs")]
     pub check_timeout: Duration,
 }
 

@@ -11,6 +11,7 @@ mod crash_resume;
 mod dead_ends;
 mod demo;
 mod docs;
+mod guest;
 mod parallel_crash;
 mod plan_build;
 mod repair;

@@ -64,7 +64,7 @@ fn plan_then_build_the_plan_demo() {
     let (code, text) = run("plan", ws);
     assert_eq!(code, Some(0), "{text}");
     assert!(
-        text.contains("planned 2 spec(s), 3 task(s) into implementation.json"),
+        text.contains("planned 2 specs, 3 tasks into implementation.json"),
         "{text}"
     );
     assert!(ws.join("implementation.json").exists());
@@ -74,10 +74,13 @@ fn plan_then_build_the_plan_demo() {
     for part in [
         "Syntax error",
         "plan invalidated (the spec requires POSIX sh, the plan chose bash)",
-        "All specs complete: 2 spec(s) committed, 4 task(s) completed in this run.",
+        "All specs complete: 2 specs committed, 4 tasks completed in this run.",
+        "next: `git log --oneline`",
     ] {
         assert!(text.contains(part), "missing {part:?} in\n{text}");
     }
+    // Said once: the end event is not printed beside the summary.
+    assert_eq!(text.matches("All specs complete").count(), 1, "{text}");
     assert_eq!(
         git(ws, &["log", "--format=%s"]),
         "Farewell\nGreeter\nSpecs of the plan demo\n"

@@ -525,28 +525,46 @@ async fn hand_edited_bad_input_names_the_file_and_the_key() {
     }
 }
 
-/// A spec with no tasks goes straight to the verifier; a non-UTF-8 spec is shown lossily.
+/// A spec with no tasks goes straight to the verifier; a non-UTF-8 spec is refused, naming
+/// the file and the byte offset, before any verifier sees it (issue 26: it was shown lossily).
 #[tokio::test]
-async fn a_spec_without_tasks_and_a_non_utf8_spec_are_verified_not_panicked_on() {
-    let ws = workspace(&[]);
-    let dir = ws.path();
-    std::fs::create_dir_all(dir.join("specs")).unwrap();
-    std::fs::write(dir.join("specs/a.md"), b"# A \xff\xfe spec\n").unwrap();
-    write(
-        dir,
-        "implementation.json",
-        r#"{"specs": [{"id": "a", "file": "specs/a.md", "tasks": []}]}"#,
-    );
-    let agent = Arc::new(
-        FakeAgent::new()
-            .on(Role::Planner, "a", planner("# Plan: a"))
-            .on(Role::Verify, "a", accept()),
-    );
-    let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
-    let outcome = ralph.build_specs().await.unwrap();
-    assert_eq!(specs_complete(&outcome), (1, 0));
-    let verify = &prompts(&agent, Role::Verify)[0].1;
-    assert!(verify.contains("# A \u{fffd}\u{fffd} spec"), "{verify}");
+async fn a_spec_without_tasks_is_verified_and_a_non_utf8_spec_is_refused() {
+    for (text, wanted) in [
+        (&b"# A spec\n"[..], None),
+        (
+            b"# A \xff\xfe spec\n",
+            Some("specs/a.md is not UTF-8 text: invalid byte 0xFF at byte offset 4"),
+        ),
+    ] {
+        let ws = workspace(&[]);
+        let dir = ws.path();
+        std::fs::create_dir_all(dir.join("specs")).unwrap();
+        std::fs::write(dir.join("specs/a.md"), text).unwrap();
+        write(
+            dir,
+            "implementation.json",
+            r#"{"specs": [{"id": "a", "file": "specs/a.md", "tasks": []}]}"#,
+        );
+        let agent = Arc::new(
+            FakeAgent::new()
+                .on(Role::Planner, "a", planner("# Plan: a"))
+                .on(Role::Verify, "a", accept()),
+        );
+        let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
+        let outcome = ralph.build_specs().await;
+        match wanted {
+            None => {
+                assert_eq!(specs_complete(&outcome.unwrap()), (1, 0));
+                let verify = &prompts(&agent, Role::Verify)[0].1;
+                assert!(verify.contains("# A spec"), "{verify}");
+            }
+            Some(wanted) => {
+                let err = outcome.unwrap_err().to_string();
+                assert!(err.contains(wanted), "{err}");
+                assert!(prompts(&agent, Role::Verify).is_empty());
+            }
+        }
+    }
 }
 
 /// Makes spec `id` depend on `deps` in the workspace's implementation.json.

@@ -12,16 +12,18 @@ use ralph::model::{
 use ralph::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Ralph, async_trait};
 use serde::Deserialize;
 
+use crate::out::out;
+
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// `ralph query`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub(crate) enum Query {
-    /// The stage: INVESTIGATE, BUILD, VERIFY, DECOMPOSE or COMPLETE.
+    /// The stage: INVESTIGATE, BUILD, VERIFY, DECOMPOSE or COMPLETE; NONE before any run.
     Stage,
     /// The iteration number.
     Iteration,
-    /// The next action and its item, as JSON.
+    /// The next action and its item, as JSON (action `none` before any run).
     Next,
     /// The open issues, one JSON object per line.
     Issues,
@@ -154,14 +156,17 @@ fn open(workspace: &Path) -> Result<Ralph> {
 pub(crate) async fn status(workspace: &Path) -> Result<()> {
     let ralph = open(workspace)?;
     let board = ralph.board().await?;
+    if no_run(&board) {
+        return no_run_status(&ralph, workspace);
+    }
     let stage = board.stage();
-    println!(
+    out!(
         "stage {}, iteration {}",
         stage_name(stage),
         board.run.iteration
     );
     if let Some(spec) = &board.run.spec {
-        println!("spec {spec}");
+        out!("spec {spec}");
     }
     let in_flight = ralph.tasks_in_flight();
     for task in board.tasks.values() {
@@ -169,28 +174,87 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
         if in_flight.contains(&task.id) {
             line.push_str("  — in flight (its own work tree)");
         }
-        println!("{line}");
+        out!("{line}");
     }
     for issue in board.issues.values() {
         if let Some(line) = issue_line(issue) {
-            println!("{line}");
+            out!("{line}");
         }
     }
-    println!(
+    out!(
         "spent {} tokens in, {} out, ${:.4}",
-        board.run.tokens_in, board.run.tokens_out, board.run.cost_usd
+        board.run.tokens_in,
+        board.run.tokens_out,
+        board.run.cost_usd
     );
     if let Some(last) = board.run.log.last() {
-        println!("last iteration {}: {}", last.iteration, last.note);
+        out!("last iteration {}: {}", last.iteration, last.note);
     }
     let choices = ralph.agent_choices()?;
     for choice in choices.iter().rev().take(SHOWN_CHOICES).rev() {
-        println!("{}", choice_line(choice));
+        out!("{}", choice_line(choice));
     }
     let again = crate::next::Again::new(workspace, "construct");
     match crate::next::for_board(&board, ralph.config().max_iterations, &again) {
-        Some(next) => println!("next: {next}"),
-        None => println!("next: nothing: the spec is complete"),
+        Some(next) => out!("next: {next}"),
+        None => out!("next: nothing: the spec is complete"),
+    }
+    Ok(())
+}
+
+/// Whether no construct run has happened here: nothing on record, nothing on the board.
+/// The board's stage is then COMPLETE (nothing is left), which must not be read as done.
+fn no_run(board: &Board) -> bool {
+    board.run.spec.is_none() && board.tasks.is_empty() && board.issues.is_empty()
+}
+
+/// What `query stage` prints before any run: not a stage, so a script waiting for COMPLETE
+/// is not satisfied by a workspace where nothing ran.
+const NO_RUN: &str = "NONE";
+
+/// `ralph status` where no construct run happened: build mode's progress when the
+/// workspace has an `implementation.json`, and the command that starts the work.
+fn no_run_status(ralph: &Ralph, workspace: &Path) -> Result<()> {
+    out!(
+        "no construct run yet in this workspace ({})",
+        ralph.workspace().display()
+    );
+    let file = ralph
+        .workspace()
+        .join(&ralph.config().planning.implementation);
+    let again = |mode: &str| crate::next::Again::new(workspace, mode).command("");
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        out!("next: `{}` starts on a spec", again("construct SPEC.md"));
+        return Ok(());
+    };
+    let plan: ralph::specs::Implementation =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let done = plan
+        .specs
+        .iter()
+        .filter(|s| s.status == ralph::specs::Status::Completed)
+        .count();
+    out!(
+        "build mode ({}): {done} of {} {} complete",
+        file.display(),
+        plan.specs.len(),
+        crate::display::plural(plan.specs.len(), "spec", "specs")
+    );
+    for spec in &plan.specs {
+        out!(
+            "{:<10} {:<12} {}",
+            spec.id,
+            format!("{:?}", spec.status),
+            spec.name
+        );
+    }
+    match (plan.specs.is_empty(), done == plan.specs.len()) {
+        (true, _) => out!(
+            "next: `{}` plans the specs of the specs folder",
+            again("plan")
+        ),
+        (false, false) => out!("next: `{}` builds the specs left", again("build")),
+        (false, true) => out!("next: nothing: every spec is complete"),
     }
     Ok(())
 }
@@ -253,12 +317,16 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
     }
     let board = open(workspace)?.board().await?;
     match what {
-        Query::Stage => println!("{}", stage_name(board.stage())),
-        Query::Iteration => println!("{}", board.run.iteration),
-        Query::Next => println!("{}", next_action(&board)),
+        Query::Stage if no_run(&board) => out!("{NO_RUN}"),
+        Query::Stage => out!("{}", stage_name(board.stage())),
+        Query::Iteration => out!("{}", board.run.iteration),
+        Query::Next if no_run(&board) => {
+            out!("{}", serde_json::json!({"action": "none", "item": null}))
+        }
+        Query::Next => out!("{}", next_action(&board)),
         Query::Issues => {
             for issue in board.open_issues() {
-                println!("{}", serde_json::to_string(issue)?);
+                out!("{}", serde_json::to_string(issue)?);
             }
         }
         Query::Tasks => {
@@ -267,7 +335,7 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
                 false => t.is_remaining(),
             });
             for task in tasks {
-                println!("{}", serde_json::to_string(task)?);
+                out!("{}", serde_json::to_string(task)?);
             }
         }
     }
@@ -327,7 +395,7 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             if let Some(priority) = new.priority {
                 task = task.with_priority(priority);
             }
-            println!("{}", ralph.add_task(task).await?);
+            out!("{}", ralph.add_task(task).await?);
         }
         TaskCommand::Done { id } => {
             let id = match id {
@@ -337,11 +405,11 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
                     .ok_or("no task is ready to build: name one, as in `ralph task done t-1`")?,
             };
             ralph.mark_done(&id).await?;
-            println!("{id} done");
+            out!("{id} done");
         }
         TaskCommand::Accept => {
             let accepted = ralph.accept_done().await?;
-            println!("accepted {}", accepted.len());
+            out!("accepted {}", accepted.len());
         }
         TaskCommand::Reject { args } => {
             let (id, reason) = match args.as_slice() {
@@ -350,14 +418,14 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
                 _ => return Err("ralph task reject [ID] REASON".into()),
             };
             ralph.reject(&id, &reason).await?;
-            println!("{id} rejected");
+            out!("{id} rejected");
         }
         TaskCommand::Prioritize { spec } => {
             if let Some(spec) = spec {
                 same_spec(&ralph.board().await?, &spec)?;
             }
             let report = ralph.prioritize().await?;
-            println!("{}", serde_json::to_string(&report)?);
+            out!("{}", serde_json::to_string(&report)?);
         }
         TaskCommand::Unblock { ids } => {
             let board = ralph.board().await?;
@@ -372,7 +440,7 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
         }
         TaskCommand::List => {
             for task in ralph.board().await?.tasks.values() {
-                println!("{}", task_line(task));
+                out!("{}", task_line(task));
             }
         }
     }
@@ -407,7 +475,7 @@ fn only_done(board: &Board) -> Result<TaskId> {
 async fn unblock_task(ralph: &Ralph, id: TaskId) -> Result<()> {
     let unblocked = ralph.unblock(&id).await?;
     if unblocked.task != id {
-        println!(
+        out!(
             "{id} is {} now (its id could not name a git branch or folder)",
             unblocked.task
         );
@@ -421,14 +489,14 @@ async fn unblock_task(ralph: &Ralph, id: TaskId) -> Result<()> {
             dropped.join(", ")
         ));
     }
-    println!("{line}");
+    out!("{line}");
     Ok(())
 }
 
 /// Opens issue `id` again.
 async fn unblock_issue(ralph: &Ralph, id: IssueId) -> Result<()> {
     ralph.unblock_issue(&id).await?;
-    println!("{id} open again");
+    out!("{id} open again");
     Ok(())
 }
 
@@ -436,7 +504,7 @@ async fn unblock_issue(ralph: &Ralph, id: IssueId) -> Result<()> {
 pub(crate) async fn issue(workspace: &Path, command: IssueCommand) -> Result<()> {
     let ralph = open(workspace)?;
     match command {
-        IssueCommand::Add { text } => println!("{}", ralph.add_issue(text).await?),
+        IssueCommand::Add { text } => out!("{}", ralph.add_issue(text).await?),
         IssueCommand::Unblock { ids } => {
             for id in ids {
                 unblock_issue(&ralph, IssueId::from(id)).await?;
@@ -455,10 +523,10 @@ pub(crate) async fn repair(workspace: &Path, adopt: bool) -> Result<()> {
     let threads = ralph::thread::Threads::new(workspace, NoAgent)?;
     repairs.extend(threads.repair(adopt).await?.iter().map(ToString::to_string));
     if repairs.is_empty() {
-        println!("nothing to repair");
+        out!("nothing to repair");
     }
     for repair in repairs {
-        println!("{repair}");
+        out!("{repair}");
     }
     Ok(())
 }

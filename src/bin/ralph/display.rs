@@ -12,6 +12,9 @@ use ralph::agent::AgentEvent;
 use ralph::model::TaskStatus;
 use ralph::{Event, Observer, Outcome, Ralph};
 
+use crate::next::{Again, Next};
+use crate::out::out;
+
 /// Prints events and adds up what the agent runs cost.
 #[derive(Default)]
 pub(crate) struct Lines {
@@ -165,7 +168,7 @@ impl Live {
                     .filter(|w| *w > 0)
                     .map(|w| *context_tokens as f64 / w as f64);
             }
-            Event::Finished { .. } => {
+            event if is_end(event) => {
                 self.bar.finish_and_clear();
                 return;
             }
@@ -195,7 +198,7 @@ impl Observer for Lines {
             let cost = self.lock_costs().values().fold(0.0, |a, b| a + b);
             live.follow(event, cost);
             let line = event.to_string();
-            if !line.is_empty() && !matches!(event, Event::Finished { .. }) {
+            if !line.is_empty() && !is_end(event) {
                 // Above the moving line.
                 live.bar.println(line);
             }
@@ -208,13 +211,19 @@ impl Observer for Lines {
         } else {
             let line = event.to_string();
             // The summary says how the run ended.
-            if line.is_empty() || matches!(event, Event::Finished { .. }) {
+            if line.is_empty() || is_end(event) {
                 return;
             }
             writeln!(out, "{line}")
         };
         let _ = out.flush();
     }
+}
+
+/// The event that says how a run ended: the command prints the outcome once, itself, with
+/// the next step.
+fn is_end(event: &Event) -> bool {
+    matches!(event, Event::Finished { .. } | Event::SpecsFinished { .. })
 }
 
 /// The event as one JSON object with an RFC 3339 `ts`.
@@ -231,13 +240,14 @@ pub(crate) async fn summary(
     ralph: &Ralph,
     lines: &Lines,
     outcome: &Outcome,
-    again: &crate::next::Again,
+    again: &Again,
 ) -> Result<(), ralph::Error> {
     let board = ralph.board().await?;
+    let next = construct_next(ralph, outcome, again).await?;
     let count = |s: TaskStatus| board.tasks.values().filter(|t| t.status == s).count();
-    println!("\n── summary ──");
-    println!("  {outcome}");
-    println!(
+    out!("\n── summary ──");
+    out!("  {outcome}");
+    out!(
         "  tasks: {} accepted, {} pending, {} blocked, {} decomposed",
         count(TaskStatus::Accepted),
         count(TaskStatus::Pending),
@@ -248,18 +258,57 @@ pub(crate) async fn summary(
     let costs = lines.lock_costs();
     if !costs.is_empty() {
         let per_task: Vec<String> = costs.iter().map(|(s, c)| format!("{s} ${c:.4}")).collect();
-        println!(
+        out!(
             "  cost: ${:.4} ({})",
             costs.values().fold(0.0, |a, b| a + b),
             per_task.join(", ")
         );
     }
-    println!("  tokens: {tokens_in} in, {tokens_out} out");
+    out!("  tokens: {tokens_in} in, {tokens_out} out");
+    out!("  next: {next}");
+    Ok(())
+}
+
+/// What to do after a construct run that ended with `outcome`.
+pub(crate) async fn construct_next(
+    ralph: &Ralph,
+    outcome: &Outcome,
+    again: &Again,
+) -> Result<Next, ralph::Error> {
+    let board = ralph.board().await?;
     // What `ralph construct` with no flag runs: the workspace's setting, not this run's.
     let setting = ralph::Config::load(ralph.workspace())
         .map_or(ralph.config().max_iterations, |c| c.max_iterations);
-    if let Some(next) = crate::next::after_construct(outcome, &board, setting, again) {
-        println!("  next: {next}");
+    Ok(crate::next::after_construct(
+        outcome, &board, setting, again,
+    ))
+}
+
+/// The next step as the last NDJSON line of a `--json` run: `{"event": "next", "next":
+/// "…", "command": "…"}`, the command alone for a script to run.
+pub(crate) fn json_next(next: &Next) {
+    let line = serde_json::json!({
+        "event": "next",
+        "next": next.to_string(),
+        "command": next.command(),
+        "ts": jiff::Timestamp::now().to_string(),
+    });
+    out!("{line}");
+}
+
+/// A dry run's report: its text, or with `--json` one JSON object on one line.
+pub(crate) fn report<T: std::fmt::Display + serde::Serialize>(
+    report: &T,
+    json: bool,
+) -> Result<(), serde_json::Error> {
+    match json {
+        true => out!("{}", serde_json::to_string(report)?),
+        false => out!("{report}"),
     }
     Ok(())
+}
+
+/// `one` or `many`, by `n`: "1 task", "2 tasks".
+pub(crate) fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
 }

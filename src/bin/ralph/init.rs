@@ -4,13 +4,16 @@
 
 use std::path::Path;
 
+use crate::out::out;
+
 /// A gate guessed from a file the repository has.
 struct Guess {
     /// The file that suggests it.
     marker: &'static str,
     /// The commands the agent may run without asking (`--allowedTools`).
     tools: &'static [&'static str],
-    /// `(name, command)` of each gate.
+    /// `(name, command)` of each gate. Each name carries its ecosystem, so a repository
+    /// with several (Cargo and npm and make) gets unique names, which ralph requires.
     gates: &'static [(&'static str, &'static str)],
 }
 
@@ -19,25 +22,25 @@ const GUESSES: &[Guess] = &[
         marker: "Cargo.toml",
         tools: &["Bash(cargo *)"],
         gates: &[
-            ("fmt", "cargo fmt --check"),
-            ("clippy", "cargo clippy --all-targets -- -D warnings"),
-            ("test", "cargo test"),
+            ("cargo-fmt", "cargo fmt --check"),
+            ("cargo-clippy", "cargo clippy --all-targets -- -D warnings"),
+            ("cargo-test", "cargo test"),
         ],
     },
     Guess {
         marker: "package.json",
         tools: &["Bash(npm *)", "Bash(npx *)"],
-        gates: &[("test", "npm test")],
+        gates: &[("npm-test", "npm test")],
     },
     Guess {
         marker: "pyproject.toml",
         tools: &["Bash(python *)", "Bash(pytest *)"],
-        gates: &[("test", "python -m pytest")],
+        gates: &[("python-test", "python -m pytest")],
     },
     Guess {
         marker: "Makefile",
         tools: &["Bash(make *)"],
-        gates: &[("test", "make test")],
+        gates: &[("make-test", "make test")],
     },
 ];
 
@@ -53,17 +56,17 @@ pub(crate) fn init(workspace: &Path) -> Result<(), Box<dyn std::error::Error>> {
     }
     let text = config_text(workspace);
     std::fs::write(&config, text)?;
-    println!("wrote {}", config.display());
+    out!("wrote {}", config.display());
     if ignore_state(workspace)? {
-        println!("added .ralph/ to .gitignore");
+        out!("added .ralph/ to .gitignore");
     }
     if let Some(path) = implementation_template(workspace)? {
-        println!(
+        out!(
             "wrote {} (no specs yet: `ralph plan` fills it from specs/, `ralph build` builds it)",
             path.display()
         );
     }
-    println!("next: write a spec (spec.md), then `ralph construct spec.md`");
+    out!("next: write a spec (spec.md), then `ralph construct spec.md`");
     Ok(())
 }
 
@@ -85,12 +88,41 @@ fn implementation_template(
     Ok(Some(path))
 }
 
-/// The commented config, with the gates of every marker file found.
+/// The commented config, with the gates of every marker file found. Every top-level key
+/// comes before the first table, so a key a person adds at the top stays top-level; the
+/// file ends with a commented `[agent.NAME]` example for any other agent CLI.
 fn config_text(workspace: &Path) -> String {
     let found: Vec<&Guess> = GUESSES
         .iter()
         .filter(|g| workspace.join(g.marker).exists())
         .collect();
+    let mut text = String::from(TOP_LEVEL);
+    text.push_str(&claude_section(&found));
+    text.push_str(&gates_section(&found));
+    text.push_str(AGENT_EXAMPLE);
+    text
+}
+
+/// The top-level settings, `agents` among them: before any table, where TOML keeps them
+/// top-level.
+const TOP_LEVEL: &str = "\
+# ralph's settings for this repository. Every key is optional; the values below are
+# the defaults unless a comment says otherwise. RALPH_<KEY> variables override them.
+# Top-level keys go here, above the first [table]: below it they belong to that table.
+
+max_iterations = 10       # construct passes before ralph stops (exit 2)
+stage_timeout = \"5m\"      # one step: an issue, a task (all attempts), a verifier, a decomposition
+retries = 2               # more build attempts per task before it is blocked
+decompose_after_rejections = 2  # verifier rejections before a task is split
+build_concurrency = 1     # ready tasks built at once, each in a git work tree
+# The agents to run, in fallback order: claude, codex, gemini, opencode, or the name of
+# an [agent.NAME] table below. `--agent NAME` overrides it for one command.
+agents = [\"claude\"]
+
+";
+
+/// The `[claude]` table: the budget and the permissions set, not left to defaults.
+fn claude_section(found: &[&Guess]) -> String {
     let tools: Vec<String> = [
         "Read",
         "Edit",
@@ -102,31 +134,26 @@ fn config_text(workspace: &Path) -> String {
     .chain(found.iter().flat_map(|g| g.tools.iter().copied()))
     .map(|t| format!("{t:?}"))
     .collect();
-    let mut text = String::from(
-        "# ralph's settings for this repository. Every key is optional; the values below are\n\
-         # the defaults unless a comment says otherwise. RALPH_<KEY> variables override them.\n\n\
-         max_iterations = 10       # construct passes before ralph stops (exit 2)\n\
-         stage_timeout = \"5m\"      # one stage of one iteration; past it the agent is killed\n\
-         retries = 2               # more build attempts per task before it is blocked\n\
-         decompose_after_rejections = 2  # verifier rejections before a task is split\n\
-         build_concurrency = 1     # ready tasks built at once, each in a git work tree\n\n\
-         [claude]\n\
+    format!(
+        "[claude]\n\
          # Set here, not left to defaults: what one agent run may cost, and what it may do.\n\
          max_budget_usd = 2.0\n\
          # BUILD may edit files and run the tools below without asking; anything else is\n\
          # refused (\"bypassPermissions\" allows everything). Read-only roles run in plan mode.\n\
-         permission_mode = \"acceptEdits\"\n",
-    );
-    text.push_str(&format!(
-        "allowed_tools = [{}]\n# model = \"sonnet\"\n\n",
+         permission_mode = \"acceptEdits\"\n\
+         allowed_tools = [{}]\n# model = \"sonnet\"\n\n",
         tools.join(", ")
-    ));
+    )
+}
+
+/// One `[[gates]]` table per guessed gate, or a commented example when nothing was found.
+fn gates_section(found: &[&Guess]) -> String {
     if found.is_empty() {
-        text.push_str(
-            "# No build files found: add the checks a task must pass, e.g.\n\
-             # [[gates]]\n# name = \"test\"\n# command = \"make test\"\n",
-        );
+        return "# No build files found: add the checks a task must pass, e.g.\n\
+                # [[gates]]\n# name = \"test\"\n# command = \"make test\"\n\n"
+            .into();
     }
+    let mut text = String::new();
     for guess in found {
         text.push_str(&format!(
             "# Gates guessed from {}: every one must pass.\n",
@@ -140,6 +167,15 @@ fn config_text(workspace: &Path) -> String {
     }
     text
 }
+
+/// Any other agent CLI, commented out: uncomment it and name it in `agents` to use it.
+const AGENT_EXAMPLE: &str = "\
+# Any other agent CLI, run from an argv template: uncomment, then name it in `agents`
+# above (or pass `--agent mine`). Placeholders: {prompt_file} (else the prompt goes to
+# stdin), {workspace}, {role}, {subject}.
+# [agent.mine]
+# command = [\"my-agent\", \"--yes\", \"--message-file\", \"{prompt_file}\"]
+";
 
 /// Adds `.ralph/` to `.gitignore` unless it is there; whether it added it.
 fn ignore_state(workspace: &Path) -> std::io::Result<bool> {

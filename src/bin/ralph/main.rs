@@ -10,11 +10,15 @@ mod board;
 mod display;
 mod init;
 mod next;
+mod out;
+mod place;
 mod run;
 mod thread;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+
+use place::Place;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -37,9 +41,11 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "ralph", version, about, after_help = EXIT_CODES)]
 struct Cli {
-    /// The repository to work in.
-    #[arg(long, short = 'C', global = true, default_value = ".")]
-    workspace: PathBuf,
+    /// Run as if started in DIR: the workspace is found from there upward (the nearest
+    /// folder with ralph.toml or .ralph/, up to the top of the git repository), and spec
+    /// paths are relative to it.
+    #[arg(long, short = 'C', global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
     /// Diagnostics on stderr: -v the events, -vv debug, -vvv everything. `RALPH_LOG` takes a
     /// filter of its own (`ralph=debug`).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -66,7 +72,8 @@ enum Command {
     Construct(ConstructArgs),
     /// Plan mode: the markdown specs become implementation.json.
     Plan {
-        /// Specs to plan, relative to the workspace. Default: every spec in the specs folder.
+        /// Specs to plan (relative to the current directory, inside the specs folder).
+        /// Default: every spec in the specs folder.
         specs: Vec<PathBuf>,
         #[command(flatten)]
         run: RunFlags,
@@ -129,7 +136,8 @@ struct RunFlags {
 
 #[derive(Debug, Args)]
 struct ConstructArgs {
-    /// The spec, relative to the workspace. Without it: resume the spec on record.
+    /// The spec (relative to the current directory, inside the workspace). Without it:
+    /// resume the spec on record.
     spec: Option<PathBuf>,
     /// The stage timeout (`90s`, `5m`), over ralph.toml.
     #[arg(long, value_parser = positive_duration)]
@@ -162,19 +170,34 @@ async fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
-    let workspace = cli.workspace;
+    let given = cli.workspace.as_deref();
+    let place = match &cli.command {
+        // The demo makes its own workspace and `init` writes where it is run; a `-C` that
+        // is not a directory is refused all the same.
+        Command::Demo { .. } | Command::Init => Place::here(given)?,
+        _ => Place::find(given)?,
+    };
+    let workspace = place.workspace.as_path();
     match cli.command {
         Command::Demo { dir, json } => run::demo(dir, json).await,
-        Command::Init => init::init(&workspace).map(|()| 0),
-        Command::Construct(args) => run::construct(&workspace, args).await,
-        Command::Plan { specs, run } => run::plan(&workspace, specs, run).await,
-        Command::Build { run } => run::build(&workspace, run).await,
-        Command::Status => board::status(&workspace).await.map(|()| 0),
-        Command::Query { what, done } => board::query(&workspace, what, done).await.map(|()| 0),
-        Command::Task(command) => board::task(&workspace, command).await.map(|()| 0),
-        Command::Issue(command) => board::issue(&workspace, command).await.map(|()| 0),
-        Command::Repair { adopt } => board::repair(&workspace, adopt).await.map(|()| 0),
-        Command::Thread(args) => thread::thread(&workspace, args).await,
+        Command::Init => init::init(workspace).map(|()| 0),
+        Command::Construct(mut args) => {
+            args.spec = args.spec.map(|s| place.spec(&s)).transpose()?;
+            run::construct(workspace, args).await
+        }
+        Command::Plan { specs, run } => run::plan(workspace, place.specs(specs)?, run).await,
+        Command::Build { run } => run::build(workspace, run).await,
+        Command::Status => board::status(workspace).await.map(|()| 0),
+        Command::Query { what, done } => board::query(workspace, what, done).await.map(|()| 0),
+        Command::Task(mut command) => {
+            if let board::TaskCommand::Prioritize { spec: Some(spec) } = &mut command {
+                *spec = place.spec(spec)?;
+            }
+            board::task(workspace, command).await.map(|()| 0)
+        }
+        Command::Issue(command) => board::issue(workspace, command).await.map(|()| 0),
+        Command::Repair { adopt } => board::repair(workspace, adopt).await.map(|()| 0),
+        Command::Thread(args) => thread::thread(workspace, args).await,
     }
 }
 

@@ -68,6 +68,11 @@ impl Again {
         self
     }
 
+    /// `ralph [-C DIR] MODE` and `more`, for a command printed on its own.
+    pub(crate) fn command(&self, more: &str) -> String {
+        self.run(more)
+    }
+
     /// The run again, with `more` flags (` --once`).
     fn run(&self, more: &str) -> String {
         format!("{}{more}", self.run)
@@ -100,6 +105,11 @@ impl Next {
         self.does = Some(does.into());
         self
     }
+
+    /// The command alone, for a script to run.
+    pub(crate) fn command(&self) -> &str {
+        &self.command
+    }
 }
 
 /// `fix what blocked it (the reason above), then `ralph task unblock t-1 && ralph
@@ -118,17 +128,18 @@ impl fmt::Display for Next {
 }
 
 /// After a construct run that ended with `outcome`, leaving `board`; `max_iterations` is the
-/// workspace's setting (what the run's command runs without `--max-iterations`). `None`
-/// when the spec is complete.
+/// workspace's setting (what the run's command runs without `--max-iterations`). A complete
+/// spec has a next step too: the board, to read what was accepted.
 pub(crate) fn after_construct(
     outcome: &Outcome,
     board: &Board,
     max_iterations: u32,
     again: &Again,
-) -> Option<Next> {
+) -> Next {
     let resume = again.run("");
-    Some(match outcome {
-        Outcome::Complete { .. } => return None,
+    match outcome {
+        Outcome::Complete { .. } => Next::run(format!("{} status", again.ralph))
+            .doing("lists the accepted tasks; the spec is complete"),
         Outcome::Blocked { .. } => {
             unblock_then(board, again, &resume).unwrap_or_else(|| waiting(again))
         }
@@ -151,7 +162,7 @@ pub(crate) fn after_construct(
         Outcome::Unverified { .. } => unverified(resume),
         Outcome::Declared { .. } => declared(resume),
         _ => Next::run(resume).doing("resumes where the work stood"),
-    })
+    }
 }
 
 /// For `ralph status`: from the board alone. `None` when the spec is complete.
@@ -173,11 +184,13 @@ pub(crate) fn for_board(board: &Board, max_iterations: u32, again: &Again) -> Op
     })
 }
 
-/// After build mode. `None` when every spec is complete.
-pub(crate) fn after_build(outcome: &SpecsOutcome, again: &Again) -> Option<Next> {
+/// After build mode; when every spec is complete, the commits it made.
+pub(crate) fn after_build(outcome: &SpecsOutcome, again: &Again) -> Next {
     let resume = again.run("");
-    Some(match outcome {
-        SpecsOutcome::Complete { .. } => return None,
+    match outcome {
+        SpecsOutcome::Complete { .. } => {
+            Next::run("git log --oneline").doing("shows each spec's commit; every spec is complete")
+        }
         SpecsOutcome::Blocked { .. } => {
             Next::run(resume).after("fix what blocked the spec (see implementation.json)")
         }
@@ -189,7 +202,7 @@ pub(crate) fn after_build(outcome: &SpecsOutcome, again: &Again) -> Option<Next>
             .after("read why in the verifier's log (build/ralph-logs)")
             .doing("asks the verifier again"),
         _ => Next::run(resume).doing("resumes where the work stood"),
-    })
+    }
 }
 
 /// After plan mode: build mode, with the same agent.
@@ -301,7 +314,7 @@ mod tests {
              task unblock t-3 'has space' && ralph construct`"
         );
         let outcome = Outcome::Blocked { items: Vec::new() };
-        assert_eq!(after_construct(&outcome, &board, 10, &again), Some(next));
+        assert_eq!(after_construct(&outcome, &board, 10, &again), next);
     }
 
     #[test]
@@ -313,15 +326,11 @@ mod tests {
             remaining: 1,
         };
         assert_eq!(
-            after_construct(&stopped(10), &board, 10, &again)
-                .unwrap()
-                .to_string(),
+            after_construct(&stopped(10), &board, 10, &again).to_string(),
             "`ralph construct` runs up to 10 more iterations"
         );
         assert_eq!(
-            after_construct(&stopped(1), &board, 10, &again)
-                .unwrap()
-                .to_string(),
+            after_construct(&stopped(1), &board, 10, &again).to_string(),
             "`ralph construct --max-iterations 1` runs up to 1 more iteration"
         );
         assert_eq!(
@@ -342,17 +351,13 @@ mod tests {
         );
         let outcome = Outcome::Blocked { items: Vec::new() };
         assert_eq!(
-            after_construct(&outcome, &board, 10, &again)
-                .unwrap()
-                .command,
+            after_construct(&outcome, &board, 10, &again).command,
             "ralph -C 'my repo' issue unblock i-1 && ralph -C 'my repo' construct --agent mine \
              --timeout '1m 30s'"
         );
         let demo = Again::demo(Path::new("/tmp/ws"));
         assert_eq!(
-            after_construct(&Outcome::Interrupted, &board, 10, &demo)
-                .unwrap()
-                .to_string(),
+            after_construct(&Outcome::Interrupted, &board, 10, &demo).to_string(),
             "`ralph demo --in /tmp/ws` resumes where the work stood"
         );
     }

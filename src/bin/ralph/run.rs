@@ -11,6 +11,8 @@ use crate::display::{self, Lines};
 use crate::next::Again;
 use crate::{ConstructArgs, RunFlags};
 
+use crate::out::out;
+
 /// The bundled demo, embedded so the installed binary needs no source tree.
 const DEMO_SPEC: &str = include_str!("../../../fixtures/demo/spec.md");
 const DEMO_CONFIG: &str = include_str!("../../../fixtures/demo/ralph.toml");
@@ -42,7 +44,7 @@ pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
         init_demo_repo(&dir);
     }
     if !json {
-        println!("ralph demo · workspace {}", dir.display());
+        out!("ralph demo · workspace {}", dir.display());
     }
     let agent = FakeAgent::from_toml(DEMO_SCRIPT, "the bundled demo script")?
         .record_to(dir.join(FAKE_REQUESTS));
@@ -116,11 +118,11 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
             Some(spec) => spec,
             None => recorded_spec(&ralph).await?,
         };
-        println!("{}", ralph.dry_run(spec).await?);
+        display::report(&ralph.dry_run(spec).await?, args.run.json)?;
         return Ok(0);
     }
     if !args.run.json {
-        println!(
+        out!(
             "ralph construct · workspace {}",
             ralph.workspace().display()
         );
@@ -154,8 +156,9 @@ async fn run_construct(
         Some(spec) => ralph.construct(spec).await?,
         None => ralph.resume().await?,
     };
-    if !json {
-        display::summary(ralph, lines, &outcome, again).await?;
+    match json {
+        true => display::json_next(&display::construct_next(ralph, &outcome, again).await?),
+        false => display::summary(ralph, lines, &outcome, again).await?,
     }
     Ok(exit_code(&interrupts, outcome.exit_code()))
 }
@@ -165,7 +168,7 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
     let lines = display::observer(flags.json);
     let ralph = builder(workspace, &flags, &lines).await?.build()?;
     if flags.dry_run {
-        println!("{}", ralph.dry_run_plan(&specs)?);
+        display::report(&ralph.dry_run_plan(&specs)?, flags.json)?;
         return Ok(0);
     }
     let interrupts = interrupts(&ralph)?;
@@ -179,11 +182,17 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
         Err(e) => return Err(e.into()),
     };
     let tasks: usize = implementation.specs.iter().map(|s| s.tasks.len()).sum();
-    println!(
-        "planned {} spec(s), {tasks} task(s) into implementation.json\nnext: {}",
-        implementation.specs.len(),
-        crate::next::after_plan(&build_again(workspace, &flags))
-    );
+    let next = crate::next::after_plan(&build_again(workspace, &flags));
+    if flags.json {
+        display::json_next(&next);
+    } else {
+        let specs = implementation.specs.len();
+        out!(
+            "planned {specs} {}, {tasks} {} into implementation.json\nnext: {next}",
+            display::plural(specs, "spec", "specs"),
+            display::plural(tasks, "task", "tasks"),
+        );
+    }
     Ok(0)
 }
 
@@ -192,16 +201,16 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
     let lines = display::observer(flags.json);
     let ralph = builder(workspace, &flags, &lines).await?.build()?;
     if flags.dry_run {
-        println!("{}", ralph.dry_run_build()?);
+        display::report(&ralph.dry_run_build()?, flags.json)?;
         return Ok(0);
     }
     let interrupts = interrupts(&ralph)?;
     let outcome = ralph.build_specs().await?;
-    if !flags.json {
-        println!("{outcome}");
-        if let Some(next) = crate::next::after_build(&outcome, &build_again(workspace, &flags)) {
-            println!("next: {next}");
-        }
+    let next = crate::next::after_build(&outcome, &build_again(workspace, &flags));
+    if flags.json {
+        display::json_next(&next);
+    } else {
+        out!("{outcome}\nnext: {next}");
     }
     Ok(exit_code(&interrupts, outcome.exit_code()))
 }

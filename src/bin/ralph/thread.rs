@@ -8,6 +8,8 @@ use clap::{Args, Subcommand};
 use ralph::thread::{Confirm, Phase, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, Event, FakeAgent, Interrupts, Observer, Ralph};
 
+use crate::out::out;
+
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// `ralph thread [--id ID] …`.
@@ -182,7 +184,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         ThreadCommand::List => {
             for id in threads.list()? {
                 let t = threads.get(&id)?;
-                println!("{id}  {}  {}", t.phase, t.title);
+                out!("{id}  {}  {}", t.phase, t.title);
             }
             return Ok(0);
         }
@@ -198,9 +200,9 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         ThreadCommand::Discuss { message } => {
             let id = id()?;
             let reply = threads.discuss(&id, &message).await?;
-            println!("agent: {}", reply.text);
+            out!("agent: {}", reply.text);
             if reply.revised {
-                println!(
+                out!(
                     "\nspec revised: v{} ({})",
                     reply.spec_version,
                     threads.spec_path(&id, reply.spec_version).display()
@@ -216,7 +218,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
                 } else {
                     String::new()
                 };
-                println!("{} {}:{revised} {}", turn.at, turn.by, turn.text);
+                out!("{} {}:{revised} {}", turn.at, turn.by, turn.text);
             }
             return Ok(0);
         }
@@ -239,7 +241,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         }
         ThreadCommand::Assist => threads.manual_assist(&id()?).await?,
         ThreadCommand::Diagnose => {
-            println!(
+            out!(
                 "{}",
                 serde_json::to_string_pretty(&threads.diagnose(&id()?)?)?
             );
@@ -262,18 +264,18 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         ThreadCommand::Message { message } => {
             let record = threads.prepare_commit(&id()?, message.as_deref())?;
             if let Phase::ReadyToCommit { message } = &record.phase {
-                println!("{message}\n");
+                out!("{message}\n");
             }
             record
         }
         ThreadCommand::Commit { message } => threads.commit(&id()?, message.as_deref()).await?,
         ThreadCommand::Abandon => threads.abandon(&id()?).await?,
         ThreadCommand::Diff => {
-            print!("{}", threads.diff(&id()?).await?);
+            crate::out::text(&threads.diff(&id()?).await?.to_string());
             return Ok(0);
         }
         ThreadCommand::DryRun => {
-            println!("{}", threads.dry_run(&id()?)?);
+            out!("{}", threads.dry_run(&id()?)?);
             return Ok(0);
         }
     };
@@ -401,14 +403,16 @@ impl Observer for Warnings {
 
 /// The thread's phase and what a person can do next.
 fn show(threads: &Threads, thread: &ThreadRecord) {
-    println!(
+    out!(
         "{}  {}  (spec v{})",
-        thread.id, thread.title, thread.spec_version
+        thread.id,
+        thread.title,
+        thread.spec_version
     );
     for attempt in &thread.attempts {
-        println!("  iteration {}: {}", attempt.iteration, attempt.summary);
+        out!("  iteration {}: {}", attempt.iteration, attempt.summary);
         for failed in &attempt.failed {
-            println!("    failed: {}", failed.lines().next().unwrap_or(""));
+            out!("    failed: {}", failed.lines().next().unwrap_or(""));
         }
     }
     if let Some(a) = thread
@@ -416,13 +420,13 @@ fn show(threads: &Threads, thread: &ThreadRecord) {
         .as_ref()
         .filter(|_| matches!(thread.phase, Phase::Drafting | Phase::Assessing))
     {
-        println!(
+        out!(
             "  assessment of spec v{}: {}",
             a.spec_version,
             a.recommendation()
         );
         for issue in &a.issues {
-            println!(
+            out!(
                 "    {}: {} (suggestion: {})",
                 issue.subject(),
                 issue.problem,
@@ -431,30 +435,30 @@ fn show(threads: &Threads, thread: &ThreadRecord) {
         }
     }
     if thread.phase.kind() != ralph::thread::PhaseKind::Drafting {
-        println!("  agents: {}", describe_agents(&thread.config));
+        out!("  agents: {}", describe_agents(&thread.config));
     }
     if let Some(agent) = &thread.current_agent {
         match &thread.agent_reason {
-            Some(why) => println!("  current model: {agent} ({why})"),
-            None => println!("  current model: {agent}"),
+            Some(why) => out!("  current model: {agent} ({why})"),
+            None => out!("  current model: {agent}"),
         }
     }
     if let Some(run_id) = &thread.current_run_id {
-        println!("  last run: {}", last_run(threads, run_id));
+        out!("  last run: {}", last_run(threads, run_id));
     }
     if let Some(feedback) = thread.feedback.last() {
-        println!("  review feedback: {}", feedback.text);
+        out!("  review feedback: {}", feedback.text);
     }
     if let Phase::PreflightFailed { failures } = &thread.phase {
         for failure in failures {
-            println!("  preflight: {failure}");
+            out!("  preflight: {failure}");
         }
     }
     let waiting = match thread.phase.kind().needs_person() {
         true => "  (a person's decision)",
         false => "",
     };
-    println!("phase: {}{waiting}\nnext: {}", thread.phase, next(thread));
+    out!("phase: {}{waiting}\nnext: {}", thread.phase, next(thread));
 }
 
 /// Run `run_id` in a line: `1-hello-r2 (build, iteration 2): completed; transcript
