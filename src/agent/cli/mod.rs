@@ -15,6 +15,7 @@ mod opencode;
 mod strict_schema;
 
 pub use codex::CodexCli;
+#[cfg(feature = "internals")]
 pub(crate) use command::ANSWER_KEPT;
 pub use command::CommandAgent;
 pub use gemini::GeminiCli;
