@@ -22,6 +22,11 @@ use super::{Drain, Exit, ProcessError, ProcessSpec, SupervisedChild, Termination
 /// The one read buffer of each stream: output is streamed through it, never collected whole.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// From when on the main process's exit is watched while its output is still open. Before,
+/// only the end of the output is: a run that ends within it is seen to end by its pipes
+/// closing, which costs no exit check, no timer and no SIGCHLD wake-up per read.
+const EXIT_WATCHED_AFTER: Duration = Duration::from_millis(200);
+
 /// How often a stdout written to a file is looked at for growth.
 const FILE_POLL: Duration = Duration::from_millis(200);
 
@@ -422,7 +427,13 @@ impl Running {
     ) -> Ending<L::Cut> {
         let mut out = vec![0; READ_CHUNK];
         let mut err = vec![0; READ_CHUNK / 8];
+        let watch_exit_at = Instant::now() + EXIT_WATCHED_AFTER;
         loop {
+            let exit_watched = if clocks.read_to_close {
+                !self.stdout.is_open()
+            } else {
+                self.closed_at.is_some() || Instant::now() >= watch_exit_at
+            };
             let own = listener.clock();
             let idle_at = clocks
                 .idle
@@ -435,9 +446,8 @@ impl Running {
             let (stream, read) = tokio::select! {
                 // An exit that coincides with a clock is an exit.
                 biased;
-                _ = child.wait(), if !clocks.read_to_close || !self.stdout.is_open() => {
-                    return Ending::Exited;
-                }
+                _ = child.wait(), if exit_watched => return Ending::Exited,
+                () = sleep_until(watch_exit_at), if !exit_watched && !clocks.read_to_close => continue,
                 () = stop.cancelled() => return Ending::Stopped,
                 () = sleep_until_some(clocks.deadline) => return Ending::Deadline,
                 () = sleep_until_some(own.cut_at.map(|(at, _)| at)) => {
