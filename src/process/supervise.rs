@@ -428,6 +428,7 @@ impl Running {
         let mut out = vec![0; READ_CHUNK];
         let mut err = vec![0; READ_CHUNK / 8];
         let watch_exit_at = Instant::now() + EXIT_WATCHED_AFTER;
+        let mut alarms = Alarms::new(clocks.deadline, watch_exit_at);
         loop {
             let exit_watched = if clocks.read_to_close {
                 !self.stdout.is_open()
@@ -435,29 +436,33 @@ impl Running {
                 self.closed_at.is_some() || Instant::now() >= watch_exit_at
             };
             let own = listener.clock();
-            let idle_at = clocks
-                .idle
-                .filter(|_| own.idle_counts)
-                .and_then(|idle| self.last_output.checked_add(idle));
-            let exit_by = self
-                .closed_at
-                .zip(clocks.exit_after_close)
-                .and_then(|(at, patience)| at.checked_add(patience));
+            alarms.idle.set(
+                clocks
+                    .idle
+                    .filter(|_| own.idle_counts)
+                    .and_then(|idle| self.last_output.checked_add(idle)),
+            );
+            alarms.exit_by.set(
+                self.closed_at
+                    .zip(clocks.exit_after_close)
+                    .and_then(|(at, patience)| at.checked_add(patience)),
+            );
+            alarms.own.set(own.cut_at.map(|(at, _)| at));
             let (stream, read) = tokio::select! {
                 // An exit that coincides with a clock is an exit.
                 biased;
                 _ = child.wait(), if exit_watched => return Ending::Exited,
-                () = sleep_until(watch_exit_at), if !exit_watched && !clocks.read_to_close => continue,
+                () = alarms.watch_exit.rings(), if !exit_watched && !clocks.read_to_close => continue,
                 () = stop.cancelled() => return Ending::Stopped,
-                () = sleep_until_some(clocks.deadline) => return Ending::Deadline,
-                () = sleep_until_some(own.cut_at.map(|(at, _)| at)) => {
+                () = alarms.deadline.rings() => return Ending::Deadline,
+                () = alarms.own.rings() => {
                     if let Some((_, cut)) = own.cut_at {
                         return Ending::Cut(cut);
                     }
                     continue;
                 }
-                () = sleep_until_some(idle_at) => return Ending::Idle,
-                () = sleep_until_some(exit_by) => return Ending::Closed,
+                () = alarms.idle.rings() => return Ending::Idle,
+                () = alarms.exit_by.rings() => return Ending::Closed,
                 read = self.stdout.read(&mut out, false) => (Stream::Stdout, read),
                 read = self.stderr.read(&mut err, false) => (Stream::Stderr, read),
             };
@@ -551,6 +556,64 @@ impl Running {
     }
 }
 
+/// The clocks of [`Running::watch`], each a timer set again only when its time changes: a
+/// select turn per read would otherwise register and drop a timer for every clock.
+struct Alarms {
+    deadline: Alarm,
+    watch_exit: Alarm,
+    idle: Alarm,
+    exit_by: Alarm,
+    own: Alarm,
+}
+
+impl Alarms {
+    fn new(deadline: Option<Instant>, watch_exit: Instant) -> Self {
+        let mut alarms = Alarms {
+            deadline: Alarm::new(),
+            watch_exit: Alarm::new(),
+            idle: Alarm::new(),
+            exit_by: Alarm::new(),
+            own: Alarm::new(),
+        };
+        alarms.deadline.set(deadline);
+        alarms.watch_exit.set(Some(watch_exit));
+        alarms
+    }
+}
+
+/// One timer: unset, or ringing at a time.
+struct Alarm {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    at: Option<Instant>,
+}
+
+impl Alarm {
+    fn new() -> Self {
+        Alarm {
+            // Never polled while unset.
+            sleep: Box::pin(sleep_until(Instant::now())),
+            at: None,
+        }
+    }
+
+    fn set(&mut self, at: Option<Instant>) {
+        if at != self.at {
+            self.at = at;
+            if let Some(at) = at {
+                self.sleep.as_mut().reset(at);
+            }
+        }
+    }
+
+    /// Resolves when the time comes; never, while unset.
+    async fn rings(&mut self) {
+        match self.at {
+            Some(_) => self.sleep.as_mut().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// Ends the process as `ending` asks, then kills whatever it left behind.
 async fn end<C>(
     child: &mut SupervisedChild,
@@ -576,12 +639,5 @@ async fn end<C>(
             leaked: child.kill_all().await,
         }),
         None => child.terminate(grace).await,
-    }
-}
-
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }
