@@ -13,6 +13,8 @@ use std::process::Command;
 
 use rstest::rstest;
 
+use super::signal_matrix::{BUILD_SCRIPT, CONSTRUCT_SCRIPT, IMPLEMENTATION};
+
 /// Runs of each mode: the escape was a race, lost about one run in three.
 const RUNS: usize = 10;
 
@@ -183,52 +185,6 @@ fn git(dir: &Path, args: &[&str]) {
         .unwrap();
     assert!(out.status.success(), "git {args:?}: {out:?}");
 }
-
-const CONSTRUCT_SCRIPT: &str = r#"
-[[run]]
-role = "investigate"
-subject = "i-1"
-[[run.steps]]
-json = { tasks = [{ name = "Write done.txt", accept = "done.txt exists" }] }
-
-[[run]]
-role = "build"
-subject = "t-1"
-[[run.steps]]
-write = { path = "done.txt", content = "done\n" }
-[[run.steps]]
-answer = "Wrote it.\n<TASK_DONE>"
-
-[[run]]
-role = "verify"
-subject = "t-1"
-[[run.steps]]
-json = { verdict = "accept", reason = "done.txt exists" }
-
-[[run]]
-role = "gap_analysis"
-[[run.steps]]
-json = { tasks = [], issues = [] }
-"#;
-
-const IMPLEMENTATION: &str = r#"{"specs": [{"id": "s", "file": "specs/s.md", "name": "S",
-  "tasks": [{"id": "s-1", "description": "Write done.txt"}]}]}"#;
-
-const BUILD_SCRIPT: &str = r#"
-[[run]]
-role = "build"
-subject = "s-1"
-[[run.steps]]
-write = { path = "done.txt", content = "done\n" }
-[[run.steps]]
-answer = "Wrote it.\n<TASK_DONE>"
-
-[[run]]
-role = "verify"
-subject = "s"
-[[run.steps]]
-json = { verdict = "accept", reason = "done.txt exists" }
-"#;
 
 const THREAD_SCRIPT: &str = r#"
 [[run]]

@@ -302,7 +302,8 @@ impl Cell {
     }
 }
 
-const CONSTRUCT_SCRIPT: &str = r#"
+/// Also the script of `daemons.rs`: the same one-task run in each mode.
+pub(crate) const CONSTRUCT_SCRIPT: &str = r#"
 [[run]]
 role = "investigate"
 subject = "i-1"
@@ -329,10 +330,12 @@ role = "gap_analysis"
 json = { tasks = [], issues = [] }
 "#;
 
-const IMPLEMENTATION: &str = r#"{"specs": [{"id": "s", "file": "specs/s.md", "name": "S",
+/// Also the script of `daemons.rs`: the same one-task run in each mode.
+pub(crate) const IMPLEMENTATION: &str = r#"{"specs": [{"id": "s", "file": "specs/s.md", "name": "S",
   "tasks": [{"id": "s-1", "description": "Write done.txt"}]}]}"#;
 
-const BUILD_SCRIPT: &str = r#"
+/// Also the script of `daemons.rs`: the same one-task run in each mode.
+pub(crate) const BUILD_SCRIPT: &str = r#"
 [[run]]
 role = "build"
 subject = "s-1"
