@@ -13,6 +13,7 @@
 //! transient_retries = 4
 //! transient_backoff = "2s"
 //! log_dir = "build/ralph-logs"
+//! log_files_kept = 1000   # the oldest logs beyond it are deleted
 //! once = false            # stop after one iteration (seed 003's --once)
 //! recent_attempts = 5     # BUILD attempts remembered in the next prompts
 //!
@@ -127,7 +128,13 @@ pub struct Config {
     /// Where the board is kept.
     pub store: StoreConfig,
     /// Where stage and agent logs go, relative to the workspace. Default `build/ralph-logs`.
+    /// A folder ralph makes for them ignores itself (a `.gitignore` of `*`), so logs never
+    /// show in `git status`. Each log keeps the first MiB and the last 4 MiB of what was
+    /// written to it, with the number of bytes skipped between them.
     pub log_dir: PathBuf,
+    /// Log files kept in `log_dir` (counted through its subfolders): when a run starts, and
+    /// every 64 stages, the oldest beyond this many are deleted. Default 1000; at least 20.
+    pub log_files_kept: usize,
     /// `[prompts]`: template files that replace the built-in ones, by template name,
     /// relative to the workspace (minijinja syntax; a name that is no template is refused,
     /// naming it):
@@ -192,6 +199,7 @@ impl Default for Config {
             gates: Vec::new(),
             store: StoreConfig::default(),
             log_dir: PathBuf::from("build/ralph-logs"),
+            log_files_kept: 1000,
             prompts: BTreeMap::new(),
             claude: ClaudeConfig::default(),
             codex: CliConfig::default(),

@@ -19,6 +19,8 @@ pub(crate) mod bounds {
     pub(crate) const MAX_CONCURRENCY: usize = 1_024;
     /// `recent_attempts`.
     pub(crate) const MAX_RECENT_ATTEMPTS: usize = 10_000;
+    /// `log_files_kept`: a stage's own logs must outlive its pruning.
+    pub(crate) const MIN_LOG_FILES_KEPT: usize = 20;
     /// Every timeout (`stage_timeout`, `agent_timeout`, a gate's `timeout`, the claude
     /// section's `idle_timeout`): a week.
     pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -62,6 +64,16 @@ impl Config {
         }
         if self.build_concurrency == 0 {
             return Err(invalid("build_concurrency", "must be at least 1".into()));
+        }
+        if self.log_files_kept < bounds::MIN_LOG_FILES_KEPT {
+            return Err(invalid(
+                "log_files_kept",
+                format!(
+                    "must be at least {} (a run's own logs are kept), got {}",
+                    bounds::MIN_LOG_FILES_KEPT,
+                    self.log_files_kept
+                ),
+            ));
         }
         for (key, d) in [
             ("stage_timeout", self.stage_timeout),

@@ -107,7 +107,11 @@ impl Engine {
         let rel = resolve_spec(&ctx.workspace, &board.run, spec)?;
         let spec = SpecDoc::read(&ctx.workspace, &rel)?;
         let home = home(&ctx).await?;
-        let logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
+        let logs = Logs::new(
+            &ctx.workspace,
+            &ctx.config.log_dir,
+            ctx.config.log_files_kept,
+        )?;
         let caller = ctx.caller(emitter.clone());
         let recent = board
             .tasks

@@ -1,8 +1,11 @@
 //! Files that must survive a crash or be held by one process: atomic replacement and
-//! exclusive lock files. Used by every store and by the runtime's workspace lock.
+//! exclusive lock files, and folders of ralph's own that keep out of `git status`. Used by
+//! every store and by the runtime's workspace lock.
 
 pub(crate) mod atomic;
+pub(crate) mod capped;
 pub(crate) mod lock;
+pub(crate) mod own;
 #[cfg(feature = "threads")]
 pub(crate) mod seal;
 pub(crate) mod seen;

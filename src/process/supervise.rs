@@ -7,7 +7,7 @@
 //! after the grace), kills whatever it left behind, and reads what is still in the pipes
 //! by the one [`Drain`] rule.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lines::{LineSplitter, Piece};
 use super::{Drain, Exit, ProcessError, ProcessSpec, SupervisedChild, Termination};
+use crate::files::capped::CappedLog;
 
 /// The one read buffer of each stream: output is streamed through it, never collected whole.
 const READ_CHUNK: usize = 64 * 1024;
@@ -269,6 +270,7 @@ impl ProcessSpec {
             },
             run.drain(listener, &done)
         );
+        run.log.finish();
         let ended = ended?;
         Ok(Supervised {
             ending,
@@ -352,11 +354,11 @@ impl Source {
     }
 }
 
-/// The run's log: every byte of output, appended as it is read. Synchronous writes: a log
-/// is a local file whose writes land in the page cache, and a trip to the blocking pool
-/// for each would cost more than the write.
+/// The run's log: its output, appended as it is read, its head and tail kept (a
+/// [`CappedLog`]). Synchronous writes: a log is a local file whose writes land in the page
+/// cache, and a trip to the blocking pool for each would cost more than the write.
 struct Log {
-    file: Option<std::fs::File>,
+    file: Option<CappedLog>,
     error: Option<io::Error>,
 }
 
@@ -373,12 +375,14 @@ impl Log {
             source,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            crate::files::own::create_own_dir(dir).map_err(io)?;
         }
         let file = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(path)
+            .and_then(CappedLog::new)
             .map_err(io)?;
         Ok(Log {
             file: Some(file),
@@ -391,6 +395,16 @@ impl Log {
     fn write(&mut self, bytes: &[u8]) {
         if let Some(file) = &mut self.file
             && let Err(err) = file.write_all(bytes)
+        {
+            self.error = Some(err);
+            self.file = None;
+        }
+    }
+
+    /// Cuts the log to its head and tail, once the output is all read.
+    fn finish(&mut self) {
+        if let Some(file) = &mut self.file
+            && let Err(err) = file.finish()
         {
             self.error = Some(err);
             self.file = None;

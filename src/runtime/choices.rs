@@ -58,7 +58,7 @@ pub(crate) fn record(workspace: &Path, choice: AgentChoice) -> Result<(), StoreE
         path: path.clone(),
         source,
     };
-    std::fs::create_dir_all(super::workspace::state_dir(workspace)).map_err(io)?;
+    crate::files::own::create_dir_all(&super::workspace::state_dir(workspace)).map_err(io)?;
     let bytes = serde_json::to_vec_pretty(&choices).unwrap_or_default();
     crate::files::atomic::replace(&path, &bytes).map_err(io)
 }

@@ -11,8 +11,7 @@
 //!
 //! Threads keep each run's transcript in `.ralph/runs/<run-id>/output.log`.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write as _;
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -20,6 +19,7 @@ use super::error::Error;
 #[cfg(feature = "specs")]
 use crate::agent::Role;
 use crate::event::{Event, Observer};
+use crate::files::capped::CappedLog;
 use crate::model::Stage;
 use crate::time::{file_stamp, now_rfc3339};
 
@@ -27,7 +27,7 @@ use crate::time::{file_stamp, now_rfc3339};
 #[derive(Clone)]
 pub(crate) struct Emitter {
     observers: Arc<[Arc<dyn Observer>]>,
-    stage_log: Arc<Mutex<Option<File>>>,
+    stage_log: Arc<Mutex<Option<CappedLog>>>,
 }
 
 impl Emitter {
@@ -63,8 +63,14 @@ impl Emitter {
         }
     }
 
-    fn set_stage_log(&self, file: File) {
-        *self.stage_log.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+    /// Routes the lines to `file` from now on; the log it replaces is cut to its head and
+    /// tail.
+    fn set_stage_log(&self, file: CappedLog) {
+        let mut log = self.stage_log.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = log.as_mut() {
+            let _ = old.finish();
+        }
+        *log = Some(file);
     }
 }
 
@@ -94,20 +100,33 @@ pub(crate) struct Logs {
     dir: PathBuf,
     stage: Stage,
     stamp: String,
+    /// Log files kept in `dir` (`log_files_kept`).
+    keep: usize,
+    /// Stages entered: the logs are pruned every [`PRUNE_EVERY`] of them.
+    entered: usize,
 }
 
+/// Stages between two prunings of the log folder within a run: a listing of a thousand
+/// files per stage would cost more than the stage's own bookkeeping.
+const PRUNE_EVERY: usize = 64;
+
 impl Logs {
-    pub(crate) fn new(workspace: &Path, dir: &Path) -> Result<Self, Error> {
+    /// The logs of a run that starts now, in `dir` (relative to `workspace`), made if
+    /// missing; the oldest logs beyond `keep` files are deleted.
+    pub(crate) fn new(workspace: &Path, dir: &Path, keep: usize) -> Result<Self, Error> {
         let dir = workspace.join(dir);
-        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+        crate::files::own::create_own_dir(&dir).map_err(|source| Error::Io {
             path: dir.clone(),
             source,
         })?;
+        prune(&dir, keep);
         Ok(Logs {
             workspace: workspace.to_path_buf(),
             dir,
             stage: Stage::Investigate,
             stamp: file_stamp(),
+            keep,
+            entered: 0,
         })
     }
 
@@ -116,6 +135,10 @@ impl Logs {
     pub(crate) fn enter(&mut self, stage: Stage, emitter: &Emitter) -> Result<PathBuf, Error> {
         self.stage = stage;
         self.stamp = file_stamp();
+        self.entered += 1;
+        if self.entered.is_multiple_of(PRUNE_EVERY) {
+            prune(&self.dir, self.keep);
+        }
         let (path, file) = self.create(&format!("ralph-{}-{}", self.stamp, stage.file_name()))?;
         emitter.set_stage_log(file);
         Ok(self.relative(&path))
@@ -169,7 +192,7 @@ impl Logs {
         self.workspace.join(path)
     }
 
-    fn create(&self, base: &str) -> Result<(PathBuf, File), Error> {
+    fn create(&self, base: &str) -> Result<(PathBuf, CappedLog), Error> {
         let mut n = 0;
         loop {
             let name = if n == 0 {
@@ -178,11 +201,58 @@ impl Logs {
                 format!("{base}-{n}.log")
             };
             let path = self.dir.join(name);
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(file) => return Ok((path, file)),
+            match OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create_new(true)
+                .open(&path)
+                .and_then(CappedLog::new)
+            {
+                Ok(log) => return Ok((path, log)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
                 Err(source) => return Err(Error::Io { path, source }),
             }
+        }
+    }
+}
+
+/// Deletes the oldest files under `dir` (through its subfolders, by modification time)
+/// beyond `keep`, then the folders left empty. Best effort: a log that cannot be listed or
+/// deleted costs disk space, never the run.
+fn prune(dir: &Path, keep: usize) {
+    let mut files = Vec::new();
+    list_files(dir, &mut files);
+    if files.len() <= keep {
+        return;
+    }
+    files.sort();
+    let excess = files.len() - keep;
+    for (_, path) in files.into_iter().take(excess) {
+        let _ = std::fs::remove_file(&path);
+        // Only a folder left empty goes (`remove_dir` refuses any other), up to `dir`.
+        for folder in path.ancestors().skip(1).take_while(|f| *f != dir) {
+            if std::fs::remove_dir(folder).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// The files under `dir` with their modification times, but its own `.gitignore`.
+fn list_files(dir: &Path, files: &mut Vec<(std::time::SystemTime, PathBuf)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            list_files(&entry.path(), files);
+        } else if entry.file_name() != ".gitignore"
+            && let Ok(modified) = entry.metadata().and_then(|m| m.modified())
+        {
+            files.push((modified, entry.path()));
         }
     }
 }
@@ -208,7 +278,7 @@ pub(crate) fn run_folder(workspace: &Path, log_dir: &Path, name: &str) -> Result
         .join("runs")
         .join(sanitize(name))
         .join(file_stamp());
-    std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+    crate::files::own::create_own_dir(&dir).map_err(|source| Error::Io {
         path: dir.clone(),
         source,
     })?;
@@ -256,9 +326,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_oldest_logs_beyond_the_limit_go_with_the_folders_left_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path();
+        let old = logs.join("runs/spec/1");
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::write(logs.join(".gitignore"), "*\n").unwrap();
+        let t0 = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000);
+        let write = |path: &Path, age: u64| {
+            std::fs::write(path, "x").unwrap();
+            let file = std::fs::File::options().write(true).open(path).unwrap();
+            file.set_modified(t0 + std::time::Duration::from_secs(age))
+                .unwrap();
+        };
+        write(&old.join("verify.log"), 1);
+        write(&logs.join("ralph-a.log"), 2);
+        write(&logs.join("ralph-b.log"), 3);
+        write(&logs.join("ralph-c.log"), 4);
+        prune(logs, 2);
+        assert!(!logs.join("runs").exists(), "the emptied folders went too");
+        assert!(!logs.join("ralph-a.log").exists());
+        assert!(logs.join("ralph-b.log").exists() && logs.join("ralph-c.log").exists());
+        assert!(
+            logs.join(".gitignore").exists(),
+            "not a log: never counted nor deleted"
+        );
+    }
+
+    #[test]
     fn names_are_sortable_and_unique() {
         let dir = tempfile::tempdir().unwrap();
-        let mut logs = Logs::new(dir.path(), Path::new("build/ralph-logs")).unwrap();
+        let mut logs = Logs::new(dir.path(), Path::new("build/ralph-logs"), 1000).unwrap();
         let emitter = Emitter::new(&[]);
         let a = logs.enter(Stage::Build, &emitter).unwrap();
         let b = logs.enter(Stage::Build, &emitter).unwrap();

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::files::{LockError, LockFile};
 
 /// The folder of ralph's own state, inside the workspace.
-pub const STATE_DIR: &str = ".ralph";
+pub const STATE_DIR: &str = crate::files::own::STATE_DIR_NAME;
 
 /// The lock file, inside [`STATE_DIR`].
 const LOCK_FILE: &str = "ralph.lock";
@@ -44,7 +44,7 @@ impl RunLock {
     /// [`LockError::Io`] when `.ralph/` or the lock file cannot be created.
     pub(crate) async fn take(workspace: &Path) -> Result<RunLock, LockError> {
         let dir = state_dir(workspace);
-        std::fs::create_dir_all(&dir).map_err(|source| LockError::Io {
+        crate::files::own::create_dir_all(&dir).map_err(|source| LockError::Io {
             path: dir.clone(),
             source,
         })?;

@@ -95,7 +95,7 @@ pub(crate) async fn check_out(
 /// The folder of work trees, made if missing; the path of `task`'s.
 fn make_room(workspace: &Path, task: &TaskId) -> Result<PathBuf, GitError> {
     let dir = dir(workspace);
-    std::fs::create_dir_all(&dir).map_err(|source| GitError::Spawn {
+    crate::files::own::create_dir_all(&dir).map_err(|source| GitError::Spawn {
         command: "worktree add".into(),
         dir,
         source,

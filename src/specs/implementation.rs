@@ -485,7 +485,7 @@ impl ImplementationStore {
             .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         bytes.push(b'\n');
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            crate::files::own::create_dir_all(dir).map_err(io)?;
         }
         crate::files::atomic::replace(&self.path, &bytes).map_err(io)?;
         self.watch.saw(&self.path).map_err(io)

@@ -350,7 +350,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         path: path.to_path_buf(),
         source,
     };
-    std::fs::create_dir_all(atomic::dir_of(path)).map_err(io)?;
+    crate::files::own::create_dir_all(&atomic::dir_of(path)).map_err(io)?;
     atomic::replace(path, bytes).map_err(io)
 }
 

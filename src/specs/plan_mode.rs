@@ -32,7 +32,11 @@ use crate::runtime::spec;
 /// `<log_dir>/ralph-<timestamp>-plan-mode.log`, which ends with the result or the error.
 pub(crate) async fn run(ctx: Arc<Context>, specs: Vec<PathBuf>) -> Result<Implementation, Error> {
     let emitter = Emitter::new(&ctx.observers);
-    let mut logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
+    let mut logs = Logs::new(
+        &ctx.workspace,
+        &ctx.config.log_dir,
+        ctx.config.log_files_kept,
+    )?;
     logs.open_run("plan-mode", &emitter)?;
     let result = plan(ctx, specs, emitter.clone()).await;
     if let Err(e) = &result {

@@ -85,7 +85,7 @@
 //! directory) is created by the first persist. A dry run can load a board safely.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -609,7 +609,7 @@ impl Log {
                 if self.seen.is_none() {
                     // The first write of a new file: its directory may not exist yet.
                     let dir = atomic::dir_of(path);
-                    fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+                    crate::files::own::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
                     atomic::remove_stale_temps(path);
                 }
                 open_data(path).map_err(io)?
@@ -640,7 +640,7 @@ impl Log {
             source,
         })?;
         let dir = atomic::dir_of(path);
-        fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        crate::files::own::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
         atomic::remove_stale_temps(path);
         atomic::replace(path, &bytes).map_err(|e| io_error(path, e))?;
         // The old handle still points at the replaced file; appends must go to the new one.
@@ -872,6 +872,7 @@ fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use crate::model::Task;
+    use std::fs;
 
     fn task(id: &str) -> Change {
         Change::Task(Task::new(id, "x"))

@@ -264,7 +264,7 @@ impl Shared {
             // The first write: the directories may not exist yet, and a crashed writer's
             // temp files may (the runtime's workspace lock makes this the only writer).
             for dir in [atomic::dir_of(&self.path), atomic::dir_of(&self.sidecar)] {
-                std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+                crate::files::own::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
             }
             atomic::remove_stale_temps(&self.path);
             atomic::remove_stale_temps(&self.sidecar);

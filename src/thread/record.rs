@@ -429,7 +429,7 @@ pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), Thre
         error: source,
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        crate::files::own::create_dir_all(dir).map_err(io)?;
     }
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| io(std::io::Error::other(e)))?;
     seal::write(path, &bytes).map_err(|(path, error)| ThreadError::Io { path, error })

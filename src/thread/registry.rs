@@ -141,7 +141,7 @@ impl Threads {
             error: source,
         };
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            crate::files::own::create_dir_all(dir).map_err(io)?;
         }
         // `create_new`: an existing revision is immutable, whatever the record says.
         let mut file = std::fs::OpenOptions::new()

@@ -141,6 +141,36 @@ async fn it_runs_in_the_workspace_and_logs_everything() {
     assert_eq!(fs::read_to_string(&log).unwrap(), expected);
 }
 
+/// A gate that prints 100 MB leaves a log of a few MiB: its first MiB, its last 4 MiB, and
+/// how much was skipped between them.
+#[tokio::test]
+async fn a_gate_printing_100_mb_leaves_a_bounded_log() {
+    let (dir, ctx) = ctx();
+    let log = dir.path().join("logs/gate.log");
+    let report = gate("head -c 100000000 /dev/zero | tr '\\0' x; echo; echo the-last-line")
+        .timeout(Duration::from_secs(120))
+        .check(ctx.log_path(&log))
+        .await
+        .unwrap();
+    assert_eq!(report.status, GateStatus::Passed);
+    let size = fs::metadata(&log).unwrap().len();
+    assert!(size < 5 * 1024 * 1024 + 200, "the log holds {size} bytes");
+    let text = fs::read(&log).unwrap();
+    let text = String::from_utf8_lossy(&text);
+    let skipped = 100_000_000 + 1 + 14 - 5 * 1024 * 1024;
+    assert!(
+        text.contains(&format!("[… {skipped} bytes of output skipped")),
+        "{}",
+        &text[1024 * 1024 - 10..1024 * 1024 + 120]
+    );
+    assert!(text.starts_with("xxxx") && text.ends_with("x\nthe-last-line\n"));
+    // The folder ralph made for the log keeps it out of `git status`.
+    assert_eq!(
+        fs::read_to_string(dir.path().join("logs/.gitignore")).unwrap(),
+        "# ralph's own files: kept out of git by ralph\n*\n"
+    );
+}
+
 #[tokio::test]
 async fn leftover_processes_are_killed_and_reported() {
     let (_dir, ctx) = ctx();

@@ -267,7 +267,7 @@ fn emit_pressure(request: &AgentRequest, ratio: f64, tier: &str) {
 
 fn open_log(path: &Path) -> Result<std::fs::File, AgentError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| AgentError::Io {
+        crate::files::own::create_own_dir(dir).map_err(|source| AgentError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
@@ -301,7 +301,7 @@ fn write_file(path: &Path, content: &str, append: bool) -> Result<(), AgentError
         source,
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        crate::files::own::create_dir_all(dir).map_err(io)?;
     }
     let mut file = std::fs::OpenOptions::new()
         .create(true)

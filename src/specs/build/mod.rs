@@ -64,7 +64,11 @@ fn kept_out(ctx: &Context) -> Vec<String> {
 /// Runs build mode to an outcome.
 pub(crate) async fn run(ctx: Arc<Context>) -> Result<SpecsOutcome, Error> {
     let emitter = Emitter::new(&ctx.observers);
-    let mut logs = Logs::new(&ctx.workspace, &ctx.config.log_dir)?;
+    let mut logs = Logs::new(
+        &ctx.workspace,
+        &ctx.config.log_dir,
+        ctx.config.log_files_kept,
+    )?;
     logs.open_run("build-specs", &emitter)?;
     let result = match SpecBuild::start(ctx, emitter.clone()).await {
         Ok(mut build) => build.run().await,
