@@ -249,6 +249,9 @@ pub enum Event {
         specs: usize,
         /// Tasks in it, all specs together.
         tasks: usize,
+        /// The commit of the file (`ralph plan: N specs, M tasks`), in a git repository
+        /// with a commit; `None` outside git, or when git ignores the file.
+        commit: Option<String>,
     },
     /// The run ended.
     Finished {
@@ -487,7 +490,12 @@ impl std::fmt::Display for Event {
             #[cfg(feature = "specs")]
             Event::SpecsFinished { outcome } => write!(f, "{outcome}"),
             #[cfg(feature = "specs")]
-            Event::PlanSaved { path, specs, tasks } => {
+            Event::PlanSaved {
+                path,
+                specs,
+                tasks,
+                commit,
+            } => {
                 let (s, t) = (
                     if *specs == 1 { "" } else { "s" },
                     if *tasks == 1 { "" } else { "s" },
@@ -496,7 +504,11 @@ impl std::fmt::Display for Event {
                     f,
                     "saved {} ({specs} spec{s}, {tasks} task{t})",
                     path.display()
-                )
+                )?;
+                match commit {
+                    Some(commit) => write!(f, ", committed {}", &commit[..commit.len().min(10)]),
+                    None => Ok(()),
+                }
             }
             Event::Finished { outcome } => write!(f, "{outcome}"),
         }

@@ -685,11 +685,18 @@ impl Git {
         let from = format!("--pathspec-from-file={}", list.0.display());
         self.run(&["add", "-A", "--pathspec-file-nul", &from])
             .await?;
-        if !self.has_staged().await? {
+        // `git diff` takes no pathspec file: what is staged is matched against the paths.
+        let staged = self.run(&["diff", "--cached", "--name-only", "-z"]).await?;
+        let wanted: std::collections::HashSet<&str> = paths.iter().map(String::as_str).collect();
+        if !staged.split('\0').any(|path| wanted.contains(path)) {
             return Ok(None);
         }
+        // With the paths named, the commit takes only them: whatever else the user staged
+        // stays staged, out of ralph's commit.
         let mut args: Vec<String> = self.identity_args().await;
-        args.extend(["commit", "-q", "-m", message].map(str::to_owned));
+        args.extend(
+            ["commit", "-q", "-m", message, "--pathspec-file-nul", &from].map(str::to_owned),
+        );
         self.run_owned(&args).await?;
         self.head().await
     }
@@ -736,6 +743,15 @@ impl Git {
     }
 
     /// Whether `path` is ignored by a `.gitignore` (or `info/exclude`).
+    /// Whether git ignores `path` (relative to the directory git runs in).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn ignored(&self, path: &str) -> Result<bool, GitError> {
+        self.is_ignored(path).await
+    }
+
     async fn is_ignored(&self, path: &str) -> Result<bool, GitError> {
         // `check-ignore` exits 0 and prints the path when ignored, 1 when not.
         let out = self

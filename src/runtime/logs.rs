@@ -273,15 +273,15 @@ pub(crate) fn sanitize(text: &str) -> String {
 #[cfg(feature = "specs")]
 /// A new run folder `<log_dir>/runs/<name>/<timestamp>/`, created.
 pub(crate) fn run_folder(workspace: &Path, log_dir: &Path, name: &str) -> Result<PathBuf, Error> {
-    let dir = workspace
-        .join(log_dir)
-        .join("runs")
-        .join(sanitize(name))
-        .join(file_stamp());
-    crate::files::own::create_own_dir(&dir).map_err(|source| Error::Io {
-        path: dir.clone(),
-        source,
-    })?;
+    let logs = workspace.join(log_dir);
+    let dir = logs.join("runs").join(sanitize(name)).join(file_stamp());
+    // The log folder ignores itself (when ralph made it), and so everything under it.
+    crate::files::own::create_own_dir(&logs)
+        .and_then(|()| crate::files::own::create_dir_all(&dir))
+        .map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
     Ok(dir)
 }
 

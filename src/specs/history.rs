@@ -6,13 +6,18 @@
 //! A spec is marked completed (an atomic write of `implementation.json`) before its entry is
 //! appended, so a stop in between would lose the entry. Instead of appending "the entry of
 //! the spec just completed", build mode appends every missing entry: at its start and after
-//! each spec. An entry is keyed by the spec id and its commit, written as an HTML comment
-//! under the heading (invisible when rendered):
+//! each spec. An entry is keyed by the spec id and the time it was completed, written as an
+//! HTML comment under the heading (invisible when rendered):
 //!
 //! ```text
 //! ## 2026-01-17T10:30:00Z · greeter: Greeter
-//! <!-- ralph-progress {"spec":"greeter","commit":"3f2c…"} -->
+//! <!-- ralph-progress {"spec":"greeter","at":"2026-01-17T10:30:00Z"} -->
 //! ```
+//!
+//! The entry is written before the spec's commit and goes into it, so it cannot name that
+//! commit: it says the commit is the one that adds it (`git log -1 -- PROGRESS.md`). Entries
+//! of specs that carry a `commit` (completed by an earlier ralph, or by hand) name it, and
+//! were keyed by it: those keys are still recognized.
 //!
 //! Entries are appended in completion order (`completedAt`, then file order), each append
 //! synced; an entry already there is never written again. Entries written before the key
@@ -29,8 +34,10 @@ use crate::specs::implementation::{Implementation, SpecEntry, Status};
 
 const KEY_PREFIX: &str = "<!-- ralph-progress ";
 const KEY_SUFFIX: &str = " -->";
-/// What an entry says when the spec had nothing to commit.
+/// What an old entry said when the spec had nothing to commit.
 const NO_COMMIT: &str = "nothing to commit";
+/// What an entry says of the commit it goes into.
+const THIS_COMMIT: &str = "the one that adds this entry";
 
 /// One history file.
 #[derive(Debug)]
@@ -63,7 +70,7 @@ impl History {
         let recorded = recorded(&text);
         let missing: Vec<&SpecEntry> = completion_order(plan)
             .into_iter()
-            .filter(|s| !recorded.contains(&key(s)))
+            .filter(|s| !keys(s).iter().any(|k| recorded.contains(k)))
             .collect();
         if missing.is_empty() {
             return Ok(Vec::new());
@@ -112,9 +119,12 @@ fn completion_order(plan: &Implementation) -> Vec<&SpecEntry> {
     done.into_iter().map(|(_, s)| s).collect()
 }
 
-/// An entry's identity: the spec id and its commit (empty when there was none).
-fn key(spec: &SpecEntry) -> (String, String) {
-    (spec.id.clone(), spec.commit.clone().unwrap_or_default())
+/// The keys an entry of `spec` may carry: its id with `at:` and the time it was
+/// completed, or (entries of earlier versions) with its commit, empty when there was none.
+fn keys(spec: &SpecEntry) -> [(String, String); 2] {
+    let at = format!("at:{}", spec.completed_at.as_deref().unwrap_or_default());
+    let commit = spec.commit.clone().unwrap_or_default();
+    [(spec.id.clone(), at), (spec.id.clone(), commit)]
 }
 
 /// The keys of the entries in `text`: from the key comments, and from the heading and
@@ -130,6 +140,9 @@ fn recorded(text: &str) -> HashSet<(String, String)> {
                 .strip_suffix(KEY_SUFFIX)?;
             let value: serde_json::Value = serde_json::from_str(json).ok()?;
             let id = value.get("spec")?.as_str()?.to_owned();
+            if let Some(at) = value.get("at").and_then(|a| a.as_str()) {
+                return Some((id, format!("at:{at}")));
+            }
             let commit = value.get("commit").and_then(|c| c.as_str()).unwrap_or("");
             Some((id, commit.to_owned()))
         });
@@ -155,7 +168,10 @@ fn legacy_key(section: &str) -> Option<(String, String)> {
 
 /// One entry: heading, key, tasks, commit, plan.
 fn entry(spec: &SpecEntry, plan: &str) -> String {
-    let key = serde_json::json!({"spec": spec.id, "commit": spec.commit});
+    let key = match &spec.commit {
+        Some(commit) => serde_json::json!({"spec": spec.id, "commit": commit}),
+        None => serde_json::json!({"spec": spec.id, "at": spec.completed_at}),
+    };
     let mut text = format!(
         "\n## {} · {}: {}\n{KEY_PREFIX}{key}{KEY_SUFFIX}\n\n",
         spec.completed_at.as_deref().unwrap_or_default(),
@@ -166,7 +182,7 @@ fn entry(spec: &SpecEntry, plan: &str) -> String {
     for task in &spec.tasks {
         text.push_str(&format!("  - [x] {} {}\n", task.id, task.description));
     }
-    let commit = spec.commit.as_deref().unwrap_or(NO_COMMIT);
+    let commit = spec.commit.as_deref().unwrap_or(THIS_COMMIT);
     text.push_str(&format!("- Commit: {commit}\n- Plan: {plan}\n"));
     text
 }

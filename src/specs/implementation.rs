@@ -203,7 +203,11 @@ pub struct SpecEntry {
     /// files: the reason. Build mode applies it before planning, also after a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_invalidation: Option<String>,
-    /// The commit that completed the spec.
+    /// The commit that completed the spec, as earlier versions recorded it (or a person
+    /// does). ralph no longer writes it: the spec's commit holds this file with the spec
+    /// completed, and a commit cannot name itself. It is the commit that set `completedAt`
+    /// (`git log -1 --format=%H -S '"completedAt"' -- implementation.json`, or the
+    /// `spec_committed` event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     /// RFC 3339 time the spec was completed.

@@ -20,6 +20,7 @@ use super::plan_files::{PlanFiles, find_specs};
 use crate::agent::Role;
 use crate::answer::{PlanAnswer, PlannedSpec};
 use crate::event::Event;
+use crate::git::Git;
 use crate::runtime::Context;
 use crate::runtime::call::{Call, Structured};
 use crate::runtime::deadline;
@@ -90,12 +91,44 @@ async fn plan(
     };
     let mut plan = merge(existing, answer);
     store.save(&mut plan, "plan-mode")?;
+    let specs = plan.specs.len();
+    let tasks = plan.specs.iter().map(|s| s.tasks.len()).sum();
+    let path = ctx.relative(store.path());
+    let commit = commit_plan(&ctx.workspace, &path, specs, tasks).await?;
     caller.emitter.emit(&Event::PlanSaved {
-        path: ctx.relative(store.path()),
-        specs: plan.specs.len(),
-        tasks: plan.specs.iter().map(|s| s.tasks.len()).sum(),
+        path,
+        specs,
+        tasks,
+        commit,
     });
     Ok(plan)
+}
+
+/// Commits the saved plan, and only it, in a git repository that has a commit: the plan is
+/// on record, and build mode starts from a clean work tree (ralph's files never linger in
+/// `git status`). `None` outside git, before the first commit, for a file git ignores or
+/// that did not change.
+async fn commit_plan(
+    workspace: &Path,
+    path: &Path,
+    specs: usize,
+    tasks: usize,
+) -> Result<Option<String>, Error> {
+    let git = Git::new(workspace);
+    if !git.is_repo().await || git.head().await?.is_none() {
+        return Ok(None);
+    }
+    // Checked from the workspace, where git runs; committed by its path from the top.
+    if path.is_absolute() || git.ignored(&path.to_string_lossy()).await? {
+        return Ok(None);
+    }
+    let rel = format!("{}{}", git.prefix().await?, path.display());
+    let message = format!(
+        "ralph plan: {specs} spec{}, {tasks} task{}",
+        if specs == 1 { "" } else { "s" },
+        if tasks == 1 { "" } else { "s" }
+    );
+    Ok(git.commit_paths(&message, &[rel]).await?)
 }
 
 /// The specs to plan, relative to the workspace, each checked to stay inside the specs folder.

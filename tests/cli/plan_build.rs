@@ -68,6 +68,8 @@ fn plan_then_build_the_plan_demo() {
         "{text}"
     );
     assert!(ws.join("implementation.json").exists());
+    // The plan is committed, alone: nothing of ralph's is left in `git status`.
+    assert_eq!(git(ws, &["status", "--porcelain"]), "");
 
     let (code, text) = run("build", ws);
     assert_eq!(code, Some(0), "{text}");
@@ -83,8 +85,11 @@ fn plan_then_build_the_plan_demo() {
     assert_eq!(text.matches("All specs complete").count(), 1, "{text}");
     assert_eq!(
         git(ws, &["log", "--format=%s"]),
-        "Farewell\nGreeter\nSpecs of the plan demo\n"
+        "Farewell\nGreeter\nralph plan: 2 specs, 3 tasks\nSpecs of the plan demo\n"
     );
+    // Each spec's commit holds its completion and its PROGRESS.md entry: nothing of
+    // ralph's is left in `git status`, logs included.
+    assert_eq!(git(ws, &["status", "--porcelain"]), "");
     assert!(ws.join("specs/plans/farewell.attempt-1.md").exists());
     let progress = std::fs::read_to_string(ws.join("PROGRESS.md")).unwrap();
     assert!(progress.contains("greeter: Greeter") && progress.contains("farewell: Farewell"));

@@ -98,8 +98,16 @@ async fn three_tasks_three_sessions_then_a_commit_per_spec_and_the_next_spec() {
     for spec in &plan.specs {
         assert_eq!(spec.status, Status::Completed, "{}", spec.id);
         assert!(spec.tasks.iter().all(|t| t.status == Status::Completed));
-        assert_eq!(spec.commit.as_deref().map(str::len), Some(40));
+        // The spec's commit holds its completion: a commit cannot name itself.
+        assert_eq!(spec.commit, None);
     }
+    // Each spec's commit holds its completion and its entry: nothing of ralph's is left.
+    assert_eq!(git(dir, &["status", "--porcelain"]), "");
+    let in_b = git(dir, &["show", "--name-only", "--format=", "HEAD"]);
+    assert!(
+        in_b.contains("implementation.json") && in_b.contains("PROGRESS.md"),
+        "{in_b}"
+    );
     // Commits named after the specs, spec a (priority 1) first.
     assert_eq!(commits(dir), ["Spec b", "Spec a", "Initial commit"]);
     let in_a = git(dir, &["show", "--name-only", "--format=", "HEAD~1"]);
@@ -126,7 +134,12 @@ async fn three_tasks_three_sessions_then_a_commit_per_spec_and_the_next_spec() {
     let b = progress.find("b: Spec b").unwrap();
     assert!(a < b, "{progress}");
     assert!(progress.contains("- [x] a-3 Write the docs"), "{progress}");
-    assert!(progress.contains(plan.spec("a").unwrap().commit.as_deref().unwrap()));
+    assert!(
+        progress.contains("- Commit: the one that adds this entry"),
+        "{progress}"
+    );
+    let a_committed = git(dir, &["show", "HEAD~1:implementation.json"]);
+    assert!(a_committed.contains("\"completedAt\""), "{a_committed}");
 
     // A second run has nothing to do and runs no agent.
     let before = agent.requests().len();

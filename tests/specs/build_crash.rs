@@ -129,7 +129,7 @@ fn end_state(dir: &Path) -> Value {
         "attempts": spec.attempts,
         "verified": spec.verified,
         "plan_invalidation": spec.plan_invalidation,
-        "commit_is_head": spec.commit.as_deref() == Some(git(dir, &["rev-parse", "HEAD"]).trim()),
+        "clean": git(dir, &["status", "--porcelain"]).is_empty(),
         "tasks": tasks,
         "meta": meta,
         "plan": std::fs::read_to_string(dir.join("specs/plans/a.md")).unwrap(),
@@ -227,16 +227,33 @@ async fn a_stop_anywhere_in_a_plan_invalidation_resumes_to_the_same_state() {
 
 /// A `post-commit` hook that makes the next write of implementation.json fail: the run
 /// stops right after the spec's commit, before the spec is recorded as completed.
+/// Makes the removal of the note that the spec's commit is due fail, right after the
+/// commit (a `post-commit` hook puts a folder in its place).
 fn stop_after_commit(dir: &Path) {
     let hook = dir.join(".git/hooks/post-commit");
     std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
     std::fs::write(
         &hook,
-        "#!/bin/sh\nmv implementation.json implementation.aside\nmkdir -p implementation.json/blocked\n",
+        "#!/bin/sh\nmv .ralph/spec-commit-due .ralph/spec-commit-due.aside\nmkdir -p .ralph/spec-commit-due/blocked\n",
     )
     .unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// What every complete end shows: the spec completed in the file, its entry, nothing
+/// uncommitted, and HEAD the spec's one commit holding all of it.
+fn assert_completed_in_one_commit(dir: &Path) {
+    let spec = &load(dir).specs[0];
+    assert_eq!(spec.status, Status::Completed);
+    assert!(!spec.verified, "cleared once completed");
+    assert_eq!(git(dir, &["status", "--porcelain"]), "");
+    assert_eq!(commits(dir), ["Spec a", "Initial commit"]);
+    let shown = git(dir, &["show", "--name-only", "--format=", "HEAD"]);
+    for file in ["greet.sh", "implementation.json", "PROGRESS.md"] {
+        assert!(shown.contains(file), "{file} in {shown}");
+    }
+    assert_eq!(progress_headings(dir), ["a: Spec a"]);
 }
 
 fn one_task_agent() -> Arc<FakeAgent> {
@@ -254,28 +271,20 @@ fn one_task_agent() -> Arc<FakeAgent> {
     )
 }
 
-/// Stopped after the spec's git commit, before the spec was marked completed: the restart
-/// runs no agent (the acceptance was recorded before the commit), makes no second commit,
-/// and records the commit HEAD already is.
+/// Stopped after the spec's git commit, before its note was cleared: the restart runs no
+/// agent, makes no second commit, and says which commit the spec's is.
 #[tokio::test]
-async fn a_stop_after_the_commit_records_that_commit_without_a_second_verification() {
+async fn a_stop_after_the_commit_makes_no_second_commit_and_no_second_verification() {
     let ws = workspace(&[("specs/a.md", SPEC)]);
     let dir = ws.path();
     implementation(dir, &[("a", 1, &["Write greet.sh"])]);
     stop_after_commit(dir);
     let ralph1 = build(dir, one_task_agent(), Recorder::default());
     let err = ralph1.build_specs().await.unwrap_err().to_string();
-    assert!(err.contains("implementation.json"), "{err}");
+    assert!(err.contains("spec-commit-due"), "{err}");
     drop(ralph1);
     std::fs::remove_file(dir.join(".git/hooks/post-commit")).unwrap();
-    unblock(&dir.join("implementation.json"));
-    let stored = &load(dir).specs[0];
-    assert!(
-        stored.verified,
-        "the acceptance was saved before the commit"
-    );
-    assert_eq!(stored.status, Status::InProgress);
-    assert_eq!(stored.commit, None);
+    unblock(&dir.join(".ralph/spec-commit-due"));
     assert_eq!(commits(dir), ["Spec a", "Initial commit"]);
 
     // No script at all: any agent run would fail the test.
@@ -283,31 +292,20 @@ async fn a_stop_after_the_commit_records_that_commit_without_a_second_verificati
     let recorder = Recorder::default();
     let ralph2 = build(dir, idle.clone(), recorder.clone());
     let outcome = ralph2.build_specs().await.unwrap();
-    assert_eq!(specs_complete(&outcome), (1, 0));
+    assert_eq!(specs_complete(&outcome), (0, 0));
     assert!(idle.requests().is_empty(), "{:?}", idle.requests());
-    assert_eq!(
-        commits(dir),
-        ["Spec a", "Initial commit"],
-        "no second commit"
-    );
+    assert_completed_in_one_commit(dir);
     let head = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
-    let spec = &load(dir).specs[0];
-    assert_eq!(spec.status, Status::Completed);
-    assert_eq!(spec.commit.as_deref(), Some(head.as_str()));
-    assert!(!spec.verified, "cleared once completed");
-    let progress = std::fs::read_to_string(dir.join("PROGRESS.md")).unwrap();
-    assert!(
-        progress.contains(&format!("- Commit: {head}")),
-        "{progress}"
-    );
     assert_eq!(
         recorder.of_kind("spec_committed")[0]["commit"],
         head.as_str()
     );
+    assert!(!dir.join(".ralph/spec-commit-due").exists());
 }
 
-/// Stopped after the acceptance was saved, before the commit (a `pre-commit` hook refuses
-/// it): the restart commits the spec's work, named after the spec, with no verifier run.
+/// Stopped after the spec was marked completed, before the commit (a `pre-commit` hook
+/// refuses it): the restart commits the spec's work with its completion, named after the
+/// spec, with no verifier run.
 #[tokio::test]
 async fn a_stop_before_the_commit_commits_on_restart_without_a_second_verification() {
     let ws = workspace(&[("specs/a.md", SPEC)]);
@@ -322,7 +320,7 @@ async fn a_stop_before_the_commit_commits_on_restart_without_a_second_verificati
     ralph1.build_specs().await.unwrap_err();
     drop(ralph1);
     std::fs::remove_file(&hook).unwrap();
-    assert!(load(dir).specs[0].verified);
+    assert_eq!(load(dir).specs[0].status, Status::Completed);
     assert_eq!(commits(dir), ["Initial commit"]);
 
     let idle = Arc::new(FakeAgent::new());
@@ -330,31 +328,14 @@ async fn a_stop_before_the_commit_commits_on_restart_without_a_second_verificati
     let outcome = ralph2.build_specs().await.unwrap();
     assert_eq!(specs_complete(&outcome), (1, 0));
     assert!(idle.requests().is_empty());
-    assert_eq!(commits(dir), ["Spec a", "Initial commit"]);
-    let shown = git(dir, &["show", "--name-only", "--format=", "HEAD"]);
-    assert!(shown.contains("greet.sh"), "{shown}");
-    let spec = &load(dir).specs[0];
-    assert_eq!(
-        spec.commit.as_deref(),
-        Some(git(dir, &["rev-parse", "HEAD"]).trim())
-    );
-}
-
-/// The progress entries' headings, in file order.
-fn progress_headings(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("PROGRESS.md"))
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("## "))
-        .map(|l| l.split_once(" · ").unwrap().1.to_owned())
-        .collect()
+    assert_completed_in_one_commit(dir);
 }
 
 /// Stopped after the spec was marked completed, before its PROGRESS.md entry was appended
-/// (the append fails): the restart appends the missing entry, with the spec's commit, and
-/// runs no agent; a third run writes nothing.
+/// (the append fails): the restart appends the entry and commits it with the spec's work,
+/// with no verifier run; a third run writes nothing.
 #[tokio::test]
-async fn a_stop_before_the_progress_entry_appends_it_on_restart_once() {
+async fn a_stop_before_the_progress_entry_commits_it_with_the_spec_on_restart() {
     let ws = workspace(&[("specs/a.md", SPEC)]);
     let dir = ws.path();
     implementation(dir, &[("a", 1, &["Write greet.sh"])]);
@@ -366,33 +347,31 @@ async fn a_stop_before_the_progress_entry_appends_it_on_restart_once() {
     drop(ralph1);
     unblock(&progress);
     assert!(!progress.exists());
-    let spec = &load(dir).specs[0];
-    assert_eq!(spec.status, Status::Completed, "completed before the stop");
-    let head = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
-    assert_eq!(spec.commit.as_deref(), Some(head.as_str()));
+    assert_eq!(commits(dir), ["Initial commit"]);
 
     let idle = Arc::new(FakeAgent::new());
-    let recorder = Recorder::default();
-    let ralph2 = build(dir, idle.clone(), recorder.clone());
+    let ralph2 = build(dir, idle.clone(), Recorder::default());
     let outcome = ralph2.build_specs().await.unwrap();
-    assert_eq!(specs_complete(&outcome), (0, 0));
+    assert_eq!(specs_complete(&outcome), (1, 0));
     assert!(idle.requests().is_empty());
+    assert_completed_in_one_commit(dir);
     let text = std::fs::read_to_string(&progress).unwrap();
-    assert_eq!(progress_headings(dir), ["a: Spec a"], "{text}");
-    assert!(text.contains(&format!("- Commit: {head}")), "{text}");
-    assert!(text.contains(&format!("\"commit\":\"{head}\"")), "{text}");
-    let warnings = recorder.warnings();
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w["message"].as_str().unwrap().contains("spec a")),
-        "{warnings:?}"
-    );
 
     drop(ralph2);
     let ralph3 = build(dir, idle, Recorder::default());
     ralph3.build_specs().await.unwrap();
     assert_eq!(std::fs::read_to_string(&progress).unwrap(), text);
+    assert_eq!(commits(dir), ["Spec a", "Initial commit"]);
+}
+
+/// The progress entries' headings, in file order.
+fn progress_headings(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("PROGRESS.md"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("## "))
+        .map(|l| l.split_once(" · ").unwrap().1.to_owned())
+        .collect()
 }
 
 /// Two specs; the run stops before the first one's entry. The restart builds the second
@@ -417,8 +396,11 @@ async fn a_missed_entry_comes_before_the_next_specs_entry() {
     );
     let ralph2 = build(dir, agent, Recorder::default());
     let outcome = ralph2.build_specs().await.unwrap();
-    assert_eq!(specs_complete(&outcome), (1, 1));
+    // a's commit, due from the first run, and b.
+    assert_eq!(specs_complete(&outcome), (2, 1));
     assert_eq!(progress_headings(dir), ["a: Spec a", "b: Spec b"]);
+    assert_eq!(commits(dir), ["Spec b", "Spec a", "Initial commit"]);
+    assert_eq!(git(dir, &["status", "--porcelain"]), "");
     let text = std::fs::read_to_string(&progress).unwrap();
     assert_eq!(text.matches("# Progress").count(), 1, "{text}");
 }

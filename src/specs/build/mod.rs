@@ -7,16 +7,16 @@
 //!               task prompt (+ plan) -> <TASK_DONE> | <TASK_BLOCKED> -> required gates
 //!               -> completed | retry with the failure (bounded) | blocked (the spec stops)
 //!   VERIFY    the whole spec, read-only, with the plan and the changed files:
-//!               accept -> git commit named after the spec, spec completed, PROGRESS.md
+//!               accept -> spec completed, PROGRESS.md, one git commit named after the spec
 //!               PLAN_INVALIDATION: <reason> -> plan archived, re-plan, rework task
 //!               reject -> a task carrying the feedback, same plan
 //! ```
 //!
 //! Every transition is written to `implementation.json` (atomically) before the next agent,
 //! gate or git command runs, so a killed process resumes where the work stood. A verdict is
-//! written together with its consequences: an acceptance as the spec's `verified` (then the
-//! commit; a restart commits what is uncommitted, or records HEAD when it is already the
-//! spec's commit), an invalidation as its rework task plus `planInvalidation` (then the plan
+//! written together with its consequences: an acceptance as the spec's `verified`, then the
+//! spec marked completed with its `PROGRESS.md` entry, then one commit of the work with
+//! both (a note in `.ralph/` says it is due: a restart makes it), an invalidation as its rework task plus `planInvalidation` (then the plan
 //! files; a restart finishes that). Neither is asked of the verifier again. Failed rounds
 //! of a spec (planner runs without a plan, rejections) count against
 //! `[planning] max_attempts`; a session cut short by a stop or by ralph's death counts
@@ -25,12 +25,14 @@
 //! One file per step: [`plan`] (the planner), [`tasks`] (the implementer sessions and their
 //! gates), [`verify`] (the verdict and what follows it).
 
+mod due;
 mod plan;
 pub(crate) mod tasks;
 mod verify;
 
 use std::sync::Arc;
 
+use self::due::DueCommit;
 use self::plan::PlanStep;
 use self::verify::Judgement;
 use super::history;
@@ -108,6 +110,8 @@ struct SpecBuild {
     /// The user's branch, checked after every agent session; the specs' work is one turn
     /// on it (see `runtime::home`). `None` before the repository's first commit.
     home: Option<Home>,
+    /// The note of a completed spec whose commit is due.
+    due: DueCommit,
     /// The workspace's lock, held for the run.
     _lock: RunLock,
 }
@@ -178,7 +182,8 @@ impl SpecBuild {
                 Err(other) => return Err(other),
             }
         }
-        let build = SpecBuild {
+        let mut build = SpecBuild {
+            due: DueCommit::in_state_dir(crate::runtime::workspace::state_dir(&ctx.workspace)),
             caller: ctx.caller(emitter.clone()),
             ctx,
             emitter,
@@ -192,7 +197,9 @@ impl SpecBuild {
             home,
             _lock: lock,
         };
-        // An earlier run may have stopped between completing a spec and its entry.
+        // An earlier run may have stopped between completing a spec and its commit, or
+        // between completing it and its entry.
+        build.commit_due().await?;
         for id in build.reconcile_history()? {
             build.emit(Event::Warning {
                 message: format!("PROGRESS.md lacked the entry of completed spec {id}; appended"),

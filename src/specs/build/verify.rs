@@ -154,26 +154,31 @@ impl SpecBuild {
         self.count_attempt(id, feedback)
     }
 
-    /// Commit named after the spec, spec completed, PROGRESS.md; in that order. The spec is
-    /// already marked `verified`, so a crash in between never runs the verifier again:
-    /// `resumed` (a restart) commits what is uncommitted, or records HEAD when it already is
-    /// the spec's commit.
+    /// Completes an accepted spec in one commit: the spec marked completed in
+    /// `implementation.json` and its `PROGRESS.md` entry are written first, so that the
+    /// spec's commit holds them with its work and the work tree is left clean (a commit
+    /// cannot name itself: the entry says its commit is the one that adds it, and the
+    /// `spec_committed` event gives the hash). A note in `.ralph/` says the commit is due
+    /// until it is made: a run stopped in between makes it when it starts again
+    /// ([`SpecBuild::commit_due`]).
     pub(super) async fn complete_spec(
         &mut self,
         id: &str,
         resumed: bool,
     ) -> Result<SpecEnd, Error> {
         let name = self.spec(id)?.display_name().to_owned();
-        let commit = self.commit_spec(&name, resumed).await?;
+        self.due.write(id)?;
         let entry = self.spec_mut(id)?;
         entry.status = Status::Completed;
         entry.verified = false;
-        entry.commit = commit.clone();
+        entry.commit = None;
         entry.completed_at = Some(now_rfc3339());
         self.save()?;
         // Reconciled, not appended blindly: the entry of a spec completed by a run that
         // stopped before writing it comes first, and nothing is written twice.
         self.reconcile_history()?;
+        let commit = self.commit_spec(&name, resumed).await?;
+        self.due.clear()?;
         self.specs_done += 1;
         self.emit(Event::SpecCommitted {
             spec: id.to_owned(),
@@ -182,10 +187,35 @@ impl SpecBuild {
         Ok(SpecEnd::Completed)
     }
 
+    /// Makes the commit of a spec completed by a run that stopped before making it.
+    pub(super) async fn commit_due(&mut self) -> Result<(), Error> {
+        let Some(id) = self.due.read()? else {
+            return Ok(());
+        };
+        if let Some(entry) = self
+            .plan
+            .spec(&id)
+            .filter(|e| e.status == Status::Completed)
+        {
+            let name = entry.display_name().to_owned();
+            self.reconcile_history()?;
+            let before = self.git.head().await?;
+            let commit = self.commit_spec(&name, true).await?;
+            if commit != before {
+                self.specs_done += 1;
+            }
+            self.emit(Event::SpecCommitted {
+                spec: id.clone(),
+                commit,
+            });
+        }
+        self.due.clear()
+    }
+
     /// The spec's commit: what the specs' turn changed since the last spec's (the user's
     /// untracked files and ralph's own stay out). After a restart, nothing left to commit
     /// and HEAD named after the spec mean the earlier run committed and stopped before
-    /// recording it.
+    /// clearing its note.
     async fn commit_spec(&mut self, name: &str, resumed: bool) -> Result<Option<String>, Error> {
         let kept_out = super::kept_out(&self.ctx);
         let exclude: Vec<&str> = kept_out.iter().map(String::as_str).collect();
