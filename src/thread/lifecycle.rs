@@ -5,7 +5,7 @@
 
 use super::phase::{Phase, PhaseKind};
 use super::record::{RunConfig, StuckReport, ThreadRecord, Turn};
-use super::{KEEP, ThreadError, Threads, preflight, spec, transition};
+use super::{ThreadError, Threads, preflight, spec, transition};
 
 /// Whether the person agreed to reset the work tree (see [`Threads::revise`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,7 +313,7 @@ impl Threads {
         let git = self.git();
         if let Some(baseline) = &record.baseline {
             // Leaves `ralph/<id>` for the baseline branch, or the baseline commit detached.
-            git.reset_to(baseline, KEEP).await?;
+            git.reset_to(baseline, &self.kept_out()).await?;
             if let Some(branch) = &record.branch
                 && git.branch_exists(branch).await?
             {
@@ -395,7 +395,7 @@ impl Threads {
     /// [`ThreadError::Transition`] from any other phase; git errors.
     pub async fn approve(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Approved)?;
-        record.approved_tree = Some(self.git().work_tree_id(KEEP).await?);
+        record.approved_tree = Some(self.git().work_tree_id(&self.kept_out()).await?);
         self.advance(&mut record, Phase::Approved)?;
         if self.quick {
             return self.prepare_commit(id, None);
@@ -456,7 +456,7 @@ impl Threads {
             git.switch(branch).await?;
         }
         self.check_approved(&mut record).await?;
-        let commit = git.commit_all(&message, KEEP).await?;
+        let commit = git.commit_all(&message, &self.kept_out()).await?;
         self.advance(&mut record, Phase::Done { commit })?;
         Ok(record)
     }
@@ -468,7 +468,7 @@ impl Threads {
             return Ok(());
         };
         let git = self.git();
-        let now = git.work_tree_id(KEEP).await?;
+        let now = git.work_tree_id(&self.kept_out()).await?;
         if now == approved {
             return Ok(());
         }
@@ -528,7 +528,7 @@ impl Threads {
         };
         let git = self.git();
         if git.current_branch().await?.as_deref() != Some(branch.as_str())
-            || !git.changes(KEEP).await?.is_empty()
+            || !git.changes(&self.kept_out()).await?.is_empty()
         {
             return Ok(());
         }
@@ -547,7 +547,10 @@ impl Threads {
     pub async fn diff(&self, id: &str) -> Result<String, ThreadError> {
         let record = self.get(id)?;
         match &record.baseline {
-            Some(b) => Ok(self.git().diff_from(&b.commit_sha, KEEP).await?),
+            Some(b) => Ok(self
+                .git()
+                .diff_from(&b.commit_sha, &self.kept_out())
+                .await?),
             None => Ok(String::new()),
         }
     }

@@ -165,9 +165,6 @@ type Named = (String, Arc<dyn Agent>);
 
 use crate::runtime::workspace::STATE_DIR;
 
-/// What git must never count, commit or reset: ralph's state.
-const KEEP: &[&str] = &[STATE_DIR];
-
 use registry::transition;
 
 /// The threads of one workspace. See the [module docs](self).
@@ -219,6 +216,12 @@ pub(super) struct LoopAgents {
 }
 
 impl Threads {
+    /// What git must never count, commit or reset: ralph's state and its logs.
+    pub(crate) fn kept_out(&self) -> Vec<&str> {
+        let logs = self.ctx.config.log_dir.to_str().unwrap_or(STATE_DIR);
+        vec![STATE_DIR, logs]
+    }
+
     /// The threads of the workspace of `ctx`, run by its agent (see
     /// [`Ralph::threads`](crate::Ralph::threads)). `Threads::new` is in `src/ralph.rs`: a
     /// pipeline does not load its own context, the facade builds it for every pipeline.

@@ -4,7 +4,7 @@
 
 use super::phase::PhaseKind;
 use super::spec::ThreadSpec;
-use super::{KEEP, ThreadError, ThreadRecord, Threads};
+use super::{ThreadError, ThreadRecord, Threads};
 use crate::git::{Git, GitError};
 
 /// How many changed paths a dirty-tree message names.
@@ -19,7 +19,7 @@ pub(super) async fn run(
     let mut failures = Vec::new();
     let git = threads.git();
     let branch = format!("ralph/{}", record.id);
-    let git_ok = git_checks(&git, &branch, record, &mut failures).await?;
+    let git_ok = git_checks(&git, &threads.kept_out(), &branch, record, &mut failures).await?;
     match threads.spec_text(record) {
         Err(e) => failures.push(format!("spec v{}: {e}", record.spec_version)),
         Ok(text) => {
@@ -69,9 +69,11 @@ pub(super) async fn run(
     Ok(failures)
 }
 
-/// The git checks; true when git is usable (a repository with a baseline).
+/// The git checks; true when git is usable (a repository with a baseline). ralph's own
+/// files (`kept_out`) are never the user's uncommitted changes.
 async fn git_checks(
     git: &Git,
+    kept_out: &[&str],
     branch: &str,
     record: &mut ThreadRecord,
     failures: &mut Vec<String>,
@@ -94,7 +96,7 @@ async fn git_checks(
         }
     }
     if !on_managed {
-        let changes = git.changes(KEEP).await?;
+        let changes = git.changes(kept_out).await?;
         if !changes.is_empty() {
             let shown: Vec<&str> = changes
                 .iter()

@@ -16,7 +16,7 @@ use super::criteria::Checked;
 use super::phase::{Phase, PhaseKind};
 use super::record::{IterationRecord, RECENT_ATTEMPTS, StuckReport};
 use super::spec::ThreadSpec;
-use super::{KEEP, ThreadError, ThreadRecord, Threads};
+use super::{ThreadError, ThreadRecord, Threads};
 use crate::agent::Role;
 use crate::output::truncate_middle;
 
@@ -306,7 +306,7 @@ impl Threads {
         let diff = match &record.baseline {
             Some(b) => self
                 .git()
-                .diff_from(&b.commit_sha, KEEP)
+                .diff_from(&b.commit_sha, &self.kept_out())
                 .await
                 .unwrap_or_else(|e| format!("(no diff: {e})")),
             None => String::new(),
