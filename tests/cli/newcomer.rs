@@ -127,6 +127,28 @@ fn a_newcomers_session_leaves_nothing_of_ralphs_in_git_status() {
         ralph_ok(ws, &["thread", step]);
     }
     assert_clean(ws, "thread commit");
+
+    // `status` and `query` tell every mode's story, from a subdirectory too.
+    let status = ralph_ok(&ws.join("src"), &["status"]);
+    for part in [
+        "stage COMPLETE",
+        "build mode (implementation.json): 1 of 1 spec complete",
+        "hello      completed    tasks 1/1 Hello",
+        "thread 1-greeter  Done  Greeter",
+        "next: nothing: every run here is complete",
+    ] {
+        assert!(status.contains(part), "missing {part:?} in\n{status}");
+    }
+    let specs = ralph_ok(ws, &["query", "specs"]);
+    let spec: serde_json::Value = serde_json::from_str(specs.trim()).unwrap();
+    assert_eq!(spec["status"], "completed", "{specs}");
+    assert_eq!(
+        (spec["tasks_done"].as_u64(), spec["tasks"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let threads = ralph_ok(ws, &["query", "threads"]);
+    let thread: serde_json::Value = serde_json::from_str(threads.trim()).unwrap();
+    assert_eq!(thread["phase"], "Done", "{threads}");
     // The logs are there, out of sight.
     assert!(ws.join("build/ralph-logs/.gitignore").exists());
     assert!(ws.join(".ralph/.gitignore").exists());

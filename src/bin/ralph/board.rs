@@ -29,6 +29,11 @@ pub(crate) enum Query {
     Issues,
     /// The tasks still in the plan, one JSON object per line (`--done`: the done ones only).
     Tasks,
+    /// Build mode's specs from `implementation.json`, one JSON object per line: id, name,
+    /// status, tasks done and in all.
+    Specs,
+    /// The threads, one JSON object per line: id, title, phase.
+    Threads,
 }
 
 /// `ralph task …`.
@@ -152,17 +157,55 @@ fn open(workspace: &Path) -> Result<Ralph> {
         .build()?)
 }
 
-/// `ralph status`.
+/// `ralph status`: every mode that ran here, each in its own section (the construct
+/// board, build mode's specs from `implementation.json`, the threads and their phases),
+/// then the one next step.
 pub(crate) async fn status(workspace: &Path) -> Result<()> {
     let ralph = open(workspace)?;
     let board = ralph.board().await?;
+    let specs = implementation(&ralph)?;
+    let threads = thread_records(&ralph)?;
+    let mut next = Vec::new();
     if no_run(&board) {
-        return no_run_status(&ralph, workspace);
+        out!(
+            "no construct run yet in this workspace ({})",
+            ralph.workspace().display()
+        );
+    } else {
+        next.extend(construct_status(&ralph, &board, workspace)?);
     }
-    let stage = board.stage();
+    if let Some(plan) = &specs {
+        next.extend(specs_status(&ralph, plan, workspace));
+    }
+    for thread in &threads {
+        out!("thread {}  {}  {}", thread.id, thread.phase, thread.title);
+    }
+    if let Some(thread) = threads
+        .iter()
+        .find(|t| crate::thread::waits_for_a_person(t))
+    {
+        next.push(format!(
+            "thread {}: {}",
+            thread.id,
+            crate::thread::next(thread)
+        ));
+    }
+    match next.first() {
+        Some(next) => out!("next: {next}"),
+        None if no_run(&board) && specs.is_none() && threads.is_empty() => {
+            let again = crate::next::Again::new(workspace, "construct").command("");
+            out!("next: `{again} SPEC.md` starts on a spec")
+        }
+        None => out!("next: nothing: every run here is complete"),
+    }
+    Ok(())
+}
+
+/// The construct board; its next step unless the spec is complete.
+fn construct_status(ralph: &Ralph, board: &Board, workspace: &Path) -> Result<Option<String>> {
     out!(
         "stage {}, iteration {}",
-        stage_name(stage),
+        stage_name(board.stage()),
         board.run.iteration
     );
     if let Some(spec) = &board.run.spec {
@@ -195,11 +238,82 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
         out!("{}", choice_line(choice));
     }
     let again = crate::next::Again::new(workspace, "construct");
-    match crate::next::for_board(&board, ralph.config().max_iterations, &again) {
-        Some(next) => out!("next: {next}"),
-        None => out!("next: nothing: the spec is complete"),
+    Ok(crate::next::for_board(board, ralph.config().max_iterations, &again).map(|n| n.to_string()))
+}
+
+/// Build mode's file, when the workspace has one.
+fn implementation(ralph: &Ralph) -> Result<Option<ralph::specs::Implementation>> {
+    let file = ralph
+        .workspace()
+        .join(&ralph.config().planning.implementation);
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", file.display()).into()),
+    };
+    let plan = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(Some(plan))
+}
+
+/// The threads of the workspace, in the order `thread list` shows them.
+fn thread_records(ralph: &Ralph) -> Result<Vec<ralph::thread::ThreadRecord>> {
+    let threads = ralph::thread::Threads::new(ralph.workspace(), NoAgent)?;
+    let mut records = Vec::new();
+    for id in threads.list()? {
+        records.push(threads.get(&id)?);
     }
-    Ok(())
+    Ok(records)
+}
+
+/// Build mode's progress: each spec with its status and tasks; its next step unless every
+/// spec is complete.
+fn specs_status(
+    ralph: &Ralph,
+    plan: &ralph::specs::Implementation,
+    workspace: &Path,
+) -> Option<String> {
+    let done = plan.specs.iter().filter(|s| completed(s.status)).count();
+    out!(
+        "build mode ({}): {done} of {} {} complete",
+        ralph.config().planning.implementation.display(),
+        plan.specs.len(),
+        crate::display::plural(plan.specs.len(), "spec", "specs")
+    );
+    for spec in &plan.specs {
+        let tasks_done = spec.tasks.iter().filter(|t| completed(t.status)).count();
+        let mut line = format!(
+            "{:<10} {:<12} tasks {tasks_done}/{} {}",
+            spec.id,
+            spec_status_name(spec.status),
+            spec.tasks.len(),
+            spec.display_name()
+        );
+        if let Some(reason) = &spec.blocked_reason {
+            line.push_str(&format!("  — blocked: {reason}"));
+        }
+        out!("{line}");
+    }
+    let again = |mode: &str| crate::next::Again::new(workspace, mode).command("");
+    match (plan.specs.is_empty(), done == plan.specs.len()) {
+        (true, _) => Some(format!(
+            "`{}` plans the specs of the specs folder",
+            again("plan")
+        )),
+        (false, false) => Some(format!("`{}` builds the specs left", again("build"))),
+        (false, true) => None,
+    }
+}
+
+fn completed(status: ralph::specs::Status) -> bool {
+    status == ralph::specs::Status::Completed
+}
+
+/// A spec's status as `implementation.json` writes it (`in_progress`).
+fn spec_status_name(status: ralph::specs::Status) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{status:?}"))
 }
 
 /// Whether no construct run has happened here: nothing on record, nothing on the board.
@@ -211,53 +325,6 @@ fn no_run(board: &Board) -> bool {
 /// What `query stage` prints before any run: not a stage, so a script waiting for COMPLETE
 /// is not satisfied by a workspace where nothing ran.
 const NO_RUN: &str = "NONE";
-
-/// `ralph status` where no construct run happened: build mode's progress when the
-/// workspace has an `implementation.json`, and the command that starts the work.
-fn no_run_status(ralph: &Ralph, workspace: &Path) -> Result<()> {
-    out!(
-        "no construct run yet in this workspace ({})",
-        ralph.workspace().display()
-    );
-    let file = ralph
-        .workspace()
-        .join(&ralph.config().planning.implementation);
-    let again = |mode: &str| crate::next::Again::new(workspace, mode).command("");
-    let Ok(text) = std::fs::read_to_string(&file) else {
-        out!("next: `{}` starts on a spec", again("construct SPEC.md"));
-        return Ok(());
-    };
-    let plan: ralph::specs::Implementation =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-    let done = plan
-        .specs
-        .iter()
-        .filter(|s| s.status == ralph::specs::Status::Completed)
-        .count();
-    out!(
-        "build mode ({}): {done} of {} {} complete",
-        file.display(),
-        plan.specs.len(),
-        crate::display::plural(plan.specs.len(), "spec", "specs")
-    );
-    for spec in &plan.specs {
-        out!(
-            "{:<10} {:<12} {}",
-            spec.id,
-            format!("{:?}", spec.status),
-            spec.name
-        );
-    }
-    match (plan.specs.is_empty(), done == plan.specs.len()) {
-        (true, _) => out!(
-            "next: `{}` plans the specs of the specs folder",
-            again("plan")
-        ),
-        (false, false) => out!("next: `{}` builds the specs left", again("build")),
-        (false, true) => out!("next: nothing: every spec is complete"),
-    }
-    Ok(())
-}
 
 /// An issue still to be dealt with (open, waiting for DECOMPOSE, or blocked), with why.
 fn issue_line(issue: &Issue) -> Option<String> {
@@ -315,7 +382,8 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
     if done && !matches!(what, Query::Tasks) {
         return Err("--done goes with `ralph query tasks` only".into());
     }
-    let board = open(workspace)?.board().await?;
+    let ralph = open(workspace)?;
+    let board = ralph.board().await?;
     match what {
         Query::Stage if no_run(&board) => out!("{NO_RUN}"),
         Query::Stage => out!("{}", stage_name(board.stage())),
@@ -336,6 +404,30 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
             });
             for task in tasks {
                 out!("{}", serde_json::to_string(task)?);
+            }
+        }
+        Query::Specs => {
+            let specs = implementation(&ralph)?.map(|p| p.specs).unwrap_or_default();
+            for spec in specs {
+                let done = spec.tasks.iter().filter(|t| completed(t.status)).count();
+                let line = serde_json::json!({
+                    "id": spec.id,
+                    "name": spec.display_name(),
+                    "status": spec.status,
+                    "tasks_done": done,
+                    "tasks": spec.tasks.len(),
+                });
+                out!("{line}");
+            }
+        }
+        Query::Threads => {
+            for thread in thread_records(&ralph)? {
+                let line = serde_json::json!({
+                    "id": thread.id,
+                    "title": thread.title,
+                    "phase": thread.phase.to_string(),
+                });
+                out!("{line}");
             }
         }
     }

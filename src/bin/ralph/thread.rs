@@ -480,8 +480,17 @@ fn last_run(threads: &Threads, run_id: &str) -> String {
     }
 }
 
+/// Whether the thread waits for a person: a checkpoint, a failure or a pause, not a loop
+/// that runs, nor a thread that is over.
+pub(crate) fn waits_for_a_person(thread: &ThreadRecord) -> bool {
+    !matches!(
+        thread.phase,
+        Phase::Done { .. } | Phase::Abandoned | Phase::Running { .. } | Phase::Verifying { .. }
+    )
+}
+
 /// What to do next in each phase.
-fn next(thread: &ThreadRecord) -> String {
+pub(crate) fn next(thread: &ThreadRecord) -> String {
     match &thread.phase {
         Phase::Drafting => {
             "`ralph thread discuss \"…\"` or `edit`, then `assess` or `finalize`".into()
