@@ -358,10 +358,10 @@ pub(crate) fn parse<T: Answer>(run: &AgentRun) -> Result<T, String> {
         None => {
             let text = run.final_text.trim();
             if !text.starts_with('{') {
-                return Err(
-                    "no structured answer: reply with only a JSON object matching the schema"
-                        .into(),
-                );
+                return Err(format!(
+                    "no structured answer: it starts with {:?} where a JSON object matching the schema was asked for",
+                    start_of(text)
+                ));
             }
             serde_json::from_str(text).map_err(|e| format!("the answer is not valid JSON: {e}"))?
         }
@@ -370,6 +370,15 @@ pub(crate) fn parse<T: Answer>(run: &AgentRun) -> Result<T, String> {
         .map_err(|e| format!("the answer does not match the schema: {e}"))?;
     answer.check()?;
     Ok(answer)
+}
+
+/// The first 60 characters of `text` (an empty answer is said to be empty).
+fn start_of(text: &str) -> String {
+    match text.char_indices().nth(60) {
+        _ if text.is_empty() => "(nothing)".to_owned(),
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -43,7 +43,8 @@ pub enum Event {
         task: TaskId,
         /// Its name.
         name: String,
-        /// Attempt in this round (1 = first try).
+        /// The task's attempt, counted over every round (a rebuild after a rejection goes
+        /// on from the last), as its log names it (`…-a2.log`); 1 = the first try.
         attempt: u32,
     },
     /// An agent run ended.
@@ -183,6 +184,19 @@ pub enum Event {
         issue: IssueId,
         /// The tasks made from it.
         into: Vec<TaskId>,
+    },
+    /// An agent's structured answer (an investigation, a verdict, a gap analysis, a plan…)
+    /// was invalid: what did not parse, and where. The agent is asked once more.
+    AnswerInvalid {
+        /// The role that answered.
+        role: Role,
+        /// Its subject.
+        subject: Option<String>,
+        /// The attempt whose answer it was.
+        attempt: u32,
+        /// What is wrong with it: not JSON (with the line and column), a field that does
+        /// not fit the schema (named), or prose where JSON was asked for (its start).
+        cause: String,
     },
     /// A rate limit: the loop waits until it resets.
     RateLimited {
@@ -401,16 +415,18 @@ impl std::fmt::Display for Event {
                 Some(line) => f.write_str(&line),
                 None => Ok(()),
             },
+            // Named after their task: with tasks at once, lines of several interleave.
             Event::GateFinished {
+                task,
                 gate,
                 status,
                 required,
                 ..
             } => {
                 let optional = if *required { "" } else { " (optional)" };
-                write!(f, "  gate {gate}{optional}: {status}")
+                write!(f, "  {task} gate {gate}{optional}: {status}")
             }
-            Event::TaskRetry { reason, .. } => write!(f, "  retry: {reason}"),
+            Event::TaskRetry { task, reason, .. } => write!(f, "  {task} retry: {reason}"),
             Event::TaskDone { task } => write!(f, "✓ {task} done"),
             Event::TaskMerged { task, commit } => {
                 write!(
@@ -456,6 +472,18 @@ impl std::fmt::Display for Event {
             Event::Prioritized { order, .. } => write!(f, "priorities: {}", order.join(", ")),
             Event::Decomposed { task, into } => write!(f, "{task} → {}", list(into)),
             Event::IssueDecomposed { issue, into } => write!(f, "{issue} → {}", list(into)),
+            Event::AnswerInvalid {
+                role,
+                subject,
+                attempt,
+                cause,
+            } => {
+                let subject = subject
+                    .as_deref()
+                    .map(|s| format!(" {s}"))
+                    .unwrap_or_default();
+                write!(f, "  {role}{subject} answer {attempt} invalid: {cause}")
+            }
             Event::RateLimited { wait_secs } => write!(f, "rate limited: waiting {wait_secs}s"),
             Event::StateRepaired { note } => write!(f, "state repaired: {note}"),
             Event::Warning { message } => write!(f, "warning: {message}"),

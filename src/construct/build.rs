@@ -159,7 +159,7 @@ impl Engine {
             self.emit(Event::TaskStarted {
                 task: id.clone(),
                 name: task.name.clone(),
-                attempt: round,
+                attempt: task.attempts.saturating_add(1),
             });
             let mut tried = None;
             let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
@@ -239,7 +239,7 @@ impl Engine {
                 broken.map_or(end, TaskEnd::Stop)
             }
             AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure) => {
-                self.retry_task(after, round, failure, memo).await?;
+                self.retry_task(after, failure, memo).await?;
                 return Ok(match broken {
                     Some(outcome) => Settled::End(TaskEnd::Stop(outcome)),
                     None => Settled::Retry,
@@ -382,16 +382,17 @@ impl Engine {
     async fn retry_task(
         &mut self,
         mut task: Task,
-        round: u32,
         failure: String,
         memo: Option<Change>,
     ) -> Result<(), Error> {
         task.last_failure = Some(bounded_failure(&failure));
         let id = task.id.clone();
+        // The attempt that failed (`task` counts it already), as its log names it.
+        let attempt = task.attempts;
         self.commit(with_memo(task, memo)).await?;
         self.emit(Event::TaskRetry {
             task: id,
-            attempt: round,
+            attempt,
             reason: first_line(&failure),
         });
         Ok(())

@@ -181,7 +181,7 @@ impl Engine {
         self.emit(Event::TaskStarted {
             task: id.clone(),
             name: task.name.clone(),
-            attempt: round,
+            attempt: task.attempts.saturating_add(1),
         });
         let worker = self.worker();
         let workspace = self.ctx.workspace.clone();
@@ -256,7 +256,7 @@ impl Engine {
         self.emit(Event::TaskStarted {
             task: task.id.clone(),
             name: format!("{} (merging its kept work)", task.name),
-            attempt: task.round_attempts() + 1,
+            attempt: task.attempts.saturating_add(1),
         });
         let end = self.merge(task).await?;
         match &end {

@@ -485,7 +485,16 @@ impl Caller {
             };
             match answer::parse::<T>(&run).and_then(|a| extra(&a).map(|()| a)) {
                 Ok(answer) => return Ok((Structured::Answer(answer), runs)),
-                Err(e) => last_error = e,
+                Err(e) => {
+                    // Said where an observer sees it, not only in the retry's prompt.
+                    self.emitter.emit(&Event::AnswerInvalid {
+                        role: call.role,
+                        subject: call.subject.clone(),
+                        attempt: call.attempt,
+                        cause: e.clone(),
+                    });
+                    last_error = e;
+                }
             }
             call.attempt += 1;
             call.prompt = format!(

@@ -23,7 +23,7 @@ fn every_role() -> FakeAgent {
     Role::Investigate,
     "i-1",
     Script::new().answer("Sure! First, write the greeter."),
-    "no structured answer"
+    "no structured answer: it starts with \"Sure! First, write the greeter.\""
 )]
 #[case::investigate_unknown_field(
     Role::Investigate,
@@ -87,6 +87,16 @@ async fn an_invalid_structured_answer_is_retried_once_with_the_error(
         "{retry}"
     );
     assert!(retry.contains(error), "{retry}");
+    // The cause is an event an observer sees, not only a line of the retry's prompt.
+    let invalid = h.events.of_kind("answer_invalid");
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert_eq!(invalid[0]["role"], role.as_str());
+    assert_eq!(invalid[0]["subject"], subject);
+    assert_eq!(invalid[0]["attempt"], 1);
+    assert!(
+        invalid[0]["cause"].as_str().unwrap().contains(error),
+        "{invalid:?}"
+    );
     let board = h.store.board();
     match role {
         Role::Investigate => assert_eq!(board.issues["i-1"].attempts, 2),

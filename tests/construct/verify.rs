@@ -47,11 +47,25 @@ async fn a_rejected_task_is_rebuilt_with_a_fresh_retry_budget_and_the_reason() {
         [
             ("t-1".into(), 1),
             ("t-1".into(), 2),
-            ("t-1".into(), 1),
-            ("t-1".into(), 2)
+            ("t-1".into(), 3),
+            ("t-1".into(), 4)
         ],
-        "the attempt within the round restarts after a rejection"
+        "a rebuild's attempt goes on from the last, as its log's name does"
     );
+    let logs: Vec<String> = h
+        .events
+        .of_kind("agent_finished")
+        .iter()
+        .filter_map(|e| e["log"].as_str().map(str::to_owned))
+        .filter(|log| log.contains("-build-t-1-"))
+        .collect();
+    assert!(
+        logs.iter()
+            .enumerate()
+            .all(|(i, log)| log.ends_with(&format!("-a{}.log", i + 1))),
+        "{logs:?}"
+    );
+    assert_eq!(logs.len(), 4, "{logs:?}");
     let builds = h.requests(Role::Build, "t-1");
     assert!(builds[2].prompt.contains(WHY), "{}", builds[2].prompt);
     assert!(builds[2].prompt.contains("Earlier Rounds of This Task"));

@@ -79,7 +79,7 @@ fn an_embedders_subscriber_sees_stages_tasks_agent_runs_and_gates() {
     for part in [
         "stage{iteration=1 stage=BUILD}:task{task=t-1 attempt=1}",
         "agent build t-1: completed",
-        "gate done-file: passed",
+        "t-1 gate done-file: passed",
         "✓ t-1 accepted",
     ] {
         assert!(text.contains(part), "missing {part:?} in\n{text}");

@@ -141,9 +141,10 @@ async fn plan_mode_writes_one_event_log_per_call() {
     assert_eq!(logs.len(), 1, "{logs:?}");
     let logged = events(&logs[0]);
     assert_eq!(kinds(&logged), ["agent_finished", "plan_saved"]);
+    let head = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
     assert_eq!(
         logged[1],
-        json!({"event": "plan_saved", "path": "implementation.json", "specs": 1, "tasks": 2})
+        json!({"event": "plan_saved", "path": "implementation.json", "specs": 1, "tasks": 2, "commit": head})
     );
 
     // An unusable answer: the log ends with the error plan mode returned.

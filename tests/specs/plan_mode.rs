@@ -107,7 +107,15 @@ async fn build_mode_runs_from_plan_modes_file_without_parsing() {
             .iter()
             .all(|r| r.role != Role::Breakdown)
     );
-    assert_eq!(commits(dir), ["Farewell", "Greeter", "Initial commit"]);
+    assert_eq!(
+        commits(dir),
+        [
+            "Farewell",
+            "Greeter",
+            "ralph plan: 2 specs, 4 tasks",
+            "Initial commit"
+        ]
+    );
 }
 
 /// Running plan mode again keeps completed tasks with their ids and history; tasks still to

@@ -381,8 +381,8 @@ async fn compaction_bounds_the_file_and_preserves_the_board() {
     names.sort();
     assert_eq!(
         names,
-        ["plan.jsonl", "plan.jsonl.chain"],
-        "only plan.jsonl and its marker remain"
+        [".gitignore", "plan.jsonl", "plan.jsonl.chain"],
+        "only plan.jsonl and its marker remain (and the state folder's own .gitignore)"
     );
     drop(store);
 

@@ -418,7 +418,11 @@ async fn writes_are_atomic_and_opening_writes_nothing() {
     names.sort();
     assert_eq!(
         names,
-        vec![".ralph/progress-state.json", "PROGRESS.md"],
+        vec![
+            ".ralph/.gitignore",
+            ".ralph/progress-state.json",
+            "PROGRESS.md"
+        ],
         "no temp file left behind"
     );
     drop(store);

@@ -56,11 +56,9 @@ async fn quick_mode_stops_at_every_checkpoint_and_recommends_approval() {
     };
     assert_eq!(git.head().await.unwrap().as_deref(), Some(sha.as_str()));
     assert!(git.changes(&[".ralph"]).await.unwrap().is_empty());
-    // `.ralph` is ralph's, never committed.
-    assert!(
-        !git.changes(&[]).await.unwrap().is_empty(),
-        ".ralph stays untracked"
-    );
+    // `.ralph` is ralph's, never committed, and ignores itself: nothing is left to see.
+    assert!(git.changes(&[]).await.unwrap().is_empty());
+    assert!(dir.path().join(".ralph/.gitignore").exists());
 }
 
 #[tokio::test]
