@@ -198,7 +198,7 @@ impl Engine {
     pub(crate) async fn run(&mut self) -> Result<Outcome, Error> {
         loop {
             if self.ctx.stop.is_cancelled() {
-                return Ok(self.finish(Outcome::Interrupted));
+                return Ok(self.finish(Outcome::Interrupted).await);
             }
             if self.ctx.store.edited_externally() {
                 // Seed 003: a person may have ticked, added or removed tasks since the last
@@ -208,13 +208,14 @@ impl Engine {
             }
             let stage = self.board.stage();
             if let Some(outcome) = self.outcome_at(stage) {
-                return Ok(self.finish(outcome));
+                return Ok(self.finish(outcome).await);
             }
             if self.config().once && self.board.run.iteration > self.first_iteration {
-                return Ok(self.finish(Outcome::Once {
+                let once = Outcome::Once {
                     iteration: self.first_iteration,
                     remaining: self.remaining(),
-                }));
+                };
+                return Ok(self.finish(once).await);
             }
             let log = self.logs.enter(stage, &self.emitter)?;
             self.emit(Event::StageEntered {
@@ -232,8 +233,8 @@ impl Engine {
             self.guard_home(stage).await?;
             match flow {
                 Flow::Continue => {}
-                Flow::Interrupted => return Ok(self.finish(Outcome::Interrupted)),
-                Flow::Stop(outcome) => return Ok(self.finish(outcome)),
+                Flow::Interrupted => return Ok(self.finish(Outcome::Interrupted).await),
+                Flow::Stop(outcome) => return Ok(self.finish(outcome).await),
             }
         }
     }
@@ -277,11 +278,53 @@ impl Engine {
         remaining(&self.board)
     }
 
-    fn finish(&self, outcome: Outcome) -> Outcome {
+    /// Ends the run with `outcome`, after [`commit_board`](Self::commit_board).
+    async fn finish(&mut self, outcome: Outcome) -> Outcome {
+        if let Err(e) = self.commit_board().await {
+            // The outcome stands; the board is saved, only not committed.
+            self.emit(Event::Warning {
+                message: format!("the board was not committed: {e}"),
+            });
+        }
         self.emit(Event::Finished {
             outcome: outcome.clone(),
         });
         outcome
+    }
+
+    /// Commits a board kept for people in the work tree (a progress file), and only it, as
+    /// it stands at the end of the run: each task's commit holds it as it was then, and the
+    /// verdicts and the iteration log come after. So a run leaves nothing of ralph's in
+    /// `git status`. Nothing happens outside git, for an ignored file, or with no change.
+    async fn commit_board(&mut self) -> Result<(), Error> {
+        let Some(home) = &mut self.home else {
+            return Ok(());
+        };
+        let location = self
+            .ctx
+            .store
+            .location()
+            .filter(|_| self.ctx.store.edited_externally());
+        let Some(rel) = location
+            .as_deref()
+            .and_then(|l| Path::new(l).strip_prefix(&self.ctx.workspace).ok())
+        else {
+            return Ok(());
+        };
+        let git = home.git().clone();
+        if git.ignored(&rel.to_string_lossy()).await? {
+            return Ok(());
+        }
+        let path = format!("{}{}", git.prefix().await?, rel.display());
+        let message = format!(
+            "ralph: {} after iteration {}",
+            rel.display(),
+            self.board.run.iteration
+        );
+        if let Some(commit) = git.commit_paths(&message, &[path]).await? {
+            home.advanced(commit);
+        }
+        Ok(())
     }
 
     /// Persists `changes`, then applies them in memory: what the board says is on disk. A

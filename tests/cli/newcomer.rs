@@ -153,3 +153,37 @@ fn a_newcomers_session_leaves_nothing_of_ralphs_in_git_status() {
     assert!(ws.join("build/ralph-logs/.gitignore").exists());
     assert!(ws.join(".ralph/.gitignore").exists());
 }
+
+/// A board kept for people in the work tree (`[store] kind = "progress"`): each task's
+/// commit holds it as it was then, and the run ends by committing it as it stands, alone.
+#[test]
+fn a_progress_board_is_committed_at_the_end_of_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    git(ws, &["init", "-q"]);
+    git(ws, &["config", "user.name", "Newcomer"]);
+    git(ws, &["config", "user.email", "newcomer@example.com"]);
+    std::fs::write(ws.join("agent.sh"), AGENT).unwrap();
+    std::fs::write(
+        ws.join("ralph.toml"),
+        "agents = [\"mine\"]\n[store]\nkind = \"progress\"\n\
+         [agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("spec.md"), "# Notes\nWrite a note.\n").unwrap();
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "init"]);
+
+    let done = ralph_ok(ws, &["construct", "spec.md"]);
+    assert!(done.contains("Spec complete"), "{done}");
+    assert_clean(ws, "construct with a progress board");
+    let subjects = git(ws, &["log", "--format=%s"]);
+    assert!(
+        subjects.starts_with("ralph: PROGRESS.md after iteration"),
+        "{subjects}"
+    );
+    assert_eq!(
+        git(ws, &["show", "--name-only", "--format=", "HEAD"]),
+        "PROGRESS.md\n"
+    );
+}

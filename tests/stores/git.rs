@@ -215,3 +215,43 @@ async fn position_names_the_branch_and_the_commit_in_one_look() {
         .expect("detach");
     assert_eq!(git.position().await.expect("detached"), (None, head));
 }
+
+/// `commit_paths` commits its paths and nothing else: what the person staged stays staged,
+/// and paths with no change make no commit even while other files are staged.
+#[tokio::test]
+async fn commit_paths_takes_only_its_paths_and_leaves_the_persons_staging_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = repo(dir.path()).await;
+    fs::write(dir.path().join("board.md"), "- [ ] a\n").expect("write");
+    git.commit_all("The board", &[]).await.expect("commit");
+    fs::write(dir.path().join("README.md"), "hello, staged\n").expect("write");
+    std::process::Command::new("git")
+        .args(["add", "README.md"])
+        .current_dir(dir.path())
+        .status()
+        .expect("git add");
+    let nothing = git
+        .commit_paths("ralph: nothing", &["board.md".to_owned()])
+        .await
+        .expect("commit");
+    assert_eq!(nothing, None, "no change in its paths: no commit");
+
+    fs::write(dir.path().join("board.md"), "- [x] a\n").expect("write");
+    let commit = git
+        .commit_paths("ralph: the board", &["board.md".to_owned()])
+        .await
+        .expect("commit")
+        .expect("a commit");
+    let shown = std::process::Command::new("git")
+        .args(["show", "--name-only", "--format=", &commit])
+        .current_dir(dir.path())
+        .output()
+        .expect("git show");
+    assert_eq!(String::from_utf8_lossy(&shown.stdout), "board.md\n");
+    let staged = std::process::Command::new("git")
+        .args(["diff", "--cached", "--name-only"])
+        .current_dir(dir.path())
+        .output()
+        .expect("git diff");
+    assert_eq!(String::from_utf8_lossy(&staged.stdout), "README.md\n");
+}
