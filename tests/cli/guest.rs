@@ -152,6 +152,39 @@ fn empty_and_binary_specs_are_refused_and_a_long_one_is_measured() {
     );
 }
 
+/// The dry runs of plan mode and build mode check the specs' texts as construct's does: an
+/// empty spec and a binary one are each refused, naming the file.
+#[test]
+fn plan_and_build_dry_runs_refuse_empty_and_binary_specs() {
+    let dir = project();
+    let ws = dir.path();
+    std::fs::create_dir(ws.join("specs")).unwrap();
+    std::fs::write(ws.join("specs/empty.md"), "\n  \n").unwrap();
+    std::fs::write(ws.join("specs/bin.md"), b"# Bin\n\x00\x01\x1b[31m").unwrap();
+    for (spec, said) in [
+        ("empty.md", "empty.md is empty"),
+        ("bin.md", "U+0000 at byte offset 6"),
+    ] {
+        let path = format!("specs/{spec}");
+        let out = ralph(ws, &["plan", &path, "--dry-run"], &[]);
+        assert_eq!(out.status.code(), Some(1), "plan {spec}: {}", stdout(&out));
+        assert!(stderr(&out).contains(said), "plan {spec}: {}", stderr(&out));
+
+        let implementation = serde_json::json!({"specs": [{
+            "id": "s", "name": "S", "file": path, "priority": 1,
+            "tasks": [{"id": "s-1", "description": "Do it"}],
+        }]});
+        std::fs::write(ws.join("implementation.json"), implementation.to_string()).unwrap();
+        let out = ralph(ws, &["build", "--dry-run"], &[]);
+        assert_eq!(out.status.code(), Some(1), "build {spec}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains(said),
+            "build {spec}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 /// Every line of `out`'s stdout, as JSON.
 fn ndjson(out: &Output) -> Vec<serde_json::Value> {
     stdout(out)
