@@ -347,3 +347,63 @@ fn a_workspace_with_no_run_says_so_and_build_mode_is_advised_build() {
     );
     assert!(!text.contains("construct SPEC"), "{text}");
 }
+
+/// The files a command line names besides specs (`--script`, `thread new --spec`,
+/// `thread edit --file`) are taken from `-C DIR` too, as if ralph were started there, never
+/// from the directory the command ran in; a spec file that cannot be read is named.
+#[test]
+fn script_and_thread_files_are_relative_to_dash_c() {
+    let dir = project();
+    let ws = dir.path();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let dash_c = ws.to_str().unwrap();
+    std::fs::copy(
+        Path::new(crate::demo::DEMO).join("script.toml"),
+        ws.join("script.toml"),
+    )
+    .unwrap();
+    let spec =
+        "# T\n\nDo it.\n\n<promise>DONE</promise>\n\n## Acceptance Criteria\n\n- [ ] ok: `true`\n";
+    std::fs::write(ws.join("t.md"), spec).unwrap();
+    std::fs::write(ws.join("t2.md"), spec.replace("Do it.", "Do it twice.")).unwrap();
+
+    let out = ralph(
+        elsewhere.path(),
+        &[
+            "-C",
+            dash_c,
+            "construct",
+            "spec.md",
+            "--dry-run",
+            "--script",
+            "script.toml",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for args in [
+        &["new", "--title", "T", "--spec", "t.md"][..],
+        &["edit", "--file", "t2.md"],
+    ] {
+        let out = ralph(
+            elsewhere.path(),
+            &[&["-C", dash_c, "thread"][..], args].concat(),
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    let latest = std::fs::read_to_string(ws.join(".ralph/threads/1-t/spec/v2.md")).unwrap();
+    assert!(latest.contains("Do it twice."), "{latest}");
+
+    let out = ralph(
+        ws,
+        &["thread", "new", "--title", "U", "--spec", "/nope.md"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cannot read the spec /nope.md"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -128,10 +128,19 @@ struct RunFlags {
     /// fallback chain (`claude,aider`). Default: `agents` of ralph.toml, else `claude`.
     #[arg(long)]
     agent: Option<String>,
-    /// Use a scripted FakeAgent from this TOML file instead of a real agent; its requests are
-    /// appended to .ralph/fake-requests.jsonl.
+    /// Use a scripted FakeAgent from this TOML file (relative to the current directory, or
+    /// to DIR with -C) instead of a real agent; its requests are appended to
+    /// .ralph/fake-requests.jsonl. The format: docs/fake-agent.md.
     #[arg(long, conflicts_with = "agent")]
     script: Option<PathBuf>,
+}
+
+impl RunFlags {
+    /// With `--script` as this process opens it (relative to `-C DIR`, as every path).
+    fn from_start(mut self, place: &Place) -> RunFlags {
+        self.script = self.script.map(|s| place.file(&s));
+        self
+    }
 }
 
 #[derive(Debug, Args)]
@@ -183,10 +192,14 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Init => init::init(workspace).map(|()| 0),
         Command::Construct(mut args) => {
             args.spec = args.spec.map(|s| place.spec(&s)).transpose()?;
+            args.run = args.run.from_start(&place);
             run::construct(workspace, args).await
         }
-        Command::Plan { specs, run } => run::plan(workspace, place.specs(specs)?, run).await,
-        Command::Build { run } => run::build(workspace, run).await,
+        Command::Plan { specs, run } => {
+            let specs = place.specs(specs)?;
+            run::plan(workspace, specs, run.from_start(&place)).await
+        }
+        Command::Build { run } => run::build(workspace, run.from_start(&place)).await,
         Command::Status => board::status(workspace).await.map(|()| 0),
         Command::Query { what, done } => board::query(workspace, what, done).await.map(|()| 0),
         Command::Task(mut command) => {
@@ -197,7 +210,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         }
         Command::Issue(command) => board::issue(workspace, command).await.map(|()| 0),
         Command::Repair { adopt } => board::repair(workspace, adopt).await.map(|()| 0),
-        Command::Thread(args) => thread::thread(workspace, args).await,
+        Command::Thread(args) => thread::thread(workspace, args.from_start(&place)).await,
     }
 }
 
