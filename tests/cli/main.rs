@@ -15,6 +15,7 @@ mod guest;
 mod parallel_crash;
 mod plan_build;
 mod repair;
+mod schema;
 mod thread_agents;
 mod thread_signals;
 

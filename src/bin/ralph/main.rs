@@ -13,6 +13,7 @@ mod next;
 mod out;
 mod place;
 mod run;
+mod schema;
 mod thread;
 
 use std::io::IsTerminal;
@@ -109,6 +110,13 @@ enum Command {
     },
     /// Threads: one piece of work from draft to commit, with human checkpoints.
     Thread(thread::ThreadArgs),
+    /// The JSON Schema of a structured role's answer, exactly as ralph sends it to the agent:
+    /// investigate, verify, gap_analysis, decompose, plan, assess or draft. Without a role
+    /// (or with another one) it names them and exits 2.
+    Schema {
+        /// The role.
+        role: Option<String>,
+    },
 }
 
 /// What every run of an agent takes.
@@ -181,9 +189,9 @@ async fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
     let given = cli.workspace.as_deref();
     let place = match &cli.command {
-        // The demo makes its own workspace and `init` writes where it is run; a `-C` that
-        // is not a directory is refused all the same.
-        Command::Demo { .. } | Command::Init => Place::here(given)?,
+        // The demo makes its own workspace, `init` writes where it is run and `schema` needs
+        // none; a `-C` that is not a directory is refused all the same.
+        Command::Demo { .. } | Command::Init | Command::Schema { .. } => Place::here(given)?,
         _ => Place::find(given)?,
     };
     let workspace = place.workspace.as_path();
@@ -210,6 +218,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         }
         Command::Issue(command) => board::issue(workspace, command).await.map(|()| 0),
         Command::Repair { adopt } => board::repair(workspace, adopt).await.map(|()| 0),
+        Command::Schema { role } => Ok(schema::schema(role.as_deref())),
         Command::Thread(args) => thread::thread(workspace, args.from_start(&place)).await,
     }
 }
