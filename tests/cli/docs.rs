@@ -1,5 +1,6 @@
-//! `docs/conformance.md` stays true: every test it cites exists where it says, every row is
-//! shown by a test or is a difference explained in `docs/seed-differences.md`.
+//! The docs stay true: every test `docs/conformance.md` cites exists where it says, every row
+//! is shown by a test or is a difference explained in `docs/seed-differences.md`; the README
+//! links the format pages, and the FakeAgent page's example script runs.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -82,4 +83,51 @@ fn the_conformance_table_cites_tests_that_exist_and_explains_every_difference() 
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The README links the pages of the formats a command-agent author needs.
+#[test]
+fn the_readme_links_the_format_pages() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for page in ["docs/fake-agent.md", "docs/answers.md"] {
+        assert!(
+            readme.contains(&format!("]({page})")),
+            "README does not link {page}"
+        );
+        assert!(root.join(page).is_file(), "{page}");
+    }
+    assert!(
+        readme.contains("| `ralph schema [ROLE]` |"),
+        "README's command table"
+    );
+}
+
+/// The whole script at the end of `docs/fake-agent.md` runs `ralph construct` to a
+/// complete spec, as the page says.
+#[test]
+fn the_script_pages_example_completes_a_spec() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/fake-agent.md")).unwrap();
+    let block = page.rsplit("```toml\n").next().unwrap();
+    let script = &block[..block.find("```").unwrap()];
+    let dir = crate::project();
+    std::fs::write(dir.path().join("script.toml"), script).unwrap();
+    let out = crate::ralph(
+        dir.path(),
+        &["construct", "spec.md", "--script", "script.toml"],
+        &[],
+    );
+    let text = crate::stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        crate::stderr(&out)
+    );
+    assert!(text.contains("Spec complete"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello\n"
+    );
 }

@@ -225,3 +225,30 @@ fn without_a_known_role_schema_names_the_roles_and_exits_2() {
         assert_eq!(stdout(&out), "", "{args:?}");
     }
 }
+
+/// `docs/answers.md`: the example under each role's heading (`` ## `role` ``) validates
+/// against that role's schema, and every role has one.
+#[test]
+fn the_documented_examples_validate_against_their_schemas() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/answers.md");
+    let page = std::fs::read_to_string(path).unwrap();
+    let mut shown = Vec::new();
+    for section in page.split("\n## `").skip(1) {
+        let role = &section[..section.find('`').unwrap()];
+        let schema = schema(role);
+        for block in section.split("```json\n").skip(1) {
+            let json = &block[..block.find("```").unwrap()];
+            let answer: Value =
+                serde_json::from_str(json).unwrap_or_else(|e| panic!("{role}: {e}\n{json}"));
+            let found = problems(&schema, &schema, &answer, role);
+            assert!(found.is_empty(), "{role}: {answer}\n{}", found.join("\n"));
+            shown.push(role.to_owned());
+        }
+    }
+    for role in ROLES {
+        assert!(
+            shown.iter().any(|r| r == role),
+            "docs/answers.md shows no {role}"
+        );
+    }
+}
