@@ -145,7 +145,7 @@ struct RunFlags {
 
 impl RunFlags {
     /// With `--script` as this process opens it (relative to `-C DIR`, as every path).
-    fn from_start(mut self, place: &Place) -> RunFlags {
+    fn resolved(mut self, place: &Place) -> RunFlags {
         self.script = self.script.map(|s| place.file(&s));
         self
     }
@@ -200,14 +200,14 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Init => init::init(workspace).map(|()| 0),
         Command::Construct(mut args) => {
             args.spec = args.spec.map(|s| place.spec(&s)).transpose()?;
-            args.run = args.run.from_start(&place);
+            args.run = args.run.resolved(&place);
             run::construct(workspace, args).await
         }
         Command::Plan { specs, run } => {
             let specs = place.specs(specs)?;
-            run::plan(workspace, specs, run.from_start(&place)).await
+            run::plan(workspace, specs, run.resolved(&place)).await
         }
-        Command::Build { run } => run::build(workspace, run.from_start(&place)).await,
+        Command::Build { run } => run::build(workspace, run.resolved(&place)).await,
         Command::Status => board::status(workspace).await.map(|()| 0),
         Command::Query { what, done } => board::query(workspace, what, done).await.map(|()| 0),
         Command::Task(mut command) => {
@@ -219,7 +219,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Issue(command) => board::issue(workspace, command).await.map(|()| 0),
         Command::Repair { adopt } => board::repair(workspace, adopt).await.map(|()| 0),
         Command::Schema { role } => Ok(schema::schema(role.as_deref())),
-        Command::Thread(args) => thread::thread(workspace, args.from_start(&place)).await,
+        Command::Thread(args) => thread::thread(workspace, args.resolved(&place)).await,
     }
 }
 

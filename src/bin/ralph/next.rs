@@ -61,7 +61,7 @@ impl Again {
                 .push_str(&format!(" --agent {}", shell_word(agent)));
         }
         if let Some(script) = script {
-            let script = shell_word(&self.from_workspace(script).display().to_string());
+            let script = shell_word(&self.seen_from_workspace(script).display().to_string());
             self.run.push_str(&format!(" --script {script}"));
         }
         if let Some(timeout) = timeout {
@@ -75,7 +75,7 @@ impl Again {
     /// `path` (as this process opens it) as the printed command, started in the workspace,
     /// reaches it: as it is without `-C` or when absolute, relative to the workspace when
     /// inside it, else absolute.
-    fn from_workspace(&self, path: &Path) -> PathBuf {
+    fn seen_from_workspace(&self, path: &Path) -> PathBuf {
         if self.workspace == Path::new(".") || path.is_absolute() {
             return path.to_path_buf();
         }

@@ -47,7 +47,7 @@ pub(crate) struct ThreadArgs {
 impl ThreadArgs {
     /// With the files the command line names (`--script`, `new --spec`, `edit --file`,
     /// `revise --file`) as this process opens them: relative to `-C DIR`, as every path.
-    pub(crate) fn from_start(mut self, place: &Place) -> ThreadArgs {
+    pub(crate) fn resolved(mut self, place: &Place) -> ThreadArgs {
         self.script = self.script.map(|s| place.file(&s));
         match &mut self.command {
             ThreadCommand::New { spec, .. } => *spec = place.file(spec),
