@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{AgentRun, Role};
+use crate::agent::AgentRun;
 use crate::model::{Complexity, Priority};
 
 /// A dependency of a proposed task: the index of an earlier task in the same answer, or
@@ -241,25 +241,6 @@ impl Answer for PlanAnswer {
             }
         }
         Ok(())
-    }
-}
-
-/// The JSON Schema of `role`'s structured answer, exactly as ralph sends it to the agent
-/// (every call of that role, in every mode); `None` for the roles that answer in prose
-/// (build, planner) and for a role whose feature is off.
-pub(crate) fn schema_of(role: Role) -> Option<serde_json::Value> {
-    match role {
-        Role::Investigate => Some(InvestigateAnswer::schema()),
-        Role::Verify => Some(VerifyAnswer::schema()),
-        Role::GapAnalysis => Some(GapAnswer::schema()),
-        Role::Decompose => Some(DecomposeAnswer::schema()),
-        #[cfg(feature = "specs")]
-        Role::Breakdown => Some(PlanAnswer::schema()),
-        #[cfg(feature = "threads")]
-        Role::Assess => Some(crate::thread::AssessAnswer::schema()),
-        #[cfg(feature = "threads")]
-        Role::Draft => Some(crate::thread::DraftAnswer::schema()),
-        _ => None,
     }
 }
 

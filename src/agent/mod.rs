@@ -70,23 +70,6 @@ impl Role {
         !matches!(self, Role::Build | Role::Planner)
     }
 
-    /// The JSON Schema this role's answer must match, exactly as ralph sends it to the agent
-    /// ([`AgentRequest::schema`]); `ralph schema ROLE` prints it. `None` for the roles that
-    /// answer in prose ([`Build`](Role::Build), [`Planner`](Role::Planner)), and for
-    /// [`Breakdown`](Role::Breakdown), [`Assess`](Role::Assess) and [`Draft`](Role::Draft)
-    /// when their feature (`specs`, `threads`) is off.
-    ///
-    /// ```
-    /// use ralph::Role;
-    ///
-    /// let verify = Role::Verify.schema().unwrap();
-    /// assert_eq!(verify["required"], serde_json::json!(["verdict", "reason"]));
-    /// assert!(Role::Build.schema().is_none());
-    /// ```
-    pub fn schema(self) -> Option<serde_json::Value> {
-        crate::answer::schema_of(self)
-    }
-
     /// Whether this role may change files (planner-like roles must not).
     pub fn may_write(self) -> bool {
         matches!(self, Role::Build)

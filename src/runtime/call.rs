@@ -349,12 +349,6 @@ impl Caller {
             .stop(token.clone());
         request.events = self.forward_events(call.subject.clone());
         request.subject = call.subject.clone();
-        // What `Role::schema` (and `ralph schema ROLE`) says the role's agents get.
-        debug_assert!(
-            schema.is_none() || schema == call.role.schema(),
-            "the schema sent to {} is not Role::schema's",
-            call.role
-        );
         request.schema = schema;
         let span = tracing::info_span!(
             target: "ralph",

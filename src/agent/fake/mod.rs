@@ -73,7 +73,7 @@ use script::{Entry, ScriptFile};
 ///   alone on the last line.
 /// * `planner`: the plan, ending with the magic phrase (`PLAN_COMPLETE`).
 /// * The structured roles: a JSON object ([`Script::json`]) that matches the role's schema
-///   ([`Role::schema`], `ralph schema ROLE`). A verifier's `verdict` is `"accept"` or
+///   ([`answer_schema`](crate::answer_schema), `ralph schema ROLE`). A verifier's `verdict` is `"accept"` or
 ///   `"reject"`, with a `reason`; in build mode a rejection's reason may hold a line
 ///   `PLAN_INVALIDATION: why`, which sends the spec back to its planner.
 ///

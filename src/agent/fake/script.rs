@@ -82,8 +82,8 @@ fn attempt_kind() -> FailureKind {
 /// The steps of one fake run, in order; the run ends after the last one (completed, unless
 /// a step ended it first). A run with no steps completes with an empty answer.
 ///
-/// In a script file the steps are the `steps` of a `[[run]]` entry (see [`FakeAgent`]), one
-/// table each, named as the method:
+/// In a script file the steps are the `steps` of a `[[run]]` entry (see
+/// [`FakeAgent`](crate::agent::FakeAgent)), one table each, named as the method:
 ///
 /// | method | TOML step | what the run does |
 /// |---|---|---|

@@ -1,5 +1,5 @@
 //! `ralph schema ROLE`: the JSON Schema a structured role's answer must match, exactly as
-//! ralph sends it to the agent ([`Role::schema`]), for the authors of command agents and
+//! ralph sends it to the agent ([`ralph::answer_schema`]), for the authors of command agents and
 //! scripts.
 
 use ralph::Role;
@@ -33,7 +33,7 @@ pub(crate) fn schema(role: Option<&str>) -> u8 {
     let found = ROLES
         .iter()
         .find(|(aliases, _)| aliases.contains(&given))
-        .and_then(|(_, role)| role.schema());
+        .and_then(|(_, role)| ralph::answer_schema(*role));
     match found {
         Some(schema) => {
             let text = serde_json::to_string_pretty(&schema).unwrap_or_default();
