@@ -105,13 +105,6 @@ async fn build_mode_runs_from_plan_modes_file_without_parsing() {
     let ralph2 = ralph(dir, builder_agent.clone(), Recorder::default(), vec![]);
     let outcome = ralph2.build_specs().await.unwrap();
     assert_eq!(specs_complete(&outcome), (2, 4));
-    assert!(
-        builder_agent
-            .requests()
-            .iter()
-            .all(|r| r.role != Role::Breakdown)
-    );
-    assert_eq!(commits(dir), ["Farewell", "Greeter", "Initial commit"]);
     for request in builder_agent.requests() {
         assert_eq!(
             request.schema,
@@ -120,6 +113,13 @@ async fn build_mode_runs_from_plan_modes_file_without_parsing() {
             request.role
         );
     }
+    assert!(
+        builder_agent
+            .requests()
+            .iter()
+            .all(|r| r.role != Role::Breakdown)
+    );
+    assert_eq!(commits(dir), ["Farewell", "Greeter", "Initial commit"]);
 }
 
 /// Running plan mode again keeps completed tasks with their ids and history; tasks still to
