@@ -167,7 +167,7 @@ pub use outcome::Outcome;
 #[cfg(feature = "specs")]
 pub use outcome::SpecsOutcome;
 pub use prioritize::{CriticalPath, Prioritizer};
-pub use ralph::{Ralph, RalphBuilder};
+pub use ralph::{Ralph, RalphBuilder, answer_schema};
 pub use runtime::error::{BuildError, Error};
 pub use runtime::interrupt::Interrupts;
 pub use runtime::workspace::STATE_DIR;

@@ -1,4 +1,4 @@
-//! [`Ralph`] and its builder.
+//! [`Ralph`] and its builder, and [`answer_schema`], the schema of each structured answer.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Role};
 use crate::config::{Config, ConfigError, Overrides, StoreConfig};
 use crate::construct::Engine;
 use crate::construct::dry_run::DryRun;
@@ -512,6 +512,36 @@ impl RalphBuilder {
                 stop: self.stop.unwrap_or_default(),
             }),
         })
+    }
+}
+
+/// The JSON Schema `role`'s answer must match, exactly as ralph sends it to the agent
+/// ([`AgentRequest::schema`](crate::AgentRequest::schema)) in every mode; `ralph schema
+/// ROLE` prints it. `None` for the roles that answer in prose ([`Role::Build`],
+/// [`Role::Planner`]), and for [`Role::Breakdown`], [`Role::Assess`] and [`Role::Draft`]
+/// when their feature (`specs`, `threads`) is off.
+///
+/// ```
+/// use ralph::Role;
+///
+/// let verify = ralph::answer_schema(Role::Verify).unwrap();
+/// assert_eq!(verify["required"], serde_json::json!(["verdict", "reason"]));
+/// assert!(ralph::answer_schema(Role::Build).is_none());
+/// ```
+pub fn answer_schema(role: Role) -> Option<serde_json::Value> {
+    use crate::answer::{Answer, DecomposeAnswer, GapAnswer, InvestigateAnswer, VerifyAnswer};
+    match role {
+        Role::Investigate => Some(InvestigateAnswer::schema()),
+        Role::Verify => Some(VerifyAnswer::schema()),
+        Role::GapAnalysis => Some(GapAnswer::schema()),
+        Role::Decompose => Some(DecomposeAnswer::schema()),
+        #[cfg(feature = "specs")]
+        Role::Breakdown => Some(crate::answer::PlanAnswer::schema()),
+        #[cfg(feature = "threads")]
+        Role::Assess => Some(crate::thread::AssessAnswer::schema()),
+        #[cfg(feature = "threads")]
+        Role::Draft => Some(crate::thread::DraftAnswer::schema()),
+        _ => None,
     }
 }
 

@@ -441,6 +441,30 @@ mod tests {
         });
     }
 
+    /// What the README says of the agents' variables: a list or a table is one variable
+    /// holding it whole, its keys as written (a variable per key would arrive lower-cased).
+    #[test]
+    fn lists_and_tables_come_whole_from_one_variable() {
+        Jail::expect_with(|jail| {
+            jail.set_env("RALPH_CODEX__ARGS", r#"["-c", "x=1"]"#);
+            jail.set_env("RALPH_CLAUDE__ENV", r#"{API_TIMEOUT_MS="60000"}"#);
+            jail.set_env("RALPH_CLAUDE__CONTEXT_WINDOWS", "{my-model=128000}");
+            jail.set_env("RALPH_AGENT__AIDER__COMMAND", r#"["aider", "--yes"]"#);
+            jail.set_env("RALPH_OPENCODE__IDLE_TIMEOUT", "90s");
+            let c = load_in(jail).unwrap();
+            assert_eq!(c.codex.args, ["-c", "x=1"]);
+            assert_eq!(c.claude.env["API_TIMEOUT_MS"], "60000");
+            assert_eq!(c.claude.context_windows["my-model"], 128_000);
+            assert_eq!(c.agent["aider"].command, ["aider", "--yes"]);
+            assert_eq!(c.opencode.idle_timeout, Duration::from_secs(90));
+
+            jail.set_env("RALPH_GEMINI__ENV__FOO_BAR", "\"1\"");
+            let c = load_in(jail).unwrap();
+            assert_eq!(c.gemini.env.keys().collect::<Vec<_>>(), ["foo_bar"]);
+            Ok(())
+        });
+    }
+
     #[test]
     fn unknown_key_names_key_and_file() {
         Jail::expect_with(|jail| {

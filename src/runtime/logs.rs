@@ -39,6 +39,22 @@ impl Emitter {
     }
 
     pub(crate) fn emit(&self, event: &Event) {
+        self.write_to_log(event);
+        trace_event(event);
+        for observer in self.observers.iter() {
+            observer.on_event(event);
+        }
+    }
+
+    /// Writes `event` to the current log only: for why a run stopped, which its caller
+    /// receives as the error (and the `ralph` command prints), so observers are not told it
+    /// a second time.
+    #[cfg(feature = "specs")]
+    pub(crate) fn log_only(&self, event: &Event) {
+        self.write_to_log(event);
+    }
+
+    fn write_to_log(&self, event: &Event) {
         if let Some(file) = self
             .stage_log
             .lock()
@@ -56,10 +72,6 @@ impl Emitter {
             }
             // Logs are for people; a full disk must not stop the run, whose state is in the store.
             let _ = file.write_all(line.as_bytes());
-        }
-        trace_event(event);
-        for observer in self.observers.iter() {
-            observer.on_event(event);
         }
     }
 

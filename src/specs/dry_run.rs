@@ -1,6 +1,7 @@
 //! Dry runs of plan mode and build mode: what the next call would do, worked out from
 //! `implementation.json`, the plan files and the config, without starting an agent or a
-//! gate, without taking the workspace's lock and without writing anything.
+//! gate, without taking the workspace's lock and without writing anything. The specs'
+//! texts are checked as the run would read them (`Error::SpecText`).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use super::plan_files::{PlanFiles, Resume};
 use super::plan_mode::spec_files;
 use crate::runtime::Context;
 use crate::runtime::error::{Error, SpecsError};
+use crate::runtime::spec;
 
 /// What [`Ralph::dry_run_plan`](crate::Ralph::dry_run_plan) found: the specs plan mode would
 /// read, the file it would write, and the prompt it would use.
@@ -141,6 +143,11 @@ fn list(items: &[String]) -> String {
 pub(crate) fn plan(ctx: &Context, specs: Vec<PathBuf>) -> Result<PlanDryRun, Error> {
     let planning = &ctx.config.planning;
     let specs = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
+    // Each text is checked as plan mode would read it into its prompt: an empty or binary
+    // spec is the dry run's error too.
+    for file in &specs {
+        spec::read(&ctx.workspace, file)?;
+    }
     Ok(PlanDryRun {
         specs,
         implementation: planning.implementation.clone(),
@@ -199,6 +206,8 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         return Ok(report);
     }
     let rel = plans.spec_rel(&spec.file)?;
+    // Its text, as every step of the spec reads it into its prompt.
+    spec::read(&ctx.workspace, &spec.file)?;
     let needs_plan = !matches!(plans.resume(&rel)?, Resume::UseActive | Resume::Adopt)
         || spec.plan_invalidation.is_some();
     let (next, template) = if needs_plan {

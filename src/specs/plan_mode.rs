@@ -41,7 +41,8 @@ pub(crate) async fn run(ctx: Arc<Context>, specs: Vec<PathBuf>) -> Result<Implem
     logs.open_run("plan-mode", &emitter)?;
     let result = plan(ctx, specs, emitter.clone()).await;
     if let Err(e) = &result {
-        emitter.emit(&Event::Warning {
+        // In the run log only: the caller has the error, the observers need not hear it twice.
+        emitter.log_only(&Event::Warning {
             message: format!("plan mode stopped: {e}"),
         });
     }

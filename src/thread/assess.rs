@@ -20,7 +20,7 @@ use crate::answer::Answer;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
-pub(super) struct AssessAnswer {
+pub(crate) struct AssessAnswer {
     /// The spec can be finalized as it is (then `issues` is empty).
     pub ready: bool,
     /// What to fix.

@@ -27,7 +27,7 @@ const TURN_SHOWN_BYTES: usize = 4 * 1024;
 /// The agent's answer in the conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct DraftAnswer {
+pub(crate) struct DraftAnswer {
     /// What the agent says to the person: answers, questions, what it changed and why.
     pub reply: String,
     /// The whole revised spec in markdown, when the agent changes it; absent otherwise.

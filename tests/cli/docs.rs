@@ -1,5 +1,6 @@
-//! `docs/conformance.md` stays true: every test it cites exists where it says, every row is
-//! shown by a test or is a difference explained in `docs/seed-differences.md`.
+//! The docs stay true: every test `docs/conformance.md` cites exists where it says, every row
+//! is shown by a test or is a difference explained in `docs/seed-differences.md`; the README
+//! links the format pages, and the FakeAgent page's example script runs.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -82,4 +83,121 @@ fn the_conformance_table_cites_tests_that_exist_and_explains_every_difference() 
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The README links the pages of the formats a command-agent author needs.
+#[test]
+fn the_readme_links_the_format_pages() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for page in ["docs/fake-agent.md", "docs/answers.md"] {
+        assert!(
+            readme.contains(&format!("]({page})")),
+            "README does not link {page}"
+        );
+        assert!(root.join(page).is_file(), "{page}");
+    }
+    assert!(
+        readme.contains("| `ralph schema [ROLE]` |"),
+        "README's command table"
+    );
+}
+
+/// The whole script at the end of `docs/fake-agent.md` runs `ralph construct` to a
+/// complete spec, as the page says.
+#[test]
+fn the_script_pages_example_completes_a_spec() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/fake-agent.md")).unwrap();
+    let block = page.rsplit("```toml\n").next().unwrap();
+    let script = &block[..block.find("```").unwrap()];
+    let dir = crate::project();
+    std::fs::write(dir.path().join("script.toml"), script).unwrap();
+    let out = crate::ralph(
+        dir.path(),
+        &["construct", "spec.md", "--script", "script.toml"],
+        &[],
+    );
+    let text = crate::stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        crate::stderr(&out)
+    );
+    assert!(text.contains("Spec complete"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+}
+
+/// The keys of a config table, as it serializes with every optional key set.
+fn keys(table: impl serde::Serialize) -> Vec<String> {
+    let value = serde_json::to_value(table).unwrap();
+    value.as_object().unwrap().keys().cloned().collect()
+}
+
+/// Every key of each agent's table (`[claude]`, `[codex]`, `[gemini]`, `[opencode]`,
+/// `[agent.NAME]`) is in the README with its `RALPH_…` variable, and so is every
+/// top-level setting and every variable ralph reads besides the settings.
+#[test]
+fn the_readme_names_every_agent_key_and_its_variable() {
+    use ralph::config::{ClaudeConfig, CliConfig, CommandConfig, Config};
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut cli = CliConfig::default();
+    cli.bin = Some("codex".into());
+    cli.model = Some("m".into());
+    let mut command = CommandConfig::default();
+    command.answer_pointer = Some("/result".into());
+    command.idle_timeout = Some(std::time::Duration::from_secs(1));
+    let tables = [
+        ("CLAUDE", keys(ClaudeConfig::default())),
+        ("CODEX", keys(&cli)),
+        ("GEMINI", keys(&cli)),
+        ("OPENCODE", keys(&cli)),
+        ("AGENT__NAME", keys(&command)),
+    ];
+    let mut missing = Vec::new();
+    for (table, keys) in &tables {
+        assert!(keys.len() >= 5, "{table}: {keys:?}");
+        for key in keys {
+            if !readme.contains(&format!("| `{key}` |")) {
+                missing.push(format!("the key {key} of {table}"));
+            }
+            let var = format!("`RALPH_{table}__{}`", key.to_ascii_uppercase());
+            if !readme.contains(&var) {
+                missing.push(var);
+            }
+        }
+    }
+    for var in [
+        "RALPH_CLAUDE_BIN",
+        "RALPH_LOG",
+        "RALPH_RUN_COOKIE",
+        "RALPH_SKIP_REAL_CLAUDE",
+        "RALPH_CLAUDE_CACHE",
+    ] {
+        if !readme.contains(&format!("`{var}`")) {
+            missing.push(var.to_owned());
+        }
+    }
+    for key in keys(Config::default()) {
+        let shown = [
+            format!("\n{key} ="),
+            format!("[{key}]"),
+            format!("[[{key}]]"),
+            format!("[{key}."),
+        ];
+        if !shown.iter().any(|s| readme.contains(s)) {
+            missing.push(format!("the setting {key}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in README.md:\n{}",
+        missing.join("\n")
+    );
 }

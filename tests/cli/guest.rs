@@ -152,6 +152,39 @@ fn empty_and_binary_specs_are_refused_and_a_long_one_is_measured() {
     );
 }
 
+/// The dry runs of plan mode and build mode check the specs' texts as construct's does: an
+/// empty spec and a binary one are each refused, naming the file.
+#[test]
+fn plan_and_build_dry_runs_refuse_empty_and_binary_specs() {
+    let dir = project();
+    let ws = dir.path();
+    std::fs::create_dir(ws.join("specs")).unwrap();
+    std::fs::write(ws.join("specs/empty.md"), "\n  \n").unwrap();
+    std::fs::write(ws.join("specs/bin.md"), b"# Bin\n\x00\x01\x1b[31m").unwrap();
+    for (spec, said) in [
+        ("empty.md", "empty.md is empty"),
+        ("bin.md", "U+0000 at byte offset 6"),
+    ] {
+        let path = format!("specs/{spec}");
+        let out = ralph(ws, &["plan", &path, "--dry-run"], &[]);
+        assert_eq!(out.status.code(), Some(1), "plan {spec}: {}", stdout(&out));
+        assert!(stderr(&out).contains(said), "plan {spec}: {}", stderr(&out));
+
+        let implementation = serde_json::json!({"specs": [{
+            "id": "s", "name": "S", "file": path, "priority": 1,
+            "tasks": [{"id": "s-1", "description": "Do it"}],
+        }]});
+        std::fs::write(ws.join("implementation.json"), implementation.to_string()).unwrap();
+        let out = ralph(ws, &["build", "--dry-run"], &[]);
+        assert_eq!(out.status.code(), Some(1), "build {spec}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains(said),
+            "build {spec}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 /// Every line of `out`'s stdout, as JSON.
 fn ndjson(out: &Output) -> Vec<serde_json::Value> {
     stdout(out)
@@ -313,4 +346,64 @@ fn a_workspace_with_no_run_says_so_and_build_mode_is_advised_build() {
         "{text}"
     );
     assert!(!text.contains("construct SPEC"), "{text}");
+}
+
+/// The files a command line names besides specs (`--script`, `thread new --spec`,
+/// `thread edit --file`) are taken from `-C DIR` too, as if ralph were started there, never
+/// from the directory the command ran in; a spec file that cannot be read is named.
+#[test]
+fn script_and_thread_files_are_relative_to_dash_c() {
+    let dir = project();
+    let ws = dir.path();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let dash_c = ws.to_str().unwrap();
+    std::fs::copy(
+        Path::new(crate::demo::DEMO).join("script.toml"),
+        ws.join("script.toml"),
+    )
+    .unwrap();
+    let spec =
+        "# T\n\nDo it.\n\n<promise>DONE</promise>\n\n## Acceptance Criteria\n\n- [ ] ok: `true`\n";
+    std::fs::write(ws.join("t.md"), spec).unwrap();
+    std::fs::write(ws.join("t2.md"), spec.replace("Do it.", "Do it twice.")).unwrap();
+
+    let out = ralph(
+        elsewhere.path(),
+        &[
+            "-C",
+            dash_c,
+            "construct",
+            "spec.md",
+            "--dry-run",
+            "--script",
+            "script.toml",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for args in [
+        &["new", "--title", "T", "--spec", "t.md"][..],
+        &["edit", "--file", "t2.md"],
+    ] {
+        let out = ralph(
+            elsewhere.path(),
+            &[&["-C", dash_c, "thread"][..], args].concat(),
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    let latest = std::fs::read_to_string(ws.join(".ralph/threads/1-t/spec/v2.md")).unwrap();
+    assert!(latest.contains("Do it twice."), "{latest}");
+
+    let out = ralph(
+        ws,
+        &["thread", "new", "--title", "U", "--spec", "/nope.md"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cannot read the spec /nope.md"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -16,6 +16,7 @@ mod newcomer;
 mod parallel_crash;
 mod plan_build;
 mod repair;
+mod schema;
 mod thread_agents;
 mod thread_signals;
 

@@ -94,3 +94,28 @@ fn plan_then_build_the_plan_demo() {
     let progress = std::fs::read_to_string(ws.join("PROGRESS.md")).unwrap();
     assert!(progress.contains("greeter: Greeter") && progress.contains("farewell: Farewell"));
 }
+
+/// `ralph plan` and `ralph build` while another process holds the workspace's lock: the
+/// lock is named once, as the error (each mode also said it as a warning before).
+#[test]
+fn a_locked_workspace_is_said_once() {
+    let dir = plan_demo();
+    let ws = dir.path();
+    std::fs::create_dir_all(ws.join(".ralph")).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(ws.join(".ralph/ralph.lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    for mode in ["plan", "build"] {
+        let (code, text) = run(mode, ws);
+        assert_eq!(code, Some(1), "{mode}: {text}");
+        assert_eq!(
+            text.matches("is locked by another ralph process").count(),
+            1,
+            "{mode}: {text}"
+        );
+    }
+}

@@ -248,6 +248,17 @@ async fn example_flow(agent: FakeAgent) {
     );
     assert!(dir.path().join(&kill_log).exists());
 
+    // Each request carried its role's schema, the one `ralph schema ROLE` prints.
+    for request in agent.requests() {
+        assert_eq!(
+            request.schema,
+            ralph::answer_schema(request.role),
+            "{} {:?}",
+            request.role,
+            request.subject
+        );
+    }
+
     // DECOMPOSE saw only the log's head and tail.
     let decompose = agent
         .requests()

@@ -65,7 +65,11 @@ async fn plan_mode_creates_implementation_json_from_the_specs() {
 
     let requests = agent.requests();
     assert_eq!(requests.len(), 1);
-    assert!(requests[0].schema.is_some(), "a schema was sent");
+    assert_eq!(
+        requests[0].schema,
+        ralph::answer_schema(Role::Breakdown),
+        "the schema `ralph schema plan` prints was sent"
+    );
     assert!(!Role::Breakdown.may_write());
     for part in [
         "specs/greeter.md",
@@ -101,6 +105,14 @@ async fn build_mode_runs_from_plan_modes_file_without_parsing() {
     let ralph2 = ralph(dir, builder_agent.clone(), Recorder::default(), vec![]);
     let outcome = ralph2.build_specs().await.unwrap();
     assert_eq!(specs_complete(&outcome), (2, 4));
+    for request in builder_agent.requests() {
+        assert_eq!(
+            request.schema,
+            ralph::answer_schema(request.role),
+            "{}",
+            request.role
+        );
+    }
     assert!(
         builder_agent
             .requests()

@@ -48,7 +48,7 @@ async fn issues_send_the_thread_back_to_drafting_with_the_feedback_kept() {
     let requests = agent.requests();
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].role, Role::Assess);
-    assert!(requests[0].schema.is_some());
+    assert_eq!(requests[0].schema, ralph::answer_schema(Role::Assess));
     assert!(!Role::Assess.may_write());
     for part in [
         "Write hello.txt saying hello.",

@@ -439,7 +439,8 @@ async fn criteria_without_a_command_are_judged_by_a_read_only_verifier() {
         .filter(|r| r.role == Role::Verify)
         .collect();
     assert_eq!(verify.len(), 2);
-    assert!(verify[0].schema.is_some() && verify[0].prompt.contains("read-only verifier"));
+    assert!(verify[0].prompt.contains("read-only verifier"));
+    assert_eq!(verify[0].schema, ralph::answer_schema(Role::Verify));
     assert!(thread.attempts[0].failed[0].contains("too curt"));
     agent.verify().unwrap();
 }

@@ -19,14 +19,67 @@ use script::{Entry, ScriptFile};
 
 /// `FakeAgent`: a deterministic, scripted [`Agent`] for tests, CI and demos.
 ///
-/// A fake agent holds *entries*: a [`Script`] (the steps of one run) plus what requests it
-/// answers — a role, optionally a subject (task or issue id) and an attempt number. Entries
-/// with no role answer any request, in order ("in sequence"). Each request takes the most
-/// specific unconsumed matching entry; ties go to the earliest. Entries are consumed once
-/// unless marked `repeat`.
+/// A fake agent holds *entries*: a [`Script`] (the steps of one run) and the requests it
+/// answers. Each request takes the most specific entry that matches it and is still unused,
+/// runs its steps in the request's workspace, and is recorded ([`requests`](Self::requests)).
+/// The same format drives `ralph … --script FILE.toml` and `ralph demo`; the page
+/// `docs/fake-agent.md` of the repository says it for script authors, with the answers each
+/// role must give.
 ///
-/// Attempt numbers come from the persisted board, so a script keyed by attempt behaves the
-/// same when a killed run is resumed by a new process.
+/// # Entries
+///
+/// | TOML key | builder | the entry answers |
+/// |---|---|---|
+/// | `role` | [`on`](Self::on), [`on_attempt`](Self::on_attempt), [`on_role`](Self::on_role), [`always`](Self::always) | requests of that [`Role`], in snake_case: `investigate`, `build`, `verify`, `gap_analysis`, `decompose`, `breakdown` (or `plan`), `planner`, `assess`, `draft`. Without a role: any request, in the order the entries were added (a sequence, [`then`](Self::then)) |
+/// | `subject` | [`on`](Self::on), [`on_attempt`](Self::on_attempt) | requests about that subject (a task, issue, spec or thread id; below) |
+/// | `attempt` | [`on_attempt`](Self::on_attempt) | requests of that attempt number (below) |
+/// | `repeat` | [`always`](Self::always) | `true`: every matching request; the entry is never used up |
+/// | `steps` | the [`Script`] | — : what the run does (the steps are in [`Script`]'s docs) |
+///
+/// A request takes, of the entries that match it and are unused (or `repeat`), the most
+/// specific: a `subject` counts 2, a `role` and an `attempt` 1 each; a tie goes to the entry
+/// added first. Each entry is used once per `FakeAgent` — and so once per process of the
+/// `ralph` command, which reads its `--script` anew each time it starts. A request that no
+/// entry answers fails with [`AgentError::NoScript`], listing the entries left. A file may
+/// hold only `[[run]]` entries, and an entry only these keys: anything else is
+/// [`AgentError::BadScript`] naming the file and the position.
+///
+/// # Subjects and attempts
+///
+/// | mode | role | `subject` | `attempt` |
+/// |---|---|---|---|
+/// | construct | `investigate` | the issue: `i-1` | the issue's investigations, 1 first |
+/// | | `build` | the task: `t-1`, a subtask `t-3a` | the task's builds: retries and rebuilds after a rejection count on |
+/// | | `verify` | the task | the task's verifications |
+/// | | `gap_analysis` | the iteration: `iteration-2` | 1 |
+/// | | `decompose` | the task | 1 |
+/// | plan mode | `breakdown` (`plan`) | `plan-mode` | 1 |
+/// | build mode | `planner` | the spec: `greeter` | the spec's plan round (2 after an invalidated plan) |
+/// | | `build` | the spec's task: `greeter-1` | the task's sessions |
+/// | | `verify` | the spec | the spec's verification round |
+/// | threads | `build`, `verify` (criteria without a command) | the thread: `1-greeter` | the loop's iteration |
+/// | | `assess`, `draft` | the thread | 1 |
+///
+/// A structured answer ralph cannot use is asked for once more, with the next attempt
+/// number. Attempt numbers come from the saved state, so an entry keyed by attempt answers
+/// the same request when a killed run is resumed by a new process, where an entry without
+/// one would be unused again: key by `attempt` what a resumed run must not repeat.
+///
+/// # What ralph reads from an answer
+///
+/// * `build` (construct, build mode): the final text ([`Script::answer`]) with
+///   `<TASK_DONE>` alone on its last line, or a line `<TASK_BLOCKED reason="…">`; no marker
+///   is a failed attempt. In a thread: the spec's promise tag (`<promise>TAG</promise>`)
+///   alone on the last line.
+/// * `planner`: the plan, ending with the magic phrase (`PLAN_COMPLETE`).
+/// * The structured roles: a JSON object ([`Script::json`]) that matches the role's schema
+///   ([`answer_schema`](crate::answer_schema), `ralph schema ROLE`). A verifier's `verdict` is `"accept"` or
+///   `"reject"`, with a `reason`; in build mode a rejection's reason may hold a line
+///   `PLAN_INVALIDATION: why`, which sends the spec back to its planner.
+///
+/// # Examples
+///
+/// In Rust:
 ///
 /// ```
 /// use ralph::agent::{FakeAgent, Role, Script};
@@ -37,17 +90,51 @@ use script::{Entry, ScriptFile};
 /// assert_eq!(agent.unconsumed().len(), 2);
 /// ```
 ///
-/// Scripts can also be written in TOML (see [`FakeAgent::from_toml`]):
+/// The same in TOML ([`from_toml`](Self::from_toml), [`from_toml_file`](Self::from_toml_file)),
+/// run: an entry keyed by subject and attempt is used once, a `repeat` entry answers every
+/// request of its role.
 ///
-/// ```toml
+/// ```
+/// use ralph::agent::{AgentRequest, FakeAgent, Role};
+/// use ralph::Agent as _;
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let agent = FakeAgent::from_toml(
+///     r#"
 /// [[run]]
 /// role = "build"
 /// subject = "t-1"
 /// attempt = 1
 /// [[run.steps]]
-/// write = { path = "src/lib.rs", content = "pub fn f() {}\n" }
+/// write = { path = "hello.txt", content = "hello\n" }
 /// [[run.steps]]
-/// answer = "Implemented.\n<TASK_DONE>"
+/// answer = "Wrote hello.txt.\n<TASK_DONE>"
+///
+/// [[run]]
+/// role = "verify"
+/// repeat = true
+/// steps = [{ json = { verdict = "accept", reason = "hello.txt says hello" } }]
+/// "#,
+///     "inline.toml",
+/// )?;
+/// let dir = tempfile::tempdir()?;
+/// let build = || AgentRequest::new(Role::Build, "Build t-1", dir.path()).subject("t-1");
+///
+/// let run = agent.run(build()).await?;
+/// assert!(run.final_text.ends_with("<TASK_DONE>"));
+/// assert_eq!(std::fs::read_to_string(dir.path().join("hello.txt"))?, "hello\n");
+/// // Used up: a second build of t-1 finds no entry.
+/// let err = agent.run(build()).await.unwrap_err();
+/// assert!(err.to_string().contains("no script for build t-1 attempt 1"));
+///
+/// for task in ["t-1", "t-2"] {
+///     let verify = AgentRequest::new(Role::Verify, "Judge it", dir.path()).subject(task);
+///     assert_eq!(agent.run(verify).await?.structured.unwrap()["verdict"], "accept");
+/// }
+/// agent.verify()?; // every entry that is not `repeat` was used
+/// # Ok(())
+/// # }
 /// ```
 #[derive(Default)]
 pub struct FakeAgent {

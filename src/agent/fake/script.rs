@@ -79,15 +79,50 @@ fn attempt_kind() -> FailureKind {
     FailureKind::Attempt
 }
 
-/// The steps of one fake run, in order; the run ends after the last one.
+/// The steps of one fake run, in order; the run ends after the last one (completed, unless
+/// a step ended it first). A run with no steps completes with an empty answer.
+///
+/// In a script file the steps are the `steps` of a `[[run]]` entry (see
+/// [`FakeAgent`](crate::agent::FakeAgent)), one table each, named as the method:
+///
+/// | method | TOML step | what the run does |
+/// |---|---|---|
+/// | [`answer`](Self::answer) | `{ answer = "Done.\n<TASK_DONE>" }` | sets the final text (the last one wins) |
+/// | [`json`](Self::json) | `{ json = { verdict = "accept", reason = "ok" } }` | sets the structured answer; also the final text when no `answer` is given |
+/// | [`write`](Self::write) | `{ write = { path = "src/lib.rs", content = "…" } }` | writes a file (folders made), relative to the workspace |
+/// | [`append`](Self::append) | `{ append = { path = "README.md", content = "…" } }` | appends to a file |
+/// | [`remove`](Self::remove) | `{ remove = "old.txt" }` | removes a file |
+/// | [`print`](Self::print) | `{ print = { line = "compiling", times = 3 } }` | prints a line to the run's log (`times` defaults to 1) |
+/// | [`delay`](Self::delay) | `{ delay = "300ms" }` | waits (ended early by a stop or the timeout) |
+/// | [`hang`](Self::hang) | `{ hang = {} }` | waits until stopped or timed out |
+/// | [`usage`](Self::usage) | `{ usage = { context = 90, window = 100, after_compaction = 40 } }` | reports context usage: warn, compact (to `after_compaction`; without it the compaction fails) or a kill at the limit |
+/// | [`fail`](Self::fail), [`fail_with`](Self::fail_with) | `{ fail = { reason = "flaky", kind = "transient" } }` | ends the run as failed; `kind` is `attempt` (the default), `transient` or `fatal` ([`FailureKind`]) |
+/// | [`rate_limit`](Self::rate_limit) | `{ rate_limit = { secs = 60 } }` | ends the run as rate limited for `secs` seconds |
+///
+/// A path that is absolute or goes up with `..` fails the run
+/// ([`AgentError::OutsideWorkspace`](crate::AgentError::OutsideWorkspace)). Durations are
+/// written as in `ralph.toml` (`"300ms"`, `"2s"`).
 ///
 /// ```
-/// use ralph::agent::Script;
+/// use ralph::agent::{FakeAgent, Script};
 ///
 /// let build = Script::new()
 ///     .write("hello.txt", "hello\n")
 ///     .print("compiling…", 3)
 ///     .answer("Wrote hello.txt.\n<TASK_DONE>");
+///
+/// // The same steps in TOML.
+/// let toml = r#"
+/// [[run]]
+/// steps = [
+///   { write = { path = "hello.txt", content = "hello\n" } },
+///   { print = { line = "compiling…", times = 3 } },
+///   { answer = "Wrote hello.txt.\n<TASK_DONE>" },
+/// ]
+/// "#;
+/// let agent = FakeAgent::from_toml(toml, "inline.toml").unwrap();
+/// assert_eq!(agent.unconsumed(), ["any role (sequence)"]);
+/// # let _ = build;
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -256,4 +291,78 @@ impl Entry {
 pub(super) struct ScriptFile {
     #[serde(default)]
     pub(super) run: Vec<Entry>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::FakeAgent;
+
+    /// Each step's name in a script file. No wildcard: a new step must be named here, and
+    /// then documented.
+    fn name(step: &Step) -> &'static str {
+        match step {
+            Step::Answer(_) => "answer",
+            Step::Json(_) => "json",
+            Step::Write { .. } => "write",
+            Step::Append { .. } => "append",
+            Step::Remove(_) => "remove",
+            Step::Print { .. } => "print",
+            Step::Hang {} => "hang",
+            Step::Delay(_) => "delay",
+            Step::Usage { .. } => "usage",
+            Step::Fail { .. } => "fail",
+            Step::RateLimit { .. } => "rate_limit",
+        }
+    }
+
+    #[test]
+    fn the_script_page_documents_every_step_and_key_and_its_examples_load() {
+        let page = include_str!("../../../docs/fake-agent.md");
+        let every = Script::new()
+            .answer("a")
+            .json(serde_json::json!({}))
+            .write("p", "c")
+            .append("p", "c")
+            .remove("p")
+            .print("l", 1)
+            .delay(Duration::ZERO)
+            .hang()
+            .usage(1, 2, None)
+            .fail("r")
+            .rate_limit(1);
+        assert_eq!(every.steps.len(), 11, "one of each step");
+        for step in &every.steps {
+            let written = serde_json::to_value(step).unwrap();
+            let key = written.as_object().unwrap().keys().next().unwrap().clone();
+            assert_eq!(key, name(step), "the name a script file gives it");
+            assert!(
+                page.contains(&format!("| `{key}` |")),
+                "step {key} is not in the page"
+            );
+        }
+        let entry = Entry {
+            role: Some(Role::Build),
+            subject: Some("t-1".into()),
+            attempt: Some(1),
+            repeat: true,
+            steps: every,
+            consumed: false,
+        };
+        for key in serde_json::to_value(&entry)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+        {
+            assert!(
+                page.contains(&format!("| `{key}` |")),
+                "key {key} is not in the page"
+            );
+        }
+        for block in page.split("```toml\n").skip(1) {
+            let text = &block[..block.find("```").unwrap()];
+            FakeAgent::from_toml(text, "docs/fake-agent.md").unwrap();
+        }
+    }
 }

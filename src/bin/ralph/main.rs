@@ -13,6 +13,7 @@ mod next;
 mod out;
 mod place;
 mod run;
+mod schema;
 mod thread;
 
 use std::io::IsTerminal;
@@ -109,6 +110,13 @@ enum Command {
     },
     /// Threads: one piece of work from draft to commit, with human checkpoints.
     Thread(thread::ThreadArgs),
+    /// The JSON Schema of a structured role's answer, exactly as ralph sends it to the agent:
+    /// investigate, verify, gap_analysis, decompose, plan, assess or draft. Without a role
+    /// (or with another one) it names them and exits 2.
+    Schema {
+        /// The role.
+        role: Option<String>,
+    },
 }
 
 /// What every run of an agent takes.
@@ -128,10 +136,19 @@ struct RunFlags {
     /// fallback chain (`claude,aider`). Default: `agents` of ralph.toml, else `claude`.
     #[arg(long)]
     agent: Option<String>,
-    /// Use a scripted FakeAgent from this TOML file instead of a real agent; its requests are
-    /// appended to .ralph/fake-requests.jsonl.
+    /// Use a scripted FakeAgent from this TOML file (relative to the current directory, or
+    /// to DIR with -C) instead of a real agent; its requests are appended to
+    /// .ralph/fake-requests.jsonl. The format: docs/fake-agent.md.
     #[arg(long, conflicts_with = "agent")]
     script: Option<PathBuf>,
+}
+
+impl RunFlags {
+    /// With `--script` as this process opens it (relative to `-C DIR`, as every path).
+    fn resolved(mut self, place: &Place) -> RunFlags {
+        self.script = self.script.map(|s| place.file(&s));
+        self
+    }
 }
 
 #[derive(Debug, Args)]
@@ -172,9 +189,9 @@ async fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
     let given = cli.workspace.as_deref();
     let place = match &cli.command {
-        // The demo makes its own workspace and `init` writes where it is run; a `-C` that
-        // is not a directory is refused all the same.
-        Command::Demo { .. } | Command::Init => Place::here(given)?,
+        // The demo makes its own workspace, `init` writes where it is run and `schema` needs
+        // none; a `-C` that is not a directory is refused all the same.
+        Command::Demo { .. } | Command::Init | Command::Schema { .. } => Place::here(given)?,
         _ => Place::find(given)?,
     };
     let workspace = place.workspace.as_path();
@@ -183,10 +200,14 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         Command::Init => init::init(workspace).map(|()| 0),
         Command::Construct(mut args) => {
             args.spec = args.spec.map(|s| place.spec(&s)).transpose()?;
+            args.run = args.run.resolved(&place);
             run::construct(workspace, args).await
         }
-        Command::Plan { specs, run } => run::plan(workspace, place.specs(specs)?, run).await,
-        Command::Build { run } => run::build(workspace, run).await,
+        Command::Plan { specs, run } => {
+            let specs = place.specs(specs)?;
+            run::plan(workspace, specs, run.resolved(&place)).await
+        }
+        Command::Build { run } => run::build(workspace, run.resolved(&place)).await,
         Command::Status => board::status(workspace).await.map(|()| 0),
         Command::Query { what, done } => board::query(workspace, what, done).await.map(|()| 0),
         Command::Task(mut command) => {
@@ -197,7 +218,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
         }
         Command::Issue(command) => board::issue(workspace, command).await.map(|()| 0),
         Command::Repair { adopt } => board::repair(workspace, adopt).await.map(|()| 0),
-        Command::Thread(args) => thread::thread(workspace, args).await,
+        Command::Schema { role } => Ok(schema::schema(role.as_deref())),
+        Command::Thread(args) => thread::thread(workspace, args.resolved(&place)).await,
     }
 }
 

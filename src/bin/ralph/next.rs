@@ -6,7 +6,7 @@
 //! fix has none), so a script can run it.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ralph::model::{Board, IssueStatus, Stage, TaskStatus};
@@ -17,6 +17,8 @@ use ralph::{Outcome, SpecsOutcome};
 /// command goes on with the same agent.
 #[derive(Clone, Debug)]
 pub(crate) struct Again {
+    /// The workspace as `-C` names it, `.` for none.
+    workspace: PathBuf,
     /// `ralph`, or `ralph -C DIR`.
     ralph: String,
     /// The command that resumes the run: `ralph construct --agent mine`, `ralph demo --in DIR`.
@@ -31,6 +33,7 @@ impl Again {
             false => format!("ralph -C {}", shell_word(&workspace.display().to_string())),
         };
         Again {
+            workspace: workspace.to_path_buf(),
             run: format!("{ralph} {mode}"),
             ralph,
         }
@@ -40,6 +43,7 @@ impl Again {
     pub(crate) fn demo(dir: &Path) -> Again {
         let dir = shell_word(&dir.display().to_string());
         Again {
+            workspace: PathBuf::from("."),
             ralph: format!("ralph -C {dir}"),
             run: format!("ralph demo --in {dir}"),
         }
@@ -57,7 +61,7 @@ impl Again {
                 .push_str(&format!(" --agent {}", shell_word(agent)));
         }
         if let Some(script) = script {
-            let script = shell_word(&script.display().to_string());
+            let script = shell_word(&self.seen_from_workspace(script).display().to_string());
             self.run.push_str(&format!(" --script {script}"));
         }
         if let Some(timeout) = timeout {
@@ -66,6 +70,19 @@ impl Again {
                 .push_str(&format!(" --timeout {}", shell_word(&timeout)));
         }
         self
+    }
+
+    /// `path` (as this process opens it) as the printed command, started in the workspace,
+    /// reaches it: as it is without `-C` or when absolute, relative to the workspace when
+    /// inside it, else absolute.
+    fn seen_from_workspace(&self, path: &Path) -> PathBuf {
+        if self.workspace == Path::new(".") || path.is_absolute() {
+            return path.to_path_buf();
+        }
+        match path.strip_prefix(&self.workspace) {
+            Ok(rel) => rel.to_path_buf(),
+            Err(_) => std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+        }
     }
 
     /// `ralph [-C DIR] MODE` and `more`, for a command printed on its own.
@@ -297,6 +314,34 @@ mod tests {
         board.run.seeded = true;
         board.apply_all(changes);
         board
+    }
+
+    #[test]
+    fn the_script_is_named_as_the_printed_command_reaches_it() {
+        let script = |workspace: &str, opened: &str| {
+            Again::new(Path::new(workspace), "build")
+                .flags(None, Some(Path::new(opened)), None)
+                .command("")
+        };
+        assert_eq!(script(".", "s.toml"), "ralph build --script s.toml");
+        assert_eq!(
+            script("ws", "ws/s.toml"),
+            "ralph -C ws build --script s.toml"
+        );
+        assert_eq!(
+            script("..", "../s.toml"),
+            "ralph -C .. build --script s.toml"
+        );
+        assert_eq!(
+            script("ws", "/abs/s.toml"),
+            "ralph -C ws build --script /abs/s.toml"
+        );
+        let outside = script("ws/sub/..", "ws/sub/s.toml");
+        let absolute = std::path::absolute("ws/sub/s.toml").unwrap();
+        assert!(
+            outside.ends_with(&format!("--script {}", absolute.display())),
+            "{outside}"
+        );
     }
 
     #[test]

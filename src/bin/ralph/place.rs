@@ -2,7 +2,9 @@
 //! directory (or `-C DIR`, as if started there), upward to the first folder with a
 //! `ralph.toml` or a `.ralph/`, never past the top of the git repository. Spec paths on the
 //! command line are taken from that same starting directory, as in every CLI, and made
-//! relative to the workspace, where the library's one rule for spec paths applies.
+//! relative to the workspace, where the library's one rule for spec paths applies. The other
+//! files a command line names (`--script`, `thread new --spec`, `thread edit --file`) are
+//! taken from that starting directory too, wherever they are.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -19,6 +21,8 @@ pub(crate) struct Place {
     base: PathBuf,
     /// The workspace, canonical.
     root: PathBuf,
+    /// The `-C` directory as given; `None` without `-C` (the current directory).
+    start: Option<PathBuf>,
 }
 
 impl Place {
@@ -35,6 +39,7 @@ impl Place {
             workspace,
             root: base.clone(),
             base,
+            start: given.map(Path::to_path_buf),
         })
     }
 
@@ -80,6 +85,16 @@ impl Place {
                 self.root.display()
             )
             .into()),
+        }
+    }
+
+    /// A file named on the command line (`--script`, `thread new --spec`, `--file`), as
+    /// this process opens it: relative to the starting directory (`-C DIR`, as if started
+    /// there), or absolute. Unlike a spec it may be anywhere.
+    pub(crate) fn file(&self, given: &Path) -> PathBuf {
+        match &self.start {
+            Some(dir) => dir.join(given),
+            None => given.to_path_buf(),
         }
     }
 

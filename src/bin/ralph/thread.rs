@@ -9,6 +9,7 @@ use ralph::thread::{Confirm, Phase, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, Event, FakeAgent, Interrupts, Observer, Ralph};
 
 use crate::out::out;
+use crate::place::Place;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -34,12 +35,29 @@ pub(crate) struct ThreadArgs {
     /// --agent (`start`, `configure`, `reconfigure`). Default: the models of --agent.
     #[arg(long, global = true)]
     verifier: Option<String>,
-    /// Use a scripted FakeAgent from this TOML file instead of a real agent; its requests
-    /// are appended to .ralph/fake-requests.jsonl.
+    /// Use a scripted FakeAgent from this TOML file (relative to the current directory, or
+    /// to DIR with -C) instead of a real agent; its requests are appended to
+    /// .ralph/fake-requests.jsonl. The format: docs/fake-agent.md.
     #[arg(long, global = true, conflicts_with = "agent")]
     script: Option<PathBuf>,
     #[command(subcommand)]
     command: ThreadCommand,
+}
+
+impl ThreadArgs {
+    /// With the files the command line names (`--script`, `new --spec`, `edit --file`,
+    /// `revise --file`) as this process opens them: relative to `-C DIR`, as every path.
+    pub(crate) fn resolved(mut self, place: &Place) -> ThreadArgs {
+        self.script = self.script.map(|s| place.file(&s));
+        match &mut self.command {
+            ThreadCommand::New { spec, .. } => *spec = place.file(spec),
+            ThreadCommand::Edit { file } | ThreadCommand::Revise { file, .. } => {
+                *file = file.as_deref().map(|f| place.file(f));
+            }
+            _ => {}
+        }
+        self
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -49,7 +67,8 @@ enum ThreadCommand {
         /// The title.
         #[arg(long)]
         title: String,
-        /// The spec (markdown with `<promise>TAG</promise>` and `## Acceptance Criteria`).
+        /// The spec (markdown with `<promise>TAG</promise>` and `## Acceptance Criteria`),
+        /// relative to the current directory (to DIR with -C).
         #[arg(long)]
         spec: PathBuf,
     },
@@ -59,7 +78,7 @@ enum ThreadCommand {
     Show,
     /// Edit the spec while Drafting: from --file, else in $EDITOR.
     Edit {
-        /// The new spec.
+        /// The new spec (relative to the current directory, to DIR with -C).
         #[arg(long)]
         file: Option<PathBuf>,
     },
@@ -94,7 +113,7 @@ enum ThreadCommand {
     Diagnose,
     /// Back to Drafting with a new spec, the work tree reset to the baseline.
     Revise {
-        /// The new spec.
+        /// The new spec (relative to the current directory, to DIR with -C).
         #[arg(long)]
         file: Option<PathBuf>,
         /// Confirm the reset.
@@ -178,9 +197,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         })
     };
     let record = match args.command {
-        ThreadCommand::New { title, spec } => {
-            threads.create(&title, &std::fs::read_to_string(spec)?)?
-        }
+        ThreadCommand::New { title, spec } => threads.create(&title, &read_spec(&spec)?)?,
         ThreadCommand::List => {
             for id in threads.list()? {
                 let t = threads.get(&id)?;
@@ -192,7 +209,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         ThreadCommand::Edit { file } => {
             let id = id()?;
             let text = match file {
-                Some(file) => std::fs::read_to_string(file)?,
+                Some(file) => read_spec(&file)?,
                 None => edit_in_editor(&threads.spec_text(&threads.get(&id)?)?)?,
             };
             threads.edit_spec(&id, &text)?
@@ -248,7 +265,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             return Ok(0);
         }
         ThreadCommand::Revise { file, yes } => {
-            let text = file.map(std::fs::read_to_string).transpose()?;
+            let text = file.as_deref().map(read_spec).transpose()?;
             let confirm = if yes {
                 Confirm::ResetToBaseline
             } else {
@@ -286,6 +303,12 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         (_, Phase::Stuck { .. }) => 2,
         _ => 0,
     })
+}
+
+/// The spec file a command line names, read; an error names the file.
+fn read_spec(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the spec {}: {e}", path.display()).into())
 }
 
 /// Registers every agent the command may run by name: the models and verifier `settings`

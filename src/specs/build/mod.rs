@@ -80,8 +80,9 @@ pub(crate) async fn run(ctx: Arc<Context>) -> Result<SpecsOutcome, Error> {
         Ok(outcome) => emitter.emit(&Event::SpecsFinished {
             outcome: outcome.clone(),
         }),
-        // The run log then ends with why the run stopped, as the caller sees it.
-        Err(e) => emitter.emit(&Event::Warning {
+        // The run log then ends with why the run stopped, as the caller sees it; the
+        // caller has the error, so the observers are not told it again.
+        Err(e) => emitter.log_only(&Event::Warning {
             message: format!("build mode stopped: {e}"),
         }),
     }
