@@ -5,6 +5,7 @@ use serde_json::Value;
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{LastWord, cli_agent_settings, event_lines};
+use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
 use crate::config::Config;
@@ -186,11 +187,26 @@ impl Events {
     }
 }
 
-/// The lines [`live`] reads.
+/// The lines [`live`] and [`api`] read.
 const LIVE: LiveMap = LiveMap {
-    types: &["init", "tool_use", "message", "result"],
+    types: &["init", "tool_use", "message", "result", "error"],
     map: live,
+    api,
 };
+
+/// What a line says about the API: the assistant's message, a tool call or a successful
+/// result is its answer; an `error`, or a result with one, says what failed (a connection
+/// error when it says so).
+fn api(event: &Value) -> Option<ApiSign> {
+    match event["type"].as_str()? {
+        "message" if event["role"] == "assistant" => Some(ApiSign::Answered),
+        "tool_use" => Some(ApiSign::Answered),
+        "result" if event["status"] == "success" => Some(ApiSign::Answered),
+        "result" => event["error"]["message"].as_str().map(ApiSign::of_error),
+        "error" => event["message"].as_str().map(ApiSign::of_error),
+        _ => None,
+    }
+}
 
 /// The live event a line of the CLI means: its session, each tool call, each message of
 /// the assistant, and the run's tokens.

@@ -171,7 +171,7 @@ impl LastWord {
         }
     }
 
-    /// The run: stopped or timed out as the process was; else the failure, classified
+    /// The run: stopped, timed out or unreachable as the process was; else the failure, classified
     /// (`reset` reads a usage limit's reset time in it); else `answer` when the process
     /// exited 0; else no answer.
     fn judge(
@@ -181,9 +181,12 @@ impl LastWord {
         answer: Option<String>,
         reset: fn(&str) -> Option<SystemTime>,
     ) -> AgentRun {
-        match (raw.ending, &self.failure, answer) {
+        match (&raw.ending, &self.failure, answer) {
             (Ending::Stopped, ..) => AgentRun::new(AgentExit::Stopped),
             (Ending::TimedOut, ..) => AgentRun::new(AgentExit::TimedOut),
+            (Ending::Unreachable(reason), ..) => {
+                AgentRun::new(crate::agent::reach::unreachable(reason.clone()))
+            }
             (Ending::Exited, Some(failure), _) => {
                 AgentRun::new(classify(agent, failure, reset(failure)))
             }
