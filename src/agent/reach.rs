@@ -62,6 +62,10 @@ pub(crate) fn is_connection_error(message: &str) -> bool {
     }
     any(&[
         "waiting for network",
+        "cannot connect",
+        "unable to connect",
+        "could not connect",
+        "failed to connect",
         "connection failed",
         "connection refused",
         "connection reset",
@@ -194,6 +198,9 @@ mod tests {
             "API Error: Connection refused — connect ECONNREFUSED 127.0.0.1:9",
             "TypeError: fetch failed",
             "getaddrinfo ENOTFOUND api.openai.com",
+            // gemini 0.61.0 and opencode 1.18.33 against a closed port.
+            "[API Error: exception TypeError: fetch failed sending request]",
+            "Cannot connect to API: Unable to connect. Is the computer able to access the url?",
         ] {
             assert!(is_connection_error(unreached), "{unreached}");
         }

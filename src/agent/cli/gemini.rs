@@ -281,6 +281,26 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_run_without_network_is_a_connection_error_shown_live_and_transient() {
+        let transcript = include_str!("../../../fixtures/gemini/no-network.jsonl");
+        let signs: Vec<ApiSign> = transcript
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| api(&v))
+            .collect();
+        let message = "[API Error: exception TypeError: fetch failed sending request]";
+        assert_eq!(signs, [ApiSign::Unreached(message.to_owned())]);
+        let events = crate::agent::cli::live::replay(transcript, LIVE);
+        assert!(events.contains(&format!("status {message}")), "{events:?}");
+        let run = replay(transcript, 1);
+        assert!(
+            matches!(&run.exit, AgentExit::Failed { kind: crate::agent::FailureKind::Transient, reason }
+                if reason.contains(message)),
+            "{run:?}"
+        );
+    }
+
+    #[test]
     fn recorded_transcripts_read_as_the_live_runs_did() {
         let done = replay(
             include_str!("../../../fixtures/gemini/tool-flow-done.jsonl"),
