@@ -77,8 +77,18 @@ async fn codex_without_a_server_is_stopped_as_unreachable_naming_it_and_its_last
             }
         });
 
-    let run = codex(&bin, home.path()).run(request).await.unwrap();
+    let mark = format!("codex-unreachable-{}", std::process::id());
+    let run = codex(&bin, home.path())
+        .env("TEST_RUN_MARK", &mark)
+        .run(request)
+        .await
+        .unwrap();
     support::record_transcript("codex", "unreachable", &log);
+    assert_eq!(
+        support::messages_api::alive_with_env("TEST_RUN_MARK", &mark),
+        Vec::<i32>::new(),
+        "the stopped CLI left nothing running"
+    );
 
     let AgentExit::Failed { reason, kind } = &run.exit else {
         panic!("{run:?}")
