@@ -329,7 +329,9 @@ impl<T: Observer + ?Sized> Observer for Arc<T> {
 }
 
 /// One line a person reads: what happened, with its ids and reason. Live agent events
-/// ([`Event::Agent`]) and an empty prioritization print as nothing (an empty string).
+/// ([`Event::Agent`]) print as nothing (an empty string), except a fallback chain's choice,
+/// the context tiers and the agent's status lines ([`AgentEvent::Status`]: an API error it
+/// retries, `Reconnecting... waiting for network`); so does an empty prioritization.
 impl Event {
     /// The `[RALPH] Context …` line of a context event, in seed 000's words (the stage log
     /// carries it beside the event's JSON).
@@ -411,6 +413,16 @@ impl std::fmt::Display for Event {
                 detail: AgentEvent::AgentChosen { agent, reason },
                 ..
             } => write!(f, "agent {agent} takes the run: {reason}"),
+            Event::Agent {
+                subject,
+                detail: AgentEvent::Status { agent, line },
+            } => {
+                write!(f, "  agent {agent}")?;
+                if let Some(subject) = subject {
+                    write!(f, " ({subject})")?;
+                }
+                write!(f, ": {line}")
+            }
             Event::Agent { .. } => match self.context_line() {
                 Some(line) => f.write_str(&line),
                 None => Ok(()),

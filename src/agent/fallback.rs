@@ -23,7 +23,8 @@ enum Rest {
 /// * cannot start, or fails in a way no retry fixes (bad credentials): it rests for the rest
 ///   of the process;
 /// * fails transiently (an API error that outlasted the CLI's own retries, a 429 without a
-///   reset time): it is passed over for this run only.
+///   reset time), or cannot reach its API ([`FailureKind::Unreachable`]: only connection
+///   errors for [`AgentRequest::unreachable_after`]): it is passed over for this run only.
 ///
 /// Whenever the agent that takes a run is not the one that took the last, that is an
 /// [`AgentEvent::AgentChosen`] with its reason (`claude is rate limited until …`, `its rate
@@ -136,7 +137,8 @@ impl Fallback {
     /// Whether the run `ran` of agent `index` passes the request on to the next agent, and
     /// why. A rate limit rests the agent until its reset; a failure no retry fixes (or an
     /// agent that cannot start) rests it for good; a transient failure (an API error that
-    /// outlasted the CLI's own retries, a 429 without a reset time) passes this run only.
+    /// outlasted the CLI's own retries, a 429 without a reset time) or an unreachable API
+    /// passes this run only.
     fn pass_over(&self, index: usize, ran: &Result<AgentRun, AgentError>) -> Option<Passed> {
         match ran {
             Ok(run) => match &run.exit {
@@ -155,6 +157,10 @@ impl Fallback {
                     kind: FailureKind::Transient,
                     reason,
                 } => Some(Passed::Failed(format!("failed ({reason})"))),
+                AgentExit::Failed {
+                    kind: FailureKind::Unreachable,
+                    reason,
+                } => Some(Passed::Failed(format!("is unreachable ({reason})"))),
                 _ => None,
             },
             Err(AgentError::Spawn { program, .. }) => {

@@ -10,6 +10,7 @@ mod cli;
 #[cfg(feature = "fake")]
 mod fake;
 mod fallback;
+mod reach;
 
 pub use claim::Claim;
 
@@ -31,6 +32,7 @@ pub use cli::{CodexCli, CommandAgent, GeminiCli, OpencodeCli};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, Script};
 pub use fallback::{AgentChoice, Fallback};
+pub(crate) use reach::is_connection_error;
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -183,6 +185,15 @@ pub enum AgentEvent {
         /// Error class, if reported.
         error: Option<String>,
     },
+    /// A line the agent printed about its API rather than its work: an error it retries or
+    /// waits out, a connection that failed (Codex's `Reconnecting... waiting for network
+    /// (…)`, Claude's `api_retry`). The `ralph` command's live line shows the latest.
+    Status {
+        /// The agent ([`Agent::name`]).
+        agent: String,
+        /// The line, as the agent printed it (on one line, shortened).
+        line: String,
+    },
     /// A tool call was refused by permission rules.
     PermissionDenied {
         /// The tool.
@@ -242,6 +253,12 @@ pub struct AgentRequest {
     pub timeout: Option<Duration>,
     /// Context-pressure tiers.
     pub context: ContextThresholds,
+    /// How long an agent may print only connection errors, with no successful API exchange,
+    /// before it is stopped as unreachable ([`FailureKind::Unreachable`]). The clock starts
+    /// at its first connection error; any answer of the API (a rate-limit wait it announced
+    /// included) stops it. `None`: never. Agents that report their connection errors
+    /// ([`CodexCli`], [`ClaudeCli`](claude::ClaudeCli), [`GeminiCli`], [`OpencodeCli`]) honour it.
+    pub unreachable_after: Option<Duration>,
     /// Where live events go ([`on_event`](Self::on_event), [`emit`](Self::emit)).
     pub(crate) events: AgentEvents,
     /// Cancelled when ralph wants the run stopped (interrupt, stage timeout). The agent then
@@ -250,7 +267,7 @@ pub struct AgentRequest {
 }
 
 impl AgentRequest {
-    /// A request with no subject, attempt 1, no schema, log, timeout or events.
+    /// A request with no subject, attempt 1, no schema, log, timeout, unreachable time or events.
     pub fn new(role: Role, prompt: impl Into<String>, workspace: impl Into<PathBuf>) -> Self {
         AgentRequest {
             role,
@@ -262,6 +279,7 @@ impl AgentRequest {
             log_path: None,
             timeout: None,
             context: ContextThresholds::default(),
+            unreachable_after: None,
             events: AgentEvents::none(),
             stop: CancellationToken::new(),
         }
@@ -306,6 +324,13 @@ impl AgentRequest {
     #[must_use]
     pub fn context(mut self, context: ContextThresholds) -> Self {
         self.context = context;
+        self
+    }
+
+    /// Sets [`unreachable_after`](Self::unreachable_after).
+    #[must_use]
+    pub fn unreachable_after(mut self, after: Duration) -> Self {
+        self.unreachable_after = Some(after);
         self
     }
 
@@ -369,6 +394,14 @@ pub enum FailureKind {
     Transient,
     /// Nothing will work until a person acts (bad credentials): stop the run.
     Fatal,
+    /// The agent could not reach its API: it printed only connection errors for
+    /// [`AgentRequest::unreachable_after`] (ralph's runtime also concludes it when runs
+    /// that each failed transiently for a connection error have lasted that long in a
+    /// row). Not the task's fault: a [`Fallback`] chain passes the run to its next agent,
+    /// and a run with no agent left ends with
+    /// [`Error::AgentUnreachable`](crate::Error::AgentUnreachable); the attempt is not
+    /// counted and nothing is decomposed.
+    Unreachable,
 }
 
 /// How an agent run ended.

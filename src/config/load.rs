@@ -324,6 +324,35 @@ mod tests {
     }
 
     #[test]
+    fn unreachable_after_loads_from_file_and_env_and_zero_is_refused() {
+        Jail::expect_with(|jail| {
+            assert_eq!(
+                load_in(jail).unwrap().unreachable_after,
+                Duration::from_secs(60),
+                "the default"
+            );
+            jail.create_file("ralph.toml", "unreachable_after = \"2m\"\n")?;
+            assert_eq!(
+                load_in(jail).unwrap().unreachable_after,
+                Duration::from_secs(120)
+            );
+            jail.set_env("RALPH_UNREACHABLE_AFTER", "5s");
+            assert_eq!(
+                load_in(jail).unwrap().unreachable_after,
+                Duration::from_secs(5),
+                "env beats file"
+            );
+            jail.set_env("RALPH_UNREACHABLE_AFTER", "0s");
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("unreachable_after") && msg.contains("longer than zero"),
+                "{msg}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
     fn seed_003_keys_load_from_file_and_env() {
         Jail::expect_with(|jail| {
             jail.create_file(

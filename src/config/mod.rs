@@ -12,6 +12,7 @@
 //! build_concurrency = 1   # ready tasks built at once, each in its own git work tree
 //! transient_retries = 4
 //! transient_backoff = "2s"
+//! unreachable_after = "60s" # an agent printing only connection errors this long is stopped
 //! log_dir = "build/ralph-logs"
 //! log_files_kept = 1000   # the oldest logs beyond it are deleted
 //! once = false            # stop after one iteration (seed 003's --once)
@@ -121,6 +122,18 @@ pub struct Config {
     /// The first wait before such a retry; it doubles each time, up to a minute. Default 2s.
     #[serde(with = "duration")]
     pub transient_backoff: Duration,
+    /// How long an agent may print only connection errors (`Reconnecting... waiting for
+    /// network`), with no successful API exchange, before it is stopped as unreachable
+    /// ([`FailureKind::Unreachable`](crate::agent::FailureKind::Unreachable)); a
+    /// [`Fallback`](crate::agent::Fallback) chain then gives the run to its next agent.
+    /// Runs that each end early for a connection error (a CLI that gives up on a refused
+    /// connection) are run again after a backoff, past `transient_retries`, until they have
+    /// failed so for this long in a row. With no agent left, the run ends naming the agent
+    /// and its last error ([`Error::AgentUnreachable`](crate::Error::AgentUnreachable)).
+    /// Not the task's fault: the attempt is not counted and nothing is decomposed. A wait
+    /// the agent announced for a rate limit is no connection error. Default 60s.
+    #[serde(with = "duration")]
+    pub unreachable_after: Duration,
     /// Context-pressure tiers.
     pub context: ContextThresholds,
     /// Quality gates, run in order after an agent claims a task done.
@@ -195,6 +208,7 @@ impl Default for Config {
             build_concurrency: 1,
             transient_retries: 4,
             transient_backoff: Duration::from_secs(2),
+            unreachable_after: Duration::from_secs(60),
             context: ContextThresholds::default(),
             gates: Vec::new(),
             store: StoreConfig::default(),

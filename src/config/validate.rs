@@ -21,8 +21,8 @@ pub(crate) mod bounds {
     pub(crate) const MAX_RECENT_ATTEMPTS: usize = 10_000;
     /// `log_files_kept`: a stage's own logs must outlive its pruning.
     pub(crate) const MIN_LOG_FILES_KEPT: usize = 20;
-    /// Every timeout (`stage_timeout`, `agent_timeout`, a gate's `timeout`, the claude
-    /// section's `idle_timeout`): a week.
+    /// Every timeout (`stage_timeout`, `agent_timeout`, `unreachable_after`, a gate's
+    /// `timeout`, the claude section's `idle_timeout`): a week.
     pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
     /// `grace`, `transient_backoff`, the claude section's `result_grace`: an hour.
     pub(crate) const MAX_WAIT: Duration = Duration::from_secs(3600);
@@ -78,6 +78,7 @@ impl Config {
         for (key, d) in [
             ("stage_timeout", self.stage_timeout),
             ("agent_timeout", self.agent_timeout),
+            ("unreachable_after", self.unreachable_after),
         ] {
             if d.is_zero() {
                 return Err(invalid(key, "must be longer than zero".into()));
@@ -169,6 +170,7 @@ impl Config {
         let durations = [
             ("stage_timeout", self.stage_timeout, MAX_TIMEOUT),
             ("agent_timeout", self.agent_timeout, MAX_TIMEOUT),
+            ("unreachable_after", self.unreachable_after, MAX_TIMEOUT),
             ("grace", self.grace, MAX_WAIT),
             ("transient_backoff", self.transient_backoff, MAX_WAIT),
         ];
@@ -439,6 +441,11 @@ mod tests {
                     "at most 7days",
                 ),
                 ("agent_timeout = \"8d\"", "agent_timeout", "at most 7days"),
+                (
+                    "unreachable_after = \"8d\"",
+                    "unreachable_after",
+                    "at most 7days",
+                ),
                 ("grace = \"2h\"", "grace", "at most 1h"),
                 (
                     "transient_backoff = \"2h\"",

@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::call::{Call, Caller, Ending};
+use super::call::{Call, Caller, Ending, ends_the_run};
 use super::error::Error;
 use super::gates::{self, GateRun, GatesEnd};
-use crate::agent::{Claim, FailureKind};
+use crate::agent::Claim;
 use crate::gate::Gate;
 use crate::model::KillReason;
 use crate::output::first_line;
@@ -54,7 +54,8 @@ pub(crate) struct Trace {
 ///
 /// # Errors
 ///
-/// [`Error::AgentFatal`] when the agent failed in a way no retry can fix;
+/// [`Error::AgentFatal`] when the agent failed in a way no retry can fix,
+/// [`Error::AgentUnreachable`] when it could not reach its API;
 /// [`Error::Agent`] or [`Error::Gate`] when one could not run at all.
 pub(crate) async fn run(
     caller: &Caller,
@@ -76,10 +77,9 @@ pub(crate) async fn run(
             };
             return Ok((killed, trace));
         }
-        Ending::Failed {
-            reason,
-            kind: FailureKind::Fatal,
-        } => return Err(caller.fatal(call, reason)),
+        Ending::Failed { reason, kind } if ends_the_run(kind) => {
+            return Err(caller.fatal(call, reason, kind));
+        }
         Ending::Failed { reason, .. } => {
             let failure = format!("The agent run failed: {reason}");
             return Ok((

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::deadline::until_deadline;
 use super::error::Error;
 use super::logs::{Emitter, unused};
+use crate::agent::is_connection_error;
 use crate::agent::{
     Agent, AgentChoice, AgentError, AgentEvent, AgentEvents, AgentExit, AgentRequest, AgentRun,
     FailureKind, Role,
@@ -47,6 +48,13 @@ pub(crate) enum Ending {
     RateLimited(SystemTime),
     /// The run was stopped (the stop token: Ctrl+C, SIGTERM, SIGHUP).
     Interrupted,
+}
+
+/// Whether a failure of this kind ends the run in every mode, with the agent's error
+/// ([`Caller::fatal`]): no retry can fix it, or the agent cannot reach its API. Either way
+/// it is not the task's fault: the attempt is not counted, and nothing is decomposed.
+pub(crate) fn ends_the_run(kind: FailureKind) -> bool {
+    matches!(kind, FailureKind::Fatal | FailureKind::Unreachable)
 }
 
 /// A wait between two runs of one call (see [`Caller::ride_out`]).
@@ -122,6 +130,8 @@ pub(crate) struct Limits {
     pub(crate) transient_retries: u32,
     /// The first wait before such a retry.
     pub(crate) transient_backoff: Duration,
+    /// Connection errors only for this long: the agent is stopped as unreachable.
+    pub(crate) unreachable_after: Duration,
 }
 
 /// One agent call.
@@ -201,14 +211,26 @@ impl Caller {
         }
     }
 
-    /// The error of `call`'s run that failed in a way no retry can fix: the agent, what the
-    /// run was for, and why.
-    pub(crate) fn fatal(&self, call: &Call, reason: String) -> Error {
-        Error::AgentFatal {
-            agent: self.agent.name().to_owned(),
-            role: call.role,
-            subject: call.subject.clone(),
-            reason,
+    /// The error of `call`'s run that failed in a way that ends the run (`kind` is
+    /// [`ends_the_run`]): no retry can fix it, or the agent cannot reach its API. Names the
+    /// agent, what the run was for, and why.
+    pub(crate) fn fatal(&self, call: &Call, reason: String, kind: FailureKind) -> Error {
+        let agent = self.agent.name().to_owned();
+        let (role, subject) = (call.role, call.subject.clone());
+        if kind == FailureKind::Unreachable {
+            Error::AgentUnreachable {
+                agent,
+                role,
+                subject,
+                reason,
+            }
+        } else {
+            Error::AgentFatal {
+                agent,
+                role,
+                subject,
+                reason,
+            }
         }
     }
 
@@ -263,8 +285,12 @@ impl Caller {
     /// As [`call_with`](Self::call_with), telling `waits` about each wait: a rate limit is
     /// waited out until it resets; a transient failure backs off (`transient_backoff`,
     /// doubling) and runs again, at most `transient_retries` times, after which the call
-    /// ends as a failed `Attempt`. Neither is an attempt, and the time waited moves the
-    /// call's deadline. The stop token ends a wait with [`Ending::Interrupted`].
+    /// ends as a failed `Attempt`. A transient failure for a connection error (the CLI gave
+    /// up on an API it cannot reach) backs off the same way, however many times, until the
+    /// runs that failed so in a row have lasted `unreachable_after`: then the call ends as
+    /// [`FailureKind::Unreachable`], naming the agent and its last error. None of these is
+    /// an attempt, and the time waited moves the call's deadline. The stop token ends a wait
+    /// with [`Ending::Interrupted`].
     ///
     /// # Errors
     ///
@@ -277,17 +303,65 @@ impl Caller {
         waits: &mut W,
     ) -> Ridden<W::Error> {
         let mut failures = 0u32;
+        // When the first of the runs that failed in a row for a connection error started.
+        let mut unreached_since: Option<Instant> = None;
         loop {
+            let started = Instant::now();
             let ending = match self.run_once(call, schema.clone()).await {
                 Ok(ending) => ending,
                 Err(e) => return Ok(Err(e)),
             };
+            let unreached = matches!(&ending, Ending::Failed {
+                reason,
+                kind: FailureKind::Transient,
+            } if is_connection_error(reason));
+            if !unreached {
+                unreached_since = None;
+            }
             let wait = match ending {
                 Ending::RateLimited(until) => Wait::RateLimit {
                     #[cfg(feature = "threads")]
                     until,
                     wait: self.rate_limit_wait(until),
                 },
+                Ending::Failed { reason, .. } if unreached => {
+                    let since = *unreached_since.get_or_insert(started);
+                    let after = self.limits.unreachable_after;
+                    let Some(left) = after.checked_sub(since.elapsed()).filter(|l| !l.is_zero())
+                    else {
+                        return Ok(Ok(Ending::Failed {
+                            reason: format!(
+                                "{} is unreachable: no successful API exchange for {}, only connection errors; the last: {reason}",
+                                self.agent.name(),
+                                humantime::format_duration(after)
+                            ),
+                            kind: FailureKind::Unreachable,
+                        }));
+                    };
+                    // Not past the unreachable time by more than a second.
+                    let left = Duration::from_secs(left.as_secs() + 1);
+                    let wait = time::backoff(self.limits.transient_backoff, failures).min(left);
+                    failures += 1;
+                    self.emitter.emit(&Event::Warning {
+                        message: format!(
+                            "{} {}: {reason}; no API exchange for {} of {}; retrying in {}",
+                            call.role,
+                            call.subject.as_deref().unwrap_or("-"),
+                            humantime::format_duration(Duration::from_secs(
+                                since.elapsed().as_secs()
+                            )),
+                            humantime::format_duration(after),
+                            humantime::format_duration(wait)
+                        ),
+                    });
+                    Wait::Backoff {
+                        #[cfg(feature = "threads")]
+                        reason,
+                        #[cfg(feature = "threads")]
+                        failures,
+                        wait,
+                    }
+                }
                 Ending::Failed {
                     reason,
                     kind: FailureKind::Transient,
@@ -346,6 +420,7 @@ impl Caller {
             .log_path(&log)
             .timeout(self.limits.agent_timeout.min(remaining))
             .context(self.limits.context)
+            .unreachable_after(self.limits.unreachable_after)
             .stop(token.clone());
         request.events = self.forward_events(call.subject.clone());
         request.subject = call.subject.clone();
@@ -461,10 +536,9 @@ impl Caller {
             let run = match self.call_with(&mut call, Some(T::schema())).await? {
                 Ending::Answer(run) => run,
                 Ending::Interrupted => return Ok((Structured::Interrupted, runs)),
-                Ending::Failed {
-                    reason,
-                    kind: FailureKind::Fatal,
-                } => return Err(self.fatal(&call, reason)),
+                Ending::Failed { reason, kind } if ends_the_run(kind) => {
+                    return Err(self.fatal(&call, reason, kind));
+                }
                 Ending::Failed { reason, .. } => {
                     return Ok((
                         Structured::unusable(format!("the agent failed: {reason}")),

@@ -153,6 +153,25 @@ pub enum Error {
         /// Why, as the agent said it (`invalid API key`).
         reason: String,
     },
+    /// The agent could not reach its API: it printed only connection errors for
+    /// `unreachable_after` (see [`FailureKind::Unreachable`](crate::agent::FailureKind::Unreachable)).
+    /// Not the task's fault: the attempt was not counted, and nothing was decomposed; run
+    /// again once the agent's network or endpoint is back.
+    #[error(
+        "agent {agent} stopped on {role}{}: it cannot reach its API ({reason})",
+        .subject.as_ref().map(|s| format!(" {s}")).unwrap_or_default()
+    )]
+    AgentUnreachable {
+        /// The agent ([`Agent::name`](crate::Agent::name); a fallback chain's names
+        /// joined).
+        agent: String,
+        /// What the run was for.
+        role: crate::agent::Role,
+        /// The task, issue or spec it was about, if any.
+        subject: Option<String>,
+        /// Why, naming the agent and its last connection error.
+        reason: String,
+    },
     /// A gate could not run.
     #[error(transparent)]
     Gate(#[from] GateError),

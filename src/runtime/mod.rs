@@ -133,6 +133,7 @@ impl Context {
             context: config.context,
             transient_retries: config.transient_retries,
             transient_backoff: config.transient_backoff,
+            unreachable_after: config.unreachable_after,
         }
     }
 

@@ -43,9 +43,10 @@ impl Ran {
             Err(e) => Ran::Fatal(format!("the agent could not run: {e}")),
             Ok(Ending::Answer(run)) => Ran::Answer(run),
             Ok(Ending::Interrupted) => Ran::Interrupted,
+            // An agent that cannot reach its API is no failure of the thread's work.
             Ok(Ending::Failed {
                 reason,
-                kind: FailureKind::Fatal,
+                kind: FailureKind::Fatal | FailureKind::Unreachable,
             }) => Ran::Fatal(reason),
             Ok(Ending::Failed { reason, .. }) => Ran::Failed(format!("the agent failed: {reason}")),
             // Waited out by the runtime; kept total without a panic.
@@ -155,7 +156,7 @@ impl Waits for RunNotes<'_> {
 
 impl Threads {
     /// The limits of the calls of a thread with `config`: the workspace's (`grace`,
-    /// `[context]`, `transient_backoff`), with the thread's agent timeout and retries.
+    /// `[context]`, `transient_backoff`, `unreachable_after`), with the thread's agent timeout and retries.
     fn limits(&self, config: &RunConfig) -> Limits {
         Limits {
             agent_timeout: config.agent_timeout,

@@ -8,3 +8,4 @@ mod cli;
 mod conformance;
 mod fake_claude;
 mod stream;
+mod unreachable;

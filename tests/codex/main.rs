@@ -10,6 +10,7 @@ mod support;
 
 mod fallback;
 mod thread;
+mod unreachable;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

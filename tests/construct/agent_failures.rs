@@ -1,4 +1,5 @@
-//! Rate limits are waited out and not counted; a fatal failure ends the run with an error.
+//! Rate limits are waited out and not counted; a fatal failure, or an agent that cannot reach
+//! its API, ends the run with an error.
 
 use super::*;
 
@@ -285,4 +286,176 @@ async fn a_fatal_agent_failure_ends_the_run_with_an_error(
         assert_eq!(task.verifications, 0);
         assert_eq!(task.attempts, u32::from(role == Role::Verify));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// An agent that cannot reach its API ends the run; it is not the task's fault.
+// ---------------------------------------------------------------------------------------
+
+#[rstest]
+#[case::build(Role::Build, "t-1")]
+#[case::verify(Role::Verify, "t-1")]
+#[case::investigate(Role::Investigate, "i-1")]
+#[tokio::test]
+async fn an_unreachable_agent_ends_the_run_naming_it_and_nothing_is_counted_or_decomposed(
+    #[case] role: Role,
+    #[case] subject: &str,
+) {
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                tasks(&[("Write done.txt", "greets")]),
+            )
+            .on(Role::Build, "t-1", writes_done())
+            .always(Role::Verify, accept("greets"))
+            .on_attempt(
+                role,
+                subject,
+                1,
+                Script::new().fail_with(
+                    "fake is unreachable: the last: connection refused",
+                    FailureKind::Unreachable,
+                ),
+            ),
+    );
+
+    let err = h
+        .try_run(|b| b.gate(done_gate()).config("unreachable_after", "7s"))
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(&err, Error::AgentUnreachable { agent, role: r, subject: Some(s), reason }
+            if agent == "fake" && *r == role && s == subject && reason.contains("connection refused")),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "agent fake stopped on {role} {subject}: it cannot reach its API (fake is unreachable: the last: connection refused)"
+        )
+    );
+    // The setting reached the agent; nothing ran after it, and it counted for nothing.
+    let requests = h.agent.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.unreachable_after == Some(Duration::from_secs(7)))
+    );
+    let last = requests.last().unwrap();
+    assert_eq!((last.role, last.subject.as_deref()), (role, Some(subject)));
+    assert!(h.events.of_kind("finished").is_empty());
+    assert!(h.events.of_kind("task_killed").is_empty());
+    assert!(h.events.of_kind("decomposed").is_empty());
+    assert!(h.events.of_kind("task_retry").is_empty());
+    let board = h.store.board();
+    assert_eq!(
+        board.issues["i-1"].attempts,
+        u32::from(role != Role::Investigate)
+    );
+    if let Some(task) = board.tasks.get("t-1") {
+        assert_eq!(task.verifications, 0);
+        assert_eq!(task.attempts, u32::from(role == Role::Verify));
+        assert_eq!(task.kill_reason, None);
+    }
+}
+
+// A CLI that gives up on an API it cannot reach fails transiently, each run: those runs are
+// ridden out past `transient_retries`, until they have failed so for `unreachable_after`;
+// then the agent is unreachable, and the run ends without counting anything.
+#[tokio::test]
+async fn runs_failing_for_a_connection_error_for_the_unreachable_time_end_the_run_as_unreachable() {
+    let refused = "API Error: Connection refused (ECONNREFUSED)";
+    let h = Harness::new(FakeAgent::new().always(
+        Role::Investigate,
+        Script::new().fail_with(refused, FailureKind::Transient),
+    ));
+
+    let err = h
+        .try_run(|b| {
+            b.config("transient_backoff", "5ms")
+                .config("transient_retries", 1)
+                .config("unreachable_after", "200ms")
+        })
+        .await
+        .unwrap_err();
+
+    let Error::AgentUnreachable {
+        agent,
+        role,
+        subject,
+        reason,
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (agent.as_str(), *role, subject.as_deref()),
+        ("fake", Role::Investigate, Some("i-1"))
+    );
+    assert_eq!(
+        reason,
+        &format!(
+            "fake is unreachable: no successful API exchange for 200ms, only connection errors; the last: {refused}"
+        )
+    );
+    let runs = h.requests(Role::Investigate, "i-1");
+    assert!(runs.len() > 2, "past transient_retries: {}", runs.len());
+    assert!(
+        attempts(&runs).iter().all(|a| *a == 1),
+        "none is an attempt"
+    );
+    assert!(
+        h.events.warnings().iter().all(|w| w["message"]
+            .as_str()
+            .unwrap()
+            .contains(" of 200ms; retrying in ")),
+        "{:?}",
+        h.events.warnings()
+    );
+    assert_eq!(h.store.board().issues["i-1"].attempts, 0);
+}
+
+// Other transient failures keep their limit: the connection clock is for connection errors.
+#[tokio::test]
+async fn an_overload_is_not_a_connection_error() {
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                tasks(&[("Write done.txt", "greets")]),
+            )
+            .on_attempt(
+                Role::Build,
+                "t-1",
+                1,
+                Script::new().fail_with("overloaded (529)", FailureKind::Transient),
+            )
+            .on_attempt(
+                Role::Build,
+                "t-1",
+                1,
+                Script::new().fail_with("overloaded (529)", FailureKind::Transient),
+            )
+            .on_attempt(Role::Build, "t-1", 2, done())
+            .on(Role::Verify, "t-1", accept("fine"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+
+    let outcome = h
+        .run(|b| {
+            b.config("transient_backoff", "1ms")
+                .config("transient_retries", 1)
+                .config("unreachable_after", "1ms")
+        })
+        .await;
+
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 1, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(h.events.of_kind("task_retry").len(), 1);
 }

@@ -196,3 +196,79 @@ async fn an_agent_that_cannot_start_is_passed_over_and_a_chain_all_limited_waits
         "one agent of the chain is there"
     );
 }
+
+#[tokio::test]
+async fn an_unreachable_agent_hands_the_task_to_the_next_and_the_attempt_is_not_counted() {
+    let dir = workspace(SPEC);
+    let first = Arc::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                tasks(&[("Write a.txt", "a.txt exists")]),
+            )
+            .on_attempt(
+                Role::Build,
+                "t-1",
+                1,
+                Script::new().fail_with(
+                    "claude is unreachable: no successful API exchange for 1m, only connection errors; the last: connection refused",
+                    ralph::agent::FailureKind::Unreachable,
+                ),
+            )
+            .always(Role::Verify, accept("exists"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    let second = Arc::new(
+        FakeAgent::new().on(
+            Role::Build,
+            "t-1",
+            Script::new()
+                .write("a.txt", "a\n")
+                .answer("Wrote a.txt.\n<TASK_DONE>"),
+        ),
+    );
+    let chain = Fallback::new()
+        .agent("claude", first.clone())
+        .agent("codex", second.clone());
+    let events = Recorder::default();
+    let store = MemoryStore::new();
+
+    let outcome = Ralph::builder()
+        .workspace(dir.path())
+        .agent(chain)
+        .store(store.clone())
+        .observer(events.clone())
+        .build()
+        .expect("ralph builds")
+        .construct("spec.md")
+        .await
+        .expect("the run");
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    assert_eq!(second.requests().len(), 1, "codex built t-1");
+    let chosen: Vec<(String, String)> = events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Agent {
+                detail: AgentEvent::AgentChosen { agent, reason },
+                ..
+            } => Some((agent, reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chosen[0].0, "codex", "{chosen:?}");
+    assert!(
+        chosen[0].1.starts_with("claude is unreachable (")
+            && chosen[0].1.contains("the last: connection refused"),
+        "{chosen:?}"
+    );
+    assert!(events.of_kind("task_retry").is_empty());
+    assert!(events.of_kind("decomposed").is_empty());
+    assert_eq!(
+        store.board().tasks["t-1"].attempts,
+        1,
+        "one attempt, codex's"
+    );
+}

@@ -372,6 +372,7 @@ impl ClaudeCli {
                 deadline,
                 idle: self.config.idle_timeout,
                 result_grace: self.config.result_grace,
+                unreachable_after: request.unreachable_after,
             },
             events: &request.events,
             pressure,
@@ -523,7 +524,7 @@ impl ClaudeCli {
         before: f64,
         request: &AgentRequest,
     ) -> Option<AgentExit> {
-        if let Some(exit) = cut_exit(compacted.cut) {
+        if let Some(exit) = cut_exit(compacted) {
             return Some(exit);
         }
         let usage = &compacted.summary.usage;
@@ -561,12 +562,15 @@ fn schema_arg(schema: &serde_json::Value) -> String {
     }
 }
 
-/// The exit a cut forces, whatever the stream says.
-fn cut_exit(cut: Cut) -> Option<AgentExit> {
-    match cut {
+/// The exit a segment's cut forces, whatever the stream says.
+fn cut_exit(segment: &Segment) -> Option<AgentExit> {
+    match segment.cut {
         Cut::Stopped => Some(AgentExit::Stopped),
         Cut::Deadline | Cut::Idle => Some(AgentExit::TimedOut),
         Cut::ContextLimit(_) => Some(AgentExit::ContextLimit),
+        Cut::Unreachable => Some(crate::agent::reach::unreachable(
+            segment.unreachable.clone().unwrap_or_default(),
+        )),
         Cut::None | Cut::Lingered | Cut::Compact(_) => None,
     }
 }
@@ -635,7 +639,7 @@ impl Totals {
     }
 
     fn finish(self, segment: &Segment, request: &AgentRequest, started: Instant) -> AgentRun {
-        let exit = cut_exit(segment.cut)
+        let exit = cut_exit(segment)
             .filter(|_| !segment.summary.outcome.is_completed())
             .unwrap_or_else(|| stream_exit(segment));
         self.finish_with(exit, segment, request, started)

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::agent::reach::{ApiSign, Reach};
 use crate::agent::{AgentError, AgentEvent, AgentEvents};
 use crate::config::ContextThresholds;
 use crate::context::{ContextAction, ContextMonitor};
@@ -29,6 +30,8 @@ pub(super) struct Clocks {
     pub(super) idle: Duration,
     /// How long the process may run on after its `result` line.
     pub(super) result_grace: Duration,
+    /// How long the CLI may print only connection errors (see [`Reach`]); `None`: for ever.
+    pub(super) unreachable_after: Option<Duration>,
 }
 
 /// Why ralph stopped the process (or did not).
@@ -48,6 +51,8 @@ pub(super) enum Cut {
     Compact(f64),
     /// The context reached the kill tier (at this ratio).
     ContextLimit(f64),
+    /// Only connection errors for [`Clocks::unreachable_after`] (see [`Segment::unreachable`]).
+    Unreachable,
 }
 
 /// What one process did.
@@ -61,6 +66,8 @@ pub(super) struct Segment {
     pub(super) stderr: String,
     /// Processes it left behind, killed after it ended.
     pub(super) leaked: usize,
+    /// Why it was cut as [`Cut::Unreachable`]: the agent and its last error.
+    pub(super) unreachable: Option<String>,
 }
 
 /// The context tiers of a run, across its processes.
@@ -116,6 +123,7 @@ pub(super) async fn run(spec: &ProcessSpec, watch: Watch<'_>) -> Result<Segment,
         stderr: BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2),
         result_at: None,
         result_grace: clocks.result_grace,
+        reach: Reach::new("claude", clocks.unreachable_after, watch.events.clone()),
     };
     let mut lines = Lines::new(watch.max_line, stream);
     let process_clocks = ProcessClocks {
@@ -140,7 +148,10 @@ pub(super) async fn run(spec: &ProcessSpec, watch: Watch<'_>) -> Result<Segment,
     let mut summary = stream.parser.finish();
     summary.bytes = summary_bytes;
     summary.log_error = ran.log_error.map(|e| e.to_string());
+    let unreachable =
+        matches!(ran.ending, Ending::Cut(Cut::Unreachable)).then(|| stream.reach.reason());
     Ok(Segment {
+        unreachable,
         cut: match ran.ending {
             Ending::Exited | Ending::Closed => Cut::None,
             Ending::Stopped => Cut::Stopped,
@@ -167,6 +178,8 @@ struct Stream<'a> {
     /// When the `result` line came.
     result_at: Option<Instant>,
     result_grace: Duration,
+    /// Whether the API answers: the unreachable clock.
+    reach: Reach,
 }
 
 impl LineListener for Stream<'_> {
@@ -181,7 +194,11 @@ impl LineListener for Stream<'_> {
         } else {
             self.pressure.as_deref_mut()
         };
+        let reach = &mut self.reach;
         self.parser.feed(piece, |event| {
+            if let Some(sign) = api_sign(&event) {
+                reach.heard(sign);
+            }
             if let (
                 AgentEvent::Usage {
                     context_tokens,
@@ -213,11 +230,14 @@ impl LineListener for Stream<'_> {
     }
 
     /// Silence counts until the `result` line; after it, only the linger clock runs.
+    /// Before it, connection errors only for the unreachable time cut the run.
     fn clock(&self) -> OwnClock<Cut> {
+        let cut_at = match self.result_at {
+            Some(at) => Some((at + self.result_grace, Cut::Lingered)),
+            None => self.reach.cut_at().map(|at| (at, Cut::Unreachable)),
+        };
         OwnClock {
-            cut_at: self
-                .result_at
-                .map(|at| (at + self.result_grace, Cut::Lingered)),
+            cut_at,
             idle_counts: self.result_at.is_none(),
         }
     }
@@ -225,6 +245,29 @@ impl LineListener for Stream<'_> {
     /// SIGINT: the CLI ends its turn, writes a result line and keeps the session.
     fn interrupts(&self, cut: Cut) -> bool {
         matches!(cut, Cut::Compact(_))
+    }
+}
+
+/// What a stream event says about the API. A message of the model's (its usage, text or a
+/// tool call) is its answer; an `api_retry` is a failed call the CLI retries: with the
+/// error class `unknown` (no HTTP status: connection refused, a request that timed out) a
+/// connection error, else the API answering with an error (a 5xx, a 429 waited out); a
+/// rejected rate limit is the API answering.
+fn api_sign(event: &AgentEvent) -> Option<ApiSign> {
+    match event {
+        AgentEvent::Usage { .. } | AgentEvent::ToolUse { .. } => Some(ApiSign::Answered),
+        AgentEvent::ApiRetry { attempt, error } => {
+            let class = error.as_deref().unwrap_or("unknown");
+            Some(if class == "unknown" {
+                ApiSign::Unreached(format!(
+                    "API call failed without a response (connection refused or timed out); retry {attempt}"
+                ))
+            } else {
+                ApiSign::Error(format!("API call failed ({class}); retry {attempt}"))
+            })
+        }
+        AgentEvent::RateLimited { .. } => Some(ApiSign::Error("rate limited".to_owned())),
+        _ => None,
     }
 }
 

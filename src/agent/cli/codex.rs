@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{LastWord, cli_agent_settings, event_lines};
+use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
 use crate::config::Config;
@@ -25,7 +26,13 @@ use crate::config::Config;
 /// | `item.completed` of an `agent_message` | the final answer: the last one; at once an [`AgentEvent::Text`] |
 /// | `item.started` of a `command_execution` | at once an [`AgentEvent::ToolUse`] |
 /// | `turn.completed` | [`AgentRun::usage`]; at once an [`AgentEvent::Usage`] with the run's tokens so far |
-/// | `turn.failed`, `error` | the failure, unless the turn completes with an answer after it: a usage limit is [`AgentExit::RateLimited`] until the time the CLI names; a 401, 403 or missing key is fatal; high demand, a 5xx or a dropped stream is transient; anything else a failed attempt |
+/// | `turn.failed`, `error` | the failure, unless the turn completes with an answer after it: a usage limit is [`AgentExit::RateLimited`] until the time the CLI names; a 401, 403 or missing key is fatal; high demand, a 5xx or a dropped stream is transient; anything else a failed attempt. Each `error` at once an [`AgentEvent::Status`] |
+///
+/// Without network the CLI waits for it, printing `Reconnecting... waiting for network
+/// (Connection failed: …)` now and then, for ever: once it has printed only such connection
+/// errors for [`AgentRequest::unreachable_after`] (no message, command or completed turn
+/// in between), the run is stopped as [`FailureKind::Unreachable`](crate::agent::FailureKind::Unreachable),
+/// naming its last error.
 ///
 /// The run is judged on how it ended: the CLI prints an `error` also for a call it retries
 /// (`Reconnecting... 1/5 (…)`, after a 429 it waits out or a stream that broke off), so a
@@ -227,16 +234,35 @@ impl Events {
     }
 }
 
-/// The lines [`live`] reads.
+/// The lines [`live`] and [`api`] read.
 const LIVE: LiveMap = LiveMap {
     types: &[
         "thread.started",
         "item.started",
         "item.completed",
         "turn.completed",
+        "error",
     ],
     map: live,
+    api,
 };
+
+/// What a line says about the API: an item of the model's (a message, a command it runs)
+/// or a completed turn is its answer; an `error` is a call the CLI retries or gives up on,
+/// a connection error when it says so (`Reconnecting... waiting for network (Connection
+/// failed: …)`). The CLI's own warnings (`item.completed` of an `error` item) say nothing.
+fn api(event: &Value) -> Option<ApiSign> {
+    match event["type"].as_str()? {
+        "error" => Some(ApiSign::of_error(
+            event["message"]
+                .as_str()
+                .unwrap_or("an error without a message"),
+        )),
+        "item.started" | "item.completed" if event["item"]["type"] == "error" => None,
+        "item.started" | "item.completed" | "turn.completed" => Some(ApiSign::Answered),
+        _ => None,
+    }
+}
 
 /// The live event a line of the CLI means: its thread, each command as it starts, each
 /// message, and each turn's tokens.
@@ -401,6 +427,72 @@ mod tests {
                 "text Wrote hello.txt.\n<TASK_DONE>",
                 "usage 200/20 context 0",
             ]
+        );
+    }
+
+    /// What the API signs of a recorded transcript's lines are, in order, in a word each.
+    fn signs(transcript: &str) -> Vec<String> {
+        transcript
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| api(&v))
+            .map(|sign| match sign {
+                ApiSign::Answered => "answered".to_owned(),
+                ApiSign::Error(line) => format!("error {line}"),
+                ApiSign::Unreached(line) => format!("unreached {line}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn recorded_lines_say_whether_the_api_answered_or_could_not_be_reached() {
+        let waiting = "unreached Reconnecting... waiting for network (Connection failed: error sending request)";
+        assert_eq!(
+            signs(include_str!("../../../fixtures/codex/no-network.jsonl")),
+            [waiting; 5],
+            "the CLI's own warning item says nothing"
+        );
+        // A 429 waited out is the API answering; so is every item of the model's.
+        assert_eq!(
+            signs(include_str!(
+                "../../../fixtures/codex/retry-after-then-done.jsonl"
+            )),
+            [
+                "error Reconnecting... 1/1 (exceeded retry limit, last status: 429 Too Many Requests)",
+                "answered",
+                "answered",
+            ]
+        );
+        assert!(
+            signs(include_str!(
+                "../../../fixtures/codex/stream-dropped-then-done.jsonl"
+            ))[0]
+                .starts_with("unreached Reconnecting... 1/1 (stream disconnected")
+        );
+        assert_eq!(
+            signs(include_str!("../../../fixtures/codex/tool-flow-done.jsonl")),
+            ["answered"; 4]
+        );
+    }
+
+    #[test]
+    fn each_error_is_shown_live() {
+        let events = crate::agent::cli::live::replay(
+            include_str!("../../../fixtures/codex/no-network.jsonl"),
+            LIVE,
+        );
+        assert_eq!(
+            events,
+            [
+                "session".to_owned(),
+                "status Reconnecting... waiting for network (Connection failed: error sending request)".to_owned(),
+            ]
+            .into_iter()
+            .chain(std::iter::repeat_n(
+                "status Reconnecting... waiting for network (Connection failed: error sending request)".to_owned(),
+                4
+            ))
+            .collect::<Vec<_>>()
         );
     }
 

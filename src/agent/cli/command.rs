@@ -7,10 +7,11 @@ use tokio::time::Instant;
 
 use super::kept::KeptStdout;
 use super::live::{LiveLines, LiveMap};
+use crate::agent::reach::Reach;
 use crate::agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
 use crate::config::{CommandConfig, Config};
 use crate::output::BoundedOutput;
-use crate::process::{Clocks, Ending as ProcessEnding, Listener, ProcessSpec, Streams};
+use crate::process::{Clocks, Ending as ProcessEnding, Listener, OwnClock, ProcessSpec, Streams};
 
 /// How much of stdout is kept in memory for the final answer: its last bytes.
 pub(crate) const ANSWER_KEPT: usize = 1024 * 1024;
@@ -361,11 +362,15 @@ impl Raw {
 }
 
 /// Why the run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Ending {
     Exited,
     Stopped,
     TimedOut,
+    /// It printed only connection errors for the request's
+    /// [`unreachable_after`](AgentRequest::unreachable_after): why, naming the agent and its
+    /// last error.
+    Unreachable(String),
 }
 
 impl CommandAgent {
@@ -400,9 +405,14 @@ impl CommandAgent {
         };
         let mut heard = Heard {
             stdout: self.kept_stdout(),
-            live: self
-                .live
-                .map(|map| LiveLines::new(map, request.events.clone())),
+            live: self.live.map(|map| {
+                let reach = Reach::new(
+                    &self.name,
+                    request.unreachable_after,
+                    request.events.clone(),
+                );
+                LiveLines::new(map, request.events.clone(), reach)
+            }),
             stderr: BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2),
         };
         let stdout_file = self.stdout_file.then(|| stdout_file(request));
@@ -426,7 +436,12 @@ impl CommandAgent {
                 ProcessEnding::Exited | ProcessEnding::Closed => Ending::Exited,
                 ProcessEnding::Stopped => Ending::Stopped,
                 ProcessEnding::Deadline | ProcessEnding::Idle => Ending::TimedOut,
-                ProcessEnding::Cut(never) => match never {},
+                ProcessEnding::Cut(Unreachable) => Ending::Unreachable(
+                    heard
+                        .live
+                        .as_ref()
+                        .map_or_else(String::new, |live| live.reach().reason()),
+                ),
             },
             exit: ran.exit,
             stdout,
@@ -439,9 +454,12 @@ impl CommandAgent {
 
     /// The run's exit and final answer from how it ended and what it printed.
     fn judge(&self, raw: &Raw) -> AgentRun {
-        match raw.ending {
+        match &raw.ending {
             Ending::Stopped => return AgentRun::new(AgentExit::Stopped),
             Ending::TimedOut => return AgentRun::new(AgentExit::TimedOut),
+            Ending::Unreachable(reason) => {
+                return AgentRun::new(crate::agent::reach::unreachable(reason.clone()));
+            }
             Ending::Exited => {}
         }
         if !raw.exit.is_some_and(crate::process::Exit::success) {
@@ -529,9 +547,14 @@ struct Heard {
     stderr: BoundedOutput,
 }
 
+/// The one cut of a command's run: the agent printed only connection errors for the
+/// request's [`unreachable_after`](AgentRequest::unreachable_after) (a CLI agent whose
+/// lines say so). Otherwise a command is judged only when it has ended.
+#[derive(Clone, Copy, Debug)]
+struct Unreachable;
+
 impl Listener for Heard {
-    /// A command is judged only when it has ended: nothing it prints cuts its run.
-    type Cut = std::convert::Infallible;
+    type Cut = Unreachable;
 
     fn stdout(&mut self, bytes: &[u8]) -> Option<Self::Cut> {
         self.stdout.push(bytes);
@@ -548,6 +571,17 @@ impl Listener for Heard {
     fn closed(&mut self) {
         if let Some(live) = &mut self.live {
             live.finish();
+        }
+    }
+
+    fn clock(&self) -> OwnClock<Unreachable> {
+        OwnClock {
+            cut_at: self
+                .live
+                .as_ref()
+                .and_then(|live| live.reach().cut_at())
+                .map(|at| (at, Unreachable)),
+            idle_counts: true,
         }
     }
 }

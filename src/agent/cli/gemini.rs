@@ -5,6 +5,7 @@ use serde_json::Value;
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{LastWord, cli_agent_settings, event_lines};
+use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
 use crate::config::Config;
@@ -186,11 +187,26 @@ impl Events {
     }
 }
 
-/// The lines [`live`] reads.
+/// The lines [`live`] and [`api`] read.
 const LIVE: LiveMap = LiveMap {
-    types: &["init", "tool_use", "message", "result"],
+    types: &["init", "tool_use", "message", "result", "error"],
     map: live,
+    api,
 };
+
+/// What a line says about the API: the assistant's message, a tool call or a successful
+/// result is its answer; an `error`, or a result with one, says what failed (a connection
+/// error when it says so).
+fn api(event: &Value) -> Option<ApiSign> {
+    match event["type"].as_str()? {
+        "message" if event["role"] == "assistant" => Some(ApiSign::Answered),
+        "tool_use" => Some(ApiSign::Answered),
+        "result" if event["status"] == "success" => Some(ApiSign::Answered),
+        "result" => event["error"]["message"].as_str().map(ApiSign::of_error),
+        "error" => event["message"].as_str().map(ApiSign::of_error),
+        _ => None,
+    }
+}
 
 /// The live event a line of the CLI means: its session, each tool call, each message of
 /// the assistant, and the run's tokens.
@@ -261,6 +277,26 @@ mod tests {
                 "text Wrote hello.txt.\n<TASK_DONE>",
                 "usage 200/20 context 0",
             ]
+        );
+    }
+
+    #[test]
+    fn a_recorded_run_without_network_is_a_connection_error_shown_live_and_transient() {
+        let transcript = include_str!("../../../fixtures/gemini/no-network.jsonl");
+        let signs: Vec<ApiSign> = transcript
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| api(&v))
+            .collect();
+        let message = "[API Error: exception TypeError: fetch failed sending request]";
+        assert_eq!(signs, [ApiSign::Unreached(message.to_owned())]);
+        let events = crate::agent::cli::live::replay(transcript, LIVE);
+        assert!(events.contains(&format!("status {message}")), "{events:?}");
+        let run = replay(transcript, 1);
+        assert!(
+            matches!(&run.exit, AgentExit::Failed { kind: crate::agent::FailureKind::Transient, reason }
+                if reason.contains(message)),
+            "{run:?}"
         );
     }
 

@@ -3,10 +3,13 @@
 //! The run's result (answer, usage, failure) is read from the kept tail of stdout when the
 //! process has ended; what someone watching wants to see while it runs (the session, each
 //! tool call, the agent's text, the tokens spent so far) is sent as soon as its line is
-//! whole. Each CLI agent says which of its lines mean what with a [`LiveMap`].
+//! whole. Each CLI agent says which of its lines mean what with a [`LiveMap`], and what
+//! they say about its API ([`ApiSign`]): the run's [`Reach`] clock ends a run that only
+//! prints connection errors.
 
 use serde_json::Value;
 
+use crate::agent::reach::{ApiSign, Reach};
 use crate::agent::{AgentEvent, AgentEvents};
 
 /// Which of a CLI's event lines mean live events, and what they mean.
@@ -17,6 +20,8 @@ pub(super) struct LiveMap {
     pub(super) types: &'static [&'static str],
     /// What a line of one of those types means, if anything.
     pub(super) map: fn(&Value) -> Option<Live>,
+    /// What a line of one of those types says about the API, if anything.
+    pub(super) api: fn(&Value) -> Option<ApiSign>,
 }
 
 /// What one line of a CLI's output means.
@@ -51,6 +56,8 @@ pub(super) struct LiveLines {
     /// Finds the key `"type"` in a line.
     type_key: memchr::memmem::Finder<'static>,
     events: AgentEvents,
+    /// Whether the API answers: the unreachable clock.
+    reach: Reach,
     line: Vec<u8>,
     /// The current line grew past [`LINE_MAX`]: the rest of it is skipped.
     overlong: bool,
@@ -64,11 +71,12 @@ pub(super) struct LiveLines {
 }
 
 impl LiveLines {
-    pub(super) fn new(map: LiveMap, events: AgentEvents) -> Self {
+    pub(super) fn new(map: LiveMap, events: AgentEvents, reach: Reach) -> Self {
         LiveLines {
             map,
             type_key: memchr::memmem::Finder::new(b"\"type\"").into_owned(),
             events,
+            reach,
             line: Vec::new(),
             overlong: false,
             session_sent: false,
@@ -148,6 +156,9 @@ impl LiveLines {
         let Ok(value) = serde_json::from_slice::<Value>(line) else {
             return;
         };
+        if let Some(sign) = (self.map.api)(&value) {
+            self.reach.heard(sign);
+        }
         match (self.map.map)(&value) {
             Some(Live::TextPiece(piece)) => {
                 let pieces = self.pieces.get_or_insert_with(String::new);
@@ -199,6 +210,11 @@ impl LiveLines {
     pub(super) fn finish(&mut self) {
         self.send_pieces();
     }
+
+    /// The run's unreachable clock.
+    pub(super) fn reach(&self) -> &Reach {
+        &self.reach
+    }
 }
 
 /// The live events `map` makes of a recorded transcript, fed in pieces as a pipe would,
@@ -208,7 +224,8 @@ pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<String> {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = seen.clone();
     let events = AgentEvents::new(move |e| sink.lock().expect("lock").push(e));
-    let mut lines = LiveLines::new(map, events);
+    let reach = Reach::new("cli", None, events.clone());
+    let mut lines = LiveLines::new(map, events, reach);
     for piece in transcript.as_bytes().chunks(100) {
         lines.push(piece);
     }
@@ -219,6 +236,7 @@ pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<String> {
             AgentEvent::Session { .. } => "session".to_owned(),
             AgentEvent::ToolUse { name } => format!("tool {name}"),
             AgentEvent::Text { text } => format!("text {text}"),
+            AgentEvent::Status { line, .. } => format!("status {line}"),
             AgentEvent::Usage {
                 context_tokens,
                 input_tokens,
@@ -255,6 +273,7 @@ mod tests {
     const TOOLS: LiveMap = LiveMap {
         types: &["tool", "session", "tokens", "piece"],
         map: tool,
+        api: |_| None,
     };
 
     fn tool(value: &Value) -> Option<Live> {
@@ -283,7 +302,8 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
         let events = AgentEvents::new(move |e| sink.lock().expect("lock").push(e));
-        (LiveLines::new(TOOLS, events), seen)
+        let reach = Reach::new("x", None, events.clone());
+        (LiveLines::new(TOOLS, events, reach), seen)
     }
 
     fn names(seen: &Mutex<Vec<AgentEvent>>) -> Vec<String> {

@@ -171,7 +171,7 @@ impl LastWord {
         }
     }
 
-    /// The run: stopped or timed out as the process was; else the failure, classified
+    /// The run: stopped, timed out or unreachable as the process was; else the failure, classified
     /// (`reset` reads a usage limit's reset time in it); else `answer` when the process
     /// exited 0; else no answer.
     fn judge(
@@ -181,9 +181,12 @@ impl LastWord {
         answer: Option<String>,
         reset: fn(&str) -> Option<SystemTime>,
     ) -> AgentRun {
-        match (raw.ending, &self.failure, answer) {
+        match (&raw.ending, &self.failure, answer) {
             (Ending::Stopped, ..) => AgentRun::new(AgentExit::Stopped),
             (Ending::TimedOut, ..) => AgentRun::new(AgentExit::TimedOut),
+            (Ending::Unreachable(reason), ..) => {
+                AgentRun::new(crate::agent::reach::unreachable(reason.clone()))
+            }
             (Ending::Exited, Some(failure), _) => {
                 AgentRun::new(classify(agent, failure, reset(failure)))
             }
@@ -216,7 +219,8 @@ fn no_answer(agent: &str, raw: &Raw) -> AgentExit {
 
 /// What a CLI's failure message means for the task: a usage or rate limit rests the agent
 /// until `reset` (or [`UNKNOWN_RESET`] from now); bad credentials are fatal; overload, a
-/// 5xx or a dropped stream are transient; anything else is a failed attempt.
+/// 5xx, a dropped stream or a connection error (the runtime's unreachable clock counts
+/// those) are transient; anything else is a failed attempt.
 fn classify(agent: &str, message: &str, reset: Option<SystemTime>) -> AgentExit {
     let lower = message.to_lowercase();
     let any = |words: &[&str]| words.iter().any(|w| lower.contains(w));
@@ -249,7 +253,8 @@ fn classify(agent: &str, message: &str, reset: Option<SystemTime>) -> AgentExit 
         "overloaded",
         "unavailable",
         "timed out",
-    ]) {
+    ]) || crate::agent::is_connection_error(message)
+    {
         FailureKind::Transient
     } else {
         FailureKind::Attempt
@@ -391,6 +396,11 @@ mod tests {
         assert_eq!(
             kind(r#"[API Error: {"error":{"code":503,"message":"x","status":"UNAVAILABLE"}}]"#),
             Some(FailureKind::Transient)
+        );
+        assert_eq!(
+            kind("[API Error: exception TypeError: fetch failed sending request]"),
+            Some(FailureKind::Transient),
+            "gemini 0.61.0 against a closed port"
         );
         assert_eq!(kind("something else"), Some(FailureKind::Attempt));
         assert!(matches!(

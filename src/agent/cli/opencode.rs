@@ -5,6 +5,7 @@ use serde_json::Value;
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
 use super::{LastWord, cli_agent_settings, event_lines};
+use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
 use crate::config::Config;
@@ -189,11 +190,28 @@ impl Events {
     }
 }
 
-/// The lines [`live`] reads.
+/// The lines [`live`] and [`api`] read.
 const LIVE: LiveMap = LiveMap {
-    types: &["step_start", "tool_use", "text", "step_finish"],
+    types: &["step_start", "tool_use", "text", "step_finish", "error"],
     map: live,
+    api,
 };
+
+/// What a line says about the API: a model call's text, tool call or finish is its answer;
+/// an `error` says what failed (a connection error when it says so).
+fn api(event: &Value) -> Option<ApiSign> {
+    match event["type"].as_str()? {
+        "tool_use" | "text" | "step_finish" => Some(ApiSign::Answered),
+        "error" => {
+            let error = &event["error"];
+            let message = error["data"]["message"]
+                .as_str()
+                .or_else(|| error["name"].as_str())?;
+            Some(ApiSign::of_error(message))
+        }
+        _ => None,
+    }
+}
 
 /// The live event a line of the CLI means: each tool call, each text part, each step's
 /// tokens, and the session (named by every step; sent once).
@@ -260,6 +278,27 @@ mod tests {
                 "text Wrote hello.txt.\n<TASK_DONE>",
                 "usage 120/20 context 100",
             ]
+        );
+    }
+
+    #[test]
+    fn a_recorded_run_without_network_is_a_connection_error_shown_live_and_transient() {
+        let transcript = include_str!("../../../fixtures/opencode/no-network.jsonl");
+        let signs: Vec<ApiSign> = transcript
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| api(&v))
+            .collect();
+        let message =
+            "Cannot connect to API: Unable to connect. Is the computer able to access the url?";
+        assert_eq!(signs, [ApiSign::Unreached(message.to_owned())]);
+        let events = crate::agent::cli::live::replay(transcript, LIVE);
+        assert!(events.contains(&format!("status {message}")), "{events:?}");
+        let run = replay(transcript, 1);
+        assert!(
+            matches!(&run.exit, AgentExit::Failed { kind: crate::agent::FailureKind::Transient, reason }
+                if reason.contains(message)),
+            "{run:?}"
         );
     }
 

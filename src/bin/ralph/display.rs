@@ -86,6 +86,9 @@ struct LiveState {
     tokens: (u64, u64),
     /// Its context in use ÷ window.
     context: Option<f64>,
+    /// The agent's latest status line (`codex: Reconnecting... waiting for network (…)`),
+    /// until the agent is heard working again.
+    status: Option<String>,
     /// The tasks being built, in the order they started (several with
     /// `build_concurrency`).
     building: Vec<(String, String)>,
@@ -106,6 +109,24 @@ impl LiveState {
                 many.len()
             ),
         }
+    }
+
+    /// The moving line's text (the clock follows it): what is done, the tokens, the
+    /// context, the cost so far, and the agent's latest status line.
+    fn line(&self, cost: f64) -> String {
+        let context = self
+            .context
+            .map(|r| format!(" · context {:.0}%", r * 100.0))
+            .unwrap_or_default();
+        let status = self
+            .status
+            .as_ref()
+            .map(|s| format!(" · {s}"))
+            .unwrap_or_default();
+        format!(
+            "{} · {} in / {} out{context} · ${cost:.4}{status}",
+            self.doing, self.tokens.0, self.tokens.1
+        )
     }
 
     /// `task`'s attempt is over.
@@ -140,6 +161,7 @@ impl Live {
                 state.doing = state.building_line();
                 state.tokens = (0, 0);
                 state.context = None;
+                state.status = None;
                 self.restart();
             }
             Event::TaskDone { task }
@@ -167,21 +189,23 @@ impl Live {
                 state.context = window
                     .filter(|w| *w > 0)
                     .map(|w| *context_tokens as f64 / w as f64);
+                state.status = None;
             }
+            Event::Agent {
+                detail: AgentEvent::Status { agent, line },
+                ..
+            } => state.status = Some(format!("{agent}: {line}")),
+            Event::Agent {
+                detail: AgentEvent::Text { .. } | AgentEvent::ToolUse { .. },
+                ..
+            } => state.status = None,
             event if is_end(event) => {
                 self.bar.finish_and_clear();
                 return;
             }
             _ => {}
         }
-        let context = state
-            .context
-            .map(|r| format!(" · context {:.0}%", r * 100.0))
-            .unwrap_or_default();
-        self.bar.set_message(format!(
-            "{} · {} in / {} out{context} · ${cost:.4}",
-            state.doing, state.tokens.0, state.tokens.1
-        ));
+        self.bar.set_message(state.line(cost));
     }
 
     /// A new step: the clock starts again and the spinner turns on its own.
@@ -311,4 +335,63 @@ pub(crate) fn report<T: std::fmt::Display + serde::Serialize>(
 /// `one` or `many`, by `n`: "1 task", "2 tasks".
 pub(crate) fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
     if n == 1 { one } else { many }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(detail: AgentEvent) -> Event {
+        Event::Agent {
+            subject: Some("t-1".into()),
+            detail,
+        }
+    }
+
+    #[test]
+    fn the_moving_line_shows_the_agents_latest_status_until_it_is_heard_working() {
+        let live = Live {
+            bar: ProgressBar::hidden(),
+            state: Mutex::new(LiveState::default()),
+        };
+        let status = |line: &str| {
+            agent(AgentEvent::Status {
+                agent: "codex".into(),
+                line: line.into(),
+            })
+        };
+        live.follow(&status("Reconnecting... waiting for network (a)"), 0.0);
+        live.follow(&status("Reconnecting... waiting for network (b)"), 0.0);
+        assert!(
+            live.bar
+                .message()
+                .ends_with(" · codex: Reconnecting... waiting for network (b)"),
+            "{}",
+            live.bar.message()
+        );
+        live.follow(
+            &agent(AgentEvent::ToolUse {
+                name: "exec_command".into(),
+            }),
+            0.0,
+        );
+        assert!(
+            !live.bar.message().contains("codex:"),
+            "{}",
+            live.bar.message()
+        );
+    }
+
+    #[test]
+    fn a_status_line_prints_with_its_agent_and_subject() {
+        let line = agent(AgentEvent::Status {
+            agent: "codex".into(),
+            line: "Reconnecting... waiting for network".into(),
+        })
+        .to_string();
+        assert_eq!(
+            line,
+            "  agent codex (t-1): Reconnecting... waiting for network"
+        );
+    }
 }

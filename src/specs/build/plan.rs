@@ -6,10 +6,10 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::SpecBuild;
-use crate::agent::{FailureKind, Role};
+use crate::agent::Role;
 use crate::event::Event;
 use crate::output::truncate_middle;
-use crate::runtime::call::{Call, Ending};
+use crate::runtime::call::{Call, Ending, ends_the_run};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::logs::folder_log;
@@ -116,10 +116,9 @@ impl SpecBuild {
         let run = match self.caller.call(&mut call).await? {
             Ending::Answer(run) => run,
             Ending::Interrupted => return Ok(PlanStep::Interrupted),
-            Ending::Failed {
-                reason,
-                kind: FailureKind::Fatal,
-            } => return Err(self.caller.fatal(&call, reason)),
+            Ending::Failed { reason, kind } if ends_the_run(kind) => {
+                return Err(self.caller.fatal(&call, reason, kind));
+            }
             Ending::Failed { reason, .. } => return Ok(PlanStep::Failed(reason)),
             Ending::Killed { reason, .. } => {
                 return Ok(PlanStep::Failed(format!(
