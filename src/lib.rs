@@ -206,6 +206,9 @@ pub mod __internals {
     pub mod signal {
         pub use crate::signal::*;
     }
+    pub mod spend {
+        pub use crate::runtime::spend::{Spent, Totals};
+    }
     pub mod plan_files {
         pub use crate::specs::plan_files::*;
     }

@@ -58,7 +58,7 @@ fn evidence(
 }
 
 /// How a construct run ended. Running out of a limit is an outcome, not an error.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Outcome {
@@ -119,6 +119,19 @@ pub enum Outcome {
         /// Work not yet accepted, counted as for [`MaxIterations`](Self::MaxIterations).
         remaining: usize,
     },
+    /// The run-wide budget (`max_cost_usd`, `max_tokens`) was reached over the state the
+    /// run belongs to: no new agent run started. Raise the limit to go on; the spend so far
+    /// is kept and counts.
+    BudgetExhausted {
+        /// Dollars spent over the scope, by the runs that reported a cost.
+        spent_usd: f64,
+        /// Input and output tokens over the scope (cache reads and writes not counted).
+        spent_tokens: u64,
+        /// `max_cost_usd`, if set.
+        max_cost_usd: Option<f64>,
+        /// `max_tokens`, if set.
+        max_tokens: Option<u64>,
+    },
     /// Stopped by [`Ralph::stop_token`](crate::Ralph::stop_token) (Ctrl+C); the state is saved and
     /// the same call resumes.
     Interrupted,
@@ -143,7 +156,9 @@ impl Outcome {
     pub fn exit_code(&self) -> i32 {
         match self {
             Outcome::Complete { .. } | Outcome::Once { .. } => 0,
-            Outcome::MaxIterations { .. } | Outcome::Declared { .. } => 2,
+            Outcome::MaxIterations { .. }
+            | Outcome::Declared { .. }
+            | Outcome::BudgetExhausted { .. } => 2,
             Outcome::Blocked { .. } | Outcome::GateBroken { .. } | Outcome::Unverified { .. } => 3,
             Outcome::Interrupted => 130,
         }
@@ -201,6 +216,12 @@ impl fmt::Display for Outcome {
             Outcome::Interrupted => {
                 f.write_str("Interrupted: state saved; run the same command to resume.")
             }
+            Outcome::BudgetExhausted {
+                spent_usd,
+                spent_tokens,
+                max_cost_usd,
+                max_tokens,
+            } => budget(f, *spent_usd, *spent_tokens, *max_cost_usd, *max_tokens),
             Outcome::GateBroken {
                 gate,
                 failure,
@@ -219,6 +240,32 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// "Stopped: budget exhausted: spent $1.20 of the $1.00 limit (…)".
+fn budget(
+    f: &mut fmt::Formatter<'_>,
+    spent_usd: f64,
+    spent_tokens: u64,
+    max_cost_usd: Option<f64>,
+    max_tokens: Option<u64>,
+) -> fmt::Result {
+    write!(
+        f,
+        "Stopped: budget exhausted: spent ${spent_usd:.2} and {spent_tokens} tokens"
+    )?;
+    let mut limits = Vec::new();
+    if let Some(max) = max_cost_usd {
+        limits.push(format!("max_cost_usd = {max}"));
+    }
+    if let Some(max) = max_tokens {
+        limits.push(format!("max_tokens = {max}"));
+    }
+    write!(
+        f,
+        " (limit: {}); no agent run starts past it",
+        limits.join(", ")
+    )
+}
+
 /// `one` or `many`, by `n`.
 fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
     if n == 1 { one } else { many }
@@ -227,7 +274,7 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
 #[cfg(feature = "specs")]
 /// How build mode over `implementation.json` ([`Ralph::build_specs`](crate::Ralph::build_specs))
 /// ended. Running out of attempts is an outcome, not an error.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SpecsOutcome {
@@ -275,6 +322,19 @@ pub enum SpecsOutcome {
         /// Specs not yet completed.
         remaining: usize,
     },
+    /// The run-wide budget (`max_cost_usd`, `max_tokens`) was reached over the state the
+    /// run belongs to: no new agent run started. Raise the limit to go on; the spend so far
+    /// is kept and counts.
+    BudgetExhausted {
+        /// Dollars spent over the scope, by the runs that reported a cost.
+        spent_usd: f64,
+        /// Input and output tokens over the scope (cache reads and writes not counted).
+        spent_tokens: u64,
+        /// `max_cost_usd`, if set.
+        max_cost_usd: Option<f64>,
+        /// `max_tokens`, if set.
+        max_tokens: Option<u64>,
+    },
     /// Stopped by the stop token; the state is saved and the same call resumes.
     Interrupted,
 }
@@ -286,7 +346,7 @@ impl SpecsOutcome {
     pub fn exit_code(&self) -> i32 {
         match self {
             SpecsOutcome::Complete { .. } | SpecsOutcome::Once { .. } => 0,
-            SpecsOutcome::AttemptsExhausted { .. } => 2,
+            SpecsOutcome::AttemptsExhausted { .. } | SpecsOutcome::BudgetExhausted { .. } => 2,
             SpecsOutcome::Blocked { .. } | SpecsOutcome::Unverified { .. } => 3,
             SpecsOutcome::Interrupted => 130,
         }
@@ -342,6 +402,12 @@ impl fmt::Display for SpecsOutcome {
             SpecsOutcome::Interrupted => {
                 f.write_str("Interrupted: state saved; run the same command to resume.")
             }
+            SpecsOutcome::BudgetExhausted {
+                spent_usd,
+                spent_tokens,
+                max_cost_usd,
+                max_tokens,
+            } => budget(f, *spent_usd, *spent_tokens, *max_cost_usd, *max_tokens),
         }
     }
 }

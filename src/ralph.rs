@@ -447,6 +447,17 @@ impl RalphBuilder {
         self.config("decompose_after_rejections", n)
     }
 
+    /// Overrides `max_cost_usd`: dollars the agents may spend over the state a run belongs
+    /// to, across resumes; then the run ends [`Outcome::BudgetExhausted`].
+    pub fn max_cost_usd(self, dollars: f64) -> Self {
+        self.config("max_cost_usd", dollars)
+    }
+
+    /// Overrides `max_tokens`: input and output tokens over the same scope.
+    pub fn max_tokens(self, tokens: u64) -> Self {
+        self.config("max_tokens", tokens)
+    }
+
     /// Overrides `once`: run one iteration, then return [`Outcome::Once`].
     pub fn once(self, once: bool) -> Self {
         self.config("once", once)

@@ -207,6 +207,9 @@ impl Agent for Fallback {
         let mut passed_over: Vec<String> = Vec::new();
         let mut earliest: Option<SystemTime> = None;
         let mut last: Option<Result<AgentRun, AgentError>> = None;
+        // What the agents passed over spent: the chain's run carries it, so no run's
+        // tokens or dollars go uncounted.
+        let mut spent = Spent::default();
         for (index, (name, agent)) in self.agents.iter().enumerate() {
             match self.rest(index) {
                 Some(Rest::Until(until)) => {
@@ -221,7 +224,11 @@ impl Agent for Fallback {
                 None => {}
             }
             self.announce(&request, index, &passed_over);
-            let ran = agent.run(request.clone()).await;
+            let mut ran = agent.run(request.clone()).await;
+            if let Ok(run) = &mut ran {
+                run.agent = Some(name.clone());
+                spent.carry_into(run);
+            }
             match self.pass_over(index, &ran) {
                 Some(Passed::RateLimited(until)) => {
                     earliest = Some(earliest.map_or(until, |e| e.min(until)));
@@ -230,10 +237,15 @@ impl Agent for Fallback {
                 Some(Passed::Failed(why)) => passed_over.push(format!("{name} {why}")),
                 None => return ran,
             }
+            if let Ok(run) = &ran {
+                spent = Spent::of(run);
+            }
             last = Some(ran);
         }
         if let Some(until) = earliest {
-            return Ok(AgentRun::new(AgentExit::RateLimited { until }));
+            let mut run = AgentRun::new(AgentExit::RateLimited { until });
+            spent.carry_into(&mut run);
+            return Ok(run);
         }
         last.unwrap_or_else(|| {
             Err(AgentError::NoAgentCanRun {
@@ -272,4 +284,38 @@ fn stamp(time: SystemTime) -> String {
 #[allow(dead_code)]
 fn _assert_object_safe(chain: Fallback) -> Arc<dyn Agent> {
     Arc::new(chain)
+}
+
+/// Tokens and dollars of the runs a chain passed over, carried into the run it returns.
+#[derive(Clone, Copy, Debug, Default)]
+struct Spent {
+    input_tokens: u64,
+    output_tokens: u64,
+    cache_read_tokens: u64,
+    cache_creation_tokens: u64,
+    cost_usd: Option<f64>,
+}
+
+impl Spent {
+    /// What `run` spent, with what it already carried.
+    fn of(run: &AgentRun) -> Spent {
+        Spent {
+            input_tokens: run.usage.input_tokens,
+            output_tokens: run.usage.output_tokens,
+            cache_read_tokens: run.usage.cache_read_tokens,
+            cache_creation_tokens: run.usage.cache_creation_tokens,
+            cost_usd: run.cost_usd,
+        }
+    }
+
+    /// Adds what was spent before `run` to it.
+    fn carry_into(&self, run: &mut AgentRun) {
+        run.usage.input_tokens += self.input_tokens;
+        run.usage.output_tokens += self.output_tokens;
+        run.usage.cache_read_tokens += self.cache_read_tokens;
+        run.usage.cache_creation_tokens += self.cache_creation_tokens;
+        if let Some(cost) = self.cost_usd {
+            *run.cost_usd.get_or_insert(0.0) += cost;
+        }
+    }
 }

@@ -259,6 +259,10 @@ pub struct AgentRequest {
     /// included) stops it. `None`: never. Agents that report their connection errors
     /// ([`CodexCli`], [`ClaudeCli`](claude::ClaudeCli), [`GeminiCli`], [`OpencodeCli`]) honour it.
     pub unreachable_after: Option<Duration>,
+    /// Dollars this run may spend at most: what is left of the run-wide `max_cost_usd`.
+    /// An agent with a spending cap of its own (Claude's `--max-budget-usd`) sets it no
+    /// higher. `None`: no run-wide limit.
+    pub budget_usd: Option<f64>,
     /// Where live events go ([`on_event`](Self::on_event), [`emit`](Self::emit)).
     pub(crate) events: AgentEvents,
     /// Cancelled when ralph wants the run stopped (interrupt, stage timeout). The agent then
@@ -280,6 +284,7 @@ impl AgentRequest {
             timeout: None,
             context: ContextThresholds::default(),
             unreachable_after: None,
+            budget_usd: None,
             events: AgentEvents::none(),
             stop: CancellationToken::new(),
         }
@@ -324,6 +329,13 @@ impl AgentRequest {
     #[must_use]
     pub fn context(mut self, context: ContextThresholds) -> Self {
         self.context = context;
+        self
+    }
+
+    /// Sets [`budget_usd`](Self::budget_usd).
+    #[must_use]
+    pub fn budget_usd(mut self, dollars: f64) -> Self {
+        self.budget_usd = Some(dollars);
         self
     }
 
@@ -402,6 +414,15 @@ pub enum FailureKind {
     /// [`Error::AgentUnreachable`](crate::Error::AgentUnreachable); the attempt is not
     /// counted and nothing is decomposed.
     Unreachable,
+    /// The run's own spending cap stopped it (Claude's `--max-budget-usd`, from `[claude]
+    /// max_budget_usd`): the attempt ends with the reason, without an ordinary retry, which
+    /// would spend the same again.
+    RunBudget,
+    /// The run-wide budget (`max_cost_usd`, `max_tokens`) is spent: no new agent run
+    /// starts, and the run ends "budget exhausted"
+    /// ([`Outcome::BudgetExhausted`](crate::Outcome::BudgetExhausted)). Set by ralph's
+    /// runtime, never by an agent.
+    BudgetExhausted,
 }
 
 /// How an agent run ended.
@@ -440,6 +461,8 @@ pub enum AgentExit {
 pub struct AgentRun {
     /// How the run ended.
     pub exit: AgentExit,
+    /// The agent that made the run, when a [`Fallback`] chain chose it among others.
+    pub agent: Option<String>,
     /// The final answer's text (the last assistant message), or empty.
     pub final_text: String,
     /// The structured answer, for structured roles that gave one.
@@ -477,6 +500,7 @@ impl AgentRun {
     pub fn new(exit: AgentExit) -> Self {
         AgentRun {
             exit,
+            agent: None,
             final_text: String::new(),
             structured: None,
             usage: Usage::default(),

@@ -17,6 +17,8 @@
 //! log_files_kept = 1000   # the oldest logs beyond it are deleted
 //! once = false            # stop after one iteration (seed 003's --once)
 //! recent_attempts = 5     # BUILD attempts remembered in the next prompts
+//! max_cost_usd = 20.0     # dollars over the board, a build-mode run or a thread
+//! max_tokens = 5000000    # input + output tokens over the same
 //!
 //! [context]
 //! warn = 0.70
@@ -193,6 +195,15 @@ pub struct Config {
     /// BUILD attempts remembered in the run state and shown in the next BUILD prompts
     /// (seed 003's "Recent Attempts"); older ones are dropped. Default 5.
     pub recent_attempts: usize,
+    /// Dollars the agents may spend over the whole of the state a run belongs to (the
+    /// construct board, build mode's run over `implementation.json`, one thread), counted
+    /// across resumes: once reached, no new agent run starts and the run ends "budget
+    /// exhausted" (exit 2). Each Claude run gets `--max-budget-usd` no higher than what is
+    /// left. Runs of an agent that reports no cost count their tokens only. Default: none.
+    pub max_cost_usd: Option<f64>,
+    /// Input and output tokens the agents may use over the same scope (cache reads and
+    /// writes are shown apart and not counted). Default: none.
+    pub max_tokens: Option<u64>,
 }
 
 impl Default for Config {
@@ -224,6 +235,8 @@ impl Default for Config {
             planning: PlanningConfig::default(),
             once: false,
             recent_attempts: 5,
+            max_cost_usd: None,
+            max_tokens: None,
         }
     }
 }

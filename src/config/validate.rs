@@ -65,6 +65,20 @@ impl Config {
         if self.build_concurrency == 0 {
             return Err(invalid("build_concurrency", "must be at least 1".into()));
         }
+        if let Some(cost) = self.max_cost_usd
+            && !(cost.is_finite() && cost > 0.0 && cost <= bounds::MAX_BUDGET_USD)
+        {
+            return Err(invalid(
+                "max_cost_usd",
+                format!(
+                    "must be a positive number of dollars, at most {}, got {cost}",
+                    bounds::MAX_BUDGET_USD
+                ),
+            ));
+        }
+        if self.max_tokens == Some(0) {
+            return Err(invalid("max_tokens", "must be at least 1".into()));
+        }
         if self.log_files_kept < bounds::MIN_LOG_FILES_KEPT {
             return Err(invalid(
                 "log_files_kept",

@@ -54,7 +54,7 @@ use crate::time::now_rfc3339;
 const RECENT_TASKS: usize = crate::prompt::RECENT_COMPLETED;
 
 /// What a stage tells the loop.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub(crate) enum Flow {
     /// Derive the next stage from the board.
     Continue,
@@ -112,7 +112,7 @@ impl Engine {
             &ctx.config.log_dir,
             ctx.config.log_files_kept,
         )?;
-        let caller = ctx.caller(emitter.clone());
+        let caller = ctx.spending_caller(emitter.clone(), SPEND_SCOPE)?;
         let recent = board
             .tasks
             .values()
@@ -164,6 +164,10 @@ impl Engine {
             changes.push(Change::Config(config));
         }
         if !run.seeded {
+            // A new board: what an earlier one spent no longer counts against the limits.
+            if let Some(budget) = self.caller.budget() {
+                budget.ledger().reset()?;
+            }
             let id = run.next_issue_id(|id| self.board.issues.contains_key(id));
             let text = spec_issue_text(&rel, &self.spec);
             changes.push(Change::Issue(Issue::new(id, text).with_origin("spec")));
@@ -229,7 +233,20 @@ impl Engine {
                 iteration = self.board.run.iteration,
                 stage = %stage,
             );
-            let flow = self.stage(stage).instrument(span).await?;
+            let flow = match self.stage(stage).instrument(span).await {
+                Err(Error::BudgetExhausted {
+                    spent_usd,
+                    spent_tokens,
+                    max_cost_usd,
+                    max_tokens,
+                }) => Flow::Stop(Outcome::BudgetExhausted {
+                    spent_usd,
+                    spent_tokens,
+                    max_cost_usd,
+                    max_tokens,
+                }),
+                flow => flow?,
+            };
             self.guard_home(stage).await?;
             match flow {
                 Flow::Continue => {}
@@ -573,6 +590,9 @@ fn resolve_spec(workspace: &Path, run: &RunState, given: Option<&Path>) -> Resul
         _ => Ok(rel),
     }
 }
+
+/// The construct board's scope in the spend ledger ([`spend`](crate::runtime::spend)).
+const SPEND_SCOPE: &str = "construct";
 
 /// The user's branch in `ctx`'s workspace, with ralph's own files: its state folder, its
 /// logs and its store's file (never committed) — unless the store is a file kept for people

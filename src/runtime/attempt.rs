@@ -10,6 +10,7 @@ use super::call::{Call, Caller, Ending, ends_the_run};
 use super::error::Error;
 use super::gates::{self, GateRun, GatesEnd};
 use crate::agent::Claim;
+use crate::agent::FailureKind;
 use crate::gate::Gate;
 use crate::model::KillReason;
 use crate::output::first_line;
@@ -55,7 +56,8 @@ pub(crate) struct Trace {
 /// # Errors
 ///
 /// [`Error::AgentFatal`] when the agent failed in a way no retry can fix,
-/// [`Error::AgentUnreachable`] when it could not reach its API;
+/// [`Error::AgentUnreachable`] when it could not reach its API,
+/// [`Error::BudgetExhausted`] when the run-wide budget is spent;
 /// [`Error::Agent`] or [`Error::Gate`] when one could not run at all.
 pub(crate) async fn run(
     caller: &Caller,
@@ -79,6 +81,17 @@ pub(crate) async fn run(
         }
         Ending::Failed { reason, kind } if ends_the_run(kind) => {
             return Err(caller.fatal(call, reason, kind));
+        }
+        // A retry would spend the same again and stop at the same cap: a person decides.
+        Ending::Failed {
+            reason,
+            kind: FailureKind::RunBudget,
+        } => {
+            let why = format!(
+                "the agent's run reached its own spending cap ([claude] max_budget_usd): \
+                 {reason}; raise the cap or split the task"
+            );
+            return Ok((Attempted::Blocked(why), trace));
         }
         Ending::Failed { reason, .. } => {
             let failure = format!("The agent run failed: {reason}");

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::deadline::until_deadline;
 use super::error::Error;
 use super::logs::{Emitter, unused};
+use super::spend::{self, Budget};
 use crate::agent::is_connection_error;
 use crate::agent::{
     Agent, AgentChoice, AgentError, AgentEvent, AgentEvents, AgentExit, AgentRequest, AgentRun,
@@ -51,10 +52,14 @@ pub(crate) enum Ending {
 }
 
 /// Whether a failure of this kind ends the run in every mode, with the agent's error
-/// ([`Caller::fatal`]): no retry can fix it, or the agent cannot reach its API. Either way
-/// it is not the task's fault: the attempt is not counted, and nothing is decomposed.
+/// ([`Caller::fatal`]): no retry can fix it, the agent cannot reach its API, or the run-wide
+/// budget is spent. None is the task's fault: the attempt is not counted, and nothing is
+/// decomposed.
 pub(crate) fn ends_the_run(kind: FailureKind) -> bool {
-    matches!(kind, FailureKind::Fatal | FailureKind::Unreachable)
+    matches!(
+        kind,
+        FailureKind::Fatal | FailureKind::Unreachable | FailureKind::BudgetExhausted
+    )
 }
 
 /// A wait between two runs of one call (see [`Caller::ride_out`]).
@@ -190,6 +195,9 @@ pub(crate) struct Caller {
     /// The last choice a [`Fallback`](crate::agent::Fallback) chain made in this caller's
     /// calls: which agent took the run, and why.
     chosen: Arc<Mutex<Option<AgentChoice>>>,
+    /// The run-wide limits and the ledger every run's spend goes to; `None` for a caller
+    /// no pipeline gave one (a library user's own).
+    budget: Option<Budget>,
 }
 
 impl Caller {
@@ -208,7 +216,23 @@ impl Caller {
             stop,
             emitter,
             chosen: Arc::default(),
+            budget: None,
         }
+    }
+
+    /// This caller with every run's spend recorded in `budget`'s ledger, and no run started
+    /// once its limits are reached (the call then ends as
+    /// [`FailureKind::BudgetExhausted`], which [`fatal`](Self::fatal) turns into
+    /// [`Error::BudgetExhausted`]).
+    #[must_use]
+    pub(crate) fn spending(mut self, budget: Budget) -> Caller {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// The limits and the ledger this caller's runs count against, if any.
+    pub(crate) fn budget(&self) -> Option<&Budget> {
+        self.budget.as_ref()
     }
 
     /// The error of `call`'s run that failed in a way that ends the run (`kind` is
@@ -217,6 +241,9 @@ impl Caller {
     pub(crate) fn fatal(&self, call: &Call, reason: String, kind: FailureKind) -> Error {
         let agent = self.agent.name().to_owned();
         let (role, subject) = (call.role, call.subject.clone());
+        if let (FailureKind::BudgetExhausted, Some(budget)) = (kind, &self.budget) {
+            return budget.exhausted_error();
+        }
         if kind == FailureKind::Unreachable {
             Error::AgentUnreachable {
                 agent,
@@ -411,6 +438,17 @@ impl Caller {
         call: &Call,
         schema: Option<serde_json::Value>,
     ) -> Result<Ending, AgentError> {
+        if self.budget.as_ref().is_some_and(Budget::exhausted) {
+            // Checked before every run: past the limit, nothing more is spent.
+            let reason = self
+                .budget
+                .as_ref()
+                .map(|b| b.exhausted_error().to_string());
+            return Ok(Ending::Failed {
+                reason: reason.unwrap_or_default(),
+                kind: FailureKind::BudgetExhausted,
+            });
+        }
         let log = unused(&call.log);
         let token = self.stop.child_token();
         let remaining = call.deadline.saturating_duration_since(Instant::now());
@@ -425,6 +463,7 @@ impl Caller {
         request.events = self.forward_events(call.subject.clone());
         request.subject = call.subject.clone();
         request.schema = schema;
+        request.budget_usd = self.budget.as_ref().and_then(Budget::dollars_left);
         let span = tracing::info_span!(
             target: "ralph",
             "agent",
@@ -455,7 +494,47 @@ impl Caller {
             session_id: run.session_id.clone(),
             log: run.log_path.as_deref().map(|p| self.relative(p)),
         });
-        Ok(self.classify(run, call.deadline))
+        self.record_spend(call, &run);
+        let ending = self.classify(run, call.deadline);
+        Ok(match ending {
+            // The cap it ran under was what was left of the run-wide budget: that is spent.
+            Ending::Failed {
+                reason,
+                kind: FailureKind::RunBudget,
+            } if self.budget.as_ref().is_some_and(Budget::exhausted) => Ending::Failed {
+                reason,
+                kind: FailureKind::BudgetExhausted,
+            },
+            ending => ending,
+        })
+    }
+
+    /// Appends the run's spend to the ledger, whatever its end. A ledger that cannot be
+    /// written is a warning: the run's work counts more than its accounting.
+    fn record_spend(&self, call: &Call, run: &AgentRun) {
+        let Some(budget) = &self.budget else {
+            return;
+        };
+        let line = spend::Line {
+            role: Some(call.role.as_str().to_owned()),
+            subject: call.subject.clone(),
+            agent: Some(
+                run.agent
+                    .clone()
+                    .unwrap_or_else(|| self.agent.name().to_owned()),
+            ),
+            input_tokens: run.usage.input_tokens,
+            output_tokens: run.usage.output_tokens,
+            cache_read_tokens: run.usage.cache_read_tokens,
+            cache_creation_tokens: run.usage.cache_creation_tokens,
+            cost_usd: run.cost_usd,
+            ..spend::Line::default()
+        };
+        if let Err(e) = budget.ledger().record(line) {
+            self.emitter.emit(&Event::Warning {
+                message: format!("the run's spend was not recorded: {e}"),
+            });
+        }
     }
 
     fn classify(&self, run: AgentRun, deadline: Instant) -> Ending {

@@ -172,6 +172,24 @@ pub enum Error {
         /// Why, naming the agent and its last connection error.
         reason: String,
     },
+    /// The run-wide budget (`max_cost_usd`, `max_tokens`) is spent over the state the run
+    /// belongs to: no new agent run started. The pipelines turn it into their outcome
+    /// ([`Outcome::BudgetExhausted`](crate::Outcome::BudgetExhausted)); a thread stops
+    /// with it.
+    #[error(
+        "budget exhausted: spent ${spent_usd:.2} and {spent_tokens} tokens{}",
+        budget_limits(*max_cost_usd, *max_tokens)
+    )]
+    BudgetExhausted {
+        /// Dollars spent over the scope.
+        spent_usd: f64,
+        /// Input and output tokens spent over the scope.
+        spent_tokens: u64,
+        /// `max_cost_usd`, if set.
+        max_cost_usd: Option<f64>,
+        /// `max_tokens`, if set.
+        max_tokens: Option<u64>,
+    },
     /// A gate could not run.
     #[error(transparent)]
     Gate(#[from] GateError),
@@ -335,4 +353,16 @@ impl From<crate::files::LockError> for Error {
             crate::files::LockError::Io { path, source } => Error::Io { path, source },
         }
     }
+}
+
+/// ` (limit: max_cost_usd = 1, max_tokens = 5000)`.
+fn budget_limits(max_cost_usd: Option<f64>, max_tokens: Option<u64>) -> String {
+    let limits: Vec<String> = [
+        max_cost_usd.map(|m| format!("max_cost_usd = {m}")),
+        max_tokens.map(|m| format!("max_tokens = {m}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    format!(" (limit: {})", limits.join(", "))
 }

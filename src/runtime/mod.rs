@@ -11,6 +11,7 @@
 //! | one rule for spec paths | [`spec`] |
 //! | logs and the event emitter | [`logs`] |
 //! | the record of a fallback chain's choices, for `ralph status` | [`choices`] |
+//! | what every agent run spent, kept append-only, and the run-wide limits | [`spend`] |
 //! | the work trees of tasks built at once, and the removal of a killed run's | [`worktrees`] |
 //! | the user's branch: recorded at the start, checked after every agent run, put back | [`home`] |
 //! | SIGINT, SIGTERM and SIGHUP stop a run the same way | [`interrupt`] |
@@ -31,6 +32,8 @@ pub(crate) mod home;
 pub(crate) mod interrupt;
 pub(crate) mod logs;
 pub(crate) mod spec;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
+pub(crate) mod spend;
 pub(crate) mod workspace;
 pub(crate) mod worktrees;
 
@@ -146,6 +149,31 @@ impl Context {
             self.stop.clone(),
             emitter,
         )
+    }
+
+    /// A caller whose runs count against the run-wide limits over `scope` (`construct`,
+    /// `build`, `plan`, `thread/<id>`: see [`spend`]), each run's spend recorded in the
+    /// workspace's ledger.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] or [`Error::Store`] when the ledger cannot be read.
+    pub(crate) fn spending_caller(&self, emitter: Emitter, scope: &str) -> Result<Caller, Error> {
+        Ok(self.caller(emitter).spending(self.budget(scope)?))
+    }
+
+    /// The run-wide limits over `scope`'s ledger.
+    ///
+    /// # Errors
+    ///
+    /// As [`spending_caller`](Self::spending_caller).
+    pub(crate) fn budget(&self, scope: &str) -> Result<spend::Budget, Error> {
+        let ledger = spend::Ledger::open(&self.workspace, scope)?;
+        Ok(spend::Budget::new(
+            ledger,
+            self.config.max_cost_usd,
+            self.config.max_tokens,
+        ))
     }
 
     /// How this run's gates check `attempt` of `task` (named `name`) until `deadline`.

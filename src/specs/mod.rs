@@ -21,3 +21,7 @@ pub use crate::runtime::error::SpecsError;
 pub use dry_run::{BuildDryRun, PlanDryRun};
 pub(crate) use implementation::ImplementationStore;
 pub use implementation::{Implementation, SpecEntry, Status, TaskEntry};
+
+/// Plan mode's and build mode's scope in the spend ledger: one run over
+/// `implementation.json`, from its plan on ([`spend`](crate::runtime::spend)).
+pub(crate) const SPEND_SCOPE: &str = "build";

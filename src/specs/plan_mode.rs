@@ -59,11 +59,18 @@ async fn plan(
     let files = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
     let store = ImplementationStore::new(ctx.workspace.join(&planning.implementation))
         .copies_in(crate::runtime::workspace::state_dir(&ctx.workspace));
-    let existing = store.load()?.unwrap_or_default();
+    let existing = match store.load()? {
+        Some(existing) => existing,
+        None => {
+            // A new plan: what an earlier one's run spent no longer counts.
+            ctx.budget(super::SPEND_SCOPE)?.ledger().reset()?;
+            Implementation::default()
+        }
+    };
     let prompt = prompt(&ctx, &files, &existing)?;
 
     let run_dir = logs::run_folder(&ctx.workspace, &ctx.config.log_dir, "plan-mode")?;
-    let caller = ctx.caller(emitter);
+    let caller = ctx.spending_caller(emitter, super::SPEND_SCOPE)?;
     let call = Call {
         role: Role::Breakdown,
         subject: Some("plan-mode".into()),

@@ -46,7 +46,7 @@ impl Ran {
             // An agent that cannot reach its API is no failure of the thread's work.
             Ok(Ending::Failed {
                 reason,
-                kind: FailureKind::Fatal | FailureKind::Unreachable,
+                kind: FailureKind::Fatal | FailureKind::Unreachable | FailureKind::BudgetExhausted,
             }) => Ran::Fatal(reason),
             Ok(Ending::Failed { reason, .. }) => Ran::Failed(format!("the agent failed: {reason}")),
             // Waited out by the runtime; kept total without a panic.
@@ -182,7 +182,8 @@ impl Threads {
             self.limits(&record.config),
             self.ctx.stop.clone(),
             self.emitter.clone(),
-        );
+        )
+        .spending(self.budget(&record.id)?);
         let mut call = Call {
             role: request.role,
             subject: Some(record.id.clone()),
@@ -273,4 +274,30 @@ fn keep_answer(log: &Path, run: &AgentRun) {
 /// `time` as RFC 3339, or "an unknown time".
 fn stamp(time: SystemTime) -> String {
     jiff::Timestamp::try_from(time).map_or_else(|_| "an unknown time".to_owned(), |t| t.to_string())
+}
+
+impl Threads {
+    /// The run-wide limits over thread `id`'s spend (its scope `thread/<id>`).
+    pub(super) fn budget(&self, id: &str) -> Result<crate::runtime::spend::Budget, ThreadError> {
+        self.ctx.budget(&spend_scope(id)).map_err(ledger_error)
+    }
+}
+
+/// A thread's scope in the spend ledger.
+pub(super) fn spend_scope(id: &str) -> String {
+    format!("thread/{id}")
+}
+
+/// A ledger that cannot be read or written, as a thread's error names it.
+pub(super) fn ledger_error(e: crate::runtime::error::Error) -> ThreadError {
+    match e {
+        crate::runtime::error::Error::Io { path, source } => ThreadError::Io {
+            path,
+            error: source,
+        },
+        other => ThreadError::Io {
+            path: ".ralph/spend.jsonl".into(),
+            error: std::io::Error::other(other.to_string()),
+        },
+    }
 }

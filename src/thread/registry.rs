@@ -44,6 +44,11 @@ impl Threads {
         self.write_spec(&mut record, spec)?;
         self.save(&mut record)?;
         self.set_active(&id)?;
+        // A new thread: what an earlier one of the same id spent no longer counts.
+        self.budget(&id)?
+            .ledger()
+            .reset()
+            .map_err(super::call::ledger_error)?;
         Ok(record)
     }
 

@@ -53,9 +53,23 @@ fn the_demo_completes_with_exit_0_and_a_summary() {
         "t-3 → t-3a, t-3b",
         "t-2 rejected",
         "Spec complete: 4 tasks accepted in 3 iterations.",
+        // Each of the script's 16 runs spends $0.05, 1200 tokens in and 300 out.
+        "cost: $0.8000 (",
+        "tokens: 19200 in, 4800 out",
     ] {
         assert!(text.contains(part), "missing {part:?} in\n{text}");
     }
+    // The ledger kept every run: `status` shows the same total, by agent and by subject.
+    let status = command(&parent.path().join("ws"), &["status"])
+        .output()
+        .unwrap();
+    let status = stdout(&status);
+    assert!(
+        status.contains("spend construct: $0.80, 19200 in / 4800 out tokens")
+            && status.contains("16 runs; no limit")
+            && status.contains("by subject: i-1 $0.05"),
+        "{status}"
+    );
 }
 
 #[test]

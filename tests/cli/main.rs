@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod budget;
 mod crash_resume;
 mod dead_ends;
 mod demo;

@@ -326,6 +326,7 @@ impl ClaudeCli {
             resume,
             // A session that may need compacting must stay resumable.
             persist: self.config.session_persistence || request.context.compact < 1.0,
+            budget_usd: request.budget_usd,
         }
     }
 

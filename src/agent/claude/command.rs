@@ -47,6 +47,8 @@ pub(super) struct Invocation<'a> {
     pub(super) resume: Option<&'a str>,
     /// Whether the session must be kept so a later process can resume it.
     pub(super) persist: bool,
+    /// What is left of the run-wide budget (`AgentRequest::budget_usd`).
+    pub(super) budget_usd: Option<f64>,
 }
 
 /// The arguments: ralph's own, then the config's extra ones.
@@ -71,10 +73,12 @@ pub(super) fn args(config: &ClaudeConfig, invocation: Invocation<'_>) -> Vec<Str
     };
     option("--model", config.model.clone());
     option("--max-turns", config.max_turns.map(|n| n.to_string()));
-    option(
-        "--max-budget-usd",
-        config.max_budget_usd.map(|b| b.to_string()),
-    );
+    // The tighter of the per-run cap and what is left of the run-wide budget.
+    let cap = match (config.max_budget_usd, invocation.budget_usd) {
+        (Some(own), Some(left)) => Some(own.min(left)),
+        (own, left) => own.or(left),
+    };
+    option("--max-budget-usd", cap.map(|b| b.to_string()));
     option(
         "--append-system-prompt",
         config.append_system_prompt.clone(),
@@ -134,6 +138,7 @@ mod tests {
             schema: None,
             resume: None,
             persist: false,
+            budget_usd: None,
         }
     }
 
@@ -160,6 +165,28 @@ mod tests {
             "{args}"
         );
         assert!(!args.contains("--dangerously-skip-permissions"), "{args}");
+    }
+
+    #[test]
+    fn the_budget_cap_is_the_tighter_of_the_run_cap_and_whats_left() {
+        let cap = |own: Option<f64>, left: Option<f64>| {
+            let config = ClaudeConfig {
+                max_budget_usd: own,
+                ..ClaudeConfig::default()
+            };
+            let invocation = Invocation {
+                budget_usd: left,
+                ..build()
+            };
+            let args = args(&config, invocation);
+            let at = args.iter().position(|a| a == "--max-budget-usd");
+            at.map(|at| args[at + 1].clone())
+        };
+        assert_eq!(cap(None, None), None);
+        assert_eq!(cap(Some(1.5), None).as_deref(), Some("1.5"));
+        assert_eq!(cap(None, Some(0.6)).as_deref(), Some("0.6"));
+        assert_eq!(cap(Some(1.5), Some(0.6)).as_deref(), Some("0.6"));
+        assert_eq!(cap(Some(0.5), Some(0.6)).as_deref(), Some("0.5"));
     }
 
     #[test]

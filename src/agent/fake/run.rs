@@ -18,6 +18,8 @@ pub(super) struct FakeRun {
     final_text: Option<String>,
     structured: Option<serde_json::Value>,
     usage: Usage,
+    /// Dollars the script spent, if it said.
+    cost_usd: Option<f64>,
 }
 
 /// Why a wait ended early.
@@ -40,6 +42,7 @@ impl FakeRun {
             final_text: None,
             structured: None,
             usage: Usage::default(),
+            cost_usd: None,
         })
     }
 
@@ -128,6 +131,21 @@ impl FakeRun {
                 window,
                 after_compaction,
             } => return Ok(self.usage_step(request, *context, *window, *after_compaction)),
+            Step::Spend {
+                input_tokens,
+                output_tokens,
+                cost_usd,
+            } => {
+                self.usage.input_tokens += input_tokens;
+                self.usage.output_tokens += output_tokens;
+                if let Some(cost) = cost_usd {
+                    *self.cost_usd.get_or_insert(0.0) += cost;
+                }
+                self.log(&format!(
+                    "[fake] spent {input_tokens} in, {output_tokens} out{}",
+                    cost_usd.map(|c| format!(", ${c:.2}")).unwrap_or_default()
+                ));
+            }
             Step::Fail { reason, kind } => {
                 self.log(&format!("[fake] fail: {reason}"));
                 return Ok(Some(AgentExit::Failed {
@@ -251,6 +269,7 @@ impl FakeRun {
         run.final_text = final_text;
         run.structured = self.structured;
         run.usage = self.usage;
+        run.cost_usd = self.cost_usd;
         run.log_path = self.log_path;
         run.duration = self.started.elapsed();
         run.turns = Some(1);

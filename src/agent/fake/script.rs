@@ -56,6 +56,19 @@ pub(super) enum Step {
         #[serde(default)]
         after_compaction: Option<u64>,
     },
+    /// Adds to what the run spent, as an agent's usage report would: input and output
+    /// tokens, and dollars.
+    Spend {
+        /// Input tokens.
+        #[serde(default)]
+        input_tokens: u64,
+        /// Output tokens.
+        #[serde(default)]
+        output_tokens: u64,
+        /// Dollars; none leaves the run's cost unreported (as an agent that reports none).
+        #[serde(default)]
+        cost_usd: Option<f64>,
+    },
     /// Ends the run as failed.
     Fail {
         /// Why.
@@ -96,6 +109,7 @@ fn attempt_kind() -> FailureKind {
 /// | [`delay`](Self::delay) | `{ delay = "300ms" }` | waits (ended early by a stop or the timeout) |
 /// | [`hang`](Self::hang) | `{ hang = {} }` | waits until stopped or timed out |
 /// | [`usage`](Self::usage) | `{ usage = { context = 90, window = 100, after_compaction = 40 } }` | reports context usage: warn, compact (to `after_compaction`; without it the compaction fails) or a kill at the limit |
+/// | [`spend`](Self::spend) | `{ spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } }` | adds to what the run spent (tokens, and dollars when `cost_usd` is given), as an agent's usage report; also for a run that then fails, hangs or is stopped |
 /// | [`fail`](Self::fail), [`fail_with`](Self::fail_with) | `{ fail = { reason = "flaky", kind = "transient" } }` | ends the run as failed; `kind` is `attempt` (the default), `transient` or `fatal` ([`FailureKind`]) |
 /// | [`rate_limit`](Self::rate_limit) | `{ rate_limit = { secs = 60 } }` | ends the run as rate limited for `secs` seconds |
 ///
@@ -210,6 +224,27 @@ impl Script {
         })
     }
 
+    /// Adds `input_tokens`, `output_tokens` and `cost_usd` dollars to what the run spent,
+    /// as an agent's usage report would (a run that then fails, hangs or is stopped has
+    /// spent them all the same).
+    ///
+    /// ```
+    /// use ralph::agent::Script;
+    ///
+    /// let costly = Script::new()
+    ///     .spend(1000, 200, Some(0.40))
+    ///     .answer("Done.\n<TASK_DONE>");
+    /// # let _ = costly;
+    /// ```
+    #[must_use]
+    pub fn spend(self, input_tokens: u64, output_tokens: u64, cost_usd: Option<f64>) -> Self {
+        self.step(Step::Spend {
+            input_tokens,
+            output_tokens,
+            cost_usd,
+        })
+    }
+
     /// Ends the run as failed, counting as an attempt ([`FailureKind::Attempt`]).
     #[must_use]
     pub fn fail(self, reason: impl Into<String>) -> Self {
@@ -311,6 +346,7 @@ mod tests {
             Step::Hang {} => "hang",
             Step::Delay(_) => "delay",
             Step::Usage { .. } => "usage",
+            Step::Spend { .. } => "spend",
             Step::Fail { .. } => "fail",
             Step::RateLimit { .. } => "rate_limit",
         }
@@ -327,11 +363,12 @@ mod tests {
             .remove("p")
             .print("l", 1)
             .delay(Duration::ZERO)
+            .spend(1, 2, Some(0.5))
             .hang()
             .usage(1, 2, None)
             .fail("r")
             .rate_limit(1);
-        assert_eq!(every.steps.len(), 11, "one of each step");
+        assert_eq!(every.steps.len(), 12, "one of each step");
         for step in &every.steps {
             let written = serde_json::to_value(step).unwrap();
             let key = written.as_object().unwrap().keys().next().unwrap().clone();

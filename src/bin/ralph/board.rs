@@ -180,6 +180,7 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     for thread in &threads {
         out!("thread {}  {}  {}", thread.id, thread.phase, thread.title);
     }
+    spend_status(&ralph)?;
     if let Some(thread) = threads
         .iter()
         .find(|t| crate::thread::waits_for_a_person(t))
@@ -197,6 +198,51 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
             out!("next: `{again} SPEC.md` starts on a spec")
         }
         None => out!("next: nothing: every run here is complete"),
+    }
+    Ok(())
+}
+
+/// What the agents spent, by scope (the board, build mode's run, each thread), with the
+/// agents and the subjects under it, beside the run-wide limits.
+fn spend_status(ralph: &Ralph) -> Result<()> {
+    use ralph::__internals::spend::{Spent, Totals};
+    let totals = Totals::read(ralph.workspace())?;
+    let config = ralph.config();
+    let limits: Vec<String> = [
+        config.max_cost_usd.map(|m| format!("max_cost_usd = {m}")),
+        config.max_tokens.map(|m| format!("max_tokens = {m}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let limit = match limits.is_empty() {
+        true => "no limit".to_owned(),
+        false => format!("limit {}", limits.join(", ")),
+    };
+    let money = |s: &Spent| match s.unpriced_runs {
+        0 => format!("${:.2}", s.cost_usd),
+        n => format!("${:.2} (+{n} unpriced)", s.cost_usd),
+    };
+    for (scope, spent) in &totals.scopes {
+        out!(
+            "spend {scope}: {}, {} in / {} out tokens (cache {} read, {} written), {} {}; {limit}",
+            money(spent),
+            spent.input_tokens,
+            spent.output_tokens,
+            spent.cache_read_tokens,
+            spent.cache_creation_tokens,
+            spent.runs,
+            crate::display::plural(spent.runs as usize, "run", "runs"),
+        );
+        let under = |map: &std::collections::BTreeMap<(String, String), Spent>| {
+            map.iter()
+                .filter(|((s, _), _)| s == scope)
+                .map(|((_, name), spent)| format!("{name} {}", money(spent)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out!("  by agent: {}", under(&totals.agents));
+        out!("  by subject: {}", under(&totals.subjects));
     }
     Ok(())
 }

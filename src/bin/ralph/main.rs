@@ -32,7 +32,7 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0    complete, one iteration done with --once, or the command did what it says
   1    error (the message names the file, key or task)
-  2    stopped at a limit (iterations, timeout)
+  2    stopped at a limit (iterations, timeout, budget)
   3    blocked: every task left needs a person
   64   usage error
   130  stopped by SIGINT (Ctrl+C); 143 SIGTERM; 129 SIGHUP";
@@ -141,6 +141,11 @@ struct RunFlags {
     /// .ralph/fake-requests.jsonl. The format: docs/fake-agent.md.
     #[arg(long, conflicts_with = "agent")]
     script: Option<PathBuf>,
+    /// Dollars the agents may spend over the board (in build mode: the run over
+    /// implementation.json), counted across resumes; overrides `max_cost_usd`. At the limit
+    /// no new agent run starts and the run stops "budget exhausted" (exit 2).
+    #[arg(long, value_name = "DOLLARS")]
+    max_cost: Option<f64>,
 }
 
 impl RunFlags {

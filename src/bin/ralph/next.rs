@@ -178,6 +178,7 @@ pub(crate) fn after_construct(
         Outcome::Once { .. } => Next::run(again.run(" --once")).doing("runs the next iteration"),
         Outcome::Unverified { .. } => unverified(resume),
         Outcome::Declared { .. } => declared(resume),
+        Outcome::BudgetExhausted { spent_usd, .. } => over_budget(again, *spent_usd),
         _ => Next::run(resume).doing("resumes where the work stood"),
     }
 }
@@ -218,8 +219,19 @@ pub(crate) fn after_build(outcome: &SpecsOutcome, again: &Again) -> Next {
         SpecsOutcome::Unverified { .. } => Next::run(resume)
             .after("read why in the verifier's log (build/ralph-logs)")
             .doing("asks the verifier again"),
+        SpecsOutcome::BudgetExhausted { spent_usd, .. } => over_budget(again, *spent_usd),
         _ => Next::run(resume).doing("resumes where the work stood"),
     }
+}
+
+/// After a run stopped at the budget: the same command with a higher limit (twice what was
+/// spent, at least a dollar more), which goes on where the work stood, the spend so far
+/// counted.
+pub(crate) fn over_budget(again: &Again, spent_usd: f64) -> Next {
+    let raised = (spent_usd * 2.0).max(spent_usd + 1.0).ceil();
+    Next::run(again.run(&format!(" --max-cost {raised}")))
+        .after("raise the limit (`max_cost_usd` in ralph.toml, or --max-cost)")
+        .doing("goes on where the work stood; what was spent counts")
 }
 
 /// After plan mode: build mode, with the same agent.

@@ -179,6 +179,12 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
             eprintln!("{e}");
             return Ok(exit_code(&interrupts, 130));
         }
+        Err(e @ ralph::Error::BudgetExhausted { spent_usd, .. }) => {
+            eprintln!("{e}");
+            let again = Again::new(workspace, "plan");
+            eprintln!("next: {}", crate::next::over_budget(&again, spent_usd));
+            return Ok(2);
+        }
         Err(e) => return Err(e.into()),
     };
     let tasks: usize = implementation.specs.iter().map(|s| s.tasks.len()).sum();
@@ -241,6 +247,9 @@ async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Lines>) -> Resu
         .observer(lines.clone());
     if flags.once {
         builder = builder.once(true);
+    }
+    if let Some(dollars) = flags.max_cost {
+        builder = builder.max_cost_usd(dollars);
     }
     Ok(builder)
 }

@@ -40,6 +40,10 @@ pub(crate) struct ThreadArgs {
     /// .ralph/fake-requests.jsonl. The format: docs/fake-agent.md.
     #[arg(long, global = true, conflicts_with = "agent")]
     script: Option<PathBuf>,
+    /// Dollars the agents may spend on the thread, counted across resumes; overrides
+    /// `max_cost_usd`. At the limit the thread stops Stuck, "budget exhausted" (exit 2).
+    #[arg(long, global = true, value_name = "DOLLARS")]
+    max_cost: Option<f64>,
     #[command(subcommand)]
     command: ThreadCommand,
 }
@@ -176,10 +180,14 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         (None, Some(first)) => crate::run::one_agent(workspace, &config, first)?,
         (None, None) => return Err("--agent names no agent".into()),
     };
-    let threads = Ralph::builder()
+    let mut builder = Ralph::builder()
         .workspace(workspace)
         .agent(agent)
-        .observer(Warnings)
+        .observer(Warnings);
+    if let Some(dollars) = args.max_cost {
+        builder = builder.max_cost_usd(dollars);
+    }
+    let threads = builder
         .build()?
         .threads()
         .quick(args.quick)

@@ -76,6 +76,20 @@ pub(crate) async fn run(ctx: Arc<Context>) -> Result<SpecsOutcome, Error> {
         Ok(mut build) => build.run().await,
         Err(e) => Err(e),
     };
+    let result = match result {
+        Err(Error::BudgetExhausted {
+            spent_usd,
+            spent_tokens,
+            max_cost_usd,
+            max_tokens,
+        }) => Ok(SpecsOutcome::BudgetExhausted {
+            spent_usd,
+            spent_tokens,
+            max_cost_usd,
+            max_tokens,
+        }),
+        other => other,
+    };
     match &result {
         Ok(outcome) => emitter.emit(&Event::SpecsFinished {
             outcome: outcome.clone(),
@@ -185,7 +199,7 @@ impl SpecBuild {
         }
         let mut build = SpecBuild {
             due: DueCommit::in_state_dir(crate::runtime::workspace::state_dir(&ctx.workspace)),
-            caller: ctx.caller(emitter.clone()),
+            caller: ctx.spending_caller(emitter.clone(), super::SPEND_SCOPE)?,
             ctx,
             emitter,
             store,

@@ -166,12 +166,14 @@ pub enum FailureCause {
 impl FailureCause {
     /// How the engine should treat a failure of this cause.
     ///
-    /// [`Authentication`](Self::Authentication) is fatal; [`RateLimited`](Self::RateLimited),
+    /// [`Authentication`](Self::Authentication) is fatal; [`BudgetExhausted`](Self::BudgetExhausted)
+    /// ends the attempt without an ordinary retry ([`FailureKind::RunBudget`]); [`RateLimited`](Self::RateLimited),
     /// [`ServerError`](Self::ServerError) and [`Network`](Self::Network) pass; every other
     /// cause counts as a failed attempt.
     pub fn kind(self) -> FailureKind {
         match self {
             FailureCause::Authentication => FailureKind::Fatal,
+            FailureCause::BudgetExhausted => FailureKind::RunBudget,
             FailureCause::RateLimited | FailureCause::ServerError | FailureCause::Network => {
                 FailureKind::Transient
             }

@@ -1,0 +1,247 @@
+//! Run-wide budgets (issue "Spend under control"): in every mode a scripted agent that spends
+//! $0.40 a run, on work that needs at least six runs, under `max_cost_usd = 1.0`, stops
+//! "budget exhausted" (exit 2) after three runs, and the spend on record is the sum of those
+//! runs. A run stopped by SIGTERM is counted, and the limit holds across invocations.
+
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::support::threads::repo;
+use crate::{THREAD_SPEC, command, stderr, stdout};
+
+/// Every role spends $0.40 (1000 tokens in, 200 out) per run and answers so that the work
+/// goes on: three tasks, each built and accepted, a plan of one spec with three tasks, and
+/// a thread whose criteria never pass (the agent writes nothing).
+const SCRIPT: &str = r##"
+[[run]]
+role = "investigate"
+repeat = true
+steps = [
+  { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },
+  { json = { tasks = [
+    { name = "A", accept = "a" }, { name = "B", accept = "b" }, { name = "C", accept = "c" },
+  ] } },
+]
+
+[[run]]
+role = "breakdown"
+repeat = true
+steps = [
+  { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },
+  { json = { specs = [ { id = "s", name = "S", file = "specs/s.md", priority = 1, tasks = [
+    { description = "One" }, { description = "Two" }, { description = "Three" },
+  ] } ] } },
+]
+
+[[run]]
+role = "planner"
+repeat = true
+steps = [
+  { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },
+  { answer = "# Plan\n\n1. Do it.\n\nPLAN_COMPLETE" },
+]
+
+[[run]]
+role = "build"
+repeat = true
+steps = [
+  { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },
+  { answer = "Done.\n<TASK_DONE>" },
+]
+
+[[run]]
+role = "verify"
+repeat = true
+steps = [
+  { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },
+  { json = { verdict = "accept", reason = "ok" } },
+]
+
+[[run]]
+role = "gap_analysis"
+repeat = true
+steps = [
+  { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },
+  { json = { tasks = [], issues = [] } },
+]
+"##;
+
+/// A git repository with the script, `ralph.toml` (`max_cost_usd = 1.0`, `extra`), a
+/// construct spec and a plan-mode spec, committed.
+async fn workspace(extra: &str) -> tempfile::TempDir {
+    let dir = repo().await;
+    let ws = dir.path();
+    std::fs::write(ws.join("script.toml"), SCRIPT).unwrap();
+    std::fs::write(
+        ws.join("ralph.toml"),
+        format!("max_cost_usd = 1.0\n{extra}"),
+    )
+    .unwrap();
+    std::fs::write(ws.join("spec.md"), "# Three things\nDo A, B and C.\n").unwrap();
+    std::fs::create_dir_all(ws.join("specs")).unwrap();
+    std::fs::write(ws.join("specs/s.md"), "# S\nDo one, two, three.\n").unwrap();
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "budget workspace"]);
+    dir
+}
+
+fn git(ws: &Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args(args)
+        .current_dir(ws)
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?}");
+}
+
+fn ralph(ws: &Path, args: &[&str]) -> Output {
+    command(ws, args).output().unwrap()
+}
+
+/// The spend ledger's runs: (scope, cost) per agent run.
+fn ledger(ws: &Path) -> Vec<(String, f64)> {
+    let text = std::fs::read_to_string(ws.join(".ralph/spend.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["reset"] != true)
+        .map(|v| {
+            let scope = v["scope"].as_str().unwrap().to_owned();
+            (scope, v["cost_usd"].as_f64().unwrap_or(0.0))
+        })
+        .collect()
+}
+
+/// Asserts a stop at the budget: exit 2, the spend and the limit said, the next step.
+fn assert_stopped_at_the_budget(out: &Output) {
+    let text = format!("{}{}", stdout(out), stderr(out));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("budget exhausted: spent $1.20") && text.contains("max_cost_usd = 1"),
+        "{text}"
+    );
+    assert!(text.contains("--max-cost"), "the way on: {text}");
+}
+
+fn assert_three_runs(ws: &Path, scope: &str) {
+    let runs = ledger(ws);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert!(runs.iter().all(|(s, _)| s == scope), "{runs:?}");
+    let total: f64 = runs.iter().map(|(_, c)| c).sum();
+    assert!((total - 1.2).abs() < 1e-9, "{runs:?}");
+}
+
+#[tokio::test]
+async fn construct_stops_at_the_budget_after_three_runs() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    let out = ralph(ws, &["construct", "spec.md", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&out);
+    assert_three_runs(ws, "construct");
+    let status = stdout(&ralph(ws, &["status"]));
+    assert!(
+        status.contains("spend construct: $1.20, 3000 in / 600 out tokens")
+            && status.contains("limit max_cost_usd = 1"),
+        "{status}"
+    );
+    // The limit holds on the next invocation: nothing more is spent.
+    let again = ralph(ws, &["construct", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&again);
+    assert_eq!(ledger(ws).len(), 3);
+    // The JSON outcome carries the spend and the limit.
+    let json = ralph(ws, &["construct", "--script", "script.toml", "--json"]);
+    let finished = stdout(&json)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["event"] == "finished")
+        .expect("a finished event");
+    assert_eq!(finished["outcome"]["outcome"], "budget_exhausted");
+    assert_eq!(finished["outcome"]["max_cost_usd"], 1.0);
+    assert_eq!(finished["outcome"]["spent_tokens"], 3600);
+}
+
+#[tokio::test]
+async fn plan_and_build_stop_at_the_budget_after_three_runs() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    let planned = ralph(ws, &["plan", "--script", "script.toml"]);
+    assert_eq!(planned.status.code(), Some(0), "{}", stderr(&planned));
+    let out = ralph(ws, &["build", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&out);
+    assert_three_runs(ws, "build");
+    // A plan mode run past the limit starts no agent either.
+    let again = ralph(ws, &["plan", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&again);
+    assert_eq!(ledger(ws).len(), 3);
+}
+
+#[tokio::test]
+async fn a_thread_stops_at_the_budget_after_three_runs() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    let thread = |args: &[&str]| {
+        let mut all = vec!["thread", "--quick", "--script", "script.toml"];
+        all.extend_from_slice(args);
+        ralph(ws, &all)
+    };
+    let made = thread(&["new", "--title", "Greeter", "--spec", THREAD_SPEC]);
+    assert_eq!(made.status.code(), Some(0), "{}", stderr(&made));
+    thread(&["finalize"]);
+    let out = thread(&["start", "--max-iterations", "10"]);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("budget exhausted: spent $1.20"), "{text}");
+    assert_three_runs(ws, "thread/1-greeter");
+}
+
+/// SIGTERM while an agent runs, then the same command: the interrupted run's spend is on
+/// record, and the limit counts it.
+#[tokio::test]
+async fn an_interrupted_run_is_counted_and_the_limit_holds_across_invocations() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    // The first build hangs after spending: it is what SIGTERM stops.
+    let script = SCRIPT.replacen(
+        "  { answer = \"Done.\\n<TASK_DONE>\" },\n]",
+        "  { answer = \"Done.\\n<TASK_DONE>\" },\n]\n\n[[run]]\nrole = \"build\"\nsubject = \"t-1\"\nattempt = 1\nsteps = [\n  { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },\n  { hang = {} },\n]",
+        1,
+    );
+    std::fs::write(ws.join("hang.toml"), script).unwrap();
+    let mut child = command(
+        ws,
+        &["construct", "spec.md", "--script", "hang.toml", "--json"],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let requests = ws.join(".ralph/fake-requests.jsonl");
+    let mut stopped = false;
+    // Read to the end: a reader that went away would end ralph with EPIPE instead.
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if !stopped && line.contains("\"task_started\"") {
+            stopped = true;
+            // The agent run has begun once the fake agent recorded its request.
+            while !std::fs::read_to_string(&requests)
+                .unwrap_or_default()
+                .contains("\"build\"")
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        }
+    }
+    let stopped = child.wait().unwrap();
+    assert_eq!(stopped.code(), Some(143));
+    assert_eq!(ledger(ws).len(), 2, "investigate and the interrupted build");
+
+    // Resumed without the hang: the build is run again, and the verifier is past the limit.
+    let out = ralph(ws, &["construct", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&out);
+    assert_three_runs(ws, "construct");
+}
