@@ -419,7 +419,7 @@ mod tests {
         );
         for (cause, expected) in [
             (MaxTurns, FailureKind::Attempt),
-            (BudgetExhausted, FailureKind::Attempt),
+            (BudgetExhausted, FailureKind::RunBudget),
             (Interrupted, FailureKind::Attempt),
             (Authentication, FailureKind::Fatal),
             (RateLimited, FailureKind::Transient),
