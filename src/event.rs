@@ -407,7 +407,8 @@ impl Event {
     }
 }
 
-/// Receives [`Event`]s. Called synchronously on the loop's task: keep it quick.
+/// Receives [`Event`]s. Called synchronously on the loop's task (the warning of a failed
+/// `[[hooks]]` command, on the task that runs the hooks, beside the loop): keep it quick.
 ///
 /// Any `Fn(&Event) + Send + Sync` is an observer:
 ///

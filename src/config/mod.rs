@@ -107,7 +107,8 @@ pub(crate) use validate::bounds;
 /// * `needs_person` is that `finished` event when the run ended in a state only a person
 ///   can move on from ([`Event::Finished`](crate::Event::Finished)'s `needs_person`): the
 ///   construct loop blocked, unverified, or stopped by a broken gate; build mode blocked,
-///   unverified, or out of attempts on a spec; a thread's loop leaving it at a checkpoint
+///   unverified, or out of attempts on a spec; a run-wide budget used up (issue 27's
+///   `budget_exhausted` outcome, once it lands); a thread's loop leaving it at a checkpoint
 ///   or waiting ([`PhaseKind::needs_person`](crate::thread::PhaseKind::needs_person):
 ///   PreflightFailed, Paused, Stuck, PendingReview, …); and any run that failed with an
 ///   error. Not a complete run, a `--once` step, the iteration limit or an interrupt.
