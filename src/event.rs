@@ -198,6 +198,20 @@ pub enum Event {
         /// not fit the schema (named), or prose where JSON was asked for (its start).
         cause: String,
     },
+    /// The run-wide budget (`max_cost_usd`, `max_tokens`) is spent over the run's scope:
+    /// the agent run about to start did not start, and the run ends "budget exhausted".
+    BudgetExhausted {
+        /// The scope: `construct`, `build` or `thread/<id>`.
+        scope: String,
+        /// Dollars spent over it.
+        spent_usd: f64,
+        /// Input and output tokens spent over it.
+        spent_tokens: u64,
+        /// `max_cost_usd`, if set.
+        max_cost_usd: Option<f64>,
+        /// `max_tokens`, if set.
+        max_tokens: Option<u64>,
+    },
     /// A rate limit: the loop waits until it resets.
     RateLimited {
         /// Seconds until the reset.
@@ -267,14 +281,148 @@ pub enum Event {
         /// with a commit; `None` outside git, or when git ignores the file.
         commit: Option<String>,
     },
-    /// The run ended.
+    /// The run ended: the last event of every run in every mode (the construct loop, plan
+    /// mode, build mode, a thread's loop), a run that failed with an error included.
+    /// `[[hooks]]` on `finished` run on it, and those on `needs_person` when
+    /// `needs_person` is set.
+    ///
+    /// ```json
+    /// {"event":"finished","outcome":{"outcome":"blocked","items":[…]},"mode":"construct",
+    ///  "message":"Blocked: 1 item(s) cannot proceed…","exit_code":3,"needs_person":true}
+    /// {"event":"finished","mode":"build","error":"agent could not run: …",
+    ///  "message":"build mode stopped: agent could not run: …","exit_code":1,"needs_person":true}
+    /// ```
     Finished {
-        /// How.
-        outcome: Outcome,
+        /// How a construct run ended; `None` in the other modes, and when the run failed
+        /// (`error` says why).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        outcome: Option<Outcome>,
+        /// The mode that ran: `construct`, `plan`, `build` or `thread`.
+        mode: String,
+        #[cfg(feature = "specs")]
+        /// How build mode ended (as [`SpecsFinished`](Self::SpecsFinished) said it just
+        /// before); `None` in the other modes, and when the run failed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        specs_outcome: Option<crate::outcome::SpecsOutcome>,
+        /// The thread whose loop ran (a thread's `start`, `run`, `resume`, `manual_assist`
+        /// or `send_back`); `None` in the other modes.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        thread: Option<String>,
+        /// The phase that thread was left in (`PendingReview`, `Stuck`, `Paused`, …), when
+        /// the call did not fail before it was read.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        phase: Option<String>,
+        /// The error the run failed with, as the call returned it; `None` when it ended
+        /// with an outcome.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// How it ended, as a person reads it: the outcome, what plan mode saved, the
+        /// thread's phase, or `<mode> stopped: <error>`.
+        message: String,
+        /// The exit code the `ralph` command uses for this end: 0 done (or one step done),
+        /// 1 an error, 2 a limit, 3 a person must look, 130 interrupted (a thread: 2 Stuck,
+        /// 3 PreflightFailed, 130 Paused).
+        exit_code: i32,
+        /// Whether the run ended in a state only a person can move on from: blocked,
+        /// unverified, a broken gate, a spec out of attempts, a thread at a checkpoint or
+        /// waiting ([`PhaseKind::needs_person`](crate::thread::PhaseKind::needs_person)),
+        /// or an error. Not a complete run, a `once` step, the iteration limit or an
+        /// interrupt.
+        needs_person: bool,
     },
 }
 
-/// Receives [`Event`]s. Called synchronously on the loop's task: keep it quick.
+impl Event {
+    /// The [`Finished`](Self::Finished) of a run of `mode` that ended as `message` says,
+    /// every other field unset.
+    pub(crate) fn finished(
+        mode: &str,
+        message: String,
+        exit_code: i32,
+        needs_person: bool,
+    ) -> Event {
+        Event::Finished {
+            outcome: None,
+            mode: mode.to_owned(),
+            #[cfg(feature = "specs")]
+            specs_outcome: None,
+            thread: None,
+            phase: None,
+            error: None,
+            message,
+            exit_code,
+            needs_person,
+        }
+    }
+
+    /// The [`Finished`](Self::Finished) of a construct run that reached `outcome`.
+    pub(crate) fn construct_finished(outcome: Outcome) -> Event {
+        let mut event = Event::finished(
+            "construct",
+            outcome.to_string(),
+            outcome.exit_code(),
+            outcome.needs_person(),
+        );
+        if let Event::Finished { outcome: slot, .. } = &mut event {
+            *slot = Some(outcome);
+        }
+        event
+    }
+
+    /// The [`Finished`](Self::Finished) of a build-mode run that reached `outcome`.
+    #[cfg(feature = "specs")]
+    pub(crate) fn build_finished(outcome: crate::outcome::SpecsOutcome) -> Event {
+        let mut event = Event::finished(
+            "build",
+            outcome.to_string(),
+            outcome.exit_code(),
+            outcome.needs_person(),
+        );
+        if let Event::Finished { specs_outcome, .. } = &mut event {
+            *specs_outcome = Some(outcome);
+        }
+        event
+    }
+
+    /// The [`Finished`](Self::Finished) of a run of `mode` that failed with `error`:
+    /// `message` is `<what> stopped: <error>`.
+    pub(crate) fn failed(mode: &str, what: &str, error: &dyn std::fmt::Display) -> Event {
+        let mut event = Event::finished(mode, format!("{what} stopped: {error}"), 1, true);
+        if let Event::Finished { error: slot, .. } = &mut event {
+            *slot = Some(error.to_string());
+        }
+        event
+    }
+
+    /// The [`Finished`](Self::Finished) of a thread's loop: `thread` and `phase` set.
+    #[cfg(feature = "threads")]
+    #[must_use]
+    pub(crate) fn of_thread(mut self, id: &str, phase: Option<&str>) -> Event {
+        if let Event::Finished {
+            thread, phase: p, ..
+        } = &mut self
+        {
+            *thread = Some(id.to_owned());
+            *p = phase.map(str::to_owned);
+        }
+        self
+    }
+
+    /// The `event` tag this event has in JSON (`task_blocked`), as `[[hooks]]` name it.
+    pub(crate) fn tag(&self) -> String {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(map)) => map
+                .get("event")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Receives [`Event`]s. Called synchronously on the loop's task (the warning of a failed
+/// `[[hooks]]` command, on the task that runs the hooks, beside the loop): keep it quick.
 ///
 /// Any `Fn(&Event) + Send + Sync` is an observer:
 ///
@@ -496,6 +644,15 @@ impl std::fmt::Display for Event {
                     .unwrap_or_default();
                 write!(f, "  {role}{subject} answer {attempt} invalid: {cause}")
             }
+            Event::BudgetExhausted {
+                scope,
+                spent_usd,
+                spent_tokens,
+                ..
+            } => write!(
+                f,
+                "budget exhausted over {scope}: spent ${spent_usd:.2} and {spent_tokens} tokens; no agent run starts"
+            ),
             Event::RateLimited { wait_secs } => write!(f, "rate limited: waiting {wait_secs}s"),
             Event::StateRepaired { note } => write!(f, "state repaired: {note}"),
             Event::Warning { message } => write!(f, "warning: {message}"),
@@ -550,7 +707,7 @@ impl std::fmt::Display for Event {
                     None => Ok(()),
                 }
             }
-            Event::Finished { outcome } => write!(f, "{outcome}"),
+            Event::Finished { message, .. } => f.write_str(message),
         }
     }
 }

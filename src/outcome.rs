@@ -165,6 +165,27 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// Whether only a person can move the work on from here: blocked, unverified, a
+    /// broken gate, or the budget spent (a person raises the limit) (the `needs_person` of [`Event::Finished`](crate::Event::Finished)).
+    /// A limit, a `once` step, a declared stop and an interrupt are moved on from by
+    /// running again.
+    pub(crate) fn needs_person(&self) -> bool {
+        // No wildcard: a new outcome must be placed here.
+        match self {
+            Outcome::Blocked { .. }
+            | Outcome::Unverified { .. }
+            | Outcome::GateBroken { .. }
+            | Outcome::BudgetExhausted { .. } => true,
+            Outcome::Complete { .. }
+            | Outcome::MaxIterations { .. }
+            | Outcome::Once { .. }
+            | Outcome::Declared { .. }
+            | Outcome::Interrupted => false,
+        }
+    }
+}
+
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -349,6 +370,24 @@ impl SpecsOutcome {
             SpecsOutcome::AttemptsExhausted { .. } | SpecsOutcome::BudgetExhausted { .. } => 2,
             SpecsOutcome::Blocked { .. } | SpecsOutcome::Unverified { .. } => 3,
             SpecsOutcome::Interrupted => 130,
+        }
+    }
+}
+
+#[cfg(feature = "specs")]
+impl SpecsOutcome {
+    /// Whether only a person can move the work on from here: a spec blocked, unverified, or
+    /// out of attempts (the `needs_person` of [`Event::Finished`](crate::Event::Finished)).
+    pub(crate) fn needs_person(&self) -> bool {
+        // No wildcard: a new outcome must be placed here.
+        match self {
+            SpecsOutcome::Blocked { .. }
+            | SpecsOutcome::Unverified { .. }
+            | SpecsOutcome::AttemptsExhausted { .. }
+            | SpecsOutcome::BudgetExhausted { .. } => true,
+            SpecsOutcome::Complete { .. }
+            | SpecsOutcome::Once { .. }
+            | SpecsOutcome::Interrupted => false,
         }
     }
 }

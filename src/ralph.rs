@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Role};
 use crate::config::{Config, ConfigError, Overrides, StoreConfig};
-use crate::construct::Engine;
 use crate::construct::dry_run::DryRun;
 use crate::event::Observer;
 use crate::gate::{Gate, ShellGate};
@@ -119,10 +118,15 @@ impl Ralph {
     /// On a fresh workspace the spec becomes the board's first issue; on a workspace with
     /// state the run resumes where the work stood (the stage is derived from the board).
     ///
+    /// Every end of the run, an error included, is an [`Event::Finished`](crate::Event::Finished)
+    /// to the observers and the `[[hooks]]`, whose hooks run before this returns (in every
+    /// mode: plan mode, build mode and a thread's loop too).
+    ///
     /// # Errors
     ///
     /// [`Error`] when the state cannot be loaded or saved, the agent or a gate cannot run,
-    /// or the spec cannot be read. Limits, blocks and interrupts are [`Outcome`]s.
+    /// or the spec cannot be read; [`Error::Hook`] when a `required` hook failed. Limits,
+    /// blocks and interrupts are [`Outcome`]s.
     ///
     /// # Cancel safety
     ///
@@ -156,7 +160,8 @@ impl Ralph {
     ///
     /// [`Error::Specs`] when there are no specs or the agent gave no usable answer (the
     /// file is then unchanged); [`Error::SpecPath`] for a spec path outside the specs folder;
-    /// [`Error::Store`] when `implementation.json` is malformed or cannot be written.
+    /// [`Error::Store`] when `implementation.json` is malformed or cannot be written;
+    /// [`Error::Hook`] when a `required` hook failed (the file was saved).
     ///
     /// # Cancel safety
     ///
@@ -189,8 +194,9 @@ impl Ralph {
     ///
     /// [`Error::Specs`] without `implementation.json`; [`Error::Git`] outside a
     /// git repository or when a commit fails; [`Error::SpecPath`] for a spec outside the specs
-    /// folder; otherwise as [`construct`](Self::construct). Blocks, exhausted attempts and
-    /// interrupts are [`SpecsOutcome`](crate::outcome::SpecsOutcome)s.
+    /// folder; otherwise as [`construct`](Self::construct) ([`Error::Hook`] included).
+    /// Blocks, exhausted attempts and interrupts are
+    /// [`SpecsOutcome`](crate::outcome::SpecsOutcome)s.
     ///
     /// # Cancel safety
     ///
@@ -308,8 +314,7 @@ impl Ralph {
 
     async fn run(&self, spec: Option<&Path>) -> Result<Outcome, Error> {
         let _guard = self.guard()?;
-        let mut engine = Engine::start(self.inner.clone(), spec).await?;
-        engine.run().await
+        crate::construct::run(self.inner.clone(), spec).await
     }
 }
 
@@ -507,6 +512,7 @@ impl RalphBuilder {
             Some(store) => store,
             None => open_store(&workspace, &config)?,
         };
+        let hooks = crate::runtime::hooks::Hooks::new(&config, &workspace);
         Ok(Ralph {
             running: AtomicBool::new(false),
             inner: Arc::new(Context {
@@ -519,6 +525,7 @@ impl RalphBuilder {
                     .prioritizer
                     .unwrap_or_else(|| Arc::new(CriticalPath::new())),
                 observers: self.observers,
+                hooks,
                 prompts,
                 stop: self.stop.unwrap_or_default(),
             }),

@@ -223,7 +223,7 @@ impl Observer for LinePrinter {
                     if *accepted { "accepted" } else { "rejected" }
                 )
             }
-            Event::Finished { outcome } => format!("end     {outcome}"),
+            Event::Finished { message, .. } => format!("end     {message}"),
             _ => return,
         };
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());

@@ -190,15 +190,20 @@ pub(super) fn describe(error: &figment::Error) -> String {
 
 /// `RALPH_…` variables that are not settings but that ralph (or its tests and CI) reads, and
 /// so are not refused as typos: the Claude CLI's path, the run cookie ralph gives the
-/// processes it starts, the `ralph` command's log filter, and the switches of ralph's own
-/// test suite.
+/// processes it starts, the event it gives a hook, the `ralph` command's log filter, and the
+/// switches of ralph's own test suite.
 pub(crate) const ENV_ALLOWED: &[&str] = &[
     "RALPH_CLAUDE_BIN",
     "RALPH_LOG",
     "RALPH_RUN_COOKIE",
     "RALPH_SKIP_REAL_CLAUDE",
     "RALPH_CLAUDE_CACHE",
+    HOOK_EVENT_VAR,
 ];
+
+/// The variable a `[[hooks]]` command is given: the name of the event it runs on. Allowed
+/// in ralph's own environment, so that a hook may run `ralph status`.
+pub(crate) const HOOK_EVENT_VAR: &str = "RALPH_EVENT";
 
 /// The top-level settings, as `Config` serializes them: the one list, so a new field is a
 /// new variable without a second list to keep.

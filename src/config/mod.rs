@@ -38,6 +38,12 @@
 //! command = "cargo test"
 //! required = true
 //! timeout = "10m"
+//!
+//! [[hooks]]               # see Config's docs
+//! on = ["finished", "needs_person"]
+//! command = ["notify-send", "ralph"]
+//! timeout = "30s"
+//! required = false
 //! ```
 //!
 //! `RALPH_MAX_ITERATIONS=3` or `RALPH_CONTEXT__WARN=0.6` override single keys. A
@@ -47,7 +53,7 @@
 //!
 //! The module by role: this file is the schema's top ([`Config`], [`ConfigError`]);
 //! `sections` holds the tables of the loop itself (`[context]`, `[store]`, `[planning]`,
-//! `[prompts]`, `[[gates]]`), `agents` the tables of each agent (`[claude]`, `[codex]`,
+//! `[prompts]`, `[[gates]]`, `[[hooks]]`), `agents` the tables of each agent (`[claude]`, `[codex]`,
 //! `[gemini]`, `[opencode]`, `[agent.NAME]`), `load` the layers and where a value came from,
 //! `validate` what a loaded value must satisfy, and `duration` how `"5m"` is read and written.
 //!
@@ -73,13 +79,53 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use agents::BIN_ENV;
 pub use agents::{ClaudeConfig, CliConfig, CommandConfig, PermissionMode};
-pub(crate) use load::Overrides;
-pub(crate) use sections::TEMPLATES;
+pub(crate) use load::{HOOK_EVENT_VAR, Overrides};
 pub use sections::{ContextThresholds, GateConfig, PlanningConfig, StoreConfig};
+pub(crate) use sections::{HOOK_EVENTS, HookConfig, NEEDS_PERSON, TEMPLATES};
 #[cfg(any(test, feature = "threads"))]
 pub(crate) use validate::bounds;
 
-/// Everything the loop needs to know about limits, gates, state and logs.
+/// Everything the loop needs to know about limits, gates, hooks, state and logs.
+///
+/// # Hooks
+///
+/// `[[hooks]]` entries run a command when a run emits an event, in every mode (the
+/// construct loop, plan mode, build mode, a thread's loop):
+///
+/// ```toml
+/// [[hooks]]
+/// on = ["finished", "task_blocked", "needs_person"]
+/// command = ["notify-send", "ralph"]  # argv; no shell unless you write ["sh", "-c", "…"]
+/// name = "notify"                     # optional: how messages call it (default hooks[0])
+/// timeout = "30s"                     # optional, the default
+/// required = false                    # optional, the default
+/// ```
+///
+/// * `on` names events by the `event` tag `--json` prints ([`Event`](crate::Event)'s
+///   variants in snake case: `finished`, `task_blocked`, `warning`, …), or `needs_person`.
+///   An unknown name is refused at load, naming the key (`hooks[0].on`) and the closest
+///   name.
+/// * `finished` is the last event of every run, in every mode, a run that failed with an
+///   error included ([`Event::Finished`](crate::Event::Finished)).
+/// * `needs_person` is that `finished` event when the run ended in a state only a person
+///   can move on from ([`Event::Finished`](crate::Event::Finished)'s `needs_person`): the
+///   construct loop blocked, unverified, or stopped by a broken gate; build mode blocked,
+///   unverified, or out of attempts on a spec; a run-wide budget used up (issue 27's
+///   `budget_exhausted` outcome, once it lands); a thread's loop leaving it at a checkpoint
+///   or waiting ([`PhaseKind::needs_person`](crate::thread::PhaseKind::needs_person):
+///   PreflightFailed, Paused, Stuck, PendingReview, …); and any run that failed with an
+///   error. Not a complete run, a `--once` step, the iteration limit or an interrupt.
+/// * The command runs in the workspace with the event's JSON on stdin (the line `--json`
+///   prints, `ts` included) and `RALPH_EVENT` set to the event's name, supervised as a gate
+///   is: killed with its process group at its `timeout` (and everything it started when it
+///   ends), tagged so that a later run sweeps what a killed ralph left.
+/// * Hooks run one at a time, in the order of the events, beside the run (a slow webhook
+///   never holds up the loop); the run waits for all of them, the `finished` ones last,
+///   before it returns, so none outlives it.
+/// * A hook that fails (a non-zero exit, a timeout, a program that cannot start) is a
+///   [`Warning`](crate::Event::Warning) naming it; a `required = true` one then also fails
+///   the run when it ends: the call returns an error naming the hook (`ralph` exits 1).
+///   Warnings about hooks run no hooks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
@@ -140,6 +186,9 @@ pub struct Config {
     pub context: ContextThresholds,
     /// Quality gates, run in order after an agent claims a task done.
     pub gates: Vec<GateConfig>,
+    /// `[[hooks]]`: commands run on events (see [Hooks](#hooks)). Not public: hooks are set
+    /// in `ralph.toml`; code reacts to events through an [`Observer`](crate::Observer).
+    pub(crate) hooks: Vec<HookConfig>,
     /// Where the board is kept.
     pub store: StoreConfig,
     /// Where stage and agent logs go, relative to the workspace. Default `build/ralph-logs`.
@@ -222,6 +271,7 @@ impl Default for Config {
             unreachable_after: Duration::from_secs(60),
             context: ContextThresholds::default(),
             gates: Vec::new(),
+            hooks: Vec::new(),
             store: StoreConfig::default(),
             log_dir: PathBuf::from("build/ralph-logs"),
             log_files_kept: 1000,

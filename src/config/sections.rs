@@ -1,5 +1,5 @@
-//! The tables of the loop itself: `[context]`, `[store]`, `[planning]`, `[prompts]` and
-//! `[[gates]]`.
+//! The tables of the loop itself: `[context]`, `[store]`, `[planning]`, `[prompts]`,
+//! `[[gates]]` and `[[hooks]]`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -79,6 +79,76 @@ impl GateConfig {
 fn yes() -> bool {
     true
 }
+
+/// One `[[hooks]]` entry: a command run when a run emits one of the events it is `on`,
+/// given the event's JSON on stdin (see [`Config`](super::Config)'s docs). Read from
+/// `ralph.toml` (or `RALPH_HOOKS`, or [`RalphBuilder::config`](crate::RalphBuilder::config));
+/// a library user who wants to react to events in Rust adds an
+/// [`Observer`](crate::Observer) instead, which is why this type is not public.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HookConfig {
+    /// The events that run it, by name: [`HOOK_EVENTS`].
+    pub(crate) on: Vec<String>,
+    /// The program and its arguments (no shell, unless it is `["sh", "-c", "…"]`).
+    pub(crate) command: Vec<String>,
+    /// What messages call it. Default: `hooks[<index>]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    /// Wall-clock limit of one run of it. Default 30s.
+    #[serde(with = "duration", default = "thirty_seconds")]
+    pub(crate) timeout: Duration,
+    /// Whether its failure fails the run (exit 1) rather than being a warning. Default
+    /// false.
+    #[serde(default)]
+    pub(crate) required: bool,
+}
+
+fn thirty_seconds() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// The hook-level event a `[[hooks]]` entry may name besides the events' own names: a run
+/// ended in a state a person must act on (see [`Config`](super::Config)'s docs).
+pub(crate) const NEEDS_PERSON: &str = "needs_person";
+
+/// Every name a `[[hooks]]` entry's `on` may hold, in one place: the `event` tag of each
+/// [`Event`](crate::Event) (as `--json` prints it), then the hook-level [`NEEDS_PERSON`].
+/// `budget_exhausted` is the event of a run refused at the run-wide budget. A test in `runtime::hooks` checks that every event's tag is
+/// here.
+pub(crate) const HOOK_EVENTS: [&str; 31] = [
+    "stage_entered",
+    "issue_investigated",
+    "task_started",
+    "agent_finished",
+    "agent",
+    "gate_finished",
+    "task_retry",
+    "task_done",
+    "task_merged",
+    "task_blocked",
+    "task_killed",
+    "issue_killed",
+    "verdict",
+    "gaps_found",
+    "gap_answered",
+    "prioritized",
+    "decomposed",
+    "issue_decomposed",
+    "answer_invalid",
+    "rate_limited",
+    "state_repaired",
+    "warning",
+    "iteration_finished",
+    "plan_written",
+    "plan_invalidated",
+    "spec_committed",
+    "specs_finished",
+    "plan_saved",
+    "finished",
+    "budget_exhausted",
+    NEEDS_PERSON,
+];
 
 fn five_minutes() -> Duration {
     Duration::from_secs(300)

@@ -2,7 +2,7 @@
 //! files ralph writes inside the workspace, names that are not empty or repeated, and each
 //! agent's table usable.
 
-use super::{ClaudeConfig, Config, ConfigError, TEMPLATES};
+use super::{ClaudeConfig, Config, ConfigError, HOOK_EVENTS, TEMPLATES};
 
 /// The largest values of the settings: far above what any run needs, and low enough that no
 /// arithmetic on them can overflow (a deadline is `now + timeout`, a count is incremented and
@@ -21,8 +21,8 @@ pub(crate) mod bounds {
     pub(crate) const MAX_RECENT_ATTEMPTS: usize = 10_000;
     /// `log_files_kept`: a stage's own logs must outlive its pruning.
     pub(crate) const MIN_LOG_FILES_KEPT: usize = 20;
-    /// Every timeout (`stage_timeout`, `agent_timeout`, `unreachable_after`, a gate's
-    /// `timeout`, the claude section's `idle_timeout`): a week.
+    /// Every timeout (`stage_timeout`, `agent_timeout`, `unreachable_after`, a gate's or a
+    /// hook's `timeout`, the claude section's `idle_timeout`): a week.
     pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
     /// `grace`, `transient_backoff`, the claude section's `result_grace`: an hour.
     pub(crate) const MAX_WAIT: Duration = Duration::from_secs(3600);
@@ -133,6 +133,70 @@ impl Config {
                 ));
             }
         }
+        self.check_hooks()
+    }
+
+    /// Every `[[hooks]]` entry runs something on events that exist, within its bounds, under
+    /// a name of its own.
+    fn check_hooks(&self) -> Result<(), ConfigError> {
+        let invalid = |i: usize, field: &str, message: String| ConfigError::Invalid {
+            key: format!("hooks[{i}].{field}"),
+            message,
+            source_name: None,
+        };
+        let mut names = std::collections::HashSet::new();
+        for (i, hook) in self.hooks.iter().enumerate() {
+            if hook.on.is_empty() {
+                return Err(invalid(
+                    i,
+                    "on",
+                    format!(
+                        "is empty: name the events that run the hook ({})",
+                        HOOK_EVENTS.join(", ")
+                    ),
+                ));
+            }
+            if let Some(name) = hook.on.iter().find(|n| !HOOK_EVENTS.contains(&n.as_str())) {
+                let closest = HOOK_EVENTS
+                    .iter()
+                    .map(|e| (super::load::edit_distance(e, name), *e))
+                    .filter(|(d, _)| *d <= 3)
+                    .min()
+                    .map(|(_, e)| format!(" (did you mean {e}?)"))
+                    .unwrap_or_default();
+                return Err(invalid(
+                    i,
+                    "on",
+                    format!(
+                        "names no event: {name:?}{closest}; the events: {}",
+                        HOOK_EVENTS.join(", ")
+                    ),
+                ));
+            }
+            if hook.command.first().is_none_or(|p| p.trim().is_empty()) {
+                return Err(invalid(
+                    i,
+                    "command",
+                    "is empty: give the program and its arguments, as [\"notify-send\", \"ralph\"]"
+                        .into(),
+                ));
+            }
+            if hook.timeout.is_zero() {
+                return Err(invalid(i, "timeout", "must be longer than zero".into()));
+            }
+            if let Some(name) = &hook.name {
+                if name.trim().is_empty() {
+                    return Err(invalid(i, "name", "is empty".into()));
+                }
+                if !names.insert(name.as_str()) {
+                    return Err(invalid(
+                        i,
+                        "name",
+                        format!("repeats the hook name {name:?}"),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -189,10 +253,12 @@ impl Config {
             ("transient_backoff", self.transient_backoff, MAX_WAIT),
         ];
         let gates = self.gates.iter().enumerate().map(|(i, g)| (i, g.timeout));
+        let hooks = self.hooks.iter().enumerate().map(|(i, h)| (i, h.timeout));
         for (key, value, max) in durations
             .into_iter()
             .map(|(k, v, m)| (k.to_owned(), v, m))
             .chain(gates.map(|(i, t)| (format!("gates[{i}].timeout"), t, MAX_TIMEOUT)))
+            .chain(hooks.map(|(i, t)| (format!("hooks[{i}].timeout"), t, MAX_TIMEOUT)))
         {
             if value > max {
                 return Err(invalid(
@@ -403,6 +469,84 @@ mod tests {
             let msg = load_in(jail).unwrap_err().to_string();
             assert!(msg.contains("max_iterations"), "{msg}");
             assert!(msg.to_lowercase().contains("environment"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn hooks_from_toml() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "[[hooks]]\non = [\"finished\", \"needs_person\", \"budget_exhausted\"]\ncommand = [\"notify-send\", \"ralph\"]\n\n[[hooks]]\nname = \"web\"\non = [\"task_blocked\"]\ncommand = [\"sh\", \"-c\", \"cat\"]\ntimeout = \"5s\"\nrequired = true\n",
+            )?;
+            let c = load_in(jail).unwrap();
+            assert_eq!(c.hooks.len(), 2);
+            assert_eq!(c.hooks[0].command, ["notify-send", "ralph"]);
+            assert_eq!(c.hooks[0].timeout, std::time::Duration::from_secs(30));
+            assert!(!c.hooks[0].required && c.hooks[0].name.is_none());
+            assert_eq!(c.hooks[1].name.as_deref(), Some("web"));
+            assert_eq!(c.hooks[1].timeout, std::time::Duration::from_secs(5));
+            assert!(c.hooks[1].required);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_hook_on_an_unknown_event_is_refused_naming_the_key_and_the_closest_event() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "[[hooks]]\non = [\"finished\"]\ncommand = [\"true\"]\n[[hooks]]\non = [\"task_blokced\"]\ncommand = [\"true\"]\n",
+            )?;
+            let e = load_in(jail).unwrap_err().to_string();
+            assert!(
+                e.contains(
+                    "hooks[1].on names no event: \"task_blokced\" (did you mean task_blocked?)"
+                ),
+                "{e}"
+            );
+            assert!(e.contains("ralph.toml"), "{e}");
+            for (toml, key) in [
+                ("on = []\ncommand = [\"true\"]", "hooks[0].on is empty"),
+                (
+                    "on = [\"finished\"]\ncommand = []",
+                    "hooks[0].command is empty",
+                ),
+                (
+                    "on = [\"finished\"]\ncommand = [\"\"]",
+                    "hooks[0].command is empty",
+                ),
+                (
+                    "on = [\"finished\"]\ncommand = [\"true\"]\ntimeout = \"0s\"",
+                    "hooks[0].timeout must be longer than zero",
+                ),
+                (
+                    "on = [\"finished\"]\ncommand = [\"true\"]\ntimeout = \"30d\"",
+                    "hooks[0].timeout must be at most",
+                ),
+                (
+                    "on = [\"finished\"]\ncommand = [\"true\"]\nname = \" \"",
+                    "hooks[0].name is empty",
+                ),
+                (
+                    "on = [\"finished\"]\ncommand = [\"true\"]\nshell = true",
+                    "shell",
+                ),
+            ] {
+                jail.create_file("ralph.toml", &format!("[[hooks]]\n{toml}\n"))?;
+                let e = load_in(jail).unwrap_err().to_string();
+                assert!(e.contains(key), "{toml}: {e}");
+            }
+            jail.create_file(
+                "ralph.toml",
+                "[[hooks]]\nname = \"n\"\non = [\"finished\"]\ncommand = [\"true\"]\n[[hooks]]\nname = \"n\"\non = [\"warning\"]\ncommand = [\"true\"]\n",
+            )?;
+            let e = load_in(jail).unwrap_err().to_string();
+            assert!(
+                e.contains("hooks[1].name repeats the hook name \"n\""),
+                "{e}"
+            );
             Ok(())
         });
     }

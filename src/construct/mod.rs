@@ -64,6 +64,31 @@ pub(crate) enum Flow {
     Stop(Outcome),
 }
 
+/// Runs the construct loop on `spec` (the one on record when `None`) to an outcome, and
+/// ends it, an error included, with its `Finished` event and the hooks on it, while the
+/// run still holds the workspace's lock.
+///
+/// # Errors
+///
+/// The run's error, else a required hook's failure ([`Error::Hook`]).
+pub(crate) async fn run(ctx: Arc<Context>, spec: Option<&Path>) -> Result<Outcome, Error> {
+    let (result, engine) = match Engine::start(ctx.clone(), spec).await {
+        Ok(mut engine) => (engine.run().await, Some(engine)),
+        Err(e) => (Err(e), None),
+    };
+    let emitter = match &engine {
+        Some(engine) => engine.emitter.clone(),
+        None => ctx.emitter(&[]),
+    };
+    let event = match &result {
+        Ok(outcome) => Event::construct_finished(outcome.clone()),
+        Err(e) => Event::failed("construct", "the construct loop", e),
+    };
+    let hooks = emitter.finish(event).await;
+    drop(engine);
+    crate::runtime::error::after_hooks(result, hooks)
+}
+
 /// One construct run.
 pub(crate) struct Engine {
     ctx: Arc<Context>,
@@ -96,14 +121,13 @@ impl Engine {
     /// the board, settles which spec is constructed, and seeds a fresh board with the spec
     /// as its first issue.
     pub(crate) async fn start(ctx: Arc<Context>, spec: Option<&Path>) -> Result<Self, Error> {
-        let before = Emitter::new(&ctx.observers);
+        let before = ctx.emitter(&[]);
         let lock = ctx.begin(&before).await?;
         let board = ctx.load_board(&before).await?;
         // From here on every agent run's tokens and cost are added to the board's.
         let spent = Arc::new(Spent::from(&board.run));
-        let mut observers = ctx.observers.clone();
-        observers.push(spent.clone());
-        let emitter = Emitter::new(&observers);
+        let counts: Arc<dyn crate::event::Observer> = spent.clone();
+        let emitter = ctx.emitter(&[counts]);
         let rel = resolve_spec(&ctx.workspace, &board.run, spec)?;
         let spec = SpecDoc::read(&ctx.workspace, &rel)?;
         let home = home(&ctx).await?;
@@ -295,7 +319,8 @@ impl Engine {
         remaining(&self.board)
     }
 
-    /// Ends the run with `outcome`, after [`commit_board`](Self::commit_board).
+    /// Ends the run with `outcome`, after [`commit_board`](Self::commit_board). (Its
+    /// `Finished` event is [`run`]'s, which sends one for an error too.)
     async fn finish(&mut self, outcome: Outcome) -> Outcome {
         if let Err(e) = self.commit_board().await {
             // The outcome stands; the board is saved, only not committed.
@@ -303,9 +328,6 @@ impl Engine {
                 message: format!("the board was not committed: {e}"),
             });
         }
-        self.emit(Event::Finished {
-            outcome: outcome.clone(),
-        });
         outcome
     }
 

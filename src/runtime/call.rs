@@ -438,14 +438,11 @@ impl Caller {
         call: &Call,
         schema: Option<serde_json::Value>,
     ) -> Result<Ending, AgentError> {
-        if self.budget.as_ref().is_some_and(Budget::exhausted) {
+        if let Some(budget) = self.budget.as_ref().filter(|b| b.exhausted()) {
             // Checked before every run: past the limit, nothing more is spent.
-            let reason = self
-                .budget
-                .as_ref()
-                .map(|b| b.exhausted_error().to_string());
+            self.emitter.emit(&budget.exhausted_event());
             return Ok(Ending::Failed {
-                reason: reason.unwrap_or_default(),
+                reason: budget.exhausted_error().to_string(),
                 kind: FailureKind::BudgetExhausted,
             });
         }

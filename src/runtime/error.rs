@@ -325,6 +325,18 @@ pub enum Error {
         /// The branch (`branch main`, `the detached HEAD`).
         branch: String,
     },
+    /// A `[[hooks]]` entry marked `required` failed (it exited non-zero, timed out, or
+    /// could not start) during the run or on its end; the run went on to its end, and its
+    /// `Finished` event was sent.
+    #[error("required hook {hook} failed on {event}: {reason}")]
+    Hook {
+        /// The hook: its `name`, or `hooks[<index>]`.
+        hook: String,
+        /// The event it ran on (`finished`, `task_blocked`).
+        event: String,
+        /// How it failed (`exited with code 1: <its last line>`).
+        reason: String,
+    },
     /// An I/O error on a file ralph manages (logs).
     #[error("i/o error on {path}")]
     Io {
@@ -353,6 +365,27 @@ impl From<crate::files::LockError> for Error {
             crate::files::LockError::Io { path, source } => Error::Io { path, source },
         }
     }
+}
+
+impl From<super::hooks::HookFailed> for Error {
+    fn from(e: super::hooks::HookFailed) -> Self {
+        Error::Hook {
+            hook: e.hook,
+            event: e.event,
+            reason: e.reason,
+        }
+    }
+}
+
+/// The result of a run whose end `hooks` reported: the run's own error first, then a
+/// required hook's failure.
+pub(crate) fn after_hooks<T>(
+    result: Result<T, Error>,
+    hooks: Result<(), super::hooks::HookFailed>,
+) -> Result<T, Error> {
+    let value = result?;
+    hooks?;
+    Ok(value)
 }
 
 /// ` (limit: max_cost_usd = 1, max_tokens = 5000)`.

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::error::Error;
+use super::hooks::{HookFailed, Hooks};
 #[cfg(feature = "specs")]
 use crate::agent::Role;
 use crate::event::{Event, Observer};
@@ -23,19 +24,30 @@ use crate::files::capped::CappedLog;
 use crate::model::Stage;
 use crate::time::{file_stamp, now_rfc3339};
 
-/// Sends events to the observers and, one JSON line each, to the current stage log.
+/// Sends events to the observers, one JSON line each to the current stage log, and to the
+/// `[[hooks]]` on them.
 #[derive(Clone)]
 pub(crate) struct Emitter {
     observers: Arc<[Arc<dyn Observer>]>,
     stage_log: Arc<Mutex<Option<CappedLog>>>,
+    hooks: Option<Hooks>,
 }
 
 impl Emitter {
+    /// An emitter to `observers`, without hooks (see [`with_hooks`](Self::with_hooks)).
     pub(crate) fn new(observers: &[Arc<dyn Observer>]) -> Self {
         Emitter {
             observers: observers.into(),
             stage_log: Arc::new(Mutex::new(None)),
+            hooks: None,
         }
+    }
+
+    /// The same emitter, offering each event to `hooks` too.
+    #[must_use]
+    pub(crate) fn with_hooks(mut self, hooks: Option<Hooks>) -> Self {
+        self.hooks = hooks;
+        self
     }
 
     pub(crate) fn emit(&self, event: &Event) {
@@ -44,14 +56,54 @@ impl Emitter {
         for observer in self.observers.iter() {
             observer.on_event(event);
         }
+        if let Some(hooks) = &self.hooks {
+            // A hook's failure is told without hooks: a hook on `warning` must not loop.
+            hooks.offer(event, || {
+                let plain = Emitter {
+                    hooks: None,
+                    ..self.clone()
+                };
+                Arc::new(move |warning: Event| plain.emit(&warning))
+            });
+        }
     }
 
-    /// Writes `event` to the current log only: for why a run stopped, which its caller
-    /// receives as the error (and the `ralph` command prints), so observers are not told it
-    /// a second time.
-    #[cfg(feature = "specs")]
-    pub(crate) fn log_only(&self, event: &Event) {
-        self.write_to_log(event);
+    /// Ends a run with its [`Finished`](Event::Finished) event, in every mode: waits for the
+    /// hooks of the run's earlier events, emits `finished` (saying so when a required hook
+    /// already failed), then waits for the hooks on it. Call it while the run still holds
+    /// the workspace's lock, so that no other run sweeps the hooks' processes.
+    ///
+    /// # Errors
+    ///
+    /// The first required hook that failed during the run or on its end: the run's call
+    /// fails with it.
+    pub(crate) async fn finish(&self, mut event: Event) -> Result<(), HookFailed> {
+        let Some(hooks) = &self.hooks else {
+            self.emit(&event);
+            return Ok(());
+        };
+        let earlier = hooks.flush().await;
+        // A run that failed says its own error; the hook's was a warning already.
+        if let (
+            Err(failed),
+            Event::Finished {
+                error: error @ None,
+                message,
+                exit_code,
+                needs_person,
+                ..
+            },
+        ) = (&earlier, &mut event)
+        {
+            let said = failed.to_string();
+            *message = format!("{message}; {said}");
+            *error = Some(said);
+            *exit_code = 1;
+            *needs_person = true;
+        }
+        self.emit(&event);
+        let last = hooks.flush().await;
+        earlier.and(last)
     }
 
     fn write_to_log(&self, event: &Event) {

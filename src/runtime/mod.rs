@@ -10,6 +10,7 @@
 //! | one lock per workspace, and the sweep of a killed run's leftovers under it | [`workspace`] |
 //! | one rule for spec paths | [`spec`] |
 //! | logs and the event emitter | [`logs`] |
+//! | `[[hooks]]`: run on events beside the run, awaited at its end | [`hooks`] |
 //! | the record of a fallback chain's choices, for `ralph status` | [`choices`] |
 //! | what every agent run spent, kept append-only, and the run-wide limits | [`spend`] |
 //! | the work trees of tasks built at once, and the removal of a killed run's | [`worktrees`] |
@@ -29,6 +30,7 @@ pub(crate) mod deadline;
 pub(crate) mod error;
 pub(crate) mod gates;
 pub(crate) mod home;
+pub(crate) mod hooks;
 pub(crate) mod interrupt;
 pub(crate) mod logs;
 pub(crate) mod spec;
@@ -46,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 use self::call::{Caller, Limits};
 use self::error::Error;
 use self::gates::GateRun;
+use self::hooks::Hooks;
 use self::logs::Emitter;
 use self::workspace::RunLock;
 use crate::agent::Agent;
@@ -71,6 +74,8 @@ pub(crate) struct Context {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) prioritizer: Arc<dyn Prioritizer>,
     pub(crate) observers: Vec<Arc<dyn Observer>>,
+    /// The `[[hooks]]` of the config; `None` when it sets none.
+    pub(crate) hooks: Option<Hooks>,
     pub(crate) prompts: Prompts,
     pub(crate) stop: CancellationToken,
 }
@@ -85,6 +90,14 @@ pub(crate) fn gave_up(attempts: u32, last_failure: Option<&str>) -> String {
 }
 
 impl Context {
+    /// An emitter to the context's observers and `extra`, offering each event to the
+    /// `[[hooks]]`: the one every run of every mode sends its events through.
+    pub(crate) fn emitter(&self, extra: &[Arc<dyn Observer>]) -> Emitter {
+        let observers: Vec<Arc<dyn Observer>> =
+            self.observers.iter().chain(extra).cloned().collect();
+        Emitter::new(&observers).with_hooks(self.hooks.clone())
+    }
+
     /// Starts a run of any mode: takes the workspace's lock (refused while another run holds
     /// it) and kills what an earlier, killed run left running, saying so on `emitter`. Hold
     /// the returned lock for the whole run.

@@ -236,6 +236,18 @@ impl Budget {
         self.max_cost_usd.map(|max| (max - spent).max(0.0))
     }
 
+    /// The event of a run refused at the limit.
+    pub(crate) fn exhausted_event(&self) -> crate::event::Event {
+        let spent = self.ledger.spent();
+        crate::event::Event::BudgetExhausted {
+            scope: self.ledger.scope.clone(),
+            spent_usd: spent.cost_usd,
+            spent_tokens: spent.tokens(),
+            max_cost_usd: self.max_cost_usd,
+            max_tokens: self.max_tokens,
+        }
+    }
+
     /// The error that ends a run at the limit, with the spend and the limits.
     pub(crate) fn exhausted_error(&self) -> Error {
         let spent = self.ledger.spent();

@@ -30,31 +30,47 @@ use crate::runtime::spec;
 
 /// Runs plan mode over `specs` (all markdown specs of the specs folder when empty) and saves
 /// the merged `implementation.json`. Its events also go to the run log
-/// `<log_dir>/ralph-<timestamp>-plan-mode.log`, which ends with the result or the error.
+/// `<log_dir>/ralph-<timestamp>-plan-mode.log`, which ends with its `Finished` event: what
+/// was saved, or the error. The hooks on that event run while the run still holds the
+/// workspace's lock.
 pub(crate) async fn run(ctx: Arc<Context>, specs: Vec<PathBuf>) -> Result<Implementation, Error> {
-    let emitter = Emitter::new(&ctx.observers);
+    let emitter = ctx.emitter(&[]);
+    let mut lock = None;
+    let result = plan(&ctx, specs, &emitter, &mut lock).await;
+    let event = match &result {
+        Ok(plan) => {
+            let specs = plan.specs.len();
+            let tasks: usize = plan.specs.iter().map(|s| s.tasks.len()).sum();
+            let path = ctx.config.planning.implementation.display();
+            Event::finished(
+                "plan",
+                format!("planned {specs} spec(s), {tasks} task(s) into {path}"),
+                0,
+                false,
+            )
+        }
+        Err(e) => Event::failed("plan", "plan mode", e),
+    };
+    let hooks = emitter.finish(event).await;
+    drop(lock);
+    crate::runtime::error::after_hooks(result, hooks)
+}
+
+/// Plan mode itself: the workspace's lock goes to `lock`, for the run's end to hold.
+async fn plan(
+    ctx: &Arc<Context>,
+    specs: Vec<PathBuf>,
+    emitter: &Emitter,
+    lock: &mut Option<crate::runtime::workspace::RunLock>,
+) -> Result<Implementation, Error> {
     let mut logs = Logs::new(
         &ctx.workspace,
         &ctx.config.log_dir,
         ctx.config.log_files_kept,
     )?;
-    logs.open_run("plan-mode", &emitter)?;
-    let result = plan(ctx, specs, emitter.clone()).await;
-    if let Err(e) = &result {
-        // In the run log only: the caller has the error, the observers need not hear it twice.
-        emitter.log_only(&Event::Warning {
-            message: format!("plan mode stopped: {e}"),
-        });
-    }
-    result
-}
-
-async fn plan(
-    ctx: Arc<Context>,
-    specs: Vec<PathBuf>,
-    emitter: Emitter,
-) -> Result<Implementation, Error> {
-    let _lock = ctx.begin(&emitter).await?;
+    logs.open_run("plan-mode", emitter)?;
+    *lock = Some(ctx.begin(emitter).await?);
+    let emitter = emitter.clone();
     let planning = &ctx.config.planning;
     let files = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
     let store = ImplementationStore::new(ctx.workspace.join(&planning.implementation))
@@ -67,7 +83,7 @@ async fn plan(
             Implementation::default()
         }
     };
-    let prompt = prompt(&ctx, &files, &existing)?;
+    let prompt = prompt(ctx, &files, &existing)?;
 
     let run_dir = logs::run_folder(&ctx.workspace, &ctx.config.log_dir, "plan-mode")?;
     let caller = ctx.spending_caller(emitter, super::SPEND_SCOPE)?;

@@ -161,6 +161,17 @@ pub enum ThreadError {
         /// Why (the agent's failure, or the parse error of its second answer).
         reason: String,
     },
+    /// A `[[hooks]]` entry marked `required` failed during the thread's run or on its end
+    /// (the run went on to its end, and its `Finished` event was sent).
+    #[error("required hook {hook} failed on {event}: {reason}")]
+    Hook {
+        /// The hook: its `name`, or `hooks[<index>]`.
+        hook: String,
+        /// The event it ran on (`finished`, `gate_finished`).
+        event: String,
+        /// How it failed.
+        reason: String,
+    },
     /// The Drafting conversation got no usable reply; the person's message stays in the
     /// conversation log.
     #[error(
@@ -214,6 +225,16 @@ impl ThreadError {
             id: id.to_owned(),
             from: refused.from,
             to: refused.to,
+        }
+    }
+}
+
+impl From<crate::runtime::hooks::HookFailed> for ThreadError {
+    fn from(e: crate::runtime::hooks::HookFailed) -> Self {
+        ThreadError::Hook {
+            hook: e.hook,
+            event: e.event,
+            reason: e.reason,
         }
     }
 }

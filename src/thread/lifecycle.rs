@@ -6,6 +6,8 @@
 use super::phase::{Phase, PhaseKind};
 use super::record::{RunConfig, StuckReport, ThreadRecord, Turn};
 use super::{ThreadError, Threads, preflight, spec, transition};
+use crate::event::Event;
+use crate::runtime::workspace::RunLock;
 
 /// Whether the person agreed to reset the work tree (see [`Threads::revise`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,18 +76,41 @@ impl Threads {
     /// captures the git baseline; passing moves the work to the branch `ralph/<id>`. In
     /// quick mode the loop then runs with those settings, up to the next checkpoint.
     ///
+    /// The call ends with a [`Finished`](crate::Event::Finished) event (and the hooks on it)
+    /// when it fails, when preflight fails, or when quick mode ran the loop; a start that
+    /// leaves the thread Configuring ends no run yet.
+    ///
     /// # Errors
     ///
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors. Failed checks
     /// are not errors: the thread is PreflightFailed with one message per check.
+    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
+    /// Hooks); the call's `Finished` event was sent first.
     pub async fn start(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+        let mut lock = None;
+        let result = self.start_locked(id, &mut lock).await;
+        // Preflight passed and no loop ran: the thread waits to be configured and run (the
+        // `ralph thread start` command runs it at once), so no run has ended yet.
+        if let Ok(record) = &result
+            && record.phase.kind() == PhaseKind::Configuring
+        {
+            return result;
+        }
+        self.ended(id, result).await
+    }
+
+    async fn start_locked(
+        &self,
+        id: &str,
+        lock: &mut Option<RunLock>,
+    ) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Preflight)?;
         // Configuring starts from the defaults (seed 001: "can use defaults").
         record.config = self.run_config.clone();
         self.advance(&mut record, Phase::Preflight)?;
         // Held from the "no other thread running" check through the loop quick mode runs.
-        let _lock = match self.lock_runs().await {
-            Ok(lock) => lock,
+        *lock = match self.lock_runs().await {
+            Ok(lock) => Some(lock),
             Err(busy @ ThreadError::Busy { .. }) => {
                 let failures = vec![busy.to_string()];
                 self.advance(&mut record, Phase::PreflightFailed { failures })?;
@@ -132,21 +157,31 @@ impl Threads {
     }
 
     /// Configuring → Running: runs the loop from iteration 1 until it needs a person
-    /// (Implemented, Stuck, Paused; PendingReview in quick mode).
+    /// (Implemented, Stuck, Paused; PendingReview in quick mode). Ends with a
+    /// [`Finished`](crate::Event::Finished) event, an error included, as
+    /// [`resume`](Self::resume), [`manual_assist`](Self::manual_assist) and
+    /// [`send_back`](Self::send_back) do.
     ///
     /// # Errors
     ///
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
     /// [`ThreadError::Busy`] while a loop runs in another process or handle.
+    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
+    /// Hooks); the call's `Finished` event was sent first.
     ///
     /// # Cancel safety
     ///
     /// Cancel through [`stop_token`](Self::stop_token), which saves the thread as Paused;
     /// dropping the future kills the agent but may leave the thread Running.
     pub async fn run(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let _lock = self.lock_runs().await?;
-        let record = self.only(id, &[PhaseKind::Configuring], PhaseKind::Running)?;
-        self.run_thread(record).await
+        let mut lock = None;
+        let result = async {
+            lock = Some(self.lock_runs().await?);
+            let record = self.only(id, &[PhaseKind::Configuring], PhaseKind::Running)?;
+            self.run_thread(record).await
+        }
+        .await;
+        self.ended(id, result).await
     }
 
     async fn run_thread(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
@@ -176,8 +211,20 @@ impl Threads {
     ///
     /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
     /// [`ThreadError::Busy`] while a loop runs in another process or handle.
+    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
+    /// Hooks); the call's `Finished` event was sent first.
     pub async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let _lock = self.lock_runs().await?;
+        let mut lock = None;
+        let result = self.resume_locked(id, &mut lock).await;
+        self.ended(id, result).await
+    }
+
+    async fn resume_locked(
+        &self,
+        id: &str,
+        lock: &mut Option<RunLock>,
+    ) -> Result<ThreadRecord, ThreadError> {
+        *lock = Some(self.lock_runs().await?);
         let mut record = self.get(id)?;
         // Under the lock no loop runs anywhere: a thread still Running or Verifying was left
         // by one that ended without saving Paused (its process died, or it stopped on an
@@ -246,13 +293,20 @@ impl Threads {
     ///
     /// [`ThreadError::Transition`] unless Stuck.
     /// [`ThreadError::Busy`] while a loop runs in another process or handle.
+    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
+    /// Hooks); the call's `Finished` event was sent first.
     pub async fn manual_assist(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        let _lock = self.lock_runs().await?;
-        let record = self.get(id)?;
-        if record.phase.kind() != PhaseKind::Stuck {
-            return Err(transition(&record, PhaseKind::Running));
+        let mut lock = None;
+        let result = async {
+            lock = Some(self.lock_runs().await?);
+            let record = self.get(id)?;
+            if record.phase.kind() != PhaseKind::Stuck {
+                return Err(transition(&record, PhaseKind::Running));
+            }
+            self.run_thread(record).await
         }
-        self.run_thread(record).await
+        .await;
+        self.ended(id, result).await
     }
 
     /// **Checkpoint 2** (Stuck), diagnose: the stuck report; the thread stays Stuck.
@@ -369,19 +423,56 @@ impl Threads {
     /// [`ThreadError::NoFeedback`] when `feedback` is empty (nothing changes);
     /// [`ThreadError::Transition`] unless PendingReview.
     /// [`ThreadError::Busy`] while a loop runs in another process or handle.
+    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
+    /// Hooks); the call's `Finished` event was sent first.
     pub async fn send_back(&self, id: &str, feedback: &str) -> Result<ThreadRecord, ThreadError> {
-        let _lock = self.lock_runs().await?;
-        let mut record = self.get(id)?;
-        if record.phase.kind() != PhaseKind::PendingReview {
-            return Err(transition(&record, PhaseKind::Running));
+        let mut lock = None;
+        let result = async {
+            lock = Some(self.lock_runs().await?);
+            let mut record = self.get(id)?;
+            if record.phase.kind() != PhaseKind::PendingReview {
+                return Err(transition(&record, PhaseKind::Running));
+            }
+            if feedback.trim().is_empty() {
+                return Err(ThreadError::NoFeedback { id: id.to_owned() });
+            }
+            let said = Turn::new("reviewer", feedback.trim(), record.spec_version);
+            record.feedback.push(said);
+            record.approved_tree = None;
+            self.run_thread(record).await
         }
-        if feedback.trim().is_empty() {
-            return Err(ThreadError::NoFeedback { id: id.to_owned() });
-        }
-        let said = Turn::new("reviewer", feedback.trim(), record.spec_version);
-        record.feedback.push(said);
-        record.approved_tree = None;
-        self.run_thread(record).await
+        .await;
+        self.ended(id, result).await
+    }
+
+    /// Ends a call that ran thread `id`'s loop or preflight, an error included: its
+    /// `Finished` event (the thread, the phase it was left in, whether it waits for a
+    /// person) and the hooks on it, while the call still holds the workspace's lock.
+    async fn ended(
+        &self,
+        id: &str,
+        result: Result<ThreadRecord, ThreadError>,
+    ) -> Result<ThreadRecord, ThreadError> {
+        let event = match &result {
+            Ok(record) => {
+                let kind = record.phase.kind();
+                Event::finished(
+                    "thread",
+                    ended_message(record),
+                    exit_code(kind),
+                    kind.needs_person(),
+                )
+                .of_thread(id, Some(kind.as_str()))
+            }
+            Err(e) => {
+                let phase = self.get(id).ok().map(|r| r.phase.kind().as_str());
+                Event::failed("thread", &format!("thread {id}"), e).of_thread(id, phase)
+            }
+        };
+        let hooks = self.emitter.finish(event).await;
+        let record = result?;
+        hooks?;
+        Ok(record)
     }
 
     /// **Checkpoint 3**, PendingReview → Approved: seed 001's "this is what will be
@@ -562,4 +653,43 @@ fn all_passed(record: &ThreadRecord) -> bool {
         .attempts
         .last()
         .is_some_and(|a| a.failed.is_empty() && !a.passed.is_empty())
+}
+
+/// How a call that ran a thread's loop left it, as a person reads it: `thread 1 is Stuck:
+/// Stopped: max iterations (5) reached`.
+fn ended_message(record: &ThreadRecord) -> String {
+    let id = &record.id;
+    match &record.phase {
+        Phase::Stuck { reason } => format!("thread {id} is Stuck: {reason}"),
+        Phase::PreflightFailed { failures } => {
+            format!("thread {id} is PreflightFailed: {}", failures.join("; "))
+        }
+        Phase::Paused {
+            iteration,
+            criteria_passing,
+            criteria_total,
+        } => format!(
+            "thread {id} is Paused at iteration {iteration} ({criteria_passing}/{criteria_total} criteria passing)"
+        ),
+        Phase::PendingReview { recommend_approve } => format!(
+            "thread {id} is PendingReview{}",
+            if *recommend_approve {
+                ": every criterion passed, review recommended"
+            } else {
+                ""
+            }
+        ),
+        phase => format!("thread {id} is {phase}"),
+    }
+}
+
+/// The exit code `ralph thread` uses for a call that left the thread in `phase`: 2 Stuck,
+/// 3 PreflightFailed, 130 Paused (interrupted), 0 otherwise.
+fn exit_code(phase: PhaseKind) -> i32 {
+    match phase {
+        PhaseKind::Stuck => 2,
+        PhaseKind::PreflightFailed => 3,
+        PhaseKind::Paused => 130,
+        _ => 0,
+    }
 }

@@ -230,7 +230,7 @@ impl Threads {
     pub(crate) fn from_context(ctx: Arc<Context>) -> Self {
         Threads {
             root: ctx.workspace.join(STATE_DIR),
-            emitter: Emitter::new(&ctx.observers),
+            emitter: ctx.emitter(&[]),
             ctx,
             agents: Vec::new(),
             quick: false,
@@ -242,18 +242,15 @@ impl Threads {
 
     /// Adds an observer of the [`Event`](crate::Event)s of this workspace's runs: a warning
     /// when starting a loop killed what an earlier, killed run left running, each agent run
-    /// (`AgentFinished`) and each criterion command (`GateFinished`).
+    /// (`AgentFinished`), each criterion command (`GateFinished`), and the end of each call
+    /// that runs the loop or preflight ([`start`](Self::start), [`run`](Self::run),
+    /// [`resume`](Self::resume), [`manual_assist`](Self::manual_assist),
+    /// [`send_back`](Self::send_back)), an error included (`Finished`, with the thread and
+    /// the phase it was left in).
     #[must_use]
     pub fn observer(mut self, observer: impl Observer + 'static) -> Self {
         self.observers.push(Arc::new(observer));
-        let all: Vec<Arc<dyn Observer>> = self
-            .ctx
-            .observers
-            .iter()
-            .chain(&self.observers)
-            .cloned()
-            .collect();
-        self.emitter = Emitter::new(&all);
+        self.emitter = self.ctx.emitter(&self.observers);
         self
     }
 

@@ -13,6 +13,7 @@ mod dead_ends;
 mod demo;
 mod docs;
 mod guest;
+mod hooks;
 mod newcomer;
 mod parallel_crash;
 mod plan_build;

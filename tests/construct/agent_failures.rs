@@ -276,7 +276,13 @@ async fn a_fatal_agent_failure_ends_the_run_with_an_error(
     // Nothing ran after it, and it counted for nothing.
     let last = h.agent.requests().pop().unwrap();
     assert_eq!((last.role, last.subject.as_deref()), (role, Some(subject)));
-    assert!(h.events.of_kind("finished").is_empty());
+    // The run's end is told all the same: a `finished` event with the error.
+    let finished = h.events.of_kind("finished");
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0]["mode"], "construct");
+    assert_eq!(finished[0]["error"], err.to_string());
+    assert_eq!(finished[0]["exit_code"], 1);
+    assert!(finished[0].get("outcome").is_none());
     let board = h.store.board();
     assert_eq!(
         board.issues["i-1"].attempts,

@@ -6,6 +6,7 @@ mod support;
 mod command_agent;
 mod daemons;
 mod every_mode;
+mod hooks;
 mod process;
 mod shell_gate;
 mod signal_matrix;

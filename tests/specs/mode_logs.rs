@@ -79,9 +79,16 @@ async fn build_mode_writes_one_event_log_per_call() {
     ] {
         assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
     }
+    let outcome = json!({"outcome": "complete", "specs": 1, "tasks": 1, "gates": []});
+    assert_eq!(
+        logged[logged.len() - 2],
+        json!({"event": "specs_finished", "outcome": outcome})
+    );
     assert_eq!(
         logged.last().unwrap(),
-        &json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 1, "tasks": 1, "gates": []}})
+        &json!({"event": "finished", "mode": "build", "specs_outcome": outcome,
+                "message": "All specs complete: 1 spec committed, 1 task completed in this run. Evidence: no required gates; each spec accepted by its verifier.",
+                "exit_code": 0, "needs_person": false})
     );
     // The log holds what the observers saw, in the same order.
     let seen: Vec<Value> = recorder
@@ -104,7 +111,10 @@ async fn build_mode_writes_one_event_log_per_call() {
         events(&logs[1]),
         [
             json!({"event": "warning", "message": "no required gate: each task is done on the agent's word and the verifier's (add [[gates]] to ralph.toml)"}),
-            json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 0, "tasks": 0, "gates": []}})
+            json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 0, "tasks": 0, "gates": []}}),
+            json!({"event": "finished", "mode": "build", "specs_outcome": {"outcome": "complete", "specs": 0, "tasks": 0, "gates": []},
+                   "message": "All specs complete: 0 specs committed, 0 tasks completed in this run. Evidence: no required gates; each spec accepted by its verifier.",
+                   "exit_code": 0, "needs_person": false})
         ]
     );
 }
@@ -119,7 +129,8 @@ async fn a_build_mode_error_ends_its_log() {
     let err = ralph.build_specs().await.unwrap_err().to_string();
     let logged = events(&run_logs(dir, "-build-specs.log")[0]);
     let last = logged.last().unwrap();
-    assert_eq!(last["event"], "warning");
+    assert_eq!(last["event"], "finished");
+    assert_eq!(last["error"].as_str().unwrap(), err);
     assert_eq!(
         last["message"].as_str().unwrap(),
         format!("build mode stopped: {err}")
@@ -140,7 +151,7 @@ async fn plan_mode_writes_one_event_log_per_call() {
     let logs = run_logs(dir, "-plan-mode.log");
     assert_eq!(logs.len(), 1, "{logs:?}");
     let logged = events(&logs[0]);
-    assert_eq!(kinds(&logged), ["agent_finished", "plan_saved"]);
+    assert_eq!(kinds(&logged), ["agent_finished", "plan_saved", "finished"]);
     let head = git(dir, &["rev-parse", "HEAD"]).trim().to_owned();
     assert_eq!(
         logged[1],
@@ -160,6 +171,7 @@ async fn plan_mode_writes_one_event_log_per_call() {
     let logs = run_logs(dir, "-plan-mode.log");
     assert_eq!(logs.len(), 2);
     let logged = events(&logs[1]);
+    assert_eq!(logged.last().unwrap()["event"], "finished");
     assert_eq!(
         logged.last().unwrap()["message"].as_str().unwrap(),
         format!("plan mode stopped: {err}")

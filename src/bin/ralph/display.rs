@@ -25,10 +25,20 @@ pub(crate) struct Lines {
     costs: Mutex<BTreeMap<String, f64>>,
     /// Input and output tokens, all runs together.
     tokens: Mutex<(u64, u64)>,
+    /// How the run ended, when it reached an outcome (the `finished` event's message).
+    ended: Mutex<Option<String>>,
 }
 
 impl Lines {
     fn add(&self, event: &Event) {
+        if let Event::Finished {
+            message,
+            error: None,
+            ..
+        } = event
+        {
+            *self.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(message.clone());
+        }
         if let Event::AgentFinished {
             subject,
             usage,
@@ -257,6 +267,18 @@ fn json_line(event: &Event) -> serde_json::Value {
         object.insert("ts".into(), jiff::Timestamp::now().to_string().into());
     }
     value
+}
+
+/// A run that reached its outcome and then failed on a `required` hook: the command exits 1
+/// with the hook's error, and the person still reads how the run ended (the summary is not
+/// printed for a failed run). Nothing with `--json`, whose `finished` line says it.
+pub(crate) fn after_hook_failure(lines: &Lines, error: &ralph::Error) {
+    if lines.json || !matches!(error, ralph::Error::Hook { .. }) {
+        return;
+    }
+    if let Some(message) = lines.ended.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        out!("\n{message}");
+    }
 }
 
 /// The end of a construct run: the outcome, the tasks, the cost, and what to do next.

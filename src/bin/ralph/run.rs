@@ -152,10 +152,11 @@ async fn run_construct(
     again: &Again,
 ) -> Result<u8> {
     let interrupts = interrupts(ralph)?;
-    let outcome = match spec {
-        Some(spec) => ralph.construct(spec).await?,
-        None => ralph.resume().await?,
+    let ended = match spec {
+        Some(spec) => ralph.construct(spec).await,
+        None => ralph.resume().await,
     };
+    let outcome = ended.inspect_err(|e| display::after_hook_failure(lines, e))?;
     match json {
         true => display::json_next(&display::construct_next(ralph, &outcome, again).await?),
         false => display::summary(ralph, lines, &outcome, again).await?,
@@ -180,12 +181,16 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
             return Ok(exit_code(&interrupts, 130));
         }
         Err(e @ ralph::Error::BudgetExhausted { spent_usd, .. }) => {
+            display::after_hook_failure(&lines, &e);
             eprintln!("{e}");
             let again = Again::new(workspace, "plan");
             eprintln!("next: {}", crate::next::over_budget(&again, spent_usd));
             return Ok(2);
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            display::after_hook_failure(&lines, &e);
+            return Err(e.into());
+        }
     };
     let tasks: usize = implementation.specs.iter().map(|s| s.tasks.len()).sum();
     let next = crate::next::after_plan(&build_again(workspace, &flags));
@@ -211,7 +216,10 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
         return Ok(0);
     }
     let interrupts = interrupts(&ralph)?;
-    let outcome = ralph.build_specs().await?;
+    let outcome = ralph
+        .build_specs()
+        .await
+        .inspect_err(|e| display::after_hook_failure(&lines, e))?;
     let next = crate::next::after_build(&outcome, &build_again(workspace, &flags));
     if flags.json {
         display::json_next(&next);

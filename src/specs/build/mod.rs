@@ -63,18 +63,17 @@ fn kept_out(ctx: &Context) -> Vec<String> {
     ]
 }
 
-/// Runs build mode to an outcome.
+/// Runs build mode to an outcome, and ends it, an error included, with its `Finished`
+/// event (after `SpecsFinished` for an outcome) and the hooks on it, while the run still
+/// holds the workspace's lock. The run log ends with that event.
 pub(crate) async fn run(ctx: Arc<Context>) -> Result<SpecsOutcome, Error> {
-    let emitter = Emitter::new(&ctx.observers);
-    let mut logs = Logs::new(
-        &ctx.workspace,
-        &ctx.config.log_dir,
-        ctx.config.log_files_kept,
-    )?;
-    logs.open_run("build-specs", &emitter)?;
-    let result = match SpecBuild::start(ctx, emitter.clone()).await {
-        Ok(mut build) => build.run().await,
-        Err(e) => Err(e),
+    let emitter = ctx.emitter(&[]);
+    let (result, build) = match open_log(&ctx, &emitter) {
+        Err(e) => (Err(e), None),
+        Ok(()) => match SpecBuild::start(ctx, emitter.clone()).await {
+            Ok(mut build) => (build.run().await, Some(build)),
+            Err(e) => (Err(e), None),
+        },
     };
     let result = match result {
         Err(Error::BudgetExhausted {
@@ -90,17 +89,29 @@ pub(crate) async fn run(ctx: Arc<Context>) -> Result<SpecsOutcome, Error> {
         }),
         other => other,
     };
-    match &result {
-        Ok(outcome) => emitter.emit(&Event::SpecsFinished {
-            outcome: outcome.clone(),
-        }),
-        // The run log then ends with why the run stopped, as the caller sees it; the
-        // caller has the error, so the observers are not told it again.
-        Err(e) => emitter.log_only(&Event::Warning {
-            message: format!("build mode stopped: {e}"),
-        }),
-    }
-    result
+    let event = match &result {
+        Ok(outcome) => {
+            emitter.emit(&Event::SpecsFinished {
+                outcome: outcome.clone(),
+            });
+            Event::build_finished(outcome.clone())
+        }
+        Err(e) => Event::failed("build", "build mode", e),
+    };
+    let hooks = emitter.finish(event).await;
+    drop(build);
+    crate::runtime::error::after_hooks(result, hooks)
+}
+
+/// Opens build mode's run log, `<log_dir>/ralph-<timestamp>-build-specs.log`.
+fn open_log(ctx: &Context, emitter: &Emitter) -> Result<(), Error> {
+    let mut logs = Logs::new(
+        &ctx.workspace,
+        &ctx.config.log_dir,
+        ctx.config.log_files_kept,
+    )?;
+    logs.open_run("build-specs", emitter)?;
+    Ok(())
 }
 
 /// How one spec's turn ended.
