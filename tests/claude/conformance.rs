@@ -598,3 +598,58 @@ impl ralph::Observer for Finished {
         }
     }
 }
+
+/// A run stopped by its own spending cap (`[claude] max_budget_usd`) is not retried: the
+/// real CLI, given a cap far below what one reply costs, stops with `error_max_budget_usd`
+/// before running the tool in flight; ralph blocks the task with the reason after that one
+/// run instead of spending the same again.
+#[tokio::test]
+async fn a_run_stopped_by_its_budget_cap_is_not_retried() {
+    let Some(rig) = Rig::new([
+        Reply::tool_use("Bash", json!({"command": "echo hello > hello.txt"})).usage(200_000, 0, 0),
+        // What a retry would be answered: never asked for.
+        Reply::text("Created.\n<TASK_DONE>"),
+    ])
+    .await
+    else {
+        return;
+    };
+    std::fs::write(
+        rig.repo.path().join("spec.md"),
+        "# Hello\nCreate hello.txt.\n",
+    )
+    .unwrap();
+    let mut board = ralph::model::Board::new();
+    board.apply(ralph::model::Change::Task(
+        ralph::model::Task::new("t-1", "Create hello.txt").with_acceptance("hello.txt exists"),
+    ));
+    let mut run = ralph::model::RunState::default();
+    run.seeded = true;
+    run.spec = Some("spec.md".into());
+    board.apply(ralph::model::Change::Run(run));
+    let ralph = ralph::Ralph::builder()
+        .workspace(rig.repo.path())
+        .agent(rig.claude.clone().max_budget_usd(0.001))
+        .store(ralph::MemoryStore::with_board(board))
+        .retries(2)
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    let ralph::Outcome::Blocked { items } = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(items[0].id, "t-1");
+    assert!(
+        items[0].reason.contains("spending cap"),
+        "{}",
+        items[0].reason
+    );
+    assert_eq!(rig.api.remaining(), 1, "one run, no retry");
+    assert!(
+        !rig.repo.path().join("hello.txt").exists(),
+        "the tool never ran"
+    );
+    assert!(rig.leftovers().is_empty(), "{:?}", rig.leftovers());
+}
