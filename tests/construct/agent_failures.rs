@@ -352,7 +352,15 @@ async fn an_unreachable_agent_ends_the_run_naming_it_and_nothing_is_counted_or_d
     );
     let last = requests.last().unwrap();
     assert_eq!((last.role, last.subject.as_deref()), (role, Some(subject)));
-    assert!(h.events.of_kind("finished").is_empty());
+    // The run ends with its error, as every run's end does: one `finished` naming it.
+    let finished = h.events.of_kind("finished");
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert!(
+        finished[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot reach its API")),
+        "{finished:?}"
+    );
     assert!(h.events.of_kind("task_killed").is_empty());
     assert!(h.events.of_kind("decomposed").is_empty());
     assert!(h.events.of_kind("task_retry").is_empty());
