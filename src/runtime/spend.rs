@@ -16,6 +16,7 @@
 //! {"at":"2026-…","scope":"build","reset":true}
 //! ```
 
+#[cfg(feature = "internals")]
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -261,7 +262,8 @@ impl Budget {
 }
 
 /// Every scope's spend since its last reset, split by subject and by agent: what `ralph
-/// status` shows.
+/// status` shows (through `__internals`).
+#[cfg(feature = "internals")]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Totals {
     /// By scope.
@@ -272,6 +274,7 @@ pub struct Totals {
     pub agents: BTreeMap<(String, String), Spent>,
 }
 
+#[cfg(feature = "internals")]
 impl Totals {
     /// The totals of the ledger in `workspace` (empty when there is none).
     ///
@@ -398,6 +401,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "internals")]
     #[test]
     fn totals_split_by_subject_and_agent() {
         let ws = tempfile::tempdir().unwrap();
