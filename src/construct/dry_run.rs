@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::ready::ReadyQueue;
-use super::{Ending, resolve_spec, spec_issue_text, stop_outcome, unsound_blocked};
+use super::{Ending, SPEND_SCOPE, resolve_spec, spec_issue_text, stop_outcome, unsound_blocked};
 use crate::model::{Change, Issue, Stage, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
@@ -71,6 +71,12 @@ pub struct DryRun {
     pub recent_attempts: usize,
     /// `build_concurrency`.
     pub build_concurrency: usize,
+    /// `unreachable_after`.
+    #[serde(serialize_with = "crate::time::secs")]
+    pub unreachable_after: Duration,
+    /// The run-wide limits (`max_cost_usd`, `max_tokens`) and what the board's runs spent
+    /// against them; `None` without limits.
+    pub budget: Option<String>,
     /// What loading the state had to repair (a torn final write dropped), if anything; the
     /// run would redo the step that wrote it.
     pub repaired: Option<String>,
@@ -132,7 +138,8 @@ impl fmt::Display for DryRun {
         write!(
             f,
             "  limits:    max iterations {}, stage timeout {}, agent timeout {}, retries {}, \
-             decompose after {} rejections, once {}, recent attempts {}, build concurrency {}",
+             decompose after {} rejections, once {}, recent attempts {}, build concurrency {}, \
+             unreachable after {}",
             self.max_iterations,
             humantime::format_duration(self.stage_timeout),
             humantime::format_duration(self.agent_timeout),
@@ -141,7 +148,12 @@ impl fmt::Display for DryRun {
             if self.once { "yes" } else { "no" },
             self.recent_attempts,
             self.build_concurrency,
-        )
+            humantime::format_duration(self.unreachable_after),
+        )?;
+        if let Some(budget) = &self.budget {
+            write!(f, "\n  budget:    {budget}")?;
+        }
+        Ok(())
     }
 }
 
@@ -255,6 +267,8 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         once: config.once,
         recent_attempts: config.recent_attempts,
         build_concurrency: config.build_concurrency,
+        unreachable_after: config.unreachable_after,
+        budget: ctx.budget(SPEND_SCOPE)?.describe(),
         agent: ctx.agent.name().to_owned(),
         spec_cut,
         gates: ctx

@@ -119,6 +119,9 @@ pub(crate) struct Ledger {
     path: PathBuf,
     scope: String,
     total: Arc<Mutex<Spent>>,
+    /// Where a torn last line starts, to be cut before the first append (reading writes
+    /// nothing: a dry run opens the ledger too).
+    torn_at: Arc<Mutex<Option<u64>>>,
 }
 
 impl Ledger {
@@ -127,13 +130,14 @@ impl Ledger {
     ///
     /// # Errors
     ///
-    /// [`Error::Io`] when the file cannot be read or its torn last line cut;
+    /// [`Error::Io`] when the file cannot be read;
     /// [`StoreError::MalformedAt`] naming the file and the line when a line is not a ledger
-    /// line (a torn last line, left by a crash, is cut: its run was never acted on).
+    /// line (a torn last line, left by a crash, is skipped, and cut before the next append:
+    /// its run was never acted on).
     pub(crate) fn open(workspace: &Path, scope: &str) -> Result<Ledger, Error> {
         let path = super::workspace::state_dir(workspace).join(FILE);
         let (lines, whole) = read(&path)?;
-        cut_torn_line(&path, whole)?;
+        let torn = std::fs::metadata(&path).is_ok_and(|m| m.len() > whole);
         let mut total = Spent::default();
         for line in lines {
             if line.scope != scope {
@@ -148,6 +152,7 @@ impl Ledger {
             path,
             scope: scope.to_owned(),
             total: Arc::new(Mutex::new(total)),
+            torn_at: Arc::new(Mutex::new(torn.then_some(whole))),
         })
     }
 
@@ -188,6 +193,14 @@ impl Ledger {
             source,
         };
         crate::files::own::create_dir_all(&crate::files::atomic::dir_of(&self.path)).map_err(io)?;
+        if let Some(whole) = self
+            .torn_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            cut_torn_line(&self.path, whole)?;
+        }
         let mut text = serde_json::to_string(line).unwrap_or_default();
         text.push('\n');
         let mut file = OpenOptions::new()
@@ -247,6 +260,26 @@ impl Budget {
             max_cost_usd: self.max_cost_usd,
             max_tokens: self.max_tokens,
         }
+    }
+
+    /// The limits and what was spent against them, for a dry run; `None` without limits.
+    pub(crate) fn describe(&self) -> Option<String> {
+        let spent = self.ledger.spent();
+        let mut limits = Vec::new();
+        if let Some(max) = self.max_cost_usd {
+            limits.push(format!("${:.2} of max_cost_usd = {max}", spent.cost_usd));
+        }
+        if let Some(max) = self.max_tokens {
+            limits.push(format!("{} of max_tokens = {max}", spent.tokens()));
+        }
+        (!limits.is_empty()).then(|| {
+            let over = if self.exhausted() {
+                " — exhausted: no agent run would start"
+            } else {
+                ""
+            };
+            format!("spent {} ({}){over}", limits.join(", "), self.ledger.scope)
+        })
     }
 
     /// The error that ends a run at the limit, with the spend and the limits.
@@ -426,7 +459,12 @@ mod tests {
         std::fs::write(&path, &text).unwrap();
         let reopened = Ledger::open(ws.path(), "construct").unwrap();
         assert_eq!(reopened.spent().runs, 1);
-        // Cut on open: the next line starts a line of its own.
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "reading writes nothing"
+        );
+        // Cut before the next append: that line starts a line of its own.
         reopened.record(run("t-2", "claude", 1, None)).unwrap();
         assert_eq!(
             Ledger::open(ws.path(), "construct").unwrap().spent().runs,

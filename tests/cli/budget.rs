@@ -149,6 +149,22 @@ async fn construct_stops_at_the_budget_after_three_runs() {
             && status.contains("limit max_cost_usd = 1"),
         "{status}"
     );
+    // The dry run says so, and writes nothing.
+    let ledger_before = std::fs::read(ws.join(".ralph/spend.jsonl")).unwrap();
+    let dry = stdout(&ralph(
+        ws,
+        &["construct", "--dry-run", "--script", "script.toml"],
+    ));
+    assert!(
+        dry.contains(
+            "budget:    spent $1.20 of max_cost_usd = 1 (construct) — exhausted: no agent run would start"
+        ),
+        "{dry}"
+    );
+    assert_eq!(
+        std::fs::read(ws.join(".ralph/spend.jsonl")).unwrap(),
+        ledger_before
+    );
     // The limit holds on the next invocation: nothing more is spent.
     let again = ralph(ws, &["construct", "--script", "script.toml"]);
     assert_stopped_at_the_budget(&again);
