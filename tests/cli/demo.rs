@@ -67,7 +67,7 @@ fn the_demo_completes_with_exit_0_and_a_summary() {
     assert!(
         status.contains("spend construct: $0.80, 19200 in / 4800 out tokens")
             && status.contains("16 runs; no limit")
-            && status.contains("by subject: i-1 $0.05"),
+            && status.contains("by subject: t-2 $0.20, t-1 $0.15"),
         "{status}"
     );
 }

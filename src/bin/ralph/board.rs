@@ -234,12 +234,24 @@ fn spend_status(ralph: &Ralph) -> Result<()> {
             spent.runs,
             crate::display::plural(spent.runs as usize, "run", "runs"),
         );
+        // The costliest first, at most SHOWN_SPEND of them: a 2,000-task board stays legible.
         let under = |map: &std::collections::BTreeMap<(String, String), Spent>| {
-            map.iter()
+            let mut rows: Vec<(&String, &Spent)> = map
+                .iter()
                 .filter(|((s, _), _)| s == scope)
-                .map(|((_, name), spent)| format!("{name} {}", money(spent)))
-                .collect::<Vec<_>>()
-                .join(", ")
+                .map(|((_, name), spent)| (name, spent))
+                .collect();
+            rows.sort_by(|a, b| b.1.cost_usd.total_cmp(&a.1.cost_usd).then(a.0.cmp(b.0)));
+            let more = rows.len().saturating_sub(SHOWN_SPEND);
+            let mut shown: Vec<String> = rows
+                .iter()
+                .take(SHOWN_SPEND)
+                .map(|(name, spent)| format!("{name} {}", money(spent)))
+                .collect();
+            if more > 0 {
+                shown.push(format!("and {more} more"));
+            }
+            shown.join(", ")
         };
         out!("  by agent: {}", under(&totals.agents));
         out!("  by subject: {}", under(&totals.subjects));
@@ -386,6 +398,9 @@ fn issue_line(issue: &Issue) -> Option<String> {
     }
     Some(line)
 }
+
+/// How many agents and subjects `ralph status` shows under a scope's spend.
+const SHOWN_SPEND: usize = 10;
 
 /// How many of a fallback chain's last choices `ralph status` shows.
 const SHOWN_CHOICES: usize = 3;
