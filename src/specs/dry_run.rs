@@ -87,6 +87,9 @@ pub struct BuildDryRun {
     pub agent_timeout: Duration,
     /// `once`.
     pub once: bool,
+    /// The run-wide limits (`max_cost_usd`, `max_tokens`) and what the run over
+    /// `implementation.json` spent against them; `None` without limits.
+    pub budget: Option<String>,
 }
 
 impl fmt::Display for BuildDryRun {
@@ -127,7 +130,11 @@ impl fmt::Display for BuildDryRun {
             humantime::format_duration(self.stage_timeout),
             humantime::format_duration(self.agent_timeout),
             if self.once { "yes" } else { "no" },
-        )
+        )?;
+        if let Some(budget) = &self.budget {
+            write!(f, "\n  budget:    {budget}")?;
+        }
+        Ok(())
     }
 }
 
@@ -187,6 +194,7 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         stage_timeout: config.stage_timeout,
         agent_timeout: config.agent_timeout,
         once: config.once,
+        budget: ctx.budget(super::SPEND_SCOPE)?.describe(),
     };
     let Some(&first) = order.first() else {
         report.stop = Some("every spec is complete".into());

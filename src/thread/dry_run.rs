@@ -44,6 +44,9 @@ pub struct ThreadDryRun {
     /// One criterion command's limit.
     #[serde(serialize_with = "crate::time::secs")]
     pub check_timeout: Duration,
+    /// The run-wide limits (`max_cost_usd`, `max_tokens`) and what the thread spent
+    /// against them; `None` without limits.
+    pub budget: Option<String>,
 }
 
 impl fmt::Display for ThreadDryRun {
@@ -80,7 +83,11 @@ impl fmt::Display for ThreadDryRun {
             self.max_iterations,
             humantime::format_duration(self.agent_timeout),
             humantime::format_duration(self.check_timeout),
-        )
+        )?;
+        if let Some(budget) = &self.budget {
+            write!(f, "\n  budget:    {budget}")?;
+        }
+        Ok(())
     }
 }
 
@@ -177,6 +184,7 @@ impl Threads {
             max_iterations: config.max_iterations,
             agent_timeout: config.agent_timeout,
             check_timeout: config.check_timeout,
+            budget: self.budget(&record.id)?.describe(),
         })
     }
 }

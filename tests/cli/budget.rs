@@ -190,6 +190,14 @@ async fn plan_and_build_stop_at_the_budget_after_three_runs() {
     let out = ralph(ws, &["build", "--script", "script.toml"]);
     assert_stopped_at_the_budget(&out);
     assert_three_runs(ws, "build");
+    let dry = stdout(&ralph(
+        ws,
+        &["build", "--dry-run", "--script", "script.toml"],
+    ));
+    assert!(
+        dry.contains("budget:    spent $1.20 of max_cost_usd = 1 (build) — exhausted"),
+        "{dry}"
+    );
     // A plan mode run past the limit starts no agent either.
     let again = ralph(ws, &["plan", "--script", "script.toml"]);
     assert_stopped_at_the_budget(&again);
@@ -213,6 +221,11 @@ async fn a_thread_stops_at_the_budget_after_three_runs() {
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("budget exhausted: spent $1.20"), "{text}");
     assert_three_runs(ws, "thread/1-greeter");
+    let dry = stdout(&thread(&["dry-run"]));
+    assert!(
+        dry.contains("budget:    spent $1.20 of max_cost_usd = 1 (thread/1-greeter) — exhausted"),
+        "{dry}"
+    );
 }
 
 /// SIGTERM while an agent runs, then the same command: the interrupted run's spend is on
