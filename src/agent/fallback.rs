@@ -14,7 +14,14 @@ enum Rest {
     Until(SystemTime),
     /// Could not run; not tried again by this chain.
     Unavailable(String),
+    /// Could not reach its API (its last error); tried again from then on.
+    Unreachable(SystemTime, String),
 }
+
+/// How long an agent that could not reach its API is passed over before it is tried again:
+/// long enough that each later run does not spend `unreachable_after` on it anew, short
+/// enough that a network back after a blip is used again within minutes.
+const UNREACHABLE_REST: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// [`Fallback`]: agents in order of preference, as one [`Agent`]. Each run goes to the first
 /// agent that is not resting, and the next agent takes the same request when that one:
@@ -22,15 +29,16 @@ enum Rest {
 /// * is rate limited: it rests until its reset time, then is first again;
 /// * cannot start, or fails in a way no retry fixes (bad credentials): it rests for the rest
 ///   of the process;
+/// * cannot reach its API ([`FailureKind::Unreachable`]: only connection errors for
+///   [`AgentRequest::unreachable_after`]): it rests for five minutes, then is tried again;
 /// * fails transiently (an API error that outlasted the CLI's own retries, a 429 without a
-///   reset time), or cannot reach its API ([`FailureKind::Unreachable`]: only connection
-///   errors for [`AgentRequest::unreachable_after`]): it is passed over for this run only.
+///   reset time): it is passed over for this run only.
 ///
 /// Whenever the agent that takes a run is not the one that took the last, that is an
 /// [`AgentEvent::AgentChosen`] with its reason (`claude is rate limited until …`, `its rate
 /// limit reset at …`); `ralph status` shows the last ones. When every agent rests, the run is
 /// [`AgentExit::RateLimited`] until the earliest reset, which every mode waits out; with none
-/// rate limited, it is the last agent's failure.
+/// rate limited, it is the last agent's failure (unreachable, when the last ran or rests so).
 ///
 /// ```
 /// use ralph::agent::{Agent, AgentRequest, Fallback, FakeAgent, Role, Script};
@@ -89,7 +97,11 @@ impl Fallback {
     fn rest(&self, index: usize) -> Option<Rest> {
         let resting = self.resting.lock().unwrap_or_else(PoisonError::into_inner);
         match resting.get(&index) {
-            Some(Rest::Until(until)) if *until <= SystemTime::now() => None,
+            Some(Rest::Until(until) | Rest::Unreachable(until, _))
+                if *until <= SystemTime::now() =>
+            {
+                None
+            }
             other => other.cloned(),
         }
     }
@@ -160,7 +172,11 @@ impl Fallback {
                 AgentExit::Failed {
                     kind: FailureKind::Unreachable,
                     reason,
-                } => Some(Passed::Failed(format!("is unreachable ({reason})"))),
+                } => {
+                    let until = SystemTime::now() + UNREACHABLE_REST;
+                    self.set_rest(index, Rest::Unreachable(until, reason.clone()));
+                    Some(Passed::Failed(format!("is unreachable ({reason})")))
+                }
                 _ => None,
             },
             Err(AgentError::Spawn { program, .. }) => {
@@ -210,6 +226,8 @@ impl Agent for Fallback {
         // What the agents passed over spent: the chain's run carries it, so no run's
         // tokens or dollars go uncounted.
         let mut spent = Spent::default();
+        // Whether an agent was passed over as unreachable, should every agent rest.
+        let mut unreachable = false;
         for (index, (name, agent)) in self.agents.iter().enumerate() {
             match self.rest(index) {
                 Some(Rest::Until(until)) => {
@@ -219,6 +237,14 @@ impl Agent for Fallback {
                 }
                 Some(Rest::Unavailable(why)) => {
                     passed_over.push(format!("{name} is unavailable ({why})"));
+                    continue;
+                }
+                Some(Rest::Unreachable(until, why)) => {
+                    passed_over.push(format!(
+                        "{name} is unreachable ({why}); tried again after {}",
+                        stamp(until)
+                    ));
+                    unreachable = true;
                     continue;
                 }
                 None => {}
@@ -244,6 +270,20 @@ impl Agent for Fallback {
         }
         if let Some(until) = earliest {
             let mut run = AgentRun::new(AgentExit::RateLimited { until });
+            spent.carry_into(&mut run);
+            return Ok(run);
+        }
+        if last.is_none() && unreachable {
+            // Resting because unreachable, not unable to run: the run ends as unreachable.
+            let reason = format!(
+                "every agent of {} is unreachable; {}",
+                self.name,
+                passed_over.join("; ")
+            );
+            let mut run = AgentRun::new(AgentExit::Failed {
+                reason,
+                kind: FailureKind::Unreachable,
+            });
             spent.carry_into(&mut run);
             return Ok(run);
         }

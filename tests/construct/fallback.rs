@@ -3,7 +3,7 @@
 //! again. Each choice is an event with its reason.
 
 use super::*;
-use ralph::agent::{AgentEvent, Fallback};
+use ralph::agent::{AgentEvent, AgentExit, Fallback};
 
 #[tokio::test]
 async fn a_rate_limited_agent_hands_the_task_to_the_next_and_is_used_again_after_its_reset() {
@@ -198,7 +198,7 @@ async fn an_agent_that_cannot_start_is_passed_over_and_a_chain_all_limited_waits
 }
 
 #[tokio::test]
-async fn an_unreachable_agent_hands_the_task_to_the_next_and_the_attempt_is_not_counted() {
+async fn an_unreachable_agent_hands_the_task_to_the_next_rests_and_the_attempt_is_not_counted() {
     let dir = workspace(SPEC);
     let first = Arc::new(
         FakeAgent::new()
@@ -215,18 +215,19 @@ async fn an_unreachable_agent_hands_the_task_to_the_next_and_the_attempt_is_not_
                     "claude is unreachable: no successful API exchange for 1m, only connection errors; the last: connection refused",
                     ralph::agent::FailureKind::Unreachable,
                 ),
+            ),
+    );
+    let second = Arc::new(
+        FakeAgent::new()
+            .on(
+                Role::Build,
+                "t-1",
+                Script::new()
+                    .write("a.txt", "a\n")
+                    .answer("Wrote a.txt.\n<TASK_DONE>"),
             )
             .always(Role::Verify, accept("exists"))
             .always(Role::GapAnalysis, no_gaps()),
-    );
-    let second = Arc::new(
-        FakeAgent::new().on(
-            Role::Build,
-            "t-1",
-            Script::new()
-                .write("a.txt", "a\n")
-                .answer("Wrote a.txt.\n<TASK_DONE>"),
-        ),
     );
     let chain = Fallback::new()
         .agent("claude", first.clone())
@@ -246,7 +247,6 @@ async fn an_unreachable_agent_hands_the_task_to_the_next_and_the_attempt_is_not_
         .expect("the run");
 
     assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
-    assert_eq!(second.requests().len(), 1, "codex built t-1");
     let chosen: Vec<(String, String)> = events
         .events()
         .into_iter()
@@ -271,4 +271,51 @@ async fn an_unreachable_agent_hands_the_task_to_the_next_and_the_attempt_is_not_
         1,
         "one attempt, codex's"
     );
+    // Unreachable, claude rests: the verifier and the gap analysis went to codex without
+    // spending the unreachable time on claude again.
+    assert_eq!(first.requests().len(), 2, "investigate and the one build");
+    assert_eq!(
+        second.requests().len(),
+        3,
+        "the build, the verifier, the gap analysis"
+    );
+}
+
+/// Every agent of a chain unreachable: the next run starts none of them while they rest,
+/// and ends as unreachable (not "no agent can run"), naming each.
+#[tokio::test]
+async fn a_chain_whose_agents_all_rest_unreachable_ends_the_run_as_unreachable() {
+    let unreachable = |name: &str| {
+        Arc::new(FakeAgent::new().then(Script::new().fail_with(
+            format!("{name} is unreachable: the last: connection refused"),
+            ralph::agent::FailureKind::Unreachable,
+        )))
+    };
+    let (a, b) = (unreachable("a"), unreachable("b"));
+    let chain = Fallback::new().agent("a", a.clone()).agent("b", b.clone());
+    let request = || AgentRequest::new(Role::Build, "x", ".");
+
+    let first = chain.run(request()).await.unwrap();
+    let second = chain.run(request()).await.unwrap();
+
+    for run in [&first, &second] {
+        assert!(
+            matches!(
+                &run.exit,
+                AgentExit::Failed {
+                    kind: ralph::agent::FailureKind::Unreachable,
+                    ..
+                }
+            ),
+            "{run:?}"
+        );
+    }
+    let AgentExit::Failed { reason, .. } = &second.exit else {
+        unreachable!()
+    };
+    assert!(
+        reason.contains("a is unreachable (") && reason.contains("b is unreachable ("),
+        "{reason}"
+    );
+    assert_eq!((a.requests().len(), b.requests().len()), (1, 1), "rested");
 }
