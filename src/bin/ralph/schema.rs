@@ -18,11 +18,12 @@ const ROLES: [(&[&str], Role); 7] = [
     (&["draft"], Role::Draft),
 ];
 
-/// The exit code of `ralph schema` with no role or one it does not know.
-const NO_ROLE: u8 = 2;
+/// The exit code of `ralph schema` with no role or one it does not know: a usage error, as
+/// every other command line ralph cannot make sense of.
+const NO_ROLE: u8 = crate::USAGE;
 
 /// Prints `role`'s schema (pretty JSON) and returns 0; without a role, or with one that has
-/// no schema, says which roles have one on stderr and returns 2.
+/// no schema, says which roles have one on stderr and returns 64 (a usage error).
 pub(crate) fn schema(role: Option<&str>) -> u8 {
     let names: Vec<&str> = ROLES.iter().map(|(names, _)| names[0]).collect();
     let names = names.join(", ");
