@@ -220,6 +220,10 @@ async fn a_thread_stops_at_the_budget_after_three_runs() {
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("budget exhausted: spent $1.20"), "{text}");
+    assert!(
+        text.contains("ralph thread reconfigure --max-cost"),
+        "{text}"
+    );
     assert_three_runs(ws, "thread/1-greeter");
     let dry = stdout(&thread(&["dry-run"]));
     assert!(

@@ -541,6 +541,10 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
              passing): `resume`, `reconfigure` or `abandon`",
             thread.iteration_limit
         ),
+        // A limit, not the work: raising it and running the loop again goes on.
+        Phase::Stuck { reason } if reason.contains("budget exhausted") => format!(
+            "{reason}: raise the limit and run the loop again, `ralph thread reconfigure --max-cost DOLLARS` (what was spent counts), or `abandon`"
+        ),
         Phase::Stuck { reason } => {
             format!(
                 "{reason}: `diagnose`, `reconfigure`, `assist`, `revise --file SPEC --yes` or `abandon`"
