@@ -32,12 +32,18 @@ pub struct PlanDryRun {
     /// `stage_timeout`.
     #[serde(serialize_with = "crate::time::secs")]
     pub stage_timeout: Duration,
+    /// The specs longer than a prompt carries: each with its size and how much of it (head
+    /// and tail) reaches the agent. Empty when all of every spec does.
+    pub spec_cuts: Vec<String>,
 }
 
 impl fmt::Display for PlanDryRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Dry run of plan mode (nothing was run or written)")?;
         writeln!(f, "  specs:     {}", self.specs.join(", "))?;
+        for cut in &self.spec_cuts {
+            writeln!(f, "  spec:      {cut}")?;
+        }
         writeln!(
             f,
             "  writes:    {} ({})",
@@ -90,6 +96,9 @@ pub struct BuildDryRun {
     /// The run-wide limits (`max_cost_usd`, `max_tokens`) and what the run over
     /// `implementation.json` spent against them; `None` without limits.
     pub budget: Option<String>,
+    /// When the next spec is longer than a prompt carries: its size and how much of it
+    /// (head and tail) reaches the agent. `None` when all of it does.
+    pub spec_cut: Option<String>,
 }
 
 impl fmt::Display for BuildDryRun {
@@ -97,6 +106,9 @@ impl fmt::Display for BuildDryRun {
         writeln!(f, "Dry run of build mode (nothing was run or written)")?;
         if let Some(spec) = &self.spec {
             writeln!(f, "  spec:      {spec}")?;
+        }
+        if let Some(cut) = &self.spec_cut {
+            writeln!(f, "  its text:  {cut}")?;
         }
         if let Some(next) = &self.next {
             writeln!(f, "  next:      {next}")?;
@@ -152,8 +164,11 @@ pub(crate) fn plan(ctx: &Context, specs: Vec<PathBuf>) -> Result<PlanDryRun, Err
     let specs = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
     // Each text is checked as plan mode would read it into its prompt: an empty or binary
     // spec is the dry run's error too.
+    let mut spec_cuts = Vec::new();
     for file in &specs {
-        spec::read(&ctx.workspace, file)?;
+        if let Some(cut) = spec::read(&ctx.workspace, file)?.cut_note() {
+            spec_cuts.push(format!("{file}: {cut}"));
+        }
     }
     Ok(PlanDryRun {
         specs,
@@ -161,6 +176,7 @@ pub(crate) fn plan(ctx: &Context, specs: Vec<PathBuf>) -> Result<PlanDryRun, Err
         exists: ctx.workspace.join(&planning.implementation).exists(),
         template_source: ctx.prompts.origin("plan_mode").map(str::to_owned),
         stage_timeout: ctx.config.stage_timeout,
+        spec_cuts,
     })
 }
 
@@ -195,6 +211,7 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         agent_timeout: config.agent_timeout,
         once: config.once,
         budget: ctx.budget(super::SPEND_SCOPE)?.describe(),
+        spec_cut: None,
     };
     let Some(&first) = order.first() else {
         report.stop = Some("every spec is complete".into());
@@ -215,7 +232,7 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
     }
     let rel = plans.spec_rel(&spec.file)?;
     // Its text, as every step of the spec reads it into its prompt.
-    spec::read(&ctx.workspace, &spec.file)?;
+    report.spec_cut = spec::read(&ctx.workspace, &spec.file)?.cut_note();
     let needs_plan = !matches!(plans.resume(&rel)?, Resume::UseActive | Resume::Adopt)
         || spec.plan_invalidation.is_some();
     let (next, template) = if needs_plan {

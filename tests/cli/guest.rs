@@ -150,6 +150,29 @@ fn empty_and_binary_specs_are_refused_and_a_long_one_is_measured() {
         "{}",
         stdout(&out)
     );
+    // Plan mode's dry run measures each long spec of the specs folder too.
+    std::fs::create_dir_all(dir.path().join("specs")).unwrap();
+    std::fs::copy(dir.path().join("big.md"), dir.path().join("specs/big.md")).unwrap();
+    let out = ralph(dir.path(), &["plan", "--dry-run"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("spec:      specs/big.md: 300006 bytes; prompts carry"),
+        "{}",
+        stdout(&out)
+    );
+    // And build mode's, for the spec it would work on.
+    std::fs::write(
+        dir.path().join("implementation.json"),
+        r#"{"specs": [{"id": "big", "file": "specs/big.md", "tasks": [{"id": "big-1", "description": "All of it"}]}]}"#,
+    )
+    .unwrap();
+    let out = ralph(dir.path(), &["build", "--dry-run"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("its text:  300006 bytes; prompts carry"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 /// The dry runs of plan mode and build mode check the specs' texts as construct's does: an
