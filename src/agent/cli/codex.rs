@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
-use super::{LastWord, cli_agent_settings, event_lines};
+use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
@@ -128,7 +128,7 @@ impl Agent for CodexCli {
             let _ = tokio::fs::remove_file(path).await;
         }
         let raw = ran?;
-        let events = Events::read(&raw.stdout);
+        let events = read_events(&raw.stdout, Events::take);
         Ok(raw.finish(judge(&raw, events, &request), &request))
     }
 
@@ -186,16 +186,6 @@ struct Events {
 }
 
 impl Events {
-    /// Reads the kept tail of stdout: the first line may be cut, so lines that do not parse
-    /// are skipped.
-    fn read(stdout: &str) -> Self {
-        let mut events = Events::default();
-        for event in event_lines(stdout) {
-            events.take(&event);
-        }
-        events
-    }
-
     fn take(&mut self, event: &Value) {
         let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
@@ -350,7 +340,7 @@ mod tests {
     fn replay(transcript: &str, role: Role, code: i32) -> AgentRun {
         let request = AgentRequest::new(role, "p", ".");
         let raw = Raw::exited(code, transcript);
-        judge(&raw, Events::read(&raw.stdout), &request)
+        judge(&raw, read_events(&raw.stdout, Events::take), &request)
     }
 
     #[test]

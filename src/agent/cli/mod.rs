@@ -147,6 +147,16 @@ fn event_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
         .filter_map(|line| serde_json::from_str(line).ok())
 }
 
+/// What a CLI's event lines in the kept tail of its stdout say, `take`n one by one into a
+/// vendor's own record of them (see [`event_lines`]).
+fn read_events<E: Default>(stdout: &str, take: impl Fn(&mut E, &serde_json::Value)) -> E {
+    let mut events = E::default();
+    for event in event_lines(stdout) {
+        take(&mut events, &event);
+    }
+    events
+}
+
 /// How a CLI's run ended, by its last word. The CLIs retry a failed API call themselves, and
 /// Codex prints the error it recovers from (`Reconnecting... 1/5 (…)`) before carrying on to
 /// a complete answer: an error is the run's failure only when no turn completed with an

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::command::{CommandAgent, Raw};
 use super::live::{Live, LiveMap, message};
-use super::{LastWord, cli_agent_settings, event_lines};
+use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
 use crate::config::CliConfig;
@@ -113,7 +113,7 @@ impl Agent for OpencodeCli {
             .live(LIVE)
             .supervise(&request, &argv, true)
             .await?;
-        let events = Events::read(&raw.stdout);
+        let events = read_events(&raw.stdout, Events::take);
         Ok(raw.finish(judge(&raw, events), &request))
     }
 
@@ -138,16 +138,6 @@ struct Events {
 }
 
 impl Events {
-    /// Reads the kept tail of stdout: its first line may be cut, so a line that does not
-    /// parse is skipped.
-    fn read(stdout: &str) -> Self {
-        let mut events = Events::default();
-        for event in event_lines(stdout) {
-            events.take(&event);
-        }
-        events
-    }
-
     fn take(&mut self, event: &Value) {
         if let Some(id) = event.get("sessionID").and_then(Value::as_str) {
             self.session = Some(id.to_owned());
@@ -260,7 +250,7 @@ mod tests {
     /// with `code`.
     fn replay(transcript: &str, code: i32) -> AgentRun {
         let raw = Raw::exited(code, transcript);
-        judge(&raw, Events::read(&raw.stdout))
+        judge(&raw, read_events(&raw.stdout, Events::take))
     }
 
     #[test]
