@@ -273,18 +273,24 @@ fn budget(
         f,
         "Stopped: budget exhausted: spent ${spent_usd:.2} and {spent_tokens} tokens"
     )?;
-    let mut limits = Vec::new();
-    if let Some(max) = max_cost_usd {
-        limits.push(format!("max_cost_usd = {max}"));
-    }
-    if let Some(max) = max_tokens {
-        limits.push(format!("max_tokens = {max}"));
-    }
     write!(
         f,
         " (limit: {}); no agent run starts past it",
-        limits.join(", ")
+        budget_limits(max_cost_usd, max_tokens)
     )
+}
+
+/// The run-wide limits that are set, as `ralph.toml` writes them: `max_cost_usd = 1,
+/// max_tokens = 5000`.
+pub(crate) fn budget_limits(max_cost_usd: Option<f64>, max_tokens: Option<u64>) -> String {
+    let limits: Vec<String> = [
+        max_cost_usd.map(|m| format!("max_cost_usd = {m}")),
+        max_tokens.map(|m| format!("max_tokens = {m}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    limits.join(", ")
 }
 
 /// `one` or `many`, by `n`.

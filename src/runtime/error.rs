@@ -177,8 +177,8 @@ pub enum Error {
     /// ([`Outcome::BudgetExhausted`](crate::Outcome::BudgetExhausted)); a thread stops
     /// with it.
     #[error(
-        "budget exhausted: spent ${spent_usd:.2} and {spent_tokens} tokens{}",
-        budget_limits(*max_cost_usd, *max_tokens)
+        "budget exhausted: spent ${spent_usd:.2} and {spent_tokens} tokens (limit: {})",
+        crate::outcome::budget_limits(*max_cost_usd, *max_tokens)
     )]
     BudgetExhausted {
         /// Dollars spent over the scope.
@@ -386,16 +386,4 @@ pub(crate) fn after_hooks<T>(
     let value = result?;
     hooks?;
     Ok(value)
-}
-
-/// ` (limit: max_cost_usd = 1, max_tokens = 5000)`.
-fn budget_limits(max_cost_usd: Option<f64>, max_tokens: Option<u64>) -> String {
-    let limits: Vec<String> = [
-        max_cost_usd.map(|m| format!("max_cost_usd = {m}")),
-        max_tokens.map(|m| format!("max_tokens = {m}")),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    format!(" (limit: {})", limits.join(", "))
 }
