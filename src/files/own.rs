@@ -28,7 +28,16 @@ const IGNORE_ALL: &str = "# ralph's own files: kept out of git by ralph\n*\n";
 /// state folder, that folder ignores itself. Any other path, a user's file's folder, is
 /// only created.
 pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    // Asked first: the folder is nearly always there (every agent run logs into it), and
+    // `create_dir_all` would try `mkdir` and then ask anyway.
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir)?;
+    }
+    within_state_dir(dir)
+}
+
+/// When `dir` is in a state folder, that folder ignores itself.
+fn within_state_dir(dir: &Path) -> io::Result<()> {
     match dir
         .ancestors()
         .find(|a| a.file_name().is_some_and(|n| n == STATE_DIR_NAME))
@@ -41,12 +50,11 @@ pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
 /// Creates `dir`, a folder for ralph's own files (its logs), and its parents: a folder
 /// ralph makes ignores itself; one that was there already is left as it is.
 pub(crate) fn create_own_dir(dir: &Path) -> io::Result<()> {
-    let made = !dir.is_dir();
-    create_dir_all(dir)?;
-    match made {
-        true => ignore_itself(dir),
-        false => Ok(()),
+    if dir.is_dir() {
+        return within_state_dir(dir);
     }
+    create_dir_all(dir)?;
+    ignore_itself(dir)
 }
 
 /// Writes `dir/.gitignore` with `*` unless it has one (a person's own is kept).

@@ -87,6 +87,29 @@ pub(crate) const WORKTREES: [&str; 2] = [".ralph", "worktrees"];
 /// tree (under `.ralph/worktrees/`) has its workspace's tag, so that the sweeps of the workspace
 /// (at the next start, on SIGTERM) reach what an agent or gate left running there.
 pub fn owner_of(workspace: &Path) -> String {
+    // Every agent run and gate asks, nearly always for the same workspace; resolving the
+    // canonical path costs a `readlink` per component. The last answer is kept (one entry:
+    // a process that walks through many workspaces keeps no more). A relative path is
+    // not kept: it names another folder once the process changes directory.
+    if workspace.is_relative() {
+        return owner_uncached(workspace);
+    }
+    static LAST: std::sync::Mutex<Option<(std::path::PathBuf, String)>> =
+        std::sync::Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((path, owner)) = last.as_ref()
+        && path == workspace
+    {
+        return owner.clone();
+    }
+    let owner = owner_uncached(workspace);
+    *last = Some((workspace.to_path_buf(), owner.clone()));
+    owner
+}
+
+fn owner_uncached(workspace: &Path) -> String {
     let path = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_owned());

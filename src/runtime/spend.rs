@@ -122,6 +122,9 @@ pub(crate) struct Ledger {
     /// Where a torn last line starts, to be cut before the first append (reading writes
     /// nothing: a dry run opens the ledger too).
     torn_at: Arc<Mutex<Option<u64>>>,
+    /// The file once the first append opened it: every agent run appends a line, and
+    /// opening (with its folder check) each time cost more syscalls than the line itself.
+    file: Arc<Mutex<Option<std::fs::File>>>,
 }
 
 impl Ledger {
@@ -153,6 +156,7 @@ impl Ledger {
             scope: scope.to_owned(),
             total: Arc::new(Mutex::new(total)),
             torn_at: Arc::new(Mutex::new(torn.then_some(whole))),
+            file: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -192,6 +196,24 @@ impl Ledger {
             path: self.path.clone(),
             source,
         };
+        let mut text = serde_json::to_string(line).unwrap_or_default();
+        text.push('\n');
+        let mut open = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let file = match open.as_mut() {
+            Some(file) => file,
+            None => open.insert(self.open_for_append()?),
+        };
+        // One write: a crash leaves a whole line or a torn last one, never a mix of two.
+        file.write_all(text.as_bytes()).map_err(io)?;
+        file.sync_data().map_err(io)
+    }
+
+    /// Opens the file to append to, its folder made and a torn last line cut first.
+    fn open_for_append(&self) -> Result<std::fs::File, Error> {
+        let io = |source| Error::Io {
+            path: self.path.clone(),
+            source,
+        };
         crate::files::own::create_dir_all(&crate::files::atomic::dir_of(&self.path)).map_err(io)?;
         if let Some(whole) = self
             .torn_at
@@ -201,16 +223,11 @@ impl Ledger {
         {
             cut_torn_line(&self.path, whole)?;
         }
-        let mut text = serde_json::to_string(line).unwrap_or_default();
-        text.push('\n');
-        let mut file = OpenOptions::new()
+        OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)
-            .map_err(io)?;
-        // One write: a crash leaves a whole line or a torn last one, never a mix of two.
-        file.write_all(text.as_bytes()).map_err(io)?;
-        file.sync_data().map_err(io)
+            .map_err(io)
     }
 }
 

@@ -171,7 +171,11 @@ struct ConstructArgs {
     run: RunFlags,
 }
 
-#[tokio::main]
+// One thread: the loop waits on one agent (or a few) at a time, and each event a
+// multi-thread runtime sees (a line of output, an exit) is handed from the worker that
+// polled it to the thread running the loop. Blocking work (syncs, sweeps) still goes to
+// tokio's blocking pool.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
