@@ -11,7 +11,7 @@ use crate::agent::Role;
 use crate::answer::DecomposeAnswer;
 use crate::event::Event;
 use crate::logfile;
-use crate::model::{Change, Issue, IssueStatus, Task, TaskStatus};
+use crate::model::{Change, Issue, IssueStatus, KillReason, Task, TaskStatus};
 use crate::runtime::call::Structured;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -60,22 +60,39 @@ impl Engine {
     /// The changes that replace (or block) one killed task, and the event to report; `None`
     /// if the run was interrupted.
     async fn decompose_task(&mut self, task: Task) -> Result<Option<(Vec<Change>, Event)>, Error> {
+        if let Some(reason) = self.timed_out_like_its_parent(&task) {
+            return Ok(Some(blocked(task, reason)));
+        }
         let Some(result) = self.ask_decomposer(&task, "task").await? else {
             return Ok(None);
         };
         Ok(Some(match result {
             Ok(answer) => self.replace_with_subtasks(task, &answer),
-            Err(reason) => {
-                let mut blocked = task;
-                blocked.status = TaskStatus::Blocked;
-                blocked.blocked_reason = Some(reason.clone());
-                let event = Event::TaskBlocked {
-                    task: blocked.id.clone(),
-                    reason,
-                };
-                (vec![Change::Task(blocked)], event)
-            }
+            Err(reason) => blocked(task, reason),
         }))
+    }
+
+    /// Why a subtask stopped by the timeout, as its parent was, is not decomposed again:
+    /// smaller parts did not help once, and an agent that hangs would otherwise be given
+    /// ever smaller tasks (t-1, t-1a, t-1aa, …) at the cost of one timeout each.
+    fn timed_out_like_its_parent(&self, task: &Task) -> Option<String> {
+        let parent = self.board.tasks.get(task.parent.as_ref()?)?;
+        let timeout = Some(KillReason::Timeout);
+        if task.kill_reason != timeout || parent.kill_reason != timeout {
+            return None;
+        }
+        let log = task
+            .kill_log
+            .as_ref()
+            .map(|path| format!(" (its log: {})", path.display()))
+            .unwrap_or_default();
+        Some(format!(
+            "{}, as {} was before it was decomposed: smaller parts did not help, so the \
+             agent or the limit needs a look{log}; raise agent_timeout or stage_timeout, then \
+             unblock it to build it again",
+            self.kill_note(KillReason::Timeout),
+            parent.id
+        ))
     }
 
     /// The changes that turn one issue whose investigator was killed into tasks (or block
@@ -248,4 +265,15 @@ fn rejections(task: &Task) -> Vec<String> {
 enum Killed {
     Task(Box<Task>),
     Issue(Issue),
+}
+
+/// `task` blocked for `reason`, and the event that says so.
+fn blocked(mut task: Task, reason: String) -> (Vec<Change>, Event) {
+    task.status = TaskStatus::Blocked;
+    task.blocked_reason = Some(reason.clone());
+    let event = Event::TaskBlocked {
+        task: task.id.clone(),
+        reason,
+    };
+    (vec![Change::Task(task)], event)
 }

@@ -162,6 +162,45 @@ async fn a_killed_task_is_decomposed_and_a_compacted_one_carries_on(
     );
 }
 
+/// Audit case 24: an agent that hangs is not given ever smaller tasks (t-1, t-1a, t-1aa, …)
+/// at the cost of one timeout each. A subtask stopped by the timeout, as its parent was, is
+/// blocked with what to do; its sibling is still built.
+#[tokio::test]
+async fn a_subtask_that_times_out_like_its_parent_is_blocked_not_decomposed_again() {
+    let hangs = || Script::new().print("waiting for the network", 3).hang();
+    let agent = one_task()
+        .on(Role::Build, "t-1", hangs())
+        .on(Role::Build, "t-1a", hangs())
+        .always(Role::Build, writes_done())
+        .on(Role::Decompose, "t-1", two_parts());
+    let h = Harness::new(agent);
+
+    let outcome = h
+        .run(|b| {
+            b.gate(done_gate())
+                .stage_timeout(Duration::from_millis(400))
+        })
+        .await;
+
+    h.agent.verify().unwrap();
+    let items = blocked(&outcome);
+    assert_eq!(items.len(), 1, "{items:?}");
+    let board = h.store.board();
+    let t1a = &board.tasks["t-1a"];
+    assert_eq!(t1a.status, TaskStatus::Blocked);
+    let reason = t1a.blocked_reason.clone().unwrap();
+    for part in [
+        "stopped by the timeout (400ms), as t-1 was",
+        "raise agent_timeout or stage_timeout",
+        "its log: build/ralph-logs/",
+    ] {
+        assert!(reason.contains(part), "{part:?} not in {reason:?}");
+    }
+    assert_eq!(board.tasks["t-1b"].status, TaskStatus::Accepted);
+    assert!(h.requests(Role::Decompose, "t-1a").is_empty());
+    assert!(!board.tasks.contains_key("t-1aa"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Kills outside BUILD go to DECOMPOSE too (audit rows 000-R49, 000-R50).
 // ---------------------------------------------------------------------------------------
