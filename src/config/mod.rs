@@ -198,6 +198,8 @@ pub struct Config {
     pub log_dir: PathBuf,
     /// Log files kept in `log_dir` (counted through its subfolders): when a run starts, and
     /// every 64 stages, the oldest beyond this many are deleted. Default 1000; at least 20.
+    /// Threads' transcripts (`.ralph/runs/*/output.log`) are kept to as many, pruned when a
+    /// thread's agent run starts; their run records stay.
     pub log_files_kept: usize,
     /// `[prompts]`: template files that replace the built-in ones, by template name,
     /// relative to the workspace (minijinja syntax; a name that is no template is refused,

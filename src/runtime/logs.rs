@@ -286,6 +286,20 @@ impl Logs {
 fn prune(dir: &Path, keep: usize) {
     let mut files = Vec::new();
     list_files(dir, &mut files);
+    delete_oldest(dir, files, keep);
+}
+
+/// Deletes the oldest of the files named `name` under `dir` beyond `keep`; everything
+/// else stays. Threads keep each run's record (`run.json`, history) beside its transcript
+/// (`output.log`, up to a capped log's size): only transcripts are given up.
+pub(crate) fn prune_named(dir: &Path, name: &str, keep: usize) {
+    let mut files = Vec::new();
+    list_files(dir, &mut files);
+    files.retain(|(_, path)| path.file_name().is_some_and(|n| n == name));
+    delete_oldest(dir, files, keep);
+}
+
+fn delete_oldest(dir: &Path, mut files: Vec<(std::time::SystemTime, PathBuf)>, keep: usize) {
     if files.len() <= keep {
         return;
     }
@@ -415,6 +429,36 @@ mod tests {
             logs.join(".gitignore").exists(),
             "not a log: never counted nor deleted"
         );
+    }
+
+    #[test]
+    fn only_the_oldest_transcripts_beyond_the_limit_go_and_run_records_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path();
+        let t0 = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000);
+        for (i, run) in ["th-r1", "th-r2", "th-r3"].into_iter().enumerate() {
+            let folder = runs.join(run);
+            std::fs::create_dir_all(&folder).unwrap();
+            for name in ["run.json", "output.log"] {
+                std::fs::write(folder.join(name), "x").unwrap();
+                let file = std::fs::File::options()
+                    .write(true)
+                    .open(folder.join(name))
+                    .unwrap();
+                file.set_modified(t0 + std::time::Duration::from_secs(i as u64))
+                    .unwrap();
+            }
+        }
+        prune_named(runs, "output.log", 2);
+        assert!(!runs.join("th-r1/output.log").exists(), "the oldest went");
+        for kept in [
+            "th-r1/run.json",
+            "th-r2/output.log",
+            "th-r3/output.log",
+            "th-r2/run.json",
+        ] {
+            assert!(runs.join(kept).exists(), "{kept} was kept");
+        }
     }
 
     #[test]

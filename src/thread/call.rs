@@ -175,6 +175,12 @@ impl Threads {
         request: Request,
     ) -> Result<Called, ThreadError> {
         let run_id = self.open_run(record, request.iteration, request.role)?;
+        // `log_files_kept` holds for threads' transcripts too; their records stay.
+        crate::runtime::logs::prune_named(
+            &self.root.join("runs"),
+            "output.log",
+            self.ctx.config.log_files_kept,
+        );
         let timeout = record.config.agent_timeout;
         let caller = Caller::new(
             Arc::clone(agent),
