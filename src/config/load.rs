@@ -123,7 +123,15 @@ impl Config {
             } = &mut e
             {
                 let lookup = key.split('[').next().unwrap_or(key);
-                *source_name = figment.find_metadata(lookup).map(describe_source);
+                // A whole section (`context` out of order) was set by one of its variables.
+                let section = matches!(figment.find_value(lookup), Ok(Value::Dict(..)));
+                let key = match section {
+                    true => format!("{lookup}.*"),
+                    false => lookup.to_owned(),
+                };
+                *source_name = figment
+                    .find_metadata(lookup)
+                    .map(|meta| source_of(meta, &key));
             }
             e
         })?;
@@ -152,8 +160,26 @@ fn check_agents(config: &Config, figment: &Figment) -> Result<(), ConfigError> {
         message: "is empty: name at least one agent (claude, codex, gemini, opencode or an \
                   [agent.NAME] table), or remove the key to run claude"
             .into(),
-        source_name: Some(describe_source(meta)),
+        source_name: Some(source_of(meta, "agents")),
     })
+}
+
+/// Where the value of `key` came from, as a person set it: the file, the one environment
+/// variable (not "`RALPH_` environment variable(s)"), or the program.
+fn source_of(meta: &figment::Metadata, key: &str) -> String {
+    match meta.name.contains("environment") {
+        true => format!("environment variable {}", env_var(key)),
+        false => describe_source(meta),
+    }
+}
+
+/// The variable that sets the dotted `key`: `claude.max_turns` is `RALPH_CLAUDE__MAX_TURNS`,
+/// and `context.*` one of `RALPH_CONTEXT__*`.
+fn env_var(key: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{}",
+        key.replace('.', "__").to_ascii_uppercase()
+    )
 }
 
 fn describe_source(meta: &figment::Metadata) -> String {
@@ -174,9 +200,12 @@ pub(super) fn describe(error: &figment::Error) -> String {
             if !e.path.is_empty() {
                 text.push_str(&format!(" for key {:?}", e.path.join(".")));
             }
+            if let Some(hint) = misplaced_setting(&e) {
+                text.push_str(&hint);
+            }
             if let Some(meta) = &e.metadata {
                 if meta.name.contains("environment") {
-                    let var = format!("{ENV_PREFIX}{}", e.path.join("__").to_ascii_uppercase());
+                    let var = env_var(&e.path.join("."));
                     text.push_str(&format!(" in environment variable {var}"));
                 } else {
                     text.push_str(&format!(" in {}", describe_source(meta)));
@@ -186,6 +215,21 @@ pub(super) fn describe(error: &figment::Error) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// For a top-level setting written below a `[table]` of `ralph.toml` (TOML puts every key
+/// after a table header into that table), where it belongs.
+fn misplaced_setting(error: &figment::Error) -> Option<String> {
+    let figment::error::Kind::UnknownField(field, _) = &error.kind else {
+        return None;
+    };
+    let table = error.path.first().filter(|_| error.path.len() >= 2)?;
+    setting_names().contains(field).then(|| {
+        format!(
+            " (`{field}` is a top-level setting, not one of [{table}]: in ralph.toml, write it \
+             above the first [table])"
+        )
+    })
 }
 
 /// `RALPH_…` variables that are not settings but that ralph (or its tests and CI) reads, and
@@ -237,12 +281,16 @@ fn check_env_names() -> Result<(), ConfigError> {
         if names.contains(&first) {
             continue;
         }
+        // The whole variable against every setting's and every known variable's:
+        // `RALPH_CLAUDE_BINN` is near `RALPH_CLAUDE_BIN`, which is no setting.
         let hint = names
             .iter()
-            .map(|n| (edit_distance(n, &first), n))
+            .map(|n| format!("{ENV_PREFIX}{}", n.to_ascii_uppercase()))
+            .chain(ENV_ALLOWED.iter().map(|v| (*v).to_owned()))
+            .map(|candidate| (edit_distance(&candidate, var), candidate))
             .filter(|(d, _)| *d <= 2)
             .min()
-            .map(|(_, n)| format!("{ENV_PREFIX}{}", n.to_ascii_uppercase()));
+            .map(|(_, candidate)| candidate);
         return Err(ConfigError::UnknownEnv {
             var: var.to_owned(),
             hint,
@@ -534,12 +582,60 @@ mod tests {
                 "{msg}"
             );
             jail.clear_env();
+            // Near a variable ralph reads that is no setting (audit case 8).
+            jail.set_env("RALPH_CLAUDE_BINN", "/x");
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(msg.contains("did you mean RALPH_CLAUDE_BIN?"), "{msg}");
+            jail.clear_env();
             for allowed in ENV_ALLOWED {
                 jail.set_env(allowed, "x");
             }
             load_in(jail).unwrap();
             jail.set_env("RALPH_GATES", "[]");
             load_in(jail).unwrap();
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_top_level_setting_under_a_table_says_where_it_belongs() {
+        // Audit case 7: `agents = […]` appended after the generated `[claude]` table.
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "ralph.toml",
+                "[claude]\nmodel = \"x\"\nagents = [\"codex\"]\n",
+            )?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("`agents` is a top-level setting, not one of [claude]")
+                    && msg.contains("above the first [table]"),
+                "{msg}"
+            );
+            jail.create_file("ralph.toml", "[claude]\nmodle = \"x\"\n")?;
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(!msg.contains("top-level"), "a plain typo: {msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_value_out_of_bounds_names_the_variable_that_set_it() {
+        // Audit case 9: not "`RALPH_` environment variable(s)".
+        Jail::expect_with(|jail| {
+            jail.set_env("RALPH_BUILD_CONCURRENCY", "0");
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("build_concurrency must be at least 1")
+                    && msg.contains("(set in environment variable RALPH_BUILD_CONCURRENCY)"),
+                "{msg}"
+            );
+            jail.clear_env();
+            jail.set_env("RALPH_CONTEXT__WARN", "0.99");
+            let msg = load_in(jail).unwrap_err().to_string();
+            assert!(
+                msg.contains("environment variable RALPH_CONTEXT__*"),
+                "{msg}"
+            );
             Ok(())
         });
     }

@@ -321,7 +321,7 @@ pub enum ConfigError {
         key: String,
         /// What is wrong with it.
         message: String,
-        /// Where the value came from (`/ws/ralph.toml`, `RALPH_ environment variable(s)`).
+        /// Where the value came from (`/ws/ralph.toml`, `environment variable RALPH_MAX_ITERATIONS`).
         source_name: Option<String>,
     },
 }

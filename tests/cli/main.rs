@@ -421,6 +421,34 @@ fn usage_errors_have_their_own_exit_code() {
     assert!(stdout(&help).contains("Exit codes:"), "{}", stdout(&help));
 }
 
+/// Audit case 50: a value a flag gave is named by its flag, not by the library's builder.
+#[test]
+fn a_flag_out_of_bounds_is_named_as_the_flag() {
+    let dir = project();
+    for (args, said) in [
+        (
+            &[
+                "construct",
+                "spec.md",
+                "--dry-run",
+                "--max-iterations",
+                "4294967295",
+            ][..],
+            "ralph: invalid --max-iterations: max_iterations must be at most 100000",
+        ),
+        (
+            &["construct", "spec.md", "--dry-run", "--timeout", "900000h"][..],
+            "ralph: invalid --timeout: stage_timeout must be at most 7days",
+        ),
+    ] {
+        let out = ralph(dir.path(), args, &[]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{err}");
+        assert!(!err.contains("RalphBuilder"), "{err}");
+    }
+}
+
 #[test]
 fn json_events_carry_timestamps() {
     let parent = tempfile::tempdir().unwrap();

@@ -258,11 +258,11 @@ fn diagnostics(verbose: u8) {
 }
 
 /// An error and its causes, once each: a cause whose text the error already shows is skipped.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = said(e);
     let mut source = e.source();
     while let Some(cause) = source {
-        let said = cause.to_string();
+        let said = said(cause);
         if !text.contains(&said) {
             text.push_str(": ");
             text.push_str(&said);
@@ -270,4 +270,35 @@ fn chain(e: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// What `e` says, a value this command's flags gave named by its flag: the library names
+/// its builder (`set in the program (RalphBuilder::config)`), which a person never wrote.
+fn said(e: &(dyn std::error::Error + 'static)) -> String {
+    let config = match e.downcast_ref::<ralph::BuildError>() {
+        Some(ralph::BuildError::Config(config)) => Some(config),
+        _ => e.downcast_ref::<ralph::config::ConfigError>(),
+    };
+    if let Some(ralph::config::ConfigError::Invalid {
+        key,
+        message,
+        source_name: Some(source),
+    }) = config
+        && source.contains("RalphBuilder::config")
+        && let Some(flag) = flag_of(key)
+    {
+        return format!("invalid {flag}: {key} {message}");
+    }
+    e.to_string()
+}
+
+/// The flag of the commands that sets config `key`.
+fn flag_of(key: &str) -> Option<&'static str> {
+    match key {
+        "max_iterations" => Some("--max-iterations"),
+        "stage_timeout" => Some("--timeout"),
+        "max_cost_usd" => Some("--max-cost"),
+        "agents" => Some("--agent"),
+        _ => None,
+    }
 }
