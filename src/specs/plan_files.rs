@@ -392,16 +392,25 @@ pub fn plan_from_answer(answer: &str, phrase: &str) -> Result<String, String> {
 ///
 /// # Errors
 ///
-/// [`Error::Io`] when a folder cannot be read.
+/// [`Error::Io`] when a folder cannot be read (a missing `specs_dir` holds no specs).
 pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<Vec<String>, Error> {
     let mut found = Vec::new();
     let mut todo = vec![specs_dir.to_path_buf()];
     while let Some(dir) = todo.pop() {
         let abs = workspace.join(&dir);
-        let entries = std::fs::read_dir(&abs).map_err(|source| Error::Io {
-            path: abs.clone(),
-            source,
-        })?;
+        let entries = match std::fs::read_dir(&abs) {
+            Ok(entries) => entries,
+            // No specs folder holds no specs: the caller says so, naming the folder.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir == specs_dir => {
+                return Ok(Vec::new());
+            }
+            Err(source) => {
+                return Err(Error::Io {
+                    path: abs.clone(),
+                    source,
+                });
+            }
+        };
         for entry in entries.flatten() {
             let rel = dir.join(entry.file_name());
             let kind = entry.file_type().map_err(|source| Error::Io {

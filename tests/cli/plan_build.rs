@@ -119,3 +119,27 @@ fn a_locked_workspace_is_said_once() {
         );
     }
 }
+
+/// Audit case 42: plan mode without a specs folder says there are no specs in it, not a raw
+/// i/o error.
+#[test]
+fn plan_without_a_specs_folder_says_where_it_looked() {
+    let dir = plan_demo();
+    let ws = dir.path();
+    std::fs::remove_dir_all(ws.join("specs")).unwrap();
+    let script = Path::new(DEMO_PLAN).join("script.toml");
+    let script = script.to_str().unwrap();
+    for args in [&["plan", "--dry-run"][..], &["plan"]] {
+        let out = command(ws, args)
+            .args(["--script", script])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("plan mode: no markdown specs in") && err.contains("specs"),
+            "{err}"
+        );
+        assert!(!err.contains("os error"), "{err}");
+    }
+}
