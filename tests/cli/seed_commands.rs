@@ -73,7 +73,11 @@ fn query_iteration_counts_the_iterations_run() {
         assert!(matches!(out.status.code(), Some(0 | 2)), "{}", stderr(&out));
         seen.push(iteration(dir.path()));
     }
-    assert_eq!(seen, ["2", "3", "4"], "the demo completes in its third iteration");
+    assert_eq!(
+        seen,
+        ["2", "3", "4"],
+        "the demo completes in its third iteration"
+    );
     assert_eq!(
         stdout(&ralph(dir.path(), &["query", "stage"], &[])).trim(),
         "COMPLETE"
