@@ -122,32 +122,48 @@ impl Ralph {
     }
 
     /// Accepts every done task in a verifier's place, recorded as a person's acceptance
-    /// (a complete outcome lists them in `people`). Returns their ids. A gap analysis must still answer before
-    /// the spec is complete, so the next run runs one.
+    /// (a complete outcome lists them in `people`). Returns their ids. A gap analysis must
+    /// still answer before the spec is complete, so the next run runs one.
     ///
     /// # Errors
     ///
     /// As [`add_issue`](Self::add_issue).
     pub async fn accept_done(&self) -> Result<Vec<TaskId>, Error> {
         self.edit(|board| {
-            let accepted: Vec<Task> = board
+            let done: Vec<Task> = board
                 .tasks
                 .values()
                 .filter(|t| t.status == TaskStatus::Done)
-                .map(|t| {
-                    let mut task = t.clone().with_status(TaskStatus::Accepted);
-                    task.accepted_by = Some(AcceptedBy::Person);
-                    task
-                })
+                .cloned()
                 .collect();
-            let ids = accepted.iter().map(|t| t.id.clone()).collect();
-            let mut changes: Vec<Change> = accepted.into_iter().map(Change::Task).collect();
-            if !changes.is_empty() && board.run.spec_check.is_some() {
-                let mut run = board.run.clone();
-                run.spec_check = None;
-                changes.push(Change::Run(run));
+            let ids = done.iter().map(|t| t.id.clone()).collect();
+            Ok((ids, accepted_by_person(board, done)))
+        })
+        .await
+    }
+
+    /// Accepts one done task in a verifier's place (seed 000's `ralph task accept <id>`),
+    /// recorded as a person's acceptance as [`accept_done`](Self::accept_done) records it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not done; otherwise as
+    /// [`add_issue`](Self::add_issue).
+    pub async fn accept(&self, id: &TaskId) -> Result<(), Error> {
+        self.edit(|board| {
+            let task = board
+                .tasks
+                .get(id)
+                .cloned()
+                .ok_or_else(|| Error::UnknownTask(id.clone()))?;
+            if task.status != TaskStatus::Done {
+                return Err(Error::TaskState {
+                    task: id.clone(),
+                    status: task.status,
+                    wanted: "only a done task can be accepted",
+                });
             }
-            Ok((ids, changes))
+            Ok(((), accepted_by_person(board, vec![task])))
         })
         .await
     }
@@ -243,8 +259,12 @@ impl Ralph {
         let report = self
             .edit(|board| {
                 let mut changes = Vec::new();
-                let event =
-                    crate::construct::prioritize_changes(board, &*prioritizer, &mut changes)?;
+                let event = crate::construct::prioritize_changes(
+                    board,
+                    &*prioritizer,
+                    &mut changes,
+                    crate::construct::Priorities::Assign,
+                )?;
                 Ok((event, changes))
             })
             .await?;
@@ -339,6 +359,25 @@ impl Ralph {
         }
         Ok(result)
     }
+}
+
+/// The changes that accept `done` tasks as a person's acceptance. A spec check answered
+/// before them no longer stands for the board, so it is cleared: the next run asks again.
+fn accepted_by_person(board: &Board, done: Vec<Task>) -> Vec<Change> {
+    let mut changes: Vec<Change> = done
+        .into_iter()
+        .map(|t| {
+            let mut task = t.with_status(TaskStatus::Accepted);
+            task.accepted_by = Some(AcceptedBy::Person);
+            Change::Task(task)
+        })
+        .collect();
+    if !changes.is_empty() && board.run.spec_check.is_some() {
+        let mut run = board.run.clone();
+        run.spec_check = None;
+        changes.push(Change::Run(run));
+    }
+    changes
 }
 
 /// The changes that make blocked `task` buildable on `board`, and what they did: pending

@@ -5,7 +5,12 @@
 //! The construct loop calls the prioritizer every time tasks are added: after INVESTIGATE
 //! turns an issue into tasks, after DECOMPOSE splits a killed task, and at the end of VERIFY
 //! (after gap analysis added tasks and rejected ones came back). It is given every task that
-//! can still be built, and its answer is saved with the tasks that caused it. BUILD then takes
+//! can still be built, and its answer is saved with the tasks that caused it. After
+//! INVESTIGATE and DECOMPOSE it only places the new tasks: seed 000 has their tasks inherit
+//! the issue's or the parent's priority, so every priority a task already has (computed
+//! earlier, or inherited) is given to it as the task's own [`Task::priority`], which it
+//! keeps; a task with none gets the prioritizer's. At the end of VERIFY it prioritizes every
+//! task without an explicit priority afresh. BUILD then takes
 //! the ready tasks (those whose dependencies are finished) **in the prioritizer's order**; a
 //! task it has not ordered yet (added by hand, say) comes after those it has, by priority,
 //! then by creation.

@@ -356,4 +356,12 @@ mod tests {
         );
         c.validate().unwrap();
     }
+
+    /// Seed 003, pitfall 2: a process ralph stops (an agent, a gate) gets 5 s to end on its
+    /// own before it is killed.
+    #[test]
+    fn the_grace_is_seed_003s_five_seconds() {
+        assert_eq!(Config::default().grace, Duration::from_secs(5));
+        assert_eq!(crate::process::DEFAULT_GRACE, Duration::from_secs(5));
+    }
 }

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::{Engine, Flow};
+use super::{Engine, Flow, Priorities};
 use crate::agent::Role;
 use crate::answer::DecomposeAnswer;
 use crate::event::Event;
@@ -48,7 +48,7 @@ impl Engine {
                 changes.push(Change::Run(self.next_iteration(0, &note)));
             }
             // The subtasks are prioritized with everything else that can be built.
-            let prioritized = self.prioritize(&mut changes)?;
+            let prioritized = self.prioritize(&mut changes, Priorities::Inherit)?;
             self.commit(changes).await?;
             self.emit(event);
             self.emit(prioritized);

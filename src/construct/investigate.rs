@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{Engine, Flow};
+use super::{Engine, Flow, Priorities};
 use crate::agent::Role;
 use crate::answer::InvestigateAnswer;
 use crate::event::Event;
@@ -163,7 +163,7 @@ impl Engine {
         // New tasks are prioritized with everything else that can be built, in the same
         // batch: BUILD takes them in the prioritizer's order.
         let prioritized = match tasks_made {
-            true => Some(self.prioritize(&mut changes)?),
+            true => Some(self.prioritize(&mut changes, Priorities::Inherit)?),
             false => None,
         };
         self.commit(changes).await?;

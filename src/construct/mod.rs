@@ -452,10 +452,14 @@ impl Engine {
     /// still be built once `changes` are applied: a changed task is updated in its change, any
     /// other appended; a buildable task the prioritizer leaves out loses its rank (it comes
     /// after the ordered ones). Called for every batch that adds tasks (INVESTIGATE,
-    /// DECOMPOSE, the end of VERIFY), so BUILD always follows the prioritizer's order. Returns
-    /// the event to report.
-    fn prioritize(&self, changes: &mut Vec<Change>) -> Result<Event, Error> {
-        prioritize_changes(&self.board, &*self.ctx.prioritizer, changes)
+    /// DECOMPOSE, the end of VERIFY), so BUILD always follows the prioritizer's order;
+    /// `priorities` says which priorities it may change. Returns the event to report.
+    fn prioritize(
+        &self,
+        changes: &mut Vec<Change>,
+        priorities: Priorities,
+    ) -> Result<Event, Error> {
+        prioritize_changes(&self.board, &*self.ctx.prioritizer, changes, priorities)
     }
 
     /// Checks that every id dependency of proposed tasks names a task on the board.
@@ -714,12 +718,6 @@ fn blocked_items(board: &Board) -> Vec<BlockedItem> {
     items
 }
 
-/// Runs `prioritizer` over the buildable tasks of `board` as `changes` leave them, and adds
-/// (or updates) in `changes` every task whose rank or computed priority changed.
-///
-/// # Errors
-///
-/// [`Error::Prioritize`] on a dependency cycle.
 impl Engine {
     /// What a kill by `reason` means, with the limit that fired: a tombstone's text.
     pub(super) fn kill_note(&self, reason: KillReason) -> String {
@@ -742,10 +740,31 @@ impl Engine {
     }
 }
 
+/// Which priorities a prioritization may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Priorities {
+    /// Every task without an explicit priority gets the prioritizer's: seed 000's PLAN and
+    /// the end of VERIFY ("prioritize all pending tasks"), and `ralph task prioritize`.
+    Assign,
+    /// Seed 000's INVESTIGATE and DECOMPOSE do not prioritize: their tasks inherit the
+    /// issue's or the parent's priority. The prioritizer is still asked, only to place the
+    /// new tasks in BUILD's order, and sees every priority a task already has (computed or
+    /// inherited) as fixed; a task with none at all (made from an issue without one, as the
+    /// spec's `i-1` is) gets the prioritizer's.
+    Inherit,
+}
+
+/// Runs `prioritizer` over the buildable tasks of `board` as `changes` leave them, and adds
+/// (or updates) in `changes` every task whose rank or computed priority changed.
+///
+/// # Errors
+///
+/// [`Error::Prioritize`] on a dependency cycle.
 pub(crate) fn prioritize_changes(
     board: &Board,
     prioritizer: &dyn Prioritizer,
     changes: &mut Vec<Change>,
+    priorities: Priorities,
 ) -> Result<Event, Error> {
     let mut index: HashMap<TaskId, usize> = HashMap::new();
     for (i, change) in changes.iter().enumerate() {
@@ -771,7 +790,10 @@ pub(crate) fn prioritize_changes(
             .filter(|t| t.is_buildable())
             .cloned()
             .collect();
-        let order = prioritizer.prioritize(&pending)?;
+        let order = match priorities {
+            Priorities::Assign => prioritizer.prioritize(&pending)?,
+            Priorities::Inherit => prioritizer.prioritize(&fixed(&pending))?,
+        };
         let mut ranked: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
         let mut labels = Vec::with_capacity(order.len());
         for (rank, (id, priority)) in order.iter().enumerate() {
@@ -786,7 +808,11 @@ pub(crate) fn prioritize_changes(
             match ranked.get(&task.id) {
                 Some(&(rank, priority)) => {
                     task.rank = Some(rank);
-                    if task.priority.is_none() {
+                    let keeps = match priorities {
+                        Priorities::Assign => task.priority.is_some(),
+                        Priorities::Inherit => task.priority.or(task.computed_priority).is_some(),
+                    };
+                    if !keeps {
                         task.computed_priority = Some(priority);
                     }
                 }
@@ -809,6 +835,19 @@ pub(crate) fn prioritize_changes(
         }
     }
     Ok(event)
+}
+
+/// `tasks` as the prioritizer sees them when priorities are inherited: a computed (or
+/// inherited) priority shown as the task's own, which a prioritizer keeps.
+fn fixed(tasks: &[Task]) -> Vec<Task> {
+    tasks
+        .iter()
+        .cloned()
+        .map(|mut task| {
+            task.priority = task.priority.or(task.computed_priority);
+            task
+        })
+        .collect()
 }
 
 /// Adds up the tokens and cost of every agent run it observes.

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::{Engine, Flow};
+use super::{Engine, Flow, Priorities};
 use crate::agent::Role;
 use crate::answer::{GapAnswer, VerdictKind, VerifyAnswer};
 use crate::event::Event;
@@ -332,7 +332,7 @@ impl Engine {
             .collect();
         changes.extend(new_issues.into_iter().map(Change::Issue));
         changes.push(Change::Run(run));
-        let prioritized = self.prioritize(&mut changes)?;
+        let prioritized = self.prioritize(&mut changes, Priorities::Assign)?;
         self.commit(changes).await?;
 
         for event in to_split.into_iter().chain(replies) {

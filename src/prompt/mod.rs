@@ -256,6 +256,50 @@ mod tests {
         }
     }
 
+    /// Audit rows 000-R60 to 000-R63: what seed 000's DECOMPOSE asks of the decomposer —
+    /// the killed run's log, head and tail only; what was attempted, where it got stuck,
+    /// what flooded the context; 2 to 5 tasks, each one session, with notes on output to
+    /// suppress — and, for a task verifiers rejected, their reasons instead of a kill.
+    #[test]
+    fn decompose_prompt_asks_what_seed_000_asks() {
+        let p = Prompts::builtin();
+        let ctx = |reason: &str| {
+            json!({
+                "task": {"id": "t-3", "name": "Write the parser", "accept": "parses",
+                         "kill_reason": reason, "rejections": 2},
+                "kind": "task", "log": "cargo build\n[… 900 lines omitted …]\nerror[E0308]",
+                "head": 50, "tail": 50, "rejections": ["rejected by v1: no tests"],
+            })
+        };
+        let killed = p.render("decompose", &ctx("context_limit")).unwrap();
+        for part in [
+            "The task 'Write the parser' was stopped (context_limit) before it finished.",
+            "Acceptance criteria: parses",
+            "## The Stopped Run's Log (first 50 and last 50 lines only)\n\n```\ncargo build\n\
+             [… 900 lines omitted …]\nerror[E0308]\n```",
+            "Analyze what was attempted, where it got stuck, and what output flooded the context.",
+            "Split the task into 2 to 5 smaller tasks, each completable in one agent session.",
+            "Put notes\nabout verbose output to suppress into each subtask's `notes`.",
+            "Do not change any file.",
+            r#"{"subtasks": [{"name": "...", "accept": "...", "notes": "...", "deps": []}]}"#,
+        ] {
+            assert!(killed.contains(part), "missing {part:?} in\n{killed}");
+        }
+        assert!(!killed.contains("rejected by v1"), "{killed}");
+
+        let rejected = p.render("decompose", &ctx("rejected")).unwrap();
+        for part in [
+            "verifiers rejected it\n2 times",
+            "## Why It Was Rejected\n\n- rejected by v1: no tests",
+            "## Its Last Build's Log (first 50 and last 50 lines only)",
+            "Analyze what the verifiers found missing or wrong each time, and what the build \
+             attempted.",
+            "Split the task into 2 to 5 smaller tasks, each completable in one agent session.",
+        ] {
+            assert!(rejected.contains(part), "missing {part:?} in\n{rejected}");
+        }
+    }
+
     #[test]
     fn build_prompt_shows_recent_attempts_only_when_there_are_some() {
         let p = Prompts::builtin();

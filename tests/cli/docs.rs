@@ -51,38 +51,226 @@ fn cited(cell: &str) -> Vec<(String, String)> {
     out
 }
 
-#[test]
-fn the_conformance_table_cites_tests_that_exist_and_explains_every_difference() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let table = std::fs::read_to_string(root.join("docs/conformance.md")).expect("the table");
-    let differences =
-        std::fs::read_to_string(root.join("docs/seed-differences.md")).expect("the differences");
-    let rows = rows(&table);
-    assert!(rows.len() >= 280, "one row per requirement: {}", rows.len());
+/// What is wrong with the rows of `table`: a row listed twice, a ✔ with no test, a ≠ whose
+/// id `differences` does not name as a whole id, a status other than those two, and a cited
+/// function that is missing from its file or is no test. `source` reads a cited file
+/// (`None`: no such file).
+fn table_problems(
+    table: &str,
+    differences: &str,
+    source: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
     let mut ids = BTreeSet::new();
     let mut problems = Vec::new();
-    for row in &rows {
+    for row in &rows(table) {
         if !ids.insert(row.id.clone()) {
             problems.push(format!("{}: listed twice", row.id));
         }
         match row.status.as_str() {
             "✔" if row.tests.is_empty() => problems.push(format!("{}: ✔ with no test", row.id)),
             "✔" => {}
-            "≠" if !differences.contains(&row.id) => {
+            "≠" if !names_id(differences, &row.id) => {
                 problems.push(format!("{}: ≠ but not in docs/seed-differences.md", row.id))
             }
             "≠" => {}
             other => problems.push(format!("{}: status {other}", row.id)),
         }
         for (name, file) in &row.tests {
-            let source = std::fs::read_to_string(root.join(file)).unwrap_or_default();
-            if !source.contains(&format!("fn {name}(")) && !source.contains(&format!("fn {name}<"))
-            {
-                problems.push(format!("{}: no `fn {name}` in {file}", row.id));
+            let text = source(file).unwrap_or_default();
+            match test_function(&text, name) {
+                Some(true) => {}
+                Some(false) => problems.push(format!("{}: `{name}` in {file} is no test", row.id)),
+                None => problems.push(format!("{}: no `fn {name}` in {file}", row.id)),
             }
         }
     }
+    problems
+}
+
+/// Whether `text` names `id` as a whole id: `003-R3` is not named by `003-R30`.
+fn names_id(text: &str, id: &str) -> bool {
+    text.match_indices(id).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + id.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric())
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+    })
+}
+
+/// Whether the function `name` defined in `source` is a test: `None` when no such function
+/// is defined, `Some(true)` when one carries a test attribute (or is a property of a
+/// `proptest!` block).
+fn test_function(source: &str, name: &str) -> Option<bool> {
+    let mut found = None;
+    for pattern in [format!("fn {name}("), format!("fn {name}<")] {
+        for (at, _) in source.match_indices(&pattern) {
+            let is_test = attributes_before(&source[..at])
+                .iter()
+                .any(|a| is_test_attribute(a))
+                || in_proptest_block(&source[..at]);
+            found = Some(found.unwrap_or(false) || is_test);
+        }
+    }
+    found
+}
+
+/// The attributes (`#[…]`, brackets included) written just before the end of `before`,
+/// the text up to a function's `fn`: its qualifiers, comments and attributes are walked
+/// back over, an attribute spanning lines (an rstest `#[case(…)]`) included.
+fn attributes_before(before: &str) -> Vec<&str> {
+    let mut rest = before.trim_end();
+    for qualifier in [
+        "async",
+        "unsafe",
+        "const",
+        "pub(crate)",
+        "pub(super)",
+        "pub",
+    ] {
+        rest = rest.strip_suffix(qualifier).unwrap_or(rest).trim_end();
+    }
+    let mut attributes = Vec::new();
+    loop {
+        let line_start = rest.rfind('\n').map_or(0, |i| i + 1);
+        if rest[line_start..].trim_start().starts_with("//") {
+            rest = rest[..line_start].trim_end();
+            continue;
+        }
+        let Some(open) = opening_bracket(rest) else {
+            return attributes;
+        };
+        let Some(hash) = rest[..open].strip_suffix('#') else {
+            return attributes;
+        };
+        attributes.push(&rest[hash.len()..]);
+        rest = hash.trim_end();
+    }
+}
+
+/// Where the `[` that the `]` ending `text` closes stands, if `text` ends with `]`.
+fn opening_bracket(text: &str) -> Option<usize> {
+    if !text.ends_with(']') {
+        return None;
+    }
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices().rev() {
+        match c {
+            ']' => depth += 1,
+            '[' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether `attribute` (`#[…]`) makes a test: `#[test]`, `#[tokio::test(…)]`, `#[rstest]`,
+/// `#[test_case(…)]`, by the last segment of its path.
+fn is_test_attribute(attribute: &str) -> bool {
+    let inner = attribute.trim_start_matches("#[").trim_end_matches(']');
+    let path = inner.split(['(', ' ', '=']).next().unwrap_or_default();
+    let last = path.rsplit("::").next().unwrap_or_default();
+    matches!(last, "test" | "rstest" | "test_case")
+}
+
+/// Whether `before` (the text up to a function's `fn`) ends inside a `proptest! { … }`
+/// block, whose functions are properties run as tests.
+fn in_proptest_block(before: &str) -> bool {
+    let Some(start) = before.rfind("proptest!") else {
+        return false;
+    };
+    let block = &before[start..];
+    let opened = block.matches('{').count();
+    opened > 0 && opened > block.matches('}').count()
+}
+
+#[test]
+fn the_conformance_table_cites_tests_that_exist_and_explains_every_difference() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let table = std::fs::read_to_string(root.join("docs/conformance.md")).expect("the table");
+    let differences =
+        std::fs::read_to_string(root.join("docs/seed-differences.md")).expect("the differences");
+    assert!(rows(&table).len() >= 280, "one row per requirement");
+    let problems = table_problems(&table, &differences, |file| {
+        std::fs::read_to_string(root.join(file)).ok()
+    });
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The check itself: a cited function that is no test, or missing, is refused; each kind of
+/// test the repository writes is taken.
+#[test]
+fn the_check_refuses_a_cited_function_that_is_no_test() {
+    let source = r#"
+fn helper() {}
+
+/// A test, documented.
+#[test]
+fn plain() {}
+
+#[tokio::test(flavor = "multi_thread")]
+// why it runs on many threads
+async fn on_tokio() {}
+
+#[rstest]
+#[case::one(Script::new().json(json!({"subtasks": [
+    {"name": "a"}
+]})))]
+#[tokio::test]
+async fn with_cases(#[case] script: Script) {}
+
+#[allow(dead_code)]
+pub(crate) fn allowed() {}
+
+proptest! {
+    #[allow(unused)]
+    fn a_property(x in 0..3u8) {}
+}
+fn after_the_block() {}
+"#;
+    let table = "\
+| 000-R1 | a | ✔ | `plain`, `on_tokio`, `with_cases`, `a_property` (src/a.rs) |
+| 000-R2 | b | ✔ | `helper`, `allowed` (src/a.rs), `after_the_block` (src/a.rs) |
+| 000-R3 | c | ✔ | `gone` (src/a.rs) |
+";
+    let problems = table_problems(table, "", |_| Some(source.to_owned()));
+    assert_eq!(
+        problems,
+        [
+            "000-R2: `helper` in src/a.rs is no test",
+            "000-R2: `allowed` in src/a.rs is no test",
+            "000-R2: `after_the_block` in src/a.rs is no test",
+            "000-R3: no `fn gone` in src/a.rs",
+        ]
+    );
+}
+
+/// The check itself: a ≠ row's id must be named whole in seed-differences.md.
+#[test]
+fn the_check_wants_a_difference_named_by_its_whole_id() {
+    let table = "| 003-R3 | `--once` | ≠ | docs/seed-differences.md |\n";
+    let refused = ["| 003-R30 | x |", "| 003-R31, 1003-R3x |", "", "003-R3a"];
+    for differences in refused {
+        assert_eq!(
+            table_problems(table, differences, |_| None),
+            ["003-R3: ≠ but not in docs/seed-differences.md"],
+            "{differences:?}"
+        );
+    }
+    for differences in [
+        "| 003-R3 | x |",
+        "| 003-R3, 003-R30 |",
+        "003-R30 and 003-R3.",
+    ] {
+        assert!(
+            table_problems(table, differences, |_| None).is_empty(),
+            "{differences:?}"
+        );
+    }
 }
 
 /// The README links the pages of the formats a command-agent author needs.

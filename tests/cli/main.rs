@@ -19,6 +19,7 @@ mod parallel_crash;
 mod plan_build;
 mod repair;
 mod schema;
+mod seed_commands;
 mod thread_agents;
 mod thread_signals;
 

@@ -60,6 +60,37 @@ async fn accept_takes_every_done_task_and_only_those() {
     assert_eq!(board.tasks["t-3"].status, TaskStatus::Accepted);
 }
 
+/// Seed 000's fork/join step 4, `ralph task accept <id>`: one done task, accepted as a
+/// person's acceptance; the others stay as they were.
+#[tokio::test]
+async fn accept_takes_one_done_task_as_a_persons_acceptance() {
+    let dir = tempfile::tempdir().unwrap();
+    let ralph = ralph_on(dir.path());
+    for id in ["t-1", "t-2", "t-3"] {
+        ralph
+            .add_task(Task::new(id, id).with_acceptance("done"))
+            .await
+            .unwrap();
+    }
+    ralph.mark_done(&"t-1".into()).await.unwrap();
+    ralph.mark_done(&"t-2".into()).await.unwrap();
+
+    ralph.accept(&"t-2".into()).await.unwrap();
+
+    let board = ralph_on(dir.path()).board().await.unwrap();
+    assert_eq!(board.tasks["t-1"].status, TaskStatus::Done, "not named");
+    assert_eq!(board.tasks["t-2"].status, TaskStatus::Accepted);
+    let t2 = serde_json::to_value(&board.tasks["t-2"]).unwrap();
+    assert_eq!(t2["accepted_by"], "person", "{t2}");
+    let err = ralph.accept(&"t-3".into()).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "task t-3 is Pending; only a done task can be accepted"
+    );
+    let err = ralph.accept(&"t-7".into()).await.unwrap_err();
+    assert!(matches!(err, Error::UnknownTask(_)), "{err:?}");
+}
+
 #[tokio::test]
 async fn a_change_to_a_task_in_the_wrong_state_names_the_task_and_what_it_needs() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,9 +1,31 @@
-//! Priorities flow down: tasks made from an issue take its priority (INVESTIGATE does not
-//! prioritize), and subtasks take their parent's (DECOMPOSE does not either). Audit rows
-//! 000-R15 and 000-R34.
+//! Priorities flow down: tasks made from an issue take its priority, and subtasks take
+//! their parent's, explicit or computed (seed 000: INVESTIGATE and DECOMPOSE do not
+//! prioritize). The prioritizer still places their tasks in BUILD's order, seeing every
+//! priority already given as fixed (docs/seed-differences.md, audit rows 000-R15 and
+//! 000-R34).
 
 use super::*;
-use ralph::model::{Issue, RunState};
+use ralph::model::{Issue, RunState, TaskId};
+use ralph::prioritize::{PrioritizeError, Prioritizer};
+
+/// A prioritizer with its own mind: every task without its own priority is high when its
+/// name says "Write", low otherwise, in the order given.
+struct ByName;
+
+impl Prioritizer for ByName {
+    fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
+        Ok(tasks
+            .iter()
+            .map(|t| {
+                let guess = match t.name.contains("Write") {
+                    true => Priority::High,
+                    false => Priority::Low,
+                };
+                (t.id.clone(), t.priority.unwrap_or(guess))
+            })
+            .collect())
+    }
+}
 
 #[tokio::test]
 async fn tasks_made_from_an_issue_inherit_its_priority_unless_they_name_one() {
@@ -77,4 +99,97 @@ async fn subtasks_inherit_their_killed_parents_priority() {
     for sub in ["t-1a", "t-1b"] {
         assert_eq!(h.task(sub).priority, Some(Priority::High), "{sub}");
     }
+}
+
+/// The audit's gap: a parent's priority the prioritizer computed was overwritten in its
+/// subtasks by what the prioritizer thought of them.
+#[tokio::test]
+async fn subtasks_inherit_their_parents_computed_priority() {
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                Script::new()
+                    .json(json!({"tasks": [{"name": "Write done.txt", "accept": "greets"}]})),
+            )
+            .on(Role::Build, "t-1", Script::new().hang())
+            .on(
+                Role::Decompose,
+                "t-1",
+                Script::new().json(json!({"subtasks": [
+                    {"name": "First half", "accept": "a"},
+                    {"name": "Second half", "accept": "b", "priority": "medium"}
+                ]})),
+            )
+            .always(Role::Build, Script::new().answer("Done.\n<TASK_DONE>"))
+            .always(Role::Verify, accept("fine")),
+    );
+
+    // One iteration: INVESTIGATE (the spec's tasks get the prioritizer's priority, as
+    // seed 000's PLAN gives them), BUILD kills t-1, DECOMPOSE splits it.
+    let _ = h
+        .run(|b| {
+            b.prioritizer(ByName)
+                .stage_timeout(Duration::from_millis(400))
+                .max_iterations(1)
+        })
+        .await;
+
+    let parent = h.task("t-1");
+    assert_eq!(parent.status, TaskStatus::Decomposed);
+    assert_eq!(
+        (parent.priority, parent.computed_priority),
+        (None, Some(Priority::High))
+    );
+    let first = h.task("t-1a");
+    assert_eq!(
+        (first.priority, first.computed_priority),
+        (None, Some(Priority::High)),
+        "inherited, not the prioritizer's low"
+    );
+    assert_eq!(h.task("t-1b").priority, Some(Priority::Medium), "its own");
+    // Placed in BUILD's order all the same.
+    assert!(first.rank.is_some());
+}
+
+/// INVESTIGATE of an issue changes no priority the board already has: the prioritizer is
+/// shown them as fixed, and only places the new tasks.
+#[tokio::test]
+async fn investigating_an_issue_changes_no_priority_the_board_has() {
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-2",
+                Script::new().json(json!({"tasks": [{"name": "Write more", "accept": "a"}]})),
+            )
+            .always(Role::Build, writes_done())
+            .always(Role::Verify, accept("fine"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    let mut run = RunState::default();
+    run.seeded = true;
+    run.spec = Some("spec.md".into());
+    run.next_issue = 2;
+    let mut earlier = Task::new("t-1", "Write done.txt").with_acceptance("greets");
+    earlier.computed_priority = Some(Priority::Low);
+    earlier.rank = Some(0);
+    h.store
+        .persist(&[
+            Change::Run(run),
+            Change::Task(earlier),
+            Change::Issue(Issue::new("i-2", "More greetings")),
+        ])
+        .await
+        .unwrap();
+
+    let _ = h.run(|b| b.prioritizer(ByName).gate(done_gate())).await;
+
+    let prioritized = h.events.of_kind("prioritized");
+    assert_eq!(
+        prioritized[0]["order"],
+        json!(["t-1:low", "t-2:high"]),
+        "after INVESTIGATE: t-1 keeps its low, t-2 (from an issue without a priority) gets one"
+    );
 }

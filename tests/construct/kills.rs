@@ -201,6 +201,47 @@ async fn a_subtask_that_times_out_like_its_parent_is_blocked_not_decomposed_agai
     assert!(!board.tasks.contains_key("t-1aa"));
 }
 
+/// Audit row 000-R52: at the warn tier (70 %) the user sees seed 000's line word for word,
+/// in the stage's log and as the event's line (what `ralph` prints), and the task goes on:
+/// no compaction, no kill.
+#[tokio::test]
+async fn the_warn_tier_line_is_seed_000s_and_the_task_carries_on() {
+    let h = Harness::new(
+        one_task().on(
+            Role::Build,
+            "t-1",
+            Script::new()
+                .usage(75, 100, None)
+                .write("done.txt", "hi\n")
+                .answer("Done.\n<TASK_DONE>"),
+        ),
+    );
+
+    let outcome = h.run(|b| b.gate(done_gate())).await;
+
+    assert_eq!(complete(&outcome), (1, 1));
+    let line = "[RALPH] Context pressure: 75% - consider wrapping up";
+    let logs = stage_logs(h.path());
+    assert!(
+        logs.lines().any(|l| l.ends_with(&format!(" {line}"))),
+        "missing {line:?} in\n{logs}"
+    );
+    let shown: Vec<String> = h
+        .events
+        .events()
+        .iter()
+        .map(ToString::to_string)
+        .filter(|l| l.contains("[RALPH]"))
+        .collect();
+    assert_eq!(shown, [line]);
+    assert!(h.events.of_kind("task_killed").is_empty());
+    let task = h.task("t-1");
+    assert_eq!(
+        (task.status, task.kill_reason),
+        (TaskStatus::Accepted, None)
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Kills outside BUILD go to DECOMPOSE too (audit rows 000-R49, 000-R50).
 // ---------------------------------------------------------------------------------------

@@ -335,3 +335,49 @@ async fn verifiers_run_concurrently_up_to_the_limit(
     assert_eq!(verifiers, 6);
     assert_eq!(gauge.max.load(Ordering::SeqCst), expected_max);
 }
+
+/// Audit row 000-R81: VERIFY compares the work with the spec on record, wherever in the
+/// workspace the person keeps it (seed 000 reads `ralph/specs/<spec>`), read afresh by each
+/// run: an edit between runs reaches the next gap analysis.
+#[tokio::test]
+async fn verify_reads_the_spec_on_record_afresh_each_run() {
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                tasks(&[("Write done.txt", "greets")]),
+            )
+            .always(Role::Build, writes_done())
+            .always(Role::Verify, accept("greets"))
+            .on(
+                Role::GapAnalysis,
+                "iteration-1",
+                Script::new().json(json!({
+                    "tasks": [{"name": "Write bye.txt", "accept": "says bye"}],
+                    "issues": []
+                })),
+            )
+            .on(Role::GapAnalysis, "iteration-2", no_gaps()),
+    );
+    write(h.path(), "docs/specs/greeter.md", "# Greeter\nSay hello.\n");
+    let run = |h: &Harness| h.ralph(|b| b.gate(done_gate()).once(true));
+
+    run(&h).construct("docs/specs/greeter.md").await.unwrap();
+    std::fs::write(
+        h.path().join("docs/specs/greeter.md"),
+        "# Greeter\nSay hello.\nSay bye too.\n",
+    )
+    .unwrap();
+    // The spec on record: no path needed to go on.
+    run(&h).resume().await.unwrap();
+
+    let first = &h.requests(Role::GapAnalysis, "iteration-1")[0].prompt;
+    let second = &h.requests(Role::GapAnalysis, "iteration-2")[0].prompt;
+    assert!(
+        first.contains("Say hello.") && !first.contains("Say bye too."),
+        "{first}"
+    );
+    assert!(second.contains("Say hello.\nSay bye too."), "{second}");
+    assert!(second.contains("docs/specs/greeter.md"), "{second}");
+}

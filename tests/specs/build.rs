@@ -464,6 +464,44 @@ fn task_and_retry_prompts_follow_seed_004() {
     assert_eq!(custom.render("task", &ctx).unwrap(), "Only a-2\n");
 }
 
+/// Audit row 002-R32: seed 002 injects the plan "between paths and the mission": after the
+/// spec's paths and context, before the rest of the prompt; everything else stays the same.
+#[test]
+fn the_plan_sits_between_the_paths_and_the_mission() {
+    use ralph::__internals::prompt::Prompts;
+    use serde_json::json;
+    let mut ctx = json!({
+        "spec": {"id": "a", "name": "Avatars", "file": "specs/a.md", "context": "Use src/aws.ts."},
+        "task": {"id": "a-2", "description": "Create the upload endpoint"},
+        "criteria": ["Users can upload JPG/PNG up to 5MB"],
+        "completed": [{"description": "Add avatarUrl to User"}],
+        "plan": "1. endpoint in src/upload.ts",
+        "gates": ["test"],
+    });
+    let prompts = Prompts::builtin();
+    let with_plan = prompts.render("task", &ctx).unwrap();
+    ctx["plan"] = json!(null);
+    let without = prompts.render("task", &ctx).unwrap();
+
+    let at = |part: &str| {
+        with_plan
+            .find(part)
+            .unwrap_or_else(|| panic!("missing {part:?} in\n{with_plan}"))
+    };
+    let order = [
+        at("(`specs/a.md`)"),
+        at("Use src/aws.ts."),
+        at("## Implementation Plan"),
+        at("1. endpoint in src/upload.ts"),
+        at("## Completed Tasks"),
+        at("## Your Assignment"),
+    ];
+    assert!(order.is_sorted(), "{order:?} in\n{with_plan}");
+    let section = &with_plan[at("## Implementation Plan")..at("## Completed Tasks")];
+    assert_eq!(with_plan.replacen(section, "", 1), without);
+    assert!(!without.contains("## Implementation Plan"), "{without}");
+}
+
 /// A gate that floods its output: the retry prompt carries a bounded excerpt (8 KiB).
 #[tokio::test]
 async fn the_failure_in_a_retry_prompt_is_bounded() {

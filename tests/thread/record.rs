@@ -127,3 +127,58 @@ async fn spec_revisions_are_never_rewritten() {
     assert!(err.to_string().contains("v2.md"), "{err}");
     assert_eq!(threads.get(&id).unwrap().spec_version, 1);
 }
+
+/// Every `runs/<run-id>/run.json` there is, by run id: its bytes and its inode (an atomic
+/// rewrite, even of the same bytes, makes a new file).
+#[cfg(unix)]
+fn run_records(
+    threads: &ralph::thread::Threads,
+    id: &str,
+) -> std::collections::BTreeMap<String, (Vec<u8>, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let runs = threads.run_dir(&format!("{id}-r1"));
+    std::fs::read_dir(runs.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|entry| {
+            let path = entry.path().join("run.json");
+            let inode = std::fs::metadata(&path).unwrap().ino();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            (name, (std::fs::read(&path).unwrap(), inode))
+        })
+        .collect()
+}
+
+/// Audit row 001-R65: seed 001 keeps run records append-only. Each agent run adds its own
+/// record, written when the run opens and once more when it closes; a closed record is
+/// never written again, whatever runs after it (docs/seed-differences.md).
+#[cfg(unix)]
+#[tokio::test]
+async fn a_closed_run_record_is_never_written_again() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(writes("goodbye\n"))
+            .then(writes("hello\n"))
+            .then(writes("hello\n")),
+    );
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    threads.start(&id).await.unwrap();
+    let before = run_records(&threads, &id);
+    assert_eq!(before.len(), 2, "{:?}", before.keys());
+    for run in before.keys() {
+        assert!(
+            threads.run_record(run).unwrap().ended_at.is_some(),
+            "{run} closed"
+        );
+    }
+
+    threads.send_back(&id, "say it louder").await.unwrap();
+
+    let after = run_records(&threads, &id);
+    assert!(after.len() > before.len(), "{:?}", after.keys());
+    for (run, record) in &before {
+        assert_eq!(after.get(run), Some(record), "{run} was written again");
+    }
+}

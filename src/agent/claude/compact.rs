@@ -126,4 +126,65 @@ mod tests {
                 .ends_with("(not a git repository)")
         );
     }
+
+    /// The items of `heading`'s section of the request: its `- ` lines, up to the next
+    /// blank line.
+    fn section<'a>(text: &'a str, heading: &str) -> Vec<&'a str> {
+        let start = text.find(heading).expect(heading) + heading.len();
+        text[start..]
+            .trim_start_matches('\n')
+            .lines()
+            .take_while(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// Audit rows 000-R56, 000-R57, 000-R58: each item of seed 000's compaction strategy
+    /// is asked for under its own heading (kept in full, summarized, discarded), the
+    /// summaries in the seed's example wording.
+    #[tokio::test]
+    async fn each_item_of_the_policy_is_under_its_heading() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = request(dir.path()).await;
+
+        assert_eq!(
+            section(&text, "Preserve in full:"),
+            [
+                "- the current task: its name, notes and acceptance criteria;",
+                "- the files being edited: their paths and the sections that matter;",
+                "- the uncommitted changes (listed below);",
+                "- recent errors and blockers;",
+                "- the decisions made and why.",
+            ]
+        );
+        assert_eq!(
+            section(&text, "Summarize in a line each:"),
+            [
+                "- exploration, as \"Searched X, found Y relevant files\";",
+                "- tool outputs, as \"Ran tests: 5 passed, 2 failed (test_foo, test_bar)\";",
+                "- code reads, as \"Read file.ts: exports functions A, B, C\".",
+            ]
+        );
+        assert_eq!(
+            section(&text, "Discard:"),
+            [
+                "- verbose test output and stack traces (keep their summary);",
+                "- the full contents of files already processed;",
+                "- exploration that found nothing relevant;",
+                "- earlier compaction summaries (fold them into this one).",
+            ]
+        );
+        assert_eq!(
+            section(&text, "Write the summary in exactly this form:"),
+            [
+                "=== COMPACTED CONTEXT ===",
+                "Task: <current task>",
+                "Progress: <what has been done>",
+                "Current state: <where the work stands>",
+                "Key files: <files being modified>",
+                "Blockers: <issues met, or none>",
+                "Next step: <what to do next>",
+                "=== END COMPACTED ===",
+            ]
+        );
+    }
 }

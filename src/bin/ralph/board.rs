@@ -50,8 +50,11 @@ pub(crate) enum TaskCommand {
         /// The task.
         id: Option<String>,
     },
-    /// Accept every done task.
-    Accept,
+    /// Accept done tasks in a verifier's place (default: every done task).
+    Accept {
+        /// The tasks.
+        ids: Vec<String>,
+    },
     /// Reject a done task; the reason goes into its next attempt's prompt.
     Reject {
         /// Why. With two arguments, the first is the task.
@@ -560,9 +563,15 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             ralph.mark_done(&id).await?;
             out!("{id} done");
         }
-        TaskCommand::Accept => {
+        TaskCommand::Accept { ids } if ids.is_empty() => {
             let accepted = ralph.accept_done().await?;
             out!("accepted {}", accepted.len());
+        }
+        TaskCommand::Accept { ids } => {
+            for id in ids.into_iter().map(TaskId::from) {
+                ralph.accept(&id).await?;
+                out!("{id} accepted");
+            }
         }
         TaskCommand::Reject { args } => {
             let (id, reason) = match args.as_slice() {

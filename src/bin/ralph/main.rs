@@ -161,7 +161,8 @@ struct ConstructArgs {
     /// The spec (relative to the current directory, inside the workspace). Without it:
     /// resume the spec on record.
     spec: Option<PathBuf>,
-    /// The stage timeout (`90s`, `5m`), over ralph.toml.
+    /// The stage timeout (`90s`, `5m`; a bare number is milliseconds, as in seed 000's
+    /// `--timeout 300000`), over ralph.toml.
     #[arg(long, value_parser = positive_duration)]
     timeout: Option<Duration>,
     /// Stop after this many iterations (at least 1), over ralph.toml.
@@ -232,9 +233,14 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
     }
 }
 
-/// A duration longer than zero, as `90s` or `5m`.
+/// A duration longer than zero, as `90s` or `5m`, or a bare number of milliseconds (seed
+/// 000 writes `--timeout 300000`; humantime refuses a number without its unit).
 fn positive_duration(text: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(text) {
+    let parsed = match text.trim().parse::<u64>() {
+        Ok(millis) => Ok(Duration::from_millis(millis)),
+        Err(_) => humantime::parse_duration(text),
+    };
+    match parsed {
         Ok(d) if d.is_zero() => Err("must be longer than zero".into()),
         Ok(d) => Ok(d),
         Err(e) => Err(e.to_string()),
