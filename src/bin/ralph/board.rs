@@ -21,7 +21,8 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 pub(crate) enum Query {
     /// The stage: INVESTIGATE, BUILD, VERIFY, DECOMPOSE or COMPLETE; NONE before any run.
     Stage,
-    /// The iteration number.
+    /// The iteration number: the one running or to run next (0 before any run); once the
+    /// spec is complete, the one that completed it.
     Iteration,
     /// The next action and its item, as JSON (action `none` before any run).
     Next,
@@ -267,7 +268,7 @@ fn construct_status(ralph: &Ralph, board: &Board, workspace: &Path) -> Result<Op
     out!(
         "stage {}, iteration {}",
         stage_name(board.stage()),
-        board.run.iteration
+        iteration_shown(board)
     );
     if let Some(spec) = &board.run.spec {
         out!("spec {spec}");
@@ -451,7 +452,7 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
     match what {
         Query::Stage if no_run(&board) => out!("{NO_RUN}"),
         Query::Stage => out!("{}", stage_name(board.stage())),
-        Query::Iteration => out!("{}", board.run.iteration),
+        Query::Iteration => out!("{}", iteration_shown(&board)),
         Query::Next if no_run(&board) => {
             out!("{}", serde_json::json!({"action": "none", "item": null}))
         }
@@ -691,6 +692,15 @@ pub(crate) async fn repair(workspace: &Path, adopt: bool) -> Result<()> {
         out!("{repair}");
     }
     Ok(())
+}
+
+/// The iteration to show: the one running, or to run next; once the spec is complete, the
+/// one that completed it (the counter has moved on to one that will never run).
+fn iteration_shown(board: &Board) -> u32 {
+    match board.stage() {
+        Stage::Complete if board.run.iteration > 1 => board.run.iteration - 1,
+        _ => board.run.iteration,
+    }
 }
 
 fn stage_name(stage: Stage) -> String {
