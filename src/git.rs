@@ -234,6 +234,26 @@ impl Git {
         Ok(non_empty(out))
     }
 
+    /// The newest commit after `since` up to `HEAD` whose subject is `subject`, if any
+    /// (`git log since..HEAD`).
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails (e.g. `since` is not a commit here).
+    pub async fn commit_with_subject(
+        &self,
+        since: &str,
+        subject: &str,
+    ) -> Result<Option<String>, GitError> {
+        let range = format!("{since}..HEAD");
+        let out = self.run(&["log", "--format=%H %s", &range]).await?;
+        Ok(out
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .find(|(_, s)| *s == subject)
+            .map(|(sha, _)| sha.to_owned()))
+    }
+
     /// Where this directory is inside the work tree: its path from the top, with a
     /// trailing `/` (`sub/dir/`), or empty at the top.
     ///

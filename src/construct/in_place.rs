@@ -58,13 +58,22 @@ impl Engine {
             return Ok(attempt);
         };
         let started = home.noted()?.map(|turn| turn.head);
-        let commit = match home
-            .commit_turn(&format!("{}: {}", task.id, task.name))
-            .await?
-        {
+        let message = format!("{}: {}", task.id, task.name);
+        let commit = match home.commit_turn(&message).await? {
             Some(commit) => Some(commit),
-            // Nothing left to commit: the agent committed the work itself, on the branch.
-            None => Some(home.head().to_owned()).filter(|head| Some(head) != started.as_ref()),
+            None => match started.filter(|start| start != home.head()) {
+                // Nothing left to commit, and the branch moved since the turn began: ralph
+                // committed the work before a run that stopped short of recording it (its
+                // message says so, whatever the user committed since), or else the agent
+                // committed it itself.
+                Some(start) => Some(
+                    match home.git().commit_with_subject(&start, &message).await? {
+                        Some(ours) => ours,
+                        None => home.head().to_owned(),
+                    },
+                ),
+                None => None,
+            },
         };
         if let Some(commit) = &commit {
             self.emit(Event::TaskMerged {

@@ -528,3 +528,53 @@ async fn a_task_whose_commit_left_the_branch_is_built_again_not_accepted() {
             .any(|r| r.role == Role::Build && r.subject.as_deref() == Some("t-1"))
     );
 }
+
+/// Re-audit N2: ralph committed t-1, then its record could not be written (an agent had
+/// forged a line of plan.jsonl); the person committed something of their own and repaired
+/// the file. When the next run finds nothing left to commit for t-1, t-1's commit is the
+/// one ralph made for it, not the newest commit on the branch.
+#[tokio::test]
+async fn a_task_committed_before_its_record_was_cut_short_keeps_its_own_commit() {
+    let dir = repo();
+    let forged = "{\"t\":\"task\",\"id\":\"t-2\",\"name\":\"Write two.txt\",\"s\":\"a\"}\n";
+    let first = two_tasks().on(
+        Role::Build,
+        "t-1",
+        writes("one.txt").append(".ralph/plan.jsonl", forged),
+    );
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(first)
+        .stage_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    ralph
+        .construct("spec.md")
+        .await
+        .expect_err("the forgery stops the run");
+    drop(ralph);
+    assert_eq!(log(dir.path())[0], "t-1: Write one.txt");
+    let ours = git_ok(dir.path(), &["rev-parse", "HEAD"]).trim().to_owned();
+    std::fs::write(dir.path().join("notes.txt"), "mine\n").unwrap();
+    git_ok(dir.path(), &["add", "notes.txt"]);
+    commit(dir.path(), "fix");
+
+    let second = two_tasks().on(Role::Build, "t-1", writes("one.txt")).on(
+        Role::Build,
+        "t-2",
+        writes("two.txt"),
+    );
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(second)
+        .stage_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    ralph.repair(false).await.expect("repaired");
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let board = ralph.board().await.unwrap();
+    assert_eq!(board.tasks["t-1"].commit.as_deref(), Some(ours.as_str()));
+    assert_eq!(log(dir.path())[..2], ["t-2: Write two.txt", "fix"]);
+}
