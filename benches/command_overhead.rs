@@ -12,7 +12,8 @@
 //! - **Startup**: `ralph construct` again on the finished workspace (load, lock, sweep, the
 //!   verdict), which a run pays once, not per agent run.
 //!
-//! `(run - startup - bare) / agent runs` is ralph's overhead per agent run. Its parts: the
+//! `(run - startup - bare) / agent runs`, the median over rounds of each round's own
+//! difference, is ralph's overhead per agent run. Its parts: the
 //! `fdatasync`s that "nothing lost" needs (traced and timed with `strace` when it is there:
 //! their count per run times the median one in a run; an append's `fdatasync` alone in the
 //! same folder is shown beside it, and is cheaper) and the rest (supervision, parsing,
@@ -39,7 +40,7 @@ fn tasks() -> usize {
 
 /// Runs of each kind, for medians.
 fn rounds() -> usize {
-    if common::measuring() { 7 } else { 1 }
+    if common::measuring() { 11 } else { 1 }
 }
 
 fn main() {
@@ -50,16 +51,24 @@ fn main() {
     let mut startup = Vec::new();
     let mut bare = Vec::new();
     let mut git = Vec::new();
+    // Each round's own difference: the machine's pace drifts between rounds more than
+    // within one, and a median of differences follows it where a difference of medians
+    // mixes rounds.
+    let mut overheads = Vec::new();
     for _ in 0..rounds() {
         let ws = workspace(n, false);
-        plain.push(time_construct(&ralph, ws.path()));
-        startup.push(time_construct(&ralph, ws.path()));
-        bare.push(time_bare(ws.path(), n));
+        let run = time_construct(&ralph, ws.path());
+        let start = time_construct(&ralph, ws.path());
+        let agents = time_bare(ws.path(), n);
+        overheads.push(run.saturating_sub(start).saturating_sub(agents));
+        plain.push(run);
+        startup.push(start);
+        bare.push(agents);
         let repo = workspace(n, true);
         git.push(time_construct(&ralph, repo.path()));
     }
     let (plain, startup, bare, git) = (median(plain), median(startup), median(bare), median(git));
-    let overhead = (plain.saturating_sub(startup).saturating_sub(bare)).as_secs_f64() / runs as f64;
+    let overhead = median(overheads).as_secs_f64() / runs as f64;
     // The syncs as the run makes them: a small append's fdatasync alone on a quiet file
     // (`time_sync`) is cheaper than one amid the run's other writes.
     let syncs = trace_syncs(&ralph, n);
