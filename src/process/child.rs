@@ -107,7 +107,6 @@ impl SupervisedChild {
         stdout: Stdio,
         stderr: Stdio,
     ) -> Result<Self, ProcessError> {
-        check_cwd(spec)?;
         let spawn_error = |source| ProcessError::Spawn {
             program: spec.program_name(),
             source,
@@ -119,7 +118,9 @@ impl SupervisedChild {
         sys::before_spawn();
         let cookie = sys::new_cookie();
         let mut command = command(spec, &cookie, stdout, stderr);
-        let mut child = command.spawn().map_err(spawn_error)?;
+        let mut child = command
+            .spawn()
+            .map_err(|e| check_cwd(spec).err().unwrap_or_else(|| spawn_error(e)))?;
         // The command holds the parent's copies of any output pipe's write end; EOF can
         // only come once they are closed.
         drop(command);
@@ -321,8 +322,9 @@ fn command(spec: &ProcessSpec, cookie: &Arc<str>, stdout: Stdio, stderr: Stdio) 
     command
 }
 
-/// Checked up front because a spawn in a missing directory fails with the same
-/// `NotFound` as a missing program, and the error should say which it was.
+/// Asked when a spawn failed: in a missing directory it fails with the same `NotFound` as
+/// a missing program, and the error should say which it was. (Not asked before every
+/// spawn: the directory nearly always exists, and each agent run would pay a `stat`.)
 fn check_cwd(spec: &ProcessSpec) -> Result<(), ProcessError> {
     let Some(cwd) = &spec.cwd else {
         return Ok(());
