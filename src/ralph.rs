@@ -204,7 +204,32 @@ impl Ralph {
     /// git command, so dropping the future loses at most the step in progress.
     pub async fn build_specs(&self) -> Result<crate::outcome::SpecsOutcome, Error> {
         let _guard = self.guard()?;
-        crate::specs::build::run(self.inner.clone()).await
+        crate::specs::build::run(self.inner.clone(), None).await
+    }
+
+    #[cfg(feature = "specs")]
+    /// Build mode with one spec built again (`ralph build --force SPEC`; seed 002's "skip
+    /// a done spec unless forced"): the spec `spec` names (its id, or its `file` as written
+    /// in `implementation.json`) and every task of it go back to pending, with what the
+    /// earlier build recorded cleared (attempts, failures, the verdict, `completedAt`), and
+    /// the file is saved; then the run goes on as [`build_specs`](Self::build_specs). Its
+    /// plan in `.ralph/plans/` is kept (delete it to have it planned again). The spec's
+    /// second completion is a commit and a `PROGRESS.md` entry of its own.
+    ///
+    /// ```no_run
+    /// # async fn f(ralph: ralph::Ralph) -> Result<(), ralph::Error> {
+    /// let outcome = ralph.rebuild("greeter").await?;
+    /// println!("{outcome}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`SpecsError::UnknownSpec`](crate::specs::SpecsError::UnknownSpec) when the file has
+    /// no such spec (nothing is changed); otherwise as [`build_specs`](Self::build_specs).
+    pub async fn rebuild(&self, spec: &str) -> Result<crate::outcome::SpecsOutcome, Error> {
+        let _guard = self.guard()?;
+        crate::specs::build::run(self.inner.clone(), Some(spec.to_owned())).await
     }
 
     #[cfg(feature = "specs")]

@@ -207,8 +207,8 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
     Ok(0)
 }
 
-/// `ralph build`.
-pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
+/// `ralph build [--force SPEC]`.
+pub(crate) async fn build(workspace: &Path, force: Option<&str>, flags: RunFlags) -> Result<u8> {
     let lines = display::observer(flags.json);
     let ralph = builder(workspace, &flags, &lines).await?.build()?;
     if flags.dry_run {
@@ -216,10 +216,11 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
         return Ok(0);
     }
     let interrupts = interrupts(&ralph)?;
-    let outcome = ralph
-        .build_specs()
-        .await
-        .inspect_err(|e| display::after_hook_failure(&lines, e))?;
+    let run = match force {
+        Some(spec) => ralph.rebuild(spec).await,
+        None => ralph.build_specs().await,
+    };
+    let outcome = run.inspect_err(|e| display::after_hook_failure(&lines, e))?;
     let next = crate::next::after_build(&outcome, &build_again(workspace, &flags));
     if flags.json {
         display::json_next(&next);
