@@ -148,6 +148,43 @@ impl Ralph {
         self.run(None).await
     }
 
+    /// Seed 000's `plan` mode (`ralph construct --plan-only`): the construct loop up to its
+    /// first BUILD, so that a person can read and edit the task list before any code is
+    /// written. On `spec` (a fresh board seeds it as the issue `i-1`), or the spec on record
+    /// when `None`; every open issue is investigated into tasks (a killed investigator's or
+    /// task's work decomposed), prioritized, and the run returns
+    /// [`Outcome::Planned`]. A later [`construct`](Self::construct) or
+    /// [`resume`](Self::resume) builds the tasks as they then stand. On a board already
+    /// planned it runs no agent and returns `Planned` at once.
+    ///
+    /// ```
+    /// use ralph::{FakeAgent, MemoryStore, Outcome, Ralph, Role};
+    /// use ralph::agent::Script;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("spec.md"), "# Greeter\n")?;
+    /// let agent = FakeAgent::new().on(
+    ///     Role::Investigate,
+    ///     "i-1",
+    ///     Script::new().json(serde_json::json!({"tasks": [{"name": "Write greet.sh", "accept": "it greets"}]})),
+    /// );
+    /// let ralph = Ralph::builder().workspace(dir.path()).agent(agent).store(MemoryStore::new()).build()?;
+    /// let outcome = ralph.construct_plan(Some("spec.md".as_ref())).await?;
+    /// assert_eq!(outcome, Outcome::Planned { tasks: 1 });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`construct`](Self::construct) (or [`resume`](Self::resume) without a spec).
+    pub async fn construct_plan(&self, spec: Option<&Path>) -> Result<Outcome, Error> {
+        let _guard = self.guard()?;
+        crate::construct::run(self.inner.clone(), spec, true).await
+    }
+
     #[cfg(feature = "specs")]
     /// Plan mode (seed 004): the agent, in the read-only [`Role::Breakdown`](crate::Role::Breakdown),
     /// reads the markdown `specs` (paths relative to the workspace, inside `[planning]
@@ -339,7 +376,7 @@ impl Ralph {
 
     async fn run(&self, spec: Option<&Path>) -> Result<Outcome, Error> {
         let _guard = self.guard()?;
-        crate::construct::run(self.inner.clone(), spec).await
+        crate::construct::run(self.inner.clone(), spec, false).await
     }
 }
 

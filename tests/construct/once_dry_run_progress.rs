@@ -637,3 +637,69 @@ fn old_plan_lines_without_the_new_fields_still_load() {
         "{line}"
     );
 }
+
+/// Seed 000's `plan` mode: `construct_plan` seeds the spec, investigates it into tasks and
+/// stops before BUILD (no build agent ran), so a person can change the list; a second call
+/// on the planned board runs no agent; `construct` then builds the tasks as the person left
+/// them (the task added by hand included) without investigating the spec again.
+#[tokio::test]
+async fn plan_only_stops_after_investigate_and_construct_builds_the_edited_plan() {
+    let dir = workspace(SPEC);
+    let build = |agent: &Arc<FakeAgent>| {
+        Ralph::builder()
+            .workspace(dir.path())
+            .agent(agent.clone())
+            .stage_timeout(Duration::from_secs(20))
+            .build()
+            .unwrap()
+    };
+    let agent = Arc::new(FakeAgent::new().on(
+        Role::Investigate,
+        "i-1",
+        tasks(&[
+            ("Write a.txt", "a.txt exists"),
+            ("Write b.txt", "b.txt exists"),
+        ]),
+    ));
+    let ralph = build(&agent);
+    let outcome = ralph
+        .construct_plan(Some("spec.md".as_ref()))
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Planned { tasks: 2 });
+    assert_eq!(outcome.exit_code(), 0);
+    assert!(
+        outcome
+            .to_string()
+            .contains("2 tasks to build; nothing was built"),
+        "{outcome}"
+    );
+    assert_eq!(agent.requests().len(), 1, "only the investigator ran");
+    let board = ralph.board().await.unwrap();
+    assert_eq!(board.stage(), Stage::Build);
+    assert_eq!(board.remaining_tasks().count(), 2);
+    // The person adds a task of their own before anything is built.
+    ralph
+        .add_task(ralph::model::Task::new("t-9", "Write c.txt").with_acceptance("c.txt exists"))
+        .await
+        .unwrap();
+    // Planned already: a second plan-only run starts no agent.
+    assert_eq!(
+        ralph.construct_plan(None).await.unwrap(),
+        Outcome::Planned { tasks: 3 }
+    );
+    assert_eq!(agent.requests().len(), 1);
+    drop(ralph);
+
+    let agent = Arc::new(
+        FakeAgent::new()
+            .always(Role::Build, done())
+            .always(Role::Verify, accept("fine"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    let outcome = build(&agent).construct("spec.md").await.unwrap();
+    assert_eq!(complete(&outcome).1, 3, "{outcome}");
+    let roles: Vec<Role> = agent.requests().iter().map(|r| r.role).collect();
+    assert!(!roles.contains(&Role::Investigate), "{roles:?}");
+    assert_eq!(builds(&agent).len(), 3);
+}

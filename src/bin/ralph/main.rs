@@ -171,6 +171,11 @@ struct ConstructArgs {
     /// Stop after this many iterations (at least 1), over ralph.toml.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: Option<u32>,
+    /// Stop before the first BUILD: investigate the spec (and any open issue) into tasks,
+    /// then stop, so you can read them (`ralph status`) and change them (`ralph task`)
+    /// before any code is written. `ralph construct` then builds them.
+    #[arg(long)]
+    plan_only: bool,
     #[command(flatten)]
     run: RunFlags,
 }
