@@ -24,7 +24,7 @@
 //! |---|---|
 //! | `task` | `spec`, `task` (a [`TaskEntry`](crate::specs::TaskEntry): `id`, `description`…), `criteria` (the task's acceptance criteria, or a default), `completed` (the spec's last 10 completed tasks), `completed_earlier` (how many it completed before those), `plan` (the active plan's text), `gates` (names) |
 //! | `task_retry` | as `task`, plus `attempt` (this session's number for the task) and `failure` (the previous failure, bounded) |
-//! | `planner` | `spec`, `spec_text`, `workspace`, `spec_path`, `ralph_home` (`.ralph`), `log_dir` (the spec's run logs), `plan_path`, `scratchpad_path`, `phrase` (the magic phrase), `scratchpad` (its content, bounded), `previous_plan` and `reason` (when re-planning) |
+//! | `planner` | `spec`, `spec_text`, `workspace`, `spec_path`, `ralph_home` (`.ralph`), `log_dir` (the spec's run logs), `plan_path`, `scratchpad_path` (`.ralph/SCRATCHPAD.md`), `phrase` (the magic phrase), `scratchpad` (its content, bounded), `scratchpad_bytes` (the bound), `previous_plan` and `reason` (when re-planning) |
 //! | `spec_verify` | `spec`, `spec_text`, `plan`, `changes` (`git status` lines of the uncommitted work) |
 //! | `plan_mode` | `specs` (`file`, `text`), `existing` (`id`, `file`, `status`, `completed`: descriptions) |
 
