@@ -540,3 +540,103 @@ async fn nested_specs_are_mirrored_and_escaping_specs_refused() {
         assert!(agent.requests().is_empty(), "{file}");
     }
 }
+
+/// Seed 002: the planner must not modify code. ralph holds it, whatever the agent's own
+/// read-only mode: a planner that changed a tracked file and wrote a new one fails its
+/// round (its plan is not used) and what it wrote is set aside in a stash entry; an
+/// ignored path it wrote (`build/`) and the user's own untracked file from before the run
+/// are left alone. The next, clean, round plans.
+#[tokio::test]
+async fn a_planner_that_writes_fails_and_its_writes_are_set_aside() {
+    let ws = workspace(&[("specs/a.md", SPEC)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh"])]);
+    git(dir, &["add", "-A"]);
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "plan",
+        ],
+    );
+    write(dir, "mine.txt", "the user's own notes\n");
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(
+                Role::Planner,
+                "a",
+                Script::new()
+                    .write("specs/a.md", "# Rewritten by the planner\n")
+                    .write("src/hack.rs", "fn main() {}\n")
+                    .write("build/cache.bin", "ignored\n")
+                    .answer("# Plan: a\n1. ignore the spec\n\nPLAN_COMPLETE"),
+            )
+            // The same plan round: a failed round is retried under its number.
+            .on(Role::Planner, "a", planner("# Plan: a\n1. greet.sh"))
+            .on(Role::Build, "a-1", done())
+            .on(Role::Verify, "a", accept()),
+    );
+    let recorder = Recorder::default();
+    let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
+    let outcome = ralph.build_specs().await.unwrap();
+    assert_eq!(specs_complete(&outcome), (1, 1));
+    assert_eq!(prompts(&agent, Role::Planner).len(), 2);
+
+    assert_eq!(
+        std::fs::read_to_string(dir.join("specs/a.md")).unwrap(),
+        SPEC
+    );
+    assert!(!dir.join("src/hack.rs").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("build/cache.bin")).unwrap(),
+        "ignored\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("mine.txt")).unwrap(),
+        "the user's own notes\n"
+    );
+    let plan = std::fs::read_to_string(dir.join("specs/plans/a.md")).unwrap();
+    assert!(
+        plan.contains("1. greet.sh") && !plan.contains("ignore the spec"),
+        "{plan}"
+    );
+    let stash = git(dir, &["stash", "list"]);
+    assert!(
+        stash.contains("ralph: what the read-only planner of a wrote"),
+        "{stash}"
+    );
+    let kept = git(
+        dir,
+        &[
+            "stash",
+            "show",
+            "--include-untracked",
+            "--name-only",
+            "stash@{0}",
+        ],
+    );
+    assert!(
+        kept.contains("specs/a.md") && kept.contains("src/hack.rs"),
+        "{kept}"
+    );
+    assert!(
+        !kept.contains("mine.txt") && !kept.contains("build/"),
+        "{kept}"
+    );
+    let warnings = recorder.warnings();
+    assert!(
+        warnings.iter().any(|w| {
+            let m = w["message"].as_str().unwrap();
+            m.contains("the read-only planner of a changed the work tree")
+                && m.contains("specs/a.md, src/hack.rs")
+        }),
+        "{warnings:?}"
+    );
+    assert_eq!(load(dir).specs[0].attempts, 1, "the broken round counts");
+}
