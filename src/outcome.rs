@@ -110,6 +110,14 @@ pub enum Outcome {
         /// Work not yet accepted, counted as for [`MaxIterations`](Self::MaxIterations).
         remaining: usize,
     },
+    /// The run was asked to stop once the board is planned
+    /// ([`Ralph::construct_plan`](crate::Ralph::construct_plan), `ralph construct
+    /// --plan-only`; seed 000's `plan` mode): every open issue is investigated into tasks
+    /// and nothing was built. Read and edit the tasks, then construct to build them.
+    Planned {
+        /// Tasks not yet accepted (waiting to be built, or blocked).
+        tasks: usize,
+    },
     /// A person wrote `RALPH_DONE` in the progress file's Status section
     /// ([`ProgressStore`](crate::store::ProgressStore)) while work remained: the loop stopped
     /// as asked, but the work is not complete by ralph's verdict (the tasks left were never
@@ -155,7 +163,7 @@ impl Outcome {
     /// person must look), 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Outcome::Complete { .. } | Outcome::Once { .. } => 0,
+            Outcome::Complete { .. } | Outcome::Once { .. } | Outcome::Planned { .. } => 0,
             Outcome::MaxIterations { .. }
             | Outcome::Declared { .. }
             | Outcome::BudgetExhausted { .. } => 2,
@@ -180,6 +188,7 @@ impl Outcome {
             Outcome::Complete { .. }
             | Outcome::MaxIterations { .. }
             | Outcome::Once { .. }
+            | Outcome::Planned { .. }
             | Outcome::Declared { .. }
             | Outcome::Interrupted => false,
         }
@@ -221,6 +230,12 @@ impl fmt::Display for Outcome {
             } => write!(
                 f,
                 "Stopped after one iteration (once): iteration {iteration} finished. Tasks remaining: {remaining}"
+            ),
+            Outcome::Planned { tasks } => write!(
+                f,
+                "Planned: the open issues are investigated into {tasks} {} to build; nothing \
+                 was built (plan only)",
+                plural(*tasks, "task", "tasks")
             ),
             Outcome::Declared { remaining } => write!(
                 f,

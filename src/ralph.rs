@@ -148,6 +148,43 @@ impl Ralph {
         self.run(None).await
     }
 
+    /// Seed 000's `plan` mode (`ralph construct --plan-only`): the construct loop up to its
+    /// first BUILD, so that a person can read and edit the task list before any code is
+    /// written. On `spec` (a fresh board seeds it as the issue `i-1`), or the spec on record
+    /// when `None`; every open issue is investigated into tasks (a killed investigator's or
+    /// task's work decomposed), prioritized, and the run returns
+    /// [`Outcome::Planned`]. A later [`construct`](Self::construct) or
+    /// [`resume`](Self::resume) builds the tasks as they then stand. On a board already
+    /// planned it runs no agent and returns `Planned` at once.
+    ///
+    /// ```
+    /// use ralph::{FakeAgent, MemoryStore, Outcome, Ralph, Role};
+    /// use ralph::agent::Script;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("spec.md"), "# Greeter\n")?;
+    /// let agent = FakeAgent::new().on(
+    ///     Role::Investigate,
+    ///     "i-1",
+    ///     Script::new().json(serde_json::json!({"tasks": [{"name": "Write greet.sh", "accept": "it greets"}]})),
+    /// );
+    /// let ralph = Ralph::builder().workspace(dir.path()).agent(agent).store(MemoryStore::new()).build()?;
+    /// let outcome = ralph.construct_plan(Some("spec.md".as_ref())).await?;
+    /// assert_eq!(outcome, Outcome::Planned { tasks: 1 });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`construct`](Self::construct) (or [`resume`](Self::resume) without a spec).
+    pub async fn construct_plan(&self, spec: Option<&Path>) -> Result<Outcome, Error> {
+        let _guard = self.guard()?;
+        crate::construct::run(self.inner.clone(), spec, true).await
+    }
+
     #[cfg(feature = "specs")]
     /// Plan mode (seed 004): the agent, in the read-only [`Role::Breakdown`](crate::Role::Breakdown),
     /// reads the markdown `specs` (paths relative to the workspace, inside `[planning]
@@ -204,7 +241,32 @@ impl Ralph {
     /// git command, so dropping the future loses at most the step in progress.
     pub async fn build_specs(&self) -> Result<crate::outcome::SpecsOutcome, Error> {
         let _guard = self.guard()?;
-        crate::specs::build::run(self.inner.clone()).await
+        crate::specs::build::run(self.inner.clone(), None).await
+    }
+
+    #[cfg(feature = "specs")]
+    /// Build mode with one spec built again (`ralph build --force SPEC`; seed 002's "skip
+    /// a done spec unless forced"): the spec `spec` names (its id, or its `file` as written
+    /// in `implementation.json`) and every task of it go back to pending, with what the
+    /// earlier build recorded cleared (attempts, failures, the verdict, `completedAt`), and
+    /// the file is saved; then the run goes on as [`build_specs`](Self::build_specs). Its
+    /// plan in `.ralph/plans/` is kept (delete it to have it planned again). The spec's
+    /// second completion is a commit and a `PROGRESS.md` entry of its own.
+    ///
+    /// ```no_run
+    /// # async fn f(ralph: ralph::Ralph) -> Result<(), ralph::Error> {
+    /// let outcome = ralph.rebuild("greeter").await?;
+    /// println!("{outcome}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`SpecsError::UnknownSpec`](crate::specs::SpecsError::UnknownSpec) when the file has
+    /// no such spec (nothing is changed); otherwise as [`build_specs`](Self::build_specs).
+    pub async fn rebuild(&self, spec: &str) -> Result<crate::outcome::SpecsOutcome, Error> {
+        let _guard = self.guard()?;
+        crate::specs::build::run(self.inner.clone(), Some(spec.to_owned())).await
     }
 
     #[cfg(feature = "specs")]
@@ -314,7 +376,7 @@ impl Ralph {
 
     async fn run(&self, spec: Option<&Path>) -> Result<Outcome, Error> {
         let _guard = self.guard()?;
-        crate::construct::run(self.inner.clone(), spec).await
+        crate::construct::run(self.inner.clone(), spec, false).await
     }
 }
 

@@ -222,6 +222,7 @@ pub struct Config {
     /// | `thread_verify` | a thread's read-only verifier of one acceptance criterion |
     /// | `thread_assess` | a thread's AI review of its spec (Assessing) |
     /// | `thread_draft` | a thread's Drafting conversation |
+    /// | `thread_polish` | a thread's Polishing run (docs, tests, cleanup) |
     pub prompts: BTreeMap<String, PathBuf>,
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
     pub claude: ClaudeConfig,

@@ -253,7 +253,7 @@ fn is_progress_file(path: &Path) -> bool {
 
 /// The prompt templates a `[prompts]` entry can replace, by name: the keys of
 /// [`Config::prompts`](super::Config::prompts).
-pub(crate) const TEMPLATES: [&str; 15] = [
+pub(crate) const TEMPLATES: [&str; 16] = [
     "build",
     "retry",
     "investigate",
@@ -269,6 +269,7 @@ pub(crate) const TEMPLATES: [&str; 15] = [
     "thread_verify",
     "thread_assess",
     "thread_draft",
+    "thread_polish",
 ];
 
 /// `[context]`: the three context-pressure tiers, as fractions of the model's window

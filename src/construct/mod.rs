@@ -71,9 +71,20 @@ pub(crate) enum Flow {
 /// # Errors
 ///
 /// The run's error, else a required hook's failure ([`Error::Hook`]).
-pub(crate) async fn run(ctx: Arc<Context>, spec: Option<&Path>) -> Result<Outcome, Error> {
+///
+/// With `plan_only` the run stops before the first BUILD (seed 000's `plan` mode): the
+/// spec seeded and its issues investigated into tasks, which a person can then read and
+/// edit before any code is written.
+pub(crate) async fn run(
+    ctx: Arc<Context>,
+    spec: Option<&Path>,
+    plan_only: bool,
+) -> Result<Outcome, Error> {
     let (result, engine) = match Engine::start(ctx.clone(), spec).await {
-        Ok(mut engine) => (engine.run().await, Some(engine)),
+        Ok(mut engine) => {
+            engine.plan_only = plan_only;
+            (engine.run().await, Some(engine))
+        }
         Err(e) => (Err(e), None),
     };
     let emitter = match &engine {
@@ -114,6 +125,8 @@ pub(crate) struct Engine {
     /// The user's branch, where each task's work lands as a commit; `None` outside a git
     /// repository (nothing is committed then).
     home: Option<Home>,
+    /// Stop once the board is planned, before any BUILD ([`run`]'s `plan_only`).
+    plan_only: bool,
 }
 
 impl Engine {
@@ -162,6 +175,7 @@ impl Engine {
             iteration_started: (std::time::Instant::now(), now_rfc3339()),
             check_failed: false,
             home,
+            plan_only: false,
         };
         // One task at a time is built in the user's own work tree and committed there:
         // refused before anything runs if the user's uncommitted edits would be mixed in.
@@ -237,6 +251,13 @@ impl Engine {
             let stage = self.board.stage();
             if let Some(outcome) = self.outcome_at(stage) {
                 return Ok(self.finish(outcome).await);
+            }
+            if self.plan_only && !matches!(stage, Stage::Investigate | Stage::Decompose) {
+                // Only the stages that make tasks ran: what is left is building them.
+                let planned = Outcome::Planned {
+                    tasks: self.board.remaining_tasks().count(),
+                };
+                return Ok(self.finish(planned).await);
             }
             if self.config().once && self.board.run.iteration > self.first_iteration {
                 let once = Outcome::Once {

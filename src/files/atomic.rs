@@ -85,6 +85,14 @@ fn temp_prefix(path: &Path) -> OsString {
     prefix
 }
 
+/// A pathspec (git's wildcard) of every temp file a [`replace`] of `path` makes, beside it:
+/// what to leave out when looking for files someone else wrote while ralph writes `path`.
+pub(crate) fn temp_pattern(path: &Path) -> PathBuf {
+    let mut name = temp_prefix(path);
+    name.push("*.tmp");
+    dir_of(path).join(name)
+}
+
 /// `.<name>.<pid>.<n>.tmp`, unique across processes (pid) and calls (counter).
 fn temp_path(path: &Path) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -14,6 +14,7 @@
 //! | `thread` | `title`, `iteration`, `max_iterations`, `promise`, `attempts` (the last few: `iteration`, `summary`, `failed`), `failed` (criteria that failed last time), `feedback` (the reviewer's latest text from `send-back`, if any) — `spec.text` is the thread's spec |
 //! | `thread_verify` | `title`, `criterion` — `spec.text` is the thread's spec |
 //! | `thread_assess` | `title`, `spec_version`, `problems` (what ralph's own parse of the spec found) — `spec.text` is the thread's spec |
+//! | `thread_polish` | `title`, `promise`, `criteria` (their texts), `failed` (what the last polish or round left failing) — `spec.text` is the thread's spec |
 //! | `thread_draft` | `title`, `spec_version`, `problems`, `turns` (the last 20 of the conversation: `by`, `text`), `earlier` (how many older turns are not shown), `message` (the person's) — `spec.text` is the thread's spec |
 //!
 //! Build mode over `implementation.json` (seeds 004 and 002) has its own templates; there
@@ -24,7 +25,7 @@
 //! |---|---|
 //! | `task` | `spec`, `task` (a [`TaskEntry`](crate::specs::TaskEntry): `id`, `description`…), `criteria` (the task's acceptance criteria, or a default), `completed` (the spec's last 10 completed tasks), `completed_earlier` (how many it completed before those), `plan` (the active plan's text), `gates` (names) |
 //! | `task_retry` | as `task`, plus `attempt` (this session's number for the task) and `failure` (the previous failure, bounded) |
-//! | `planner` | `spec`, `spec_text`, `workspace`, `spec_path`, `ralph_home` (`.ralph`), `log_dir` (the spec's run logs), `plan_path`, `scratchpad_path`, `phrase` (the magic phrase), `scratchpad` (its content, bounded), `previous_plan` and `reason` (when re-planning) |
+//! | `planner` | `spec`, `spec_text`, `workspace`, `spec_path`, `ralph_home` (`.ralph`), `log_dir` (the spec's run logs), `plan_path`, `scratchpad_path` (`.ralph/SCRATCHPAD.md`), `phrase` (the magic phrase), `scratchpad` (its content, bounded), `scratchpad_bytes` (the bound), `previous_plan` and `reason` (when re-planning) |
 //! | `spec_verify` | `spec`, `spec_text`, `plan`, `changes` (`git status` lines of the uncommitted work) |
 //! | `plan_mode` | `specs` (`file`, `text`), `existing` (`id`, `file`, `status`, `completed`: descriptions) |
 
@@ -53,6 +54,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("thread_verify", include_str!("templates/thread_verify.md")),
     ("thread_assess", include_str!("templates/thread_assess.md")),
     ("thread_draft", include_str!("templates/thread_draft.md")),
+    ("thread_polish", include_str!("templates/thread_polish.md")),
     ("task", include_str!("templates/task.md")),
     ("task_retry", include_str!("templates/task_retry.md")),
     ("planner", include_str!("templates/planner.md")),

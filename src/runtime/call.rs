@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::deadline::until_deadline;
 use super::error::Error;
 use super::logs::{Emitter, unused};
+use super::read_only::{Guard, Snapshot};
 use super::spend::{self, Budget};
 use crate::agent::is_connection_error;
 use crate::agent::{
@@ -198,6 +199,16 @@ pub(crate) struct Caller {
     /// The run-wide limits and the ledger every run's spend goes to; `None` for a caller
     /// no pipeline gave one (a library user's own).
     budget: Option<Budget>,
+    /// ralph's own paths in the workspace (relative to it), which a read-only run's check
+    /// leaves out: ralph may write them while such a run goes on.
+    kept_out: Arc<Vec<String>>,
+    /// The check of read-only runs ([`read_only`](super::read_only)), set up at the first
+    /// one; `None` outside a git repository.
+    guard: Arc<tokio::sync::OnceCell<Option<Guard>>>,
+    /// Read-only runs found to have changed the work tree, counted over this caller and
+    /// its clones: verifiers run at once, and a change found after one of them cannot be
+    /// told apart from another's, so every run in flight then fails too.
+    breaches: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Caller {
@@ -217,7 +228,19 @@ impl Caller {
             emitter,
             chosen: Arc::default(),
             budget: None,
+            kept_out: Arc::default(),
+            guard: Arc::default(),
+            breaches: Arc::default(),
         }
+    }
+
+    /// This caller with ralph's own paths `kept_out` (relative to the workspace: its state,
+    /// its logs, a progress file) left out of the read-only runs' check.
+    #[must_use]
+    pub(crate) fn keeping_out(mut self, kept_out: Vec<String>) -> Caller {
+        self.kept_out = Arc::new(kept_out);
+        self.guard = Arc::default();
+        self
     }
 
     /// This caller with every run's spend recorded in `budget`'s ledger, and no run started
@@ -276,6 +299,7 @@ impl Caller {
     pub(crate) fn in_work_tree(&self, work_tree: PathBuf) -> Caller {
         Caller {
             work_tree: Some(work_tree),
+            guard: Arc::default(),
             ..self.clone()
         }
     }
@@ -468,6 +492,7 @@ impl Caller {
             subject = call.subject.as_deref().unwrap_or(""),
             attempt = call.attempt,
         );
+        let before = self.snapshot(call.role).await;
         let outcome = until_deadline(
             call.deadline,
             &token,
@@ -476,6 +501,7 @@ impl Caller {
         )
         .instrument(span)
         .await;
+        let breach = self.breach(call, before).await;
         let run = match outcome {
             Some(result) => result?,
             None => AgentRun::new(AgentExit::Stopped).with_log_path(&log),
@@ -492,7 +518,14 @@ impl Caller {
             log: run.log_path.as_deref().map(|p| self.relative(p)),
         });
         self.record_spend(call, &run);
-        let ending = self.classify(run, call.deadline);
+        let ending = match (self.classify(run, call.deadline), breach) {
+            // The answer of a run that broke the rule is not used; any other ending stands.
+            (Ending::Answer(_), Some(reason)) => Ending::Failed {
+                reason,
+                kind: FailureKind::Attempt,
+            },
+            (ending, _) => ending,
+        };
         Ok(match ending {
             // The cap it ran under was what was left of the run-wide budget: that is spent.
             Ending::Failed {
@@ -504,6 +537,62 @@ impl Caller {
             },
             ending => ending,
         })
+    }
+
+    /// The work tree before a run of `role`, when it is read-only and in a git repository,
+    /// with the count of breaches so far.
+    async fn snapshot(&self, role: Role) -> Option<(&Guard, Snapshot, u64)> {
+        if role.may_write() {
+            return None;
+        }
+        let works_in = self.work_tree.as_ref().unwrap_or(&self.workspace);
+        let guard = self
+            .guard
+            .get_or_init(|| Guard::new(works_in, &self.kept_out))
+            .await
+            .as_ref()?;
+        let breaches = self.breaches.load(std::sync::atomic::Ordering::SeqCst);
+        match guard.snapshot().await {
+            Ok(snapshot) => Some((guard, snapshot, breaches)),
+            Err(e) => {
+                self.emitter.emit(&Event::Warning {
+                    message: format!("the work tree was not checked around a read-only run: {e}"),
+                });
+                None
+            }
+        }
+    }
+
+    /// What the read-only run of `call` did to the work tree since `before`, as its failure
+    /// (said as a warning too); `None` when it changed nothing, and no read-only run beside
+    /// it did.
+    async fn breach(&self, call: &Call, before: Option<(&Guard, Snapshot, u64)>) -> Option<String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (guard, before, breaches) = before?;
+        let run = format!(
+            "the read-only {}{}",
+            call.role,
+            call.subject
+                .as_deref()
+                .map(|s| format!(" of {s}"))
+                .unwrap_or_default()
+        );
+        let reason = match guard.check(&before, &run).await {
+            Ok(Some(breach)) => {
+                self.breaches.fetch_add(1, SeqCst);
+                breach.reason(&run)
+            }
+            Ok(None) if self.breaches.load(SeqCst) == breaches => return None,
+            Ok(None) => format!(
+                "a read-only run beside {run} changed the work tree while it ran; which one \
+                 did cannot be told, so its answer is not used either"
+            ),
+            Err(e) => format!("{run}: the work tree could not be checked after it: {e}"),
+        };
+        self.emitter.emit(&Event::Warning {
+            message: reason.clone(),
+        });
+        Some(reason)
     }
 
     /// Appends the run's spend to the ledger, whatever its end. A ledger that cannot be

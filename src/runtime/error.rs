@@ -111,6 +111,17 @@ pub enum SpecsError {
         /// What is wrong with it.
         reason: String,
     },
+    /// `ralph build --force SPEC` ([`Ralph::rebuild`](crate::Ralph::rebuild)) named a spec
+    /// that `implementation.json` does not have.
+    #[error("{}: no spec {spec:?} to rebuild (its specs: {})", .implementation.display(), .known.join(", "))]
+    UnknownSpec {
+        /// The spec as named (an id or a file).
+        spec: String,
+        /// `implementation.json`.
+        implementation: PathBuf,
+        /// The ids it has.
+        known: Vec<String>,
+    },
     /// A spec build mode was working on is no longer in `implementation.json` (a person
     /// removed it while the run went on).
     #[error("spec {spec} is no longer in {}", .implementation.display())]

@@ -15,6 +15,7 @@
 //! | what every agent run spent, kept append-only, and the run-wide limits | [`spend`] |
 //! | the work trees of tasks built at once, and the removal of a killed run's | [`worktrees`] |
 //! | the user's branch: recorded at the start, checked after every agent run, put back | [`home`] |
+//! | a read-only role's run changes no file of the work tree | [`read_only`] |
 //! | SIGINT, SIGTERM and SIGHUP stop a run the same way | [`interrupt`] |
 //!
 //! Layers: the facade (`Ralph`, `Threads`' public calls) → the pipelines (`construct`,
@@ -33,6 +34,7 @@ pub(crate) mod home;
 pub(crate) mod hooks;
 pub(crate) mod interrupt;
 pub(crate) mod logs;
+pub(crate) mod read_only;
 pub(crate) mod spec;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod spend;
@@ -162,6 +164,28 @@ impl Context {
             self.stop.clone(),
             emitter,
         )
+        .keeping_out(self.own_paths())
+    }
+
+    /// ralph's own paths in the workspace, relative to it: its state folder, its logs, the
+    /// board's file, and build mode's `implementation.json` and history.
+    pub(crate) fn own_paths(&self) -> Vec<String> {
+        let mut own = vec![
+            workspace::STATE_DIR.to_owned(),
+            self.config.log_dir.to_string_lossy().into_owned(),
+            self.config
+                .planning
+                .implementation
+                .to_string_lossy()
+                .into_owned(),
+            self.config.planning.progress.to_string_lossy().into_owned(),
+        ];
+        if let Some(store) = self.store.location()
+            && let Ok(rel) = std::path::Path::new(&store).strip_prefix(&self.workspace)
+        {
+            own.push(rel.to_string_lossy().into_owned());
+        }
+        own
     }
 
     /// A caller whose runs count against the run-wide limits over `scope` (`construct`,

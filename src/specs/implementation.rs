@@ -124,6 +124,16 @@ impl Implementation {
         self.specs.iter_mut().find(|s| s.id == id)
     }
 
+    /// The index of the spec a person names: by its id, else by its `file` (as written in
+    /// the file, or with a leading `./`).
+    pub(crate) fn named(&self, name: &str) -> Option<usize> {
+        let file = name.strip_prefix("./").unwrap_or(name);
+        self.specs
+            .iter()
+            .position(|s| s.id == name)
+            .or_else(|| self.specs.iter().position(|s| s.file == file))
+    }
+
     /// The first spec of [`build_order`](Self::build_order) that is not in `held` and
     /// whose `dependsOn` specs are all completed.
     pub fn next_ready(&self, held: &[String]) -> Option<usize> {
@@ -271,6 +281,29 @@ impl SpecEntry {
         self.tasks
             .iter()
             .position(|t| matches!(t.status, Status::Pending | Status::InProgress))
+    }
+
+    /// Seed 002's "unless forced": the spec and every task of it back to pending, with what
+    /// an earlier build recorded (attempts, failures, verdicts, completion) cleared, so build
+    /// mode builds it again from its first task. Its text, tasks, criteria and unknown fields
+    /// stay; so does its plan (in `.ralph/plans/`), as the seed keeps an active plan.
+    pub(crate) fn reset_for_rebuild(&mut self) {
+        self.status = Status::Pending;
+        self.attempts = 0;
+        self.verifications = 0;
+        self.last_failure = None;
+        self.blocked_reason = None;
+        self.verified = false;
+        self.unverified = None;
+        self.commit = None;
+        self.completed_at = None;
+        for task in &mut self.tasks {
+            task.status = Status::Pending;
+            task.attempts = 0;
+            task.last_failure = None;
+            task.blocked_reason = None;
+            task.completed_at = None;
+        }
     }
 }
 

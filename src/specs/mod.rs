@@ -16,6 +16,7 @@ mod json_locate;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod plan_files;
 pub(crate) mod plan_mode;
+pub(crate) mod scratchpad;
 
 pub use crate::runtime::error::SpecsError;
 pub use dry_run::{BuildDryRun, PlanDryRun};

@@ -189,6 +189,7 @@ impl Threads {
             self.ctx.stop.clone(),
             self.emitter.clone(),
         )
+        .keeping_out(self.ctx.own_paths())
         .spending(self.budget(&record.id)?);
         let mut call = Call {
             role: request.role,

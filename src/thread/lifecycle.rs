@@ -379,16 +379,7 @@ impl Threads {
         Ok(())
     }
 
-    // ---- Phases 3–5: polish, review, commit ---------------------------------------------
-
-    /// Implemented → Polishing.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn polish(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
-        self.simple(id, Phase::Polishing)
-    }
+    // ---- Phases 3–5: polish (the agent's run: `polish`), review, commit -----------------
 
     /// Polishing → Implemented.
     ///
@@ -448,7 +439,7 @@ impl Threads {
     /// Ends a call that ran thread `id`'s loop or preflight, an error included: its
     /// `Finished` event (the thread, the phase it was left in, whether it waits for a
     /// person) and the hooks on it, while the call still holds the workspace's lock.
-    async fn ended(
+    pub(super) async fn ended(
         &self,
         id: &str,
         result: Result<ThreadRecord, ThreadError>,

@@ -133,6 +133,7 @@ mod lifecycle;
 mod lock;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod phase;
+mod polish;
 mod preflight;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod record;

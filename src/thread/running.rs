@@ -271,7 +271,7 @@ impl Threads {
 
     /// Keeps `attempt` among the last [`RECENT_ATTEMPTS`], and as the closest if it passed
     /// more criteria than any before.
-    fn remember(&self, record: &mut ThreadRecord, attempt: IterationRecord) {
+    pub(super) fn remember(&self, record: &mut ThreadRecord, attempt: IterationRecord) {
         let closer = record.closest.as_ref().is_none_or(|c| {
             attempt.passed.len() > c.passed.len() || c.passed.is_empty() && c.output.is_empty()
         });

@@ -166,6 +166,42 @@ fn once_stops_after_one_iteration_with_exit_0() {
     assert!(!text.contains("iteration 2 ·"), "{text}");
 }
 
+/// `ralph construct --plan-only` (seed 000's `plan` mode): INVESTIGATE makes the task list,
+/// nothing is built, and the next step names `ralph status` and the command that builds;
+/// that command then runs without investigating again.
+#[test]
+fn plan_only_stops_before_build_and_says_how_to_go_on() {
+    let dir = demo_copy();
+    let out = construct_demo(dir.path(), &["spec.md", "--plan-only"])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    for part in [
+        "Planned: the open issues are investigated into",
+        "nothing was built (plan only)",
+        "next: `ralph status` lists the tasks to review (change them with `ralph task …`); then `ralph construct --script",
+    ] {
+        assert!(text.contains(part), "missing {part:?} in\n{text}");
+    }
+    assert!(!text.contains("BUILD"), "{text}");
+    let status = command(dir.path(), &["status"]).output().unwrap();
+    assert!(stdout(&status).contains("pending"), "{}", stdout(&status));
+
+    let out = construct_demo(dir.path(), &[]).output().unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("Spec complete"), "{text}");
+    let requests = std::fs::read_to_string(dir.path().join(".ralph/fake-requests.jsonl")).unwrap();
+    assert_eq!(
+        requests
+            .matches("\"role\":\"investigate\",\"subject\":\"i-1\"")
+            .count(),
+        1,
+        "{requests}"
+    );
+}
+
 #[test]
 fn a_torn_tail_repaired_at_load_is_shown() {
     let dir = demo_copy();

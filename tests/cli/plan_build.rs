@@ -143,3 +143,53 @@ fn plan_without_a_specs_folder_says_where_it_looked() {
         assert!(!err.contains("os error"), "{err}");
     }
 }
+
+/// `ralph build --force SPEC` builds a done spec again, tasks included (seed 002's "skip if
+/// done, unless forced"); a plain `ralph build` leaves it alone, and an unknown spec is
+/// named with the ones there are.
+#[test]
+fn build_force_rebuilds_a_done_spec_and_its_tasks() {
+    let dir = plan_demo();
+    let ws = dir.path();
+    for mode in ["plan", "build"] {
+        let (code, text) = run(mode, ws);
+        assert_eq!(code, Some(0), "{mode}: {text}");
+    }
+    let script = Path::new(DEMO_PLAN).join("script.toml");
+    let force = |spec: &str| {
+        let out = command(
+            ws,
+            &[
+                "build",
+                "--force",
+                spec,
+                "--script",
+                script.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
+        (out.status.code(), stdout(&out) + &stderr(&out))
+    };
+
+    let (code, text) = force("nope");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("no spec \"nope\" to rebuild (its specs: greeter, farewell)"),
+        "{text}"
+    );
+
+    let (code, text) = force("greeter");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("1 spec committed, 2 tasks completed in this run"),
+        "{text}"
+    );
+    // Both tasks ran again from their first session: the demo's syntax error and its fix.
+    assert!(text.contains("Syntax error"), "{text}");
+    assert_eq!(
+        git(ws, &["log", "--format=%s", "-2"]),
+        "Greeter\nFarewell\n"
+    );
+    assert_eq!(git(ws, &["status", "--porcelain"]), "");
+}

@@ -214,6 +214,7 @@ fn without_a_known_role_schema_names_the_roles_and_exits_64() {
             "nope is not a role with a structured answer",
         ),
         (&["schema", "build"], "build answers in prose"),
+        (&["schema", "planner"], "<SCRATCHPAD> and </SCRATCHPAD>"),
     ] {
         let out = ralph(dir.path(), args, &[]);
         assert_eq!(out.status.code(), Some(64), "{args:?}",);

@@ -637,3 +637,150 @@ fn old_plan_lines_without_the_new_fields_still_load() {
         "{line}"
     );
 }
+
+/// Seed 000's `plan` mode: `construct_plan` seeds the spec, investigates it into tasks and
+/// stops before BUILD (no build agent ran), so a person can change the list; a second call
+/// on the planned board runs no agent; `construct` then builds the tasks as the person left
+/// them (the task added by hand included) without investigating the spec again.
+#[tokio::test]
+async fn plan_only_stops_after_investigate_and_construct_builds_the_edited_plan() {
+    let dir = workspace(SPEC);
+    let build = |agent: &Arc<FakeAgent>| {
+        Ralph::builder()
+            .workspace(dir.path())
+            .agent(agent.clone())
+            .stage_timeout(Duration::from_secs(20))
+            .build()
+            .unwrap()
+    };
+    let agent = Arc::new(FakeAgent::new().on(
+        Role::Investigate,
+        "i-1",
+        tasks(&[
+            ("Write a.txt", "a.txt exists"),
+            ("Write b.txt", "b.txt exists"),
+        ]),
+    ));
+    let ralph = build(&agent);
+    let outcome = ralph
+        .construct_plan(Some("spec.md".as_ref()))
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Planned { tasks: 2 });
+    assert_eq!(outcome.exit_code(), 0);
+    assert!(
+        outcome
+            .to_string()
+            .contains("2 tasks to build; nothing was built"),
+        "{outcome}"
+    );
+    assert_eq!(agent.requests().len(), 1, "only the investigator ran");
+    let board = ralph.board().await.unwrap();
+    assert_eq!(board.stage(), Stage::Build);
+    assert_eq!(board.remaining_tasks().count(), 2);
+    // The person adds a task of their own before anything is built.
+    ralph
+        .add_task(ralph::model::Task::new("t-9", "Write c.txt").with_acceptance("c.txt exists"))
+        .await
+        .unwrap();
+    // Planned already: a second plan-only run starts no agent.
+    assert_eq!(
+        ralph.construct_plan(None).await.unwrap(),
+        Outcome::Planned { tasks: 3 }
+    );
+    assert_eq!(agent.requests().len(), 1);
+    drop(ralph);
+
+    let agent = Arc::new(
+        FakeAgent::new()
+            .always(Role::Build, done())
+            .always(Role::Verify, accept("fine"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    let outcome = build(&agent).construct("spec.md").await.unwrap();
+    assert_eq!(complete(&outcome).1, 3, "{outcome}");
+    let roles: Vec<Role> = agent.requests().iter().map(|r| r.role).collect();
+    assert!(!roles.contains(&Role::Investigate), "{roles:?}");
+    assert_eq!(builds(&agent).len(), 3);
+}
+
+/// Seed 002's rule for read-only roles, held by ralph in the construct loop too: in a git
+/// repository, a verifier that changed a tracked file and wrote a new one gives no verdict
+/// (its "accept" is not used: the task is built and verified again) and its writes are set
+/// aside in a stash entry; the progress
+/// file, which ralph itself writes while verifiers run, is never taken for the agent's.
+#[tokio::test]
+async fn a_verifier_that_writes_gives_no_verdict_and_its_writes_are_set_aside() {
+    let dir = workspace_with(PROGRESS);
+    let ws = dir.path();
+    write(ws, ".gitignore", ".ralph/\nbuild/\n");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "base"]);
+    let agent = Arc::new(
+        builds_both()
+            .on(
+                Role::Verify,
+                "t-1",
+                Script::new()
+                    .write("spec.md", "# Spec, as the verifier would have it\n")
+                    .write("hack.txt", "x\n")
+                    .json(serde_json::json!({"verdict": "accept", "reason": "fine"})),
+            )
+            // No verdict is a rejection that does not count: t-1 is built again (and t-2 too
+            // when its verifier ran beside t-1's: which one wrote cannot be told).
+            .always(Role::Build, done()),
+    );
+    let recorder = crate::support::Recorder::default();
+    let outcome = builder(ws, agent.clone())
+        .verify_concurrency(2)
+        .observer(recorder.clone())
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert_eq!(complete(&outcome).1, 2, "{outcome}");
+    let verifies: Vec<String> = agent
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == Role::Verify && r.subject.as_deref() == Some("t-1"))
+        .map(|r| r.subject.unwrap_or_default())
+        .collect();
+    // At least twice: the first verdict was not used (a verifier beside it may have been
+    // failed too, as which one wrote cannot be told).
+    assert!(verifies.len() >= 2, "the first verdict was not used");
+    assert_eq!(std::fs::read_to_string(ws.join("spec.md")).unwrap(), SPEC);
+    assert!(!ws.join("hack.txt").exists());
+    assert!(
+        git(&["stash", "list"]).contains("ralph: what the read-only verify of t-1 wrote"),
+        "{}",
+        git(&["stash", "list"])
+    );
+    let messages: Vec<String> = recorder
+        .warnings()
+        .iter()
+        .map(|w| w["message"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        messages.iter().any(
+            |m| m.contains("the read-only verify of t-1 changed the work tree")
+                && m.contains("(hack.txt, spec.md)")
+        ),
+        "{messages:?}"
+    );
+    assert!(
+        !messages.iter().any(|m| m.contains("PROGRESS.md")),
+        "{messages:?}"
+    );
+}

@@ -725,3 +725,71 @@ async fn build_mode_says_that_build_concurrency_is_the_construct_loops() {
         recorder.events()
     );
 }
+
+/// Seed 002's "skip if done (and not forced)": a second `build_specs` leaves a completed
+/// spec alone, and `rebuild` builds it again from its first task (the plan kept, a second
+/// verdict, a second commit); an unknown spec is refused, naming the file and the specs.
+#[tokio::test]
+async fn a_done_spec_is_skipped_unless_forced_and_then_rebuilt_task_by_task() {
+    let ws = workspace(&[("specs/a.md", SPEC_A)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh", "Write the test"])]);
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a\n1. greet.sh."))
+            .on_attempt(Role::Build, "a-1", 1, done())
+            .on_attempt(Role::Build, "a-2", 1, done())
+            .on(Role::Verify, "a", accept()),
+    );
+    let first = ralph(dir, agent.clone(), Recorder::default(), vec![]);
+    assert_eq!(specs_complete(&first.build_specs().await.unwrap()), (1, 2));
+    drop(first);
+
+    // Done: a plain build runs no agent.
+    let idle = Arc::new(FakeAgent::new());
+    let again = ralph(dir, idle.clone(), Recorder::default(), vec![]);
+    assert_eq!(specs_complete(&again.build_specs().await.unwrap()), (0, 0));
+    assert!(idle.requests().is_empty());
+    let err = again.rebuild("nope").await.unwrap_err().to_string();
+    assert!(
+        err.contains("implementation.json") && err.contains("\"nope\"") && err.contains(": a)"),
+        "{err}"
+    );
+    drop(again);
+
+    // Forced, by its file: every task is built again, in order, and verified again.
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(
+                Role::Build,
+                "a-1",
+                Script::new()
+                    .write("greet.sh", "echo hello\n")
+                    .answer("ok\n<TASK_DONE>"),
+            )
+            .on(Role::Build, "a-2", done())
+            .on(Role::Verify, "a", accept()),
+    );
+    let recorder = Recorder::default();
+    let forced = ralph(dir, agent.clone(), recorder.clone(), vec![]);
+    let outcome = forced.rebuild("specs/a.md").await.unwrap();
+    assert_eq!(specs_complete(&outcome), (1, 2));
+    agent.verify().unwrap();
+    let builds = prompts(&agent, Role::Build);
+    let subjects: Vec<&str> = builds.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(subjects, ["a-1", "a-2"]);
+    // The plan was kept: no planner ran.
+    assert!(prompts(&agent, Role::Planner).is_empty());
+    let spec = &load(dir).specs[0];
+    assert_eq!(spec.status, Status::Completed);
+    assert!(spec.tasks.iter().all(|t| t.status == Status::Completed));
+    assert_eq!(
+        spec.tasks[0].attempts, 1,
+        "the earlier build's attempts were cleared"
+    );
+    assert_eq!(commits(dir), ["Spec a", "Spec a", "Initial commit"]);
+    assert!(recorder.events().iter().any(|e| matches!(
+        e,
+        Event::Warning { message } if message.contains("spec a (Completed, forced)")
+    )));
+}

@@ -12,7 +12,7 @@ use crate::support::{Recorder, specs_complete};
 use ralph::__internals::plan_files::{PlanFiles, PlanStatus};
 use ralph::agent::Script;
 use ralph::specs::Status;
-use ralph::{FakeAgent, Role, SpecsOutcome};
+use ralph::{FakeAgent, Ralph, Role, SpecsOutcome};
 use serde_json::Value;
 
 const SPEC: &str = "# Greeter\n\nWrite greet.sh.\n";
@@ -83,7 +83,7 @@ async fn the_planner_prompt_has_seed_002s_paths_and_the_scratchpad() {
         "NOTE-HEAD: greet.sh lives in bin/\n{}\nNOTE-TAIL\n",
         "x".repeat(20_000)
     );
-    write(dir, "SCRATCHPAD.md", &big);
+    write(dir, ".ralph/SCRATCHPAD.md", &big);
     let agent = Arc::new(
         FakeAgent::new()
             .on(Role::Planner, "a", planner("# Plan: a"))
@@ -115,7 +115,7 @@ async fn the_planner_prompt_has_seed_002s_paths_and_the_scratchpad() {
         "spec file: {prompt}"
     );
     assert!(
-        prompt.contains(&shown(&dir.join("SCRATCHPAD.md"))),
+        prompt.contains(&shown(&dir.join(".ralph/SCRATCHPAD.md"))),
         "{prompt}"
     );
     assert!(prompt.contains("## SCRATCHPAD"), "{prompt}");
@@ -124,13 +124,13 @@ async fn the_planner_prompt_has_seed_002s_paths_and_the_scratchpad() {
     assert!(prompt.len() < 16_000, "bounded: {} bytes", prompt.len());
 }
 
-/// Without a SCRATCHPAD.md (or with a blank one) the prompt has no scratchpad section.
+/// Without a scratchpad (or with a blank one) the prompt has no scratchpad section.
 #[tokio::test]
 async fn the_planner_prompt_has_no_scratchpad_section_without_one() {
     let ws = workspace(&[("specs/a.md", SPEC)]);
     let dir = ws.path();
     implementation(dir, &[("a", 1, &["Write greet.sh"])]);
-    write(dir, "SCRATCHPAD.md", "  \n");
+    write(dir, ".ralph/SCRATCHPAD.md", "  \n");
     let agent = Arc::new(
         FakeAgent::new()
             .on(Role::Planner, "a", planner("# Plan: a"))
@@ -142,6 +142,70 @@ async fn the_planner_prompt_has_no_scratchpad_section_without_one() {
     let prompt = &prompts(&agent, Role::Planner)[0].1;
     assert!(!prompt.contains("## SCRATCHPAD"), "{prompt}");
     assert!(prompt.contains("none yet"), "{prompt}");
+}
+
+/// Seed 002's SCRATCHPAD is the planner's memory across runs: the read-only planner hands
+/// its notes back in a `<SCRATCHPAD>` section of its answer; ralph keeps them out of the
+/// plan, writes them to `.ralph/SCRATCHPAD.md` (out of `git status`), and the next run's
+/// planner sees them; an empty section clears them.
+#[tokio::test]
+async fn the_planners_scratchpad_is_kept_by_ralph_and_shown_to_the_next_run() {
+    let ws = workspace(&[("specs/a.md", SPEC), ("specs/b.md", SPEC)]);
+    let dir = ws.path();
+    implementation(
+        dir,
+        &[("a", 1, &["Write greet.sh"]), ("b", 2, &["Write bye.sh"])],
+    );
+    let notes = "greet.sh lives in bin/\ntests use plain sh";
+    let agent = Arc::new(FakeAgent::new().on(
+        Role::Planner,
+        "a",
+        planner(&format!(
+            "# Plan: a\n1. bin/greet.sh\n<SCRATCHPAD>\n{notes}\n</SCRATCHPAD>"
+        )),
+    ));
+    // Run 1 stops after its one session, the planner's.
+    let first = Ralph::builder()
+        .workspace(dir)
+        .agent(agent.clone())
+        .once(true)
+        .build()
+        .unwrap();
+    first.build_specs().await.unwrap();
+    drop(first);
+    let kept = dir.join(".ralph/SCRATCHPAD.md");
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap(),
+        format!("{notes}\n")
+    );
+    let plan = std::fs::read_to_string(dir.join("specs/plans/a.md")).unwrap();
+    assert!(
+        plan.contains("1. bin/greet.sh")
+            && !plan.contains("SCRATCHPAD")
+            && !plan.contains("plain sh"),
+        "{plan}"
+    );
+    assert!(!git(dir, &["status", "--porcelain"]).contains("SCRATCHPAD"));
+
+    // Run 2: the next planner (of spec b) sees the notes, and clears them.
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Build, "a-1", done())
+            .on(Role::Verify, "a", accept())
+            .on(
+                Role::Planner,
+                "b",
+                planner("# Plan: b\n<SCRATCHPAD>\n</SCRATCHPAD>"),
+            )
+            .on(Role::Build, "b-1", done())
+            .on(Role::Verify, "b", accept()),
+    );
+    let second = ralph(dir, agent.clone(), Recorder::default(), vec![]);
+    assert_eq!(specs_complete(&second.build_specs().await.unwrap()), (2, 2));
+    let prompt = &prompts(&agent, Role::Planner)[0].1;
+    assert!(prompt.contains("## SCRATCHPAD"), "{prompt}");
+    assert!(prompt.contains(notes), "{prompt}");
+    assert!(!kept.exists(), "an empty section clears the scratchpad");
 }
 
 /// json active + md → no planner run. md without json → adopted as a hand-written plan, json
@@ -475,4 +539,104 @@ async fn nested_specs_are_mirrored_and_escaping_specs_refused() {
         assert!(err.contains(file) && err.contains(why), "{file}: {err}");
         assert!(agent.requests().is_empty(), "{file}");
     }
+}
+
+/// Seed 002: the planner must not modify code. ralph holds it, whatever the agent's own
+/// read-only mode: a planner that changed a tracked file and wrote a new one fails its
+/// round (its plan is not used) and what it wrote is set aside in a stash entry; an
+/// ignored path it wrote (`build/`) and the user's own untracked file from before the run
+/// are left alone. The next, clean, round plans.
+#[tokio::test]
+async fn a_planner_that_writes_fails_and_its_writes_are_set_aside() {
+    let ws = workspace(&[("specs/a.md", SPEC)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["Write greet.sh"])]);
+    git(dir, &["add", "-A"]);
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "plan",
+        ],
+    );
+    write(dir, "mine.txt", "the user's own notes\n");
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(
+                Role::Planner,
+                "a",
+                Script::new()
+                    .write("specs/a.md", "# Rewritten by the planner\n")
+                    .write("src/hack.rs", "fn main() {}\n")
+                    .write("build/cache.bin", "ignored\n")
+                    .answer("# Plan: a\n1. ignore the spec\n\nPLAN_COMPLETE"),
+            )
+            // The same plan round: a failed round is retried under its number.
+            .on(Role::Planner, "a", planner("# Plan: a\n1. greet.sh"))
+            .on(Role::Build, "a-1", done())
+            .on(Role::Verify, "a", accept()),
+    );
+    let recorder = Recorder::default();
+    let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
+    let outcome = ralph.build_specs().await.unwrap();
+    assert_eq!(specs_complete(&outcome), (1, 1));
+    assert_eq!(prompts(&agent, Role::Planner).len(), 2);
+
+    assert_eq!(
+        std::fs::read_to_string(dir.join("specs/a.md")).unwrap(),
+        SPEC
+    );
+    assert!(!dir.join("src/hack.rs").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("build/cache.bin")).unwrap(),
+        "ignored\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("mine.txt")).unwrap(),
+        "the user's own notes\n"
+    );
+    let plan = std::fs::read_to_string(dir.join("specs/plans/a.md")).unwrap();
+    assert!(
+        plan.contains("1. greet.sh") && !plan.contains("ignore the spec"),
+        "{plan}"
+    );
+    let stash = git(dir, &["stash", "list"]);
+    assert!(
+        stash.contains("ralph: what the read-only planner of a wrote"),
+        "{stash}"
+    );
+    let kept = git(
+        dir,
+        &[
+            "stash",
+            "show",
+            "--include-untracked",
+            "--name-only",
+            "stash@{0}",
+        ],
+    );
+    assert!(
+        kept.contains("specs/a.md") && kept.contains("src/hack.rs"),
+        "{kept}"
+    );
+    assert!(
+        !kept.contains("mine.txt") && !kept.contains("build/"),
+        "{kept}"
+    );
+    let warnings = recorder.warnings();
+    assert!(
+        warnings.iter().any(|w| {
+            let m = w["message"].as_str().unwrap();
+            m.contains("the read-only planner of a changed the work tree")
+                && m.contains("specs/a.md, src/hack.rs")
+        }),
+        "{warnings:?}"
+    );
+    assert_eq!(load(dir).specs[0].attempts, 1, "the broken round counts");
 }

@@ -76,7 +76,12 @@ async fn methodical_mode_walks_every_forward_row() {
                 Role::Assess,
                 Script::new().json(json!({"ready": true, "issues": []})),
             )
-            .then(writes("hello\n")),
+            .then(writes("hello\n"))
+            .then(
+                Script::new()
+                    .write("docs/hello.md", "# hello.txt\n")
+                    .answer("Documented.\nSHIPPED"),
+            ),
     );
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
@@ -105,8 +110,8 @@ async fn methodical_mode_walks_every_forward_row() {
         Phase::Implemented,
         "no auto review in methodical mode"
     );
-    assert_eq!(threads.polish(&id).unwrap().phase, Phase::Polishing);
-    assert_eq!(threads.polish_done(&id).unwrap().phase, Phase::Implemented);
+    // Implemented → Polishing → Implemented: the polish run claimed done, the criteria hold.
+    assert_eq!(threads.polish(&id).await.unwrap().phase, Phase::Implemented);
     let review = threads.submit_for_review(&id).unwrap();
     assert_eq!(
         review.phase,
@@ -559,7 +564,7 @@ async fn refused_calls_name_both_phases_and_change_nothing() {
         threads.resume(&id).await.unwrap_err(),
         threads.run(&id).await.unwrap_err(),
         threads.manual_assist(&id).await.unwrap_err(),
-        threads.polish(&id).unwrap_err(),
+        threads.polish(&id).await.unwrap_err(),
         threads.fix_spec(&id).unwrap_err(),
     ];
     for err in cases {
@@ -646,4 +651,97 @@ async fn a_thread_left_running_by_a_dead_process_is_resumed_at_its_iteration() {
         );
         assert_eq!(thread.runner_pid, None);
     }
+}
+
+/// Seed 001's Polishing runs an agent: `polish` gives it the `thread_polish` prompt (here a
+/// person's override from `[prompts]`), in the thread's work tree, and checks every
+/// criterion after its claim, as a round of the loop does: all pass → Implemented. A
+/// polish that broke a criterion keeps the thread Polishing with the failure; the person's
+/// `polish-done` then sends it to review without "recommend approve".
+#[tokio::test]
+async fn polish_runs_an_agent_under_the_loops_checks() {
+    let dir = repo().await;
+    let ws = dir.path();
+    std::fs::write(
+        ws.join("ralph.toml"),
+        "[prompts]\nthread_polish = \"polish.md\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("polish.md"),
+        "Polish {{ title }}: add docs. Keep: {% for c in criteria %}{{ c }}; {% endfor %}\
+         {% if failed %}Broken: {{ failed | join(\", \") }}{% endif %} End with {{ promise }}.\n",
+    )
+    .unwrap();
+    ralph::__internals::git::Git::new(ws)
+        .commit_all("prompts", &[])
+        .await
+        .unwrap();
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(writes("hello\n"))
+            .then(
+                Script::new()
+                    .write("docs/hello.md", "# hello.txt says hello\n")
+                    .answer("Documented.\nSHIPPED"),
+            )
+            .then(
+                Script::new()
+                    .write("hello.txt", "bye\n")
+                    .answer("Tidied the wording.\nSHIPPED"),
+            )
+            .then(no_claim()),
+    );
+    let threads = threads(ws, &agent, false, 3);
+    let id = finalized(&threads, SPEC);
+    threads.start(&id).await.unwrap();
+    assert_eq!(threads.run(&id).await.unwrap().phase, Phase::Implemented);
+
+    let polished = threads.polish(&id).await.unwrap();
+    assert_eq!(polished.phase, Phase::Implemented);
+    let last = polished.attempts.last().unwrap();
+    assert_eq!(last.summary, "polished; 2 of 2 criteria passed");
+    assert_eq!(last.iteration, 2, "numbered after the loop's iteration");
+    assert!(ws.join("docs/hello.md").exists());
+    let requests = agent.requests();
+    let prompt = &requests[1].prompt;
+    assert_eq!(requests[1].role, Role::Build);
+    assert!(
+        prompt
+            .starts_with("Polish Greeter: add docs. Keep: hello.txt exists: `test -f hello.txt`;"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("End with SHIPPED."), "{prompt}");
+
+    // A polish that breaks a criterion stays Polishing, with the failure to fix.
+    let broken = threads.polish(&id).await.unwrap();
+    assert_eq!(broken.phase, Phase::Polishing);
+    let last = broken.attempts.last().unwrap();
+    assert_eq!(last.failed.len(), 1, "{last:?}");
+    assert!(last.failed[0].starts_with("it says hello"), "{last:?}");
+    // Polishing again shows the agent what broke; no claim keeps it Polishing.
+    let again = threads.polish(&id).await.unwrap();
+    assert_eq!(again.phase, Phase::Polishing);
+    assert!(
+        agent.requests()[3].prompt.contains("Broken: it says hello"),
+        "{}",
+        agent.requests()[3].prompt
+    );
+    assert!(
+        again
+            .attempts
+            .last()
+            .unwrap()
+            .summary
+            .contains("no claim of done")
+    );
+    // The person's own fix, then review: no badge, as the last check failed.
+    std::fs::write(ws.join("hello.txt"), "hello\n").unwrap();
+    assert_eq!(threads.polish_done(&id).unwrap().phase, Phase::Implemented);
+    assert_eq!(
+        threads.submit_for_review(&id).unwrap().phase,
+        Phase::PendingReview {
+            recommend_approve: false
+        }
+    );
 }

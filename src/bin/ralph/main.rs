@@ -81,6 +81,10 @@ enum Command {
     },
     /// Build mode: implementation.json is planned, built, verified and committed spec by spec.
     Build {
+        /// Build this spec again (its id, or its file as implementation.json names it), even
+        /// when it is done: it and its tasks go back to pending, its plan is kept.
+        #[arg(long, value_name = "SPEC", conflicts_with = "dry_run")]
+        force: Option<String>,
         #[command(flatten)]
         run: RunFlags,
     },
@@ -168,6 +172,11 @@ struct ConstructArgs {
     /// Stop after this many iterations (at least 1), over ralph.toml.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: Option<u32>,
+    /// Stop before the first BUILD: investigate the spec (and any open issue) into tasks,
+    /// then stop, so you can read them (`ralph status`) and change them (`ralph task`)
+    /// before any code is written. `ralph construct` then builds them.
+    #[arg(long)]
+    plan_only: bool,
     #[command(flatten)]
     run: RunFlags,
 }
@@ -217,7 +226,9 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
             let specs = place.specs(specs)?;
             run::plan(workspace, specs, run.resolved(&place)).await
         }
-        Command::Build { run } => run::build(workspace, run.resolved(&place)).await,
+        Command::Build { force, run } => {
+            run::build(workspace, force.as_deref(), run.resolved(&place)).await
+        }
         Command::Status => board::status(workspace).await.map(|()| 0),
         Command::Query { what, done } => board::query(workspace, what, done).await.map(|()| 0),
         Command::Task(mut command) => {

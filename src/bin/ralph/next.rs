@@ -176,6 +176,10 @@ pub(crate) fn after_construct(
                 .doing(format!("runs up to {limit} more {}", iterations(*limit)))
         }
         Outcome::Once { .. } => Next::run(again.run(" --once")).doing("runs the next iteration"),
+        Outcome::Planned { .. } => Next::run(format!("{} status", again.ralph)).doing(format!(
+            "lists the tasks to review (change them with `{} task …`); then `{resume}` builds them",
+            again.ralph
+        )),
         Outcome::Unverified { .. } => unverified(resume),
         Outcome::Declared { .. } => declared(resume),
         Outcome::BudgetExhausted { spent_usd, .. } => over_budget(again, *spent_usd),

@@ -56,7 +56,7 @@ pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
         .build()?;
     let spec = PathBuf::from("spec.md");
     let again = Again::demo(&dir);
-    run_construct(&ralph, &lines, Some(spec), json, &again).await
+    run_construct(&ralph, &lines, Some(spec), json, &again, false).await
 }
 
 /// Makes the demo's directory a git repository of its own, with its files as the first
@@ -132,7 +132,15 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
         args.run.script.as_deref(),
         args.timeout,
     );
-    run_construct(&ralph, &lines, args.spec, args.run.json, &again).await
+    run_construct(
+        &ralph,
+        &lines,
+        args.spec,
+        args.run.json,
+        &again,
+        args.plan_only,
+    )
+    .await
 }
 
 /// The spec on record, for a command given none.
@@ -143,18 +151,21 @@ async fn recorded_spec(ralph: &Ralph) -> Result<PathBuf> {
     }
 }
 
-/// Runs (or resumes) the loop with the signals handled; the exit code.
+/// Runs (or resumes) the loop with the signals handled, up to its plan with `plan_only`;
+/// the exit code.
 async fn run_construct(
     ralph: &Ralph,
     lines: &Lines,
     spec: Option<PathBuf>,
     json: bool,
     again: &Again,
+    plan_only: bool,
 ) -> Result<u8> {
     let interrupts = interrupts(ralph)?;
-    let ended = match spec {
-        Some(spec) => ralph.construct(spec).await,
-        None => ralph.resume().await,
+    let ended = match (spec, plan_only) {
+        (spec, true) => ralph.construct_plan(spec.as_deref()).await,
+        (Some(spec), false) => ralph.construct(spec).await,
+        (None, false) => ralph.resume().await,
     };
     let outcome = ended.inspect_err(|e| display::after_hook_failure(lines, e))?;
     match json {
@@ -207,8 +218,8 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
     Ok(0)
 }
 
-/// `ralph build`.
-pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
+/// `ralph build [--force SPEC]`.
+pub(crate) async fn build(workspace: &Path, force: Option<&str>, flags: RunFlags) -> Result<u8> {
     let lines = display::observer(flags.json);
     let ralph = builder(workspace, &flags, &lines).await?.build()?;
     if flags.dry_run {
@@ -216,10 +227,11 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
         return Ok(0);
     }
     let interrupts = interrupts(&ralph)?;
-    let outcome = ralph
-        .build_specs()
-        .await
-        .inspect_err(|e| display::after_hook_failure(&lines, e))?;
+    let run = match force {
+        Some(spec) => ralph.rebuild(spec).await,
+        None => ralph.build_specs().await,
+    };
+    let outcome = run.inspect_err(|e| display::after_hook_failure(&lines, e))?;
     let next = crate::next::after_build(&outcome, &build_again(workspace, &flags));
     if flags.json {
         display::json_next(&next);

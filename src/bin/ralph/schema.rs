@@ -43,7 +43,12 @@ pub(crate) fn schema(role: Option<&str>) -> u8 {
         }
         None => {
             let why = match given {
-                "build" | "planner" => "answers in prose, ending with its marker: it has no schema",
+                "build" => "answers in prose, ending with its marker: it has no schema",
+                "planner" => {
+                    "answers in prose: the plan, an optional section between the lines \
+                     <SCRATCHPAD> and </SCRATCHPAD> (its notes for the next planning run), then \
+                     its phrase; it has no schema (docs/answers.md)"
+                }
                 _ => "is not a role with a structured answer",
             };
             eprintln!("ralph schema: {given} {why}; the roles with a structured answer: {names}");

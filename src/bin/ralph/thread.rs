@@ -124,9 +124,11 @@ enum ThreadCommand {
         #[arg(long)]
         yes: bool,
     },
-    /// Implemented → Polishing.
+    /// Implemented → Polishing: an agent adds docs and tests and cleans up (the
+    /// `thread_polish` prompt), then every criterion is checked as in the loop: all pass →
+    /// Implemented; else it stays Polishing (polish again, or fix by hand and `polish-done`).
     Polish,
-    /// Polishing done → Implemented.
+    /// Polishing (your own polish) done → Implemented.
     PolishDone,
     /// Implemented → PendingReview.
     Review,
@@ -281,7 +283,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             };
             threads.revise(&id()?, text.as_deref(), confirm).await?
         }
-        ThreadCommand::Polish => threads.polish(&id()?)?,
+        ThreadCommand::Polish => threads.polish(&id()?).await?,
         ThreadCommand::PolishDone => threads.polish_done(&id()?)?,
         ThreadCommand::Review => threads.submit_for_review(&id()?)?,
         ThreadCommand::SendBack { feedback } => threads.send_back(&id()?, &feedback).await?,

@@ -66,11 +66,14 @@ fn kept_out(ctx: &Context) -> Vec<String> {
 /// Runs build mode to an outcome, and ends it, an error included, with its `Finished`
 /// event (after `SpecsFinished` for an outcome) and the hooks on it, while the run still
 /// holds the workspace's lock. The run log ends with that event.
-pub(crate) async fn run(ctx: Arc<Context>) -> Result<SpecsOutcome, Error> {
+///
+/// `force` names a spec (its id or file) to build again from its first task, done or not
+/// (seed 002's "skip if done, unless forced"): it is reset before anything else runs.
+pub(crate) async fn run(ctx: Arc<Context>, force: Option<String>) -> Result<SpecsOutcome, Error> {
     let emitter = ctx.emitter(&[]);
     let (result, build) = match open_log(&ctx, &emitter) {
         Err(e) => (Err(e), None),
-        Ok(()) => match SpecBuild::start(ctx, emitter.clone()).await {
+        Ok(()) => match SpecBuild::start(ctx, emitter.clone(), force.as_deref()).await {
             Ok(mut build) => (build.run().await, Some(build)),
             Err(e) => (Err(e), None),
         },
@@ -143,7 +146,11 @@ struct SpecBuild {
 }
 
 impl SpecBuild {
-    async fn start(ctx: Arc<Context>, emitter: Emitter) -> Result<Self, Error> {
+    async fn start(
+        ctx: Arc<Context>,
+        emitter: Emitter,
+        force: Option<&str>,
+    ) -> Result<Self, Error> {
         let lock = ctx.begin(&emitter).await?;
         ctx.warn_without_gates(&emitter);
         if ctx.config.build_concurrency > 1 {
@@ -158,7 +165,7 @@ impl SpecBuild {
         let config = &ctx.config.planning;
         let store = ImplementationStore::new(ctx.workspace.join(&config.implementation))
             .copies_in(crate::runtime::workspace::state_dir(&ctx.workspace));
-        let plan = store.load()?.ok_or_else(|| SpecsError::NoImplementation {
+        let mut plan = store.load()?.ok_or_else(|| SpecsError::NoImplementation {
             path: store.path().to_path_buf(),
         })?;
         let git = Git::new(&ctx.workspace);
@@ -186,6 +193,12 @@ impl SpecBuild {
                 }
                 home.begin_turn(TURN).await?;
             }
+        }
+        if let Some(name) = force {
+            // After the check for uncommitted work: the reset is ralph's own write, and it
+            // is saved before any agent runs, so a crash after it still rebuilds.
+            let message = force_rebuild(&store, &mut plan, name)?;
+            emitter.emit(&Event::Warning { message });
         }
         let plans = PlanFiles::new(&ctx.workspace, &config.specs_dir);
         // Refused before any agent runs: a bad path found at its spec's turn would come
@@ -542,6 +555,32 @@ pub(crate) fn stuck(entry: &SpecEntry) -> Option<SpecsOutcome> {
 }
 
 /// The error of a spec the run was working on that is no longer in the file.
+/// Resets the spec `name` names for `--force` and saves the file; what was done, in words.
+fn force_rebuild(
+    store: &ImplementationStore,
+    plan: &mut Implementation,
+    name: &str,
+) -> Result<String, Error> {
+    let Some(index) = plan.named(name) else {
+        return Err(SpecsError::UnknownSpec {
+            spec: name.to_owned(),
+            implementation: store.path().to_path_buf(),
+            known: plan.specs.iter().map(|s| s.id.clone()).collect(),
+        }
+        .into());
+    };
+    let entry = &mut plan.specs[index];
+    let was = entry.status;
+    entry.reset_for_rebuild();
+    let message = format!(
+        "spec {} ({was:?}, forced): built again from its first task; its {} tasks are pending",
+        entry.id,
+        entry.tasks.len()
+    );
+    store.save(plan, "build-mode")?;
+    Ok(message)
+}
+
 fn gone(store: &ImplementationStore, id: &str) -> Error {
     Error::from(SpecsError::SpecGone {
         spec: id.to_owned(),

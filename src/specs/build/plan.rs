@@ -8,7 +8,6 @@ use serde::Serialize;
 use super::SpecBuild;
 use crate::agent::Role;
 use crate::event::Event;
-use crate::output::truncate_middle;
 use crate::runtime::call::{Call, Ending, ends_the_run};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -16,11 +15,7 @@ use crate::runtime::logs::folder_log;
 use crate::runtime::workspace::state_dir;
 use crate::specs::implementation::SpecEntry;
 use crate::specs::plan_files::{Resume, plan_from_answer};
-
-/// How much of the scratchpad goes into the planner's prompt.
-const SCRATCHPAD_BYTES: usize = 8 * 1024;
-/// The planner's notes file in the workspace; its content goes into the prompt.
-const SCRATCHPAD: &str = "SCRATCHPAD.md";
+use crate::specs::scratchpad;
 
 /// What the planning step gave.
 pub(super) enum PlanStep {
@@ -82,6 +77,7 @@ impl SpecBuild {
             scratchpad_path: String,
             phrase: &'a str,
             scratchpad: Option<String>,
+            scratchpad_bytes: usize,
             previous_plan: Option<String>,
             reason: Option<String>,
         }
@@ -90,7 +86,7 @@ impl SpecBuild {
         let phrase = self.ctx.config.planning.magic_phrase.as_str();
         let workspace = &self.ctx.workspace;
         let shown = |p: &Path| p.display().to_string();
-        let scratchpad_path = workspace.join(SCRATCHPAD);
+        let scratchpad_path = scratchpad::path(&state_dir(workspace));
         let ctx = Ctx {
             spec: entry,
             spec_text: self.spec_text(entry)?,
@@ -101,7 +97,8 @@ impl SpecBuild {
             plan_path: shown(&plan_path),
             scratchpad_path: shown(&scratchpad_path),
             phrase,
-            scratchpad: scratchpad(&scratchpad_path),
+            scratchpad: scratchpad::read(&scratchpad_path),
+            scratchpad_bytes: scratchpad::BYTES,
             previous_plan,
             reason,
         };
@@ -131,11 +128,19 @@ impl SpecBuild {
             }
         };
         self.step = Some(format!("planned {id} (attempt {attempt})"));
-        let text = match plan_from_answer(&run.final_text, phrase) {
+        let (answer, notes) = match scratchpad::split(&run.final_text) {
+            Ok(split) => split,
+            Err(why) => return Ok(PlanStep::Failed(why)),
+        };
+        let text = match plan_from_answer(&answer, phrase) {
             Ok(text) => text,
             Err(why) => return Ok(PlanStep::Failed(why)),
         };
         self.plans.write_plan(rel, id, &text, attempt)?;
+        // After the plan: notes of an answer that gave no plan are not kept either.
+        if let Some(notes) = notes {
+            scratchpad::save(&scratchpad_path, &notes)?;
+        }
         self.emit(Event::PlanWritten {
             spec: id.to_owned(),
             attempt,
@@ -143,13 +148,4 @@ impl SpecBuild {
         });
         Ok(PlanStep::Ready(text))
     }
-}
-
-/// The scratchpad's content, bounded; `None` when there is none or it is blank. Read as
-/// bytes: a non-UTF-8 scratchpad is shown lossily rather than silently dropped.
-fn scratchpad(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
-    let text = String::from_utf8_lossy(&bytes);
-    let text = text.trim();
-    (!text.is_empty()).then(|| truncate_middle(text, SCRATCHPAD_BYTES))
 }
