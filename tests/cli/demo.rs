@@ -172,6 +172,27 @@ fn once_stops_after_one_iteration_with_exit_0() {
 #[test]
 fn plan_only_stops_before_build_and_says_how_to_go_on() {
     let dir = demo_copy();
+    // The dry run says the run would stop there, in words and in JSON.
+    let dry = construct_demo(dir.path(), &["spec.md", "--plan-only", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&dry).contains("plan only: the run stops before the first BUILD"),
+        "{}",
+        stdout(&dry)
+    );
+    let dry = construct_demo(
+        dir.path(),
+        &["spec.md", "--plan-only", "--dry-run", "--json"],
+    )
+    .output()
+    .unwrap();
+    let value: serde_json::Value = serde_json::from_str(stdout(&dry).trim()).unwrap();
+    assert_eq!(value["plan_only"], true);
+    assert!(
+        !dir.path().join(".ralph/plan.jsonl").exists(),
+        "a dry run writes nothing"
+    );
     let out = construct_demo(dir.path(), &["spec.md", "--plan-only"])
         .output()
         .unwrap();

@@ -118,7 +118,19 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
             Some(spec) => spec,
             None => recorded_spec(&ralph).await?,
         };
-        display::report(&ralph.dry_run(spec).await?, args.run.json)?;
+        let dry = ralph.dry_run(spec).await?;
+        match (args.plan_only, args.run.json) {
+            (false, json) => display::report(&dry, json)?,
+            (true, true) => {
+                let mut value = serde_json::to_value(&dry)?;
+                value["plan_only"] = serde_json::Value::Bool(true);
+                out!("{value}");
+            }
+            (true, false) => {
+                display::report(&dry, false)?;
+                out!("  plan only: the run stops before the first BUILD, its tasks made");
+            }
+        }
         return Ok(0);
     }
     if !args.run.json {
