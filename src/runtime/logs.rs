@@ -292,6 +292,7 @@ fn prune(dir: &Path, keep: usize) {
 /// Deletes the oldest of the files named `name` under `dir` beyond `keep`; everything
 /// else stays. Threads keep each run's record (`run.json`, history) beside its transcript
 /// (`output.log`, up to a capped log's size): only transcripts are given up.
+#[cfg(feature = "threads")]
 pub(crate) fn prune_named(dir: &Path, name: &str, keep: usize) {
     let mut files = Vec::new();
     list_files(dir, &mut files);
@@ -431,6 +432,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "threads")]
     #[test]
     fn only_the_oldest_transcripts_beyond_the_limit_go_and_run_records_stay() {
         let dir = tempfile::tempdir().unwrap();
