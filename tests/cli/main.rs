@@ -21,6 +21,7 @@ mod repair;
 mod schema;
 mod seed_commands;
 mod thread_agents;
+mod thread_next;
 mod thread_signals;
 
 use std::path::Path;

@@ -187,7 +187,7 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     spend_status(&ralph)?;
     if let Some(thread) = threads
         .iter()
-        .find(|t| crate::thread::waits_for_a_person(t))
+        .find(|t| crate::thread::has_a_next_step(t))
     {
         next.push(format!(
             "thread {}: {}",

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use ralph::thread::{Confirm, Phase, RunConfig, ThreadRecord, Threads};
+use ralph::thread::{Confirm, IterationRecord, Phase, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, Event, FakeAgent, Interrupts, Observer, Ralph};
 
 use crate::out::out;
@@ -204,6 +204,12 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             "no active thread: create one with `ralph thread new` or pass --id".into()
         })
     };
+    // The last iteration on record before this command: a loop prints only those it ran.
+    let before = configured
+        .as_ref()
+        .and_then(|t| t.attempts.last())
+        .map_or(0, |a| a.iteration);
+    let view = View::of(&args.command, before);
     let record = match args.command {
         ThreadCommand::New { title, spec } => threads.create(&title, &read_spec(&spec)?)?,
         ThreadCommand::List => {
@@ -304,7 +310,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             return Ok(0);
         }
     };
-    show(&threads, &record);
+    show(&threads, &record, view);
     Ok(match (interrupts.exit_code(), &record.phase) {
         (Some(code), Phase::Paused { .. }) => code,
         (_, Phase::PreflightFailed { .. }) => 3,
@@ -432,15 +438,52 @@ impl Observer for Warnings {
     }
 }
 
-/// The thread's phase and what a person can do next.
-fn show(threads: &Threads, thread: &ThreadRecord) {
+/// How much of the thread a command prints after it: `thread show` the whole history; a
+/// command that ran the loop the iterations it ran and the agents; a checkpoint only where
+/// the thread now stands (the history did not change, and `show` has it).
+#[derive(Clone, Copy, Debug)]
+enum View {
+    Whole,
+    RanSince(u32),
+    Standing,
+}
+
+impl View {
+    /// For `command`, run on a thread whose last iteration on record was `before` (0: none).
+    fn of(command: &ThreadCommand, before: u32) -> View {
+        match command {
+            ThreadCommand::Show | ThreadCommand::New { .. } => View::Whole,
+            ThreadCommand::Start
+            | ThreadCommand::Configure
+            | ThreadCommand::Resume
+            | ThreadCommand::Reconfigure
+            | ThreadCommand::Assist
+            | ThreadCommand::SendBack { .. } => View::RanSince(before),
+            _ => View::Standing,
+        }
+    }
+
+    /// The iterations to print (the record keeps the last few, numbered on across rounds).
+    fn attempts(self, thread: &ThreadRecord) -> impl Iterator<Item = &IterationRecord> {
+        let after = match self {
+            View::Whole => 0,
+            View::RanSince(before) => before,
+            View::Standing => u32::MAX,
+        };
+        thread.attempts.iter().filter(move |a| a.iteration > after)
+    }
+}
+
+/// The thread's phase and what a person can do next, with as much of its history as `view`
+/// asks for.
+fn show(threads: &Threads, thread: &ThreadRecord, view: View) {
     out!(
         "{}  {}  (spec v{})",
         thread.id,
         thread.title,
         thread.spec_version
     );
-    for attempt in &thread.attempts {
+    for attempt in view.attempts(thread) {
         out!("  iteration {}: {}", attempt.iteration, attempt.summary);
         for failed in &attempt.failed {
             out!("    failed: {}", failed.lines().next().unwrap_or(""));
@@ -465,6 +508,23 @@ fn show(threads: &Threads, thread: &ThreadRecord) {
             );
         }
     }
+    if !matches!(view, View::Standing) {
+        show_run(threads, thread);
+    }
+    if let Phase::PreflightFailed { failures } = &thread.phase {
+        for failure in failures {
+            out!("  preflight: {failure}");
+        }
+    }
+    let waiting = match thread.phase.kind().needs_person() {
+        true => "  (a person's decision)",
+        false => "",
+    };
+    out!("phase: {}{waiting}\nnext: {}", thread.phase, next(thread));
+}
+
+/// The loop's agents, the model it ran last and that run, and the review feedback it got.
+fn show_run(threads: &Threads, thread: &ThreadRecord) {
     if thread.phase.kind() != ralph::thread::PhaseKind::Drafting {
         out!("  agents: {}", describe_agents(&thread.config));
     }
@@ -480,16 +540,6 @@ fn show(threads: &Threads, thread: &ThreadRecord) {
     if let Some(feedback) = thread.feedback.last() {
         out!("  review feedback: {}", feedback.text);
     }
-    if let Phase::PreflightFailed { failures } = &thread.phase {
-        for failure in failures {
-            out!("  preflight: {failure}");
-        }
-    }
-    let waiting = match thread.phase.kind().needs_person() {
-        true => "  (a person's decision)",
-        false => "",
-    };
-    out!("phase: {}{waiting}\nnext: {}", thread.phase, next(thread));
 }
 
 /// Run `run_id` in a line: `1-hello-r2 (build, iteration 2): completed; transcript
@@ -511,13 +561,15 @@ fn last_run(threads: &Threads, run_id: &str) -> String {
     }
 }
 
-/// Whether the thread waits for a person: a checkpoint, a failure or a pause, not a loop
-/// that runs, nor a thread that is over.
-pub(crate) fn waits_for_a_person(thread: &ThreadRecord) -> bool {
-    !matches!(
-        thread.phase,
-        Phase::Done { .. } | Phase::Abandoned | Phase::Running { .. } | Phase::Verifying { .. }
-    )
+/// Whether the thread still has a step to take: anything but a thread that is over, or a
+/// loop that runs now in a live process (a loop whose process died was cut short: it waits
+/// for `resume`).
+pub(crate) fn has_a_next_step(thread: &ThreadRecord) -> bool {
+    match thread.phase {
+        Phase::Done { .. } | Phase::Abandoned => false,
+        Phase::Running { .. } | Phase::Verifying { .. } => thread.is_orphaned(),
+        _ => true,
+    }
 }
 
 /// What to do next in each phase.
@@ -528,9 +580,14 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
         }
         Phase::Assessing => "`finalize` (you approve the spec), `edit`, or `assess` again".into(),
         Phase::Finalized => "`start` (or `reopen` to change the spec)".into(),
+        // Preflight takes no agent and holds no state: a start cut short starts again.
+        Phase::Preflight => "the preflight was cut short: `ralph thread start` runs it again".into(),
         Phase::PreflightFailed { .. } => "fix the above, then `start` again, or `fix-spec`".into(),
         Phase::Configuring => {
             "`configure` runs the loop with --agent, --verifier and --max-iterations".into()
+        }
+        Phase::Running { iteration } | Phase::Verifying { iteration } => {
+            in_the_loop(thread, *iteration)
         }
         Phase::Paused {
             iteration,
@@ -551,6 +608,7 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
             )
         }
         Phase::Implemented => "`review` (or `polish` first)".into(),
+        Phase::Polishing => "add the docs and tests you want, then `polish-done`".into(),
         Phase::PendingReview { recommend_approve } => format!(
             "read `ralph thread diff`, then `approve` or `send-back \"what to fix\"`{}",
             if *recommend_approve {
@@ -559,6 +617,9 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
                 ""
             }
         ),
+        Phase::Approved => {
+            "`message` prepares the commit message for you to read, then `commit`".into()
+        }
         Phase::ReadyToCommit { .. } => "`commit` (or `message --message TEXT` to change it)".into(),
         Phase::Done { commit } => format!(
             "committed {} on {}; merge it when you are ready",
@@ -573,6 +634,23 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
                 .map(|b| format!(": the changes stay on {b}"))
                 .unwrap_or_default()
         ),
-        _ => String::new(),
+        // Phase is non-exhaustive: a phase added to the library names itself here rather
+        // than print an empty `next:` line.
+        other => format!("{other}: `ralph thread show` prints where the thread stands"),
+    }
+}
+
+/// Running or Verifying: a loop that runs now can only be waited for or paused; one whose
+/// process died (killed, the machine restarted) was cut short, and `resume` runs its
+/// iteration again.
+fn in_the_loop(thread: &ThreadRecord, iteration: u32) -> String {
+    match thread.runner_pid {
+        Some(pid) if !thread.is_orphaned() => {
+            format!("the loop runs in process {pid}: wait for it, or Ctrl+C there to pause it")
+        }
+        _ => format!(
+            "the run was cut short at iteration {iteration} (its process is gone): `ralph \
+             thread resume` runs that iteration again"
+        ),
     }
 }
