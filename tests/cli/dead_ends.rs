@@ -37,7 +37,7 @@ fn config(dir: &Path, agent: &str, more: &str) {
 
 /// A project with the agents' scripts (`agent.sh`: [`WORKS`]; `prose.sh`: an answer with a
 /// sentence before its JSON).
-fn project_with_agents(agent: &str, more: &str) -> tempfile::TempDir {
+pub(super) fn project_with_agents(agent: &str, more: &str) -> tempfile::TempDir {
     let dir = project();
     std::fs::write(dir.path().join("agent.sh"), WORKS).unwrap();
     std::fs::write(

@@ -14,6 +14,7 @@ mod demo;
 mod docs;
 mod guest;
 mod hooks;
+mod messages;
 mod newcomer;
 mod parallel_crash;
 mod plan_build;

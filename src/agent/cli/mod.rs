@@ -43,6 +43,26 @@ impl CliConfig {
             .map_or_else(|| name.to_owned(), |b| b.display().to_string())
     }
 
+    /// Finds the program without running it. Not found, the error names where its name came
+    /// from (`codex.bin`, else `PATH`) and `help`, the documented ways to set it: the
+    /// `[agent.NAME] command` of a command agent is not how a vendor's CLI is named.
+    async fn check(&self, name: &str, help: &'static str) -> Result<(), crate::AgentError> {
+        let command = CommandAgent::new(name, [self.program(name)]);
+        let found = crate::Agent::check(&command).await;
+        found.map_err(|e| match e {
+            crate::AgentError::NotFound { agent, program, .. } => crate::AgentError::NotFound {
+                agent,
+                program,
+                from: match self.bin {
+                    Some(_) => format!("{name}.bin"),
+                    None => "PATH".to_owned(),
+                },
+                help,
+            },
+            other => other,
+        })
+    }
+
     /// The supervisor of one run: the environment, the idle timeout and the grace, keeping
     /// [`EVENTS_KEPT`] of stdout.
     fn supervisor(&self, name: &str, grace: Duration) -> CommandAgent {
