@@ -52,3 +52,67 @@ fn a_gate_timeout_names_the_configured_value() {
         stderr(&out)
     );
 }
+
+/// Case 53: JSON that is not an object is refused with the shape of a task, not serde's
+/// name for ralph's own type.
+#[test]
+fn task_add_of_json_that_is_not_an_object_shows_the_shape() {
+    for json in ["[]", "[\"n\", \"a\"]", "\"n\"", "3"] {
+        let error = refused(&["task", "add", json], &[]);
+        assert!(
+            error.contains(r#"a task is a JSON object, {"name": "…", "accept": "…"}"#)
+                && !error.contains("NewTask"),
+            "{json}: {error}"
+        );
+    }
+    let error = refused(&["task", "add", r#"{"nme": "n"}"#], &[]);
+    assert!(
+        error.contains("unknown field `nme`") && !error.contains("NewTask"),
+        "{error}"
+    );
+}
+
+/// Re-audit N3 and N6: control characters and a case-only id clash are refused at add time,
+/// and text an agent wrote into the board is listed with its control characters escaped.
+#[test]
+fn task_add_refuses_control_characters_and_task_list_escapes_them() {
+    let dir = project();
+    let refused_here = |args: &[&str]| {
+        let out = ralph(dir.path(), args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stdout(&out));
+        stderr(&out)
+    };
+    let error = refused_here(&["task", "add", r#"{"name":"esc\u001b[31mred","accept":"a"}"#]);
+    assert!(
+        error.contains("name holds the control character U+001B"),
+        "{error}"
+    );
+    let error = refused_here(&["issue", "add", "bad\x1b[31m"]);
+    assert!(
+        error.contains("text holds the control character U+001B"),
+        "{error}"
+    );
+    let added = ralph(
+        dir.path(),
+        &["task", "add", r#"{"id":"t-1","name":"n","accept":"a"}"#],
+        &[],
+    );
+    assert!(added.status.success(), "{}", stderr(&added));
+    let error = refused_here(&["task", "add", r#"{"id":"T-1","name":"n","accept":"a"}"#]);
+    assert!(error.contains("differs from t-1 only in case"), "{error}");
+
+    // What an agent wrote reaches the board unchecked; the listing escapes it.
+    let plan = dir.path().join(".ralph/plan.jsonl");
+    let mut text = std::fs::read_to_string(&plan).unwrap();
+    text = text.replace(r#""name":"n""#, r#""name":"esc\u001b[31mred\tx""#);
+    std::fs::write(&plan, text).unwrap();
+    let adopted = ralph(dir.path(), &["repair", "--adopt"], &[]);
+    assert!(adopted.status.success(), "{}", stderr(&adopted));
+    let list = ralph(dir.path(), &["task", "list"], &[]);
+    let listed = stdout(&list);
+    assert!(
+        listed.contains(r"esc\u{1b}[31mred\tx") && !listed.contains('\u{1b}'),
+        "{listed:?}\n{}",
+        stderr(&list)
+    );
+}
