@@ -116,3 +116,30 @@ async fn a_run_cut_short_while_verifying_says_resume_in_show_and_status() {
     let resumed = thread_ok(ws, &["resume"]);
     assert!(resumed.contains("phase: Implemented"), "{resumed}");
 }
+
+/// Case 62: a spec without a promise tag is taken by `new` and `finalize`, with the warning
+/// `start`'s preflight would refuse it with, so the person learns it before `start`.
+#[tokio::test]
+async fn new_and_finalize_warn_of_a_spec_with_no_promise_tag() {
+    let dir = crate::support::threads::repo().await;
+    let ws = dir.path();
+    let spec = ws.join("np.md");
+    std::fs::write(
+        &spec,
+        "# No promise\nWrite x.\n\n## Acceptance Criteria\n\n- [ ] exists: `test -f x`\n",
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap();
+    for args in [&["new", "--title", "NP", "--spec", spec][..], &["finalize"]] {
+        let out = thread(ws, args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("warning: spec v1 (")
+                && stderr(&out).contains("the spec has no promise tag: add a line"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let fine = thread(ws, &["new", "--title", "Greeter", "--spec", THREAD_SPEC]);
+    assert_eq!(stderr(&fine), "", "a sound spec gets no warning");
+}

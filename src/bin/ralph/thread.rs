@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
+use ralph::__internals::thread_spec::ThreadSpec;
 use ralph::thread::{Confirm, IterationRecord, Phase, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, Event, FakeAgent, Interrupts, Observer, Ralph};
 
@@ -210,6 +211,10 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         .and_then(|t| t.attempts.last())
         .map_or(0, |a| a.iteration);
     let view = View::of(&args.command, before);
+    let writes_spec = matches!(
+        args.command,
+        ThreadCommand::New { .. } | ThreadCommand::Edit { .. } | ThreadCommand::Finalize
+    );
     let record = match args.command {
         ThreadCommand::New { title, spec } => threads.create(&title, &read_spec(&spec)?)?,
         ThreadCommand::List => {
@@ -310,6 +315,9 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             return Ok(0);
         }
     };
+    if writes_spec {
+        warn_if_start_refuses(&threads, &record);
+    }
     show(&threads, &record, view);
     Ok(match (interrupts.exit_code(), &record.phase) {
         (Some(code), Phase::Paused { .. }) => code,
@@ -323,6 +331,22 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
 fn read_spec(path: &Path) -> Result<String> {
     std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the spec {}: {e}", path.display()).into())
+}
+
+/// A spec `start` would refuse (no promise tag, no criteria), said where it is written or
+/// approved, in the words of start's preflight. Only a warning: a draft may be finished
+/// later, and `start` refuses it anyway.
+fn warn_if_start_refuses(threads: &Threads, record: &ThreadRecord) {
+    let Ok(text) = threads.spec_text(record) else {
+        return;
+    };
+    if let Err(e) = ThreadSpec::parse(&text) {
+        eprintln!(
+            "warning: spec v{} ({}): {e}; `start` refuses the spec until this is fixed",
+            record.spec_version,
+            threads.spec_path(&record.id, record.spec_version).display()
+        );
+    }
 }
 
 /// Registers every agent the command may run by name: the models and verifier `settings`
