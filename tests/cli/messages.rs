@@ -116,3 +116,21 @@ fn task_add_refuses_control_characters_and_task_list_escapes_them() {
         stderr(&list)
     );
 }
+
+/// Case 64: a stray comma in `--agent` is named as such, not as an agent called "".
+#[test]
+fn a_stray_comma_in_the_agent_list_is_named() {
+    for list in ["mine,", ",mine", "mine,,mine", "mine, "] {
+        for args in [
+            &["construct", "spec.md", "--dry-run", "--agent", list][..],
+            &["thread", "--agent", list, "list"],
+        ] {
+            let error = refused(args, &[]);
+            assert!(
+                error.contains("--agent") && error.contains("has an empty name"),
+                "{args:?}: {error}"
+            );
+            assert!(!error.contains("no agent \"\""), "{args:?}: {error}");
+        }
+    }
+}

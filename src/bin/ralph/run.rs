@@ -280,6 +280,18 @@ fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
 
+/// `--agent`'s value checked as clap parses it: a comma-separated list with no empty name
+/// (`mine,` or `,mine` is a stray comma, which would otherwise ask for an agent called "").
+pub(crate) fn agent_list(list: &str) -> std::result::Result<String, String> {
+    match list.split(',').any(|name| name.trim().is_empty()) {
+        true => Err(format!(
+            "the --agent list {list:?} has an empty name (a stray comma?): name the agents \
+             separated by single commas, as in `claude,codex`"
+        )),
+        false => Ok(list.to_owned()),
+    }
+}
+
 /// The agents `--agent` names (a comma-separated list), else `agents` of ralph.toml, else
 /// `claude`: in every mode, threads too.
 pub(crate) fn agent_names(config: &ralph::Config, flag: Option<&str>) -> Vec<String> {

@@ -30,7 +30,7 @@ pub(crate) struct ThreadArgs {
     /// `configure`, `reconfigure`) and asked by `discuss` and `assess`: `claude`, `codex`,
     /// `gemini`, `opencode` or an `[agent.NAME]` table of ralph.toml; a comma-separated list
     /// is a fallback chain (`claude,codex`). Default: `agents` of ralph.toml, else `claude`.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = crate::run::agent_list)]
     agent: Option<String>,
     /// The read-only verifier of the criteria that have no command, by the same names as
     /// --agent (`start`, `configure`, `reconfigure`). Default: the models of --agent.
