@@ -134,3 +134,33 @@ fn a_stray_comma_in_the_agent_list_is_named() {
         }
     }
 }
+
+/// Case 15 (and 12, 13): a spec refused for its path or its text is said first; the run
+/// prints no header and writes nothing, not even `.ralph/`.
+#[test]
+fn a_refused_spec_prints_no_header_and_writes_nothing() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("secret.md");
+    std::fs::write(&target, "# Secret\n").unwrap();
+    let dir = project();
+    std::os::unix::fs::symlink(&target, dir.path().join("pw.md")).unwrap();
+    std::fs::write(dir.path().join("empty.md"), "  \n").unwrap();
+    for (spec, said) in [
+        ("pw.md", "outside the workspace"),
+        ("empty.md", "is empty"),
+    ] {
+        let out = ralph(
+            dir.path(),
+            &["construct", spec, "--agent", "mine"],
+            &[("RALPH_AGENT__MINE__COMMAND", r#"["/bin/false"]"#)],
+        );
+
+        assert_eq!(out.status.code(), Some(1), "{spec}: {}", stdout(&out));
+        assert!(stderr(&out).contains(said), "{spec}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "", "{spec}: no header for a refused run");
+        assert!(
+            !dir.path().join(".ralph").exists(),
+            "{spec}: a refused run wrote .ralph/"
+        );
+    }
+}

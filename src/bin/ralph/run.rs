@@ -121,6 +121,10 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
         display::report(&ralph.dry_run(spec).await?, args.run.json)?;
         return Ok(0);
     }
+    // A refused spec is said before anything else is: no header for a run that never starts.
+    if let Some(spec) = &args.spec {
+        ralph.check_spec(spec)?;
+    }
     if !args.run.json {
         out!(
             "ralph construct · workspace {}",
