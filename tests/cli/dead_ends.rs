@@ -510,3 +510,35 @@ fn an_unverified_spec_is_checked_again_by_the_printed_command() {
     ok(&out);
     assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
 }
+
+/// Case 65: a run ended because the agent cannot reach its API ends with a `next:` line too,
+/// whose command resumes the work once the agent is back.
+#[test]
+fn an_unreachable_agent_ends_with_a_next_step_that_resumes() {
+    let dir = project_with_agents("works", "");
+    let script = dir.path().join("offline.toml");
+    std::fs::write(
+        &script,
+        "[[run]]\nrole = \"investigate\"\n[[run.steps]]\n\
+         fail = { reason = \"fake is unreachable: connection refused\", kind = \"unreachable\" }\n",
+    )
+    .unwrap();
+
+    let out = ralph(
+        dir.path(),
+        &["construct", "spec.md", "--script", "offline.toml"],
+        &[],
+    );
+
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("cannot reach its API"),
+        "{}",
+        stderr(&out)
+    );
+    let command = next_command(&out);
+    assert_eq!(command, "ralph construct --script offline.toml");
+    assert!(stdout(&out).contains("once fake can reach its API again"), "{}", stdout(&out));
+    let resumed = run_printed(dir.path(), "ralph construct --agent works");
+    ok(&resumed);
+}

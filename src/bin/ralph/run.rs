@@ -160,7 +160,10 @@ async fn run_construct(
         Some(spec) => ralph.construct(spec).await,
         None => ralph.resume().await,
     };
-    let outcome = ended.inspect_err(|e| display::after_hook_failure(lines, e))?;
+    let outcome = match ended.inspect_err(|e| display::after_hook_failure(lines, e)) {
+        Ok(outcome) => outcome,
+        Err(e) => return ended_by(e, json, again),
+    };
     match json {
         true => display::json_next(&display::construct_next(ralph, &outcome, again).await?),
         false => display::summary(ralph, lines, &outcome, again).await?,
@@ -220,17 +223,36 @@ pub(crate) async fn build(workspace: &Path, flags: RunFlags) -> Result<u8> {
         return Ok(0);
     }
     let interrupts = interrupts(&ralph)?;
-    let outcome = ralph
-        .build_specs()
-        .await
-        .inspect_err(|e| display::after_hook_failure(&lines, e))?;
-    let next = crate::next::after_build(&outcome, &build_again(workspace, &flags));
+    let again = build_again(workspace, &flags);
+    let outcome = match ralph.build_specs().await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            display::after_hook_failure(&lines, &e);
+            return ended_by(e, flags.json, &again);
+        }
+    };
+    let next = crate::next::after_build(&outcome, &again);
     if flags.json {
         display::json_next(&next);
     } else {
         out!("{outcome}\nnext: {next}");
     }
     Ok(exit_code(&interrupts, outcome.exit_code()))
+}
+
+/// A run ended by `error`: when a person can act on it (the agent cannot reach its API, or
+/// said no retry can fix its failure), the error on stderr and then the next step, as every
+/// end has one, with exit 1; any other error is returned as it is.
+fn ended_by(error: ralph::Error, json: bool, again: &Again) -> Result<u8> {
+    let Some(next) = crate::next::after_error(&error, again) else {
+        return Err(error.into());
+    };
+    eprintln!("ralph: {error}");
+    match json {
+        true => display::json_next(&next),
+        false => out!("next: {next}"),
+    }
+    Ok(1)
 }
 
 /// `ralph build` again, with the flags that chose the agent.
