@@ -116,6 +116,20 @@ fn a_failing_investigator_blocks_i_1_and_the_printed_unblock_leads_on() {
         "{text}"
     );
     assert_eq!(next_command(&status), command);
+    // Case 11: a script sees what is blocked, and why.
+    let issues = stdout(ok(&ralph(dir.path(), &["query", "issues"], &[])));
+    let issue: serde_json::Value = serde_json::from_str(issues.trim()).unwrap();
+    assert_eq!(
+        (&issue["id"], &issue["status"]),
+        (&"i-1".into(), &"blocked".into()),
+        "{issues}"
+    );
+    assert!(
+        issue["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the agent failed")),
+        "{issues}"
+    );
 
     config(dir.path(), "works", "");
     let out = run_printed(dir.path(), &command);

@@ -902,6 +902,7 @@ fn query_lists_the_open_issues_and_the_tasks() {
         .collect();
     assert_eq!(issues.len(), 1);
     assert_eq!(issues[0]["text"], "the greeting is rude");
+    assert_eq!(issues[0]["status"], "open");
     let ids = |text: String| -> Vec<String> {
         text.lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())

@@ -164,3 +164,26 @@ fn a_refused_spec_prints_no_header_and_writes_nothing() {
         );
     }
 }
+
+/// Case 10: when `RALPH_GATES` emptied the gates of ralph.toml, the no-gate warning names
+/// the variable, not the file that has a gate.
+#[test]
+fn the_no_gate_warning_names_ralph_gates_when_it_emptied_them() {
+    let dir = super::dead_ends::project_with_agents(
+        "works",
+        "[[gates]]\nname = \"exists\"\ncommand = \"true\"\n",
+    );
+
+    let out = ralph(
+        dir.path(),
+        &["construct", "spec.md"],
+        &[("RALPH_GATES", "[]")],
+    );
+
+    let text = stdout(&out) + &stderr(&out);
+    assert!(
+        text.contains("warning: no required gate") && text.contains("RALPH_GATES sets the gates"),
+        "{text}"
+    );
+    assert!(!text.contains("add [[gates]] to ralph.toml"), "{text}");
+}

@@ -26,7 +26,9 @@ pub(crate) enum Query {
     Iteration,
     /// The next action and its item, as JSON (action `none` before any run).
     Next,
-    /// The open issues, one JSON object per line.
+    /// The issues still to act on, open and blocked, one JSON object per line; its
+    /// `status` is `open` or `blocked` (then `reason` says why: unblock it with `ralph
+    /// issue unblock ID`).
     Issues,
     /// The tasks still in the plan, one JSON object per line (`--done`: the done ones only).
     Tasks,
@@ -495,8 +497,8 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
         }
         Query::Next => out!("{}", next_action(&board)),
         Query::Issues => {
-            for issue in board.open_issues() {
-                out!("{}", serde_json::to_string(issue)?);
+            for line in issue_lines(&board) {
+                out!("{}", line?);
             }
         }
         Query::Tasks => {
@@ -558,6 +560,24 @@ fn next_action(board: &Board) -> serde_json::Value {
         _ => None,
     };
     serde_json::json!({"action": stage_name(stage).to_lowercase(), "item": item})
+}
+
+/// `ralph query issues`: the issues a person or INVESTIGATE still has to act on, open and
+/// blocked (a script must see what is blocked, not only that something is), each as stored
+/// with its `status` spelled out.
+fn issue_lines(board: &Board) -> impl Iterator<Item = Result<String>> + '_ {
+    board.issues.values().filter_map(|issue| {
+        let status = match issue.status {
+            IssueStatus::Open => "open",
+            IssueStatus::Blocked => "blocked",
+            _ => return None,
+        };
+        let line = serde_json::to_value(issue).map(|mut value| {
+            value["status"] = status.into();
+            value.to_string()
+        });
+        Some(line.map_err(Into::into))
+    })
 }
 
 /// The task BUILD takes next: ready, by the prioritizer's rank, then priority, then age.
