@@ -124,8 +124,10 @@ impl Context {
         // The environment wins over ralph.toml: when it set the gates, the file's
         // [[gates]] are not the place to look.
         let fix = match std::env::var_os("RALPH_GATES") {
-            Some(_) => "the environment variable RALPH_GATES sets the gates, over ralph.toml's \
-                        [[gates]]: unset it, or give a required gate there",
+            Some(_) => {
+                "the environment variable RALPH_GATES sets the gates, over ralph.toml's \
+                        [[gates]]: unset it, or give a required gate there"
+            }
             None => "add [[gates]] to ralph.toml",
         };
         emitter.emit(&Event::Warning {

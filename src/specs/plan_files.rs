@@ -396,10 +396,7 @@ pub fn plan_from_answer(answer: &str, phrase: &str) -> Result<String, String> {
 /// # Errors
 ///
 /// [`Error::Io`] when a folder cannot be read (a missing `specs_dir` holds no specs).
-pub fn find_specs(
-    workspace: &Path,
-    specs_dir: &Path,
-) -> Result<(Vec<String>, Vec<String>), Error> {
+pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<(Vec<String>, Vec<String>), Error> {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
     let mut todo = vec![specs_dir.to_path_buf()];

@@ -552,7 +552,11 @@ fn an_unreachable_agent_ends_with_a_next_step_that_resumes() {
     );
     let command = next_command(&out);
     assert_eq!(command, "ralph construct --script offline.toml");
-    assert!(stdout(&out).contains("once fake can reach its API again"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("once fake can reach its API again"),
+        "{}",
+        stdout(&out)
+    );
     let resumed = run_printed(dir.path(), "ralph construct --agent works");
     ok(&resumed);
 }

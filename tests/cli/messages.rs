@@ -145,10 +145,7 @@ fn a_refused_spec_prints_no_header_and_writes_nothing() {
     let dir = project();
     std::os::unix::fs::symlink(&target, dir.path().join("pw.md")).unwrap();
     std::fs::write(dir.path().join("empty.md"), "  \n").unwrap();
-    for (spec, said) in [
-        ("pw.md", "outside the workspace"),
-        ("empty.md", "is empty"),
-    ] {
+    for (spec, said) in [("pw.md", "outside the workspace"), ("empty.md", "is empty")] {
         let out = ralph(
             dir.path(),
             &["construct", spec, "--agent", "mine"],

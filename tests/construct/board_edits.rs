@@ -777,13 +777,20 @@ async fn task_add_and_issue_add_refuse_control_characters() {
     let ralph = ralph_on(dir.path());
 
     assert_eq!(
-        refused(&ralph, Task::new("t-1", "esc\u{1b}[31mred").with_acceptance("done")).await,
+        refused(
+            &ralph,
+            Task::new("t-1", "esc\u{1b}[31mred").with_acceptance("done")
+        )
+        .await,
         "task add: name holds the control character U+001B at byte 3: write plain text"
     );
     assert!(
-        refused(&ralph, Task::new("t-1", "tab\there").with_acceptance("done"))
-            .await
-            .contains("name holds the control character U+0009")
+        refused(
+            &ralph,
+            Task::new("t-1", "tab\there").with_acceptance("done")
+        )
+        .await
+        .contains("name holds the control character U+0009")
     );
     assert!(
         refused(&ralph, Task::new("t-1", "n").with_acceptance("ok\u{9b}"))

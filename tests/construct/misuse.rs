@@ -61,7 +61,10 @@ async fn a_refused_spec_writes_nothing_and_check_spec_refuses_it_alike() {
         let err = ralph.construct(spec).await.unwrap_err();
         let checked = ralph.check_spec(spec).unwrap_err();
         assert_eq!(err.to_string(), checked.to_string(), "{spec}");
-        assert!(!h.path().join(".ralph").exists(), "{spec}: .ralph/ was made");
+        assert!(
+            !h.path().join(".ralph").exists(),
+            "{spec}: .ralph/ was made"
+        );
     }
     assert_eq!(ralph.check_spec("spec.md").unwrap(), Path::new("spec.md"));
 }

@@ -133,7 +133,8 @@ impl Agent for CodexCli {
     }
 
     async fn check(&self) -> Result<(), AgentError> {
-        let help = "install the Codex CLI, or name it in ralph.toml ([codex] bin) or RALPH_CODEX__BIN";
+        let help =
+            "install the Codex CLI, or name it in ralph.toml ([codex] bin) or RALPH_CODEX__BIN";
         self.config.check("codex", help).await
     }
 

@@ -109,7 +109,8 @@ impl Agent for GeminiCli {
     }
 
     async fn check(&self) -> Result<(), AgentError> {
-        let help = "install the Gemini CLI, or name it in ralph.toml ([gemini] bin) or RALPH_GEMINI__BIN";
+        let help =
+            "install the Gemini CLI, or name it in ralph.toml ([gemini] bin) or RALPH_GEMINI__BIN";
         self.config.check("gemini", help).await
     }
 

@@ -118,7 +118,8 @@ impl Agent for OpencodeCli {
     }
 
     async fn check(&self) -> Result<(), AgentError> {
-        let help = "install opencode, or name it in ralph.toml ([opencode] bin) or RALPH_OPENCODE__BIN";
+        let help =
+            "install opencode, or name it in ralph.toml ([opencode] bin) or RALPH_OPENCODE__BIN";
         self.config.check("opencode", help).await
     }
 

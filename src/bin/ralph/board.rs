@@ -139,14 +139,15 @@ struct NewTask {
 }
 
 /// The shape `ralph task add` takes, for the messages that refuse another.
-const TASK_SHAPE: &str = r#"{"name": "…", "accept": "…"} (optional: "id", "notes", "deps", "priority")"#;
+const TASK_SHAPE: &str =
+    r#"{"name": "…", "accept": "…"} (optional: "id", "notes", "deps", "priority")"#;
 
 impl NewTask {
     /// `json` as a task. Only an object is one: serde would read an array as the struct's
     /// fields in order and answer with its own type name ("expected struct NewTask").
     fn parse(json: &str) -> Result<NewTask> {
-        let value: serde_json::Value = serde_json::from_str(json)
-            .map_err(|e| format!("the task JSON does not parse: {e}"))?;
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| format!("the task JSON does not parse: {e}"))?;
         if !value.is_object() {
             return Err(format!(
                 "a task is a JSON object, {TASK_SHAPE}; got {}",
@@ -220,10 +221,7 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
         out!("thread {}  {}  {}", thread.id, thread.phase, thread.title);
     }
     spend_status(&ralph)?;
-    if let Some(thread) = threads
-        .iter()
-        .find(|t| crate::thread::has_a_next_step(t))
-    {
+    if let Some(thread) = threads.iter().find(|t| crate::thread::has_a_next_step(t)) {
         next.push(format!(
             "thread {}: {}",
             thread.id,

@@ -65,6 +65,9 @@ mod tests {
     #[test]
     fn control_characters_are_shown_as_escapes_and_the_rest_as_it_is() {
         assert_eq!(inert("plain — ü"), "plain — ü");
-        assert_eq!(inert("esc\u{1b}[31mred\tx\u{9b}"), "esc\\u{1b}[31mred\\tx\\u{9b}");
+        assert_eq!(
+            inert("esc\u{1b}[31mred\tx\u{9b}"),
+            "esc\\u{1b}[31mred\\tx\\u{9b}"
+        );
     }
 }

@@ -605,7 +605,9 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
         Phase::Assessing => "`finalize` (you approve the spec), `edit`, or `assess` again".into(),
         Phase::Finalized => "`start` (or `reopen` to change the spec)".into(),
         // Preflight takes no agent and holds no state: a start cut short starts again.
-        Phase::Preflight => "the preflight was cut short: `ralph thread start` runs it again".into(),
+        Phase::Preflight => {
+            "the preflight was cut short: `ralph thread start` runs it again".into()
+        }
         Phase::PreflightFailed { .. } => "fix the above, then `start` again, or `fix-spec`".into(),
         Phase::Configuring => {
             "`configure` runs the loop with --agent, --verifier and --max-iterations".into()
