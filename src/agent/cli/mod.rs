@@ -21,7 +21,7 @@ pub use command::CommandAgent;
 pub use gemini::GeminiCli;
 pub use opencode::OpencodeCli;
 
-use crate::agent::{AgentExit, AgentRun, FailureKind};
+use crate::agent::{Agent, AgentError, AgentExit, AgentRun, FailureKind};
 use crate::config::CliConfig;
 use command::{Ending, Raw};
 
@@ -46,11 +46,11 @@ impl CliConfig {
     /// Finds the program without running it. Not found, the error names where its name came
     /// from (`codex.bin`, else `PATH`) and `help`, the documented ways to set it: the
     /// `[agent.NAME] command` of a command agent is not how a vendor's CLI is named.
-    async fn check(&self, name: &str, help: &'static str) -> Result<(), crate::AgentError> {
+    async fn check(&self, name: &str, help: &'static str) -> Result<(), AgentError> {
         let command = CommandAgent::new(name, [self.program(name)]);
-        let found = crate::Agent::check(&command).await;
+        let found = Agent::check(&command).await;
         found.map_err(|e| match e {
-            crate::AgentError::NotFound { agent, program, .. } => crate::AgentError::NotFound {
+            AgentError::NotFound { agent, program, .. } => AgentError::NotFound {
                 agent,
                 program,
                 from: match self.bin {
