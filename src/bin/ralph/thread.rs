@@ -585,15 +585,11 @@ fn last_run(threads: &Threads, run_id: &str) -> String {
     }
 }
 
-/// Whether the thread still has a step to take: anything but a thread that is over, or a
-/// loop that runs now in a live process (a loop whose process died was cut short: it waits
-/// for `resume`).
+/// Whether the thread is not over: `ralph status` then says its next step, which for a loop
+/// is to wait for it (its process lives) or `resume` it (its process died), never that
+/// every run is complete.
 pub(crate) fn has_a_next_step(thread: &ThreadRecord) -> bool {
-    match thread.phase {
-        Phase::Done { .. } | Phase::Abandoned => false,
-        Phase::Running { .. } | Phase::Verifying { .. } => thread.is_orphaned(),
-        _ => true,
-    }
+    !matches!(thread.phase, Phase::Done { .. } | Phase::Abandoned)
 }
 
 /// What to do next in each phase.
