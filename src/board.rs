@@ -25,16 +25,21 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEdit`] when `text` is empty or only whitespace; [`Error::Busy`] while
+    /// [`Error::InvalidEdit`] when `text` is empty or only whitespace, or holds a control
+    /// character other than a line break (ESC, a tab); [`Error::Busy`] while
     /// another ralph holds the workspace; [`Error::Store`] when the board cannot be loaded
     /// or saved.
     pub async fn add_issue(&self, text: impl Into<String>) -> Result<IssueId, Error> {
         let text = text.into();
-        if text.trim().is_empty() {
+        let problem = match text.trim().is_empty() {
+            true => Some("is empty: say what is wrong or missing".to_owned()),
+            false => rules::control_problem(&text, true),
+        };
+        if let Some(reason) = problem {
             return Err(Error::InvalidEdit {
                 edit: "issue add",
                 field: "text".into(),
-                reason: "is empty: say what is wrong or missing".into(),
+                reason,
             });
         }
         self.edit(|board| {
@@ -54,10 +59,13 @@ impl Ralph {
     ///
     /// - `id`: ASCII letters, digits, `-`, `_` and `.`, at most 64 bytes, not starting with
     ///   `.` or `-`, with no `..`, not ending with `.` or `.lock`: an id names a git branch
-    ///   (`ralph-task/<id>`) and a folder (`.ralph/worktrees/<id>`);
-    /// - `name`: one line, not empty;
+    ///   (`ralph-task/<id>`) and a folder (`.ralph/worktrees/<id>`), so it also differs from
+    ///   every id on the board in more than ASCII case (`T-1` beside `t-1` would be one
+    ///   branch on a case-insensitive file system);
+    /// - `name`: one line, not empty, no control character (ESC, a tab);
     /// - `accept` ([`Task::acceptance`]): not empty, since it is what a verifier checks the
-    ///   work against (there is no default);
+    ///   work against (there is no default); it and `notes` hold no control character but
+    ///   line breaks;
     /// - `deps[i]`: a task on the board, not decomposed (name its subtasks), and no cycle
     ///   (the task itself, or a task that depends on it in turn).
     ///

@@ -138,6 +138,21 @@ impl Ralph {
         self.run(Some(spec.as_ref())).await
     }
 
+    /// Checks `spec` as [`construct`](Self::construct) takes it, without taking the
+    /// workspace's lock or writing anything: its path (relative, no `..`, an existing file
+    /// that resolves, symlinks followed, inside the workspace) and its text (UTF-8, not
+    /// empty, no control characters). [`construct`](Self::construct) checks the same first,
+    /// so a refused spec leaves no trace; this lets a caller refuse it before saying
+    /// anything. Returns the path relative to the workspace.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SpecPath`] for the path; [`Error::Spec`] when it cannot be read;
+    /// [`Error::SpecText`] for its text.
+    pub fn check_spec(&self, spec: impl AsRef<Path>) -> Result<PathBuf, Error> {
+        crate::runtime::spec::check(self.workspace(), spec.as_ref())
+    }
+
     /// Resumes the construct loop on the spec on record in the workspace's state.
     ///
     /// # Errors

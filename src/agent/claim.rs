@@ -28,10 +28,21 @@ pub(crate) fn of(final_text: &str) -> Claim {
         TaskSignal::Conflict => Claim::NotDone(
             "Your final answer contained both <TASK_DONE> and <TASK_BLOCKED …>; end it with exactly one of them.".into(),
         ),
+        _ if fenced_marker(final_text) => Claim::NotDone(
+            "Your final answer had <TASK_DONE> on a line of its own but inside a code fence (```), where a marker does not count, so the task was not counted as done; end the answer with <TASK_DONE> as its last line, outside any fence.".into(),
+        ),
         _ => Claim::NotDone(
             "Your final answer did not end with <TASK_DONE> on a line of its own, so the task was not counted as done.".into(),
         ),
     }
+}
+
+/// Whether `<TASK_DONE>` is a whole line of `text` only inside fenced code: the one near miss
+/// the generic message would misdescribe. The parser's rule stands (a fenced line is code,
+/// never a marker); only what the next attempt is told changes.
+fn fenced_marker(text: &str) -> bool {
+    let marker = "<TASK_DONE>";
+    text.lines().any(|line| line.trim() == marker) && !signal::is_marker_line(text, marker)
 }
 
 #[cfg(test)]
@@ -53,5 +64,21 @@ mod tests {
             of("I will print <TASK_DONE> later."),
             Claim::NotDone(_)
         ));
+    }
+
+    /// Re-audit case 22: a marker on its own line inside a fence is still not done, and the
+    /// next attempt is told that the fence was the fault.
+    #[test]
+    fn a_fenced_marker_is_not_done_and_the_fence_is_named() {
+        let Claim::NotDone(why) = of("Done.\n```\n<TASK_DONE>\n```\n") else {
+            panic!("a fenced marker counted");
+        };
+        assert!(why.contains("inside a code fence"), "{why}");
+        for near in ["Done.\n> <TASK_DONE>\n", "<TASK_DONE>\nP.S. more\n"] {
+            let Claim::NotDone(why) = of(near) else {
+                panic!("{near:?} counted");
+            };
+            assert!(!why.contains("fence"), "{near:?}: {why}");
+        }
     }
 }

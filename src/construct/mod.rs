@@ -134,6 +134,11 @@ impl Engine {
     /// the board, settles which spec is constructed, and seeds a fresh board with the spec
     /// as its first issue.
     pub(crate) async fn start(ctx: Arc<Context>, spec: Option<&Path>) -> Result<Self, Error> {
+        // A spec refused for its path or its text leaves no trace: checked before the lock
+        // (which makes `.ralph/`) is taken. Its match with the spec on record needs the board.
+        if let Some(given) = spec {
+            spec::check(&ctx.workspace, given)?;
+        }
         let before = ctx.emitter(&[]);
         let lock = ctx.begin(&before).await?;
         let board = ctx.load_board(&before).await?;

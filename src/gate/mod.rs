@@ -89,7 +89,11 @@ pub enum GateStatus {
         signal: Option<i32>,
     },
     /// The gate's timeout fired; it was stopped.
-    TimedOut,
+    TimedOut {
+        /// The gate's timeout, which the messages name (`timed out after 3s`).
+        #[serde(rename = "after_secs", serialize_with = "crate::time::secs")]
+        after: Duration,
+    },
     /// Stopped because [`GateContext::stop`] was cancelled.
     Stopped,
 }
@@ -112,7 +116,9 @@ impl fmt::Display for GateStatus {
                 signal: Some(sig), ..
             } => write!(f, "failed (signal {sig})"),
             GateStatus::Failed { .. } => f.write_str("failed"),
-            GateStatus::TimedOut => f.write_str("timed out"),
+            GateStatus::TimedOut { after } => {
+                write!(f, "timed out after {}", humantime::format_duration(*after))
+            }
             GateStatus::Stopped => f.write_str("stopped"),
         }
     }

@@ -87,7 +87,7 @@ impl Gate for ShellGate {
     /// Runs the command in its own process group, supervised as the type's docs say.
     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
         let report = self.spec(ctx).run().await.map_err(|err| self.error(err))?;
-        let mut gate = GateReport::new(&self.name, self.required, status(&report));
+        let mut gate = GateReport::new(&self.name, self.required, status(&report, self.timeout));
         gate.duration = report.duration;
         gate.leaked = report.leaked;
         gate.output = report.output;
@@ -126,9 +126,9 @@ impl ShellGate {
     }
 }
 
-fn status(report: &ProcessReport) -> GateStatus {
+fn status(report: &ProcessReport, timeout: Duration) -> GateStatus {
     if report.timed_out {
-        GateStatus::TimedOut
+        GateStatus::TimedOut { after: timeout }
     } else if report.stopped {
         GateStatus::Stopped
     } else if report.success() {

@@ -188,6 +188,35 @@ pub(crate) fn unsound(board: &Board) -> Vec<(TaskId, String)> {
         .collect()
 }
 
+/// Why `id` clashes with an id on `board` that differs from it only in ASCII case, if one
+/// does: on a case-insensitive file system (macOS, Windows) their branches
+/// (`ralph-task/T-1`, `ralph-task/t-1`) and work-tree folders would be one.
+fn case_clash(board: &Board, id: &TaskId) -> Option<String> {
+    let other = board
+        .tasks
+        .keys()
+        .find(|other| *other != id && other.as_str().eq_ignore_ascii_case(id.as_str()))?;
+    Some(format!(
+        "{:?} differs from {other} only in case; their branches and folders would be one on a \
+         case-insensitive file system",
+        id.as_str()
+    ))
+}
+
+/// Why `text`, a person's text for the board, cannot be shown as it is, if it cannot: it
+/// holds a control character (C0 or C1: ESC would drive the terminal of whoever lists the
+/// board, a tab or a carriage return would garble its columns). A line break is allowed
+/// where the text may span lines (`multiline`).
+pub(crate) fn control_problem(text: &str, multiline: bool) -> Option<String> {
+    let (at, c) = text
+        .char_indices()
+        .find(|&(_, c)| c.is_control() && !(multiline && c == '\n'))?;
+    Some(format!(
+        "holds the control character U+{:04X} at byte {at}: write plain text",
+        u32::from(c)
+    ))
+}
+
 /// What is wrong with `task`, a person's new task for `board`, if anything: the field (as
 /// `ralph task add` takes it: `id`, `name`, `accept`, `deps[0]`) and the rest of a sentence
 /// saying why.
@@ -196,17 +225,28 @@ pub(crate) fn new_task_problem(board: &Board, task: &Task) -> Option<(String, St
     if let Some(why) = id_problem(task.id.as_str()) {
         return problem("id", why);
     }
+    if let Some(why) = case_clash(board, &task.id) {
+        return problem("id", why);
+    }
     if task.name.trim().is_empty() {
         return problem("name", "is empty".to_owned());
     }
     if task.name.contains(['\n', '\r']) {
         return problem("name", "holds a line break; a name is one line".to_owned());
     }
+    if let Some(why) = control_problem(&task.name, false) {
+        return problem("name", why);
+    }
     if task.acceptance.trim().is_empty() {
         return problem(
             "accept",
             "is empty: say what the verifier checks the work against".to_owned(),
         );
+    }
+    for (field, text) in [("accept", &task.acceptance), ("notes", &task.notes)] {
+        if let Some(why) = control_problem(text, true) {
+            return problem(field, why);
+        }
     }
     for (i, dep) in task.deps.iter().enumerate() {
         let field = format!("deps[{i}]");

@@ -78,10 +78,13 @@ pub enum SpecsError {
         path: PathBuf,
     },
     /// Plan mode found no markdown spec to plan.
-    #[error("plan mode: no markdown specs in {}", .dir.display())]
+    #[error("plan mode: no markdown specs in {}{}", .dir.display(), skipped_note(.skipped))]
     NoSpecs {
         /// The specs folder.
         dir: PathBuf,
+        /// The `.md` files of the folder left out, each with why (a link that leads outside
+        /// the folder).
+        skipped: Vec<String>,
     },
     /// Plan mode's agent gave no usable plan, even when asked again with the error shown.
     #[error("plan mode: no usable plan ({reason}); {} was not changed", .implementation.display())]
@@ -397,4 +400,13 @@ pub(crate) fn after_hooks<T>(
     let value = result?;
     hooks?;
     Ok(value)
+}
+
+/// `; skipped: WHY; WHY` after "no markdown specs", or nothing when nothing was skipped.
+#[cfg(feature = "specs")]
+fn skipped_note(skipped: &[String]) -> String {
+    match skipped.is_empty() {
+        true => String::new(),
+        false => format!("; skipped: {}", skipped.join("; ")),
+    }
 }

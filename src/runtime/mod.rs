@@ -120,13 +120,24 @@ impl Context {
     /// word and the verifier's, which a run should never do in silence (`RALPH_GATES='[]'`
     /// turns every gate off).
     pub(crate) fn warn_without_gates(&self, emitter: &Emitter) {
-        if !self.gates.iter().any(|g| g.required()) {
-            emitter.emit(&Event::Warning {
-                message: "no required gate: each task is done on the agent's word and the \
-                          verifier's (add [[gates]] to ralph.toml)"
-                    .into(),
-            });
+        if self.gates.iter().any(|g| g.required()) {
+            return;
         }
+        // The environment wins over ralph.toml: when it set the gates, the file's
+        // [[gates]] are not the place to look.
+        let fix = match std::env::var_os("RALPH_GATES") {
+            Some(_) => {
+                "the environment variable RALPH_GATES sets the gates, over ralph.toml's \
+                        [[gates]]: unset it, or give a required gate there"
+            }
+            None => "add [[gates]] to ralph.toml",
+        };
+        emitter.emit(&Event::Warning {
+            message: format!(
+                "no required gate: each task is done on the agent's word and the verifier's \
+                 ({fix})"
+            ),
+        });
     }
 
     /// Loads the board; a torn tail the store had to drop is reported on `emitter`.

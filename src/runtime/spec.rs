@@ -55,6 +55,18 @@ pub(crate) fn inside(workspace: &Path, root: &Path, given: &Path) -> Result<Path
     }
 }
 
+/// The spec `given` as a construct run takes it: the path rule with the workspace as the
+/// root ([`inside`]), then its text ([`read`]). Returns the path relative to the workspace.
+///
+/// # Errors
+///
+/// As [`inside`] and [`read`].
+pub(crate) fn check(workspace: &Path, given: &Path) -> Result<PathBuf, Error> {
+    let rel = inside(workspace, Path::new(""), given)?;
+    read(workspace, &rel)?;
+    Ok(rel)
+}
+
 /// A spec file's text as prompts carry it: checked ([`checked`]), trimmed, bounded to
 /// [`SPEC_PROMPT_BYTES`]; the agent can read the file for the rest.
 ///

@@ -35,6 +35,9 @@ pub struct PlanDryRun {
     /// The specs longer than a prompt carries: each with its size and how much of it (head
     /// and tail) reaches the agent. Empty when all of every spec does.
     pub spec_cuts: Vec<String>,
+    /// The `.md` files of the specs folder plan mode leaves out, each with why (a link that
+    /// leads outside the folder).
+    pub skipped: Vec<String>,
 }
 
 impl fmt::Display for PlanDryRun {
@@ -43,6 +46,9 @@ impl fmt::Display for PlanDryRun {
         writeln!(f, "  specs:     {}", self.specs.join(", "))?;
         for cut in &self.spec_cuts {
             writeln!(f, "  spec:      {cut}")?;
+        }
+        for skipped in &self.skipped {
+            writeln!(f, "  skipped:   {skipped}")?;
         }
         writeln!(
             f,
@@ -161,7 +167,7 @@ fn list(items: &[String]) -> String {
 /// Works out the [`PlanDryRun`] for `specs` (all of the specs folder when empty).
 pub(crate) fn plan(ctx: &Context, specs: Vec<PathBuf>) -> Result<PlanDryRun, Error> {
     let planning = &ctx.config.planning;
-    let specs = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
+    let (specs, skipped) = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
     // Each text is checked as plan mode would read it into its prompt: an empty or binary
     // spec is the dry run's error too.
     let mut spec_cuts = Vec::new();
@@ -177,6 +183,7 @@ pub(crate) fn plan(ctx: &Context, specs: Vec<PathBuf>) -> Result<PlanDryRun, Err
         template_source: ctx.prompts.origin("plan_mode").map(str::to_owned),
         stage_timeout: ctx.config.stage_timeout,
         spec_cuts,
+        skipped,
     })
 }
 

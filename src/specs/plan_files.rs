@@ -388,13 +388,17 @@ pub fn plan_from_answer(answer: &str, phrase: &str) -> Result<String, String> {
 }
 
 /// Every markdown spec in `specs_dir` (relative to `workspace`), recursively, leaving out
-/// the `plans` folder; relative to the workspace, sorted.
+/// the `plans` folder; relative to the workspace, sorted. Then each `.md` left out, with
+/// why: a link is taken when it resolves to a file inside the folder (the rule every spec
+/// path is held to), and otherwise named, so that a file a person sees is never dropped
+/// without a word.
 ///
 /// # Errors
 ///
 /// [`Error::Io`] when a folder cannot be read (a missing `specs_dir` holds no specs).
-pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<Vec<String>, Error> {
+pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<(Vec<String>, Vec<String>), Error> {
     let mut found = Vec::new();
+    let mut skipped = Vec::new();
     let mut todo = vec![specs_dir.to_path_buf()];
     while let Some(dir) = todo.pop() {
         let abs = workspace.join(&dir);
@@ -402,7 +406,7 @@ pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<Vec<String>, Err
             Ok(entries) => entries,
             // No specs folder holds no specs: the caller says so, naming the folder.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir == specs_dir => {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), Vec::new()));
             }
             Err(source) => {
                 return Err(Error::Io {
@@ -419,13 +423,36 @@ pub fn find_specs(workspace: &Path, specs_dir: &Path) -> Result<Vec<String>, Err
             })?;
             if kind.is_dir() && !(dir == specs_dir && entry.file_name() == "plans") {
                 todo.push(rel);
-            } else if kind.is_file() && rel.extension().is_some_and(|e| e == "md") {
+            } else if kind.is_file() && is_markdown(&rel) {
                 found.push(rel.to_string_lossy().into_owned());
+            } else if kind.is_symlink() && is_markdown(&rel) {
+                match linked_spec(workspace, specs_dir, &rel) {
+                    Ok(()) => found.push(rel.to_string_lossy().into_owned()),
+                    Err(why) => skipped.push(why),
+                }
             }
         }
     }
     found.sort();
-    Ok(found)
+    skipped.sort();
+    Ok((found, skipped))
+}
+
+fn is_markdown(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "md")
+}
+
+/// A link `rel` in the specs folder as a spec: it must resolve to a file inside the folder;
+/// otherwise why not, naming it and where it leads.
+fn linked_spec(workspace: &Path, specs_dir: &Path, rel: &Path) -> Result<(), String> {
+    crate::runtime::spec::inside(workspace, specs_dir, rel).map_err(|e| match e {
+        Error::SpecPath { path, reason } => format!("{path}: {reason}"),
+        other => format!("{}: {other}", rel.display()),
+    })?;
+    match workspace.join(rel).is_file() {
+        true => Ok(()),
+        false => Err(format!("{}: links to a folder, not a file", rel.display())),
+    }
 }
 
 #[cfg(test)]

@@ -72,7 +72,12 @@ async fn plan(
     *lock = Some(ctx.begin(emitter).await?);
     let emitter = emitter.clone();
     let planning = &ctx.config.planning;
-    let files = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
+    let (files, skipped) = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
+    for message in skipped {
+        emitter.emit(&Event::Warning {
+            message: format!("plan mode skips {message}"),
+        });
+    }
     let store = ImplementationStore::new(ctx.workspace.join(&planning.implementation))
         .copies_in(crate::runtime::workspace::state_dir(&ctx.workspace));
     let existing = match store.load()? {
@@ -155,29 +160,34 @@ async fn commit_plan(
     Ok(git.commit_paths(&message, &[rel]).await?)
 }
 
-/// The specs to plan, relative to the workspace, each checked to stay inside the specs folder.
+/// The specs to plan, relative to the workspace, each checked to stay inside the specs
+/// folder; then, for a scan of the folder, the `.md` files it left out and why (see
+/// [`find_specs`]), for the caller to warn of.
+///
+/// # Errors
+///
+/// [`SpecsError::NoSpecs`] (naming what was left out) when there is nothing to plan;
+/// [`Error::SpecPath`] for a named spec outside the folder.
 pub(crate) fn spec_files(
     workspace: &Path,
     specs_dir: &Path,
     given: Vec<PathBuf>,
-) -> Result<Vec<String>, Error> {
-    let files = if given.is_empty() {
+) -> Result<(Vec<String>, Vec<String>), Error> {
+    let (files, skipped) = if given.is_empty() {
         find_specs(workspace, specs_dir)?
     } else {
-        given
-            .into_iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect()
+        let files = given.into_iter().map(|p| p.to_string_lossy().into_owned());
+        (files.collect(), Vec::new())
     };
     if files.is_empty() {
         let dir = workspace.join(specs_dir);
-        return Err(SpecsError::NoSpecs { dir }.into());
+        return Err(SpecsError::NoSpecs { dir, skipped }.into());
     }
     let plans = PlanFiles::new(workspace, specs_dir);
     for file in &files {
         plans.spec_rel(file)?;
     }
-    Ok(files)
+    Ok((files, skipped))
 }
 
 fn prompt(ctx: &Context, files: &[String], existing: &Implementation) -> Result<String, Error> {

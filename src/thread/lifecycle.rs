@@ -69,7 +69,8 @@ impl Threads {
 
     // ---- Phase 2: implementation --------------------------------------------------------
 
-    /// Finalized (or PreflightFailed, to retry) → Preflight, then Configuring or
+    /// Finalized (or PreflightFailed, to retry; or Preflight, when a start was cut short)
+    /// → Preflight, then Configuring or
     /// PreflightFailed. The thread takes this handle's settings
     /// ([`run_config`](Threads::run_config)), which Configuring may
     /// change, and preflight checks the agents they name. Entering Preflight from Finalized
@@ -104,13 +105,22 @@ impl Threads {
         id: &str,
         lock: &mut Option<RunLock>,
     ) -> Result<ThreadRecord, ThreadError> {
-        let mut record = self.load_for(id, PhaseKind::Preflight)?;
+        let mut record = self.get(id)?;
+        // A thread left in Preflight had its start cut short (its process died): preflight
+        // holds no state of its own, so it runs again, once no other start holds the lock.
+        let cut_short = record.phase.kind() == PhaseKind::Preflight;
+        if !cut_short {
+            record = self.load_for(id, PhaseKind::Preflight)?;
+        }
         // Configuring starts from the defaults (seed 001: "can use defaults").
         record.config = self.run_config.clone();
-        self.advance(&mut record, Phase::Preflight)?;
+        if !cut_short {
+            self.advance(&mut record, Phase::Preflight)?;
+        }
         // Held from the "no other thread running" check through the loop quick mode runs.
         *lock = match self.lock_runs().await {
             Ok(lock) => Some(lock),
+            Err(busy @ ThreadError::Busy { .. }) if cut_short => return Err(busy),
             Err(busy @ ThreadError::Busy { .. }) => {
                 let failures = vec![busy.to_string()];
                 self.advance(&mut record, Phase::PreflightFailed { failures })?;

@@ -141,10 +141,7 @@ impl Threads {
             }
             Ran::Answer(run) => {
                 self.close(&called, "completed: no claim")?;
-                let summary = format!(
-                    "no claim of done: the last line of the answer was not `{}`",
-                    spec.promise
-                );
+                let summary = no_claim(&run.final_text, &spec.promise);
                 Ok(Outcome::Attempt(attempt(summary, &run.final_text)))
             }
         }
@@ -343,4 +340,20 @@ fn max_reason(record: &ThreadRecord, total: usize) -> String {
         record.config.max_iterations,
         total.saturating_sub(passed)
     )
+}
+
+/// Why an answer is no claim of done: its last line was not the bare promise tag. The
+/// spec's `<promise>TAG</promise>` line written back is the likely near miss, so it is named.
+fn no_claim(final_text: &str, promise: &str) -> String {
+    let wrapped = format!("<promise>{promise}</promise>");
+    match crate::signal::last_line(final_text) {
+        Some(last) if last == wrapped => format!(
+            "no claim of done: the last line of the answer was `{wrapped}`; the claim is the \
+             bare tag `{promise}` alone on the last line"
+        ),
+        _ => format!(
+            "no claim of done: the last line of the answer was not the bare tag `{promise}` \
+             (alone on a line, outside any code fence)"
+        ),
+    }
 }

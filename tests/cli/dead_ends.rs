@@ -37,7 +37,7 @@ fn config(dir: &Path, agent: &str, more: &str) {
 
 /// A project with the agents' scripts (`agent.sh`: [`WORKS`]; `prose.sh`: an answer with a
 /// sentence before its JSON).
-fn project_with_agents(agent: &str, more: &str) -> tempfile::TempDir {
+pub(super) fn project_with_agents(agent: &str, more: &str) -> tempfile::TempDir {
     let dir = project();
     std::fs::write(dir.path().join("agent.sh"), WORKS).unwrap();
     std::fs::write(
@@ -116,6 +116,20 @@ fn a_failing_investigator_blocks_i_1_and_the_printed_unblock_leads_on() {
         "{text}"
     );
     assert_eq!(next_command(&status), command);
+    // Case 11: a script sees what is blocked, and why.
+    let issues = stdout(ok(&ralph(dir.path(), &["query", "issues"], &[])));
+    let issue: serde_json::Value = serde_json::from_str(issues.trim()).unwrap();
+    assert_eq!(
+        (&issue["id"], &issue["status"]),
+        (&"i-1".into(), &"blocked".into()),
+        "{issues}"
+    );
+    assert!(
+        issue["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the agent failed")),
+        "{issues}"
+    );
 
     config(dir.path(), "works", "");
     let out = run_printed(dir.path(), &command);
@@ -509,4 +523,40 @@ fn an_unverified_spec_is_checked_again_by_the_printed_command() {
 
     ok(&out);
     assert!(stdout(&out).contains("Spec complete"), "{}", stdout(&out));
+}
+
+/// Case 65: a run ended because the agent cannot reach its API ends with a `next:` line too,
+/// whose command resumes the work once the agent is back.
+#[test]
+fn an_unreachable_agent_ends_with_a_next_step_that_resumes() {
+    let dir = project_with_agents("works", "");
+    let script = dir.path().join("offline.toml");
+    std::fs::write(
+        &script,
+        "[[run]]\nrole = \"investigate\"\n[[run.steps]]\n\
+         fail = { reason = \"fake is unreachable: connection refused\", kind = \"unreachable\" }\n",
+    )
+    .unwrap();
+
+    let out = ralph(
+        dir.path(),
+        &["construct", "spec.md", "--script", "offline.toml"],
+        &[],
+    );
+
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("cannot reach its API"),
+        "{}",
+        stderr(&out)
+    );
+    let command = next_command(&out);
+    assert_eq!(command, "ralph construct --script offline.toml");
+    assert!(
+        stdout(&out).contains("once fake can reach its API again"),
+        "{}",
+        stdout(&out)
+    );
+    let resumed = run_printed(dir.path(), "ralph construct --agent works");
+    ok(&resumed);
 }

@@ -14,6 +14,7 @@ mod demo;
 mod docs;
 mod guest;
 mod hooks;
+mod messages;
 mod newcomer;
 mod parallel_crash;
 mod plan_build;
@@ -21,6 +22,7 @@ mod repair;
 mod schema;
 mod seed_commands;
 mod thread_agents;
+mod thread_next;
 mod thread_signals;
 
 use std::path::Path;
@@ -900,6 +902,7 @@ fn query_lists_the_open_issues_and_the_tasks() {
         .collect();
     assert_eq!(issues.len(), 1);
     assert_eq!(issues[0]["text"], "the greeting is rude");
+    assert_eq!(issues[0]["status"], "open");
     let ids = |text: String| -> Vec<String> {
         text.lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())

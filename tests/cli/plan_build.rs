@@ -193,3 +193,58 @@ fn build_force_rebuilds_a_done_spec_and_its_tasks() {
     );
     assert_eq!(git(ws, &["status", "--porcelain"]), "");
 }
+
+/// Case 16: a link in the specs folder that leads outside it is not planned, and never
+/// dropped without a word: named in the dry run and as a warning beside other specs, and in
+/// the error when it is the only one.
+#[test]
+fn a_link_out_of_the_specs_folder_is_named_where_it_is_skipped() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("host.md");
+    std::fs::write(&target, "# Host\n").unwrap();
+    let dir = plan_demo();
+    let ws = dir.path();
+    std::os::unix::fs::symlink(&target, ws.join("specs/host.md")).unwrap();
+    let script = Path::new(DEMO_PLAN).join("script.toml");
+    let script = script.to_str().unwrap();
+    let plan = |args: &[&str]| {
+        command(ws, args)
+            .args(["--script", script])
+            .output()
+            .unwrap()
+    };
+    let skipped = "specs/host.md: resolves to";
+
+    let dry = plan(&["plan", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(0), "{}", stderr(&dry));
+    assert!(
+        stdout(&dry).contains(&format!("skipped:   {skipped}")),
+        "{}",
+        stdout(&dry)
+    );
+    let planned = plan(&["plan"]);
+    assert_eq!(planned.status.code(), Some(0), "{}", stderr(&planned));
+    assert!(
+        (stdout(&planned) + &stderr(&planned))
+            .contains(&format!("warning: plan mode skips {skipped}")),
+        "{}\n{}",
+        stdout(&planned),
+        stderr(&planned)
+    );
+
+    let alone = plan_demo();
+    let ws = alone.path();
+    for spec in ["specs/greeter.md", "specs/farewell.md"] {
+        std::fs::remove_file(ws.join(spec)).unwrap();
+    }
+    std::os::unix::fs::symlink(&target, ws.join("specs/host.md")).unwrap();
+    let out = command(ws, &["plan", "--dry-run", "--script", script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no markdown specs in") && err.contains(&format!("skipped: {skipped}")),
+        "{err}"
+    );
+}

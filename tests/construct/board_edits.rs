@@ -768,3 +768,60 @@ async fn an_issue_whose_decomposer_failed_is_unblocked_and_decomposed_again() {
     );
     assert_eq!(h.requests(Role::Decompose, "i-1").len(), 3);
 }
+
+/// Re-audit N3: a control character (ESC, a tab) in a person's text would drive or garble
+/// the terminal of whoever lists the board; it is refused naming the field and where.
+#[tokio::test]
+async fn task_add_and_issue_add_refuse_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let ralph = ralph_on(dir.path());
+
+    assert_eq!(
+        refused(
+            &ralph,
+            Task::new("t-1", "esc\u{1b}[31mred").with_acceptance("done")
+        )
+        .await,
+        "task add: name holds the control character U+001B at byte 3: write plain text"
+    );
+    assert!(
+        refused(
+            &ralph,
+            Task::new("t-1", "tab\there").with_acceptance("done")
+        )
+        .await
+        .contains("name holds the control character U+0009")
+    );
+    assert!(
+        refused(&ralph, Task::new("t-1", "n").with_acceptance("ok\u{9b}"))
+            .await
+            .contains("accept holds the control character U+009B")
+    );
+    // The accept text may span lines.
+    ralph
+        .add_task(Task::new("t-1", "n").with_acceptance("one\ntwo"))
+        .await
+        .unwrap();
+    let err = ralph.add_issue("bad\u{1b}[31m").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidEdit { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "issue add: text holds the control character U+001B at byte 3: write plain text"
+    );
+}
+
+/// Re-audit N6: ids that differ only in case would be one branch and one folder on a
+/// case-insensitive file system.
+#[tokio::test]
+async fn task_add_refuses_an_id_that_differs_from_one_on_the_board_only_in_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let ralph = ralph_on(dir.path());
+    ralph.add_task(task("t-1")).await.unwrap();
+
+    let said = refused(&ralph, task("T-1")).await;
+
+    assert!(
+        said.starts_with(r#"task add: id "T-1" differs from t-1 only in case"#),
+        "{said}"
+    );
+}

@@ -20,14 +20,14 @@ async fn a_gate_past_its_timeout_fails_the_attempt_and_leaves_no_process() {
     assert!(
         items[0]
             .reason
-            .starts_with("gave up after 2 attempts: Quality gate `slow` timed out"),
+            .starts_with("gave up after 2 attempts: Quality gate `slow` timed out after 300ms"),
         "{}",
         items[0].reason
     );
-    assert_eq!(
-        h.gate_statuses(),
-        [GateStatus::TimedOut, GateStatus::TimedOut]
-    );
+    let timed_out = GateStatus::TimedOut {
+        after: Duration::from_millis(300),
+    };
+    assert_eq!(h.gate_statuses(), [timed_out.clone(), timed_out]);
     let builds = h.requests(Role::Build, "t-1");
     assert_eq!(attempts(&builds), [1, 2]);
     assert!(

@@ -63,12 +63,14 @@ async fn a_blocked_marker_blocks_the_task_with_its_reason_and_runs_no_gate() {
 // ---------------------------------------------------------------------------------------
 
 const CONFLICT: &str = "contained both <TASK_DONE> and <TASK_BLOCKED";
+/// A marker on its own line but in fenced code: the retry says the fence was why.
+const IN_A_FENCE: &str = "on a line of its own but inside a code fence";
 
 #[rstest]
 #[case::in_prose("Tests pass, so I output <TASK_DONE> now.", NOT_AT_END)]
 #[case::followed_by_text("<TASK_DONE>\nLet me double-check one more thing.", NOT_AT_END)]
-#[case::in_a_code_fence("The marker:\n```\n<TASK_DONE>\n```", NOT_AT_END)]
-#[case::in_an_unclosed_fence("Output:\n```text\n<TASK_DONE>", NOT_AT_END)]
+#[case::in_a_code_fence("The marker:\n```\n<TASK_DONE>\n```", IN_A_FENCE)]
+#[case::in_an_unclosed_fence("Output:\n```text\n<TASK_DONE>", IN_A_FENCE)]
 #[case::in_backticks("`<TASK_DONE>`", NOT_AT_END)]
 #[case::quoted("> <TASK_DONE>", NOT_AT_END)]
 #[case::wrong_case("<task_done>", NOT_AT_END)]

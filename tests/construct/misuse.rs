@@ -50,6 +50,25 @@ async fn a_missing_spec_is_an_error_naming_it() {
     assert!(h.store.persisted().is_empty());
 }
 
+/// Re-audit case 15: a spec refused for its path or text leaves no trace, not even the
+/// workspace's lock; `check_spec` refuses it the same way without a run.
+#[tokio::test]
+async fn a_refused_spec_writes_nothing_and_check_spec_refuses_it_alike() {
+    let h = Harness::new(FakeAgent::new());
+    write(h.path(), "empty.md", " \n");
+    let ralph = h.ralph(|b| b);
+    for spec in ["nope.md", "empty.md", "../spec.md"] {
+        let err = ralph.construct(spec).await.unwrap_err();
+        let checked = ralph.check_spec(spec).unwrap_err();
+        assert_eq!(err.to_string(), checked.to_string(), "{spec}");
+        assert!(
+            !h.path().join(".ralph").exists(),
+            "{spec}: .ralph/ was made"
+        );
+    }
+    assert_eq!(ralph.check_spec("spec.md").unwrap(), Path::new("spec.md"));
+}
+
 #[tokio::test]
 async fn a_second_construct_while_one_runs_is_refused() {
     let h = Harness::new(one_task().on(Role::Build, "t-1", Script::new().hang()));

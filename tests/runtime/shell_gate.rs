@@ -80,7 +80,14 @@ async fn a_slow_command_times_out() {
         .check(ctx)
         .await
         .unwrap();
-    assert_eq!(report.status, GateStatus::TimedOut);
+    assert_eq!(
+        report.status,
+        GateStatus::TimedOut {
+            after: Duration::from_millis(300)
+        }
+    );
+    // Re-audit case 17: the message says which timeout fired.
+    assert_eq!(report.status.to_string(), "timed out after 300ms");
     assert!(report.blocks());
     assert!(report.duration < Duration::from_secs(2), "{report:?}");
 }

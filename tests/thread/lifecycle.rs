@@ -745,3 +745,30 @@ async fn polish_runs_an_agent_under_the_loops_checks() {
         }
     );
 }
+
+/// Re-audit N1: the claim is the bare tag; the `<promise>` line written back is no claim,
+/// and the iteration's summary says what the claim is.
+#[tokio::test]
+async fn the_promise_line_written_back_is_no_claim_and_the_summary_names_the_bare_tag() {
+    let dir = repo().await;
+    let wrapped = Script::new()
+        .write("hello.txt", "hello\n")
+        .answer("Wrote hello.txt.\n<promise>SHIPPED</promise>");
+    let agent = Arc::new(FakeAgent::new().then(wrapped).then(no_claim()));
+    let threads = threads(dir.path(), &agent, true, 2);
+    let id = finalized(&threads, SPEC);
+
+    let thread = threads.start(&id).await.unwrap();
+
+    assert_eq!(thread.phase.kind(), PhaseKind::Stuck);
+    let summaries: Vec<&str> = thread.attempts.iter().map(|a| a.summary.as_str()).collect();
+    assert_eq!(
+        summaries,
+        [
+            "no claim of done: the last line of the answer was `<promise>SHIPPED</promise>`; \
+             the claim is the bare tag `SHIPPED` alone on the last line",
+            "no claim of done: the last line of the answer was not the bare tag `SHIPPED` \
+             (alone on a line, outside any code fence)",
+        ]
+    );
+}

@@ -244,3 +244,27 @@ async fn another_running_thread_fails() {
         "{f:?}"
     );
 }
+
+/// Re-audit case 39: a start killed during preflight leaves the thread in Preflight; `start`
+/// runs the preflight again from there instead of refusing the transition.
+#[tokio::test]
+async fn a_preflight_cut_short_runs_again_on_start() {
+    let dir = repo().await;
+    let agent = Arc::new(FakeAgent::new());
+    let threads = threads(dir.path(), &agent, false, 3);
+    let id = finalized(&threads, SPEC);
+    let path = threads
+        .state_dir()
+        .join("threads")
+        .join(&id)
+        .join("thread.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(r#""type": "Finalized""#, r#""type": "Preflight""#);
+    crate::support::threads::hand_edit(&threads, &path, &text).await;
+    assert_eq!(threads.get(&id).unwrap().phase.kind(), PhaseKind::Preflight);
+
+    let thread = threads.start(&id).await.unwrap();
+
+    assert_eq!(thread.phase.kind(), PhaseKind::Configuring);
+}

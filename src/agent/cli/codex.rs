@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::command::{CommandAgent, Raw};
+use super::command::Raw;
 use super::live::{Live, LiveMap, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
@@ -133,9 +133,9 @@ impl Agent for CodexCli {
     }
 
     async fn check(&self) -> Result<(), AgentError> {
-        CommandAgent::new("codex", [self.config.program("codex")])
-            .check()
-            .await
+        let help =
+            "install the Codex CLI, or name it in ralph.toml ([codex] bin) or RALPH_CODEX__BIN";
+        self.config.check("codex", help).await
     }
 
     fn configure(&mut self, config: &Config) {

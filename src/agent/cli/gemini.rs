@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::command::{CommandAgent, Raw};
+use super::command::Raw;
 use super::live::{Live, LiveMap, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
@@ -109,9 +109,9 @@ impl Agent for GeminiCli {
     }
 
     async fn check(&self) -> Result<(), AgentError> {
-        CommandAgent::new("gemini", [self.config.program("gemini")])
-            .check()
-            .await
+        let help =
+            "install the Gemini CLI, or name it in ralph.toml ([gemini] bin) or RALPH_GEMINI__BIN";
+        self.config.check("gemini", help).await
     }
 
     fn configure(&mut self, config: &Config) {

@@ -21,7 +21,7 @@ pub use command::CommandAgent;
 pub use gemini::GeminiCli;
 pub use opencode::OpencodeCli;
 
-use crate::agent::{AgentExit, AgentRun, FailureKind};
+use crate::agent::{Agent, AgentError, AgentExit, AgentRun, FailureKind};
 use crate::config::CliConfig;
 use command::{Ending, Raw};
 
@@ -41,6 +41,26 @@ impl CliConfig {
         self.bin
             .as_ref()
             .map_or_else(|| name.to_owned(), |b| b.display().to_string())
+    }
+
+    /// Finds the program without running it. Not found, the error names where its name came
+    /// from (`codex.bin`, else `PATH`) and `help`, the documented ways to set it: the
+    /// `[agent.NAME] command` of a command agent is not how a vendor's CLI is named.
+    async fn check(&self, name: &str, help: &'static str) -> Result<(), AgentError> {
+        let command = CommandAgent::new(name, [self.program(name)]);
+        let found = Agent::check(&command).await;
+        found.map_err(|e| match e {
+            AgentError::NotFound { agent, program, .. } => AgentError::NotFound {
+                agent,
+                program,
+                from: match self.bin {
+                    Some(_) => format!("{name}.bin"),
+                    None => "PATH".to_owned(),
+                },
+                help,
+            },
+            other => other,
+        })
     }
 
     /// The supervisor of one run: the environment, the idle timeout and the grace, keeping

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::command::{CommandAgent, Raw};
+use super::command::Raw;
 use super::live::{Live, LiveMap, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
@@ -118,9 +118,9 @@ impl Agent for OpencodeCli {
     }
 
     async fn check(&self) -> Result<(), AgentError> {
-        CommandAgent::new("opencode", [self.config.program("opencode")])
-            .check()
-            .await
+        let help =
+            "install opencode, or name it in ralph.toml ([opencode] bin) or RALPH_OPENCODE__BIN";
+        self.config.check("opencode", help).await
     }
 
     fn configure(&mut self, config: &Config) {

@@ -12,7 +12,7 @@ use ralph::model::{
 use ralph::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Ralph, async_trait};
 use serde::Deserialize;
 
-use crate::out::out;
+use crate::out::{inert, out};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -26,7 +26,9 @@ pub(crate) enum Query {
     Iteration,
     /// The next action and its item, as JSON (action `none` before any run).
     Next,
-    /// The open issues, one JSON object per line.
+    /// The issues still to act on, open and blocked, one JSON object per line; its
+    /// `status` is `open` or `blocked` (then `reason` says why: unblock it with `ralph
+    /// issue unblock ID`).
     Issues,
     /// The tasks still in the plan, one JSON object per line (`--done`: the done ones only).
     Tasks,
@@ -136,6 +138,40 @@ struct NewTask {
     priority: Option<Priority>,
 }
 
+/// The shape `ralph task add` takes, for the messages that refuse another.
+const TASK_SHAPE: &str =
+    r#"{"name": "…", "accept": "…"} (optional: "id", "notes", "deps", "priority")"#;
+
+impl NewTask {
+    /// `json` as a task. Only an object is one: serde would read an array as the struct's
+    /// fields in order and answer with its own type name ("expected struct NewTask").
+    fn parse(json: &str) -> Result<NewTask> {
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| format!("the task JSON does not parse: {e}"))?;
+        if !value.is_object() {
+            return Err(format!(
+                "a task is a JSON object, {TASK_SHAPE}; got {}",
+                json_kind(&value)
+            )
+            .into());
+        }
+        NewTask::deserialize(value)
+            .map_err(|e| format!("the task JSON is not a task: {e}; a task is {TASK_SHAPE}").into())
+    }
+}
+
+/// What kind of JSON value `value` is, as the messages name it.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 /// The board commands run no agent: this one says so if anything asks it to, as a failure
 /// no retry can fix.
 struct NoAgent;
@@ -185,10 +221,7 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
         out!("thread {}  {}  {}", thread.id, thread.phase, thread.title);
     }
     spend_status(&ralph)?;
-    if let Some(thread) = threads
-        .iter()
-        .find(|t| crate::thread::waits_for_a_person(t))
-    {
+    if let Some(thread) = threads.iter().find(|t| crate::thread::has_a_next_step(t)) {
         next.push(format!(
             "thread {}: {}",
             thread.id,
@@ -293,7 +326,7 @@ fn construct_status(ralph: &Ralph, board: &Board, workspace: &Path) -> Result<Op
         board.run.cost_usd
     );
     if let Some(last) = board.run.log.last() {
-        out!("last iteration {}: {}", last.iteration, last.note);
+        out!("last iteration {}: {}", last.iteration, inert(&last.note));
     }
     let choices = ralph.agent_choices()?;
     for choice in choices.iter().rev().take(SHOWN_CHOICES).rev() {
@@ -396,9 +429,13 @@ fn issue_line(issue: &Issue) -> Option<String> {
         IssueStatus::Blocked => "blocked",
         _ => return None,
     };
-    let mut line = format!("{:<6} {state:<10} issue: {}", issue.id.as_str(), issue.text);
+    let mut line = format!(
+        "{:<6} {state:<10} issue: {}",
+        issue.id.as_str(),
+        inert(&issue.text)
+    );
     if let Some(reason) = issue.reason.as_ref().filter(|_| state != "open") {
-        line.push_str(&format!("  — {state}: {reason}"));
+        line.push_str(&format!("  — {state}: {}", inert(reason)));
     }
     Some(line)
 }
@@ -416,7 +453,7 @@ fn choice_line(choice: &ralph::agent::AgentChoice) -> String {
         choice.agent,
         choice.subject.as_deref().unwrap_or("a run"),
         choice.at,
-        choice.reason
+        inert(&choice.reason)
     )
 }
 
@@ -427,10 +464,10 @@ fn task_line(task: &Task) -> String {
         status_name(task.status),
         task.effective_priority().to_string(),
         task.attempts,
-        task.name
+        inert(&task.name)
     );
     if let Some(reason) = &task.blocked_reason {
-        line.push_str(&format!("  — blocked: {reason}"));
+        line.push_str(&format!("  — blocked: {}", inert(reason)));
     } else if task.is_killed() {
         let why = match task.kill_reason {
             Some(KillReason::Rejected) => format!("rejected {} times", task.rejections),
@@ -458,8 +495,8 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
         }
         Query::Next => out!("{}", next_action(&board)),
         Query::Issues => {
-            for issue in board.open_issues() {
-                out!("{}", serde_json::to_string(issue)?);
+            for line in issue_lines(&board) {
+                out!("{}", line?);
             }
         }
         Query::Tasks => {
@@ -523,6 +560,24 @@ fn next_action(board: &Board) -> serde_json::Value {
     serde_json::json!({"action": stage_name(stage).to_lowercase(), "item": item})
 }
 
+/// `ralph query issues`: the issues a person or INVESTIGATE still has to act on, open and
+/// blocked (a script must see what is blocked, not only that something is), each as stored
+/// with its `status` spelled out.
+fn issue_lines(board: &Board) -> impl Iterator<Item = Result<String>> + '_ {
+    board.issues.values().filter_map(|issue| {
+        let status = match issue.status {
+            IssueStatus::Open => "open",
+            IssueStatus::Blocked => "blocked",
+            _ => return None,
+        };
+        let line = serde_json::to_value(issue).map(|mut value| {
+            value["status"] = status.into();
+            value.to_string()
+        });
+        Some(line.map_err(Into::into))
+    })
+}
+
 /// The task BUILD takes next: ready, by the prioritizer's rank, then priority, then age.
 fn next_task(board: &Board) -> Option<&Task> {
     board
@@ -539,8 +594,7 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
     let ralph = open(workspace)?;
     match command {
         TaskCommand::Add { json } => {
-            let new: NewTask = serde_json::from_str(&json)
-                .map_err(|e| format!("the task JSON does not parse: {e}"))?;
+            let new = NewTask::parse(&json)?;
             let id = match new.id {
                 Some(id) => TaskId::from(id),
                 None => ralph.board().await?.next_task_id(),

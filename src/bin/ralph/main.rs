@@ -138,7 +138,7 @@ struct RunFlags {
     /// The agent: `claude` (the Claude Code CLI), `codex` (the Codex CLI), `gemini` (the Gemini CLI), `opencode`, or the name of an `[agent.NAME]` table
     /// of ralph.toml (any CLI run from an argv template). A comma-separated list is a
     /// fallback chain (`claude,aider`). Default: `agents` of ralph.toml, else `claude`.
-    #[arg(long)]
+    #[arg(long, value_parser = run::agent_list)]
     agent: Option<String>,
     /// Use a scripted FakeAgent from this TOML file (relative to the current directory, or
     /// to DIR with -C) instead of a real agent; its requests are appended to

@@ -238,6 +238,28 @@ pub(crate) fn over_budget(again: &Again, spent_usd: f64) -> Next {
         .doing("goes on where the work stood; what was spent counts")
 }
 
+/// After a run that ended with `error`, when a person can act on it and run again: the
+/// agent could not reach its API, or said that no retry can fix its failure. `None` for
+/// other errors, whose message says what is wrong.
+pub(crate) fn after_error(error: &ralph::Error, again: &Again) -> Option<Next> {
+    let resume = again.run("");
+    match error {
+        ralph::Error::AgentUnreachable { agent, .. } => Some(
+            Next::run(resume)
+                .after(format!(
+                    "once {agent} can reach its API again (check the network and its endpoint)"
+                ))
+                .doing("resumes where the work stood; the attempt was not counted"),
+        ),
+        ralph::Error::AgentFatal { agent, .. } => Some(
+            Next::run(resume)
+                .after(format!("fix what {agent} said (above)"))
+                .doing("resumes where the work stood"),
+        ),
+        _ => None,
+    }
+}
+
 /// After plan mode: build mode, with the same agent.
 pub(crate) fn after_plan(again: &Again) -> Next {
     Next::run(again.run("")).doing("builds the planned specs")

@@ -133,6 +133,10 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
         }
         return Ok(0);
     }
+    // A refused spec is said before anything else is: no header for a run that never starts.
+    if let Some(spec) = &args.spec {
+        ralph.check_spec(spec)?;
+    }
     if !args.run.json {
         out!(
             "ralph construct · workspace {}",
@@ -179,7 +183,10 @@ async fn run_construct(
         (Some(spec), false) => ralph.construct(spec).await,
         (None, false) => ralph.resume().await,
     };
-    let outcome = ended.inspect_err(|e| display::after_hook_failure(lines, e))?;
+    let outcome = match ended.inspect_err(|e| display::after_hook_failure(lines, e)) {
+        Ok(outcome) => outcome,
+        Err(e) => return ended_by(e, json, again),
+    };
     match json {
         true => display::json_next(&display::construct_next(ralph, &outcome, again).await?),
         false => display::summary(ralph, lines, &outcome, again).await?,
@@ -239,18 +246,40 @@ pub(crate) async fn build(workspace: &Path, force: Option<&str>, flags: RunFlags
         return Ok(0);
     }
     let interrupts = interrupts(&ralph)?;
+    let again = build_again(workspace, &flags);
     let run = match force {
         Some(spec) => ralph.rebuild(spec).await,
         None => ralph.build_specs().await,
     };
-    let outcome = run.inspect_err(|e| display::after_hook_failure(&lines, e))?;
-    let next = crate::next::after_build(&outcome, &build_again(workspace, &flags));
+    let outcome = match run {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            display::after_hook_failure(&lines, &e);
+            return ended_by(e, flags.json, &again);
+        }
+    };
+    let next = crate::next::after_build(&outcome, &again);
     if flags.json {
         display::json_next(&next);
     } else {
         out!("{outcome}\nnext: {next}");
     }
     Ok(exit_code(&interrupts, outcome.exit_code()))
+}
+
+/// A run ended by `error`: when a person can act on it (the agent cannot reach its API, or
+/// said no retry can fix its failure), the error on stderr and then the next step, as every
+/// end has one, with exit 1; any other error is returned as it is.
+fn ended_by(error: ralph::Error, json: bool, again: &Again) -> Result<u8> {
+    let Some(next) = crate::next::after_error(&error, again) else {
+        return Err(error.into());
+    };
+    eprintln!("ralph: {error}");
+    match json {
+        true => display::json_next(&next),
+        false => out!("next: {next}"),
+    }
+    Ok(1)
 }
 
 /// `ralph build` again, with the flags that chose the agent.
@@ -302,6 +331,18 @@ fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
         _ => code,
     };
     u8::try_from(code).unwrap_or(1)
+}
+
+/// `--agent`'s value checked as clap parses it: a comma-separated list with no empty name
+/// (`mine,` or `,mine` is a stray comma, which would otherwise ask for an agent called "").
+pub(crate) fn agent_list(list: &str) -> std::result::Result<String, String> {
+    match list.split(',').any(|name| name.trim().is_empty()) {
+        true => Err(format!(
+            "the --agent list {list:?} has an empty name (a stray comma?): name the agents \
+             separated by single commas, as in `claude,codex`"
+        )),
+        false => Ok(list.to_owned()),
+    }
 }
 
 /// The agents `--agent` names (a comma-separated list), else `agents` of ralph.toml, else

@@ -5,7 +5,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use ralph::thread::{Confirm, Phase, RunConfig, ThreadRecord, Threads};
+use ralph::__internals::thread_spec::ThreadSpec;
+use ralph::thread::{Confirm, IterationRecord, Phase, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, Event, FakeAgent, Interrupts, Observer, Ralph};
 
 use crate::out::out;
@@ -29,7 +30,7 @@ pub(crate) struct ThreadArgs {
     /// `configure`, `reconfigure`) and asked by `discuss` and `assess`: `claude`, `codex`,
     /// `gemini`, `opencode` or an `[agent.NAME]` table of ralph.toml; a comma-separated list
     /// is a fallback chain (`claude,codex`). Default: `agents` of ralph.toml, else `claude`.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = crate::run::agent_list)]
     agent: Option<String>,
     /// The read-only verifier of the criteria that have no command, by the same names as
     /// --agent (`start`, `configure`, `reconfigure`). Default: the models of --agent.
@@ -206,6 +207,16 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             "no active thread: create one with `ralph thread new` or pass --id".into()
         })
     };
+    // The last iteration on record before this command: a loop prints only those it ran.
+    let before = configured
+        .as_ref()
+        .and_then(|t| t.attempts.last())
+        .map_or(0, |a| a.iteration);
+    let view = View::of(&args.command, before);
+    let writes_spec = matches!(
+        args.command,
+        ThreadCommand::New { .. } | ThreadCommand::Edit { .. } | ThreadCommand::Finalize
+    );
     let record = match args.command {
         ThreadCommand::New { title, spec } => threads.create(&title, &read_spec(&spec)?)?,
         ThreadCommand::List => {
@@ -306,7 +317,10 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             return Ok(0);
         }
     };
-    show(&threads, &record);
+    if writes_spec {
+        warn_if_start_refuses(&threads, &record);
+    }
+    show(&threads, &record, view);
     Ok(match (interrupts.exit_code(), &record.phase) {
         (Some(code), Phase::Paused { .. }) => code,
         (_, Phase::PreflightFailed { .. }) => 3,
@@ -319,6 +333,22 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
 fn read_spec(path: &Path) -> Result<String> {
     std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the spec {}: {e}", path.display()).into())
+}
+
+/// A spec `start` would refuse (no promise tag, no criteria), said where it is written or
+/// approved, in the words of start's preflight. Only a warning: a draft may be finished
+/// later, and `start` refuses it anyway.
+fn warn_if_start_refuses(threads: &Threads, record: &ThreadRecord) {
+    let Ok(text) = threads.spec_text(record) else {
+        return;
+    };
+    if let Err(e) = ThreadSpec::parse(&text) {
+        eprintln!(
+            "warning: spec v{} ({}): {e}; `start` refuses the spec until this is fixed",
+            record.spec_version,
+            threads.spec_path(&record.id, record.spec_version).display()
+        );
+    }
 }
 
 /// Registers every agent the command may run by name: the models and verifier `settings`
@@ -434,15 +464,52 @@ impl Observer for Warnings {
     }
 }
 
-/// The thread's phase and what a person can do next.
-fn show(threads: &Threads, thread: &ThreadRecord) {
+/// How much of the thread a command prints after it: `thread show` the whole history; a
+/// command that ran the loop the iterations it ran and the agents; a checkpoint only where
+/// the thread now stands (the history did not change, and `show` has it).
+#[derive(Clone, Copy, Debug)]
+enum View {
+    Whole,
+    RanSince(u32),
+    Standing,
+}
+
+impl View {
+    /// For `command`, run on a thread whose last iteration on record was `before` (0: none).
+    fn of(command: &ThreadCommand, before: u32) -> View {
+        match command {
+            ThreadCommand::Show | ThreadCommand::New { .. } => View::Whole,
+            ThreadCommand::Start
+            | ThreadCommand::Configure
+            | ThreadCommand::Resume
+            | ThreadCommand::Reconfigure
+            | ThreadCommand::Assist
+            | ThreadCommand::SendBack { .. } => View::RanSince(before),
+            _ => View::Standing,
+        }
+    }
+
+    /// The iterations to print (the record keeps the last few, numbered on across rounds).
+    fn attempts(self, thread: &ThreadRecord) -> impl Iterator<Item = &IterationRecord> {
+        let after = match self {
+            View::Whole => 0,
+            View::RanSince(before) => before,
+            View::Standing => u32::MAX,
+        };
+        thread.attempts.iter().filter(move |a| a.iteration > after)
+    }
+}
+
+/// The thread's phase and what a person can do next, with as much of its history as `view`
+/// asks for.
+fn show(threads: &Threads, thread: &ThreadRecord, view: View) {
     out!(
         "{}  {}  (spec v{})",
         thread.id,
         thread.title,
         thread.spec_version
     );
-    for attempt in &thread.attempts {
+    for attempt in view.attempts(thread) {
         out!("  iteration {}: {}", attempt.iteration, attempt.summary);
         for failed in &attempt.failed {
             out!("    failed: {}", failed.lines().next().unwrap_or(""));
@@ -467,6 +534,23 @@ fn show(threads: &Threads, thread: &ThreadRecord) {
             );
         }
     }
+    if !matches!(view, View::Standing) {
+        show_run(threads, thread);
+    }
+    if let Phase::PreflightFailed { failures } = &thread.phase {
+        for failure in failures {
+            out!("  preflight: {failure}");
+        }
+    }
+    let waiting = match thread.phase.kind().needs_person() {
+        true => "  (a person's decision)",
+        false => "",
+    };
+    out!("phase: {}{waiting}\nnext: {}", thread.phase, next(thread));
+}
+
+/// The loop's agents, the model it ran last and that run, and the review feedback it got.
+fn show_run(threads: &Threads, thread: &ThreadRecord) {
     if thread.phase.kind() != ralph::thread::PhaseKind::Drafting {
         out!("  agents: {}", describe_agents(&thread.config));
     }
@@ -482,16 +566,6 @@ fn show(threads: &Threads, thread: &ThreadRecord) {
     if let Some(feedback) = thread.feedback.last() {
         out!("  review feedback: {}", feedback.text);
     }
-    if let Phase::PreflightFailed { failures } = &thread.phase {
-        for failure in failures {
-            out!("  preflight: {failure}");
-        }
-    }
-    let waiting = match thread.phase.kind().needs_person() {
-        true => "  (a person's decision)",
-        false => "",
-    };
-    out!("phase: {}{waiting}\nnext: {}", thread.phase, next(thread));
 }
 
 /// Run `run_id` in a line: `1-hello-r2 (build, iteration 2): completed; transcript
@@ -513,13 +587,11 @@ fn last_run(threads: &Threads, run_id: &str) -> String {
     }
 }
 
-/// Whether the thread waits for a person: a checkpoint, a failure or a pause, not a loop
-/// that runs, nor a thread that is over.
-pub(crate) fn waits_for_a_person(thread: &ThreadRecord) -> bool {
-    !matches!(
-        thread.phase,
-        Phase::Done { .. } | Phase::Abandoned | Phase::Running { .. } | Phase::Verifying { .. }
-    )
+/// Whether the thread is not over: `ralph status` then says its next step, which for a loop
+/// is to wait for it (its process lives) or `resume` it (its process died), never that
+/// every run is complete.
+pub(crate) fn has_a_next_step(thread: &ThreadRecord) -> bool {
+    !matches!(thread.phase, Phase::Done { .. } | Phase::Abandoned)
 }
 
 /// What to do next in each phase.
@@ -530,9 +602,16 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
         }
         Phase::Assessing => "`finalize` (you approve the spec), `edit`, or `assess` again".into(),
         Phase::Finalized => "`start` (or `reopen` to change the spec)".into(),
+        // Preflight takes no agent and holds no state: a start cut short starts again.
+        Phase::Preflight => {
+            "the preflight was cut short: `ralph thread start` runs it again".into()
+        }
         Phase::PreflightFailed { .. } => "fix the above, then `start` again, or `fix-spec`".into(),
         Phase::Configuring => {
             "`configure` runs the loop with --agent, --verifier and --max-iterations".into()
+        }
+        Phase::Running { iteration } | Phase::Verifying { iteration } => {
+            in_the_loop(thread, *iteration)
         }
         Phase::Paused {
             iteration,
@@ -553,6 +632,7 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
             )
         }
         Phase::Implemented => "`review` (or `polish` first)".into(),
+        Phase::Polishing => "add the docs and tests you want, then `polish-done`".into(),
         Phase::PendingReview { recommend_approve } => format!(
             "read `ralph thread diff`, then `approve` or `send-back \"what to fix\"`{}",
             if *recommend_approve {
@@ -561,6 +641,9 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
                 ""
             }
         ),
+        Phase::Approved => {
+            "`message` prepares the commit message for you to read, then `commit`".into()
+        }
         Phase::ReadyToCommit { .. } => "`commit` (or `message --message TEXT` to change it)".into(),
         Phase::Done { commit } => format!(
             "committed {} on {}; merge it when you are ready",
@@ -575,6 +658,23 @@ pub(crate) fn next(thread: &ThreadRecord) -> String {
                 .map(|b| format!(": the changes stay on {b}"))
                 .unwrap_or_default()
         ),
-        _ => String::new(),
+        // Phase is non-exhaustive: a phase added to the library names itself here rather
+        // than print an empty `next:` line.
+        other => format!("{other}: `ralph thread show` prints where the thread stands"),
+    }
+}
+
+/// Running or Verifying: a loop that runs now can only be waited for or paused; one whose
+/// process died (killed, the machine restarted) was cut short, and `resume` runs its
+/// iteration again.
+fn in_the_loop(thread: &ThreadRecord, iteration: u32) -> String {
+    match thread.runner_pid {
+        Some(pid) if !thread.is_orphaned() => {
+            format!("the loop runs in process {pid}: wait for it, or Ctrl+C there to pause it")
+        }
+        _ => format!(
+            "the run was cut short at iteration {iteration} (its process is gone): `ralph \
+             thread resume` runs that iteration again"
+        ),
     }
 }
