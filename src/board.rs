@@ -403,11 +403,16 @@ fn accepted_by_person(board: &Board, done: Vec<Task>) -> Vec<Change> {
 }
 
 /// The changes that make blocked `task` buildable on `board`, and what they did: pending
-/// with a fresh retry budget, without the dependencies that can never be met, and under a
+/// with a fresh retry budget, its dependencies on decomposed tasks rewired to their
+/// subtasks, without the dependencies that can never be met, and under a
 /// new id when its own cannot name a git branch or folder (the old record kept as replaced
 /// by it, and its dependents rewired).
 fn unblocked(board: &mut Board, mut task: Task) -> (Unblocked, Vec<Change>) {
     task.unblock();
+    if let Some(deps) = rules::rewired_deps(board, &task) {
+        // A decomposed task never finishes: its subtasks do.
+        task.deps = deps;
+    }
     let dropped = rules::unmeetable_deps(board, &task);
     task.deps.retain(|d| !dropped.contains(d));
     if rules::id_problem(task.id.as_str()).is_none() {
