@@ -14,6 +14,7 @@ use crate::model::rules;
 use crate::model::{
     AcceptedBy, Board, Change, Issue, IssueId, IssueStatus, Task, TaskId, TaskStatus, Unblocked,
 };
+use crate::outcome::BlockedItem;
 use crate::prioritize::PriorityReport;
 use crate::ralph::Ralph;
 use crate::runtime::error::Error;
@@ -370,11 +371,11 @@ impl Ralph {
 }
 
 /// The tasks `changes` block, with their reasons.
-fn blocked_items(changes: &[Change]) -> Vec<crate::BlockedItem> {
+fn blocked_items(changes: &[Change]) -> Vec<BlockedItem> {
     changes
         .iter()
         .filter_map(|c| match c {
-            Change::Task(t) if t.status == TaskStatus::Blocked => Some(crate::BlockedItem::new(
+            Change::Task(t) if t.status == TaskStatus::Blocked => Some(BlockedItem::new(
                 t.id.as_str(),
                 t.blocked_reason.clone().unwrap_or_default(),
             )),

@@ -23,6 +23,7 @@ use std::sync::{Arc, LazyLock};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Complexity, Priority, Task, TaskId};
+use crate::outcome::BlockedItem;
 
 /// Counts reported after a prioritization (seed 000: `{"prioritized":5,"high":2,…}`):
 /// what [`Ralph::prioritize`](crate::Ralph::prioritize) returns.
@@ -42,7 +43,7 @@ pub struct PriorityReport {
     /// Only [`Ralph::prioritize`](crate::Ralph::prioritize) blocks: the construct loop
     /// blocks such tasks when it starts, and says so in warnings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub blocked: Vec<crate::BlockedItem>,
+    pub blocked: Vec<BlockedItem>,
 }
 
 impl PriorityReport {
