@@ -14,6 +14,7 @@ use crate::model::rules;
 use crate::model::{
     AcceptedBy, Board, Change, Issue, IssueId, IssueStatus, Task, TaskId, TaskStatus, Unblocked,
 };
+use crate::outcome::BlockedItem;
 use crate::prioritize::PriorityReport;
 use crate::ralph::Ralph;
 use crate::runtime::error::Error;
@@ -258,28 +259,36 @@ impl Ralph {
     /// Runs the prioritizer over the pending tasks again and saves their priorities and
     /// order, as the construct loop does whenever tasks are added.
     ///
+    /// A task that could never be built as the board stands (on a dependency cycle, waiting
+    /// on a task that is not on the board, …) is blocked first with the reason, as
+    /// `ralph construct` blocks it when it starts, and the rest is prioritized; the report's
+    /// [`blocked`](PriorityReport::blocked) names them (`ralph task unblock ID` after the
+    /// fix drops the dependencies that still cannot be met).
+    ///
     /// # Errors
     ///
-    /// [`Error::Prioritize`] on a dependency cycle; otherwise as
+    /// [`Error::Prioritize`] when the prioritizer refuses the tasks left; otherwise as
     /// [`add_issue`](Self::add_issue).
     pub async fn prioritize(&self) -> Result<PriorityReport, Error> {
         let prioritizer = self.inner.prioritizer.clone();
-        let report = self
-            .edit(|board| {
-                let mut changes = Vec::new();
-                let event = crate::construct::prioritize_changes(
-                    board,
-                    &*prioritizer,
-                    &mut changes,
-                    crate::construct::Priorities::Assign,
-                )?;
-                Ok((event, changes))
-            })
-            .await?;
-        match report {
-            Event::Prioritized { report, .. } => Ok(report),
-            _ => Ok(PriorityReport::default()),
-        }
+        self.edit(|board| {
+            // Blocked tasks are not buildable, so the prioritizer never sees them.
+            let (mut changes, _) = crate::construct::unsound_blocked(board);
+            let blocked = blocked_items(&changes);
+            let event = crate::construct::prioritize_changes(
+                board,
+                &*prioritizer,
+                &mut changes,
+                crate::construct::Priorities::Assign,
+            )?;
+            let mut report = match event {
+                Event::Prioritized { report, .. } => report,
+                _ => PriorityReport::default(),
+            };
+            report.blocked = blocked;
+            Ok((report, changes))
+        })
+        .await
     }
 
     /// Repairs a state file that holds lines ralph did not write (a load refused it with
@@ -369,6 +378,20 @@ impl Ralph {
     }
 }
 
+/// The tasks `changes` block, with their reasons.
+fn blocked_items(changes: &[Change]) -> Vec<BlockedItem> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Task(t) if t.status == TaskStatus::Blocked => Some(BlockedItem::new(
+                t.id.as_str(),
+                t.blocked_reason.clone().unwrap_or_default(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The changes that accept `done` tasks as a person's acceptance. A spec check answered
 /// before them no longer stands for the board, so it is cleared: the next run asks again.
 fn accepted_by_person(board: &Board, done: Vec<Task>) -> Vec<Change> {
@@ -389,11 +412,16 @@ fn accepted_by_person(board: &Board, done: Vec<Task>) -> Vec<Change> {
 }
 
 /// The changes that make blocked `task` buildable on `board`, and what they did: pending
-/// with a fresh retry budget, without the dependencies that can never be met, and under a
+/// with a fresh retry budget, its dependencies on decomposed tasks rewired to their
+/// subtasks, without the dependencies that can never be met, and under a
 /// new id when its own cannot name a git branch or folder (the old record kept as replaced
 /// by it, and its dependents rewired).
 fn unblocked(board: &mut Board, mut task: Task) -> (Unblocked, Vec<Change>) {
     task.unblock();
+    if let Some(deps) = rules::rewired_deps(board, &task) {
+        // A decomposed task never finishes: its subtasks do.
+        task.deps = deps;
+    }
     let dropped = rules::unmeetable_deps(board, &task);
     task.deps.retain(|d| !dropped.contains(d));
     if rules::id_problem(task.id.as_str()).is_none() {

@@ -220,6 +220,14 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub notes: String,
     /// Tasks that must be done first.
+    ///
+    /// A decomposed task is never done: its subtasks are. DECOMPOSE rewires the tasks that
+    /// depend on the task it splits to wait on all of its subtasks; a dependency on a
+    /// decomposed task that comes in later is rewired the same way (an agent's answer as it
+    /// is made into tasks, a record written by hand when a run begins, with a warning), and
+    /// a task depending on a decomposed task with no subtask on the board is blocked
+    /// (unblocking it drops that dependency). [`Ralph::add_task`](crate::Ralph::add_task)
+    /// refuses such a dependency, naming the subtasks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deps: Vec<TaskId>,
     /// An explicit priority; the prioritizer keeps it.
@@ -974,8 +982,8 @@ impl Board {
 
     /// Whether every dependency of `task` is done or accepted.
     ///
-    /// A dependency on a decomposed task is satisfied once all of its subtasks are
-    /// (the engine rewrites such dependencies when it decomposes); an unknown id never is.
+    /// A decomposed task never satisfies one, nor does an unknown id: ralph rewires a
+    /// dependency on a decomposed task to its subtasks (see [`Task::deps`]).
     pub fn deps_satisfied(&self, task: &Task) -> bool {
         task.deps
             .iter()

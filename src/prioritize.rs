@@ -23,10 +23,11 @@ use std::sync::{Arc, LazyLock};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Complexity, Priority, Task, TaskId};
+use crate::outcome::BlockedItem;
 
 /// Counts reported after a prioritization (seed 000: `{"prioritized":5,"high":2,…}`):
 /// what [`Ralph::prioritize`](crate::Ralph::prioritize) returns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PriorityReport {
     /// Tasks ordered.
@@ -37,6 +38,12 @@ pub struct PriorityReport {
     pub medium: usize,
     /// Of which low.
     pub low: usize,
+    /// Tasks blocked first because they could never be built as they stood (on a
+    /// dependency cycle, say), each with the reason it now carries; left out of the order.
+    /// Only [`Ralph::prioritize`](crate::Ralph::prioritize) blocks: the construct loop
+    /// blocks such tasks when it starts, and says so in warnings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<BlockedItem>,
 }
 
 impl PriorityReport {
@@ -1209,6 +1216,7 @@ mod tests {
             high: 2,
             medium: 0,
             low: 2,
+            blocked: Vec::new(),
         };
         assert_eq!(report, expected);
     }

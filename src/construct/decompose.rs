@@ -8,10 +8,10 @@ use serde::Serialize;
 
 use super::{Engine, Flow, Priorities};
 use crate::agent::Role;
-use crate::answer::DecomposeAnswer;
+use crate::answer::{DecomposeAnswer, DepRef, ProposedTask};
 use crate::event::Event;
 use crate::logfile;
-use crate::model::{Change, Issue, IssueStatus, KillReason, Task, TaskStatus};
+use crate::model::{Change, Issue, IssueStatus, KillReason, Task, TaskId, TaskStatus};
 use crate::runtime::call::Structured;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -180,7 +180,10 @@ impl Engine {
         );
         let (result, _) = self
             .caller
-            .structured::<DecomposeAnswer>(call, |a| self.check_dep_ids(&a.subtasks))
+            .structured::<DecomposeAnswer>(call, |a| {
+                self.check_dep_ids(&a.subtasks)?;
+                not_on_the_parent(&task.id, &a.subtasks)
+            })
             .await?;
         // A killed decomposer is not decomposed again: the subject waits for a person.
         Ok(match result {
@@ -240,6 +243,24 @@ impl Engine {
         };
         (changes, event)
     }
+}
+
+/// Refuses a subtask that depends on the task it replaces: that task is decomposed with
+/// this answer, so it never finishes, and rewired to its subtasks it would be a cycle.
+fn not_on_the_parent(parent: &TaskId, subtasks: &[ProposedTask]) -> Result<(), String> {
+    for (i, task) in subtasks.iter().enumerate() {
+        if task
+            .deps
+            .iter()
+            .any(|d| matches!(d, DepRef::Id(id) if id.as_str() == parent.as_str()))
+        {
+            return Err(format!(
+                "subtasks[{i}].deps names {parent}, the task these subtasks replace: name \
+                 another subtask (by index) instead"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How many of a task's latest rejections the decomposer is shown, and how much of each.

@@ -26,6 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
+use indexmap::IndexMap;
 use serde_json::json;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -34,6 +35,7 @@ use crate::agent::Role;
 use crate::answer::{DepRef, ProposedTask};
 use crate::config::Config;
 use crate::event::Event;
+use crate::model::rules;
 use crate::model::{
     AcceptedBy, Board, Change, Issue, IssueStatus, IterationEntry, KillReason, Priority, RunState,
     Stage, Task, TaskId, TaskStatus,
@@ -488,14 +490,26 @@ impl Engine {
         prioritize_changes(&self.board, &*self.ctx.prioritizer, changes, priorities)
     }
 
-    /// Checks that every id dependency of proposed tasks names a task on the board.
+    /// Checks that every id dependency of proposed tasks names a task on the board that can
+    /// finish: a decomposed one stands for its subtasks ([`materialize`](Self::materialize)
+    /// rewires it), so one with none is refused as a missing task is.
     fn check_dep_ids(&self, tasks: &[ProposedTask]) -> Result<(), String> {
         for (i, task) in tasks.iter().enumerate() {
             for dep in &task.deps {
-                if let DepRef::Id(id) = dep
-                    && !self.board.tasks.contains_key(&TaskId::new(id.as_str()))
-                {
-                    return Err(format!("tasks[{i}].deps names {id}, which is not a task"));
+                let DepRef::Id(id) = dep else { continue };
+                let dep = TaskId::new(id.as_str());
+                match self.board.tasks.get(&dep) {
+                    None => return Err(format!("tasks[{i}].deps names {id}, which is not a task")),
+                    Some(found)
+                        if found.status == TaskStatus::Decomposed
+                            && rules::dep_targets(&self.board, &dep).is_empty() =>
+                    {
+                        return Err(format!(
+                            "tasks[{i}].deps names {id}, which was decomposed into no task on \
+                             the board: name a task that is"
+                        ));
+                    }
+                    Some(_) => {}
                 }
             }
         }
@@ -503,6 +517,8 @@ impl Engine {
     }
 
     /// Turns proposals into tasks with fresh ids (or the given ids), advancing `run`'s counter.
+    /// A dependency on a decomposed task becomes one on each of its subtasks: the agent named
+    /// the work, which they do now, and the old id never finishes.
     fn materialize(
         &self,
         proposals: &[ProposedTask],
@@ -520,10 +536,20 @@ impl Engine {
             .iter()
             .zip(&ids)
             .map(|(p, id)| {
-                let deps = p.deps.iter().filter_map(|d| match d {
-                    DepRef::Index(i) => ids.get(*i).cloned(),
-                    DepRef::Id(id) => Some(TaskId::new(id.as_str())),
-                });
+                let mut deps: Vec<TaskId> = Vec::with_capacity(p.deps.len());
+                for dep in &p.deps {
+                    let targets = match dep {
+                        DepRef::Index(i) => ids.get(*i).cloned().into_iter().collect(),
+                        DepRef::Id(id) => {
+                            rules::dep_targets(&self.board, &TaskId::new(id.as_str()))
+                        }
+                    };
+                    for target in targets {
+                        if !deps.contains(&target) {
+                            deps.push(target);
+                        }
+                    }
+                }
                 let mut task = Task::new(id.clone(), p.name.trim())
                     .with_acceptance(p.accept.trim())
                     .with_notes(p.notes.trim())
@@ -691,25 +717,70 @@ fn config_line(config: &Config) -> serde_json::Map<String, serde_json::Value> {
 
 /// The changes that block each task of `board` that cannot be built as it stands (a
 /// record written by an older ralph, or by hand: a dependency cycle, a dependency not on the
-/// board, an id that cannot name a git branch or folder), and a warning for each. Such a
-/// record would otherwise fail every run (a cycle leaves the prioritizer no order) or wait
-/// forever; blocked, it holds back only itself and what waits on it, and `ralph task
-/// unblock` makes it buildable.
+/// board or on a decomposed task with no subtask, an id that cannot name a git branch or
+/// folder), and a warning for each. Such a record would otherwise fail every run (a cycle
+/// leaves the prioritizer no order) or wait forever; blocked, it holds back only itself and
+/// what waits on it, and `ralph task unblock` makes it buildable.
+///
+/// Before that, a waiting task's dependency on a decomposed task is rewired to the subtasks
+/// (as DECOMPOSE rewires the dependents it sees), with a warning: the person who wrote it
+/// meant the work, which the subtasks now do.
 pub(crate) fn unsound_blocked(board: &Board) -> (Vec<Change>, Vec<Event>) {
-    let mut changes = Vec::new();
-    let mut warnings = Vec::new();
-    for (id, reason) in crate::model::rules::unsound(board) {
-        let Some(task) = board.tasks.get(&id) else {
+    let (mut tasks, mut warnings) = rewired_to_subtasks(board);
+    let rewired_board;
+    let view = match tasks.is_empty() {
+        true => board,
+        false => {
+            // Checked as rewired: a rewiring can close a cycle a hand-written plan left open.
+            let mut copy = board.clone();
+            copy.apply_all(tasks.values().cloned().map(Change::Task));
+            rewired_board = copy;
+            &rewired_board
+        }
+    };
+    for (id, reason) in crate::model::rules::unsound(view) {
+        let Some(task) = view.tasks.get(&id) else {
             continue;
         };
         let mut blocked = task.clone().with_status(TaskStatus::Blocked);
         blocked.blocked_reason = Some(reason.clone());
-        changes.push(Change::Task(blocked));
+        tasks.insert(id.clone(), blocked);
         warnings.push(Event::Warning {
             message: format!("{id} blocked: {reason}"),
         });
     }
-    (changes, warnings)
+    (tasks.into_values().map(Change::Task).collect(), warnings)
+}
+
+/// The waiting tasks of `board` whose dependencies name a decomposed task with subtasks,
+/// rewired to those subtasks, in board order, with a warning for each.
+fn rewired_to_subtasks(board: &Board) -> (IndexMap<TaskId, Task>, Vec<Event>) {
+    let mut tasks = IndexMap::new();
+    let mut warnings = Vec::new();
+    let waiting = board
+        .tasks
+        .values()
+        .filter(|t| matches!(t.status, TaskStatus::Pending | TaskStatus::Blocked));
+    for task in waiting {
+        let Some(deps) = crate::model::rules::rewired_deps(board, task) else {
+            continue;
+        };
+        let names = |ids: &mut dyn Iterator<Item = &TaskId>| {
+            ids.map(TaskId::as_str).collect::<Vec<_>>().join(", ")
+        };
+        let replaced = names(&mut task.deps.iter().filter(|d| !deps.contains(d)));
+        warnings.push(Event::Warning {
+            message: format!(
+                "{} depended on {replaced}, which was decomposed: it waits on {} now",
+                task.id,
+                names(&mut deps.iter())
+            ),
+        });
+        let mut rewired = task.clone();
+        rewired.deps = deps;
+        tasks.insert(task.id.clone(), rewired);
+    }
+    (tasks, warnings)
 }
 
 /// What blocks the board: blocked tasks and issues, and tasks waiting on them.

@@ -8,6 +8,11 @@
 //!   so it is made of a safe alphabet ([`id_problem`]).
 //! - A dependency names a task on the board ([`missing_deps`]).
 //! - Dependencies make no cycle ([`cycles`]): no task of one could ever be built.
+//! - A dependency names no decomposed task: it never finishes, its subtasks do. DECOMPOSE
+//!   rewires the dependents on the board when it splits a task; a dependency it could not
+//!   see (a record written by hand, an agent's answer naming the old id) is rewired to the
+//!   subtasks where it comes in ([`rewired_deps`], [`dep_targets`]), and a task depending
+//!   on a decomposed task with no subtask on the board is blocked.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -44,6 +49,76 @@ pub(crate) fn missing_deps<'a>(board: &Board, task: &'a Task) -> Vec<&'a TaskId>
         .iter()
         .filter(|d| !board.tasks.contains_key(*d))
         .collect()
+}
+
+/// What a dependency on `dep` stands for: `dep` itself, or when it was decomposed, the
+/// subtasks that replaced it (theirs in turn where they were decomposed too), in board
+/// order. Empty for a decomposed task with no subtask on the board.
+pub(crate) fn dep_targets(board: &Board, dep: &TaskId) -> Vec<TaskId> {
+    let mut targets = Vec::new();
+    let mut seen: HashSet<&TaskId> = HashSet::new();
+    let mut stack = vec![dep];
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            // A parent chain that loops (only by hand): each task once.
+            continue;
+        }
+        match board.tasks.get(id) {
+            Some(task) if task.status == TaskStatus::Decomposed => {
+                let subtasks = board
+                    .tasks
+                    .values()
+                    .filter(|t| t.parent.as_ref() == Some(id));
+                // Reversed onto the stack, so they come off in board order.
+                let before = stack.len();
+                stack.extend(subtasks.map(|t| &t.id));
+                stack[before..].reverse();
+            }
+            _ => targets.push(id.clone()),
+        }
+    }
+    targets
+}
+
+/// `task`'s dependencies with each one on a decomposed task replaced by its subtasks
+/// ([`dep_targets`]), each once; `None` when none is to be replaced. A decomposed task with
+/// no subtask stays: [`unsound`] blocks the task over it.
+pub(crate) fn rewired_deps(board: &Board, task: &Task) -> Option<Vec<TaskId>> {
+    let decomposed = |d: &TaskId| {
+        board
+            .tasks
+            .get(d)
+            .is_some_and(|t| t.status == TaskStatus::Decomposed)
+    };
+    if !task.deps.iter().any(decomposed) {
+        return None;
+    }
+    let mut deps: Vec<TaskId> = Vec::with_capacity(task.deps.len());
+    for dep in &task.deps {
+        let targets = dep_targets(board, dep);
+        let targets = match targets.is_empty() {
+            true => vec![dep.clone()],
+            false => targets,
+        };
+        for target in targets {
+            if !deps.contains(&target) {
+                deps.push(target);
+            }
+        }
+    }
+    (deps != task.deps).then_some(deps)
+}
+
+/// The first dependency of `task` on a decomposed task with no subtask on the board: one
+/// nothing can ever satisfy.
+fn decomposed_into_nothing<'a>(board: &Board, task: &'a Task) -> Option<&'a TaskId> {
+    task.deps.iter().find(|d| {
+        board
+            .tasks
+            .get(*d)
+            .is_some_and(|t| t.status == TaskStatus::Decomposed)
+            && dep_targets(board, d).is_empty()
+    })
 }
 
 /// Tasks still to be built, or blocked: those a dependency cycle can hold back forever (a
@@ -158,9 +233,11 @@ pub(crate) fn cycle_text(cycle: &[TaskId]) -> String {
 }
 
 /// Every task on `board` that must not be built as it stands, with why: the waiting tasks
-/// on a dependency cycle or depending on a task that is not on the board, and the tasks
-/// still to be built or verified whose id cannot name a git branch or folder. Blocked tasks
-/// are left as they are (they already wait for a person). In board order.
+/// on a dependency cycle, depending on a task that is not on the board or on a decomposed
+/// task with no subtask, and the tasks still to be built or verified whose id cannot name
+/// a git branch or folder. Blocked tasks are left as they are (they already wait for a
+/// person). In board order. Dependencies on decomposed tasks with subtasks are expected to
+/// be rewired first ([`rewired_deps`]).
 pub(crate) fn unsound(board: &Board) -> Vec<(TaskId, String)> {
     let cycles: HashMap<TaskId, Vec<TaskId>> = cycles(board).into_iter().collect();
     board
@@ -178,6 +255,11 @@ pub(crate) fn unsound(board: &Board) -> Vec<(TaskId, String)> {
                 return None;
             } else if let Some(cycle) = cycles.get(&task.id) {
                 cycle_text(cycle)
+            } else if let Some(dep) = decomposed_into_nothing(board, task) {
+                format!(
+                    "depends on {dep}, which was decomposed and has no subtask on the board; \
+                     unblocking it drops the dependency"
+                )
             } else {
                 let missing = missing_deps(board, task);
                 let first = missing.first()?;
@@ -288,12 +370,14 @@ pub(crate) fn new_task_problem(board: &Board, task: &Task) -> Option<(String, St
 }
 
 /// The dependencies of `task` that can never be met as the board stands: tasks not on it,
-/// and waiting tasks that depend on `task` in turn (directly or through others).
+/// decomposed tasks with no subtask on it, and waiting tasks that depend on `task` in turn
+/// (directly or through others).
 pub(crate) fn unmeetable_deps(board: &Board, task: &Task) -> Vec<TaskId> {
     task.deps
         .iter()
         .filter(|d| match board.tasks.get(*d) {
             None => true,
+            Some(dep) if dep.status == TaskStatus::Decomposed => dep_targets(board, d).is_empty(),
             Some(dep) => waiting(dep) && leads_to(board, dep, &task.id),
         })
         .cloned()
@@ -412,6 +496,32 @@ mod tests {
             "{}",
             found[1].1
         );
+    }
+
+    #[test]
+    fn a_dependency_on_a_decomposed_task_stands_for_its_subtasks_in_turn() {
+        let sub = |id: &str, parent: &str| {
+            let mut task = Task::new(id, id);
+            task.parent = Some(parent.into());
+            task
+        };
+        let b = board(vec![
+            Task::new("t-3", "x").with_status(TaskStatus::Decomposed),
+            sub("t-3a", "t-3").with_status(TaskStatus::Decomposed),
+            sub("t-3aa", "t-3a"),
+            sub("t-3b", "t-3"),
+            Task::new("t-8", "x").with_status(TaskStatus::Decomposed),
+            Task::new("t-4", "x").with_deps(["t-3b", "t-3", "t-8"]),
+        ]);
+        let ids = |list: &[&str]| list.iter().map(|s| TaskId::new(*s)).collect::<Vec<_>>();
+        assert_eq!(dep_targets(&b, &"t-3".into()), ids(&["t-3aa", "t-3b"]));
+        assert_eq!(dep_targets(&b, &"t-3b".into()), ids(&["t-3b"]));
+        assert!(dep_targets(&b, &"t-8".into()).is_empty());
+        // Each once; the one decomposed into nothing stays, for `unsound` to block.
+        let t4 = &b.tasks["t-4"];
+        assert_eq!(rewired_deps(&b, t4), Some(ids(&["t-3b", "t-3aa", "t-8"])));
+        assert_eq!(rewired_deps(&b, &b.tasks["t-3b"]), None);
+        assert_eq!(unmeetable_deps(&b, t4), ids(&["t-8"]));
     }
 
     #[test]

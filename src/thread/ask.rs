@@ -2,7 +2,7 @@
 //! review and the Drafting conversation ask it: a run of its own, the answer checked against
 //! its schema, and one retry with the parse error shown.
 
-use super::call::{Ran, Request};
+use super::call::{Ran, Refused, Request};
 use super::{ThreadError, ThreadRecord, Threads};
 use crate::agent::Role;
 use crate::answer::{self, Answer};
@@ -32,7 +32,10 @@ impl Threads {
                 schema: Some(A::schema()),
                 patient: false,
             };
-            let called = self.call(&agent, record, request).await?;
+            let called = match self.call(&agent, record, request).await? {
+                Ok(called) => called,
+                Err(Refused(reason)) => return Err(failed(format!("the agent failed: {reason}"))),
+            };
             let run = match &called.ran {
                 Ran::Answer(run) => run,
                 Ran::Interrupted => {

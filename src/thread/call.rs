@@ -16,6 +16,7 @@ use crate::agent::{Agent, AgentError, AgentRun, FailureKind, Role};
 use crate::model::KillReason;
 use crate::runtime::call::{Call, Caller, Ending, Limits, Wait, Waits};
 use crate::runtime::deadline;
+use crate::runtime::spend::Budget;
 use crate::time;
 
 /// How one agent call ended, for a thread: the runtime's [`Ending`] as a thread reads it.
@@ -75,6 +76,10 @@ pub(super) struct Request {
     pub(super) patient: bool,
 }
 
+/// A call refused before any run started: the run-wide budget is spent. No run record was
+/// opened, so nothing may name one; the reason says what was spent against which limit.
+pub(super) struct Refused(pub(super) String);
+
 /// A finished call: how it ended and its last run record.
 pub(super) struct Called {
     pub(super) run_id: String,
@@ -96,6 +101,8 @@ enum Stop {
 /// the wait is saved in the thread's record; after it the next run is opened.
 struct RunNotes<'a> {
     threads: &'a Threads,
+    /// Checked before the next run is opened: a run the budget refuses gets no record.
+    budget: Budget,
     record: &'a mut ThreadRecord,
     run_id: String,
     iteration: u32,
@@ -144,6 +151,11 @@ impl Waits for RunNotes<'_> {
 
     fn after(&mut self, call: &mut Call) -> Result<(), Stop> {
         self.record.rate_limited_until = None;
+        if self.budget.exhausted() {
+            // The runtime refuses the next run (and says so): the call's last run stays
+            // the one just closed.
+            return Ok(());
+        }
         self.run_id = self
             .threads
             .open_run(self.record, self.iteration, self.role)
@@ -167,13 +179,22 @@ impl Threads {
 
     /// One call of `agent` (a run, and the runs that ride out its rate limits and transient
     /// failures), under the thread's agent timeout and the stop token. Which agent of a
-    /// fallback chain took it, and why, goes to the record.
+    /// fallback chain took it, and why, goes to the record. [`Refused`] when the run-wide
+    /// budget is already spent: no run starts and no run record is opened (the
+    /// [`BudgetExhausted`](crate::Event::BudgetExhausted) event says so).
     pub(super) async fn call(
         &self,
         agent: &Arc<dyn Agent>,
         record: &mut ThreadRecord,
         request: Request,
-    ) -> Result<Called, ThreadError> {
+    ) -> Result<Result<Called, Refused>, ThreadError> {
+        let budget = self.budget(&record.id)?;
+        if budget.exhausted() {
+            // Checked before the record is opened, not only by the runtime before the
+            // run: a record of a run that never started would be the thread's "last run".
+            self.emitter.emit(&budget.exhausted_event());
+            return Ok(Err(Refused(budget.exhausted_error().to_string())));
+        }
         let run_id = self.open_run(record, request.iteration, request.role)?;
         // `log_files_kept` holds for threads' transcripts too; their records stay.
         crate::runtime::logs::prune_named(
@@ -190,7 +211,7 @@ impl Threads {
             self.emitter.clone(),
         )
         .keeping_out(self.ctx.own_paths())
-        .spending(self.budget(&record.id)?);
+        .spending(budget.clone());
         let mut call = Call {
             role: request.role,
             subject: Some(record.id.clone()),
@@ -201,6 +222,7 @@ impl Threads {
         };
         let mut notes = RunNotes {
             threads: self,
+            budget,
             record,
             run_id,
             iteration: request.iteration,
@@ -226,7 +248,7 @@ impl Threads {
             Err(Stop::RateLimited(reason)) => Ran::RateLimited(reason),
             Err(Stop::Failed(e)) => return Err(e),
         };
-        Ok(Called { run_id, ran, open })
+        Ok(Ok(Called { run_id, ran, open }))
     }
 
     /// Closes `called`'s last run with `outcome`, unless a wait already closed it.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::call::{Ran, Request};
+use super::call::{Ran, Refused, Request};
 use super::spec::{Criterion, ThreadSpec};
 use super::{ThreadError, ThreadRecord, Threads};
 use crate::agent::{Agent, Role};
@@ -134,7 +134,11 @@ impl Threads {
             schema: Some(VerifyAnswer::schema()),
             patient: true,
         };
-        let called = self.call(verifier, record, request).await?;
+        let called = match self.call(verifier, record, request).await? {
+            Ok(called) => called,
+            // No verifier ran: the criterion is not met, and no run is named.
+            Err(Refused(reason)) => return Ok(Some(Err(format!("the verifier failed: {reason}")))),
+        };
         let verdict = match &called.ran {
             Ran::Interrupted => {
                 self.close(&called, "interrupted")?;

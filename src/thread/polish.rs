@@ -15,7 +15,7 @@
 
 use serde::Serialize;
 
-use super::call::{Ran, Request};
+use super::call::{Ran, Refused, Request};
 use super::criteria::Checked;
 use super::phase::{Phase, PhaseKind};
 use super::record::IterationRecord;
@@ -77,7 +77,15 @@ impl Threads {
             schema: None,
             patient: true,
         };
-        let called = self.call(&agents.work, &mut record, request).await?;
+        let called = match self.call(&agents.work, &mut record, request).await? {
+            Ok(called) => called,
+            // No polish run started: the thread stays Polishing with no attempt that would
+            // name a run (the budget event says why).
+            Err(Refused(_)) => {
+                self.save(&mut record)?;
+                return Ok(record);
+            }
+        };
         let attempt = |summary: String, output: &str| IterationRecord {
             iteration,
             run_id: called.run_id.clone(),

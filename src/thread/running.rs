@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use super::LoopAgents;
-use super::call::{Ran, Request};
+use super::call::{Ran, Refused, Request};
 use super::criteria::Checked;
 use super::phase::{Phase, PhaseKind};
 use super::record::{IterationRecord, RECENT_ATTEMPTS, StuckReport};
@@ -107,7 +107,15 @@ impl Threads {
             schema: None,
             patient: true,
         };
-        let called = self.call(&agents.work, record, request).await?;
+        let called = match self.call(&agents.work, record, request).await? {
+            Ok(called) => called,
+            // Stuck as after a run the budget stopped, with no run to close and no
+            // iteration to record: none started.
+            Err(Refused(reason)) => {
+                self.exhausted(record, &reason).await?;
+                return Ok(Outcome::Moved);
+            }
+        };
         let attempt = |summary: String, output: &str| IterationRecord {
             iteration,
             run_id: called.run_id.clone(),

@@ -232,6 +232,46 @@ async fn a_thread_stops_at_the_budget_after_three_runs() {
     );
 }
 
+/// A run the budget refuses never starts, so it gets no run record: the thread's last run
+/// is the last that ran, and every iteration names a run on disk.
+#[tokio::test]
+async fn a_thread_refused_at_the_budget_opens_no_run_record() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    let thread = |args: &[&str]| {
+        let mut all = vec!["thread", "--quick", "--script", "script.toml"];
+        all.extend_from_slice(args);
+        ralph(ws, &all)
+    };
+    thread(&["new", "--title", "Greeter", "--spec", THREAD_SPEC]);
+    thread(&["finalize"]);
+    let out = thread(&["start", "--max-iterations", "10"]);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("budget exhausted: spent $1.20"), "{text}");
+    let runs = || {
+        let mut names: Vec<String> = std::fs::read_dir(ws.join(".ralph/runs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let three = ["1-greeter-r1", "1-greeter-r2", "1-greeter-r3"];
+    assert_eq!(runs(), three, "one record per run that started");
+    let status = stdout(&thread(&["show"]));
+    assert!(status.contains("last run: 1-greeter-r3 ("), "{status}");
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ws.join(".ralph/threads/1-greeter/thread.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["current_run_id"], "1-greeter-r3", "{record}");
+    for attempt in record["attempts"].as_array().unwrap() {
+        let run = attempt["run_id"].as_str().unwrap();
+        assert!(three.contains(&run), "{attempt}");
+    }
+}
+
 /// SIGTERM while an agent runs, then the same command: the interrupted run's spend is on
 /// record, and the limit counts it.
 #[tokio::test]

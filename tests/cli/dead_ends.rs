@@ -330,6 +330,42 @@ fn task_add_and_issue_add_say_which_field_is_wrong() {
     );
 }
 
+/// `ralph task prioritize` on a hand-written plan with a dependency cycle blocks the cycle's
+/// tasks (saying how to go on) and prioritizes the rest, instead of failing on the cycle.
+#[test]
+fn task_prioritize_blocks_a_dependency_cycle_and_ranks_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".ralph")).unwrap();
+    std::fs::write(
+        dir.path().join(".ralph/plan.jsonl"),
+        concat!(
+            r#"{"t":"task","id":"t-1","name":"Write t-1.txt","s":"p","accept":"it exists"}"#,
+            "\n",
+            r#"{"t":"task","id":"t-50","name":"Write t-50.txt","s":"p","accept":"it exists","deps":["t-50"]}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+
+    let out = ok(&ralph(dir.path(), &["task", "prioritize"], &[])).clone();
+
+    let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["prioritized"], 1, "{report}");
+    assert_eq!(report["blocked"][0]["id"], "t-50", "{report}");
+    assert_eq!(
+        report["blocked"][0]["reason"],
+        "dependency cycle: t-50 -> t-50"
+    );
+    assert!(
+        stderr(&out).contains("t-50 blocked: dependency cycle: t-50 -> t-50")
+            && stderr(&out).contains("`ralph task unblock t-50`"),
+        "{}",
+        stderr(&out)
+    );
+    let list = stdout(ok(&ralph(dir.path(), &["task", "list"], &[])));
+    assert!(list.contains("t-50") && list.contains("blocked"), "{list}");
+}
+
 /// A `plan.jsonl` written by hand (seed 000's format, no `"h"` fields) with a dependency
 /// cycle and a dependency on a task that is not there: the run builds the rest, blocks the
 /// two with their reasons, and the printed command works once the missing task is added.

@@ -201,6 +201,51 @@ async fn prioritize_ranks_the_pending_tasks_and_reports_the_counts() {
     assert_eq!(board.tasks["t-1"].rank, Some(1));
 }
 
+/// `ralph task prioritize` on a board with a dependency cycle (written by hand) blocks the
+/// cycle's tasks with the reason, as `construct` does when it starts, and prioritizes the
+/// rest; the report names what it blocked.
+#[tokio::test]
+async fn prioritize_blocks_a_dependency_cycle_and_ranks_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path().join(".ralph/plan.jsonl")).expect("store");
+    store
+        .persist(&[
+            Change::Task(task("t-1")),
+            Change::Task(task("t-51").with_deps(["t-52"])),
+            Change::Task(task("t-52").with_deps(["t-51"])),
+        ])
+        .await
+        .unwrap();
+    drop(store);
+    let ralph = ralph_on(dir.path());
+
+    let report = ralph.prioritize().await.expect("no error for a cycle");
+
+    assert_eq!(report.prioritized, 1);
+    let blocked: Vec<(&str, &str)> = report
+        .blocked
+        .iter()
+        .map(|b| (b.id.as_str(), b.reason.as_str()))
+        .collect();
+    assert_eq!(
+        blocked,
+        [
+            ("t-51", "dependency cycle: t-51 -> t-52 -> t-51"),
+            ("t-52", "dependency cycle: t-52 -> t-51 -> t-52"),
+        ]
+    );
+    // Persisted: a fresh handle reads it.
+    let board = ralph_on(dir.path()).board().await.unwrap();
+    assert_eq!(board.tasks["t-1"].rank, Some(0));
+    for id in ["t-51", "t-52"] {
+        let task = &board.tasks[id];
+        assert_eq!(task.status, TaskStatus::Blocked, "{id}");
+        assert!(task.blocked_reason.as_deref().unwrap().contains("cycle"));
+    }
+    // Nothing left to block the second time.
+    assert!(ralph.prioritize().await.unwrap().blocked.is_empty());
+}
+
 /// The tokens every agent run used are saved with the board, so `ralph status` can say what
 /// the work has cost so far, across runs.
 #[tokio::test]

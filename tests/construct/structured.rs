@@ -61,6 +61,15 @@ fn every_role() -> FakeAgent {
     Script::new().json(json!({"subtasks": [{"name": "All of it", "accept": "x"}]})),
     "give 2 to 5 subtasks, not 1"
 )]
+#[case::decompose_names_the_task_it_replaces(
+    Role::Decompose,
+    "t-1",
+    Script::new().json(json!({"subtasks": [
+        {"name": "Write the greeting", "accept": "greets"},
+        {"name": "Write the farewell", "accept": "says bye", "deps": ["t-1"]}
+    ]})),
+    "subtasks[1].deps names t-1, the task these subtasks replace"
+)]
 #[tokio::test]
 async fn an_invalid_structured_answer_is_retried_once_with_the_error(
     #[case] role: Role,

@@ -64,7 +64,9 @@ pub(crate) enum TaskCommand {
         #[arg(num_args = 1..=2, required = true)]
         args: Vec<String>,
     },
-    /// Order the pending tasks again and print the counts as JSON.
+    /// Order the pending tasks again and print the counts as JSON. Tasks that can never be
+    /// built as they stand (a dependency cycle) are blocked first, as `construct` blocks
+    /// them, and listed under `blocked`.
     Prioritize {
         /// The spec whose tasks to order. A workspace's board holds the tasks of one spec,
         /// the one on record, so this only checks that it is that one.
@@ -643,6 +645,13 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             }
             let report = ralph.prioritize().await?;
             out!("{}", serde_json::to_string(&report)?);
+            // The JSON names them too; a person reading the terminal needs the way on.
+            for item in &report.blocked {
+                eprintln!(
+                    "warning: {} blocked: {}; fix its dependencies, then `ralph task unblock {}`",
+                    item.id, item.reason, item.id
+                );
+            }
         }
         TaskCommand::Unblock { ids } => {
             let board = ralph.board().await?;
