@@ -68,6 +68,11 @@ fn main() {
         git.push(time_construct(&ralph, repo.path()));
     }
     let (plain, startup, bare, git) = (median(plain), median(startup), median(bare), median(git));
+    let per_run = |d: Duration| d.as_secs_f64() * 1e3 / runs as f64;
+    let spread = (
+        overheads.iter().copied().min().map_or(0.0, per_run),
+        overheads.iter().copied().max().map_or(0.0, per_run),
+    );
     let overhead = median(overheads).as_secs_f64() / runs as f64;
     // The syncs as the run makes them: a small append's fdatasync alone on a quiet file
     // (`time_sync`) is cheaper than one amid the run's other writes.
@@ -88,7 +93,12 @@ fn main() {
     println!("  ralph construct            {:>10.1} ms", ms(plain));
     println!("  startup (a finished board) {:>10.1} ms", ms(startup));
     println!("  the bare agent runs        {:>10.1} ms", ms(bare));
-    println!("  overhead per agent run     {:>10.3} ms", overhead * 1e3);
+    println!(
+        "  overhead per agent run     {:>10.3} ms  (rounds from {:.3} to {:.3} ms)",
+        overhead * 1e3,
+        spread.0,
+        spread.1
+    );
     match (sync_count, sync_cost, durability, rest) {
         (Some(per_run), Some(cost), Some(durability), Some(rest)) => {
             println!(
