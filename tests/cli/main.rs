@@ -366,6 +366,17 @@ fn the_demo_runs_in_a_new_directory_only() {
         before,
         "a user's repository is never touched"
     );
+
+    // Re-audit: `--in` is relative to `-C DIR`, as every other path of the command is.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = ralph(
+        elsewhere.path(),
+        &["-C", parent.path().to_str().unwrap(), "demo", "--in", "sub"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(parent.path().join("sub/greet.sh").exists());
+    assert!(!elsewhere.path().join("sub").exists());
 }
 
 /// `ralph demo --in sub` inside a user's repository: the demo commits its tasks to a

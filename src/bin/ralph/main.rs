@@ -57,9 +57,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the bundled demo (a scripted agent, real gates) in a fresh temporary workspace.
+    /// Run the bundled demo (a scripted agent, real gates) in a fresh temporary workspace,
+    /// never in your project (`-C` only says where a relative `--in` is).
     Demo {
-        /// Run it in this directory instead (created if missing; must be empty or a demo).
+        /// Run it in this directory instead (created if missing; must be empty or a demo;
+        /// relative to `-C DIR` when given).
         #[arg(long = "in")]
         dir: Option<PathBuf>,
         /// Print events as NDJSON on stdout.
@@ -215,7 +217,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
     };
     let workspace = place.workspace.as_path();
     match cli.command {
-        Command::Demo { dir, json } => run::demo(dir, json).await,
+        Command::Demo { dir, json } => run::demo(dir.map(|d| workspace.join(d)), json).await,
         Command::Init => init::init(workspace).map(|()| 0),
         Command::Construct(mut args) => {
             args.spec = args.spec.map(|s| place.spec(&s)).transpose()?;
