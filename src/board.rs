@@ -160,18 +160,12 @@ impl Ralph {
     /// [`add_issue`](Self::add_issue).
     pub async fn accept(&self, id: &TaskId) -> Result<(), Error> {
         self.edit(|board| {
-            let task = board
-                .tasks
-                .get(id)
-                .cloned()
-                .ok_or_else(|| Error::UnknownTask(id.clone()))?;
-            if task.status != TaskStatus::Done {
-                return Err(Error::TaskState {
-                    task: id.clone(),
-                    status: task.status,
-                    wanted: "only a done task can be accepted",
-                });
-            }
+            let task = task_in(
+                board,
+                id,
+                TaskStatus::Done,
+                "only a done task can be accepted",
+            )?;
             Ok(((), accepted_by_person(board, vec![task])))
         })
         .await
@@ -210,18 +204,12 @@ impl Ralph {
     /// [`add_issue`](Self::add_issue).
     pub async fn unblock(&self, id: &TaskId) -> Result<Unblocked, Error> {
         self.edit(|board| {
-            let task = board
-                .tasks
-                .get(id)
-                .cloned()
-                .ok_or_else(|| Error::UnknownTask(id.clone()))?;
-            if task.status != TaskStatus::Blocked {
-                return Err(Error::TaskState {
-                    task: id.clone(),
-                    status: task.status,
-                    wanted: "only a blocked task can be unblocked",
-                });
-            }
+            let task = task_in(
+                board,
+                id,
+                TaskStatus::Blocked,
+                "only a blocked task can be unblocked",
+            )?;
             Ok(unblocked(board, task))
         })
         .await
@@ -344,18 +332,7 @@ impl Ralph {
         change: impl FnOnce(&mut Task),
     ) -> Result<(), Error> {
         self.edit(|board| {
-            let mut task = board
-                .tasks
-                .get(id)
-                .cloned()
-                .ok_or_else(|| Error::UnknownTask(id.clone()))?;
-            if task.status != from {
-                return Err(Error::TaskState {
-                    task: id.clone(),
-                    status: task.status,
-                    wanted,
-                });
-            }
+            let mut task = task_in(board, id, from, wanted)?;
             change(&mut task);
             Ok(((), vec![Change::Task(task)]))
         })
@@ -448,4 +425,26 @@ fn unblocked(board: &mut Board, mut task: Task) -> (Unblocked, Vec<Change>) {
     changes.push(Change::Task(replaced));
     changes.push(Change::Run(board.run.clone()));
     (Unblocked { task: new, dropped }, changes)
+}
+
+/// Task `id` of `board`, which a person's edit wants in status `from` (`wanted` says so).
+fn task_in(
+    board: &Board,
+    id: &TaskId,
+    from: TaskStatus,
+    wanted: &'static str,
+) -> Result<Task, Error> {
+    let task = board
+        .tasks
+        .get(id)
+        .cloned()
+        .ok_or_else(|| Error::UnknownTask(id.clone()))?;
+    if task.status != from {
+        return Err(Error::TaskState {
+            task: id.clone(),
+            status: task.status,
+            wanted,
+        });
+    }
+    Ok(task)
 }
