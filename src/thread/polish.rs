@@ -57,11 +57,7 @@ impl Threads {
 
     /// The polish run and its check, from Polishing.
     async fn polish_round(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
-        let spec_text = self.spec_text(&record)?;
-        let spec = ThreadSpec::parse(&spec_text).map_err(|e| ThreadError::Corrupt {
-            path: self.spec_path(&record.id, record.spec_version),
-            message: e.to_string(),
-        })?;
+        let (spec_text, spec) = self.spec_on_record(&record)?;
         let agents = self.record_agents(&record)?;
         // Numbered after the loop's iterations: its logs and runs stand beside theirs.
         let iteration = record.attempts.last().map_or(1, |a| a.iteration + 1);

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::phase::{self, Phase, PhaseKind};
 use super::record::{self, ThreadRecord};
+use super::spec::ThreadSpec;
 use super::{ThreadError, Threads};
 
 impl Threads {
@@ -131,6 +132,19 @@ impl Threads {
     pub fn spec_text(&self, record: &ThreadRecord) -> Result<String, ThreadError> {
         let path = self.spec_path(&record.id, record.spec_version);
         std::fs::read_to_string(&path).map_err(|error| ThreadError::Io { path, error })
+    }
+
+    /// The thread's spec on record, as written and parsed: the loop and polish work from it.
+    pub(super) fn spec_on_record(
+        &self,
+        record: &ThreadRecord,
+    ) -> Result<(String, ThreadSpec), ThreadError> {
+        let text = self.spec_text(record)?;
+        let spec = ThreadSpec::parse(&text).map_err(|e| ThreadError::Corrupt {
+            path: self.spec_path(&record.id, record.spec_version),
+            message: e.to_string(),
+        })?;
+        Ok((text, spec))
     }
 
     /// Writes `text` as the next spec revision (revisions are never rewritten).

@@ -55,11 +55,7 @@ impl Threads {
     }
 
     async fn drive_loop(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
-        let spec_text = self.spec_text(&record)?;
-        let spec = ThreadSpec::parse(&spec_text).map_err(|e| ThreadError::Corrupt {
-            path: self.spec_path(&record.id, record.spec_version),
-            message: e.to_string(),
-        })?;
+        let (spec_text, spec) = self.spec_on_record(&record)?;
         // A fresh chain: each round and each resume starts with its first agent.
         let agents = self.record_agents(&record)?;
         record.current_agent = Some(agents.first.clone());
