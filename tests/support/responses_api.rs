@@ -366,8 +366,11 @@ impl ResponsesApi {
 }
 
 impl ResponsesApi {
-    /// opencode's environment: a throw-away `HOME`, and a config whose `openai` provider is
-    /// this server (model `openai/gpt-5-codex`).
+    /// opencode's environment: a throw-away `HOME` and `TMPDIR`, and a config whose `openai`
+    /// provider is this server (model `openai/gpt-5-codex`).
+    ///
+    /// The `TMPDIR`: opencode 1.18.33 leaves a 5.5 MB native library in the temporary folder
+    /// on every run that uses a tool; the throw-away folder keeps the suite from filling `/tmp`.
     pub fn opencode_env(&self, home: &std::path::Path) -> Vec<(String, String)> {
         let config = json!({
             "provider": {"openai": {"options": {"baseURL": format!("{}/v1", self.server.uri()),
@@ -375,8 +378,11 @@ impl ResponsesApi {
             "autoupdate": false,
             "share": "disabled",
         });
+        let tmp = home.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("TMPDIR");
         vec![
             ("HOME".into(), home.display().to_string()),
+            ("TMPDIR".into(), tmp.display().to_string()),
             (
                 "XDG_DATA_HOME".into(),
                 home.join("data").display().to_string(),
