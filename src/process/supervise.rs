@@ -248,8 +248,28 @@ impl ProcessSpec {
         listener: &mut L,
     ) -> Result<Supervised<L::Cut>, ProcessError> {
         let started = Instant::now();
-        let log = Log::open(self.log_path.as_deref())?;
+        // The log's file is made on the blocking pool while the process starts: making a
+        // file is the dearest step of a run's setup on some file systems (ext4 without a
+        // journal scans for recently freed inodes), and the process needs no log to start.
+        let opening = self.log_path.clone().map(|path| {
+            tokio::task::spawn_blocking(move || Log::open(&path))
+        });
         let (mut child, stdout, stderr) = self.launch(streams)?;
+        // A log that cannot be made ends the process that just started: returning drops
+        // `child`, which kills its group.
+        let log = match opening {
+            None => Log::none(),
+            Some(opening) => match opening.await {
+                Ok(Ok(log)) => log,
+                Ok(Err(err)) => return Err(err),
+                Err(joined) => {
+                    return Err(ProcessError::Log {
+                        path: self.log_path.clone().unwrap_or_default(),
+                        source: io::Error::other(joined),
+                    });
+                }
+            },
+        };
         let mut run = Running {
             stdout,
             stderr,
@@ -363,13 +383,15 @@ struct Log {
 }
 
 impl Log {
-    fn open(path: Option<&Path>) -> Result<Log, ProcessError> {
-        let Some(path) = path else {
-            return Ok(Log {
-                file: None,
-                error: None,
-            });
-        };
+    /// No log: the output is read and passed on, not kept.
+    fn none() -> Log {
+        Log {
+            file: None,
+            error: None,
+        }
+    }
+
+    fn open(path: &Path) -> Result<Log, ProcessError> {
         let io = |source| ProcessError::Log {
             path: path.to_owned(),
             source,
