@@ -106,10 +106,11 @@ fn main() {
         println!(
             "    fdatasync calls          {:>10.2} per run, {:.3} ms the median one in the run (one alone: {:.3} ms)",
             syncs.len() as f64 / runs as f64,
-            syncs
-                .is_empty()
-                .then_some(0.0)
-                .unwrap_or_else(|| ms(median(syncs.clone()))),
+            if syncs.is_empty() {
+                0.0
+            } else {
+                ms(median(syncs.clone()))
+            },
             ms(time_sync())
         );
     }
