@@ -18,7 +18,7 @@
 //! next, until a pass ends with the counter where it began.
 
 use std::fs;
-use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -47,7 +47,10 @@ pub(super) fn scan(context: &Context<'_>) -> Option<Scan> {
             return None;
         }
         for pid in first..=last {
-            if pid != context.me {
+            // A leader dead before the sweep began is a zombie until its owner reaps it
+            // after the sweep: nothing to kill, and its stat was read when the sweep began.
+            let dead_leader = context.dead_leader && pid == leader;
+            if pid != context.me && !dead_leader {
                 probe(context, pid, &mut buf, &mut scan);
             }
         }
@@ -95,11 +98,16 @@ fn is_process(pid: i32, buf: &mut Vec<u8>) -> bool {
 }
 
 /// The last pid the kernel handed out in our pid namespace.
+///
+/// The file is opened once and read from its start each time (a sysctl file renders its
+/// value afresh on every read at offset 0): two reads per sweep, a sweep per run.
 fn last_pid() -> Option<i32> {
+    static FILE: OnceLock<Option<fs::File>> = OnceLock::new();
+    let file = FILE
+        .get_or_init(|| fs::File::open("/proc/sys/kernel/ns_last_pid").ok())
+        .as_ref()?;
     let mut buf = [0_u8; 16];
-    let n = fs::File::open("/proc/sys/kernel/ns_last_pid")
-        .and_then(|mut f| f.read(&mut buf))
-        .ok()?;
+    let n = file.read_at(&mut buf, 0).ok()?;
     std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
 }
 
