@@ -17,7 +17,7 @@ use super::{COOKIE_VAR, Exit, ProcessError, ProcessSpec};
 /// given up on (a process stuck in the kernel ignores even SIGKILL for a while).
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
-/// Longest pause between exit checks, should SIGCHLD not arrive.
+/// Longest pause between exit checks, should the exit's pidfd not wake us (or be missing).
 #[cfg(target_os = "linux")]
 const EXIT_POLL: Duration = Duration::from_millis(100);
 
@@ -57,8 +57,9 @@ pub struct SupervisedChild {
     exit: Option<Exit>,
     /// Set once a sweep found nothing left; the drop guard then has nothing to do.
     swept: bool,
+    /// Readable once the main process exits (see `sys::exit_notice`).
     #[cfg(target_os = "linux")]
-    sigchld: tokio::signal::unix::Signal,
+    exited: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
 }
 
 /// How [`SupervisedChild::terminate`] ended.
@@ -111,10 +112,6 @@ impl SupervisedChild {
             program: spec.program_name(),
             source,
         };
-        // Listening before the spawn, so an immediate exit cannot be missed.
-        #[cfg(target_os = "linux")]
-        let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-            .map_err(spawn_error)?;
         sys::before_spawn();
         let cookie = sys::new_cookie();
         let mut command = command(spec, &cookie, stdout, stderr);
@@ -139,8 +136,10 @@ impl SupervisedChild {
             stdin_writer,
             exit: None,
             swept: false,
+            // Opened before any look at the exit: an exit before it is seen by that look,
+            // and the process stays a zombie, so its pid is still its own.
             #[cfg(target_os = "linux")]
-            sigchld,
+            exited: sys::exit_notice(pid),
         })
     }
 
@@ -268,11 +267,15 @@ impl SupervisedChild {
                 // A status nix cannot decode (a real-time signal): reaping reads it.
                 Err(_) => return self.reap().await,
             }
-            // SIGCHLD wakes us early; the poll covers a handler replaced behind tokio's back.
-            let woke = timeout(EXIT_POLL, self.sigchld.recv()).await;
-            if matches!(woke, Ok(None)) {
-                // The signal driver is gone: fall back to polling alone.
-                tokio::time::sleep(EXIT_POLL).await;
+            // The pidfd wakes us at the exit; the poll covers a kernel without pidfds. The
+            // readiness is cleared each time: the look above, not the pidfd, decides.
+            match &self.exited {
+                Some(exited) => {
+                    if let Ok(Ok(mut ready)) = timeout(EXIT_POLL, exited.readable()).await {
+                        ready.clear_ready();
+                    }
+                }
+                None => tokio::time::sleep(EXIT_POLL).await,
             }
         }
     }

@@ -251,9 +251,10 @@ impl ProcessSpec {
         // The log's file is made on the blocking pool while the process starts: making a
         // file is the dearest step of a run's setup on some file systems (ext4 without a
         // journal scans for recently freed inodes), and the process needs no log to start.
-        let opening = self.log_path.clone().map(|path| {
-            tokio::task::spawn_blocking(move || Log::open(&path))
-        });
+        let opening = self
+            .log_path
+            .clone()
+            .map(|path| tokio::task::spawn_blocking(move || Log::open(&path)));
         let (mut child, stdout, stderr) = self.launch(streams)?;
         // A log that cannot be made ends the process that just started: returning drops
         // `child`, which kills its group.

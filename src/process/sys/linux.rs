@@ -511,6 +511,27 @@ pub(in crate::process) fn peek_exit(pid: u32) -> io::Result<Option<Exit>> {
     }
 }
 
+/// A pidfd for the child `pid`, registered with the runtime: it turns readable when the
+/// child exits, without reaping it. `None` on a kernel without pidfds (before 5.3), where
+/// the exit is polled for.
+///
+/// Why not SIGCHLD: a signal wakes the runtime once for the signal and once more for its
+/// handler's message, and every exit of every child of the process (an embedding
+/// application's, tests in parallel) wakes every run listening; a pidfd wakes only its own
+/// run, once, in the same turn as tokio's own pidfd for the child.
+pub(in crate::process) fn exit_notice(
+    pid: u32,
+) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+    // Deprecated for a type that may close its descriptor behind the registration's back
+    // (tokio#8587); an `OwnedFd` closes it only when the `AsyncFd` drops, after it
+    // deregistered, which is what the replacement's `unsafe` contract asks (and this crate
+    // forbids `unsafe`).
+    #[allow(deprecated)]
+    tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

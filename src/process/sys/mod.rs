@@ -21,7 +21,7 @@ use nix::unistd::Pid;
 
 pub(super) use imp::Sweeper;
 #[cfg(target_os = "linux")]
-pub(super) use linux::peek_exit;
+pub(super) use linux::{exit_notice, peek_exit};
 
 use super::COOKIE_VAR;
 
