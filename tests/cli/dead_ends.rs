@@ -596,3 +596,57 @@ fn an_unreachable_agent_ends_with_a_next_step_that_resumes() {
     let resumed = run_printed(dir.path(), "ralph construct --agent works");
     ok(&resumed);
 }
+
+/// Plan mode ends the same way when its agent cannot reach its API: the error, then a
+/// `next:` line that plans the named spec again with the same agent; once the agent works,
+/// that command, run as printed, writes the plan.
+#[test]
+fn plan_mode_with_an_unreachable_agent_ends_with_a_next_step_that_plans_again() {
+    let dir = project();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(
+        dir.path().join("specs/hello.md"),
+        "# Hello\nWrite hello.txt.\n",
+    )
+    .unwrap();
+    let script = dir.path().join("planner.toml");
+    std::fs::write(
+        &script,
+        "[[run]]\nrole = \"plan\"\n[[run.steps]]\n\
+         fail = { reason = \"fake is unreachable: connection refused\", kind = \"unreachable\" }\n",
+    )
+    .unwrap();
+
+    let out = ralph(
+        dir.path(),
+        &["plan", "specs/hello.md", "--script", "planner.toml"],
+        &[],
+    );
+
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("cannot reach its API"),
+        "{}",
+        stderr(&out)
+    );
+    let command = next_command(&out);
+    assert_eq!(command, "ralph plan specs/hello.md --script planner.toml");
+    assert!(!dir.path().join("implementation.json").exists());
+
+    // The agent is back: the same command plans the spec.
+    std::fs::write(
+        &script,
+        r#"[[run]]
+role = "plan"
+[[run.steps]]
+json = { specs = [ { id = "hello", name = "Hello", file = "specs/hello.md", priority = 1,
+  context = "sh", tasks = [ { description = "Write hello.txt", acceptanceCriteria = ["hello.txt exists"] } ],
+  acceptanceCriteria = ["hello.txt exists"] } ] }
+"#,
+    )
+    .unwrap();
+    let planned = run_printed(dir.path(), &command);
+    ok(&planned);
+    let plan = std::fs::read_to_string(dir.path().join("implementation.json")).unwrap();
+    assert!(plan.contains("Write hello.txt"), "{plan}");
+}
