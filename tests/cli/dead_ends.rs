@@ -366,6 +366,49 @@ fn task_prioritize_blocks_a_dependency_cycle_and_ranks_the_rest() {
     assert!(list.contains("t-50") && list.contains("blocked"), "{list}");
 }
 
+/// `ralph task prioritize` on a hand-written dependency on a decomposed task (t-4 on t-3,
+/// now t-3a and t-3b) rewires it, as a run does, and says so with the run's warning.
+#[test]
+fn task_prioritize_warns_of_a_dependency_it_rewires_to_subtasks() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".ralph")).unwrap();
+    std::fs::write(dir.path().join(".ralph/plan.jsonl"), DECOMPOSED_PLAN).unwrap();
+
+    let out = ok(&ralph(dir.path(), &["task", "prioritize"], &[])).clone();
+
+    assert!(
+        stderr(&out).contains(
+            "warning: t-4 depended on t-3, which was decomposed: it waits on t-3a, t-3b now"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["prioritized"], 3, "{report}");
+    let tasks = stdout(ok(&ralph(dir.path(), &["query", "tasks"], &[])));
+    let t4 = tasks
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|t| t["id"] == "t-4")
+        .unwrap();
+    assert_eq!(t4["deps"], serde_json::json!(["t-3a", "t-3b"]), "{t4}");
+    // Saved: a second prioritize has nothing to rewire.
+    let again = ok(&ralph(dir.path(), &["task", "prioritize"], &[])).clone();
+    assert!(!stderr(&again).contains("warning"), "{}", stderr(&again));
+}
+
+/// A hand-written board: t-3 decomposed into t-3a and t-3b; t-4 still depends on t-3.
+const DECOMPOSED_PLAN: &str = concat!(
+    r#"{"t":"task","id":"t-3","name":"Write the parser","s":"x","accept":"it parses"}"#,
+    "\n",
+    r#"{"t":"task","id":"t-3a","name":"Write the lexer","s":"p","accept":"it lexes","parent":"t-3"}"#,
+    "\n",
+    r#"{"t":"task","id":"t-3b","name":"Write the grammar","s":"p","accept":"it parses","parent":"t-3"}"#,
+    "\n",
+    r#"{"t":"task","id":"t-4","name":"Document the parser","s":"p","accept":"documented","deps":["t-3"]}"#,
+    "\n",
+);
+
 /// A `plan.jsonl` written by hand (seed 000's format, no `"h"` fields) with a dependency
 /// cycle and a dependency on a task that is not there: the run builds the rest, blocks the
 /// two with their reasons, and the printed command works once the missing task is added.

@@ -196,6 +196,7 @@ fn open(workspace: &Path) -> Result<Ralph> {
     Ok(Ralph::builder()
         .workspace(workspace)
         .agent(NoAgent)
+        .observer(crate::display::Warnings)
         .build()?)
 }
 
@@ -643,13 +644,18 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             if let Some(spec) = spec {
                 same_spec(&ralph.board().await?, &spec)?;
             }
+            // Its warnings (a dependency rewired, a task blocked) are on stderr, as a run's.
             let report = ralph.prioritize().await?;
             out!("{}", serde_json::to_string(&report)?);
             // The JSON names them too; a person reading the terminal needs the way on.
-            for item in &report.blocked {
+            if !report.blocked.is_empty() {
+                let ids: Vec<&str> = report.blocked.iter().map(|b| b.id.as_str()).collect();
+                let unblock = crate::next::Again::new(workspace, "task unblock")
+                    .command(&crate::next::shell_words(&ids));
                 eprintln!(
-                    "warning: {} blocked: {}; fix its dependencies, then `ralph task unblock {}`",
-                    item.id, item.reason, item.id
+                    "next: fix what blocked {} (the {} above), then `{unblock}`",
+                    if ids.len() == 1 { "it" } else { "them" },
+                    if ids.len() == 1 { "reason" } else { "reasons" },
                 );
             }
         }

@@ -341,6 +341,15 @@ fn iterations(n: u32) -> &'static str {
     if n == 1 { "iteration" } else { "iterations" }
 }
 
+/// `words` as shell words, each after a space (` t-1 'has space'`), for a command's
+/// arguments.
+pub(crate) fn shell_words(words: &[&str]) -> String {
+    words
+        .iter()
+        .map(|w| format!(" {}", shell_word(w)))
+        .collect()
+}
+
 /// `word` as one shell word: as it is when it needs no quoting (every id ralph makes or
 /// accepts), else in single quotes (an id written by hand before ralph checked them, a path
 /// with a space).
