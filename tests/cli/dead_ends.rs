@@ -397,6 +397,60 @@ fn task_prioritize_warns_of_a_dependency_it_rewires_to_subtasks() {
     assert!(!stderr(&again).contains("warning"), "{}", stderr(&again));
 }
 
+/// `ralph status` and `ralph query` read a hand-written dependency on a decomposed task as
+/// a run will (its subtasks), before any run rewrote it: t-4 waits on t-3a and t-3b, not on
+/// t-3, which never finishes; once they are accepted it is the next task to build, not a
+/// BLOCKED board.
+#[test]
+fn status_and_query_show_a_dependency_on_a_decomposed_task_as_its_subtasks() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".ralph")).unwrap();
+    let plan = dir.path().join(".ralph/plan.jsonl");
+    std::fs::write(&plan, DECOMPOSED_PLAN).unwrap();
+    let run = |args: &[&str]| stdout(ok(&ralph(dir.path(), args, &[])));
+    let t4 = |tasks: &str| {
+        tasks
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|t| t["id"] == "t-4")
+            .unwrap()
+    };
+
+    let status = run(&["status"]);
+    let line = status.lines().find(|l| l.starts_with("t-4")).unwrap();
+    assert!(line.ends_with("— waits on t-3a, t-3b"), "{status}");
+    assert_eq!(
+        t4(&run(&["query", "tasks"]))["deps"],
+        serde_json::json!(["t-3a", "t-3b"])
+    );
+
+    // The subtasks accepted (by hand, as the rest): t-4 is next, the board is not BLOCKED.
+    let accepted = DECOMPOSED_PLAN
+        .replace(
+            r#""id":"t-3a","name":"Write the lexer","s":"p""#,
+            r#""id":"t-3a","name":"Write the lexer","s":"a""#,
+        )
+        .replace(
+            r#""id":"t-3b","name":"Write the grammar","s":"p""#,
+            r#""id":"t-3b","name":"Write the grammar","s":"a""#,
+        );
+    std::fs::write(&plan, accepted).unwrap();
+    assert_eq!(run(&["query", "stage"]).trim(), "BUILD");
+    let next: serde_json::Value = serde_json::from_str(run(&["query", "next"]).trim()).unwrap();
+    assert_eq!(next["action"], "build", "{next}");
+    assert_eq!(next["item"]["id"], "t-4", "{next}");
+    let status = run(&["status"]);
+    assert!(status.starts_with("stage BUILD"), "{status}");
+    let line = status.lines().find(|l| l.starts_with("t-4")).unwrap();
+    assert!(!line.contains("waits on"), "{status}");
+    // Nothing was written: the record still names t-3 until a run rewires it.
+    assert!(
+        std::fs::read_to_string(&plan)
+            .unwrap()
+            .contains(r#""deps":["t-3"]"#)
+    );
+}
+
 /// A hand-written board: t-3 decomposed into t-3a and t-3b; t-4 still depends on t-3.
 const DECOMPOSED_PLAN: &str = concat!(
     r#"{"t":"task","id":"t-3","name":"Write the parser","s":"x","accept":"it parses"}"#,
