@@ -247,11 +247,13 @@ impl Ralph {
     /// Runs the prioritizer over the pending tasks again and saves their priorities and
     /// order, as the construct loop does whenever tasks are added.
     ///
-    /// A task that could never be built as the board stands (on a dependency cycle, waiting
-    /// on a task that is not on the board, …) is blocked first with the reason, as
-    /// `ralph construct` blocks it when it starts, and the rest is prioritized; the report's
-    /// [`blocked`](PriorityReport::blocked) names them (`ralph task unblock ID` after the
-    /// fix drops the dependencies that still cannot be met).
+    /// A dependency on a decomposed task is first rewired to its subtasks, and a task that
+    /// could never be built as the board stands (on a dependency cycle, waiting on a task
+    /// that is not on the board, …) is blocked with the reason, as `ralph construct` does
+    /// when it starts, with the same [`Event::Warning`]s to the observers; then the rest is
+    /// prioritized. The report's [`blocked`](PriorityReport::blocked) names the blocked
+    /// tasks (`ralph task unblock ID` after the fix drops the dependencies that still cannot
+    /// be met).
     ///
     /// # Errors
     ///
@@ -259,24 +261,32 @@ impl Ralph {
     /// [`add_issue`](Self::add_issue).
     pub async fn prioritize(&self) -> Result<PriorityReport, Error> {
         let prioritizer = self.inner.prioritizer.clone();
-        self.edit(|board| {
-            // Blocked tasks are not buildable, so the prioritizer never sees them.
-            let (mut changes, _) = crate::construct::unsound_blocked(board);
-            let blocked = blocked_items(&changes);
-            let event = crate::construct::prioritize_changes(
-                board,
-                &*prioritizer,
-                &mut changes,
-                crate::construct::Priorities::Assign,
-            )?;
-            let mut report = match event {
-                Event::Prioritized { report, .. } => report,
-                _ => PriorityReport::default(),
-            };
-            report.blocked = blocked;
-            Ok((report, changes))
-        })
-        .await
+        let (report, warnings) = self
+            .edit(|board| {
+                // Blocked tasks are not buildable, so the prioritizer never sees them.
+                let (mut changes, warnings) = crate::construct::unsound_blocked(board);
+                let blocked = blocked_items(&changes);
+                let event = crate::construct::prioritize_changes(
+                    board,
+                    &*prioritizer,
+                    &mut changes,
+                    crate::construct::Priorities::Assign,
+                )?;
+                let mut report = match event {
+                    Event::Prioritized { report, .. } => report,
+                    _ => PriorityReport::default(),
+                };
+                report.blocked = blocked;
+                Ok(((report, warnings), changes))
+            })
+            .await?;
+        // Said once the changes they describe are saved, as a run says them.
+        for warning in &warnings {
+            for observer in &self.inner.observers {
+                observer.on_event(warning);
+            }
+        }
+        Ok(report)
     }
 
     /// Repairs a state file that holds lines ralph did not write (a load refused it with

@@ -227,7 +227,8 @@ pub struct Task {
     /// is made into tasks, a record written by hand when a run begins, with a warning), and
     /// a task depending on a decomposed task with no subtask on the board is blocked
     /// (unblocking it drops that dependency). [`Ralph::add_task`](crate::Ralph::add_task)
-    /// refuses such a dependency, naming the subtasks.
+    /// refuses such a dependency, naming the subtasks. Before a run rewires a record,
+    /// [`Board::waits_on`] and [`Board::deps_satisfied`] read it as rewired.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deps: Vec<TaskId>,
     /// An explicit priority; the prioritizer keeps it.
@@ -980,14 +981,45 @@ impl Board {
         self.tasks.values().filter(|t| t.is_remaining())
     }
 
-    /// Whether every dependency of `task` is done or accepted.
+    /// What `task` waits on: its dependencies, each one on a decomposed task read as the
+    /// subtasks that do its work (theirs in turn where they were decomposed too), as a run
+    /// rewires it (see [`Task::deps`]). A dependency written by hand before a run rewired it
+    /// is seen as the run will see it. A decomposed task with no subtask on the board stays:
+    /// nothing satisfies it.
     ///
-    /// A decomposed task never satisfies one, nor does an unknown id: ralph rewires a
-    /// dependency on a decomposed task to its subtasks (see [`Task::deps`]).
+    /// ```
+    /// use ralph::model::{Board, Change, Task, TaskId, TaskStatus};
+    ///
+    /// let subtask = |id: &str| {
+    ///     let mut task = Task::new(id, "part of the parser");
+    ///     task.parent = Some(TaskId::new("t-3"));
+    ///     Change::Task(task)
+    /// };
+    /// let mut board = Board::new();
+    /// board.apply_all([
+    ///     Change::Task(Task::new("t-3", "Parser").with_status(TaskStatus::Decomposed)),
+    ///     subtask("t-3a"),
+    ///     subtask("t-3b"),
+    ///     Change::Task(Task::new("t-4", "Docs").with_deps(["t-3"])),
+    /// ]);
+    /// let t4 = &board.tasks["t-4"];
+    /// assert_eq!(board.waits_on(t4), [TaskId::new("t-3a"), TaskId::new("t-3b")]);
+    /// assert!(!board.deps_satisfied(t4), "the subtasks are still pending");
+    /// ```
+    pub fn waits_on(&self, task: &Task) -> Vec<TaskId> {
+        rules::rewired_deps(self, task).unwrap_or_else(|| task.deps.clone())
+    }
+
+    /// Whether every task `task` [waits on](Self::waits_on) is done or accepted.
+    ///
+    /// A dependency on a decomposed task is satisfied when its subtasks are; one on a
+    /// decomposed task with no subtask never is, nor one on an unknown id.
     pub fn deps_satisfied(&self, task: &Task) -> bool {
-        task.deps
-            .iter()
-            .all(|d| self.tasks.get(d).is_some_and(Task::is_finished))
+        let finished = |d: &TaskId| self.tasks.get(d).is_some_and(Task::is_finished);
+        match rules::rewired_deps(self, task) {
+            Some(deps) => deps.iter().all(finished),
+            None => task.deps.iter().all(finished),
+        }
     }
 
     /// The stage this board is in (seed 000's table, with DECOMPOSE first so a kill is

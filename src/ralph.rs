@@ -581,7 +581,7 @@ impl RalphBuilder {
         if let Some(e) = self.override_error {
             return Err(e.into());
         }
-        let config = Config::load_with(&workspace, &self.overrides)?;
+        let (config, gates_origin) = Config::load_traced(&workspace, &self.overrides)?;
         agent.configure(&config);
         let gates = collect_gates(&config, self.gates)?;
         let prompts = Prompts::load(&workspace, &config.prompts)?;
@@ -597,6 +597,7 @@ impl RalphBuilder {
                 config,
                 agent: Arc::from(agent),
                 gates,
+                gates_origin,
                 store,
                 prioritizer: self
                     .prioritizer
@@ -756,6 +757,49 @@ mod tests {
         assert_eq!(ralph.config().max_iterations, 2);
         assert_eq!(ralph.config().retries, 4);
         assert_eq!(ralph.config().stage_timeout, Duration::from_millis(1500));
+    }
+
+    /// The warning that no gate is required names where the empty list came from, as
+    /// figment's metadata says: a `RALPH_GATES` listing a gate is not blamed when the
+    /// program emptied the list over it.
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn the_no_gate_warning_names_who_emptied_the_gates_not_any_variable_set() {
+        fn warning(dir: &Path, builder: RalphBuilder) -> String {
+            let ralph = builder
+                .workspace(dir)
+                .agent(FakeAgent::new())
+                .store(MemoryStore::new())
+                .build()
+                .unwrap();
+            let said = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let seen = said.clone();
+            let observer: Arc<dyn crate::Observer> = Arc::new(move |e: &crate::Event| {
+                if let crate::Event::Warning { message } = e {
+                    seen.lock().unwrap().push(message.clone());
+                }
+            });
+            let emitter = crate::runtime::logs::Emitter::new(&[observer]);
+            ralph.inner.warn_without_gates(&emitter);
+            said.lock().unwrap().join("\n")
+        }
+        figment::Jail::expect_with(|jail| {
+            let dir = jail.directory().to_path_buf();
+            jail.set_env("RALPH_GATES", r#"[{name = "env", command = "true"}]"#);
+            let program = Ralph::builder().config("gates", Vec::<crate::config::GateConfig>::new());
+            let said = warning(&dir, program);
+            assert!(
+                said.contains("no required gate") && said.contains("RalphBuilder::config"),
+                "{said}"
+            );
+            assert!(!said.contains("RALPH_GATES sets"), "{said}");
+            // The variable alone: its gate is required, nothing to warn of.
+            assert_eq!(warning(&dir, Ralph::builder()), "");
+            jail.set_env("RALPH_GATES", "[]");
+            let said = warning(&dir, Ralph::builder());
+            assert!(said.contains("RALPH_GATES sets the gates"), "{said}");
+            Ok(())
+        });
     }
 }
 

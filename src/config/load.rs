@@ -113,10 +113,19 @@ impl Config {
         workspace: &Path,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
+        Self::load_traced(workspace, overrides).map(|(config, _)| config)
+    }
+
+    /// [`load_with`](Self::load_with), and where its list of gates came from.
+    pub(crate) fn load_traced(
+        workspace: &Path,
+        overrides: &Overrides,
+    ) -> Result<(Config, GatesOrigin), ConfigError> {
         check_env_names()?;
         let figment = Self::figment_with(workspace, overrides);
         let config: Config = figment.extract()?;
         check_agents(&config, &figment)?;
+        let origin = GatesOrigin::of(&figment);
         config.validate().map_err(|mut e| {
             if let ConfigError::Invalid {
                 key, source_name, ..
@@ -135,7 +144,61 @@ impl Config {
             }
             e
         })?;
-        Ok(config)
+        Ok((config, origin))
+    }
+}
+
+/// Where the list of gates came from, as figment's metadata for the `gates` key says: what
+/// the warning that no gate is required names as the place to fix.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum GatesOrigin {
+    /// Nothing set it: the built-in empty list.
+    #[default]
+    Default,
+    /// `ralph.toml`, at this path.
+    File(std::path::PathBuf),
+    /// The environment variable `RALPH_GATES`.
+    Env,
+    /// The program: `RalphBuilder::config("gates", …)`.
+    Program,
+}
+
+impl GatesOrigin {
+    fn of(figment: &Figment) -> GatesOrigin {
+        let Some(meta) = figment.find_metadata("gates") else {
+            return GatesOrigin::Default;
+        };
+        match &meta.source {
+            Some(figment::Source::File(path)) => GatesOrigin::File(path.clone()),
+            _ if meta.name.contains("environment") => GatesOrigin::Env,
+            _ if meta.name == OVERRIDES_SOURCE => GatesOrigin::Program,
+            _ => GatesOrigin::Default,
+        }
+    }
+
+    /// What to do when no gate is required, naming the place that set the list: `listed`
+    /// when it lists gates (all optional), else it is empty.
+    pub(crate) fn fix(&self, listed: bool) -> String {
+        let var = env_var("gates");
+        match (self, listed) {
+            (GatesOrigin::Default, _) => "add [[gates]] to ralph.toml".into(),
+            (GatesOrigin::File(path), false) => format!(
+                "`gates = []` in {} turns every gate off: replace it with a [[gates]] table",
+                path.display()
+            ),
+            (GatesOrigin::File(path), true) => format!(
+                "every [[gates]] of {} has `required = false`: make one required",
+                path.display()
+            ),
+            (GatesOrigin::Env, _) => format!(
+                "the environment variable {var} sets the gates, over ralph.toml's [[gates]]: \
+                 unset it, or give a required gate there"
+            ),
+            (GatesOrigin::Program, _) => format!(
+                "the program sets the gates with RalphBuilder::config(\"gates\", …), over \
+                 ralph.toml and {var}: give a required gate there"
+            ),
+        }
     }
 }
 

@@ -79,7 +79,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use agents::BIN_ENV;
 pub use agents::{ClaudeConfig, CliConfig, CommandConfig, PermissionMode};
-pub(crate) use load::{HOOK_EVENT_VAR, Overrides};
+pub(crate) use load::{GatesOrigin, HOOK_EVENT_VAR, Overrides};
 pub use sections::{ContextThresholds, GateConfig, PlanningConfig, StoreConfig};
 pub(crate) use sections::{HOOK_EVENTS, HookConfig, NEEDS_PERSON, TEMPLATES};
 #[cfg(any(test, feature = "threads"))]

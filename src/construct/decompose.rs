@@ -181,7 +181,7 @@ impl Engine {
         let (result, _) = self
             .caller
             .structured::<DecomposeAnswer>(call, |a| {
-                self.check_dep_ids(&a.subtasks)?;
+                self.check_dep_ids("subtasks", &a.subtasks)?;
                 not_on_the_parent(&task.id, &a.subtasks)
             })
             .await?;

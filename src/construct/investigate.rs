@@ -64,7 +64,7 @@ impl Engine {
         let (result, runs) = self
             .caller
             .structured::<InvestigateAnswer>(call, |a| {
-                self.check_dep_ids(&a.tasks)?;
+                self.check_dep_ids("tasks", &a.tasks)?;
                 self.check_planned(&a.already_planned)
             })
             .await?;

@@ -490,23 +490,26 @@ impl Engine {
         prioritize_changes(&self.board, &*self.ctx.prioritizer, changes, priorities)
     }
 
-    /// Checks that every id dependency of proposed tasks names a task on the board that can
-    /// finish: a decomposed one stands for its subtasks ([`materialize`](Self::materialize)
-    /// rewires it), so one with none is refused as a missing task is.
-    fn check_dep_ids(&self, tasks: &[ProposedTask]) -> Result<(), String> {
+    /// Checks that every id dependency of proposed tasks (the answer's `field`: `tasks`,
+    /// `subtasks`) names a task on the board that can finish: a decomposed one stands for its
+    /// subtasks ([`materialize`](Self::materialize) rewires it), so one with none is refused
+    /// as a missing task is.
+    fn check_dep_ids(&self, field: &str, tasks: &[ProposedTask]) -> Result<(), String> {
         for (i, task) in tasks.iter().enumerate() {
             for dep in &task.deps {
                 let DepRef::Id(id) = dep else { continue };
                 let dep = TaskId::new(id.as_str());
                 match self.board.tasks.get(&dep) {
-                    None => return Err(format!("tasks[{i}].deps names {id}, which is not a task")),
+                    None => {
+                        return Err(format!("{field}[{i}].deps names {id}, which is not a task"));
+                    }
                     Some(found)
                         if found.status == TaskStatus::Decomposed
                             && rules::dep_targets(&self.board, &dep).is_empty() =>
                     {
                         return Err(format!(
-                            "tasks[{i}].deps names {id}, which was decomposed into no task on \
-                             the board: name a task that is"
+                            "{field}[{i}].deps names {id}, which was decomposed and has no \
+                             subtask on the board, so it never finishes: name a task on the board"
                         ));
                     }
                     Some(_) => {}

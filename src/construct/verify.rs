@@ -200,7 +200,7 @@ impl Engine {
             let (result, runs) = self
                 .caller
                 .structured::<GapAnswer>(call, |a| {
-                    self.check_dep_ids(&a.tasks)?;
+                    self.check_dep_ids("tasks", &a.tasks)?;
                     a.check_replies(named.len())
                 })
                 .await?;

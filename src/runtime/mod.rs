@@ -54,7 +54,7 @@ use self::hooks::Hooks;
 use self::logs::Emitter;
 use self::workspace::RunLock;
 use crate::agent::Agent;
-use crate::config::Config;
+use crate::config::{Config, GatesOrigin};
 use crate::event::{Event, Observer};
 use crate::gate::Gate;
 use crate::model::{Board, TaskId};
@@ -73,6 +73,8 @@ pub(crate) struct Context {
     pub(crate) config: Config,
     pub(crate) agent: Arc<dyn Agent>,
     pub(crate) gates: Vec<Arc<dyn Gate>>,
+    /// Where the config's list of gates came from, for the warning that none is required.
+    pub(crate) gates_origin: GatesOrigin,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) prioritizer: Arc<dyn Prioritizer>,
     pub(crate) observers: Vec<Arc<dyn Observer>>,
@@ -123,15 +125,9 @@ impl Context {
         if self.gates.iter().any(|g| g.required()) {
             return;
         }
-        // The environment wins over ralph.toml: when it set the gates, the file's
-        // [[gates]] are not the place to look.
-        let fix = match std::env::var_os("RALPH_GATES") {
-            Some(_) => {
-                "the environment variable RALPH_GATES sets the gates, over ralph.toml's \
-                        [[gates]]: unset it, or give a required gate there"
-            }
-            None => "add [[gates]] to ralph.toml",
-        };
+        // Named where the list came from: the environment wins over ralph.toml, and the
+        // program over both, so the file is not always the place to look.
+        let fix = self.gates_origin.fix(!self.config.gates.is_empty());
         emitter.emit(&Event::Warning {
             message: format!(
                 "no required gate: each task is done on the agent's word and the verifier's \

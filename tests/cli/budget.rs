@@ -318,3 +318,63 @@ async fn an_interrupted_run_is_counted_and_the_limit_holds_across_invocations() 
     assert_stopped_at_the_budget(&out);
     assert_three_runs(ws, "construct");
 }
+
+/// The budget is checked again after a wait: a thread's first run spends past the limit and
+/// then ends rate limited (reset now) or failed transiently (a 1 ms backoff). The wait
+/// closes that run; after it no run starts and no run record is opened; the thread stops
+/// at its budget (Stuck, exit 2), its last run the one the wait closed.
+#[tokio::test]
+async fn a_thread_waiting_out_a_rate_limit_or_a_backoff_stops_at_the_budget_after_it() {
+    for (ending, closed) in [
+        ("{ rate_limit = { secs = 0 } }", "rate limited: resets at"),
+        (
+            "{ fail = { reason = \"overloaded\", kind = \"transient\" } }",
+            "failed (transient): overloaded",
+        ),
+    ] {
+        let dir = workspace("transient_backoff = \"1ms\"\n").await;
+        let ws = dir.path();
+        // The first build spends $1.20 of the $1 and then waits; any other run spends $0.40.
+        let script = format!(
+            "[[run]]\nrole = \"build\"\nattempt = 1\nsteps = [\n  \
+             {{ spend = {{ input_tokens = 1000, output_tokens = 200, cost_usd = 1.20 }} }},\n  \
+             {ending},\n]\n{SCRIPT}"
+        );
+        std::fs::write(ws.join("wait.toml"), script).unwrap();
+        git(ws, &["add", "wait.toml"]);
+        git(ws, &["commit", "-q", "-m", "the script that waits"]);
+        let thread = |args: &[&str]| {
+            let mut all = vec!["thread", "--quick", "--script", "wait.toml"];
+            all.extend_from_slice(args);
+            ralph(ws, &all)
+        };
+        thread(&["new", "--title", "Greeter", "--spec", THREAD_SPEC]);
+        thread(&["finalize"]);
+        let out = thread(&["start", "--max-iterations", "10"]);
+        let text = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(2), "{ending}: {text}");
+        assert!(text.contains("budget exhausted: spent $1.20"), "{text}");
+        assert!(text.contains("--max-cost"), "the way on: {text}");
+        // One agent run spent, and one run record: the wait's.
+        let runs = ledger(ws);
+        assert_eq!(runs.len(), 1, "{ending}: {runs:?}");
+        let records: Vec<String> = std::fs::read_dir(ws.join(".ralph/runs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(records, ["1-greeter-r1"], "{ending}: {text}");
+        let run: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(ws.join(".ralph/runs/1-greeter-r1/run.json")).unwrap(),
+        )
+        .unwrap();
+        let outcome = run["outcome"].as_str().unwrap_or_default();
+        assert!(outcome.starts_with(closed), "{ending}: {run}");
+        let record: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(ws.join(".ralph/threads/1-greeter/thread.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(record["current_run_id"], "1-greeter-r1", "{record}");
+        assert_eq!(record["phase"]["type"], "Stuck", "{record}");
+        assert!(record["rate_limited_until"].is_null(), "{record}");
+    }
+}

@@ -366,6 +366,103 @@ fn task_prioritize_blocks_a_dependency_cycle_and_ranks_the_rest() {
     assert!(list.contains("t-50") && list.contains("blocked"), "{list}");
 }
 
+/// `ralph task prioritize` on a hand-written dependency on a decomposed task (t-4 on t-3,
+/// now t-3a and t-3b) rewires it, as a run does, and says so with the run's warning.
+#[test]
+fn task_prioritize_warns_of_a_dependency_it_rewires_to_subtasks() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".ralph")).unwrap();
+    std::fs::write(dir.path().join(".ralph/plan.jsonl"), DECOMPOSED_PLAN).unwrap();
+
+    let out = ok(&ralph(dir.path(), &["task", "prioritize"], &[])).clone();
+
+    assert!(
+        stderr(&out).contains(
+            "warning: t-4 depended on t-3, which was decomposed: it waits on t-3a, t-3b now"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["prioritized"], 3, "{report}");
+    let tasks = stdout(ok(&ralph(dir.path(), &["query", "tasks"], &[])));
+    let t4 = tasks
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|t| t["id"] == "t-4")
+        .unwrap();
+    assert_eq!(t4["deps"], serde_json::json!(["t-3a", "t-3b"]), "{t4}");
+    // Saved: a second prioritize has nothing to rewire.
+    let again = ok(&ralph(dir.path(), &["task", "prioritize"], &[])).clone();
+    assert!(!stderr(&again).contains("warning"), "{}", stderr(&again));
+}
+
+/// `ralph status` and `ralph query` read a hand-written dependency on a decomposed task as
+/// a run will (its subtasks), before any run rewrote it: t-4 waits on t-3a and t-3b, not on
+/// t-3, which never finishes; once they are accepted it is the next task to build, not a
+/// BLOCKED board.
+#[test]
+fn status_and_query_show_a_dependency_on_a_decomposed_task_as_its_subtasks() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".ralph")).unwrap();
+    let plan = dir.path().join(".ralph/plan.jsonl");
+    std::fs::write(&plan, DECOMPOSED_PLAN).unwrap();
+    let run = |args: &[&str]| stdout(ok(&ralph(dir.path(), args, &[])));
+    let t4 = |tasks: &str| {
+        tasks
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|t| t["id"] == "t-4")
+            .unwrap()
+    };
+
+    let status = run(&["status"]);
+    let line = status.lines().find(|l| l.starts_with("t-4")).unwrap();
+    assert!(line.ends_with("— waits on t-3a, t-3b"), "{status}");
+    assert_eq!(
+        t4(&run(&["query", "tasks"]))["deps"],
+        serde_json::json!(["t-3a", "t-3b"])
+    );
+
+    // The subtasks accepted (by hand, as the rest): t-4 is next, the board is not BLOCKED.
+    let accepted = DECOMPOSED_PLAN
+        .replace(
+            r#""id":"t-3a","name":"Write the lexer","s":"p""#,
+            r#""id":"t-3a","name":"Write the lexer","s":"a""#,
+        )
+        .replace(
+            r#""id":"t-3b","name":"Write the grammar","s":"p""#,
+            r#""id":"t-3b","name":"Write the grammar","s":"a""#,
+        );
+    std::fs::write(&plan, accepted).unwrap();
+    assert_eq!(run(&["query", "stage"]).trim(), "BUILD");
+    let next: serde_json::Value = serde_json::from_str(run(&["query", "next"]).trim()).unwrap();
+    assert_eq!(next["action"], "build", "{next}");
+    assert_eq!(next["item"]["id"], "t-4", "{next}");
+    let status = run(&["status"]);
+    assert!(status.starts_with("stage BUILD"), "{status}");
+    let line = status.lines().find(|l| l.starts_with("t-4")).unwrap();
+    assert!(!line.contains("waits on"), "{status}");
+    // Nothing was written: the record still names t-3 until a run rewires it.
+    assert!(
+        std::fs::read_to_string(&plan)
+            .unwrap()
+            .contains(r#""deps":["t-3"]"#)
+    );
+}
+
+/// A hand-written board: t-3 decomposed into t-3a and t-3b; t-4 still depends on t-3.
+const DECOMPOSED_PLAN: &str = concat!(
+    r#"{"t":"task","id":"t-3","name":"Write the parser","s":"x","accept":"it parses"}"#,
+    "\n",
+    r#"{"t":"task","id":"t-3a","name":"Write the lexer","s":"p","accept":"it lexes","parent":"t-3"}"#,
+    "\n",
+    r#"{"t":"task","id":"t-3b","name":"Write the grammar","s":"p","accept":"it parses","parent":"t-3"}"#,
+    "\n",
+    r#"{"t":"task","id":"t-4","name":"Document the parser","s":"p","accept":"documented","deps":["t-3"]}"#,
+    "\n",
+);
+
 /// A `plan.jsonl` written by hand (seed 000's format, no `"h"` fields) with a dependency
 /// cycle and a dependency on a task that is not there: the run builds the rest, blocks the
 /// two with their reasons, and the printed command works once the missing task is added.
@@ -595,4 +692,58 @@ fn an_unreachable_agent_ends_with_a_next_step_that_resumes() {
     );
     let resumed = run_printed(dir.path(), "ralph construct --agent works");
     ok(&resumed);
+}
+
+/// Plan mode ends the same way when its agent cannot reach its API: the error, then a
+/// `next:` line that plans the named spec again with the same agent; once the agent works,
+/// that command, run as printed, writes the plan.
+#[test]
+fn plan_mode_with_an_unreachable_agent_ends_with_a_next_step_that_plans_again() {
+    let dir = project();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(
+        dir.path().join("specs/hello.md"),
+        "# Hello\nWrite hello.txt.\n",
+    )
+    .unwrap();
+    let script = dir.path().join("planner.toml");
+    std::fs::write(
+        &script,
+        "[[run]]\nrole = \"plan\"\n[[run.steps]]\n\
+         fail = { reason = \"fake is unreachable: connection refused\", kind = \"unreachable\" }\n",
+    )
+    .unwrap();
+
+    let out = ralph(
+        dir.path(),
+        &["plan", "specs/hello.md", "--script", "planner.toml"],
+        &[],
+    );
+
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("cannot reach its API"),
+        "{}",
+        stderr(&out)
+    );
+    let command = next_command(&out);
+    assert_eq!(command, "ralph plan specs/hello.md --script planner.toml");
+    assert!(!dir.path().join("implementation.json").exists());
+
+    // The agent is back: the same command plans the spec.
+    std::fs::write(
+        &script,
+        r#"[[run]]
+role = "plan"
+[[run.steps]]
+json = { specs = [ { id = "hello", name = "Hello", file = "specs/hello.md", priority = 1,
+  context = "sh", tasks = [ { description = "Write hello.txt", acceptanceCriteria = ["hello.txt exists"] } ],
+  acceptanceCriteria = ["hello.txt exists"] } ] }
+"#,
+    )
+    .unwrap();
+    let planned = run_printed(dir.path(), &command);
+    ok(&planned);
+    let plan = std::fs::read_to_string(dir.path().join("implementation.json")).unwrap();
+    assert!(plan.contains("Write hello.txt"), "{plan}");
 }

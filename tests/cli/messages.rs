@@ -162,6 +162,24 @@ fn a_refused_spec_prints_no_header_and_writes_nothing() {
     }
 }
 
+/// When ralph.toml itself empties the gates (`gates = []`), the no-gate warning names that
+/// file and its setting, not a variable that did nothing.
+#[test]
+fn the_no_gate_warning_names_ralph_toml_when_it_emptied_them() {
+    let dir = super::dead_ends::project_with_agents("works", "gates = []\n");
+
+    let out = ralph(dir.path(), &["construct", "spec.md"], &[]);
+
+    let text = stdout(&out) + &stderr(&out);
+    let file = dir.path().canonicalize().unwrap().join("ralph.toml");
+    assert!(
+        text.contains("warning: no required gate")
+            && text.contains(&format!("`gates = []` in {}", file.display())),
+        "{text}"
+    );
+    assert!(!text.contains("RALPH_GATES"), "{text}");
+}
+
 /// Case 10: when `RALPH_GATES` emptied the gates of ralph.toml, the no-gate warning names
 /// the variable, not the file that has a gate.
 #[test]

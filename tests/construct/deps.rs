@@ -201,3 +201,63 @@ async fn an_agents_dependency_on_a_decomposed_task_waits_on_its_subtasks() {
     let order: Vec<String> = h.started().into_iter().map(|(id, _)| id).collect();
     assert_eq!(order.last(), Some(&made.id.to_string()), "{order:?}");
 }
+
+/// An agent's answer naming a decomposed task with no subtask on the board (t-8: nothing
+/// would ever do its work) is refused as a dependency on a missing task is: the answer is
+/// asked for again with the error, and the task of the valid answer waits on nothing.
+#[tokio::test]
+async fn an_agents_dependency_on_a_decomposed_task_without_subtasks_is_retried_with_the_error() {
+    let h = Harness::new(
+        FakeAgent::new()
+            .on_attempt(
+                Role::Investigate,
+                "i-5",
+                1,
+                Script::new().json(json!({"tasks": [
+                    {"name": "Document the parser", "accept": "documented", "deps": ["t-8"]}
+                ]})),
+            )
+            .on_attempt(
+                Role::Investigate,
+                "i-5",
+                2,
+                Script::new().json(json!({"tasks": [
+                    {"name": "Document the parser", "accept": "documented"}
+                ]})),
+            )
+            .always(Role::Build, done())
+            .always(Role::Verify, accept("ok"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    h.store
+        .persist(&[
+            seeded(),
+            Change::Task(record("t-8").with_status(TaskStatus::Decomposed)),
+            Change::Issue(ralph::model::Issue::new("i-5", "Document the parser")),
+        ])
+        .await
+        .unwrap();
+
+    let outcome = h.run(|b| b).await;
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let calls = h.requests(Role::Investigate, "i-5");
+    assert_eq!(attempts(&calls), [1, 2]);
+    let error = "tasks[0].deps names t-8, which was decomposed and has no subtask on the \
+                 board, so it never finishes: name a task on the board";
+    assert!(calls[1].prompt.contains(error), "{}", calls[1].prompt);
+    let invalid = h.events.of_kind("answer_invalid");
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert!(
+        invalid[0]["cause"].as_str().unwrap().contains(error),
+        "{invalid:?}"
+    );
+    let board = h.store.board();
+    let made = board
+        .tasks
+        .values()
+        .find(|t| t.origin.as_deref() == Some("i-5"))
+        .expect("the investigator's task");
+    assert!(made.deps.is_empty(), "{:?}", made.deps);
+    assert_eq!(made.status, TaskStatus::Accepted);
+}

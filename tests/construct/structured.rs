@@ -70,6 +70,15 @@ fn every_role() -> FakeAgent {
     ]})),
     "subtasks[1].deps names t-1, the task these subtasks replace"
 )]
+#[case::decompose_unknown_dependency(
+    Role::Decompose,
+    "t-1",
+    Script::new().json(json!({"subtasks": [
+        {"name": "Write the greeting", "accept": "greets"},
+        {"name": "Write the farewell", "accept": "says bye", "deps": ["t-99"]}
+    ]})),
+    "subtasks[1].deps names t-99, which is not a task"
+)]
 #[tokio::test]
 async fn an_invalid_structured_answer_is_retried_once_with_the_error(
     #[case] role: Role,

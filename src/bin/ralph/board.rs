@@ -196,6 +196,7 @@ fn open(workspace: &Path) -> Result<Ralph> {
     Ok(Ralph::builder()
         .workspace(workspace)
         .agent(NoAgent)
+        .observer(crate::display::Warnings)
         .build()?)
 }
 
@@ -310,7 +311,7 @@ fn construct_status(ralph: &Ralph, board: &Board, workspace: &Path) -> Result<Op
     }
     let in_flight = ralph.tasks_in_flight();
     for task in board.tasks.values() {
-        let mut line = task_line(task);
+        let mut line = task_line(board, task);
         if in_flight.contains(&task.id) {
             line.push_str("  — in flight (its own work tree)");
         }
@@ -459,7 +460,7 @@ fn choice_line(choice: &ralph::agent::AgentChoice) -> String {
     )
 }
 
-fn task_line(task: &Task) -> String {
+fn task_line(board: &Board, task: &Task) -> String {
     let mut line = format!(
         "{:<6} {:<10} {:<6} attempts {:<2} {}",
         task.id.as_str(),
@@ -477,8 +478,30 @@ fn task_line(task: &Task) -> String {
             None => String::new(),
         };
         line.push_str(&format!("  — to decompose: {why}"));
+    } else if task.status == TaskStatus::Pending {
+        // What it really waits on: a dependency on a decomposed task is its subtasks.
+        let waiting: Vec<String> = board
+            .waits_on(task)
+            .into_iter()
+            .filter(|d| !board.tasks.get(d).is_some_and(Task::is_finished))
+            .map(|d| inert(d.as_str()).into_owned())
+            .collect();
+        if !waiting.is_empty() {
+            line.push_str(&format!("  — waits on {}", waiting.join(", ")));
+        }
     }
     line
+}
+
+/// `task` as `query tasks` prints it: a waiting task's dependencies as it
+/// [waits on](Board::waits_on) them, a dependency on a decomposed task being its subtasks
+/// (as the next run rewrites it).
+fn task_json(board: &Board, task: &Task) -> Result<String> {
+    let mut value = serde_json::to_value(task)?;
+    if matches!(task.status, TaskStatus::Pending | TaskStatus::Blocked) && !task.deps.is_empty() {
+        value["deps"] = serde_json::to_value(board.waits_on(task))?;
+    }
+    Ok(value.to_string())
 }
 
 /// `ralph query`.
@@ -507,7 +530,7 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
                 false => t.is_remaining(),
             });
             for task in tasks {
-                out!("{}", serde_json::to_string(task)?);
+                out!("{}", task_json(&board, task)?);
             }
         }
         Query::Specs => {
@@ -643,13 +666,18 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             if let Some(spec) = spec {
                 same_spec(&ralph.board().await?, &spec)?;
             }
+            // Its warnings (a dependency rewired, a task blocked) are on stderr, as a run's.
             let report = ralph.prioritize().await?;
             out!("{}", serde_json::to_string(&report)?);
             // The JSON names them too; a person reading the terminal needs the way on.
-            for item in &report.blocked {
+            if !report.blocked.is_empty() {
+                let ids: Vec<&str> = report.blocked.iter().map(|b| b.id.as_str()).collect();
+                let unblock = crate::next::Again::new(workspace, "task unblock")
+                    .command(&crate::next::shell_words(&ids));
                 eprintln!(
-                    "warning: {} blocked: {}; fix its dependencies, then `ralph task unblock {}`",
-                    item.id, item.reason, item.id
+                    "next: fix what blocked {} (the {} above), then `{unblock}`",
+                    if ids.len() == 1 { "it" } else { "them" },
+                    if ids.len() == 1 { "reason" } else { "reasons" },
                 );
             }
         }
@@ -665,8 +693,9 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             }
         }
         TaskCommand::List => {
-            for task in ralph.board().await?.tasks.values() {
-                out!("{}", task_line(task));
+            let board = ralph.board().await?;
+            for task in board.tasks.values() {
+                out!("{}", task_line(&board, task));
             }
         }
     }

@@ -359,6 +359,19 @@ pub(crate) fn plural(n: usize, one: &'static str, many: &'static str) -> &'stati
     if n == 1 { one } else { many }
 }
 
+/// Warnings on stderr, as a run prints them (`warning: …`), for the commands without the
+/// run's display: a thread's (a killed run's leftovers killed), a board edit's (`task
+/// prioritize` rewiring or blocking tasks).
+pub(crate) struct Warnings;
+
+impl Observer for Warnings {
+    fn on_event(&self, event: &Event) {
+        if let Event::Warning { message } = event {
+            eprintln!("warning: {message}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

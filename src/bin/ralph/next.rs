@@ -39,6 +39,17 @@ impl Again {
         }
     }
 
+    /// Plan mode on `specs` (relative to the workspace, as the printed command's `-C` starts
+    /// there): `ralph [-C workspace] plan [SPECS…]`.
+    pub(crate) fn plan(workspace: &Path, specs: &[PathBuf]) -> Again {
+        let mut again = Again::new(workspace, "plan");
+        for spec in specs {
+            again.run.push(' ');
+            again.run.push_str(&shell_word(&spec.display().to_string()));
+        }
+        again
+    }
+
     /// The demo in `dir`: `ralph demo --in DIR` resumes it.
     pub(crate) fn demo(dir: &Path) -> Again {
         let dir = shell_word(&dir.display().to_string());
@@ -330,6 +341,15 @@ fn iterations(n: u32) -> &'static str {
     if n == 1 { "iteration" } else { "iterations" }
 }
 
+/// `words` as shell words, each after a space (` t-1 'has space'`), for a command's
+/// arguments.
+pub(crate) fn shell_words(words: &[&str]) -> String {
+    words
+        .iter()
+        .map(|w| format!(" {}", shell_word(w)))
+        .collect()
+}
+
 /// `word` as one shell word: as it is when it needs no quoting (every id ralph makes or
 /// accepts), else in single quotes (an id written by hand before ralph checked them, a path
 /// with a space).
@@ -379,6 +399,16 @@ mod tests {
         assert!(
             outside.ends_with(&format!("--script {}", absolute.display())),
             "{outside}"
+        );
+    }
+
+    #[test]
+    fn plan_mode_again_names_its_specs_as_shell_words() {
+        let specs = [PathBuf::from("specs/a.md"), PathBuf::from("specs/my b.md")];
+        let again = Again::plan(Path::new("ws"), &specs).flags(Some("mine"), None, None);
+        assert_eq!(
+            again.command(""),
+            "ralph -C ws plan specs/a.md 'specs/my b.md' --agent mine"
         );
     }
 

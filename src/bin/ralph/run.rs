@@ -203,6 +203,8 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
         return Ok(0);
     }
     let interrupts = interrupts(&ralph)?;
+    let again =
+        Again::plan(workspace, &specs).flags(flags.agent.as_deref(), flags.script.as_deref(), None);
     let implementation = match ralph.plan(&specs).await {
         Ok(implementation) => implementation,
         // Plan mode stopped by a signal saves nothing; the exit code is the signal's.
@@ -213,13 +215,12 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
         Err(e @ ralph::Error::BudgetExhausted { spent_usd, .. }) => {
             display::after_hook_failure(&lines, &e);
             eprintln!("{e}");
-            let again = Again::new(workspace, "plan");
             eprintln!("next: {}", crate::next::over_budget(&again, spent_usd));
             return Ok(2);
         }
         Err(e) => {
             display::after_hook_failure(&lines, &e);
-            return Err(e.into());
+            return ended_by(e, flags.json, &again);
         }
     };
     let tasks: usize = implementation.specs.iter().map(|s| s.tasks.len()).sum();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use ralph::__internals::thread_spec::ThreadSpec;
 use ralph::thread::{Confirm, IterationRecord, Phase, RunConfig, ThreadRecord, Threads};
-use ralph::{Agent, Event, FakeAgent, Interrupts, Observer, Ralph};
+use ralph::{Agent, FakeAgent, Interrupts, Ralph};
 
 use crate::out::out;
 use crate::place::Place;
@@ -186,7 +186,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
     let mut builder = Ralph::builder()
         .workspace(workspace)
         .agent(agent)
-        .observer(Warnings);
+        .observer(crate::display::Warnings);
     if let Some(dollars) = args.max_cost {
         builder = builder.max_cost_usd(dollars);
     }
@@ -451,17 +451,6 @@ fn edit_in_editor(text: &str) -> Result<String> {
         return Err(format!("{editor} exited with {status}; the spec is unchanged").into());
     }
     Ok(std::fs::read_to_string(file.path())?)
-}
-
-/// Warnings (a killed run's leftovers killed) on stderr.
-struct Warnings;
-
-impl Observer for Warnings {
-    fn on_event(&self, event: &Event) {
-        if let Event::Warning { message } = event {
-            eprintln!("warning: {message}");
-        }
-    }
 }
 
 /// How much of the thread a command prints after it: `thread show` the whole history; a
