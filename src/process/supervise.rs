@@ -330,6 +330,10 @@ impl ProcessSpec {
                     path: path.clone(),
                     source,
                 };
+                // Its folder may be the log's, which is made beside the spawn, not before.
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    crate::files::own::create_own_dir(dir).map_err(io)?;
+                }
                 let file = std::fs::File::create(&path).map_err(io)?;
                 let tail = std::fs::File::open(&path).map_err(io)?;
                 let mut child = self.spawn_stdout_to(file)?;
