@@ -25,7 +25,7 @@ use divan::Bencher;
 use divan::counter::ItemsCount;
 use ralph::agent::Script;
 use ralph::gate::{GateContext, GateError};
-use ralph::model::{Change, Task, TaskStatus};
+use ralph::model::{Change, RunState, Task, TaskStatus};
 use ralph::{
     FakeAgent, Gate, GateReport, GateStatus, JsonlStore, MemoryStore, Outcome, Ralph, Role, Store,
 };
@@ -111,14 +111,18 @@ fn fixture(
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .expect("a temp workspace");
     std::fs::write(dir.path().join("spec.md"), "# Bench\nDo the tasks.\n").expect("the spec");
-    let changes: Vec<Change> = (1..=n)
-        .map(|i| {
+    // The spec already seeded and investigated into these tasks: the bench measures their
+    // builds and verifications, not an investigation.
+    let mut run = RunState::default();
+    run.seeded = true;
+    let changes: Vec<Change> = std::iter::once(Change::Run(run))
+        .chain((1..=n).map(|i| {
             Change::Task(
                 Task::new(format!("t-{i}"), format!("Task number {i}"))
                     .with_acceptance("it is done")
                     .with_status(status),
             )
-        })
+        }))
         .collect();
     let builder = Ralph::builder()
         .workspace(dir.path())
