@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use ralph::__internals::git::Git;
 use ralph::agent::Script;
-use ralph::model::{Change, Stage, Task};
+use ralph::model::{Change, RunState, Stage, Task};
 use ralph::{Event, FakeAgent, MemoryStore, Observer, Ralph, Role, Store};
 use serde_json::json;
 
@@ -69,8 +69,11 @@ impl Observer for StageClock {
 async fn build_wall() -> Duration {
     let dir = repo();
     let store = MemoryStore::new();
-    let changes: Vec<Change> = (1..=TASKS)
-        .map(|i| Change::Task(Task::new(format!("t-{i}"), format!("Task {i}"))))
+    // The spec already seeded and investigated into these tasks.
+    let mut run = RunState::default();
+    run.seeded = true;
+    let changes: Vec<Change> = std::iter::once(Change::Run(run))
+        .chain((1..=TASKS).map(|i| Change::Task(Task::new(format!("t-{i}"), format!("Task {i}")))))
         .collect();
     store.persist(&changes).await.expect("the board");
     let mut agent = FakeAgent::new();
