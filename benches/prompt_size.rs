@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use ralph::agent::Script;
-use ralph::model::{Change, Task, TaskStatus};
+use ralph::model::{Change, RunState, Task, TaskStatus};
 use ralph::{FakeAgent, MemoryStore, Ralph, Role, Store};
 use serde_json::json;
 
@@ -61,6 +61,10 @@ async fn build_prompt_bytes(n: usize) -> usize {
     changes.push(Change::Task(
         Task::new(format!("t-{}", n + 1), "The last task").with_acceptance("it is done"),
     ));
+    // The spec already seeded and investigated into these tasks.
+    let mut run = RunState::default();
+    run.seeded = true;
+    changes.insert(0, Change::Run(run));
     let store = MemoryStore::new();
     store.persist(&changes).await.expect("the board");
     let agent = std::sync::Arc::new(
