@@ -248,28 +248,15 @@ impl ProcessSpec {
         listener: &mut L,
     ) -> Result<Supervised<L::Cut>, ProcessError> {
         let started = Instant::now();
-        // The log's file is made on the blocking pool while the process starts: making a
-        // file is the dearest step of a run's setup on some file systems (ext4 without a
-        // journal scans for recently freed inodes), and the process needs no log to start.
-        let opening = self
-            .log_path
-            .clone()
-            .map(|path| tokio::task::spawn_blocking(move || Log::open(&path)));
         let (mut child, stdout, stderr) = self.launch(streams)?;
-        // A log that cannot be made ends the process that just started: returning drops
-        // `child`, which kills its group.
-        let log = match opening {
+        // The log's file is made once the process has started, while it starts up on the
+        // other core: making a file is the dearest step of a run's setup on some file
+        // systems (ext4 without a journal scans for recently freed inodes), the process
+        // needs no log to start, and its first output waits in the pipe. A log that cannot
+        // be made ends the process: returning drops `child`, which kills its group.
+        let log = match &self.log_path {
+            Some(path) => Log::open(path)?,
             None => Log::none(),
-            Some(opening) => match opening.await {
-                Ok(Ok(log)) => log,
-                Ok(Err(err)) => return Err(err),
-                Err(joined) => {
-                    return Err(ProcessError::Log {
-                        path: self.log_path.clone().unwrap_or_default(),
-                        source: io::Error::other(joined),
-                    });
-                }
-            },
         };
         let mut run = Running {
             stdout,
