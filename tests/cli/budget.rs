@@ -198,9 +198,24 @@ async fn plan_and_build_stop_at_the_budget_after_three_runs() {
         dry.contains("budget:    spent $1.20 of max_cost_usd = 1 (build) — exhausted"),
         "{dry}"
     );
-    // A plan mode run past the limit starts no agent either.
+    // A plan mode run past the limit starts no agent either, and says the way on where
+    // every `next:` goes: stdout, or a JSON line.
     let again = ralph(ws, &["plan", "--script", "script.toml"]);
     assert_stopped_at_the_budget(&again);
+    let next = stdout(&again);
+    assert!(
+        next.contains("next: ") && next.contains("ralph plan") && next.contains("--max-cost 3"),
+        "{next}"
+    );
+    let json = ralph(ws, &["plan", "--json", "--script", "script.toml"]);
+    assert_eq!(json.status.code(), Some(2), "{}", stderr(&json));
+    assert!(
+        stdout(&json)
+            .lines()
+            .any(|l| l.contains("\"next\"") && l.contains("--max-cost 3")),
+        "{}",
+        stdout(&json)
+    );
     assert_eq!(ledger(ws).len(), 3);
 }
 

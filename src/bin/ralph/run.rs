@@ -212,10 +212,16 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
             eprintln!("{e}");
             return Ok(exit_code(&interrupts, 130));
         }
+        // As construct and build stop at the budget: the reason on stderr, the way on where
+        // every `next:` goes (stdout, or a JSON line), exit 2.
         Err(e @ ralph::Error::BudgetExhausted { spent_usd, .. }) => {
             display::after_hook_failure(&lines, &e);
             eprintln!("{e}");
-            eprintln!("next: {}", crate::next::over_budget(&again, spent_usd));
+            let next = crate::next::over_budget(&again, spent_usd);
+            match flags.json {
+                true => display::json_next(&next),
+                false => out!("next: {next}"),
+            }
             return Ok(2);
         }
         Err(e) => {
