@@ -76,6 +76,21 @@ pub(super) struct Request {
     pub(super) patient: bool,
 }
 
+impl Request {
+    /// A run of the loop's own kind (an iteration, or the polish after it): a build, its
+    /// attempt numbered as its iteration, rate limits waited out.
+    pub(super) fn work(iteration: u32, prompt: String) -> Self {
+        Request {
+            role: Role::Build,
+            iteration,
+            attempt: iteration,
+            prompt,
+            schema: None,
+            patient: true,
+        }
+    }
+}
+
 /// A call refused before any run started: the run-wide budget is spent. No run record was
 /// opened, so nothing may name one; the reason says what was spent against which limit.
 pub(super) struct Refused(pub(super) String);

@@ -21,7 +21,6 @@ use super::phase::{Phase, PhaseKind};
 use super::record::IterationRecord;
 use super::spec::ThreadSpec;
 use super::{ThreadError, ThreadRecord, Threads, transition};
-use crate::agent::Role;
 use crate::output::truncate_middle;
 
 /// How much of the polish run's final answer its attempt keeps.
@@ -65,14 +64,7 @@ impl Threads {
             .ctx
             .prompts
             .render("thread_polish", &polish_context(&record, &spec, &spec_text))?;
-        let request = Request {
-            role: Role::Build,
-            iteration,
-            attempt: iteration,
-            prompt,
-            schema: None,
-            patient: true,
-        };
+        let request = Request::work(iteration, prompt);
         let called = match self.call(&agents.work, &mut record, request).await? {
             Ok(called) => called,
             // No polish run started: the thread stays Polishing with no attempt that would

@@ -17,7 +17,6 @@ use super::phase::{Phase, PhaseKind};
 use super::record::{IterationRecord, RECENT_ATTEMPTS, StuckReport};
 use super::spec::ThreadSpec;
 use super::{ThreadError, ThreadRecord, Threads};
-use crate::agent::Role;
 use crate::output::truncate_middle;
 
 /// How much of a final answer an attempt keeps.
@@ -95,14 +94,7 @@ impl Threads {
             "thread",
             &self.build_context(record, iteration, spec, spec_text),
         )?;
-        let request = Request {
-            role: Role::Build,
-            iteration,
-            attempt: iteration,
-            prompt,
-            schema: None,
-            patient: true,
-        };
+        let request = Request::work(iteration, prompt);
         let called = match self.call(&agents.work, record, request).await? {
             Ok(called) => called,
             // Stuck as after a run the budget stopped, with no run to close and no
