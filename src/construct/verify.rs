@@ -80,8 +80,15 @@ impl Engine {
                 }
             }
             if !interrupted {
+                let mut refilled = false;
                 for task in todo.by_ref().take(verdicts.len()) {
                     self.spawn_verifier(&mut jobs, task)?;
+                    refilled = true;
+                }
+                if refilled {
+                    // The store writes on this thread (see `store::off_the_loop`): the new
+                    // verifiers get to start their agents first.
+                    tokio::task::yield_now().await;
                 }
             }
             self.record_verdicts(verdicts).await?;

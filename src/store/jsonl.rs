@@ -108,7 +108,10 @@ const MIN_SUPERSEDED: usize = 1000;
 /// keeps in step with every persist. A change made to the file from outside while the store
 /// is in use is caught at the next persist, which then fails (see the module docs).
 ///
-/// File I/O runs on tokio's blocking pool, so the store must be used inside a tokio runtime.
+/// The store must be used inside a tokio runtime. On a current-thread runtime its file I/O
+/// runs on the calling task's thread (the task awaits it anyway; a handoff to another
+/// thread would cost two wake-ups across cores per persist); on a multi-thread runtime it
+/// runs on tokio's blocking pool.
 ///
 /// ```
 /// # tokio_test_block_on(async {
@@ -222,13 +225,13 @@ impl JsonlStore {
         lock_ignoring_poison(&self.shared.recovered).clone()
     }
 
-    /// Runs `f` on the blocking pool: file I/O and fsync must not stall the runtime.
+    /// Runs `f`'s file I/O: see [`super::off_the_loop`].
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
     {
-        super::on_blocking_pool(&self.shared.path, &self.shared, f).await
+        super::off_the_loop(&self.shared.path, &self.shared, f).await
     }
 }
 

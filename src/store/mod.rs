@@ -266,9 +266,17 @@ impl From<crate::files::LockError> for StoreError {
     }
 }
 
-/// Runs `f` on `shared` on the blocking pool: file I/O and fsync must not stall the runtime.
-/// A panic in `f` is resumed here, as if `f` had run on this thread.
-pub(crate) async fn on_blocking_pool<S, T, F>(
+/// Runs `f` on `shared`, the store's file I/O and fsync, where that costs least.
+///
+/// On a current-thread runtime (the `ralph` command's) it runs right here. The task that
+/// persists waits for the result before it goes on, so a handoff to the blocking pool
+/// would buy nothing but two wake-ups across cores per call: in
+/// `benches/command_overhead.rs` that was 0.06–0.1 ms per agent run, more than the append
+/// itself. Other tasks on the runtime (concurrent verifiers, a display) wait out the sync
+/// meanwhile: an append's `fdatasync`, a fraction of a millisecond on an SSD. On a
+/// multi-thread runtime, where a blocked worker would hold up the tasks queued on it, `f`
+/// runs on the blocking pool. Either way a panic in `f` reaches the caller.
+pub(crate) async fn off_the_loop<S, T, F>(
     path: &std::path::Path,
     shared: &Arc<S>,
     f: F,
@@ -278,6 +286,13 @@ where
     T: Send + 'static,
     F: FnOnce(&S) -> Result<T, StoreError> + Send + 'static,
 {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let on_this_thread = Handle::try_current().map_or(true, |handle| {
+        handle.runtime_flavor() == RuntimeFlavor::CurrentThread
+    });
+    if on_this_thread {
+        return f(shared);
+    }
     let shared = Arc::clone(shared);
     match tokio::task::spawn_blocking(move || f(&shared)).await {
         Ok(result) => result,
