@@ -388,16 +388,25 @@ impl Log {
             path: path.to_owned(),
             source,
         };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            crate::files::own::create_own_dir(dir).map_err(io)?;
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .read(true)
+                .append(true)
+                .open(path)
+        };
+        // The folder is nearly always there: made when it is not, rather than asked first.
+        let file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    crate::files::own::create_own_dir(dir).map_err(io)?;
+                }
+                open()
+            }
+            opened => opened,
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)
-            .and_then(CappedLog::new)
-            .map_err(io)?;
+        .and_then(CappedLog::new)
+        .map_err(io)?;
         Ok(Log {
             file: Some(file),
             error: None,

@@ -226,9 +226,11 @@ impl Logs {
         unused(&self.dir.join(format!("{base}.log")))
     }
 
-    /// A fresh path for one agent or gate run of the current stage:
+    /// The path for one agent run of the current stage:
     /// `ralph-<stamp>-<stage>-<subject>[-<kind>]-a<attempt>.log`, the kind left out when it
-    /// is the stage's own agent role (`build`, `verify`, `decompose`, `investigate`).
+    /// is the stage's own agent role (`build`, `verify`, `decompose`, `investigate`). Not
+    /// yet fresh: the run that uses it takes the first unused name from it (see
+    /// [`Caller`](super::call::Caller)), so that a run made again after a wait gets its own.
     pub(crate) fn run_log(&self, subject: &str, kind: &str, attempt: u32) -> PathBuf {
         let stage = self.stage.file_name();
         let kind = if kind == stage {
@@ -241,7 +243,7 @@ impl Logs {
             self.stamp,
             sanitize(subject)
         );
-        unused(&self.dir.join(format!("{base}.log")))
+        self.dir.join(format!("{base}.log"))
     }
 
     /// `path` relative to the workspace when inside it (as `kill_log` records it).
