@@ -245,7 +245,7 @@ impl Answer for PlanAnswer {
 }
 
 /// A structured answer type: its schema and the checks beyond it.
-pub(crate) trait Answer: DeserializeOwned + JsonSchema {
+pub(crate) trait Answer: DeserializeOwned + JsonSchema + 'static {
     /// Checks what the schema cannot express.
     ///
     /// # Errors
@@ -253,9 +253,21 @@ pub(crate) trait Answer: DeserializeOwned + JsonSchema {
     /// A message for the agent saying what to fix.
     fn check(&self) -> Result<(), String>;
 
-    /// The JSON Schema sent to the agent.
+    /// The JSON Schema sent to the agent: made once per type (every structured run sends
+    /// it), then copied.
     fn schema() -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(Self)).unwrap_or(serde_json::Value::Null)
+        use std::any::TypeId;
+        use std::collections::HashMap;
+        use std::sync::{LazyLock, Mutex, PoisonError};
+        static MADE: LazyLock<Mutex<HashMap<TypeId, serde_json::Value>>> =
+            LazyLock::new(Mutex::default);
+        MADE.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(TypeId::of::<Self>())
+            .or_insert_with(|| {
+                serde_json::to_value(schemars::schema_for!(Self)).unwrap_or(serde_json::Value::Null)
+            })
+            .clone()
     }
 }
 
