@@ -485,3 +485,38 @@ impl<T: Store + ?Sized> Store for Arc<T> {
 /// Breaks the build if `Store` stops being usable as `dyn`.
 #[allow(dead_code)]
 fn _assert_store_object_safe(_: &dyn Store, _: Box<dyn Store>, _: Arc<dyn Store>) {}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::thread::{self, ThreadId};
+
+    use super::off_the_loop;
+
+    fn thread_of_f(runtime: &tokio::runtime::Runtime) -> (ThreadId, ThreadId) {
+        runtime.block_on(async {
+            let caller = thread::current().id();
+            let ran_on = off_the_loop(std::path::Path::new("x"), &Arc::new(()), |()| {
+                Ok(thread::current().id())
+            })
+            .await
+            .unwrap();
+            (caller, ran_on)
+        })
+    }
+
+    #[test]
+    fn the_store_writes_on_the_calling_thread_of_a_current_thread_runtime_only() {
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (caller, ran_on) = thread_of_f(&current);
+        assert_eq!(caller, ran_on, "no handoff where the caller waits anyway");
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let (caller, ran_on) = thread_of_f(&multi);
+        assert_ne!(caller, ran_on, "a worker is not blocked by a sync");
+    }
+}
