@@ -182,7 +182,6 @@ impl SupervisedChild {
             .await
             .map_err(|source| self.io_error(source))?;
         self.exit = Some(exit);
-        self.group.seen_exit();
         Ok(exit)
     }
 

@@ -36,15 +36,6 @@ pub(super) fn before_spawn() {
     adopted::become_subreaper();
 }
 
-/// The start time of process `pid`, from its stat.
-pub(super) fn start_time(pid: i32) -> Option<u64> {
-    let mut buf = Vec::with_capacity(1024);
-    read_stat(pid, &mut buf)
-        .ok()
-        .and_then(parse_stat)
-        .map(|stat| stat.start)
-}
-
 /// See [`adopted::Runs`].
 pub(super) fn live(group: &Group) {
     adopted::Runs::register(group.leader, group.cookie.clone());
@@ -82,9 +73,9 @@ pub(super) fn sweep(group: &Group) -> Sweep {
 
 /// The first round of a sweep, on this thread: the whole sweep when it finds nothing,
 /// otherwise the sweep in progress, to be finished where pausing is fine.
-pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Box<Sweeper>> {
+pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Sweeper> {
     let mut sweeper = Sweeper::new(group.clone());
-    sweeper.round().ok_or_else(|| Box::new(sweeper))
+    sweeper.round().ok_or(sweeper)
 }
 
 /// A sweep in progress, one scan-and-kill round at a time, so that the first round (all a
@@ -105,23 +96,12 @@ impl Sweeper {
         // The run is ending: orphans it shares with no older live run are this sweep's.
         adopted::Runs::ending(group.leader);
         let me = i32::try_from(std::process::id()).unwrap_or(0);
-        let (since, dead_leader) = match group.started.filter(|_| group.exited) {
-            // Dead, and its start time was read at launch: nothing to read now, while the
-            // next run waits.
-            Some(start) => (Some(start), true),
-            None => {
-                // The leader is not reaped before the sweep is clean: its stat is there.
-                let mut buf = Vec::with_capacity(1024);
-                let leader = read_stat(group.leader, &mut buf).ok().and_then(parse_stat);
-                (
-                    leader.map(|stat| stat.start),
-                    leader.is_some_and(|stat| !stat.is_alive()),
-                )
-            }
-        };
+        // The leader is not reaped before the sweep is clean, so its stat is there to read.
+        let mut buf = Vec::with_capacity(1024);
+        let leader = read_stat(group.leader, &mut buf).ok().and_then(parse_stat);
         Sweeper {
-            since,
-            dead_leader,
+            since: leader.map(|stat| stat.start),
+            dead_leader: leader.is_some_and(|stat| !stat.is_alive()),
             group,
             me,
             killed: HashSet::new(),

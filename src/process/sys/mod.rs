@@ -33,11 +33,6 @@ pub(super) struct Group {
     cookie: Arc<str>,
     /// When the leader was spawned: a short run may be swept the cheap way.
     spawned: Instant,
-    /// The leader's start time as the platform counts it (Linux: clock ticks since boot),
-    /// read at launch, while the process starts up, so that a sweep need not read it.
-    started: Option<u64>,
-    /// Whether the leader was seen to exit (it stays unreaped until its sweep is clean).
-    exited: bool,
 }
 
 /// What a sweep did.
@@ -52,8 +47,7 @@ pub(super) struct Sweep {
 impl Group {
     /// The group of a process just spawned as its leader: a run live until its sweep.
     pub(super) fn launched(leader: u32, cookie: Arc<str>) -> Self {
-        let mut group = Group::new(leader, cookie);
-        group.started = imp::start_time(group.leader);
+        let group = Group::new(leader, cookie);
         imp::live(&group);
         group
     }
@@ -66,14 +60,7 @@ impl Group {
             leader,
             cookie,
             spawned: Instant::now(),
-            started: None,
-            exited: false,
         }
-    }
-
-    /// Notes that the leader was seen to exit.
-    pub(super) fn seen_exit(&mut self) {
-        self.exited = true;
     }
 
     pub(super) fn cookie(&self) -> &str {
@@ -112,7 +99,7 @@ impl Group {
     /// The first round of [`kill_all`](Self::kill_all), cheap enough for an async thread:
     /// the whole sweep when nothing was left behind, else the rest to
     /// [`finish`](Sweeper::finish) on a blocking thread, since it pauses between rounds.
-    pub(super) fn start_sweep(&self) -> Result<Sweep, Box<Sweeper>> {
+    pub(super) fn start_sweep(&self) -> Result<Sweep, Sweeper> {
         imp::start_sweep(self)
     }
 }

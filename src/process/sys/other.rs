@@ -13,11 +13,6 @@ pub(super) fn before_spawn() {}
 /// Nothing to register: see [`before_spawn`].
 pub(super) fn live(_group: &Group) {}
 
-/// Not needed where the sweep is the group signal alone.
-pub(super) fn start_time(_leader: i32) -> Option<u64> {
-    None
-}
-
 /// Kills the group. Processes cannot be counted without `/proc`: a group that still had
 /// a member counts as one.
 pub(super) fn sweep(group: &Group) -> Sweep {
@@ -39,6 +34,6 @@ impl Sweeper {
     }
 }
 
-pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Box<Sweeper>> {
+pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Sweeper> {
     Ok(sweep(group))
 }
