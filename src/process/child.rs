@@ -182,6 +182,7 @@ impl SupervisedChild {
             .await
             .map_err(|source| self.io_error(source))?;
         self.exit = Some(exit);
+        self.group.seen_exit();
         Ok(exit)
     }
 

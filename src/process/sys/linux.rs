@@ -1,5 +1,6 @@
 //! Linux: the `/proc` cookie sweep, and exit detection that leaves the leader a zombie.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
@@ -73,9 +74,9 @@ pub(super) fn sweep(group: &Group) -> Sweep {
 
 /// The first round of a sweep, on this thread: the whole sweep when it finds nothing,
 /// otherwise the sweep in progress, to be finished where pausing is fine.
-pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Sweeper> {
+pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Box<Sweeper>> {
     let mut sweeper = Sweeper::new(group.clone());
-    sweeper.round().ok_or(sweeper)
+    sweeper.round().ok_or_else(|| Box::new(sweeper))
 }
 
 /// A sweep in progress, one scan-and-kill round at a time, so that the first round (all a
@@ -85,10 +86,52 @@ pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Sweeper> {
 pub(in crate::process) struct Sweeper {
     group: Group,
     me: i32,
-    since: Option<u64>,
-    dead_leader: bool,
+    leader: Leader,
     killed: HashSet<i32>,
     rounds: usize,
+}
+
+/// What a sweep knows of the run's leader.
+#[derive(Debug)]
+struct Leader {
+    /// Whether it was dead when the sweep began.
+    dead: bool,
+    /// Its start time, read from its stat when first needed: most sweeps of a leader seen
+    /// to exit find nothing alive to judge against it, and read no stat. The leader is not
+    /// reaped before the sweep is clean, so the stat is there to read.
+    start: OnceCell<Option<u64>>,
+}
+
+impl Leader {
+    fn at_sweep(group: &Group) -> Self {
+        if group.exited {
+            return Leader {
+                dead: true,
+                start: OnceCell::new(),
+            };
+        }
+        let mut buf = Vec::with_capacity(1024);
+        let stat = read_stat(group.leader, &mut buf).ok().and_then(parse_stat);
+        Leader {
+            dead: stat.is_some_and(|stat| !stat.is_alive()),
+            start: OnceCell::from(stat.map(|stat| stat.start)),
+        }
+    }
+
+    fn start(&self, pid: i32) -> Option<u64> {
+        *self.start.get_or_init(|| {
+            let mut buf = Vec::with_capacity(1024);
+            read_stat(pid, &mut buf)
+                .ok()
+                .and_then(parse_stat)
+                .map(|stat| stat.start)
+        })
+    }
+
+    /// Whether a judgment was made without the start time (it could not be read).
+    fn judged_without_start(&self) -> bool {
+        self.start.get() == Some(&None)
+    }
 }
 
 impl Sweeper {
@@ -96,12 +139,8 @@ impl Sweeper {
         // The run is ending: orphans it shares with no older live run are this sweep's.
         adopted::Runs::ending(group.leader);
         let me = i32::try_from(std::process::id()).unwrap_or(0);
-        // The leader is not reaped before the sweep is clean, so its stat is there to read.
-        let mut buf = Vec::with_capacity(1024);
-        let leader = read_stat(group.leader, &mut buf).ok().and_then(parse_stat);
         Sweeper {
-            since: leader.map(|stat| stat.start),
-            dead_leader: leader.is_some_and(|stat| !stat.is_alive()),
+            leader: Leader::at_sweep(&group),
             group,
             me,
             killed: HashSet::new(),
@@ -116,8 +155,7 @@ impl Sweeper {
         let context = Context {
             group: &self.group,
             me: self.me,
-            since: self.since,
-            dead_leader: self.dead_leader,
+            leader: &self.leader,
         };
         let scan = scan(&context);
         for &pid in &scan.found {
@@ -199,10 +237,19 @@ struct Context<'a> {
     group: &'a Group,
     /// Ralph's pid.
     me: i32,
+    leader: &'a Leader,
+}
+
+impl Context<'_> {
     /// The leader's start time.
-    since: Option<u64>,
+    fn since(&self) -> Option<u64> {
+        self.leader.start(self.group.leader)
+    }
+
     /// Whether the leader was dead when the sweep began.
-    dead_leader: bool,
+    fn dead_leader(&self) -> bool {
+        self.leader.dead
+    }
 }
 
 /// Looks at every process, listing `/proc` again for those that appeared meanwhile, if one
@@ -302,10 +349,13 @@ impl Look<'_> {
             learnt,
             died,
         };
-        if let (Some(since), Some(known)) = (self.context.since, self.known)
+        if let Some(known) = self.known
             && ino > 1
             && known.ino == ino
-            && known.start < since
+            && self
+                .context
+                .since()
+                .is_some_and(|since| known.start < since)
         {
             // The same process as before, older than the leader: see `Self::older`.
             return seen(Membership::Other, Some(known), false);
@@ -322,7 +372,7 @@ impl Look<'_> {
             ino,
             start: stat.start,
         });
-        let leader_before = self.context.dead_leader && pid == self.context.group.leader;
+        let leader_before = self.context.dead_leader() && pid == self.context.group.leader;
         let died = !stat.is_alive() && !self.older(&stat) && !leader_before;
         seen(self.judge_live(pid, &stat, buf), learnt, died)
     }
@@ -348,7 +398,7 @@ impl Look<'_> {
             stat,
             environ,
             self.context.group.cookie(),
-            self.context.since,
+            self.context.since(),
         ) {
             // Signal 0 checks the permission only: a process we may not signal is not ours.
             Membership::Unsure if kill(Pid::from_raw(pid), None).is_err() => Membership::Other,
@@ -363,7 +413,7 @@ impl Look<'_> {
         if stat.ppid != context.me || pid == context.group.leader {
             return false;
         }
-        let Some(since) = context.since else {
+        let Some(since) = context.since() else {
             return false;
         };
         let child = adopted::Child {
@@ -380,7 +430,7 @@ impl Look<'_> {
     /// cookie, which is new with the leader. Most processes are; their environment is not
     /// read, and later scans do not read even their `stat`.
     fn older(&self, stat: &Stat) -> bool {
-        self.context.since.is_some_and(|since| stat.start < since)
+        self.context.since().is_some_and(|since| stat.start < since)
     }
 }
 
@@ -616,6 +666,29 @@ mod tests {
         assert!(!carries_cookie(b"OTHER=abc\0", "abc"));
         assert!(!carries_cookie(b"X_RALPH_RUN_COOKIE=abc\0", "abc"));
         assert!(!carries_cookie(b"", "abc"));
+    }
+
+    #[test]
+    fn a_leader_seen_to_exit_has_its_start_read_only_when_a_judgment_needs_it() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        while peek_exit(child.id()).unwrap().is_none() {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let mut group = Group::new(child.id(), "lazy-start-test".into());
+        group.seen_exit();
+        let leader = Leader::at_sweep(&group);
+        assert!(leader.dead);
+        assert_eq!(leader.start.get(), None, "nothing read yet");
+        // A zombie keeps its stat: the start time is there when a live process is judged.
+        let mut buf = Vec::new();
+        let start = parse_stat(read_stat(pid, &mut buf).unwrap()).unwrap().start;
+        assert_eq!(leader.start(pid), Some(start));
+        assert!(!leader.judged_without_start());
+        child.wait().unwrap();
+        // Not seen to exit: read at once, alive or dead.
+        let unseen = Leader::at_sweep(&Group::new(u32::MAX, "x".into()));
+        assert!(!unseen.dead && unseen.judged_without_start());
     }
 
     #[test]

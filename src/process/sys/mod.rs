@@ -33,6 +33,8 @@ pub(super) struct Group {
     cookie: Arc<str>,
     /// When the leader was spawned: a short run may be swept the cheap way.
     spawned: Instant,
+    /// Whether the leader was seen to exit (it stays unreaped until its sweep is clean).
+    exited: bool,
 }
 
 /// What a sweep did.
@@ -60,7 +62,13 @@ impl Group {
             leader,
             cookie,
             spawned: Instant::now(),
+            exited: false,
         }
+    }
+
+    /// Notes that the leader was seen to exit.
+    pub(super) fn seen_exit(&mut self) {
+        self.exited = true;
     }
 
     pub(super) fn cookie(&self) -> &str {
@@ -99,7 +107,7 @@ impl Group {
     /// The first round of [`kill_all`](Self::kill_all), cheap enough for an async thread:
     /// the whole sweep when nothing was left behind, else the rest to
     /// [`finish`](Sweeper::finish) on a blocking thread, since it pauses between rounds.
-    pub(super) fn start_sweep(&self) -> Result<Sweep, Sweeper> {
+    pub(super) fn start_sweep(&self) -> Result<Sweep, Box<Sweeper>> {
         imp::start_sweep(self)
     }
 }

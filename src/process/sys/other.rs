@@ -34,6 +34,6 @@ impl Sweeper {
     }
 }
 
-pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Sweeper> {
+pub(super) fn start_sweep(group: &Group) -> Result<Sweep, Box<Sweeper>> {
     Ok(sweep(group))
 }

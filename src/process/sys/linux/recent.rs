@@ -31,8 +31,6 @@ const MAX_PIDS: i32 = 512;
 
 /// The scan, or `None` when only the full listing is safe (see the module docs).
 pub(super) fn scan(context: &Context<'_>) -> Option<Scan> {
-    // Without the leader's start time nothing can be judged older than the run.
-    context.since?;
     if context.group.spawned.elapsed() > WINDOW || !proc_is_ours() {
         return None;
     }
@@ -49,14 +47,15 @@ pub(super) fn scan(context: &Context<'_>) -> Option<Scan> {
         for pid in first..=last {
             // A leader dead before the sweep began is a zombie until its owner reaps it
             // after the sweep: nothing to kill, and its stat was read when the sweep began.
-            let dead_leader = context.dead_leader && pid == leader;
+            let dead_leader = context.dead_leader() && pid == leader;
             if pid != context.me && !dead_leader {
                 probe(context, pid, &mut buf, &mut scan);
             }
         }
         let now = last_pid()?;
         if now == last {
-            return Some(scan);
+            // Without the leader's start time nothing could be judged older than the run.
+            return (!context.leader.judged_without_start()).then_some(scan);
         }
         if now < last {
             return None;
@@ -168,8 +167,7 @@ mod tests {
             let context = Context {
                 group: &group,
                 me: i32::try_from(std::process::id()).expect("pid"),
-                since: sweeper.since,
-                dead_leader: sweeper.dead_leader,
+                leader: &sweeper.leader,
             };
             let scan = scan(&context);
             let _ = nix::sys::signal::kill(
@@ -193,8 +191,7 @@ mod tests {
         let context = Context {
             group: &group,
             me: i32::try_from(std::process::id()).expect("pid"),
-            since: sweeper.since,
-            dead_leader: sweeper.dead_leader,
+            leader: &sweeper.leader,
         };
         assert!(scan(&context).is_none());
         // And the whole sweep still finds the grandchild.
