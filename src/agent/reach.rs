@@ -53,11 +53,11 @@ pub(crate) fn is_connection_error(message: &str) -> bool {
     if any(&[
         "rate limit",
         "usage limit",
-        "429",
         "quota",
         "resource_exhausted",
         "too many requests",
-    ]) {
+    ]) || has_code(&lower, "429")
+    {
         return false;
     }
     any(&[
@@ -82,6 +82,18 @@ pub(crate) fn is_connection_error(message: &str) -> bool {
         "dns error",
         "timed out",
     ])
+}
+
+/// Whether the status `code` stands in `text` on its own, not inside a longer number or
+/// word: the URL in `… 401 Unauthorized: url: http://127.0.0.1:42913/v1/responses` names no
+/// 429, nor does a request id that happens to hold those digits.
+pub(crate) fn has_code(text: &str, code: &str) -> bool {
+    text.match_indices(code).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + code.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric())
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+    })
 }
 
 /// The longest status line shown, in bytes.
@@ -201,6 +213,8 @@ mod tests {
             // gemini 0.61.0 and opencode 1.18.33 against a closed port.
             "[API Error: exception TypeError: fetch failed sending request]",
             "Cannot connect to API: Unable to connect. Is the computer able to access the url?",
+            // A port whose digits hold 429 is no rate limit.
+            "Reconnecting... 1/5 (error sending request for url (http://127.0.0.1:42913/v1/responses))",
         ] {
             assert!(is_connection_error(unreached), "{unreached}");
         }

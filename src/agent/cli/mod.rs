@@ -254,25 +254,21 @@ fn no_answer(agent: &str, raw: &Raw) -> AgentExit {
 fn classify(agent: &str, message: &str, reset: Option<SystemTime>) -> AgentExit {
     let lower = message.to_lowercase();
     let any = |words: &[&str]| words.iter().any(|w| lower.contains(w));
-    if any(&[
-        "usage limit",
-        "rate limit",
-        "resource_exhausted",
-        "quota",
-        "429",
-    ]) {
+    if any(&["usage limit", "rate limit", "resource_exhausted", "quota"])
+        || crate::agent::reach::has_code(&lower, "429")
+    {
         let until = reset.unwrap_or_else(|| SystemTime::now() + UNKNOWN_RESET);
         return AgentExit::RateLimited { until };
     }
-    let kind = if any(&[
-        "401",
-        "403",
-        "unauthorized",
-        "forbidden",
-        "permission_denied",
-        "missing environment variable",
-        "api key",
-    ]) {
+    let kind = if crate::agent::reach::has_code(&lower, "401")
+        || crate::agent::reach::has_code(&lower, "403")
+        || any(&[
+            "unauthorized",
+            "forbidden",
+            "permission_denied",
+            "missing environment variable",
+            "api key",
+        ]) {
         FailureKind::Fatal
     } else if any(&[
         "high demand",
@@ -433,6 +429,29 @@ mod tests {
             "gemini 0.61.0 against a closed port"
         );
         assert_eq!(kind("something else"), Some(FailureKind::Attempt));
+        // A status's digits inside a port or an id are not that status.
+        assert_eq!(
+            kind(
+                "unexpected status 401 Unauthorized: scripted 401, url: http://127.0.0.1:42913/v1/responses"
+            ),
+            Some(FailureKind::Fatal)
+        );
+        assert_eq!(
+            kind("stream disconnected, url: http://127.0.0.1:14013/v1/responses"),
+            Some(FailureKind::Transient)
+        );
+        assert_eq!(
+            kind("request id req_4017a failed"),
+            Some(FailureKind::Attempt)
+        );
+        assert!(matches!(
+            classify(
+                "x",
+                "exceeded retry limit, last status: 429 Too Many Requests",
+                None
+            ),
+            AgentExit::RateLimited { .. }
+        ));
         assert!(matches!(
             classify("x", "You’ve hit your usage limit.", None),
             AgentExit::RateLimited { .. }
