@@ -86,7 +86,7 @@ impl Engine {
                     refilled = true;
                 }
                 if refilled {
-                    // The store writes on this thread (see `store::off_the_loop`): the new
+                    // The store writes on this thread (see `store::file_io`): the new
                     // verifiers get to start their agents first.
                     tokio::task::yield_now().await;
                 }

@@ -225,13 +225,13 @@ impl JsonlStore {
         lock_ignoring_poison(&self.shared.recovered).clone()
     }
 
-    /// Runs `f`'s file I/O: see [`super::off_the_loop`].
+    /// Runs `f`'s file I/O: see [`super::file_io`].
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
     {
-        super::off_the_loop(&self.shared.path, &self.shared, f).await
+        super::file_io(&self.shared.path, &self.shared, f).await
     }
 }
 

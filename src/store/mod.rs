@@ -276,7 +276,7 @@ impl From<crate::files::LockError> for StoreError {
 /// meanwhile: an append's `fdatasync`, a fraction of a millisecond on an SSD. On a
 /// multi-thread runtime, where a blocked worker would hold up the tasks queued on it, `f`
 /// runs on the blocking pool. Either way a panic in `f` reaches the caller.
-pub(crate) async fn off_the_loop<S, T, F>(
+pub(crate) async fn file_io<S, T, F>(
     path: &std::path::Path,
     shared: &Arc<S>,
     f: F,
@@ -491,12 +491,12 @@ mod tests {
     use std::sync::Arc;
     use std::thread::{self, ThreadId};
 
-    use super::off_the_loop;
+    use super::file_io;
 
     fn thread_of_f(runtime: &tokio::runtime::Runtime) -> (ThreadId, ThreadId) {
         runtime.block_on(async {
             let caller = thread::current().id();
-            let ran_on = off_the_loop(std::path::Path::new("x"), &Arc::new(()), |()| {
+            let ran_on = file_io(std::path::Path::new("x"), &Arc::new(()), |()| {
                 Ok(thread::current().id())
             })
             .await

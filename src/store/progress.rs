@@ -198,7 +198,7 @@ impl ProgressStore {
         T: Send + 'static,
         F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
     {
-        super::off_the_loop(&self.shared.path, &self.shared, f).await
+        super::file_io(&self.shared.path, &self.shared, f).await
     }
 }
 

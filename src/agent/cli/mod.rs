@@ -21,6 +21,7 @@ pub use command::CommandAgent;
 pub use gemini::GeminiCli;
 pub use opencode::OpencodeCli;
 
+use crate::agent::reach::has_code;
 use crate::agent::{Agent, AgentError, AgentExit, AgentRun, FailureKind};
 use crate::config::CliConfig;
 use command::{Ending, Raw};
@@ -254,14 +255,13 @@ fn no_answer(agent: &str, raw: &Raw) -> AgentExit {
 fn classify(agent: &str, message: &str, reset: Option<SystemTime>) -> AgentExit {
     let lower = message.to_lowercase();
     let any = |words: &[&str]| words.iter().any(|w| lower.contains(w));
-    if any(&["usage limit", "rate limit", "resource_exhausted", "quota"])
-        || crate::agent::reach::has_code(&lower, "429")
+    if any(&["usage limit", "rate limit", "resource_exhausted", "quota"]) || has_code(&lower, "429")
     {
         let until = reset.unwrap_or_else(|| SystemTime::now() + UNKNOWN_RESET);
         return AgentExit::RateLimited { until };
     }
-    let kind = if crate::agent::reach::has_code(&lower, "401")
-        || crate::agent::reach::has_code(&lower, "403")
+    let kind = if has_code(&lower, "401")
+        || has_code(&lower, "403")
         || any(&[
             "unauthorized",
             "forbidden",
