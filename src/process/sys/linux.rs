@@ -94,6 +94,7 @@ pub(in crate::process) struct Sweeper {
 /// What a sweep knows of the run's leader.
 #[derive(Debug)]
 struct Leader {
+    pid: i32,
     /// Whether it was dead when the sweep began.
     dead: bool,
     /// Its start time, read from its stat when first needed: most sweeps of a leader seen
@@ -104,28 +105,26 @@ struct Leader {
 
 impl Leader {
     fn at_sweep(group: &Group) -> Self {
+        let pid = group.leader;
         if group.exited {
             return Leader {
+                pid,
                 dead: true,
                 start: OnceCell::new(),
             };
         }
-        let mut buf = Vec::with_capacity(1024);
-        let stat = read_stat(group.leader, &mut buf).ok().and_then(parse_stat);
+        let stat = stat_of(pid);
         Leader {
+            pid,
             dead: stat.is_some_and(|stat| !stat.is_alive()),
             start: OnceCell::from(stat.map(|stat| stat.start)),
         }
     }
 
-    fn start(&self, pid: i32) -> Option<u64> {
-        *self.start.get_or_init(|| {
-            let mut buf = Vec::with_capacity(1024);
-            read_stat(pid, &mut buf)
-                .ok()
-                .and_then(parse_stat)
-                .map(|stat| stat.start)
-        })
+    fn start(&self) -> Option<u64> {
+        *self
+            .start
+            .get_or_init(|| stat_of(self.pid).map(|stat| stat.start))
     }
 
     /// Whether a judgment was made without the start time (it could not be read).
@@ -243,7 +242,7 @@ struct Context<'a> {
 impl Context<'_> {
     /// The leader's start time.
     fn since(&self) -> Option<u64> {
-        self.leader.start(self.group.leader)
+        self.leader.start()
     }
 
     /// Whether the leader was dead when the sweep began.
@@ -432,6 +431,12 @@ impl Look<'_> {
     fn older(&self, stat: &Stat) -> bool {
         self.context.since().is_some_and(|since| stat.start < since)
     }
+}
+
+/// The parsed stat of `pid`, if it can be read.
+fn stat_of(pid: i32) -> Option<Stat> {
+    let mut buf = Vec::with_capacity(1024);
+    read_stat(pid, &mut buf).ok().and_then(parse_stat)
 }
 
 /// Reads `/proc/<pid>/<file>` into `buf`: open, reads to EOF, close. Procfs files fit in
@@ -683,7 +688,7 @@ mod tests {
         // A zombie keeps its stat: the start time is there when a live process is judged.
         let mut buf = Vec::new();
         let start = parse_stat(read_stat(pid, &mut buf).unwrap()).unwrap().start;
-        assert_eq!(leader.start(pid), Some(start));
+        assert_eq!(leader.start(), Some(start));
         assert!(!leader.judged_without_start());
         child.wait().unwrap();
         // Not seen to exit: read at once, alive or dead.
