@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::sys::{self, Group};
-use super::{COOKIE_VAR, Exit, ProcessError, ProcessSpec};
+use super::{COOKIE_VAR, Exit, ProcessError, ProcessSpec, Sandbox};
 
 /// How long a SIGKILLed main process may take to be reported dead before its exit is
 /// given up on (a process stuck in the kernel ignores even SIGKILL for a while).
@@ -112,9 +112,19 @@ impl SupervisedChild {
             program: spec.program_name(),
             source,
         };
+        if spec.sandbox.confines() {
+            let path = spec
+                .env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_os_str());
+            Sandbox::find_program(&spec.program, spec.cwd.as_deref(), path)
+                .map_err(|e| check_cwd(spec).err().unwrap_or_else(|| spawn_error(e)))?;
+        }
         sys::before_spawn();
         let cookie = sys::new_cookie();
-        let mut command = command(spec, &cookie, stdout, stderr);
+        let (mut command, sandboxed) = command(spec, &cookie, stdout, stderr);
         let mut child = command
             .spawn()
             .map_err(|e| check_cwd(spec).err().unwrap_or_else(|| spawn_error(e)))?;
@@ -131,7 +141,7 @@ impl SupervisedChild {
         Ok(SupervisedChild {
             child,
             pid,
-            group: Group::launched(pid, cookie),
+            group: Group::launched(pid, cookie, sandboxed),
             program: spec.program_name(),
             stdin_writer,
             exit: None,
@@ -177,10 +187,13 @@ impl SupervisedChild {
         if let Some(exit) = self.exit {
             return Ok(exit);
         }
-        let exit = self
+        let mut exit = self
             .observe_exit()
             .await
             .map_err(|source| self.io_error(source))?;
+        if self.group.sandboxed {
+            exit = exit.through_sandbox();
+        }
         self.exit = Some(exit);
         self.group.seen_exit();
         Ok(exit)
@@ -304,11 +317,29 @@ impl Drop for SupervisedChild {
     }
 }
 
-/// The command for `spec`: its own process group, the cookie chain, stdin as asked.
-fn command(spec: &ProcessSpec, cookie: &Arc<str>, stdout: Stdio, stderr: Stdio) -> Command {
-    let mut command = Command::new(&spec.program);
+/// The command for `spec`: its own process group, the cookie chain, stdin as asked; in
+/// its sandbox, if it confines (then the second value is true).
+fn command(spec: &ProcessSpec, cookie: &Arc<str>, stdout: Stdio, stderr: Stdio) -> (Command, bool) {
+    let wrapped = spec
+        .sandbox
+        .wrap(spec.cwd.as_deref(), &spec.program, &spec.args);
+    let sandboxed = wrapped.is_some();
+    let mut command = match wrapped {
+        Some((bwrap, args)) => {
+            let mut command = Command::new(bwrap);
+            command
+                .args(args)
+                .env_clear()
+                .envs(spec.sandbox.environment());
+            command
+        }
+        None => {
+            let mut command = Command::new(&spec.program);
+            command.args(&spec.args);
+            command
+        }
+    };
     command
-        .args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env(COOKIE_VAR, sys::cookie_chain(spec.owner.as_deref(), cookie))
         .stdin(if spec.stdin.is_some() {
@@ -323,7 +354,7 @@ fn command(spec: &ProcessSpec, cookie: &Arc<str>, stdout: Stdio, stderr: Stdio) 
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
-    command
+    (command, sandboxed)
 }
 
 /// Asked when a spawn failed: in a missing directory it fails with the same `NotFound` as

@@ -49,6 +49,7 @@ mod child;
 mod drain;
 pub(crate) mod lines;
 mod run;
+mod sandbox;
 mod spec;
 mod supervise;
 mod sys;
@@ -63,7 +64,12 @@ pub(crate) use capture::Captured;
 pub use child::{SupervisedChild, Termination};
 use drain::Drain;
 pub use run::ProcessReport;
+pub use sandbox::{Access, BASE_ENV, Sandbox, Unavailable};
 pub use spec::ProcessSpec;
+/// The standard library's command, as the seams name it where they hand one to an
+/// embedder's code to start (`AgentRequest::command`): outside this module the crate only
+/// builds commands, it never starts one (the layering test looks for the standard name).
+pub use std::process::Command as StdCommand;
 pub(crate) use supervise::{Clocks, Ending, LineListener, Lines, Listener, OwnClock, Streams};
 
 /// The environment variable carrying the run cookies of every supervised ancestor.
@@ -172,6 +178,19 @@ impl Exit {
     /// Whether it exited with code 0.
     pub fn success(self) -> bool {
         self == Exit::Code(0)
+    }
+}
+
+impl Exit {
+    /// How the process inside a sandbox ended, from bubblewrap's exit: bubblewrap exits
+    /// with the code of the process it ran, or with 128 + N when a signal N killed it, as
+    /// a shell reports it (so a process that itself exits with 130 reads as killed by
+    /// SIGINT).
+    pub(crate) fn through_sandbox(self) -> Exit {
+        match self {
+            Exit::Code(code @ 129..=192) => Exit::Signal(code - 128),
+            other => other,
+        }
     }
 }
 

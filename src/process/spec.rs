@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::DEFAULT_GRACE;
+use super::{DEFAULT_GRACE, Sandbox};
 use crate::output::{DEFAULT_HEAD, DEFAULT_TAIL};
 
 /// A program to run under supervision: its arguments, environment, input, limits and log.
@@ -27,6 +27,7 @@ pub struct ProcessSpec {
     pub(super) head: usize,
     pub(super) tail: usize,
     pub(super) owner: Option<String>,
+    pub(super) sandbox: Sandbox,
 }
 
 impl ProcessSpec {
@@ -46,6 +47,7 @@ impl ProcessSpec {
             head: DEFAULT_HEAD,
             tail: DEFAULT_TAIL,
             owner: None,
+            sandbox: Sandbox::unconfined(),
         }
     }
 
@@ -105,6 +107,14 @@ impl ProcessSpec {
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
+        self
+    }
+
+    /// Runs the process under `sandbox` (by default unconfined): confined, it gets only the
+    /// sandbox's variables of the inherited environment, and those set here.
+    #[must_use]
+    pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
         self
     }
 

@@ -37,6 +37,18 @@ pub(super) fn before_spawn() {
     adopted::become_subreaper();
 }
 
+/// The first child of `pid` (the oldest still alive), from its main thread's `children`.
+pub(super) fn first_child(pid: i32) -> Option<i32> {
+    let mut buf = Vec::with_capacity(64);
+    let children = read_proc(pid, &format!("task/{pid}/children"), &mut buf).ok()?;
+    std::str::from_utf8(children)
+        .ok()?
+        .split_ascii_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// See [`adopted::Runs`].
 pub(super) fn live(group: &Group) {
     adopted::Runs::register(group.leader, group.cookie.clone());
@@ -157,15 +169,16 @@ impl Sweeper {
             leader: &self.leader,
         };
         let scan = scan(&context);
-        for &pid in &scan.found {
+        for &pid in scan.found.iter().chain(&scan.wrappers) {
             // ESRCH: it died meanwhile, which is what we want.
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        self.group.kill();
+        self.group.kill_everything();
         let round = self.rounds;
         self.rounds += 1;
         let leader = self.group.leader;
-        if scan.found.is_empty() && (scan.unsure == 0 || round >= UNSURE_ROUNDS) {
+        let settled = scan.found.is_empty() && scan.wrappers.is_empty();
+        if settled && (scan.unsure == 0 || round >= UNSURE_ROUNDS) {
             adopted::Runs::swept(leader);
             return Some(Sweep {
                 killed: count_without(&self.killed, leader),
@@ -208,6 +221,9 @@ fn count_without(killed: &HashSet<i32>, leader: i32) -> usize {
 struct Scan {
     /// Live processes, other than ralph, in the group or carrying the cookie.
     found: Vec<i32>,
+    /// Live members that are the run's own bubblewrap (its sandbox's init, which outlives
+    /// the process it ran by a moment, or holds what it left behind): killed, not counted.
+    wrappers: Vec<i32>,
     /// Processes that may carry the cookie but could not be told yet.
     unsure: usize,
 }
@@ -292,6 +308,7 @@ fn scan_all(context: &Context<'_>) -> Scan {
             relist |= seen.died;
             match seen.membership {
                 Membership::Member => scan.found.push(pid),
+                Membership::Wrapper => scan.wrappers.push(pid),
                 Membership::Unsure => scan.unsure += 1,
                 Membership::Other => {}
             }
@@ -315,6 +332,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 enum Membership {
     /// Alive, and in the group or carrying the cookie.
     Member,
+    /// A member that is the run's own bubblewrap (see [`Scan::wrappers`]).
+    Wrapper,
     /// Alive, ours to signal, young enough to be a descendant, and without a readable
     /// environment: maybe in the middle of `execve` (see [`sweep`]).
     Unsure,
@@ -377,6 +396,13 @@ impl Look<'_> {
     }
 
     fn judge_live(&self, pid: i32, stat: &Stat, buf: &mut Vec<u8>) -> Membership {
+        match self.judge_alive(pid, stat, buf) {
+            Membership::Member if stat.bwrap && self.context.group.sandboxed => Membership::Wrapper,
+            membership => membership,
+        }
+    }
+
+    fn judge_alive(&self, pid: i32, stat: &Stat, buf: &mut Vec<u8>) -> Membership {
         if !stat.is_alive() {
             if self.adopted(pid, stat, None) {
                 adopted::reap(pid);
@@ -501,6 +527,8 @@ fn judge(stat: &Stat, environ: Option<&[u8]>, cookie: &str, since: Option<u64>) 
 /// The fields of `/proc/<pid>/stat` a sweep needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stat {
+    /// Its command name is `bwrap`.
+    bwrap: bool,
     state: char,
     ppid: i32,
     pgrp: i32,
@@ -522,6 +550,8 @@ impl Stat {
 /// are counted from the last `)`.
 fn parse_stat(stat: &[u8]) -> Option<Stat> {
     let after_name = stat.iter().rposition(|&b| b == b')')? + 1;
+    let name = stat.iter().position(|&b| b == b'(')? + 1;
+    let bwrap = stat.get(name..after_name - 1) == Some(b"bwrap".as_slice());
     let rest = std::str::from_utf8(&stat[after_name..]).ok()?;
     // Field 3 (state) is the first after the name: field n is at index n - 3.
     let mut fields = rest.split_ascii_whitespace();
@@ -533,6 +563,7 @@ fn parse_stat(stat: &[u8]) -> Option<Stat> {
     let flags = fields.next()?.parse().ok()?;
     let start = fields.nth(12)?.parse().ok()?; // after minflt … nice, num_threads, itrealvalue
     Some(Stat {
+        bwrap,
         state,
         ppid,
         pgrp,
@@ -601,6 +632,7 @@ mod tests {
 
     fn stat(state: char, flags: u64, start: u64) -> Stat {
         Stat {
+            bwrap: false,
             state,
             ppid: 1,
             pgrp: 4240,

@@ -35,6 +35,18 @@ pub(super) struct Group {
     spawned: Instant,
     /// Whether the leader was seen to exit (it stays unreaped until its sweep is clean).
     exited: bool,
+    /// Whether the leader is bubblewrap, which runs the process in a sandbox (see
+    /// [`Group::inner`]).
+    pub(super) sandboxed: bool,
+}
+
+/// The processes inside a running sandbox (see [`Group::inner`]).
+#[derive(Clone, Copy, Debug)]
+struct Inner {
+    /// bubblewrap's init in the sandbox, which leads the sandbox's process group.
+    init: i32,
+    /// The process the run is for, once started.
+    main: Option<i32>,
 }
 
 /// What a sweep did.
@@ -48,8 +60,10 @@ pub(super) struct Sweep {
 
 impl Group {
     /// The group of a process just spawned as its leader: a run live until its sweep.
-    pub(super) fn launched(leader: u32, cookie: Arc<str>) -> Self {
-        let group = Group::new(leader, cookie);
+    /// `sandboxed`: the leader is bubblewrap.
+    pub(super) fn launched(leader: u32, cookie: Arc<str>, sandboxed: bool) -> Self {
+        let mut group = Group::new(leader, cookie);
+        group.sandboxed = sandboxed;
         imp::live(&group);
         group
     }
@@ -63,6 +77,7 @@ impl Group {
             cookie,
             spawned: Instant::now(),
             exited: false,
+            sandboxed: false,
         }
     }
 
@@ -88,14 +103,49 @@ impl Group {
     /// Sends SIGINT to the leader alone: a polite interrupt that the process answers in its
     /// own way (the Claude CLI ends its turn and writes a final `result` line).
     pub(super) fn interrupt(&self) {
+        let target = match self.inner() {
+            Some(inner) => inner.main,
+            // bubblewrap is still setting up: there is nothing to interrupt yet, and
+            // bubblewrap itself would die of it.
+            None if self.sandboxed => return,
+            None => Some(self.leader),
+        };
         // ESRCH: it already exited, which is what an interrupt asks for.
-        let _ = kill(Pid::from_raw(self.leader), Signal::SIGINT);
+        if let Some(pid) = target {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGINT);
+        }
     }
 
+    /// Sends `signal` to the group: in a sandbox, to the sandbox's own group, so that
+    /// bubblewrap outside stays to report how the process inside ended. Before the sandbox
+    /// is up, bubblewrap is signalled instead.
     fn signal(&self, signal: Signal) {
+        let group = self.inner().map_or(self.leader, |inner| inner.init);
         // ESRCH (nobody left) is the common, good case; nothing else can be done about
         // EPERM, and the sweep follows anyway.
-        let _ = killpg(Pid::from_raw(self.leader), signal);
+        let _ = killpg(Pid::from_raw(group), signal);
+    }
+
+    /// Kills the group, and in a sandbox the sandbox's group too: the backstop of a sweep.
+    pub(super) fn kill_everything(&self) {
+        if let Some(inner) = self.inner() {
+            let _ = killpg(Pid::from_raw(inner.init), Signal::SIGKILL);
+        }
+        let _ = killpg(Pid::from_raw(self.leader), Signal::SIGKILL);
+    }
+
+    /// The processes of a sandboxed run inside bubblewrap, while bubblewrap runs: its
+    /// first child is the sandbox's init (pid 1 inside, the leader of a new session and
+    /// group), whose first child is the process the run is for.
+    fn inner(&self) -> Option<Inner> {
+        if !self.sandboxed || self.exited {
+            return None;
+        }
+        let init = imp::first_child(self.leader)?;
+        Some(Inner {
+            init,
+            main: imp::first_child(init),
+        })
     }
 
     /// Kills the group and, where the platform allows, every process carrying the

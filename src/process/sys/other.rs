@@ -10,6 +10,11 @@ use super::{Group, Sweep};
 /// Nothing to prepare: orphans that left the group are out of reach here.
 pub(super) fn before_spawn() {}
 
+/// No sandbox is made here: nothing is inside one.
+pub(super) fn first_child(_pid: i32) -> Option<i32> {
+    None
+}
+
 /// Nothing to register: see [`before_spawn`].
 pub(super) fn live(_group: &Group) {}
 

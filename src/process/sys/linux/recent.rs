@@ -76,7 +76,8 @@ fn probe(context: &Context<'_>, pid: i32, buf: &mut Vec<u8>, scan: &mut Scan) {
     match look.at(pid, 0, buf).membership {
         // A thread reads as its process; count and kill each process once, by its own pid.
         Membership::Member if is_process(pid, buf) => scan.found.push(pid),
-        Membership::Member | Membership::Other => {}
+        Membership::Wrapper if is_process(pid, buf) => scan.wrappers.push(pid),
+        Membership::Member | Membership::Wrapper | Membership::Other => {}
         Membership::Unsure => scan.unsure += 1,
     }
 }
