@@ -323,6 +323,10 @@ pub enum Event {
         /// 1 an error, 2 a limit, 3 a person must look, 130 interrupted (a thread: 2 Stuck,
         /// 3 PreflightFailed, 130 Paused).
         exit_code: i32,
+        /// How the run's agents and gates were confined: `bubblewrap`, `unconfined (…)` and
+        /// why, `off (unconfined)`, `machine (declared a sandbox)` (the README's "Sandbox").
+        #[serde(skip_serializing_if = "String::is_empty")]
+        sandbox: String,
         /// Whether the run ended in a state only a person can move on from: blocked,
         /// unverified, a broken gate, a spec out of attempts, a thread at a checkpoint or
         /// waiting ([`PhaseKind::needs_person`](crate::thread::PhaseKind::needs_person)),
@@ -351,6 +355,7 @@ impl Event {
             error: None,
             message,
             exit_code,
+            sandbox: String::new(),
             needs_person,
         }
     }

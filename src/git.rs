@@ -29,7 +29,7 @@
 //! # }
 //! ```
 
-use crate::process::{Captured, Exit, ProcessSpec};
+use crate::process::{Captured, Exit, ProcessSpec, Sandbox};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -127,6 +127,8 @@ pub struct Baseline {
 pub struct Git {
     dir: PathBuf,
     env: Vec<(String, String)>,
+    /// Where the commands that run the repository's hooks run (see [`hooks_in`](Self::hooks_in)).
+    hooks: Sandbox,
     /// What does not change during a run, asked of git once per handle (and its clones).
     known: Arc<Known>,
 }
@@ -138,7 +140,24 @@ struct Known {
     identity: OnceLock<Vec<String>>,
     /// `git rev-parse --absolute-git-dir`.
     git_dir: OnceLock<PathBuf>,
+    /// That and `--git-common-dir`, absolute: what a hook-running command writes.
+    git_dirs: OnceLock<Vec<PathBuf>>,
 }
+
+/// The git commands that may run the repository's hooks (`pre-commit`, `post-checkout`,
+/// `post-merge`, `pre-rebase`, …): code from the workspace, run in the hooks' sandbox.
+const HOOK_COMMANDS: &[&str] = &[
+    "commit",
+    "merge",
+    "rebase",
+    "checkout",
+    "switch",
+    "worktree",
+    "cherry-pick",
+    "am",
+    "pull",
+    "push",
+];
 
 impl Git {
     /// Git in `dir` (the work tree or any folder inside it).
@@ -146,8 +165,18 @@ impl Git {
         Git {
             dir: dir.into(),
             env: Vec::new(),
+            hooks: Sandbox::unconfined(),
             known: Arc::default(),
         }
+    }
+
+    /// Runs the commands that may run the repository's hooks in `sandbox`, with the
+    /// repository's git folders writable in it: hooks are code from the workspace. Every
+    /// other command (a status, a diff) runs hooks of no kind and runs as ralph does.
+    #[must_use]
+    pub fn hooks_in(mut self, sandbox: Sandbox) -> Self {
+        self.hooks = sandbox;
+        self
     }
 
     /// Sets an environment variable for every git command, e.g. `GIT_CONFIG_GLOBAL` to
@@ -863,13 +892,42 @@ impl Git {
         self.exec(args, &[], quiet_failures).await
     }
 
+    /// The sandbox of `args`: the hooks' when the command may run hooks.
+    async fn sandbox_of(&self, args: &[&str]) -> Result<Sandbox, GitError> {
+        let runs_hooks = match args {
+            // Of the work tree commands, only `add` checks out (`post-checkout`).
+            ["worktree", sub, ..] => *sub == "add",
+            [command, ..] => HOOK_COMMANDS.contains(command),
+            [] => false,
+        };
+        if !self.hooks.confines() || !runs_hooks {
+            return Ok(Sandbox::unconfined());
+        }
+        let dirs = match self.known.git_dirs.get() {
+            Some(dirs) => dirs.clone(),
+            None => {
+                // Boxed: `run` comes back here, for a command that runs no hooks.
+                let ask = self.run(&["rev-parse", "--absolute-git-dir", "--git-common-dir"]);
+                let out = Box::pin(ask).await?;
+                let dirs: Vec<PathBuf> =
+                    out.lines().map(|line| self.dir.join(line.trim())).collect();
+                self.known.git_dirs.get_or_init(|| dirs).clone()
+            }
+        };
+        Ok(dirs
+            .into_iter()
+            .fold(self.hooks.clone(), |sandbox, dir| sandbox.write(dir)))
+    }
+
     /// `git -C <dir> ARGS` with ralph's settings and `env`, run to its end.
     async fn capture(
         &self,
         args: &[&str],
         env: &[(&str, &std::ffi::OsStr)],
     ) -> Result<Captured, GitError> {
+        let sandbox = self.sandbox_of(args).await?;
         let spec = ProcessSpec::new("git")
+            .sandbox(sandbox)
             .arg("-C")
             .arg(&self.dir)
             // No automatic housekeeping after ralph's commits, rebases and merges: git

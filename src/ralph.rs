@@ -590,6 +590,9 @@ impl RalphBuilder {
             None => open_store(&workspace, &config)?,
         };
         let hooks = crate::runtime::hooks::Hooks::new(&config, &workspace);
+        let sandbox = crate::runtime::sandbox::RunSandbox::new(&workspace, &config)
+            .map_err(|why| BuildError::Sandbox(why.to_string()))?;
+        let sandbox = Arc::new(sandbox);
         Ok(Ralph {
             running: AtomicBool::new(false),
             inner: Arc::new(Context {
@@ -606,6 +609,7 @@ impl RalphBuilder {
                 hooks,
                 prompts,
                 stop: self.stop.unwrap_or_default(),
+                sandbox,
             }),
         })
     }
@@ -667,7 +671,8 @@ fn collect_gates(
                 ShellGate::new(&g.name, &g.command)
                     .required(g.required)
                     .timeout(g.timeout)
-                    .grace(config.grace),
+                    .grace(config.grace)
+                    .network(g.network),
             ) as Arc<dyn Gate>
         })
         .collect();

@@ -215,6 +215,11 @@ enum Passed {
 
 #[async_trait::async_trait]
 impl Agent for Fallback {
+    /// Whether any agent of the chain runs in ralph's own process.
+    fn in_process(&self) -> bool {
+        self.agents.iter().any(|(_, agent)| agent.in_process())
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

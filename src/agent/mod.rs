@@ -7,6 +7,7 @@
 mod claim;
 pub mod claude;
 mod cli;
+pub(crate) mod cli_files;
 #[cfg(feature = "fake")]
 mod fake;
 mod fallback;
@@ -268,6 +269,11 @@ pub struct AgentRequest {
     /// Cancelled when ralph wants the run stopped (interrupt, stage timeout). The agent then
     /// stops everything it started and returns [`AgentExit::Stopped`].
     pub stop: CancellationToken,
+    /// How the processes of this run are confined: the run's sandbox, which the crate's
+    /// process agents start their CLI in; unconfined in a request made with [`new`](Self::new).
+    /// An agent that starts processes of its own runs them with [`command`](Self::command).
+    #[doc(hidden)]
+    pub sandbox: crate::process::Sandbox,
 }
 
 impl AgentRequest {
@@ -287,7 +293,42 @@ impl AgentRequest {
             budget_usd: None,
             events: AgentEvents::none(),
             stop: CancellationToken::new(),
+            sandbox: crate::process::Sandbox::unconfined(),
         }
+    }
+
+    /// Sets how the run's processes are confined (ralph's own tests: a run sets it).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn sandbox(mut self, sandbox: crate::process::Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// `command` as this run must start it: inside the run's sandbox (bubblewrap) when the
+    /// run is confined, with only the allowed variables of ralph's environment and those
+    /// set on `command`; killing the returned process kills everything in the sandbox.
+    /// Unconfined, a copy of `command`. The way for an agent written in Rust to run a
+    /// program under the run's policy: ralph confines the processes it starts, never code
+    /// in its own process (see the README's "Sandbox").
+    ///
+    /// ```
+    /// use ralph::{AgentRequest, Role};
+    ///
+    /// let request = AgentRequest::new(Role::Build, "Write hello.txt", ".");
+    /// let mut make = std::process::Command::new("make");
+    /// make.arg("hello.txt");
+    /// let confined = request.command(&make);
+    /// // A request made by hand is unconfined: the same command.
+    /// assert_eq!(confined.get_program(), "make");
+    /// ```
+    pub fn command(&self, command: &crate::process::StdCommand) -> crate::process::StdCommand {
+        self.sandbox.command(command)
+    }
+
+    /// Whether the run's processes are confined by a sandbox.
+    pub fn is_confined(&self) -> bool {
+        self.sandbox.confines()
     }
 
     /// Sets the subject.
@@ -816,6 +857,13 @@ pub trait Agent: Send + Sync {
     fn configure(&mut self, config: &Config) {
         let _ = config;
     }
+
+    /// Whether the agent's work runs in ralph's own process, where no sandbox reaches (an
+    /// agent written in Rust): dry runs say so. The default is true; the crate's agents
+    /// that run a CLI say false, and run it in [`AgentRequest::sandbox`].
+    fn in_process(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]
@@ -835,12 +883,20 @@ impl<T: Agent + ?Sized> Agent for Box<T> {
     fn configure(&mut self, config: &Config) {
         (**self).configure(config);
     }
+
+    fn in_process(&self) -> bool {
+        (**self).in_process()
+    }
 }
 
 #[async_trait]
 impl<T: Agent + ?Sized> Agent for Arc<T> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+
+    fn in_process(&self) -> bool {
+        (**self).in_process()
     }
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {

@@ -208,7 +208,7 @@ impl Default for CliConfig {
 /// command = ["aider", "--yes-always", "--no-git", "--message-file", "{prompt_file}"]
 /// read_only_args = ["--dry-run"]
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct CommandConfig {
@@ -226,6 +226,22 @@ pub struct CommandConfig {
     pub idle_timeout: Option<Duration>,
     /// Environment variables set for the command.
     pub env: BTreeMap<String, String>,
+    /// Whether the command has the network in the sandbox. Default true: an agent needs
+    /// its API. `false` leaves it only a loopback of its own.
+    pub network: bool,
+}
+
+impl Default for CommandConfig {
+    fn default() -> Self {
+        CommandConfig {
+            command: Vec::new(),
+            read_only_args: Vec::new(),
+            answer_pointer: None,
+            idle_timeout: None,
+            env: BTreeMap::new(),
+            network: true,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -33,11 +33,15 @@
 //! model = "sonnet"
 //! max_turns = 40
 //!
+//! [sandbox]               # see SandboxConfig
+//! mode = "auto"
+//!
 //! [[gates]]
 //! name = "test"
 //! command = "cargo test"
 //! required = true
 //! timeout = "10m"
+//! network = false         # the default: a gate runs without network
 //!
 //! [[hooks]]               # see Config's docs
 //! on = ["finished", "needs_person"]
@@ -79,9 +83,10 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use agents::BIN_ENV;
 pub use agents::{ClaudeConfig, CliConfig, CommandConfig, PermissionMode};
-pub(crate) use load::{GatesOrigin, HOOK_EVENT_VAR, Overrides};
+pub(crate) use load::{CONFIG_FILE, GatesOrigin, HOOK_EVENT_VAR, Overrides};
 pub use sections::{ContextThresholds, GateConfig, PlanningConfig, StoreConfig};
 pub(crate) use sections::{HOOK_EVENTS, HookConfig, NEEDS_PERSON, TEMPLATES};
+pub(crate) use sections::{SandboxConfig, SandboxMode};
 #[cfg(any(test, feature = "threads"))]
 pub(crate) use validate::bounds;
 
@@ -241,6 +246,10 @@ pub struct Config {
     pub agents: Vec<String>,
     /// Plan mode and build mode over `implementation.json` (seeds 004 and 002).
     pub planning: PlanningConfig,
+    /// `[sandbox]`: how agents, gates and git hooks are confined (the README's "Sandbox").
+    /// Not public: set in `ralph.toml`, `RALPH_SANDBOX__…`, or
+    /// [`RalphBuilder::config`](crate::RalphBuilder::config) (`"sandbox.mode"`).
+    pub(crate) sandbox: SandboxConfig,
     /// Run one iteration, then return [`Outcome::Once`](crate::Outcome::Once) (seed 003's
     /// `--once`, with an iteration a whole construct pass: see the [differences from the seeds](https://github.com/ralph-rs/ralph/blob/main/docs/seed-differences.md)). Default false.
     pub once: bool,
@@ -286,6 +295,7 @@ impl Default for Config {
             agent: std::collections::BTreeMap::new(),
             agents: Vec::new(),
             planning: PlanningConfig::default(),
+            sandbox: SandboxConfig::default(),
             once: false,
             recent_attempts: 5,
             max_cost_usd: None,

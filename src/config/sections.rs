@@ -1,5 +1,5 @@
 //! The tables of the loop itself: `[context]`, `[store]`, `[planning]`, `[prompts]`,
-//! `[[gates]]` and `[[hooks]]`.
+//! `[sandbox]`, `[[gates]]` and `[[hooks]]`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -62,17 +62,85 @@ pub struct GateConfig {
     /// Wall-clock limit. Default 5m.
     #[serde(with = "duration", default = "five_minutes")]
     pub timeout: Duration,
+    /// Whether the gate has the network in the sandbox. Default false: a gate gets only a
+    /// loopback of its own, so a test that would reach a server outside fails, and the
+    /// gate's report says it ran without network.
+    #[serde(default)]
+    pub network: bool,
 }
 
 impl GateConfig {
-    /// A required gate with a 5-minute timeout.
+    /// A required gate with a 5-minute timeout, without network in the sandbox.
     pub fn new(name: impl Into<String>, command: impl Into<String>) -> Self {
         GateConfig {
             name: name.into(),
             command: command.into(),
             required: true,
             timeout: five_minutes(),
+            network: false,
         }
+    }
+}
+
+/// `[sandbox]`: how the processes ralph starts for work are confined (every agent run,
+/// every gate, the git hooks of ralph's commits), and what they may do. See the README's
+/// "Sandbox" section for what is confined and what is not.
+///
+/// ```toml
+/// [sandbox]
+/// mode = "auto"                    # "auto", "required", "off" or "machine"
+/// write = ["~/.cache/my-tool"]     # more paths they may write
+/// protect = ["deploy/keys.toml"]   # more paths in the work tree they may read, not write
+/// hide = ["~/.config/my-token"]    # more paths they may not see
+/// env = ["MY_SETTING", "MYTOOL_*"] # more of ralph's variables they get
+/// ```
+///
+/// The lists add to ralph's defaults; a relative path is the workspace's, `~/` the home's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub(crate) struct SandboxConfig {
+    /// How far to confine. Default [`SandboxMode::Auto`].
+    pub mode: SandboxMode,
+    /// Paths agents and gates may write besides their work tree, the caches ralph lets them
+    /// write and their CLI's own state.
+    pub write: Vec<PathBuf>,
+    /// Paths they may read but not write, besides ralph's own files.
+    pub protect: Vec<PathBuf>,
+    /// Paths they may not see, besides the secrets and sockets ralph hides.
+    pub hide: Vec<PathBuf>,
+    /// Variables of ralph's environment they get, by name (`PREFIX*` for a prefix), besides
+    /// the locale, `PATH`, `HOME`, the proxy and certificate settings and the agent CLI's own.
+    pub env: Vec<String>,
+}
+
+/// How far the processes of a run are confined (`[sandbox] mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub(crate) enum SandboxMode {
+    /// In bubblewrap where it works here; elsewhere unconfined, with a warning at the start,
+    /// in the dry run and in the summary. The default.
+    #[default]
+    Auto,
+    /// In bubblewrap, or not at all: without a working bubblewrap a run refuses to start,
+    /// naming the cause and the fix.
+    Required,
+    /// Unconfined, as chosen: every dry run and summary says so.
+    Off,
+    /// Unconfined by ralph, because the machine itself is a sandbox (a container or a VM
+    /// with nothing of value in it): no warning; dry runs and summaries say so.
+    Machine,
+}
+
+impl std::fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SandboxMode::Auto => "auto",
+            SandboxMode::Required => "required",
+            SandboxMode::Off => "off",
+            SandboxMode::Machine => "machine",
+        })
     }
 }
 

@@ -422,7 +422,7 @@ impl Engine {
 /// (`build_concurrency`): one agent run and, if it claims done, the gates, in `work_dir`.
 #[derive(Clone)]
 pub(super) struct Worker {
-    ctx: Arc<Context>,
+    pub(super) ctx: Arc<Context>,
     caller: Caller,
     emitter: Emitter,
     logs: Logs,

@@ -88,6 +88,8 @@ pub struct DryRun {
     /// The gates a task's attempt must pass, by name, in order; optional ones are marked
     /// `(optional)`. Empty when there is none.
     pub gates: Vec<String>,
+    /// How the run's agent and gates would be confined (the README's "Sandbox").
+    pub sandbox: String,
 }
 
 impl fmt::Display for DryRun {
@@ -133,6 +135,7 @@ impl fmt::Display for DryRun {
         } else {
             writeln!(f, "  gates:     {}", self.gates.join(", "))?;
         }
+        writeln!(f, "  sandbox:   {}", self.sandbox)?;
         writeln!(f, "  tasks:     {}/{} accepted", self.accepted, self.tasks)?;
         writeln!(f, "  remaining: {}", self.remaining)?;
         write!(
@@ -271,6 +274,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         budget: ctx.budget(SPEND_SCOPE)?.describe(),
         agent: ctx.agent.name().to_owned(),
         spec_cut,
+        sandbox: ctx.sandbox_line(),
         gates: ctx
             .gates
             .iter()

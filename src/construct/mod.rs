@@ -149,6 +149,7 @@ impl Engine {
         let counts: Arc<dyn crate::event::Observer> = spent.clone();
         let emitter = ctx.emitter(&[counts]);
         let rel = resolve_spec(&ctx.workspace, &board.run, spec)?;
+        ctx.sandbox.record([std::path::PathBuf::from(&rel)]);
         let spec = SpecDoc::read(&ctx.workspace, &rel)?;
         let home = home(&ctx).await?;
         let logs = Logs::new(
@@ -693,7 +694,7 @@ async fn home(ctx: &Context) -> Result<Option<Home>, Error> {
             false => own.push(rel),
         }
     }
-    Ok(Home::record(&ctx.workspace, own)
+    Ok(Home::record(ctx.git(&ctx.workspace), own)
         .await?
         .map(|home| home.with_bookkeeping(&bookkeeping)))
 }

@@ -230,7 +230,7 @@ impl Engine {
             other => other,
         };
         let workspace = self.ctx.workspace.clone();
-        let git = Git::new(&workspace);
+        let git = self.ctx.git(&workspace);
         match &end {
             AttemptEnd::Kept { .. } => {
                 worktrees::remove_keeping_branch(&git, &workspace, &task.id).await?
@@ -251,7 +251,7 @@ impl Engine {
             return Ok(None);
         }
         let workspace = self.ctx.workspace.clone();
-        let git = Git::new(&workspace);
+        let git = self.ctx.git(&workspace);
         worktrees::check_out(&git, &workspace, &task.id).await?;
         self.emit(Event::TaskStarted {
             task: task.id.clone(),
@@ -273,7 +273,9 @@ impl Engine {
     /// A conflict fails the attempt (the next one starts from the merged work); files of the
     /// user's work tree in the way block the task and keep its work on its branch.
     async fn merge(&mut self, task: &Task) -> Result<AttemptEnd, Error> {
-        let tree = Git::new(worktrees::path(&self.ctx.workspace, &task.id));
+        let tree = self
+            .ctx
+            .git(&worktrees::path(&self.ctx.workspace, &task.id));
         let head = self.home()?.head().to_owned();
         if let Rebased::Conflict(paths) = tree.rebase(&head).await? {
             return Ok(AttemptEnd::Failed(format!(
@@ -353,13 +355,14 @@ async fn attempt_in_work_tree(
         prompt,
         mut deadline,
     } = attempt;
-    let path = worktrees::add(&Git::new(workspace), workspace, &task.id, base).await?;
+    let git = worker.ctx.git(workspace);
+    let path = worktrees::add(&git, workspace, &task.id, base).await?;
+    let tree = worker.ctx.git(&path);
     let mut tried = None;
     let end = worker
         .in_work_tree(path.clone())
         .attempt(&task, prompt, &mut deadline, &mut tried)
         .await?;
-    let tree = Git::new(&path);
     let end = match stayed(&tree, &task.id, base).await? {
         Some(moved) => match end {
             AttemptEnd::Killed(..) | AttemptEnd::Interrupted => end,

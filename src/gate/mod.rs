@@ -35,6 +35,11 @@ pub struct GateContext {
     pub task_name: Option<String>,
     /// The attempt checked: 1 for the task's first (in a thread: the iteration).
     pub attempt: u32,
+    /// How the gate's processes are confined: the run's sandbox for gates, without the
+    /// network; unconfined in a context made with [`new`](Self::new). A gate that starts
+    /// processes of its own runs them with [`command`](Self::command).
+    #[doc(hidden)]
+    pub sandbox: crate::process::Sandbox,
 }
 
 impl GateContext {
@@ -47,7 +52,22 @@ impl GateContext {
             task: None,
             task_name: None,
             attempt: 1,
+            sandbox: crate::process::Sandbox::unconfined(),
         }
+    }
+
+    /// Sets how the gate's processes are confined (ralph's own tests: a run sets it).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn sandbox(mut self, sandbox: crate::process::Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// `command` as this check must start it: inside the run's sandbox for gates when the
+    /// run is confined (no network), else a copy (see [`AgentRequest::command`](crate::AgentRequest::command)).
+    pub fn command(&self, command: &crate::process::StdCommand) -> crate::process::StdCommand {
+        self.sandbox.command(command)
     }
 
     /// Sets the task checked, its name and the attempt.
@@ -140,6 +160,9 @@ pub struct GateReport {
     pub duration: Duration,
     /// Processes still alive after the gate's command ended, which ralph then killed.
     pub leaked: usize,
+    /// It ran in a sandbox without network: a failure may be caused by that (see
+    /// [`ShellGate::network`](crate::ShellGate::network)).
+    pub offline: bool,
 }
 
 impl GateReport {
@@ -152,6 +175,7 @@ impl GateReport {
             output: BoundedOutput::with_defaults(),
             duration: Duration::ZERO,
             leaked: 0,
+            offline: false,
         }
     }
 
@@ -286,6 +310,13 @@ pub trait Gate: Send + Sync {
     ///
     /// [`GateError`] when the check could not run; a failing check is `Ok`.
     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError>;
+
+    /// Whether the check runs in ralph's own process, where no sandbox reaches (a gate
+    /// written in Rust): dry runs say so. The default is true; [`ShellGate`] says false and
+    /// runs its command in [`GateContext::sandbox`].
+    fn in_process(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]
@@ -296,6 +327,10 @@ impl<T: Gate + ?Sized> Gate for Box<T> {
 
     fn required(&self) -> bool {
         (**self).required()
+    }
+
+    fn in_process(&self) -> bool {
+        (**self).in_process()
     }
 
     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
@@ -311,6 +346,10 @@ impl<T: Gate + ?Sized> Gate for Arc<T> {
 
     fn required(&self) -> bool {
         (**self).required()
+    }
+
+    fn in_process(&self) -> bool {
+        (**self).in_process()
     }
 
     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {

@@ -13,6 +13,11 @@ use crate::process::{ProcessError, ProcessReport, ProcessSpec};
 /// terminate the command (SIGTERM, grace, SIGKILL). Everything the command started is
 /// killed when it ends, and counted in [`GateReport::leaked`] if it outlived it.
 ///
+/// The command runs in the context's [sandbox](GateContext::sandbox), which a run gives
+/// no network; [`network`](Self::network) gives it back. Its report says when it ran
+/// without ([`GateReport::offline`]), and so does the failure a retry is told, so that a
+/// failure caused by it is told apart.
+///
 /// ```
 /// use std::time::Duration;
 /// use ralph::gate::{Gate, GateContext, GateStatus, ShellGate};
@@ -33,6 +38,7 @@ pub struct ShellGate {
     required: bool,
     timeout: Duration,
     grace: Duration,
+    network: bool,
 }
 
 impl ShellGate {
@@ -44,7 +50,16 @@ impl ShellGate {
             required: true,
             timeout: Duration::from_secs(300),
             grace: crate::process::DEFAULT_GRACE,
+            network: false,
         }
+    }
+
+    /// Sets whether the command has the network in a sandbox (by default it has not:
+    /// `[[gates]] network = true`).
+    #[must_use]
+    pub fn network(mut self, on: bool) -> Self {
+        self.network = on;
+        self
     }
 
     /// Sets whether a failure blocks the task.
@@ -76,6 +91,11 @@ impl ShellGate {
 
 #[async_trait]
 impl Gate for ShellGate {
+    /// The command runs in its own process, in the context's sandbox.
+    fn in_process(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -86,18 +106,27 @@ impl Gate for ShellGate {
 
     /// Runs the command in its own process group, supervised as the type's docs say.
     async fn check(&self, ctx: GateContext) -> Result<GateReport, GateError> {
+        let offline = ctx.sandbox.confines() && !self.network;
         let report = self.spec(ctx).run().await.map_err(|err| self.error(err))?;
         let mut gate = GateReport::new(&self.name, self.required, status(&report, self.timeout));
         gate.duration = report.duration;
         gate.leaked = report.leaked;
         gate.output = report.output;
+        gate.offline = offline;
         Ok(gate)
     }
 }
 
 impl ShellGate {
     fn spec(&self, ctx: GateContext) -> ProcessSpec {
+        let sandbox = ctx.sandbox.clone();
+        let sandbox = if sandbox.confines() {
+            sandbox.network(self.network)
+        } else {
+            sandbox
+        };
         let spec = ProcessSpec::new("sh")
+            .sandbox(sandbox)
             .arg("-c")
             .arg(&self.command)
             .owner(crate::process::owner_of(&ctx.workspace))

@@ -202,6 +202,8 @@ pub(crate) struct Caller {
     /// ralph's own paths in the workspace (relative to it), which a read-only run's check
     /// leaves out: ralph may write them while such a run goes on.
     kept_out: Arc<Vec<String>>,
+    /// How its runs are confined.
+    sandbox: Arc<super::sandbox::RunSandbox>,
     /// The check of read-only runs ([`read_only`](super::read_only)), set up at the first
     /// one; `None` outside a git repository.
     guard: Arc<tokio::sync::OnceCell<Option<Guard>>>,
@@ -218,8 +220,10 @@ impl Caller {
         limits: Limits,
         stop: CancellationToken,
         emitter: Emitter,
+        sandbox: Arc<super::sandbox::RunSandbox>,
     ) -> Self {
         Caller {
+            sandbox,
             agent,
             workspace: workspace.into(),
             work_tree: None,
@@ -485,6 +489,7 @@ impl Caller {
         request.subject = call.subject.clone();
         request.schema = schema;
         request.budget_usd = self.budget.as_ref().and_then(Budget::dollars_left);
+        request.sandbox = self.sandbox.agent(works_in, call.role.may_write());
         let span = tracing::info_span!(
             target: "ralph",
             "agent",

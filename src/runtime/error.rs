@@ -36,6 +36,10 @@ pub enum BuildError {
     /// The store could not be opened (e.g. another ralph holds its lock).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// `[sandbox] mode = "required"`, and no sandbox can be made on this machine: why, and
+    /// the fix.
+    #[error("[sandbox] mode = \"required\", but no sandbox can be made here: {0}")]
+    Sandbox(String),
     /// A prompt template override (`[prompts]`) cannot be read or does not compile.
     #[error("{}", prompt_message(template, file, message))]
     Prompt {

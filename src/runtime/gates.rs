@@ -20,6 +20,8 @@ use crate::model::TaskId;
 #[derive(Clone, Copy)]
 pub(crate) struct GateRun<'a> {
     pub(crate) workspace: &'a Path,
+    /// How the gates are confined.
+    pub(crate) sandbox: &'a super::sandbox::RunSandbox,
     /// The run's stop token; each gate gets a child of it.
     pub(crate) stop: &'a CancellationToken,
     pub(crate) grace: Duration,
@@ -78,6 +80,7 @@ pub(crate) async fn check_one(
     if let Some(log) = log {
         ctx = ctx.log_path(log);
     }
+    ctx.sandbox = run.sandbox.gate(run.workspace);
     let span = tracing::info_span!(
         target: "ralph",
         "gate",
@@ -159,8 +162,14 @@ pub(crate) fn failure(report: &GateReport) -> String {
             report.name, report.status
         ),
     };
+    let offline = if report.offline {
+        "\n\nIt ran in ralph's sandbox without network: a test that needs a server outside \
+         fails there (`network = true` in its [[gates]] entry gives it the network)."
+    } else {
+        ""
+    };
     format!(
-        "{headline}\n\nIts output:\n\n```\n{}\n```",
+        "{headline}\n\nIts output:\n\n```\n{}\n```{offline}",
         output.trim_end()
     )
 }

@@ -27,7 +27,7 @@
 //! tree as it was left.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -68,18 +68,16 @@ pub(crate) struct Turn {
 }
 
 impl Home {
-    /// The branch checked out in `workspace` now; `None` outside a git repository or before
+    /// The branch checked out in `git`'s folder, the workspace, now; `None` outside a git repository or before
     /// its first commit (ralph then commits nothing). `kept_out` are ralph's own paths,
     /// relative to the workspace (which may be a folder inside the repository).
     ///
     /// # Errors
     ///
     /// [`GitError`] when git fails.
-    pub(crate) async fn record(
-        workspace: &Path,
-        kept_out: Vec<String>,
-    ) -> Result<Option<Home>, GitError> {
-        let git = Git::new(workspace);
+    pub(crate) async fn record(git: Git, kept_out: Vec<String>) -> Result<Option<Home>, GitError> {
+        let workspace = git.dir().to_path_buf();
+        let workspace = workspace.as_path();
         if !git.is_repo().await {
             return Ok(None);
         }

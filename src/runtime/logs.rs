@@ -31,6 +31,8 @@ pub(crate) struct Emitter {
     observers: Arc<[Arc<dyn Observer>]>,
     stage_log: Arc<Mutex<Option<CappedLog>>>,
     hooks: Option<Hooks>,
+    /// How the run is confined, for its `finished` event.
+    sandbox: Option<Arc<str>>,
 }
 
 impl Emitter {
@@ -40,7 +42,15 @@ impl Emitter {
             observers: observers.into(),
             stage_log: Arc::new(Mutex::new(None)),
             hooks: None,
+            sandbox: None,
         }
+    }
+
+    /// The same emitter, its `finished` event saying how the run was confined.
+    #[must_use]
+    pub(crate) fn with_sandbox(mut self, label: String) -> Self {
+        self.sandbox = Some(label.into());
+        self
     }
 
     /// The same emitter, offering each event to `hooks` too.
@@ -78,6 +88,9 @@ impl Emitter {
     /// The first required hook that failed during the run or on its end: the run's call
     /// fails with it.
     pub(crate) async fn finish(&self, mut event: Event) -> Result<(), HookFailed> {
+        if let (Some(label), Event::Finished { sandbox, .. }) = (&self.sandbox, &mut event) {
+            *sandbox = label.to_string();
+        }
         let Some(hooks) = &self.hooks else {
             self.emit(&event);
             return Ok(());

@@ -35,6 +35,7 @@ pub(crate) mod hooks;
 pub(crate) mod interrupt;
 pub(crate) mod logs;
 pub(crate) mod read_only;
+pub(crate) mod sandbox;
 pub(crate) mod spec;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod spend;
@@ -52,6 +53,7 @@ use self::error::Error;
 use self::gates::GateRun;
 use self::hooks::Hooks;
 use self::logs::Emitter;
+use self::sandbox::RunSandbox;
 use self::workspace::RunLock;
 use crate::agent::Agent;
 use crate::config::{Config, GatesOrigin};
@@ -82,6 +84,8 @@ pub(crate) struct Context {
     pub(crate) hooks: Option<Hooks>,
     pub(crate) prompts: Prompts,
     pub(crate) stop: CancellationToken,
+    /// How every agent run, gate and hook-running git command of its runs is confined.
+    pub(crate) sandbox: Arc<RunSandbox>,
 }
 
 /// Why a task that used up its attempts is blocked, in every mode: the count and the last
@@ -99,7 +103,9 @@ impl Context {
     pub(crate) fn emitter(&self, extra: &[Arc<dyn Observer>]) -> Emitter {
         let observers: Vec<Arc<dyn Observer>> =
             self.observers.iter().chain(extra).cloned().collect();
-        Emitter::new(&observers).with_hooks(self.hooks.clone())
+        Emitter::new(&observers)
+            .with_hooks(self.hooks.clone())
+            .with_sandbox(self.sandbox.label())
     }
 
     /// Starts a run of any mode: takes the workspace's lock (refused while another run holds
@@ -112,10 +118,42 @@ impl Context {
     /// `.ralph/` cannot be created.
     pub(crate) async fn begin(&self, emitter: &Emitter) -> Result<RunLock, Error> {
         let lock = RunLock::take(&self.workspace).await?;
+        if let Some(message) = self.sandbox.warning() {
+            emitter.emit(&Event::Warning { message });
+        }
         if let Some(message) = lock.swept_warning() {
             emitter.emit(&Event::Warning { message });
         }
         Ok(lock)
+    }
+
+    /// What every dry run says of the sandbox: how far the run is confined, and which of
+    /// its agent and gates run in ralph's own process, where nothing is confined.
+    pub(crate) fn sandbox_line(&self) -> String {
+        let mut line = self.sandbox.describe();
+        let inside: Vec<String> = std::iter::once(&self.agent)
+            .filter(|agent| agent.in_process())
+            .map(|agent| format!("agent {}", agent.name()))
+            .chain(
+                self.gates
+                    .iter()
+                    .filter(|gate| gate.in_process())
+                    .map(|gate| format!("gate {}", gate.name())),
+            )
+            .collect();
+        if !inside.is_empty() {
+            line.push_str(&format!(
+                "; in-process, so never confined: {}",
+                inside.join(", ")
+            ));
+        }
+        line
+    }
+
+    /// Git in `dir`, its hook-running commands (commits, checkouts, merges) in the run's
+    /// sandbox: every git handle a pipeline commits or checks out with comes from here.
+    pub(crate) fn git(&self, dir: &std::path::Path) -> crate::git::Git {
+        crate::git::Git::new(dir).hooks_in(self.sandbox.git(dir))
     }
 
     /// Says on `emitter` when no gate is required: every task is then done on the agent's
@@ -170,6 +208,7 @@ impl Context {
             self.limits(),
             self.stop.clone(),
             emitter,
+            self.sandbox.clone(),
         )
         .keeping_out(self.own_paths())
     }
@@ -229,6 +268,7 @@ impl Context {
     ) -> GateRun<'a> {
         GateRun {
             workspace: &self.workspace,
+            sandbox: &self.sandbox,
             stop: &self.stop,
             grace: self.config.grace,
             deadline,

@@ -38,6 +38,8 @@ pub struct PlanDryRun {
     /// The `.md` files of the specs folder plan mode leaves out, each with why (a link that
     /// leads outside the folder).
     pub skipped: Vec<String>,
+    /// How the planner would be confined (the README's "Sandbox").
+    pub sandbox: String,
 }
 
 impl fmt::Display for PlanDryRun {
@@ -58,6 +60,7 @@ impl fmt::Display for PlanDryRun {
         )?;
         let source = self.template_source.as_deref().unwrap_or("built-in");
         writeln!(f, "  prompt:    plan_mode ({source})")?;
+        writeln!(f, "  sandbox:   {}", self.sandbox)?;
         write!(
             f,
             "  limits:    stage timeout {}",
@@ -87,6 +90,8 @@ pub struct BuildDryRun {
     pub gates: Vec<String>,
     /// The agent that would run ([`Agent::name`](crate::Agent::name)).
     pub agent: String,
+    /// How the agent and gates would be confined (the README's "Sandbox").
+    pub sandbox: String,
     /// `retries`.
     pub retries: u32,
     /// `planning.max_attempts`.
@@ -128,6 +133,7 @@ impl fmt::Display for BuildDryRun {
         }
         writeln!(f, "  remaining: {}", list(&self.remaining))?;
         writeln!(f, "  agent:     {}", self.agent)?;
+        writeln!(f, "  sandbox:   {}", self.sandbox)?;
         if self.gates.iter().all(|g| g.ends_with(" (optional)")) {
             writeln!(
                 f,
@@ -184,6 +190,7 @@ pub(crate) fn plan(ctx: &Context, specs: Vec<PathBuf>) -> Result<PlanDryRun, Err
         stage_timeout: ctx.config.stage_timeout,
         spec_cuts,
         skipped,
+        sandbox: ctx.sandbox_line(),
     })
 }
 
@@ -212,6 +219,7 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
             })
             .collect(),
         agent: ctx.agent.name().to_owned(),
+        sandbox: ctx.sandbox_line(),
         retries: config.retries,
         max_attempts: config.planning.max_attempts,
         stage_timeout: config.stage_timeout,

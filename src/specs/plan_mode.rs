@@ -70,6 +70,7 @@ async fn plan(
     )?;
     logs.open_run("plan-mode", emitter)?;
     *lock = Some(ctx.begin(emitter).await?);
+    ctx.sandbox.record([ctx.config.planning.specs_dir.clone()]);
     let emitter = emitter.clone();
     let planning = &ctx.config.planning;
     let (files, skipped) = spec_files(&ctx.workspace, &planning.specs_dir, specs)?;
@@ -123,7 +124,7 @@ async fn plan(
     let specs = plan.specs.len();
     let tasks = plan.specs.iter().map(|s| s.tasks.len()).sum();
     let path = ctx.relative(store.path());
-    let commit = commit_plan(&ctx.workspace, &path, specs, tasks).await?;
+    let commit = commit_plan(ctx.git(&ctx.workspace), &path, specs, tasks).await?;
     caller.emitter.emit(&Event::PlanSaved {
         path,
         specs,
@@ -138,12 +139,11 @@ async fn plan(
 /// `git status`). `None` outside git, before the first commit, for a file git ignores or
 /// that did not change.
 async fn commit_plan(
-    workspace: &Path,
+    git: Git,
     path: &Path,
     specs: usize,
     tasks: usize,
 ) -> Result<Option<String>, Error> {
-    let git = Git::new(workspace);
     if !git.is_repo().await || git.head().await?.is_none() {
         return Ok(None);
     }

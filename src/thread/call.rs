@@ -224,6 +224,7 @@ impl Threads {
             self.limits(&record.config),
             self.ctx.stop.clone(),
             self.emitter.clone(),
+            self.ctx.sandbox.clone(),
         )
         .keeping_out(self.ctx.own_paths())
         .spending(budget.clone());

@@ -30,6 +30,8 @@ pub struct ThreadDryRun {
     pub criteria: Vec<String>,
     /// The agents the loop would run with, in order (a fallback chain when several).
     pub agents: Vec<String>,
+    /// How its agents and checks would be confined (the README's "Sandbox").
+    pub sandbox: String,
     /// The verifier of the criteria without a command: a registered name, or the agents
     /// above.
     pub verifier: Option<String>,
@@ -74,6 +76,7 @@ impl fmt::Display for ThreadDryRun {
             writeln!(f, "  criterion: {criterion}")?;
         }
         writeln!(f, "  agents:    {}", self.agents.join(", "))?;
+        writeln!(f, "  sandbox:   {}", self.sandbox)?;
         if let Some(verifier) = &self.verifier {
             writeln!(f, "  verifier:  {verifier}")?;
         }
@@ -179,6 +182,7 @@ impl Threads {
                 })
                 .collect(),
             agents,
+            sandbox: self.ctx.sandbox.describe(),
             verifier: config.verifier.clone(),
             prompt: self.ctx.prompts.origin("thread").map(str::to_owned),
             max_iterations: config.max_iterations,

@@ -395,7 +395,7 @@ impl Threads {
     }
 
     fn git(&self) -> Git {
-        Git::new(&self.ctx.workspace)
+        self.ctx.git(&self.ctx.workspace)
     }
 
     fn thread_dir(&self, id: &str) -> PathBuf {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::agent::cli_files::Cli;
 use crate::agent::{
     Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage,
 };
@@ -346,9 +347,18 @@ impl ClaudeCli {
         prompt: &str,
     ) -> ProcessSpec {
         let program = Program::resolve(self.config.bin.as_ref());
+        let confined = request.sandbox.confines() || request.sandbox.is_machine();
+        let sandbox = Cli::Claude
+            .sandbox(request.sandbox.clone(), |k| self.config.env.get(k).cloned())
+            .read(&program.path);
         let spec = ProcessSpec::new(&program.path)
+            .sandbox(sandbox)
             .args(command::args(&self.config, invocation))
-            .envs(command::env(&self.config, request.role, command::is_root()))
+            .envs(command::env(
+                &self.config,
+                request.role,
+                confined && command::is_root(),
+            ))
             .owner(crate::process::owner_of(&request.workspace))
             .cwd(&request.workspace)
             .stdin(prompt.as_bytes().to_vec())
@@ -406,6 +416,11 @@ impl ClaudeCli {
 
 #[async_trait]
 impl Agent for ClaudeCli {
+    /// The CLI runs in its own process, in the request's sandbox.
+    fn in_process(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         "claude"
     }

@@ -109,14 +109,20 @@ pub(super) fn mode(config: &ClaudeConfig, role: Role) -> PermissionMode {
 }
 
 /// The environment on top of ralph's own: the retry bound, `IS_SANDBOX` where the CLI needs
-/// it, then the config's variables (which win).
-pub(super) fn env(config: &ClaudeConfig, role: Role, root: bool) -> Vec<(String, String)> {
+/// it, then the config's variables (which win). `sandboxed_root`: ralph runs as root, and
+/// the run is confined (or the machine declared a sandbox); only then is the CLI told it
+/// runs in a sandbox.
+pub(super) fn env(
+    config: &ClaudeConfig,
+    role: Role,
+    sandboxed_root: bool,
+) -> Vec<(String, String)> {
     let mut env = vec![(
         "CLAUDE_CODE_MAX_RETRIES".to_owned(),
         config.max_retries.to_string(),
     )];
     // As root the CLI refuses to bypass permissions unless told it runs in a sandbox.
-    if root && mode(config, role) == PermissionMode::BypassPermissions {
+    if sandboxed_root && mode(config, role) == PermissionMode::BypassPermissions {
         env.push(("IS_SANDBOX".to_owned(), "1".to_owned()));
     }
     env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.clone())));

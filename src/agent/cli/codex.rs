@@ -39,8 +39,11 @@ use crate::config::Config;
 /// turn that then completes with an answer is a completed run, and its marker decides. An
 /// error that no such turn followed is the run's failure.
 ///
-/// Roles that may not write run in the CLI's `read-only` sandbox, BUILD in
-/// `workspace-write`; structured roles pass their schema with `--output-schema`. The run is
+/// In ralph's sandbox every role runs with `--sandbox danger-full-access`: the CLI's own
+/// sandbox (bubblewrap) cannot be made inside ralph's, which confines the run instead, a
+/// read-only role's work tree read-only. Unconfined, roles that may not write run in the
+/// CLI's `read-only` sandbox and BUILD in `workspace-write`. Structured roles pass their
+/// schema with `--output-schema`. The run is
 /// supervised as every process agent's is (see [`CommandAgent`](crate::agent::CommandAgent)): its
 /// own process group, the agent and idle timeouts, SIGTERM then SIGKILL, and a sweep of
 /// what its tools left running.
@@ -70,7 +73,11 @@ cli_agent_settings!(CodexCli, codex);
 impl CodexCli {
     /// The argv of a run for `request`, with its schema file when it has one.
     fn argv(&self, request: &AgentRequest, schema: Option<&std::path::Path>) -> Vec<String> {
-        let sandbox = if request.role.may_write() {
+        // The CLI's own sandbox (bubblewrap, since 0.169) cannot be made inside ralph's:
+        // there ralph's confines it, a read-only role's work tree read-only included.
+        let sandbox = if request.sandbox.confines() {
+            "danger-full-access"
+        } else if request.role.may_write() {
             "workspace-write"
         } else {
             "read-only"
@@ -105,6 +112,11 @@ impl CodexCli {
 
 #[async_trait::async_trait]
 impl Agent for CodexCli {
+    /// The CLI runs in its own process, in the request's sandbox.
+    fn in_process(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         "codex"
     }
@@ -120,9 +132,17 @@ impl Agent for CodexCli {
         let argv = self.argv(&request, schema_file.as_ref().map(|(p, _)| p.as_path()));
         let ran = self
             .config
-            .supervisor("codex", self.grace)
+            .supervisor(crate::agent::cli_files::Cli::Codex, self.grace)
             .live(LIVE)
-            .supervise(&request, &argv, true)
+            .supervise(
+                &request,
+                &argv,
+                true,
+                &schema_file
+                    .iter()
+                    .map(|(p, _)| p.as_path())
+                    .collect::<Vec<_>>(),
+            )
             .await;
         if let Some((path, true)) = &schema_file {
             let _ = tokio::fs::remove_file(path).await;

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::kept::KeptStdout;
 use super::live::{LiveLines, LiveMap};
+use crate::agent::cli_files::Cli;
 use crate::agent::reach::Reach;
 use crate::agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
 use crate::config::{CommandConfig, Config};
@@ -83,6 +84,9 @@ pub struct CommandAgent {
     stdout_file: bool,
     /// What stdout's JSON lines mean as live events, for a CLI agent (see [`live`](Self::live)).
     live: Option<LiveMap>,
+    /// The agent CLI this runs, whose own files and variables its sandbox gives it (see
+    /// [`cli_files`](Self::cli_files)); `None` for a command of the user's.
+    cli: Option<Cli>,
 }
 
 impl CommandAgent {
@@ -103,6 +107,7 @@ impl CommandAgent {
             lines: false,
             stdout_file: false,
             live: None,
+            cli: None,
         }
     }
 
@@ -132,6 +137,7 @@ impl CommandAgent {
             lines: false,
             stdout_file: false,
             live: None,
+            cli: None,
         })
     }
 
@@ -172,6 +178,41 @@ impl CommandAgent {
     pub(super) fn live(mut self, map: LiveMap) -> Self {
         self.live = Some(map);
         self
+    }
+
+    /// Runs `cli`: its sandbox lets it write its own state and read its key, and passes its
+    /// variables.
+    pub(super) fn cli_files(mut self, cli: Cli) -> Self {
+        self.cli = Some(cli);
+        self
+    }
+
+    /// The sandbox of a run of `argv` for `request`, which also reads `reads` (its prompt
+    /// or schema file): the request's, with what this CLI needs, or a command agent's
+    /// network setting; its program readable where it lies.
+    pub(super) fn sandbox(
+        &self,
+        request: &AgentRequest,
+        argv: &[String],
+        reads: &[&Path],
+    ) -> crate::process::Sandbox {
+        let sandbox = request.sandbox.clone();
+        if !sandbox.confines() {
+            return sandbox;
+        }
+        let sandbox = match self.cli {
+            Some(cli) => cli.sandbox(sandbox, |k| self.config.env.get(k).cloned()),
+            None => sandbox.network(self.config.network),
+        };
+        let program = argv
+            .first()
+            .filter(|p| p.contains('/'))
+            .map(|p| request.workspace.join(p));
+        program
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(reads.iter().copied())
+            .fold(sandbox, |sandbox, path| sandbox.read(path))
     }
 
     /// Keeps the last `bytes` of stdout's JSON lines instead of the last MiB of its
@@ -253,6 +294,11 @@ impl CommandAgent {
 
 #[async_trait::async_trait]
 impl Agent for CommandAgent {
+    /// The CLI runs in its own process, in the request's sandbox.
+    fn in_process(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -266,7 +312,12 @@ impl Agent for CommandAgent {
         if !on_stdin {
             write_file(&prompt_file, request.prompt.as_bytes()).await?;
         }
-        let ran = self.supervise(&request, &argv, on_stdin).await;
+        let reads: Vec<&Path> = if on_stdin {
+            Vec::new()
+        } else {
+            vec![prompt_file.as_path()]
+        };
+        let ran = self.supervise(&request, &argv, on_stdin, &reads).await;
         if temporary && !on_stdin {
             let _ = tokio::fs::remove_file(&prompt_file).await;
         }
@@ -381,8 +432,10 @@ impl CommandAgent {
         request: &AgentRequest,
         argv: &[String],
         on_stdin: bool,
+        reads: &[&Path],
     ) -> Result<Raw, AgentError> {
         let mut spec = ProcessSpec::new(&argv[0])
+            .sandbox(self.sandbox(request, argv, reads))
             .args(&argv[1..])
             .owner(crate::process::owner_of(&request.workspace))
             .cwd(&request.workspace)

@@ -87,6 +87,11 @@ impl GeminiCli {
 
 #[async_trait::async_trait]
 impl Agent for GeminiCli {
+    /// The CLI runs in its own process, in the request's sandbox.
+    fn in_process(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         "gemini"
     }
@@ -98,11 +103,11 @@ impl Agent for GeminiCli {
         let argv = self.argv(&request);
         let raw = self
             .config
-            .supervisor("gemini", self.grace)
+            .supervisor(crate::agent::cli_files::Cli::Gemini, self.grace)
             // The CLI exits before a pipe takes a long answer; a file keeps it whole.
             .stdout_to_file()
             .live(LIVE)
-            .supervise(&request, &argv, true)
+            .supervise(&request, &argv, true, &[])
             .await?;
         let events = read_events(&raw.stdout, Events::take);
         Ok(raw.finish(judge(&raw, events), &request))

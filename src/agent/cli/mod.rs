@@ -21,6 +21,7 @@ pub use command::CommandAgent;
 pub use gemini::GeminiCli;
 pub use opencode::OpencodeCli;
 
+use crate::agent::cli_files::Cli;
 use crate::agent::reach::has_code;
 use crate::agent::{Agent, AgentError, AgentExit, AgentRun, FailureKind};
 use crate::config::CliConfig;
@@ -66,7 +67,8 @@ impl CliConfig {
 
     /// The supervisor of one run: the environment, the idle timeout and the grace, keeping
     /// [`EVENTS_KEPT`] of stdout.
-    fn supervisor(&self, name: &str, grace: Duration) -> CommandAgent {
+    fn supervisor(&self, cli: Cli, grace: Duration) -> CommandAgent {
+        let name = cli.name();
         self.env
             .iter()
             .fold(CommandAgent::new(name, [name]), |agent, (k, v)| {
@@ -75,6 +77,7 @@ impl CliConfig {
             .idle_timeout(self.idle_timeout)
             .grace(grace)
             .keep_lines(EVENTS_KEPT)
+            .cli_files(cli)
     }
 }
 

@@ -92,6 +92,11 @@ impl OpencodeCli {
 
 #[async_trait::async_trait]
 impl Agent for OpencodeCli {
+    /// The CLI runs in its own process, in the request's sandbox.
+    fn in_process(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         "opencode"
     }
@@ -103,7 +108,7 @@ impl Agent for OpencodeCli {
         let argv = self.argv(&request);
         let mut supervisor = self
             .config
-            .supervisor("opencode", self.grace)
+            .supervisor(crate::agent::cli_files::Cli::Opencode, self.grace)
             .stdout_to_file();
         if !request.role.may_write() {
             // The plan agent alone still runs shell commands that write: deny them.
@@ -111,7 +116,7 @@ impl Agent for OpencodeCli {
         }
         let raw = supervisor
             .live(LIVE)
-            .supervise(&request, &argv, true)
+            .supervise(&request, &argv, true, &[])
             .await?;
         let events = read_events(&raw.stdout, Events::take);
         Ok(raw.finish(judge(&raw, events), &request))

@@ -27,10 +27,17 @@ pub(crate) struct Lines {
     tokens: Mutex<(u64, u64)>,
     /// How the run ended, when it reached an outcome (the `finished` event's message).
     ended: Mutex<Option<String>>,
+    /// How its agents and gates were confined (the `finished` event's `sandbox`).
+    sandbox: Mutex<Option<String>>,
 }
 
 impl Lines {
     fn add(&self, event: &Event) {
+        if let Event::Finished { sandbox, .. } = event
+            && !sandbox.is_empty()
+        {
+            *self.sandbox.lock().unwrap_or_else(|e| e.into_inner()) = Some(sandbox.clone());
+        }
         if let Event::Finished {
             message,
             error: None,
@@ -311,6 +318,14 @@ pub(crate) async fn summary(
         );
     }
     out!("  tokens: {tokens_in} in, {tokens_out} out");
+    if let Some(sandbox) = lines
+        .sandbox
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        out!("  sandbox: {sandbox}");
+    }
     out!("  next: {next}");
     Ok(())
 }

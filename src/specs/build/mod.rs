@@ -152,6 +152,7 @@ impl SpecBuild {
         force: Option<&str>,
     ) -> Result<Self, Error> {
         let lock = ctx.begin(&emitter).await?;
+        ctx.sandbox.record([ctx.config.planning.specs_dir.clone()]);
         ctx.warn_without_gates(&emitter);
         if ctx.config.build_concurrency > 1 {
             // Said, not ignored silently: a person who set it expects tasks at once.
@@ -168,14 +169,14 @@ impl SpecBuild {
         let mut plan = store.load()?.ok_or_else(|| SpecsError::NoImplementation {
             path: store.path().to_path_buf(),
         })?;
-        let git = Git::new(&ctx.workspace);
+        let git = ctx.git(&ctx.workspace);
         if !git.is_repo().await {
             // Checked up front: finding out at the first commit would waste the spec's work.
             return Err(GitError::NotARepo(ctx.workspace.clone()).into());
         }
         let bookkeeping =
             [&config.implementation, &config.progress].map(|p| p.to_string_lossy().into_owned());
-        let home = Home::record(&ctx.workspace, kept_out(&ctx))
+        let home = Home::record(git.clone(), kept_out(&ctx))
             .await?
             .map(|home| home.with_bookkeeping(&bookkeeping));
         if let Some(home) = &home {
