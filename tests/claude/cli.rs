@@ -90,8 +90,11 @@ impl Fixture {
     }
 
     /// A BUILD request in the fixture's workspace, logged to [`log`](Self::log).
+    /// Sandboxed as a run in the default mode is, the fixture's own files writable.
     fn request(&self, prompt: &str) -> AgentRequest {
-        AgentRequest::new(Role::Build, prompt, self.workspace()).log_path(self.log())
+        AgentRequest::new(Role::Build, prompt, self.workspace())
+            .log_path(self.log())
+            .sandbox(crate::support::sandbox(&self.workspace()).write(self.dir.path()))
     }
 
     /// Records every invocation of the fake to `record.jsonl`.
@@ -349,11 +352,17 @@ async fn a_build_run_gets_the_prompt_on_stdin_and_ralph_s_flags() {
     assert_eq!(env["CLAUDE_CODE_MAX_RETRIES"], "2");
     assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:9");
     assert!(env["RALPH_RUN_COOKIE"].is_string(), "{env}");
-    if nix::unistd::geteuid().is_root() {
-        // As root the CLI refuses to bypass permissions without it.
+    let confined = ralph::__internals::process::Sandbox::bubblewrap().is_ok();
+    if nix::unistd::geteuid().is_root() && confined {
+        // As root the CLI refuses to bypass permissions without it, and it is told so only
+        // when it does run in a sandbox.
         assert_eq!(env["IS_SANDBOX"], "1");
     } else {
         assert!(env.get("IS_SANDBOX").is_none(), "{env}");
+    }
+    if confined {
+        // Only the allowed variables of ralph's environment reach the CLI.
+        assert!(env.get("CARGO_PKG_NAME").is_none(), "{env}");
     }
 }
 
@@ -784,8 +793,11 @@ async fn grandchildren_in_sessions_of_their_own_die_with_the_run(
         .trim()
         .parse()
         .unwrap();
-    assert!(!alive(shell), "the grandchild's shell {shell} still runs");
-    f.assert_nothing_left(); // the shell's `sleep` too
+    // In the sandbox the pid is one of its own PID namespace's: the test mark finds it.
+    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+        assert!(!alive(shell), "the grandchild's shell {shell} still runs");
+    }
+    f.assert_nothing_left(); // the shell, and its `sleep` too
     // What was killed is a fact of the run, and an event as it happens.
     assert!(run.leaked >= 1, "{run:?}");
     assert!(

@@ -198,7 +198,8 @@ fn processes_left_by_a_killed_run_are_killed_at_the_next_start() {
     // A gate that starts a daemon in a session of its own, then takes its time.
     std::fs::write(
         workspace.join("ralph.toml"),
-        "stage_timeout = \"2m\"\nagent_timeout = \"30s\"\n\n[[gates]]\nname = \"slow\"\n\
+        "stage_timeout = \"2m\"\nagent_timeout = \"30s\"\n\n\
+         [sandbox]\nenv = [\"TEST_RUN_MARK\"]\n\n[[gates]]\nname = \"slow\"\n\
          command = \"setsid sleep 300 >/dev/null 2>&1 & sleep 120\"\ntimeout = \"2m\"\n",
     )
     .unwrap();

@@ -177,7 +177,13 @@ fn after_max_iterations_the_printed_command_runs_more_iterations_and_completes()
     // The verifier rejects the first time, then accepts: two iterations are needed.
     let state = tempfile::tempdir().unwrap();
     let once = state.path().join("rejected-once");
-    let dir = project_with_agents("works", "max_iterations = 1");
+    // The verifier's memory is outside the work tree, which it may not write: the sandbox
+    // is told.
+    let more = format!(
+        "max_iterations = 1\n[sandbox]\nwrite = [{:?}]",
+        state.path().display().to_string()
+    );
+    let dir = project_with_agents("works", &more);
     let script = WORKS.replace(
         r#"  verify) echo '{"verdict":"accept","reason":"it says hello"}' ;;"#,
         &format!(

@@ -9,7 +9,8 @@ use super::{THREAD_SPEC, ralph, stderr, stdout};
 use ralph::__internals::git::Git;
 
 /// A shell-script agent: keeps each prompt in `.ralph/prompts/` (ralph's state, never
-/// committed), and as a builder writes `greet.sh` and claims done.
+/// committed, which the sandbox lets it write: see [`repo_with`]), and as a builder writes
+/// `greet.sh` and claims done.
 const AGENT: &str = r#"prompt=$(cat)
 mkdir -p .ralph/prompts
 n=$(ls .ralph/prompts | wc -l)
@@ -27,9 +28,14 @@ async fn repo_with(config: &str) -> tempfile::TempDir {
     std::fs::write(dir.path().join("agent.sh"), AGENT).unwrap();
     std::fs::write(
         dir.path().join("ralph.toml"),
-        format!("{config}\n[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{{role}}\"]\n"),
+        format!(
+            "{config}\n[sandbox]\nwrite = [\".ralph/prompts\"]\n\n\
+             [agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{{role}}\"]\n"
+        ),
     )
     .unwrap();
+    // The folder the test watches, writable in the sandbox once it exists.
+    std::fs::create_dir_all(dir.path().join(".ralph/prompts")).unwrap();
     Git::new(dir.path())
         .commit_all("agents", &[])
         .await

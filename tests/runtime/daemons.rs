@@ -27,20 +27,24 @@ enum Mode {
 }
 
 /// The gate: starts the daemon, waits until it has written its pid (so it has cleared its
-/// environment and left the session), and passes.
-fn daemon_gate(pidfile: &Path) -> String {
+/// environment and left the session), and passes. The daemon sleeps for `sleep`, which no
+/// other process uses: in the sandbox its pid is one of the sandbox's own, so the test
+/// finds it by its command line.
+fn daemon_gate(pidfile: &Path, sleep: &str) -> String {
     let pidfile = pidfile.display();
     format!(
-        "env -i setsid sh -c 'echo $$ > {pidfile}.new && mv {pidfile}.new {pidfile}; cd /; exec sleep 600' \
+        "env -i setsid sh -c 'echo $$ > {pidfile}.new && mv {pidfile}.new {pidfile}; cd /; exec sleep {sleep}' \
          </dev/null >/dev/null 2>&1 & while [ ! -s {pidfile} ]; do sleep 0.01; done"
     )
 }
 
 /// A workspace of `mode` whose one gate is [`daemon_gate`], and the `ralph` command that
 /// runs it to completion.
-fn setup(mode: Mode, ws: &Path, scripts: &Path, pidfile: &Path) -> Command {
-    let gate = daemon_gate(pidfile);
-    let gates = format!("[[gates]]\nname = \"daemon\"\ncommand = {gate:?}\n");
+fn setup(mode: Mode, ws: &Path, scripts: &Path, pidfile: &Path, sleep: &str) -> Command {
+    let gate = daemon_gate(pidfile, sleep);
+    // The daemon's pid file is outside the work tree: the sandbox is told.
+    let sandbox = format!("[sandbox]\nwrite = [{:?}]\n", scripts.display().to_string());
+    let gates = format!("{sandbox}\n[[gates]]\nname = \"daemon\"\ncommand = {gate:?}\n");
     let mut cmd = Command::new(crate::support::ralph_bin());
     cmd.arg("-C").arg(ws);
     match mode {
@@ -76,6 +80,7 @@ fn setup(mode: Mode, ws: &Path, scripts: &Path, pidfile: &Path) -> Command {
         }
         Mode::Thread => {
             repo(ws, ".ralph/\n");
+            write(ws, "ralph.toml", &sandbox);
             commit(ws);
             let spec = format!(
                 "# Daemon\n<promise>DAEMON_DONE</promise>\n\n## Acceptance Criteria\n\n- [ ] the gate passes: `{gate}`\n"
@@ -117,7 +122,9 @@ fn a_gate_that_starts_an_environment_clearing_daemon_leaves_nothing(#[case] mode
         let ws = tempfile::tempdir().unwrap();
         let scripts = tempfile::tempdir().unwrap();
         let pidfile = scripts.path().join("daemon.pid");
-        let out = setup(mode, ws.path(), scripts.path(), &pidfile)
+        // Unique to the run: the cases run at once, in one test process.
+        let sleep = format!("600.{}{}{run:02}", std::process::id(), mode as u8);
+        let out = setup(mode, ws.path(), scripts.path(), &pidfile, &sleep)
             .output()
             .unwrap();
         assert!(
@@ -126,8 +133,8 @@ fn a_gate_that_starts_an_environment_clearing_daemon_leaves_nothing(#[case] mode
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let pid = daemon_pid(&pidfile);
-        if let Some(alive) = alive(pid) {
+        assert!(daemon_pid(&pidfile) > 0, "the daemon started");
+        for (pid, alive) in sleeping(&sleep) {
             escaped.push(format!("run {run}: {alive}"));
             kill(pid);
         }
@@ -146,13 +153,20 @@ fn daemon_pid(pidfile: &PathBuf) -> i32 {
     text.trim().parse().unwrap()
 }
 
-/// `pid`'s command line while it is the daemon and alive (not a zombie); `None` otherwise.
-pub(crate) fn alive(pid: i32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let state = stat.rsplit_once(") ")?.1.chars().next()?;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-    (state != 'Z' && cmdline.trim() == "sleep 600").then(|| format!("{pid}: {}", cmdline.trim()))
+/// The live processes (not zombies) running `sleep DURATION`, each with its command line.
+fn sleeping(duration: &str) -> Vec<(i32, String)> {
+    let wanted = format!("sleep {duration}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (state != 'Z' && cmdline.trim() == wanted).then(|| (pid, format!("{pid}: {wanted}")))
+        })
+        .collect()
 }
 
 fn kill(pid: i32) {

@@ -5,8 +5,10 @@ mod support;
 
 mod command_agent;
 mod daemons;
+mod ecosystems;
 mod every_mode;
 mod hooks;
+mod hostile;
 mod process;
 mod shell_gate;
 mod signal_matrix;

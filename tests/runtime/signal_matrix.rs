@@ -133,6 +133,7 @@ impl Cell {
             Mode::Thread => {
                 git(ws, &["init", "-q", "-b", "main"]);
                 crate::support::write(ws, ".gitignore", ".ralph/\n");
+                crate::support::write(ws, "ralph.toml", &self.config(grace, false));
                 git(ws, &["add", "-A"]);
                 git(ws, &["commit", "-q", "-m", "init"]);
                 let spec = format!(
@@ -156,8 +157,12 @@ impl Cell {
     /// `ralph.toml`: no retries (an interrupted attempt that counted would block the task),
     /// the grace given, and the leaking gate.
     fn config(&self, grace: &str, gate: bool) -> String {
+        // The gate and the fake CLI leave their markers outside the work tree, and the fake
+        // takes its knobs from ralph's environment: the sandbox is told.
         let mut text = format!(
-            "retries = 0\nstage_timeout = \"10m\"\nagent_timeout = \"10m\"\ngrace = \"{grace}\"\n"
+            "retries = 0\nstage_timeout = \"10m\"\nagent_timeout = \"10m\"\ngrace = \"{grace}\"\n\
+             \n[sandbox]\nwrite = [{:?}]\nenv = [\"FAKE_CLAUDE_*\"]\n",
+            self.markers.path().display().to_string()
         );
         if gate {
             text.push_str(&format!(

@@ -279,7 +279,14 @@ async fn a_stop_after_the_commit_makes_no_second_commit_and_no_second_verificati
     let dir = ws.path();
     implementation(dir, &[("a", 1, &["Write greet.sh"])]);
     stop_after_commit(dir);
-    let ralph1 = build(dir, one_task_agent(), Recorder::default());
+    // Unconfined: the hook stands in for a crash between the commit and the note's removal,
+    // so it must reach `.ralph/`, which the sandbox keeps from every hook.
+    let ralph1 = Ralph::builder()
+        .workspace(dir)
+        .agent(one_task_agent())
+        .config("sandbox.mode", "off")
+        .build()
+        .unwrap();
     let err = ralph1.build_specs().await.unwrap_err().to_string();
     assert!(err.contains("spec-commit-due"), "{err}");
     drop(ralph1);

@@ -114,6 +114,7 @@ impl<C: CliUnderTest> Rig<C> {
     ) -> AgentRun {
         let log = self.log();
         let request = AgentRequest::new(role, prompt, self.path())
+            .sandbox(super::sandbox_for(role, self.path()))
             .log_path(&log)
             .timeout(Duration::from_secs(120))
             .on_event(events);
@@ -245,6 +246,7 @@ macro_rules! cli_agent_suite {
                 .clone()
                 .idle_timeout(std::time::Duration::from_secs(5));
             let request = AgentRequest::new(Role::Build, "p", rig.path())
+                .sandbox(support::sandbox(rig.path()))
                 .timeout(std::time::Duration::from_secs(120));
 
             let run = agent.run(request).await.unwrap();
