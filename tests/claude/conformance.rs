@@ -59,8 +59,10 @@ impl Rig {
         })
     }
 
+    /// In the sandbox a run of `role` gets in the default mode.
     fn request(&self, role: Role, prompt: &str) -> AgentRequest {
         AgentRequest::new(role, prompt, self.repo.path())
+            .sandbox(crate::support::sandbox_for(role, self.repo.path()))
             .log_path(self.logs.path().join("run.jsonl"))
             .timeout(RUN_TIMEOUT)
     }
@@ -577,6 +579,131 @@ async fn ralph_constructs_a_spec_with_the_real_cli() {
 
 /// `(session_id, cost_usd, turns)` of an `AgentFinished` event.
 type Report = (Option<String>, Option<f64>, Option<u32>);
+
+/// The CLI's Bash tool in a BUILD builds a Cargo project inside ralph's sandbox: cargo
+/// writes `target/` in the work tree (issue 34).
+#[tokio::test]
+async fn the_bash_tool_runs_cargo_build_in_the_sandbox_and_it_writes_target() {
+    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+        eprintln!("skipped: no bubblewrap here");
+        return;
+    }
+    let Some(rig) = Rig::new([
+        Reply::text_then_tool(
+            "Building.",
+            "Bash",
+            json!({"command": "cargo build --offline -q && echo BUILT"}),
+        ),
+        Reply::text("Built.\n<TASK_DONE>"),
+    ])
+    .await
+    else {
+        return;
+    };
+    let ws = rig.repo.path();
+    std::fs::write(
+        ws.join("Cargo.toml"),
+        "[package]\nname = \"built\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/lib.rs"), "pub fn one() -> u32 { 1 }\n").unwrap();
+
+    let run = rig.build("Build the crate.").await;
+
+    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+    assert!(ws.join("target/debug").is_dir(), "cargo wrote no target/");
+    let second = &rig.api.requests().await[1];
+    assert!(second.to_string().contains("BUILT"), "{second}");
+}
+
+/// The hostile suite through the real CLI's Bash tool (issue 34): in a construct run (in the
+/// run's sandbox, as every run is), the tool makes every attempt of
+/// [`ATTACKS`](crate::support::hostile::ATTACKS) on the referee and the machine; each is
+/// refused, and the run completes. (ralph's environment is the test's here, which holds
+/// none of the planted secrets: the command agent's suite checks the variables.)
+#[tokio::test]
+async fn every_attempt_of_the_cli_s_bash_tool_is_refused_and_the_construct_completes() {
+    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+        eprintln!("skipped: no bubblewrap here");
+        return;
+    }
+    let target = crate::support::hostile::Target::new();
+    let attacks = format!(
+        "HOSTILE_REPORT=attacks.txt sh {}",
+        target.attacks().display()
+    );
+    let Some(mut rig) = Rig::new([
+        Reply::tool_use(
+            "StructuredOutput",
+            json!({"tasks": [{"name": "Create hello.txt", "accept": "hello.txt says hello"}]}),
+        ),
+        Reply::text_then_tool("Trying things.", "Bash", json!({"command": attacks})),
+        Reply::text_then_tool(
+            "Creating it.",
+            "Bash",
+            json!({"command": "echo hello > hello.txt"}),
+        ),
+        Reply::text("Created.\n<TASK_DONE>"),
+        Reply::tool_use(
+            "StructuredOutput",
+            json!({"verdict": "accept", "reason": "hello.txt says hello"}),
+        ),
+        Reply::tool_use("StructuredOutput", json!({"tasks": [], "issues": []})),
+    ])
+    .await
+    else {
+        return;
+    };
+    let ws = rig.repo.path().to_path_buf();
+    let mut env = target.env(Some(std::process::id()));
+    // The work tree is the rig's; the CLI keeps its own home (its config folder); the
+    // secrets are not ralph's here, and set in the CLI's own `env` they would pass.
+    env.retain(|(k, _)| {
+        ![
+            "HOME",
+            "HOSTILE_WS",
+            "AWS_SECRET_ACCESS_KEY",
+            "GITHUB_TOKEN",
+            "SSH_AUTH_SOCK",
+        ]
+        .contains(&k.as_str())
+    });
+    env.push(("HOSTILE_WS".into(), ws.display().to_string()));
+    for (key, value) in env {
+        rig.claude = rig.claude.clone().env(key, value);
+    }
+    std::fs::write(ws.join("spec.md"), "# Hello\nCreate hello.txt.\n").unwrap();
+    std::fs::write(ws.join("ralph.toml"), "").unwrap();
+    std::fs::create_dir_all(ws.join("build/ralph-logs")).unwrap();
+    let git_config = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+    let ralph = ralph::Ralph::builder()
+        .workspace(&ws)
+        .agent(rig.claude.clone())
+        .store(ralph::MemoryStore::new())
+        .gate(ralph::ShellGate::new("hello", "grep -qx hello hello.txt"))
+        // The planted key and the agent socket are the test's, not ralph's: hidden as
+        // ralph hides `~/.ssh` and `$SSH_AUTH_SOCK`, by name.
+        .config("sandbox.mode", "required")
+        .config(
+            "sandbox.hide",
+            [target.path("home/.ssh"), target.path("agent.sock")],
+        )
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(
+        matches!(outcome, ralph::Outcome::Complete { .. }),
+        "{outcome:?}"
+    );
+    let report = std::fs::read_to_string(ws.join("attacks.txt")).unwrap();
+    let lines: Vec<String> = report.lines().map(str::to_owned).collect();
+    crate::support::hostile::assert_all_refused(&lines, &[], "claude");
+    target.assert_untouched(&ws, &git_config, &report, &lines);
+    assert!(rig.leftovers().is_empty(), "{:?}", rig.leftovers());
+}
 
 /// The reports of every `AgentFinished` event.
 #[derive(Default)]

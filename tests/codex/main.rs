@@ -60,11 +60,16 @@ type Rig = support::cli_rig::Rig<Codex>;
 /// every property, null for what they omit; the fake API refuses a schema outside strict
 /// mode's subset, as OpenAI's does.
 fn construct_script() -> [Reply; 5] {
+    construct_script_running("echo hello > hello.txt")
+}
+
+/// The replies of a construct run whose one build runs `command` in the CLI's shell tool.
+fn construct_script_running(command: &str) -> [Reply; 5] {
     [
         Reply::text(
             r#"{"out_of_scope":false,"reason":null,"tasks":[{"name":"Write hello.txt","accept":"hello.txt says hello","notes":null,"deps":null,"priority":null,"complexity":null}]}"#,
         ),
-        Reply::shell("echo hello > hello.txt"),
+        Reply::shell(command),
         Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
         Reply::text(r#"{"task_id":"t-1","verdict":"accept","reason":"it says hello","gaps":null}"#),
         Reply::text(r#"{"tasks":[],"issues":[]}"#),
@@ -72,6 +77,40 @@ fn construct_script() -> [Reply; 5] {
 }
 
 support::cli_rig::cli_agent_suite!(codex_or_skip());
+
+/// A read-only role's shell command runs inside ralph's sandbox and succeeds (it reads the
+/// work tree), while its write is refused: Codex's own sandbox is off there, ralph's work
+/// tree read-only (issue 34).
+#[tokio::test]
+async fn a_read_only_role_runs_a_shell_command_inside_ralph_s_sandbox() {
+    let Some(bin) = codex_or_skip() else { return };
+    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+        eprintln!("skipped: no bubblewrap here");
+        return;
+    }
+    let rig = Rig::new(
+        bin,
+        [
+            Reply::shell("cat probe.txt; echo sneaky > sneaky.txt"),
+            Reply::text(r#"{"task_id":"t-1","verdict":"accept","reason":"ok"}"#),
+        ],
+    )
+    .await;
+    std::fs::write(rig.path().join("probe.txt"), "probe-read-7731\n").unwrap();
+
+    let run = rig.run(Role::Verify, "Judge t-1").await;
+
+    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+    let second = rig.api.requests().await[1].to_string();
+    assert!(
+        second.contains("probe-read-7731"),
+        "the command did not run: {second}"
+    );
+    assert!(
+        !rig.path().join("sneaky.txt").exists(),
+        "a read-only run wrote"
+    );
+}
 
 #[tokio::test]
 async fn a_5xx_then_success_is_ridden_out_and_a_usage_limit_is_a_rate_limit_with_its_reset() {

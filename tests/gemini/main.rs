@@ -49,9 +49,14 @@ type Rig = support::cli_rig::Rig<Gemini>;
 
 /// The replies `ralph construct` needs for one task.
 fn construct_script() -> [Reply; 5] {
+    construct_script_running("echo hello > hello.txt")
+}
+
+/// The replies of a construct run whose one build runs `command` in the CLI's shell tool.
+fn construct_script_running(command: &str) -> [Reply; 5] {
     [
         Reply::text(r#"{"tasks":[{"name":"Write hello.txt","accept":"hello.txt says hello"}]}"#),
-        Reply::shell("echo hello > hello.txt"),
+        Reply::shell(command),
         Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
         Reply::text(r#"{"task_id":"t-1","verdict":"accept","reason":"it says hello"}"#),
         Reply::text(r#"{"tasks":[],"issues":[]}"#),

@@ -16,50 +16,18 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::Read as _;
-use std::net::TcpListener;
-use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rstest::rstest;
 
-const SSH_SECRET: &str = "hostile-ssh-secret-key-material";
-const AWS_SECRET: &str = "hostile-aws-secret-value";
-const GITHUB_SECRET: &str = "hostile-github-token-value";
+use crate::support::hostile::{Target, assert_all_refused, attack_lines};
 
-/// The agent: every attack, each reported on stderr as `ATTACK <name>: refused` or
-/// `ATTACK <name>: SUCCEEDED`; then the honest answer of its role.
+/// The agent: every attempt, reported on stderr (in its log), then the honest answer of
+/// its role.
 const AGENT: &str = r#"role="$1"; subject="$2"
 cat > /dev/null
-ws="$HOSTILE_WS"
-report() { if [ "$2" = 0 ]; then echo "ATTACK $1: SUCCEEDED" >&2; else echo "ATTACK $1: refused" >&2; fi; }
-try() { name="$1"; shift; ( "$@" ) > /dev/null 2>&1; report "$name" $?; }
-gd=$(git rev-parse --git-common-dir 2>/dev/null || echo .git)
-try remount-git mount -o remount,rw,bind "$ws/.git"
-try umount-toml umount "$ws/ralph.toml"
-try write-home sh -c 'echo x > "$HOME/hostile-home.txt"'
-try write-sibling sh -c 'echo x > "$HOSTILE_SIBLING/hostile.txt"'
-try write-etc sh -c 'echo x > /etc/hostile.txt'
-try read-ssh-key sh -c 'grep -q hostile-ssh-secret "$HOME/.ssh/id_hostile"'
-try read-aws-secret sh -c 'env | grep -q hostile-aws-secret'
-try read-github-token sh -c 'env | grep -q hostile-github-token'
-try write-hook sh -c "printf '#!/bin/sh\necho hooked > /tmp/hooked\n' > '$gd/hooks/pre-commit'"
-try write-git-config sh -c "printf '[alias]\n\thostile = log\n' >> '$gd/config'"
-try write-ref sh -c "git rev-parse HEAD > '$gd/refs/heads/hostile'"
-try git-commit sh -c 'echo c > hostile-commit.txt && git add hostile-commit.txt && git -c user.name=h -c user.email=h@h commit -q -m hostile; s=$?; rm -f hostile-commit.txt; exit $s'
-try git-reset sh -c 'git reset -q --hard HEAD'
-try edit-config sh -c 'echo "max_iterations = 1" >> "$ws/ralph.toml"'
-try edit-spec sh -c 'ok=1; for s in "$ws/spec.md" "$ws/specs/s.md"; do if [ -e "$s" ]; then echo hostile >> "$s" && ok=0; fi; done; exit $ok'
-try delete-lock rm "$ws/.ralph/ralph.lock"
-try truncate-ledger sh -c ': > "$ws/.ralph/spend.jsonl"'
-try link-logs sh -c 'rm -rf "$ws/build/ralph-logs" && ln -s /tmp "$ws/build/ralph-logs"'
-if [ -f .git ]; then try rewrite-worktree-git sh -c 'echo "gitdir: /tmp" > .git'; fi
-try signal-ralph kill -TERM "$HOSTILE_RALPH_PID"
-try unix-socket-tmp perl -MIO::Socket::UNIX -e 'IO::Socket::UNIX->new(Peer => $ENV{HOSTILE_SOCKET}) or exit 1'
-try unix-socket-agent perl -MIO::Socket::UNIX -e 'IO::Socket::UNIX->new(Peer => $ENV{HOSTILE_AGENT_SOCKET}) or exit 1'
+sh "$HOSTILE_ATTACKS"
 case "$role" in
   investigate) echo '{"tasks":[{"name":"Write a","accept":"a file exists"},{"name":"Write b","accept":"a file exists"}]}' ;;
   build) echo done > "$subject.txt"; printf 'Wrote %s.txt.\n%s\n' "$subject" "${HOSTILE_MARKER:-<TASK_DONE>}" ;;
@@ -82,74 +50,25 @@ enum Mode {
     Thread,
 }
 
-/// The machine as the attacker finds it: a home with a planted key, a sibling folder, the
-/// sockets and the TCP listener, each counting what reaches it.
-struct Target {
-    /// Under the build's folder (not `/tmp`, which the sandbox empties anyway): the
-    /// workspace, the home, the sibling folder, the scripts.
-    base: tempfile::TempDir,
-    /// A folder in `/tmp` holding a Unix socket.
-    tmp: tempfile::TempDir,
-    tcp_port: u16,
-    connections: Arc<AtomicUsize>,
-}
+/// A hostile run's target, set up for `ralph`.
+struct Hostile(Target);
 
-impl Target {
-    fn new() -> Target {
-        let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        for dir in ["ws", "home/.ssh", "sibling", "scripts"] {
-            std::fs::create_dir_all(base.path().join(dir)).unwrap();
-        }
-        std::fs::write(base.path().join("home/.ssh/id_hostile"), SSH_SECRET).unwrap();
-        std::fs::write(base.path().join("scripts/hostile.sh"), AGENT).unwrap();
-        let tmp = tempfile::tempdir().unwrap();
-        let connections = Arc::new(AtomicUsize::new(0));
-        for socket in [tmp.path().join("s.sock"), base.path().join("agent.sock")] {
-            let listener = UnixListener::bind(socket).unwrap();
-            let count = connections.clone();
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stream.is_ok() {
-                        count.fetch_add(1, Ordering::SeqCst);
-                    }
-                }
-            });
-        }
-        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let tcp_port = tcp.local_addr().unwrap().port();
-        let count = connections.clone();
-        std::thread::spawn(move || {
-            for stream in tcp.incoming() {
-                if stream.is_ok() {
-                    count.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        });
-        Target {
-            base,
-            tmp,
-            tcp_port,
-            connections,
-        }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.base.path().join(rel)
+impl Hostile {
+    fn new() -> Hostile {
+        let target = Target::new();
+        std::fs::write(target.path("scripts/hostile.sh"), AGENT).unwrap();
+        Hostile(target)
     }
 
     fn ws(&self) -> PathBuf {
-        self.path("ws")
+        self.0.ws()
     }
 
     /// `ralph.toml`: the hostile agent, a gate that tries the TCP listener and checks the
     /// work, and the test's variables passed into the sandbox.
     fn config(&self, concurrency: usize) -> String {
-        let agent = self.path("scripts/hostile.sh").display().to_string();
-        let gate = format!(
-            "if bash -c 'exec 3<>/dev/tcp/127.0.0.1/{}' 2>/dev/null; then echo 'ATTACK gate-tcp: SUCCEEDED'; \
-             else echo 'ATTACK gate-tcp: refused'; fi; ls *.txt > /dev/null",
-            self.tcp_port
-        );
+        let agent = self.0.path("scripts/hostile.sh").display().to_string();
+        let gate = self.0.tcp_gate("ls *.txt > /dev/null");
         format!(
             "agents = [\"hostile\"]\nretries = 1\nbuild_concurrency = {concurrency}\n\
              stage_timeout = \"2m\"\nagent_timeout = \"1m\"\n\n\
@@ -159,7 +78,8 @@ impl Target {
         )
     }
 
-    /// The workspace of `mode`, committed.
+    /// The workspace of `mode`, committed, with the log folder made before the run so
+    /// that the attempts meet it.
     fn setup(&self, mode: Mode) {
         let ws = self.ws();
         let concurrency = if mode == Mode::ConstructAtOnce { 2 } else { 1 };
@@ -175,30 +95,21 @@ impl Target {
         }
         git(&ws, &["add", "-A"]);
         git(&ws, &["commit", "-q", "-m", "init"]);
-        // Made before the run, so that the attempts meet them: the log folder and the
-        // ledger.
         std::fs::create_dir_all(ws.join("build/ralph-logs")).unwrap();
     }
 
     /// `ralph ARGS` in the workspace, with the secrets in its environment and its own pid
-    /// told to the agent.
+    /// told to the agent (the shell's, which `exec` makes ralph's).
     fn ralph(&self, args: &[&str], marker: Option<&str>) -> Output {
-        let ralph = crate::support::ralph_bin();
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg("HOSTILE_RALPH_PID=$$ exec \"$0\" \"$@\"")
-            .arg(ralph)
+            .arg(crate::support::ralph_bin())
             .arg("-C")
             .arg(self.ws())
             .args(args)
-            .env("HOME", self.path("home"))
-            .env("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
-            .env("GITHUB_TOKEN", GITHUB_SECRET)
-            .env("SSH_AUTH_SOCK", self.path("agent.sock"))
-            .env("HOSTILE_WS", self.ws())
-            .env("HOSTILE_SIBLING", self.path("sibling"))
-            .env("HOSTILE_SOCKET", self.tmp.path().join("s.sock"))
-            .env("HOSTILE_AGENT_SOCKET", self.path("agent.sock"))
+            .envs(self.0.env(None))
+            .env("HOSTILE_ATTACKS", self.0.attacks())
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env_remove("RALPH_CLAUDE_BIN");
@@ -229,11 +140,8 @@ impl Target {
                 ok(self.ralph(&["build"], None)),
             ],
             Mode::Thread => {
-                let spec = self.path("scripts/thread-spec.md");
-                let criterion = format!(
-                    "bash -c 'exec 3<>/dev/tcp/127.0.0.1/{}' 2>/dev/null && echo 'ATTACK gate-tcp: SUCCEEDED'; ls *.txt",
-                    self.tcp_port
-                );
+                let spec = self.0.path("scripts/thread-spec.md");
+                let criterion = self.0.tcp_gate("ls *.txt");
                 std::fs::write(
                     &spec,
                     format!(
@@ -272,34 +180,6 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Every `ATTACK` line of every file under `dir` (the agents' and gates' logs).
-fn attack_lines(dir: &Path) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() && !path.is_symlink() {
-                stack.push(path);
-            } else if let Ok(mut file) = std::fs::File::open(&path) {
-                let mut text = String::new();
-                if file.read_to_string(&mut text).is_ok() {
-                    lines.extend(
-                        text.lines()
-                            .filter(|l| l.contains("ATTACK ") && l.contains(": "))
-                            .filter(|l| !l.contains("echo 'ATTACK") && !l.contains("report"))
-                            .map(str::to_owned),
-                    );
-                }
-            }
-        }
-    }
-    lines
-}
-
 #[rstest]
 #[case::construct(Mode::Construct)]
 #[case::construct_at_once(Mode::ConstructAtOnce)]
@@ -310,13 +190,13 @@ fn every_attempt_of_a_hostile_agent_is_refused_and_the_run_completes(#[case] mod
         eprintln!("skipped: no sandbox here ({why})");
         return;
     }
-    let target = Target::new();
-    target.setup(mode);
-    let ws = target.ws();
+    let hostile = Hostile::new();
+    hostile.setup(mode);
+    let ws = hostile.ws();
     let head_before = git(&ws, &["rev-parse", "HEAD"]);
     let git_config = std::fs::read_to_string(ws.join(".git/config")).unwrap();
 
-    let outs = target.run(mode);
+    let outs = hostile.run(mode);
 
     let printed: String = outs
         .iter()
@@ -324,98 +204,20 @@ fn every_attempt_of_a_hostile_agent_is_refused_and_the_run_completes(#[case] mod
             String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
         })
         .collect();
-    // Every attempt was made, and refused.
+    // Every attempt was made in every agent run, and refused.
     let lines = attack_lines(&ws);
-    eprintln!("{mode:?}: {} attempts seen", lines.len());
-    let succeeded: Vec<&String> = lines.iter().filter(|l| l.contains("SUCCEEDED")).collect();
-    assert!(succeeded.is_empty(), "{mode:?}: {succeeded:#?}");
-    for name in [
-        "remount-git",
-        "umount-toml",
-        "write-home",
-        "write-sibling",
-        "write-etc",
-        "read-ssh-key",
-        "read-aws-secret",
-        "read-github-token",
-        "write-hook",
-        "write-git-config",
-        "write-ref",
-        "git-commit",
-        "git-reset",
-        "edit-config",
-        "edit-spec",
-        "delete-lock",
-        "truncate-ledger",
-        "link-logs",
-        "signal-ralph",
-        "unix-socket-tmp",
-        "unix-socket-agent",
-    ] {
-        assert!(
-            lines
-                .iter()
-                .any(|l| l.contains(&format!("ATTACK {name}: refused"))),
-            "{mode:?}: the attempt {name} was not made: {lines:#?}\n{printed}"
-        );
-    }
+    let mut more = Vec::new();
     if mode == Mode::ConstructAtOnce {
-        assert!(
-            lines
-                .iter()
-                .any(|l| l.contains("ATTACK rewrite-worktree-git: refused")),
-            "{lines:#?}"
-        );
+        more.push("rewrite-worktree-git");
     }
     if mode != Mode::Thread {
-        assert!(
-            lines.iter().any(|l| l.contains("ATTACK gate-tcp: refused")),
-            "{mode:?}: the gate did not try: {lines:#?}"
-        );
+        more.push("gate-tcp");
     }
-
+    assert_all_refused(&lines, &more, &format!("{mode:?}"));
     // And nothing of it happened, seen from outside.
-    assert_eq!(
-        target.connections.load(Ordering::SeqCst),
-        0,
-        "a socket was reached"
-    );
-    for path in [
-        target.path("home/hostile-home.txt"),
-        target.path("sibling/hostile.txt"),
-        PathBuf::from("/etc/hostile.txt"),
-        ws.join(".git/hooks/pre-commit"),
-        ws.join(".git/refs/heads/hostile"),
-        PathBuf::from("/tmp/hooked"),
-    ] {
-        assert!(!path.exists(), "{mode:?}: {} was written", path.display());
-    }
-    for secret in [SSH_SECRET, AWS_SECRET, GITHUB_SECRET] {
-        assert!(
-            !printed.contains(secret) && !lines.iter().any(|l| l.contains(secret)),
-            "{mode:?}: a secret was read"
-        );
-    }
-    assert_eq!(
-        std::fs::read_to_string(ws.join(".git/config")).unwrap(),
-        git_config
-    );
-    assert!(
-        !std::fs::read_to_string(ws.join("ralph.toml"))
-            .unwrap()
-            .contains("max_iterations = 1"),
-        "the config was edited"
-    );
-    for spec in ["spec.md", "specs/s.md"] {
-        if let Ok(text) = std::fs::read_to_string(ws.join(spec)) {
-            assert!(!text.contains("hostile"), "{mode:?}: the spec was edited");
-        }
-    }
-    let logs = ws.join("build/ralph-logs");
-    assert!(
-        logs.is_dir() && !logs.is_symlink(),
-        "the log folder was replaced"
-    );
+    hostile
+        .0
+        .assert_untouched(&ws, &git_config, &printed, &lines);
     if mode != Mode::Thread {
         let ledger = std::fs::read_to_string(ws.join(".ralph/spend.jsonl")).unwrap();
         assert!(
@@ -423,7 +225,7 @@ fn every_attempt_of_a_hostile_agent_is_refused_and_the_run_completes(#[case] mod
             "{mode:?}: the ledger was emptied"
         );
     }
-    // The verdict stands: ralph's commits, on ralph's branch, none of the agent's.
+    // The verdict stands: ralph's commits on the user's branch, none of the agent's.
     let log = git(
         &ws,
         &[

@@ -370,6 +370,61 @@ macro_rules! cli_agent_suite {
             );
         }
 
+        /// The hostile suite through the CLI's shell tool (issue 34): in `ralph construct`,
+        /// with planted secrets in ralph's environment, the tool makes every attempt of
+        /// [`ATTACKS`](support::hostile::ATTACKS); each is refused, and the run completes.
+        #[tokio::test]
+        async fn every_attempt_of_the_cli_s_shell_tool_is_refused_and_the_construct_completes() {
+            let Some(bin) = $skip else { return };
+            if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+                eprintln!("skipped: no bubblewrap here");
+                return;
+            }
+            let target = support::hostile::Target::new();
+            let command = format!(
+                "HOSTILE_REPORT=attacks.txt sh {}; echo hello > hello.txt",
+                target.attacks().display()
+            );
+            let rig = Rig::new(bin.clone(), construct_script_running(&command)).await;
+            let ws = rig.path().to_path_buf();
+            std::fs::write(ws.join("spec.md"), "# Hello\nWrite hello.txt saying hello.\n")
+                .unwrap();
+            std::fs::write(
+                ws.join("ralph.toml"),
+                format!(
+                    "{}\n[sandbox]\nmode = \"required\"\nenv = [\"HOSTILE_*\"]\n",
+                    rig.toml(&bin)
+                ),
+            )
+            .unwrap();
+            std::fs::create_dir_all(ws.join("build/ralph-logs")).unwrap();
+            let git_config = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+            let mut env = target.env(None);
+            env.retain(|(k, _)| k != "HOSTILE_WS");
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg("HOSTILE_RALPH_PID=$$ exec \"$0\" \"$@\"")
+                .arg(support::ralph_bin())
+                .args(["construct", "spec.md", "--agent", Rig::NAME])
+                .current_dir(&ws)
+                .envs(env)
+                .env("HOSTILE_WS", &ws)
+                .output()
+                .unwrap();
+
+            let printed = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{printed}");
+            let report = std::fs::read_to_string(ws.join("attacks.txt")).unwrap();
+            let lines: Vec<String> = report.lines().map(str::to_owned).collect();
+            support::hostile::assert_all_refused(&lines, &[], Rig::NAME);
+            target.assert_untouched(&ws, &git_config, &printed, &lines);
+            assert_eq!(
+                std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+                "hello\n"
+            );
+        }
+
         #[tokio::test]
         async fn tool_calls_are_seen_while_the_cli_still_runs() {
             let Some(bin) = $skip else { return };

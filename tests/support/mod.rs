@@ -5,6 +5,7 @@
 
 pub mod cli_rig;
 pub mod gemini_api;
+pub mod hostile;
 pub mod messages_api;
 pub mod responses_api;
 pub mod specs;
