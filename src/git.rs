@@ -140,8 +140,34 @@ struct Known {
     identity: OnceLock<Vec<String>>,
     /// `git rev-parse --absolute-git-dir`.
     git_dir: OnceLock<PathBuf>,
-    /// That and `--git-common-dir`, absolute: what a hook-running command writes.
-    git_dirs: OnceLock<Vec<PathBuf>>,
+    /// The repository's git folders and its hooks folder (see [`HookPlaces`]).
+    hook_places: OnceLock<HookPlaces>,
+}
+
+/// Where a hook-running command writes, and where its hooks are.
+#[derive(Clone, Debug)]
+struct HookPlaces {
+    /// `--absolute-git-dir` and `--git-common-dir`: what the command writes.
+    git_dirs: Vec<PathBuf>,
+    /// `--git-path hooks`, which follows `core.hooksPath`.
+    hooks: PathBuf,
+}
+
+impl HookPlaces {
+    /// Whether any hook would run: an executable file in the hooks folder that is not one
+    /// of git's `.sample`s. Read at every command: a person may add one during a run.
+    fn any_hook(&self) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::read_dir(&self.hooks).is_ok_and(|entries| {
+            entries.flatten().any(|entry| {
+                let sample = entry.file_name().to_string_lossy().ends_with(".sample");
+                !sample
+                    && entry
+                        .metadata()
+                        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+        })
+    }
 }
 
 /// The git commands that may run the repository's hooks (`pre-commit`, `post-checkout`,
@@ -903,18 +929,35 @@ impl Git {
         if !self.hooks.confines() || !runs_hooks {
             return Ok(Sandbox::unconfined());
         }
-        let dirs = match self.known.git_dirs.get() {
-            Some(dirs) => dirs.clone(),
+        let places = match self.known.hook_places.get() {
+            Some(places) => places.clone(),
             None => {
                 // Boxed: `run` comes back here, for a command that runs no hooks.
-                let ask = self.run(&["rev-parse", "--absolute-git-dir", "--git-common-dir"]);
+                let ask = self.run(&[
+                    "rev-parse",
+                    "--absolute-git-dir",
+                    "--git-common-dir",
+                    "--git-path",
+                    "hooks",
+                ]);
                 let out = Box::pin(ask).await?;
-                let dirs: Vec<PathBuf> =
+                let mut paths: Vec<PathBuf> =
                     out.lines().map(|line| self.dir.join(line.trim())).collect();
-                self.known.git_dirs.get_or_init(|| dirs).clone()
+                let hooks = paths.pop().unwrap_or_default();
+                let places = HookPlaces {
+                    git_dirs: paths,
+                    hooks,
+                };
+                self.known.hook_places.get_or_init(|| places).clone()
             }
         };
-        Ok(dirs
+        // No hook, no code of the workspace's: the command runs as every other git command
+        // does (a sandbox costs milliseconds per commit).
+        if !places.any_hook() {
+            return Ok(Sandbox::unconfined());
+        }
+        Ok(places
+            .git_dirs
             .into_iter()
             .fold(self.hooks.clone(), |sandbox, dir| sandbox.write(dir)))
     }

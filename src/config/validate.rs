@@ -111,6 +111,8 @@ impl Config {
             return Err(invalid("planning.magic_phrase", "is empty".into()));
         }
         self.check_prompts()?;
+        check_sandbox(&self.sandbox)
+            .map_err(|(key, why)| invalid(&format!("sandbox.{key}"), why))?;
         check_claude(&self.claude).map_err(|(key, why)| invalid(&format!("claude.{key}"), why))?;
         let mut names = std::collections::HashSet::new();
         for (i, gate) in self.gates.iter().enumerate() {
@@ -336,6 +338,29 @@ impl Config {
     }
 }
 
+/// Checks `[sandbox]`: each path given, each variable a name (`PREFIX*` for a prefix).
+fn check_sandbox(sandbox: &super::SandboxConfig) -> Result<(), (String, String)> {
+    for (key, paths) in [
+        ("write", &sandbox.write),
+        ("protect", &sandbox.protect),
+        ("hide", &sandbox.hide),
+    ] {
+        if let Some(i) = paths.iter().position(|p| p.as_os_str().is_empty()) {
+            return Err((format!("{key}[{i}]"), "is empty".into()));
+        }
+    }
+    for (i, name) in sandbox.env.iter().enumerate() {
+        let stem = name.strip_suffix('*').unwrap_or(name);
+        if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err((
+                format!("env[{i}]"),
+                format!("must be a variable's name, or a prefix ending in `*` (got {name:?})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks `[claude]` values the CLI would reject or that would make every run fail: the
 /// offending key (relative to `[claude]`) and why.
 fn check_claude(claude: &ClaudeConfig) -> Result<(), (String, String)> {
@@ -447,6 +472,33 @@ mod tests {
             jail.create_file("ralph.toml", "[claude]\npermission_mode = \"yolo\"\n")?;
             let e = load_in(jail).unwrap_err().to_string();
             assert!(e.contains("yolo") && e.contains("bypassPermissions"), "{e}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_sandbox_keys_are_named() {
+        Jail::expect_with(|jail| {
+            jail.create_file("ralph.toml", "[sandbox]\nmode = \"sometimes\"\n")?;
+            let e = load_in(jail).unwrap_err().to_string();
+            assert!(e.contains("sometimes") && e.contains("required"), "{e}");
+            jail.create_file("ralph.toml", "[sandbox]\nenv = [\"A*B\"]\n")?;
+            let e = load_in(jail).unwrap_err().to_string();
+            assert!(
+                e.contains("sandbox.env[0]") && e.contains("ralph.toml"),
+                "{e}"
+            );
+            jail.create_file("ralph.toml", "[sandbox]\nwrite = [\"\"]\n")?;
+            let e = load_in(jail).unwrap_err().to_string();
+            assert!(e.contains("sandbox.write[0] is empty"), "{e}");
+            jail.create_file(
+                "ralph.toml",
+                "[sandbox]\nmode = \"off\"\nenv = [\"FOO_*\"]\n",
+            )?;
+            assert_eq!(
+                load_in(jail).unwrap().sandbox.mode,
+                super::super::SandboxMode::Off
+            );
             Ok(())
         });
     }

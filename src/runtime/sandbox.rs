@@ -471,6 +471,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hooks_program_in_the_tree_and_a_gates_script_are_the_referees() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("notify.sh"), "").unwrap();
+        std::fs::write(ws.path().join("check.sh"), "").unwrap();
+        let config: Config = toml::from_str(
+            "[[gates]]\nname = \"g\"\ncommand = \"sh check.sh\"\n\n\
+             [[hooks]]\non = [\"finished\"]\ncommand = [\"./notify.sh\", \"done\"]\n\n\
+             [[hooks]]\non = [\"finished\"]\ncommand = [\"notify-send\"]\n",
+        )
+        .unwrap();
+        let referee = referee_files(ws.path(), &config);
+        for file in ["notify.sh", "check.sh", ".git", ".ralph", "ralph.toml"] {
+            assert!(
+                referee.contains(&PathBuf::from(file)),
+                "{file}: {referee:?}"
+            );
+        }
+        assert!(!referee.contains(&PathBuf::from("notify-send")));
+    }
+
+    #[test]
     fn the_dry_run_and_the_summary_say_how_far_a_run_is_confined() {
         let ws = tempfile::tempdir().unwrap();
         let mut config = Config::default();

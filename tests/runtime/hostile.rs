@@ -249,3 +249,70 @@ fn every_attempt_of_a_hostile_agent_is_refused_and_the_run_completes(#[case] mod
         );
     }
 }
+
+/// The hooks of ralph's own commits are code from the workspace: they run in the sandbox
+/// too, with the work tree and git writable and nothing else, and the commit goes on.
+#[tokio::test]
+async fn the_hooks_of_ralphs_commits_run_in_the_sandbox() {
+    use crate::support::{accept, no_gaps, tasks};
+    use ralph::agent::Script;
+    use ralph::{FakeAgent, Ralph, Role};
+
+    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+        eprintln!("skipped: no sandbox here");
+        return;
+    }
+    let target = Target::new();
+    let ws = target.ws();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    write(&ws, ".gitignore", ".ralph/\nbuild/\nhook-report.txt\n");
+    write(&ws, "spec.md", "# A\nWrite a.\n");
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "init"]);
+    let home = target.path("home");
+    let hook = format!(
+        "#!/bin/sh\nr=hook-report.txt\n\
+         (echo x > {home}/hooked.txt) 2>/dev/null && echo 'home: SUCCEEDED' >> $r || echo 'home: refused' >> $r\n\
+         (: > .ralph/spend.jsonl) 2>/dev/null && echo 'ledger: SUCCEEDED' >> $r || echo 'ledger: refused' >> $r\n\
+         (echo x > /etc/hooked.txt) 2>/dev/null && echo 'etc: SUCCEEDED' >> $r || echo 'etc: refused' >> $r\n\
+         echo ran >> $r\n",
+        home = home.display()
+    );
+    write(&ws, ".git/hooks/pre-commit", &hook);
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        ws.join(".git/hooks/pre-commit"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let agent = FakeAgent::new()
+        .on(Role::Investigate, "i-1", tasks(&[("Write a", "a exists")]))
+        .on(
+            Role::Build,
+            "t-1",
+            Script::new()
+                .write("a.txt", "a\n")
+                .answer("Wrote a.\n<TASK_DONE>"),
+        )
+        .on(Role::Verify, "t-1", accept("ok"))
+        .always(Role::GapAnalysis, no_gaps());
+    let ralph = Ralph::builder()
+        .workspace(&ws)
+        .agent(agent)
+        .config("sandbox.mode", "required")
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(
+        matches!(outcome, ralph::Outcome::Complete { .. }),
+        "{outcome:?}"
+    );
+    let report = std::fs::read_to_string(ws.join("hook-report.txt")).unwrap();
+    assert!(report.contains("ran"), "the hook did not run: {report}");
+    assert!(!report.contains("SUCCEEDED"), "{report}");
+    assert!(!home.join("hooked.txt").exists() && !Path::new("/etc/hooked.txt").exists());
+    let log = git(&ws, &["log", "--format=%s"]);
+    assert!(log.lines().count() >= 2, "the task's commit: {log}");
+}

@@ -248,11 +248,6 @@ impl Sandbox {
         self
     }
 
-    /// Whether a confined process has the network.
-    pub fn has_network(&self) -> bool {
-        self.network
-    }
-
     /// The paths given `access`, in the order they were given.
     pub fn paths(&self, access: Access) -> impl Iterator<Item = &Path> {
         self.paths
@@ -391,39 +386,6 @@ impl Sandbox {
             .filter(|(key, _)| key != "TMPDIR" && self.passes(key))
             .chain([("TMPDIR".into(), "/tmp".into())])
             .collect()
-    }
-
-    /// A line for a dry run: how processes run, what they may write and what they may not
-    /// see.
-    pub fn describe(&self) -> String {
-        match &self.how {
-            How::Unconfined => "unconfined".to_owned(),
-            How::Machine => "the machine itself (declared a sandbox)".to_owned(),
-            How::Bwrap(_) => {
-                let list = |access| {
-                    let paths: Vec<String> = self
-                        .paths(access)
-                        .map(|p| p.display().to_string())
-                        .collect();
-                    if paths.is_empty() {
-                        "nothing".to_owned()
-                    } else {
-                        paths.join(", ")
-                    }
-                };
-                format!(
-                    "bubblewrap: writes {}; protects {}; hides {}; {}",
-                    list(Access::Write),
-                    list(Access::Protect),
-                    list(Access::Hide),
-                    if self.network {
-                        "with the network"
-                    } else {
-                        "without network"
-                    }
-                )
-            }
-        }
     }
 }
 
