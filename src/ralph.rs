@@ -589,6 +589,19 @@ impl RalphBuilder {
             Some(store) => store,
             None => open_store(&workspace, &config)?,
         };
+        let own = [
+            Path::new(crate::runtime::workspace::STATE_DIR),
+            config.log_dir.as_path(),
+        ];
+        if let Some((path, to)) = crate::runtime::workspace::link_out(&workspace, &own) {
+            return Err(BuildError::Workspace {
+                path,
+                reason: format!(
+                    "is a link out of the workspace (to {}): ralph writes its own files only                      inside it; remove the link",
+                    to.display()
+                ),
+            });
+        }
         let hooks = crate::runtime::hooks::Hooks::new(&config, &workspace);
         let sandbox = crate::runtime::sandbox::RunSandbox::new(&workspace, &config)
             .map_err(|why| BuildError::Sandbox(why.to_string()))?;

@@ -117,14 +117,30 @@ impl Context {
     /// [`Error::Busy`] while another ralph runs on the workspace; [`Error::Io`] when
     /// `.ralph/` cannot be created.
     pub(crate) async fn begin(&self, emitter: &Emitter) -> Result<RunLock, Error> {
+        self.begin_starting(emitter, self.starts_processes()).await
+    }
+
+    /// [`begin`](Self::begin), saying that the run goes unconfined when `processes`: when
+    /// it starts any (an agent or a gate that is no code of ralph's own process).
+    pub(crate) async fn begin_starting(
+        &self,
+        emitter: &Emitter,
+        processes: bool,
+    ) -> Result<RunLock, Error> {
         let lock = RunLock::take(&self.workspace).await?;
-        if let Some(message) = self.sandbox.warning() {
+        if let Some(message) = self.sandbox.warning().filter(|_| processes) {
             emitter.emit(&Event::Warning { message });
         }
         if let Some(message) = lock.swept_warning() {
             emitter.emit(&Event::Warning { message });
         }
         Ok(lock)
+    }
+
+    /// Whether the run's agent or a gate starts processes (is no code in ralph's own
+    /// process): with an in-process agent and no gate, there is nothing to confine.
+    fn starts_processes(&self) -> bool {
+        !self.agent.in_process() || self.gates.iter().any(|gate| !gate.in_process())
     }
 
     /// What every dry run says of the sandbox: how far the run is confined, and which of

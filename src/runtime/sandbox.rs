@@ -106,6 +106,8 @@ pub(crate) struct RunSandbox {
     referee: Vec<PathBuf>,
     /// What the pipeline running now keeps on record: its spec, or its specs folder.
     records: Mutex<Vec<PathBuf>>,
+    /// `[sandbox]`'s own lists, as the dry run shows them (empty when it sets none).
+    yours: String,
 }
 
 impl RunSandbox {
@@ -131,6 +133,7 @@ impl RunSandbox {
             unavailable,
             referee: referee_files(workspace, config),
             records: Mutex::new(Vec::new()),
+            yours: yours(config),
         })
     }
 
@@ -206,10 +209,12 @@ impl RunSandbox {
                  nothing"
                     .to_owned()
             }
-            _ => "bubblewrap: agents and gates write only their work tree, the caches and \
-                  their CLI's state; ralph's files, git and the gate scripts are read-only; \
-                  secrets and sockets hidden; gates without network"
-                .to_owned(),
+            _ => format!(
+                "bubblewrap: agents and gates write only their work tree, the caches and \
+                 their CLI's state; ralph's files, git and the gate scripts are read-only; \
+                 secrets and sockets hidden; gates without network{}",
+                self.yours
+            ),
         }
     }
 
@@ -236,6 +241,28 @@ impl RunSandbox {
             )
         })
     }
+}
+
+/// `[sandbox]`'s lists for the dry run: `; [sandbox] write ~/.cache/x; env MY_*`.
+fn yours(config: &Config) -> String {
+    let own = &config.sandbox;
+    let paths = |paths: &[PathBuf]| {
+        paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    [
+        ("write", paths(&own.write)),
+        ("protect", paths(&own.protect)),
+        ("hide", paths(&own.hide)),
+        ("env", own.env.join(", ")),
+    ]
+    .iter()
+    .filter(|(_, list)| !list.is_empty())
+    .map(|(key, list)| format!("; [sandbox] {key} {list}"))
+    .collect()
 }
 
 /// The homes whose secrets are hidden: `$HOME` and the account's own.

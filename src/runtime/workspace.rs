@@ -20,6 +20,20 @@ pub const STATE_DIR: &str = crate::files::own::STATE_DIR_NAME;
 const LOCK_FILE: &str = "ralph.lock";
 
 /// `.ralph/` of `workspace`.
+/// The first of ralph's own paths in `workspace` (`own`, relative to it: the state folder,
+/// the log folder, the store's file) that leads out of it through a link, with where it
+/// leads: ralph's own writes inside the tree never follow a link out of it (an agent of an
+/// unconfined run, or a person, may have put one there).
+pub(crate) fn link_out(workspace: &Path, own: &[&Path]) -> Option<(PathBuf, PathBuf)> {
+    own.iter().find_map(|rel| {
+        let path = workspace.join(rel);
+        // The deepest part that exists decides: what is made below it stays where it is.
+        let existing = path.ancestors().find(|a| a.symlink_metadata().is_ok())?;
+        let resolved = existing.canonicalize().ok()?;
+        (!resolved.starts_with(workspace)).then(|| (path.clone(), resolved))
+    })
+}
+
 pub(crate) fn state_dir(workspace: &Path) -> PathBuf {
     workspace.join(STATE_DIR)
 }
@@ -83,5 +97,25 @@ impl RunLock {
         });
         let said: Vec<String> = killed.into_iter().chain(self.worktrees.clone()).collect();
         (!said.is_empty()).then(|| said.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_or_log_folder_that_leads_out_through_a_link_is_found() {
+        let outside = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let ws = ws.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.join(".ralph")).unwrap();
+        std::fs::create_dir(ws.join("build")).unwrap();
+        let own = [Path::new(".ralph"), Path::new("build/ralph-logs")];
+        let (path, to) = link_out(&ws, &own).unwrap();
+        assert_eq!(path, ws.join(".ralph"));
+        assert_eq!(to, outside.path().canonicalize().unwrap());
+        std::fs::remove_file(ws.join(".ralph")).unwrap();
+        assert_eq!(link_out(&ws, &own), None, "a missing folder is made inside");
     }
 }

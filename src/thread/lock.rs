@@ -14,7 +14,9 @@ use crate::runtime::workspace::RunLock;
 impl Threads {
     /// Takes the lock, or says which thread holds it (and in which process).
     pub(super) async fn lock_runs(&self) -> Result<RunLock, ThreadError> {
-        match self.ctx.begin(&self.emitter).await {
+        // A thread's loop runs its own agents and its criteria's commands, not the
+        // context's: it always starts processes.
+        match self.ctx.begin_starting(&self.emitter, true).await {
             Ok(lock) => Ok(lock),
             Err(Error::Busy { path, holder }) => Err(ThreadError::Busy {
                 lock: path,

@@ -357,8 +357,12 @@ async fn a_build_run_gets_the_prompt_on_stdin_and_ralph_s_flags() {
         // As root the CLI refuses to bypass permissions without it, and it is told so only
         // when it does run in a sandbox.
         assert_eq!(env["IS_SANDBOX"], "1");
-    } else {
+    } else if confined {
         assert!(env.get("IS_SANDBOX").is_none(), "{env}");
+    } else {
+        // Unconfined, ralph sets nothing: the CLI sees what the test has, if any.
+        let inherited = std::env::var("IS_SANDBOX").ok();
+        assert_eq!(env["IS_SANDBOX"].as_str(), inherited.as_deref(), "{env}");
     }
     if confined {
         // Only the allowed variables of ralph's environment reach the CLI.

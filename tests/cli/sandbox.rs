@@ -58,16 +58,24 @@ fn construct(dir: &Path, extra: &[&str], path: &str) -> Output {
         .unwrap()
 }
 
-/// A `PATH` with no `bwrap` on it (nothing at all: the FakeAgent needs no program).
+/// A `PATH` with no `bwrap` on it: `sh` alone, for the gate (the FakeAgent needs no
+/// program).
 fn no_bwrap() -> String {
-    let empty = std::env::temp_dir().join("ralph-test-empty-path");
-    std::fs::create_dir_all(&empty).unwrap();
-    empty.display().to_string()
+    let dir = std::env::temp_dir().join(format!("ralph-test-sh-only-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sh = dir.join("sh");
+    if !sh.exists() {
+        std::os::unix::fs::symlink("/bin/sh", &sh).unwrap();
+    }
+    dir.display().to_string()
 }
+
+/// A gate: the run starts a process, which the sandbox would confine.
+const GATE: &str = "[[gates]]\nname = \"hello\"\ncommand = \"test -f hello.txt\"\n";
 
 #[test]
 fn without_bubblewrap_the_default_mode_warns_everywhere_and_the_required_mode_refuses() {
-    let dir = workspace("");
+    let dir = workspace(GATE);
     let out = construct(dir.path(), &[], &no_bwrap());
     assert_eq!(
         out.status.code(),
@@ -87,13 +95,13 @@ fn without_bubblewrap_the_default_mode_warns_everywhere_and_the_required_mode_re
         "{}",
         stdout(&out)
     );
-    let dry = construct(workspace("").path(), &["--dry-run"], &no_bwrap());
+    let dry = construct(workspace(GATE).path(), &["--dry-run"], &no_bwrap());
     assert!(
         stdout(&dry).contains("sandbox:   UNCONFINED: bwrap (bubblewrap) is not on PATH"),
         "{}",
         stdout(&dry)
     );
-    let json = construct(workspace("").path(), &["--json"], &no_bwrap());
+    let json = construct(workspace(GATE).path(), &["--json"], &no_bwrap());
     let finished: Vec<serde_json::Value> = stdout(&json)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -104,7 +112,7 @@ fn without_bubblewrap_the_default_mode_warns_everywhere_and_the_required_mode_re
         "unconfined (bwrap (bubblewrap) is not on PATH)"
     );
 
-    let required = workspace("[sandbox]\nmode = \"required\"\n");
+    let required = workspace(&format!("[sandbox]\nmode = \"required\"\n\n{GATE}"));
     let out = construct(required.path(), &[], &no_bwrap());
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(
@@ -118,6 +126,18 @@ fn without_bubblewrap_the_default_mode_warns_everywhere_and_the_required_mode_re
     assert!(
         !required.path().join(".ralph").exists(),
         "a refused run wrote nothing"
+    );
+}
+
+/// With an agent in ralph's own process and no gate, nothing would be confined: no warning.
+#[test]
+fn a_run_that_starts_no_process_has_nothing_to_warn_of() {
+    let out = construct(workspace("").path(), &[], &no_bwrap());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("running unconfined"),
+        "{}",
+        stderr(&out)
     );
 }
 
