@@ -295,21 +295,12 @@ fn base_rules(sandbox: Sandbox, workspace: &Path, config: &Config) -> Sandbox {
     if !sandbox.confines() {
         return sandbox;
     }
-    let mut resolved = Sandbox::unconfined();
-    let rules = wanted_rules(Sandbox::unconfined(), workspace, config);
-    for access in [Access::Write, Access::Read, Access::Protect, Access::Hide] {
-        for path in rules.paths(access) {
-            if let Ok(path) = path.canonicalize() {
-                resolved = resolved.allow(path, access);
-            }
-        }
-    }
-    let mut sandbox = sandbox;
-    for access in [Access::Write, Access::Read, Access::Protect, Access::Hide] {
-        for path in resolved.paths(access) {
-            sandbox = sandbox.allow(path, access);
-        }
-    }
+    let sandbox = wanted_rules(workspace, config)
+        .into_iter()
+        .filter_map(|(path, access)| Some((path.canonicalize().ok()?, access)))
+        .fold(sandbox, |sandbox, (path, access)| {
+            sandbox.allow(path, access)
+        });
     config
         .sandbox
         .env
@@ -318,48 +309,41 @@ fn base_rules(sandbox: Sandbox, workspace: &Path, config: &Config) -> Sandbox {
 }
 
 /// The rules of [`base_rules`], as named.
-fn wanted_rules(mut sandbox: Sandbox, workspace: &Path, config: &Config) -> Sandbox {
+fn wanted_rules(workspace: &Path, config: &Config) -> Vec<(PathBuf, Access)> {
+    let mut rules = Vec::new();
     for home in homes() {
-        for secret in SECRETS {
-            sandbox = sandbox.hide(home.join(secret));
-        }
-        for cache in CACHES {
-            sandbox = sandbox.write(home.join(cache));
-        }
-        let var = |name: &str| match name {
-            "HOME" => Some(home.clone().into_os_string()),
-            _ => None,
-        };
-        for key in Cli::key_files(&var) {
-            sandbox = sandbox.hide(key);
-        }
+        rules.extend(SECRETS.iter().map(|s| (home.join(s), Access::Hide)));
+        rules.extend(CACHES.iter().map(|c| (home.join(c), Access::Write)));
+        let var = |name: &str| (name == "HOME").then(|| home.clone().into_os_string());
+        rules.extend(Cli::key_files(&var).into_iter().map(|k| (k, Access::Hide)));
     }
-    for var in ["CARGO_HOME"] {
-        if let Some(dir) = std::env::var_os(var).map(PathBuf::from) {
-            sandbox = sandbox
-                .write(dir.join("registry"))
-                .write(dir.join("git"))
-                .hide(dir.join("credentials"))
-                .hide(dir.join("credentials.toml"));
-        }
+    if let Some(dir) = std::env::var_os("CARGO_HOME").map(PathBuf::from) {
+        rules.extend(["registry", "git"].map(|d| (dir.join(d), Access::Write)));
+        rules.extend(["credentials", "credentials.toml"].map(|f| (dir.join(f), Access::Hide)));
     }
-    for dir in ["GOMODCACHE", "GOCACHE"] {
-        if let Some(dir) = std::env::var_os(dir) {
-            sandbox = sandbox.write(PathBuf::from(dir));
-        }
+    for var in ["GOMODCACHE", "GOCACHE"] {
+        rules.extend(std::env::var_os(var).map(|dir| (PathBuf::from(dir), Access::Write)));
     }
-    for socket in SOCKETS.iter().map(PathBuf::from).chain(session_sockets()) {
-        sandbox = sandbox.hide(socket);
-    }
-    sandbox = sandbox.read(RESOLVER);
+    rules.extend(
+        SOCKETS
+            .iter()
+            .map(PathBuf::from)
+            .chain(session_sockets())
+            .map(|socket| (socket, Access::Hide)),
+    );
+    rules.push((PathBuf::from(RESOLVER), Access::Read));
     let own = &config.sandbox;
-    for path in &own.write {
-        sandbox = sandbox.write(resolve(workspace, path));
-    }
-    for path in &own.hide {
-        sandbox = sandbox.hide(resolve(workspace, path));
-    }
-    sandbox
+    rules.extend(
+        own.write
+            .iter()
+            .map(|p| (resolve(workspace, p), Access::Write)),
+    );
+    rules.extend(
+        own.hide
+            .iter()
+            .map(|p| (resolve(workspace, p), Access::Hide)),
+    );
+    rules
 }
 
 /// The sockets ralph's own environment names: the ssh agent's, the session bus's, the

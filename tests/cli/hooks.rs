@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{project, ralph, stderr, stdout};
 
 /// One task: investigated, built, accepted, nothing missing.
-const SCRIPT: &str = r#"
+pub(super) const SCRIPT: &str = r#"
 [[run]]
 role = "investigate"
 subject = "i-1"

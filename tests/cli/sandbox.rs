@@ -7,35 +7,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use super::hooks::SCRIPT;
 use super::{ralph_bin, stderr, stdout};
-
-/// The FakeAgent's answers for a spec of one task.
-const SCRIPT: &str = r#"
-[[run]]
-role = "investigate"
-subject = "i-1"
-[[run.steps]]
-json = { tasks = [{ name = "Write hello.txt", accept = "hello.txt exists" }] }
-
-[[run]]
-role = "build"
-subject = "t-1"
-[[run.steps]]
-write = { path = "hello.txt", content = "hello\n" }
-[[run.steps]]
-answer = "Wrote it.\n<TASK_DONE>"
-
-[[run]]
-role = "verify"
-subject = "t-1"
-[[run.steps]]
-json = { verdict = "accept", reason = "hello.txt exists" }
-
-[[run]]
-role = "gap_analysis"
-[[run.steps]]
-json = { tasks = [], issues = [] }
-"#;
 
 /// A workspace (no git) with the spec, the script and `ralph.toml` holding `config`.
 fn workspace(config: &str) -> tempfile::TempDir {
