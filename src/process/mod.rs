@@ -64,7 +64,7 @@ pub(crate) use capture::Captured;
 pub use child::{SupervisedChild, Termination};
 use drain::Drain;
 pub use run::ProcessReport;
-pub use sandbox::{Access, BASE_ENV, Sandbox, Unavailable};
+pub use sandbox::{Access, Sandbox, Unavailable};
 pub use spec::ProcessSpec;
 /// The standard library's command, as the seams name it where they hand one to an
 /// embedder's code to start (`AgentRequest::command`): outside this module the crate only

@@ -38,7 +38,7 @@ pub use probe::Unavailable;
 /// matches a prefix): the locale, where programs and the home are, the terminal, the
 /// proxy and certificate settings, and where the usual toolchains keep themselves.
 /// Secrets are not among them: a token, a key or an agent socket must be passed by name.
-pub const BASE_ENV: &[&str] = &[
+const BASE_ENV: &[&str] = &[
     "PATH",
     "HOME",
     "USER",
