@@ -589,15 +589,20 @@ impl RalphBuilder {
             Some(store) => store,
             None => open_store(&workspace, &config)?,
         };
+        let planning = &config.planning;
+        let store_file = config.store.path().unwrap_or(Path::new(""));
         let own = [
             Path::new(crate::runtime::workspace::STATE_DIR),
             config.log_dir.as_path(),
+            store_file,
+            planning.implementation.as_path(),
+            planning.progress.as_path(),
         ];
         if let Some((path, to)) = crate::runtime::workspace::link_out(&workspace, &own) {
             return Err(BuildError::Workspace {
                 path,
                 reason: format!(
-                    "is a link out of the workspace (to {}): ralph writes its own files only                      inside it; remove the link",
+                    "is a link out of the workspace (to {}): ralph writes its own files only inside it; remove the link",
                     to.display()
                 ),
             });

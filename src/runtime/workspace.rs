@@ -19,21 +19,34 @@ pub const STATE_DIR: &str = crate::files::own::STATE_DIR_NAME;
 /// The lock file, inside [`STATE_DIR`].
 const LOCK_FILE: &str = "ralph.lock";
 
-/// `.ralph/` of `workspace`.
 /// The first of ralph's own paths in `workspace` (`own`, relative to it: the state folder,
-/// the log folder, the store's file) that leads out of it through a link, with where it
-/// leads: ralph's own writes inside the tree never follow a link out of it (an agent of an
-/// unconfined run, or a person, may have put one there).
+/// the log folder, the store's file, build mode's files) that leads out of it through a
+/// link, with where it leads: ralph's own writes inside the tree never follow a link out of
+/// it (an agent of an unconfined run, or a person, may have put one there).
 pub(crate) fn link_out(workspace: &Path, own: &[&Path]) -> Option<(PathBuf, PathBuf)> {
     own.iter().find_map(|rel| {
         let path = workspace.join(rel);
         // The deepest part that exists decides: what is made below it stays where it is.
         let existing = path.ancestors().find(|a| a.symlink_metadata().is_ok())?;
-        let resolved = existing.canonicalize().ok()?;
+        let resolved = resolve(existing, 8)?;
         (!resolved.starts_with(workspace)).then(|| (path.clone(), resolved))
     })
 }
 
+/// Where `path`, which exists, leads: a dangling link leads where its target would be made
+/// (the most dangerous link of all, as ralph would create the file through it), followed
+/// at most `hops` times.
+fn resolve(path: &Path, hops: u8) -> Option<PathBuf> {
+    if let Ok(resolved) = path.canonicalize() {
+        return Some(resolved);
+    }
+    let target = path.parent()?.join(std::fs::read_link(path).ok()?);
+    let existing = target.ancestors().find(|a| a.symlink_metadata().is_ok())?;
+    let rest = target.strip_prefix(existing).ok()?;
+    Some(resolve(existing, hops.checked_sub(1)?)?.join(rest))
+}
+
+/// `.ralph/` of `workspace`.
 pub(crate) fn state_dir(workspace: &Path) -> PathBuf {
     workspace.join(STATE_DIR)
 }
@@ -117,5 +130,14 @@ mod tests {
         assert_eq!(to, outside.path().canonicalize().unwrap());
         std::fs::remove_file(ws.join(".ralph")).unwrap();
         assert_eq!(link_out(&ws, &own), None, "a missing folder is made inside");
+        let dangling = outside.path().join("made/later");
+        std::os::unix::fs::symlink(&dangling, ws.join(".ralph")).unwrap();
+        let (_, to) = link_out(&ws, &own).unwrap();
+        let outside = outside.path().canonicalize().unwrap();
+        assert_eq!(
+            to,
+            outside.join("made/later"),
+            "a dangling link leads out too"
+        );
     }
 }

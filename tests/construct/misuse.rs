@@ -125,6 +125,35 @@ async fn a_malformed_config_file_fails_the_build_naming_key_and_file(
     assert!(message.contains("ralph.toml"), "{message}");
 }
 
+#[rstest]
+#[case::state_folder(".ralph")]
+#[case::log_folder("build/ralph-logs")]
+#[case::store_file("board.jsonl")]
+#[case::implementation_json("implementation.json")]
+#[case::progress_file("PROGRESS.md")]
+#[tokio::test]
+async fn a_file_of_ralphs_that_is_a_link_out_of_the_workspace_fails_the_build(#[case] own: &str) {
+    let dir = workspace(SPEC);
+    let outside = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "ralph.toml",
+        "[store]\nkind = \"jsonl\"\npath = \"board.jsonl\"\n",
+    );
+    let link = dir.path().join(own);
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("x"), &link).unwrap();
+    let err = Ralph::builder()
+        .workspace(dir.path())
+        .agent(FakeAgent::new())
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, BuildError::Workspace { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(own), "{message}");
+    assert!(message.contains("link out of the workspace"), "{message}");
+}
+
 #[tokio::test]
 async fn two_ralphs_on_one_workspace_are_refused_while_one_runs() {
     let dir = workspace(SPEC);
