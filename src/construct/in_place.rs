@@ -45,7 +45,10 @@ impl Engine {
         if matches!(attempt, AttemptEnd::Interrupted) {
             return Ok(attempt);
         }
-        if let Some(moved) = home.check().await? {
+        let moved = home.check().await?;
+        // What a kill during the next attempt leaves beyond this is that attempt's.
+        home.note_attempt().await?;
+        if let Some(moved) = moved {
             self.emit(Event::Warning {
                 message: format!("{}: {moved}", task.id),
             });

@@ -186,11 +186,13 @@ impl Engine {
             plan_only: false,
         };
         // One task at a time is built in the user's own work tree and committed there:
-        // refused before anything runs if the user's uncommitted edits would be mixed in.
+        // refused before anything runs if the user's uncommitted edits would be mixed in,
+        // and an interrupted task's turn taken up with nothing but its own work.
         if let Some(home) = &engine.home
             && engine.ctx.config.build_concurrency == 1
         {
-            home.refuse_uncommitted().await?;
+            let resumed = home.resume().await?;
+            engine.emit_all(resumed.warning());
         }
         engine.begin(rel).await?;
         engine.ctx.warn_without_gates(&engine.emitter);
@@ -238,7 +240,7 @@ impl Engine {
         Ok(())
     }
 
-    fn emit_all(&self, events: Vec<Event>) {
+    fn emit_all(&self, events: impl IntoIterator<Item = Event>) {
         for event in events {
             self.emit(event);
         }
@@ -351,6 +353,13 @@ impl Engine {
     /// Ends the run with `outcome`, after [`commit_board`](Self::commit_board). (Its
     /// `Finished` event is [`run`]'s, which sends one for an error too.)
     async fn finish(&mut self, outcome: Outcome) -> Outcome {
+        if let Some(home) = &self.home
+            && let Err(e) = home.note_stop().await
+        {
+            self.emit(Event::Warning {
+                message: format!("the work tree as this run leaves it was not noted: {e}"),
+            });
+        }
         if let Err(e) = self.commit_board().await {
             // The outcome stands; the board is saved, only not committed.
             self.emit(Event::Warning {

@@ -332,16 +332,18 @@ pub enum Error {
     #[error(transparent)]
     Specs(#[from] SpecsError),
     /// The user's work tree has uncommitted changes to tracked files, and ralph, which
-    /// commits each task on the user's branch, would mix them into its commits.
-    #[error(
-        "the work tree has uncommitted changes ({}): ralph commits each task's work on {branch} and would mix them into its commits. Commit them, or set them aside with `git stash`, then run the same command again",
-        crate::output::list_some(paths, 5)
-    )]
+    /// commits each task on the user's branch, would mix them into its commits; or, with
+    /// `since`, files changed since a run stopped during that task's attempt, which the
+    /// next run would commit with the task's work.
+    #[error("{}", uncommitted(paths, branch, since.as_deref()))]
     Uncommitted {
         /// The changed files (relative to the top of the work tree).
         paths: Vec<String>,
         /// The branch (`branch main`, `the detached HEAD`).
         branch: String,
+        /// The task (or spec) whose interrupted turn the files were changed in since its
+        /// run stopped; `None` for a run that starts afresh.
+        since: Option<String>,
     },
     /// A `[[hooks]]` entry marked `required` failed (it exited non-zero, timed out, or
     /// could not start) during the run or on its end; the run went on to its end, and its
@@ -412,5 +414,18 @@ fn skipped_note(skipped: &[String]) -> String {
     match skipped.is_empty() {
         true => String::new(),
         false => format!("; skipped: {}", skipped.join("; ")),
+    }
+}
+
+/// The message of [`Error::Uncommitted`].
+fn uncommitted(paths: &[String], branch: &str, since: Option<&str>) -> String {
+    let listed = crate::output::list_some(paths, 5);
+    match since {
+        None => format!(
+            "the work tree has uncommitted changes ({listed}): ralph commits each task's work on {branch} and would mix them into its commits. Commit them, or set them aside with `git stash`, then run the same command again"
+        ),
+        Some(subject) => format!(
+            "the work tree changed since the run working on {subject} stopped ({listed}): ralph would commit those changes on {branch} as {subject}'s work. Set them aside with `git stash push --include-untracked -- <those paths>` (`git stash pop` brings them back after the run), then run the same command again"
+        ),
     }
 }

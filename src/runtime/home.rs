@@ -23,15 +23,20 @@
 //! - what a turn that ends without passing changed is moved into a stash entry
 //!   ([`Home::set_aside`]), so the next turn starts from the branch and nothing is lost.
 //!
-//! The note outlives a crash or a stop: the next run takes up the same turn with the work
-//! tree as it was left.
+//! The note outlives a crash or a stop. It holds a record of the tree as the turn's last
+//! attempt left it ([`TreeRecord`]), so the next run takes up the same turn with nothing
+//! but its work ([`Home::resume`]): after a stop in order, a change a person made since
+//! is refused; after a kill or a crash, the cut-short attempt's work is set aside and the
+//! attempt runs again.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::error::Error;
+use super::tree_record::TreeRecord;
+use crate::event::Event;
 use crate::files::atomic;
 use crate::git::{Git, GitError};
 
@@ -51,8 +56,14 @@ pub(crate) struct Home {
     /// Files ralph keeps for people in the work tree (`implementation.json`, a progress
     /// file): committed with the work, never counted as the user's edits.
     bookkeeping: Vec<String>,
+    /// Folders ralph itself writes in between a turn's attempts (build mode's plan files,
+    /// archived and invalidated by ralph), relative to the top of the work tree and ending
+    /// in `/`: left out of the turn's record.
+    written_between: Vec<String>,
     /// Where the current turn is noted.
     note: PathBuf,
+    /// The top of the work tree, where git's paths start.
+    top: PathBuf,
 }
 
 /// A turn of work in the user's work tree, as noted when it began.
@@ -65,6 +76,36 @@ pub(crate) struct Turn {
     /// The untracked files that were there before (the user's), relative to the top of the
     /// work tree: never committed or set aside by ralph.
     pub(crate) untracked: Vec<String>,
+    /// The tree as its last finished attempt left it; `None` before the first ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) record: Option<TreeRecord>,
+}
+
+/// How [`Home::resume`] found the work tree.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Resumed {
+    /// No turn was left, or it was taken up as it was left.
+    AsLeft,
+    /// A run was killed during an attempt: what the attempt changed (and anything since)
+    /// is in this stash entry, these paths; the rest of the turn is taken up.
+    SetAside { entry: String, paths: Vec<String> },
+}
+
+impl Resumed {
+    /// The warning that names what was set aside, if anything.
+    pub(crate) fn warning(self) -> Option<Event> {
+        let Resumed::SetAside { entry, paths } = self else {
+            return None;
+        };
+        Some(Event::Warning {
+            message: format!(
+                "an attempt was cut short by a kill or a crash: what it changed ({}) is kept \
+                 in `git stash list` as \"{entry}\", unjudged and uncommitted; the attempt \
+                 runs again",
+                crate::output::list_some(&paths, 5)
+            ),
+        })
+    }
 }
 
 impl Home {
@@ -90,6 +131,12 @@ impl Home {
             .map(|path| format!("{prefix}{path}"))
             .collect();
         let note = super::workspace::state_dir(workspace).join(TURN_NOTE);
+        let depth = Path::new(&prefix).components().count();
+        let top = workspace
+            .ancestors()
+            .nth(depth)
+            .unwrap_or(workspace)
+            .to_path_buf();
         Ok(Some(Home {
             branch: git.current_branch().await?,
             head,
@@ -97,7 +144,9 @@ impl Home {
             kept_out,
             prefix,
             bookkeeping: Vec::new(),
+            written_between: Vec::new(),
             note,
+            top,
         }))
     }
 
@@ -109,6 +158,17 @@ impl Home {
             .iter()
             .map(|p| format!("{}{p}", self.prefix))
             .collect();
+        self
+    }
+
+    /// With `folder` (relative to the workspace) as one ralph writes in between a turn's
+    /// attempts: its files are committed with the work, and left out of the turn's record.
+    #[must_use]
+    pub(crate) fn with_written_between(mut self, folder: &Path) -> Self {
+        let folder = folder.to_string_lossy();
+        let folder = folder.trim_end_matches('/');
+        self.written_between
+            .push(format!("{}{folder}/", self.prefix));
         self
     }
 
@@ -274,6 +334,7 @@ impl Home {
             false => Err(Error::Uncommitted {
                 paths,
                 branch: self.name(),
+                since: None,
             }),
         }
     }
@@ -303,10 +364,107 @@ impl Home {
                 .filter(|(path, untracked)| *untracked && !self.bookkeeping.contains(path))
                 .map(|(path, _)| path)
                 .collect(),
+            record: None,
         };
-        let bytes = serde_json::to_vec(&turn).unwrap_or_default();
-        atomic::replace(&self.note, &bytes).map_err(|e| self.io(e))?;
+        self.write_note(&turn)?;
         Ok(None)
+    }
+
+    fn write_note(&self, turn: &Turn) -> Result<(), GitError> {
+        let bytes = serde_json::to_vec(turn).unwrap_or_default();
+        atomic::replace(&self.note, &bytes).map_err(|e| self.io(e))
+    }
+
+    /// Notes the tree as the attempt that just ended left it, in the noted turn (if any):
+    /// what a kill during the next attempt leaves beyond it is that attempt's.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails or the note cannot be written.
+    pub(crate) async fn note_attempt(&self) -> Result<(), GitError> {
+        self.note_record(false).await
+    }
+
+    /// Notes the tree as a run that stops in order leaves it, its agents stopped: what
+    /// changes before the next run is a person's.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails or the note cannot be written.
+    pub(crate) async fn note_stop(&self) -> Result<(), GitError> {
+        self.note_record(true).await
+    }
+
+    async fn note_record(&self, stopped: bool) -> Result<(), GitError> {
+        let Some(mut turn) = self.noted()? else {
+            return Ok(());
+        };
+        let mut record = self.record_now(&turn).await?;
+        record.stopped = stopped;
+        turn.record = Some(record);
+        self.write_note(&turn)
+    }
+
+    /// The turn's paths as they are now, ralph's files for people and the folders it
+    /// writes in between attempts left out (they are checked as the board's files are).
+    async fn record_now(&self, turn: &Turn) -> Result<TreeRecord, GitError> {
+        let paths: Vec<String> = self
+            .turn_paths(turn)
+            .await?
+            .into_iter()
+            .filter(|path| !self.bookkeeping.contains(path))
+            .filter(|path| !self.written_between.iter().any(|f| path.starts_with(f)))
+            .collect();
+        Ok(TreeRecord::of(&self.top, &paths))
+    }
+
+    /// Takes up the turn an earlier run left, at the start of a run, so that nothing but
+    /// the turn's work reaches its commit; with no turn left, refuses the user's own
+    /// uncommitted edits ([`refuse_uncommitted`](Self::refuse_uncommitted)).
+    ///
+    /// After a stop in order, a change beyond the tree as that run left it is a person's:
+    /// refused, naming it ([`Error::Uncommitted`] with `since`). After a kill or a crash,
+    /// what changed beyond the last finished attempt is the cut-short attempt's unjudged
+    /// work, or a person's since: moved into a stash entry ([`Resumed::SetAside`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Uncommitted`]; [`Error::Git`] when git fails.
+    pub(crate) async fn resume(&self) -> Result<Resumed, Error> {
+        let Some(mut turn) = self.noted()? else {
+            self.refuse_uncommitted().await?;
+            return Ok(Resumed::AsLeft);
+        };
+        let record = turn.record.take().unwrap_or_default();
+        let now = self.record_now(&turn).await?;
+        let beyond = record.beyond(&now);
+        if record.stopped && !beyond.is_empty() {
+            return Err(Error::Uncommitted {
+                paths: beyond,
+                branch: self.name(),
+                since: Some(turn.subject),
+            });
+        }
+        let resumed = match beyond.is_empty() {
+            true => Resumed::AsLeft,
+            false => {
+                let entry = format!(
+                    "ralph: {}'s attempt cut short by a kill or a crash",
+                    turn.subject
+                );
+                self.git.stash_paths(&entry, &beyond).await?;
+                Resumed::SetAside {
+                    entry,
+                    paths: beyond,
+                }
+            }
+        };
+        // This run's own attempts are judged against the tree as it is now.
+        let mut taken_up = self.record_now(&turn).await?;
+        taken_up.stopped = false;
+        turn.record = Some(taken_up);
+        self.write_note(&turn)?;
+        Ok(resumed)
     }
 
     /// Commits what the noted turn changed with `message`; returns the new commit, or

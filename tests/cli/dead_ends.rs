@@ -50,7 +50,7 @@ pub(super) fn project_with_agents(agent: &str, more: &str) -> tempfile::TempDir 
 }
 
 /// The command of `out`'s `next:` line: its first text in backticks.
-fn next_command(out: &Output) -> String {
+pub(super) fn next_command(out: &Output) -> String {
     let text = stdout(out);
     let line = text
         .lines()

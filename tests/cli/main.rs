@@ -19,6 +19,7 @@ mod newcomer;
 mod parallel_crash;
 mod plan_build;
 mod repair;
+mod resume;
 mod sandbox;
 mod schema;
 mod seed_commands;

@@ -267,6 +267,28 @@ pub(crate) fn after_error(error: &ralph::Error, again: &Again) -> Option<Next> {
                 .after(format!("fix what {agent} said (above)"))
                 .doing("resumes where the work stood"),
         ),
+        ralph::Error::Uncommitted { paths, since, .. } => {
+            let git = match again.workspace == Path::new(".") {
+                true => "git".to_owned(),
+                false => format!(
+                    "git -C {}",
+                    shell_word(&again.workspace.display().to_string())
+                ),
+            };
+            // git names them from the top of the work tree: `:/` says so to any folder.
+            let named: Vec<String> = paths.iter().map(|p| format!(":/{p}")).collect();
+            let named: Vec<&str> = named.iter().map(String::as_str).collect();
+            let untracked = since.as_ref().map_or("", |_| " --include-untracked");
+            Some(
+                Next::run(format!(
+                    "{git} stash push{untracked} -m 'set aside for ralph' --{} && {resume}",
+                    shell_words(&named)
+                ))
+                .doing(
+                    "sets those changes aside (`git stash pop` brings them back) and runs again",
+                ),
+            )
+        }
         _ => None,
     }
 }

@@ -74,7 +74,15 @@ pub(crate) async fn run(ctx: Arc<Context>, force: Option<String>) -> Result<Spec
     let (result, build) = match open_log(&ctx, &emitter) {
         Err(e) => (Err(e), None),
         Ok(()) => match SpecBuild::start(ctx, emitter.clone(), force.as_deref()).await {
-            Ok(mut build) => (build.run().await, Some(build)),
+            Ok(mut build) => {
+                let result = build.run().await;
+                // An ending in order: its agents have stopped. After an error the next run
+                // sets the last session's work aside instead.
+                if matches!(result, Ok(_) | Err(Error::BudgetExhausted { .. })) {
+                    build.note_stop().await;
+                }
+                (result, Some(build))
+            }
             Err(e) => (Err(e), None),
         },
     };
@@ -178,10 +186,16 @@ impl SpecBuild {
             [&config.implementation, &config.progress].map(|p| p.to_string_lossy().into_owned());
         let home = Home::record(git.clone(), kept_out(&ctx))
             .await?
-            .map(|home| home.with_bookkeeping(&bookkeeping));
+            .map(|home| {
+                home.with_bookkeeping(&bookkeeping)
+                    .with_written_between(&config.specs_dir.join("plans"))
+            });
         if let Some(home) = &home {
-            // The specs' commits must hold their work only, never the user's own edits.
-            home.refuse_uncommitted().await?;
+            // The specs' commits must hold their work only, never the user's own edits nor
+            // what changed since an interrupted run.
+            if let Some(warning) = home.resume().await?.warning() {
+                emitter.emit(&warning);
+            }
             if let Some(left) = home.begin_turn(TURN).await? {
                 let mut home = home.clone();
                 if let Some(entry) = home.set_aside(&left, "left by an interrupted run").await? {
@@ -308,6 +322,19 @@ impl SpecBuild {
         })
     }
 
+    /// Notes the work tree as the run leaves it, its agents stopped (see
+    /// `runtime::tree_record`); a failure is said, not fatal: the next run then sets the
+    /// last session's work aside rather than take it up.
+    async fn note_stop(&self) {
+        if let Some(home) = &self.home
+            && let Err(e) = home.note_stop().await
+        {
+            self.emit(Event::Warning {
+                message: format!("the work tree as this run leaves it was not noted: {e}"),
+            });
+        }
+    }
+
     /// Puts the user's branch back if the agent of `step` moved it, saying so; what the
     /// agent did, in words for its next session.
     async fn guard(&mut self, step: &str) -> Result<Option<String>, Error> {
@@ -315,6 +342,8 @@ impl SpecBuild {
             return Ok(None);
         };
         let moved = home.check().await?;
+        // What a kill during the next session leaves beyond this is that session's.
+        home.note_attempt().await?;
         if let Some(moved) = &moved {
             // Checking the branch out again brought back its copy of implementation.json:
             // the run's own state is the truth.
