@@ -77,6 +77,20 @@ pub enum GitError {
         #[source]
         source: std::io::Error,
     },
+    /// The directory is in a git repository (a `.git` in it or above it), but `git`
+    /// cannot run: ralph would commit nothing.
+    #[error(
+        "{dir} is in a git repository ({git_dir}), but `git` cannot run: {source}; install git or put it on PATH, so that ralph commits each task's work"
+    )]
+    Unavailable {
+        /// The directory git was to run in.
+        dir: PathBuf,
+        /// The `.git` found.
+        git_dir: PathBuf,
+        /// Why git cannot run.
+        #[source]
+        source: std::io::Error,
+    },
     /// The directory is not inside a git work tree.
     #[error("{0} is not a git repository (run `git init` there first)")]
     NotARepo(PathBuf),
@@ -235,6 +249,31 @@ impl Git {
             self.run(&["rev-parse", "--is-inside-work-tree"]).await,
             Ok(out) if out.trim() == "true"
         )
+    }
+
+    /// Refuses a directory that is in a git repository (a `.git` in it or above it) when
+    /// `git` itself cannot be started; `Ok` outside a repository, or when git runs.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError::Unavailable`].
+    pub async fn refuse_unrunnable(&self) -> Result<(), GitError> {
+        let Some(git_dir) = self
+            .dir
+            .ancestors()
+            .map(|d| d.join(".git"))
+            .find(|g| g.exists())
+        else {
+            return Ok(());
+        };
+        match self.run(&["--version"]).await {
+            Err(GitError::Spawn { source, .. }) => Err(GitError::Unavailable {
+                dir: self.dir.clone(),
+                git_dir,
+                source,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The full SHA of HEAD, or `None` in a repository without commits.

@@ -257,6 +257,7 @@ impl Engine {
             emitter: self.emitter.clone(),
             logs: self.logs.clone(),
             work_dir: self.ctx.workspace.clone(),
+            home: self.home.clone(),
         }
     }
 
@@ -428,6 +429,8 @@ pub(super) struct Worker {
     logs: Logs,
     /// Where the agent and the gates work: the workspace, or the task's work tree.
     work_dir: PathBuf,
+    /// The user's branch, when the attempt works in the user's own work tree.
+    home: Option<crate::runtime::home::Home>,
 }
 
 impl Worker {
@@ -435,6 +438,7 @@ impl Worker {
     pub(super) fn in_work_tree(mut self, work_tree: PathBuf) -> Worker {
         self.caller = self.caller.in_work_tree(work_tree.clone());
         self.work_dir = work_tree;
+        self.home = None;
         self
     }
 
@@ -462,6 +466,7 @@ impl Worker {
         };
         let gate_run = GateRun {
             workspace: &self.work_dir,
+            home: self.home.as_ref(),
             ..self
                 .ctx
                 .gate_run(&self.emitter, *deadline, (&task.id, &task.name, attempt))

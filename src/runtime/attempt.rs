@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::call::{Call, Caller, Ending, ends_the_run};
 use super::error::Error;
 use super::gates::{self, GateRun, GatesEnd};
+use super::home::GatesWatch;
 use crate::agent::Claim;
 use crate::agent::FailureKind;
 use crate::gate::Gate;
@@ -119,14 +120,23 @@ pub(crate) async fn run(
     trace.log = run.log_path.as_deref().map(|p| caller.relative(p));
     let end = match run.claim() {
         Claim::Done => {
+            let home = gate_run.home;
             let run = GateRun {
                 deadline: call.deadline,
                 ..gate_run
             };
-            match gates::check_all(gates, run, gate_log).await? {
+            let watch = match home {
+                Some(home) => home.gates_begin().await?,
+                None => None,
+            };
+            let ended = gates::check_all(gates, run, gate_log).await;
+            if let (Some(home), Some(watch)) = (home, &watch) {
+                home.gates_end(watch).await?;
+            }
+            match ended? {
                 GatesEnd::Passed => Attempted::Done,
                 GatesEnd::Failed { gate, failure } => Attempted::Failed {
-                    failure,
+                    failure: with_set_aside(failure, watch.as_ref()),
                     gate: Some(gate),
                 },
                 #[cfg(feature = "specs")]
@@ -148,6 +158,21 @@ pub(crate) async fn run(
         },
     };
     Ok((end, trace))
+}
+
+/// A gate's `failure`, and the untracked files that were set aside while it ran, which
+/// it may have needed: the task's commit would not hold them.
+fn with_set_aside(failure: String, watch: Option<&GatesWatch>) -> String {
+    let moved = watch.map(GatesWatch::moved).unwrap_or_default();
+    if moved.is_empty() {
+        return failure;
+    }
+    format!(
+        "{failure}\n\nWhile the gates ran, untracked files that were there before this task \
+         were set aside, as its commit will not hold them: {}. If the gates need one, the \
+         task must create it (or a person commits it first).",
+        crate::output::list_some(moved, 10)
+    )
 }
 
 /// The name of a gate's log for `attempt` of `task`, in every mode: `gate-<gate>-<task>-a<n>`

@@ -32,6 +32,9 @@ pub(crate) struct GateRun<'a> {
     pub(crate) task: &'a TaskId,
     pub(crate) task_name: &'a str,
     pub(crate) attempt: u32,
+    /// The user's branch, when the gates run in the user's own work tree during a turn:
+    /// its untracked files are set aside while they run (see `runtime::home::gates`).
+    pub(crate) home: Option<&'a super::home::Home>,
 }
 
 /// How one gate ended.

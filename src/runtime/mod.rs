@@ -39,7 +39,6 @@ pub(crate) mod sandbox;
 pub(crate) mod spec;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod spend;
-pub(crate) mod tree_record;
 pub(crate) mod workspace;
 pub(crate) mod worktrees;
 
@@ -293,6 +292,7 @@ impl Context {
             task,
             task_name: name,
             attempt,
+            home: None,
         }
     }
 

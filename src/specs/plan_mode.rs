@@ -70,6 +70,8 @@ async fn plan(
     )?;
     logs.open_run("plan-mode", emitter)?;
     *lock = Some(ctx.begin(emitter).await?);
+    // Refused before any agent runs: finding out at the commit would waste the plan.
+    ctx.git(&ctx.workspace).refuse_unrunnable().await?;
     ctx.sandbox.record([ctx.config.planning.specs_dir.clone()]);
     let emitter = emitter.clone();
     let planning = &ctx.config.planning;
@@ -144,7 +146,11 @@ async fn commit_plan(
     specs: usize,
     tasks: usize,
 ) -> Result<Option<String>, Error> {
-    if !git.is_repo().await || git.head().await?.is_none() {
+    if !git.is_repo().await {
+        git.refuse_unrunnable().await?;
+        return Ok(None);
+    }
+    if git.head().await?.is_none() {
         return Ok(None);
     }
     // Checked from the workspace, where git runs; committed by its path from the top.

@@ -79,7 +79,11 @@ async fn git_checks(
     failures: &mut Vec<String>,
 ) -> Result<bool, ThreadError> {
     if !git.is_repo().await {
-        failures.push(GitError::NotARepo(git.dir().to_path_buf()).to_string());
+        let failure = match git.refuse_unrunnable().await {
+            Err(unavailable) => unavailable,
+            Ok(()) => GitError::NotARepo(git.dir().to_path_buf()),
+        };
+        failures.push(failure.to_string());
         return Ok(false);
     }
     let on_managed = git.current_branch().await?.as_deref() == Some(branch);

@@ -578,3 +578,91 @@ async fn a_task_committed_before_its_record_was_cut_short_keeps_its_own_commit()
     assert_eq!(board.tasks["t-1"].commit.as_deref(), Some(ours.as_str()));
     assert_eq!(log(dir.path())[..2], ["t-2: Write two.txt", "fix"]);
 }
+
+/// Audit row 15: a file already untracked in the tree (not ignored) made the gate pass for
+/// a task whose commit does not hold it. While the gates run it is set aside, the failure
+/// names it, and it is back afterwards.
+#[tokio::test]
+async fn the_gates_do_not_see_untracked_files_the_commit_leaves_out() {
+    let dir = repo();
+    write(dir.path(), "data.txt", "the person's, untracked\n");
+    let agent = FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("Write one.txt", "one.txt")]),
+        )
+        .always(Role::Build, writes("one.txt"))
+        .always(Role::Verify, accept("fine"))
+        .always(Role::GapAnalysis, no_gaps());
+    let events = Recorder::default();
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(MemoryStore::new())
+        .observer(events.clone())
+        .gate(ShellGate::new("data", "test -e data.txt"))
+        .retries(0)
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(!matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let board = ralph.board().await.unwrap();
+    let failure = board.tasks["t-1"].last_failure.clone().unwrap_or_default();
+    assert!(
+        failure.contains("data.txt"),
+        "the failure names it: {failure}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("data.txt")).unwrap(),
+        "the person's, untracked\n",
+        "put back after the gates"
+    );
+    assert!(!dir.path().join(".ralph/aside").exists());
+}
+
+/// library-user F2: a report a gate wrote landed in the task's commit. What the gates
+/// write is never the task's work: the commit holds the agent's file only.
+#[tokio::test]
+async fn a_report_a_gate_writes_is_not_committed_with_the_task() {
+    let dir = repo();
+    let agent = FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("Write one.txt", "one.txt")]),
+        )
+        .on(Role::Build, "t-1", writes("one.txt"))
+        .always(Role::Verify, accept("fine"))
+        .always(Role::GapAnalysis, no_gaps());
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(MemoryStore::new())
+        .gate(ShellGate::new(
+            "coverage",
+            "mkdir -p cov && echo 91% > cov/report.txt",
+        ))
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 1, .. }),
+        "{outcome:?}"
+    );
+    let commit = ralph.board().await.unwrap().tasks["t-1"]
+        .commit
+        .clone()
+        .unwrap();
+    let files = git_ok(dir.path(), &["show", "--name-only", "--format=", &commit]);
+    assert_eq!(files, "one.txt\n");
+    assert_eq!(
+        status(dir.path()),
+        "?? cov/\n",
+        "the report is left in the tree"
+    );
+}

@@ -179,6 +179,7 @@ impl SpecBuild {
         })?;
         let git = ctx.git(&ctx.workspace);
         if !git.is_repo().await {
+            git.refuse_unrunnable().await?;
             // Checked up front: finding out at the first commit would waste the spec's work.
             return Err(GitError::NotARepo(ctx.workspace.clone()).into());
         }
@@ -323,7 +324,7 @@ impl SpecBuild {
     }
 
     /// Notes the work tree as the run leaves it, its agents stopped (see
-    /// `runtime::tree_record`); a failure is said, not fatal: the next run then sets the
+    /// `runtime::home::record`); a failure is said, not fatal: the next run then sets the
     /// last session's work aside rather than take it up.
     async fn note_stop(&self) {
         if let Some(home) = &self.home

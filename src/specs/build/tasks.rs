@@ -14,6 +14,7 @@ use crate::runtime::attempt::{self, Attempted, gate_log_name};
 use crate::runtime::call::Call;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
+use crate::runtime::gates::GateRun;
 use crate::runtime::gave_up;
 use crate::runtime::logs::{folder_log, sanitize};
 use crate::specs::implementation::{SpecEntry, Status, TaskEntry};
@@ -173,11 +174,14 @@ impl SpecBuild {
             log: folder_log(dir, Role::Build, session),
         };
         let id = TaskId::new(task.id.as_str());
-        let gate_run = self.ctx.gate_run(
-            &self.emitter,
-            call.deadline,
-            (&id, &task.description, session),
-        );
+        let gate_run = GateRun {
+            home: self.home.as_ref(),
+            ..self.ctx.gate_run(
+                &self.emitter,
+                call.deadline,
+                (&id, &task.description, session),
+            )
+        };
         let gate_log = |gate: &str| {
             let name = gate_log_name(gate, &task.id, session);
             dir.join(format!("{}.log", sanitize(&name)))

@@ -1,7 +1,8 @@
-//! A resume never commits what a person changed between runs (newcomer-and-bad-input rows
-//! 30, 31 and 83): after a stop in order the run refuses, naming the files, with a `next:`
-//! that works as printed; after a SIGKILL the cut-short attempt's work is set aside and
-//! the attempt runs again from the branch.
+//! Nothing of a person's reaches ralph's commits. A resume never commits what a person
+//! changed between runs (newcomer-and-bad-input rows 30, 31 and 83): after a stop in order
+//! the run refuses, naming the files, with a `next:` that works as printed; after a SIGKILL
+//! the cut-short attempt's work is set aside and the attempt runs again from the branch. A
+//! repository where git cannot run is refused (row 37).
 
 #![cfg(unix)]
 
@@ -164,4 +165,30 @@ fn a_resume_after_sigkill_sets_the_cut_short_attempt_aside_and_runs_it_again() {
     for path in ["work.txt", ".env", "notes.md", "README.md"] {
         assert!(stash.contains(path), "{path} is set aside: {stash}");
     }
+}
+
+/// Row 37: with no `git` on `PATH` inside a repository, a run said Complete and committed
+/// nothing. It is refused before anything runs, naming the cause.
+#[test]
+fn a_repository_without_a_runnable_git_is_refused() {
+    let dir = repository();
+    let ws = dir.path();
+    let bin = tempfile::tempdir().unwrap();
+    for tool in ["sh", "cat", "sleep"] {
+        let found = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap();
+        std::os::unix::fs::symlink(found, bin.path().join(tool)).unwrap();
+    }
+    let out = command(ws, &["construct", "spec.md", "--agent", "mine"])
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{}\n{err}", stdout(&out));
+    assert!(err.contains("`git` cannot run"), "{err}");
+    assert!(err.contains(".git"), "{err}");
+    assert!(!ws.join("work.txt").exists(), "no agent ran");
 }

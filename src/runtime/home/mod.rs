@@ -34,11 +34,16 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::error::Error;
-use super::tree_record::TreeRecord;
+mod gates;
+mod record;
+
+pub(crate) use self::gates::GatesWatch;
+use self::record::TreeRecord;
 use crate::event::Event;
 use crate::files::atomic;
 use crate::git::{Git, GitError};
+use crate::runtime::error::Error;
+use crate::runtime::workspace;
 
 /// The user's branch as ralph last saw it.
 #[derive(Clone, Debug)]
@@ -76,6 +81,10 @@ pub(crate) struct Turn {
     /// The untracked files that were there before (the user's), relative to the top of the
     /// work tree: never committed or set aside by ralph.
     pub(crate) untracked: Vec<String>,
+    /// New files its gates wrote (a report, a cache): never its work, so never committed
+    /// or set aside with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) gate_output: Vec<String>,
     /// The tree as its last finished attempt left it; `None` before the first ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) record: Option<TreeRecord>,
@@ -109,17 +118,19 @@ impl Resumed {
 }
 
 impl Home {
-    /// The branch checked out in `git`'s folder, the workspace, now; `None` outside a git repository or before
-    /// its first commit (ralph then commits nothing). `kept_out` are ralph's own paths,
-    /// relative to the workspace (which may be a folder inside the repository).
+    /// The branch checked out in `git`'s folder, the workspace, now; `None` outside a git
+    /// repository or before its first commit (ralph then commits nothing). `kept_out` are
+    /// ralph's own paths, relative to the workspace (which may be a folder inside the
+    /// repository).
     ///
     /// # Errors
     ///
-    /// [`GitError`] when git fails.
+    /// [`GitError::Unavailable`] in a repository where git cannot run (a run would say
+    /// Complete and commit nothing); [`GitError`] when git fails.
     pub(crate) async fn record(git: Git, kept_out: Vec<String>) -> Result<Option<Home>, GitError> {
-        let workspace = git.dir().to_path_buf();
-        let workspace = workspace.as_path();
+        let dir = git.dir().to_path_buf();
         if !git.is_repo().await {
+            git.refuse_unrunnable().await?;
             return Ok(None);
         }
         let Some(head) = git.head().await? else {
@@ -130,14 +141,10 @@ impl Home {
             .into_iter()
             .map(|path| format!("{prefix}{path}"))
             .collect();
-        let note = super::workspace::state_dir(workspace).join(TURN_NOTE);
+        let note = workspace::state_dir(&dir).join(TURN_NOTE);
         let depth = Path::new(&prefix).components().count();
-        let top = workspace
-            .ancestors()
-            .nth(depth)
-            .unwrap_or(workspace)
-            .to_path_buf();
-        Ok(Some(Home {
+        let top = dir.ancestors().nth(depth).unwrap_or(&dir).to_path_buf();
+        let home = Home {
             branch: git.current_branch().await?,
             head,
             git,
@@ -147,7 +154,10 @@ impl Home {
             written_between: Vec::new(),
             note,
             top,
-        }))
+        };
+        // A run killed while its gates ran left the user's files aside.
+        home.restore_aside();
+        Ok(Some(home))
     }
 
     /// With `paths` (relative to the workspace) as ralph's files for people: committed with
@@ -364,6 +374,7 @@ impl Home {
                 .filter(|(path, untracked)| *untracked && !self.bookkeeping.contains(path))
                 .map(|(path, _)| path)
                 .collect(),
+            gate_output: Vec::new(),
             record: None,
         };
         self.write_note(&turn)?;
@@ -517,15 +528,20 @@ impl Home {
         }
     }
 
-    /// The paths `turn` changed: every change in the work tree but ralph's own files and the
-    /// untracked files that were there before it.
+    /// The paths `turn` changed: every change in the work tree but ralph's own files, the
+    /// untracked files that were there before it, and the files its gates wrote.
     async fn turn_paths(&self, turn: &Turn) -> Result<Vec<String>, GitError> {
-        let before: HashSet<&str> = turn.untracked.iter().map(String::as_str).collect();
+        let not_its: HashSet<&str> = turn
+            .untracked
+            .iter()
+            .chain(&turn.gate_output)
+            .map(String::as_str)
+            .collect();
         Ok(self
             .changed()
             .await?
             .into_iter()
-            .filter(|(path, untracked)| !(*untracked && before.contains(path.as_str())))
+            .filter(|(path, untracked)| !(*untracked && not_its.contains(path.as_str())))
             .map(|(path, _)| path)
             .collect())
     }
