@@ -93,6 +93,19 @@ pub(crate) struct VerifyAnswer {
     pub gaps: Vec<String>,
 }
 
+impl VerifyAnswer {
+    /// Refuses an answer whose `task_id` names another task than `asked`, the one the
+    /// verifier was asked about: its verdict is not about this task (it is asked again).
+    pub(crate) fn check_task(&self, asked: &str) -> Result<(), String> {
+        match self.task_id.as_deref() {
+            Some(named) if named.trim() != asked => Err(format!(
+                "task_id is {named:?}, but the task to judge is {asked:?}: give the verdict on {asked}"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// VERIFY's gap analysis: work the spec still needs, and an answer for each gap the
 /// verifiers named (seed 000, fork/join step 5).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -648,6 +648,11 @@ pub struct RunState {
     /// why none did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) spec_check: Option<SpecCheck>,
+    /// The tree on which every required gate last passed: the branch's commit (empty
+    /// outside git). A board is complete only when they passed on the tree it ends with;
+    /// else they run once more on it first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) gates_passed_on: Option<String>,
 }
 
 /// How the last gap analysis ended.

@@ -360,6 +360,14 @@ impl Engine {
             .map(|g| g.name().to_owned())
             .collect();
         let (id, name) = (task.id.clone(), task.name.clone());
+        let mut memo = memo;
+        if self.home.is_none()
+            && let Some(Change::Run(run)) = &mut memo
+        {
+            // Outside git the workspace is the tree the gates just passed on (in git, the
+            // commit is recorded as it is made).
+            run.gates_passed_on = Some(String::new());
+        }
         self.commit(with_memo(task, memo)).await?;
         self.remember_finished(&name);
         self.emit(Event::TaskDone { task: id });

@@ -84,6 +84,9 @@ impl Engine {
                 commit: commit.clone(),
             });
         }
+        // The gates passed on the tree this commit holds.
+        let tree = self.tree().await?;
+        self.gates_passed_on(tree).await?;
         Ok(AttemptEnd::Done { commit, log })
     }
 

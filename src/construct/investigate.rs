@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{Engine, Flow, Priorities};
+use super::{Engine, Flow, Priorities, SPEC_ORIGIN};
 use crate::agent::Role;
 use crate::answer::InvestigateAnswer;
 use crate::event::Event;
@@ -64,6 +64,15 @@ impl Engine {
         let (result, runs) = self
             .caller
             .structured::<InvestigateAnswer>(call, |a| {
+                if a.out_of_scope && issue.origin.as_deref() == Some(SPEC_ORIGIN) {
+                    // The spec's own issue is the work asked for: out of scope, nothing
+                    // would be built and the run would say Complete.
+                    return Err(
+                        "this issue is the spec itself, which cannot be out of scope: \
+                                break the spec down into tasks"
+                            .to_owned(),
+                    );
+                }
                 self.check_dep_ids("tasks", &a.tasks)?;
                 self.check_planned(&a.already_planned)
             })

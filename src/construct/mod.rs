@@ -16,6 +16,7 @@
 mod build;
 mod decompose;
 pub(crate) mod dry_run;
+mod final_gates;
 mod in_place;
 mod investigate;
 mod parallel;
@@ -51,6 +52,9 @@ use crate::runtime::logs::{Emitter, Logs};
 use crate::runtime::spec::{self, SpecDoc};
 use crate::runtime::workspace::RunLock;
 use crate::time::now_rfc3339;
+
+/// The origin of the issue a spec is seeded as.
+pub(super) const SPEC_ORIGIN: &str = "spec";
 
 /// How many recently finished task names the BUILD prompt lists.
 const RECENT_TASKS: usize = crate::prompt::RECENT_COMPLETED;
@@ -218,7 +222,7 @@ impl Engine {
             }
             let id = run.next_issue_id(|id| self.board.issues.contains_key(id));
             let text = spec_issue_text(&rel, &self.spec);
-            changes.push(Change::Issue(Issue::new(id, text).with_origin("spec")));
+            changes.push(Change::Issue(Issue::new(id, text).with_origin(SPEC_ORIGIN)));
         }
         run.seeded = true;
         run.spec = Some(rel);
@@ -259,6 +263,14 @@ impl Engine {
                 self.block_unsound().await?;
             }
             let stage = self.board.stage();
+            if stage == Stage::Complete && !self.board.declared_complete {
+                match self.gates_on_final_tree().await? {
+                    None => {}
+                    Some(Flow::Continue) => continue,
+                    Some(Flow::Interrupted) => return Ok(self.finish(Outcome::Interrupted).await),
+                    Some(Flow::Stop(outcome)) => return Ok(self.finish(outcome).await),
+                }
+            }
             if let Some(outcome) = self.outcome_at(stage) {
                 return Ok(self.finish(outcome).await);
             }

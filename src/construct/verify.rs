@@ -454,7 +454,10 @@ fn apply_verdict(mut task: Task, verdict: &Verdict, limit: Option<u32>) -> Task 
 /// One verifier: a verdict from a valid answer; a rejection naming why when there is none;
 /// a kill when a limit stopped it.
 async fn verify_one(caller: Caller, call: Call) -> Result<Option<(Checked, u32)>, Error> {
-    let (result, runs) = caller.structured::<VerifyAnswer>(call, |_| Ok(())).await?;
+    let asked = call.subject.clone().unwrap_or_default();
+    let (result, runs) = caller
+        .structured::<VerifyAnswer>(call, |a| a.check_task(&asked))
+        .await?;
     let checked = match result {
         Structured::Interrupted => return Ok(None),
         Structured::Answer(answer) => Checked::Verdict(Verdict {

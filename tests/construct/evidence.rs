@@ -407,3 +407,105 @@ async fn every_gap_a_verifier_names_is_answered_by_the_gap_analysis() {
         ]
     );
 }
+
+/// Audit row 53: an investigation that called the spec's own issue out of scope ended
+/// "Spec complete: 0 tasks accepted", though a gate was required and never ran. The
+/// answer is invalid, asked again, and the issue blocks: never Complete.
+#[tokio::test]
+async fn the_specs_own_issue_can_never_be_out_of_scope() {
+    let out_of_scope = Script::new().json(json!({"out_of_scope": true, "reason": "meh"}));
+    let h = Harness::new(
+        FakeAgent::new()
+            .always(Role::Investigate, out_of_scope)
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+
+    let outcome = h.run(|b| b.gate(done_gate()).retries(1)).await;
+
+    assert!(matches!(outcome, Outcome::Blocked { .. }), "{outcome:?}");
+    let asked = h.requests(Role::Investigate, "i-1");
+    assert!(asked.len() >= 2, "asked again: {}", asked.len());
+    assert!(
+        asked[1].prompt.contains("cannot be out of scope"),
+        "{}",
+        asked[1].prompt
+    );
+    assert_ne!(
+        h.store.board().issues["i-1"].status,
+        IssueStatus::OutOfScope
+    );
+}
+
+/// Audit row 54: a verifier's `task_id` naming another task was ignored, though the
+/// schema says it is checked. The answer is refused and asked again.
+#[tokio::test]
+async fn a_verdict_naming_another_task_is_asked_again() {
+    let elsewhere = Script::new().json(json!({
+        "task_id": "t-9", "verdict": "accept", "reason": "t-9 is fine"
+    }));
+    let h = Harness::new(one_task().on(Role::Build, "t-1", writes_done()).on_attempt(
+        Role::Verify,
+        "t-1",
+        1,
+        elsewhere,
+    ));
+
+    let outcome = h.run(|b| b.gate(done_gate())).await;
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let asked = h.requests(Role::Verify, "t-1");
+    assert_eq!(asked.len(), 2, "asked again");
+    assert!(asked[1].prompt.contains("\"t-9\""), "{}", asked[1].prompt);
+}
+
+/// Complete rests on the required gates having passed on the final tree: with every task
+/// accepted by a person, no gate ever ran, so they run once before the verdict; a failure
+/// there becomes an issue, not Complete.
+#[tokio::test]
+async fn with_every_task_accepted_by_a_person_the_gates_run_once_on_the_final_tree() {
+    let counted = ShellGate::new(
+        "done-file",
+        "echo run >> gate-runs; test -f done.txt || { echo 'done.txt is missing'; exit 1; }",
+    );
+    let h = Harness::new(
+        FakeAgent::new()
+            .on(
+                Role::Investigate,
+                "i-1",
+                Script::new().json(json!({"already_planned": ["t-1"]})),
+            )
+            .on(
+                Role::Investigate,
+                "i-2",
+                tasks(&[("Write done.txt", "done.txt exists")]),
+            )
+            .on(Role::Build, "t-2", writes_done())
+            .always(Role::Verify, accept("ok"))
+            .always(Role::GapAnalysis, no_gaps()),
+    );
+    let ralph = h.ralph(|b| b.gate(counted.clone()));
+    ralph
+        .add_task(
+            Task::new("t-1", "Write done.txt")
+                .with_acceptance("done.txt exists")
+                .with_status(TaskStatus::Done),
+        )
+        .await
+        .unwrap();
+    ralph.accept_done().await.unwrap();
+
+    let outcome = h.run(|b| b.gate(counted)).await;
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let board = h.store.board();
+    let opened = &board.issues["i-2"];
+    assert_eq!(opened.origin.as_deref(), Some("gates"));
+    assert!(
+        opened.text.contains("done.txt is missing"),
+        "{}",
+        opened.text
+    );
+    // The final tree failed once; t-2's attempt passed (and is the last tree gated).
+    let runs = std::fs::read_to_string(h.path().join("gate-runs")).unwrap_or_default();
+    assert_eq!(runs.lines().count(), 2, "{runs}");
+}

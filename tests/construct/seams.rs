@@ -182,7 +182,15 @@ async fn a_fresh_spec_is_persisted_as_an_issue_before_the_investigator_runs() {
         .expect_load()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|| Ok(Board::new()));
+        .returning(|| {
+            // A task a person planned and accepted before the first run: the spec's own
+            // issue is covered by it (it may never be out of scope).
+            let mut board = Board::new();
+            board.apply(Change::Task(
+                Task::new("t-1", "Write done.txt").with_status(TaskStatus::Accepted),
+            ));
+            Ok(board)
+        });
     store
         .expect_persist()
         .times(1)
@@ -199,8 +207,7 @@ async fn a_fresh_spec_is_persisted_as_an_issue_before_the_investigator_runs() {
         .in_sequence(&mut seq)
         .withf(|r: &AgentRequest| is(r, Role::Investigate, "i-1", 1))
         .returning(|_| {
-            Ok(AgentRun::completed("")
-                .with_structured(json!({"out_of_scope": true, "reason": "nothing to do"})))
+            Ok(AgentRun::completed("").with_structured(json!({"already_planned": ["t-1"]})))
         });
     store
         .expect_persist()
@@ -239,7 +246,7 @@ async fn a_fresh_spec_is_persisted_as_an_issue_before_the_investigator_runs() {
         .unwrap();
     let outcome = ralph.construct("spec.md").await.unwrap();
 
-    assert_eq!(complete(&outcome), (1, 0));
+    assert_eq!(complete(&outcome), (1, 1));
 }
 
 #[tokio::test]
