@@ -319,6 +319,19 @@ pub enum Event {
         /// How it ended, as a person reads it: the outcome, what plan mode saved, the
         /// thread's phase, or `<mode> stopped: <error>`.
         message: String,
+        /// What the run's scope (`construct`, `build`, `thread/<id>`) spent in all when the
+        /// run ended, as the spend ledger has it ([`Ralph::spent`](crate::Ralph::spent)):
+        /// the figure of the summary, `ralph status` and the board, in dollars; `None`
+        /// when the run failed before its ledger was read.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        spent_usd: Option<f64>,
+        /// The same scope's input and output tokens (what `max_tokens` counts).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        spent_tokens: Option<u64>,
+        /// Whether that figure is an estimate: it counts a run cut short (ralph killed
+        /// while it ran) by what its agent had reported.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        spent_estimate: bool,
         /// The exit code the `ralph` command uses for this end: 0 done (or one step done),
         /// 1 an error, 2 a limit, 3 a person must look, 130 interrupted (a thread: 2 Stuck,
         /// 3 PreflightFailed, 130 Paused).
@@ -354,10 +367,28 @@ impl Event {
             phase: None,
             error: None,
             message,
+            spent_usd: None,
+            spent_tokens: None,
+            spent_estimate: false,
             exit_code,
             sandbox: String::new(),
             needs_person,
         }
+    }
+
+    /// This [`Finished`](Self::Finished) with what the run's scope spent.
+    #[must_use]
+    pub(crate) fn with_spent(mut self, usd: f64, tokens: u64, estimate: bool) -> Event {
+        if let Event::Finished {
+            spent_usd,
+            spent_tokens,
+            spent_estimate,
+            ..
+        } = &mut self
+        {
+            (*spent_usd, *spent_tokens, *spent_estimate) = (Some(usd), Some(tokens), estimate);
+        }
+        self
     }
 
     /// The [`Finished`](Self::Finished) of a construct run that reached `outcome`.

@@ -170,6 +170,10 @@ pub use prioritize::{CriticalPath, Prioritizer};
 pub use ralph::{Ralph, RalphBuilder, answer_schema};
 pub use runtime::error::{BuildError, Error};
 pub use runtime::interrupt::Interrupts;
+/// What [`Ralph::spent`] returns (its fields are listed there). Not a page of its own: the
+/// crate keeps to 100 public types (`.ci/public-types`), and this one is plain data.
+#[doc(hidden)]
+pub use runtime::spend::Spent;
 pub use runtime::workspace::STATE_DIR;
 /// The stop token of a run ([`Ralph::stop_token`], [`RalphBuilder::stop_token`],
 /// [`AgentRequest`]'s `stop`): cancel it and the running agent or gate is stopped.

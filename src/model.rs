@@ -630,14 +630,19 @@ pub struct RunState {
     /// [`ITERATION_LOG_LIMIT`] entries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log: Vec<IterationEntry>,
-    /// Input tokens of every agent run on this board so far (saved with the run state, so at
-    /// least once per iteration).
+    /// Input tokens of every agent run on this board so far (cache reads and writes not
+    /// included): the spend ledger's `construct` scope, the one figure the budget, the
+    /// summary and `ralph status` show ([`Ralph::spent`](crate::Ralph::spent)).
+    /// [`Ralph::board`](crate::Ralph::board) and the running loop read it from the ledger;
+    /// the store keeps it as of the board's last save (at least once per iteration, and at
+    /// the end of a run).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub tokens_in: u64,
-    /// Output tokens of every agent run so far.
+    /// Output tokens of every agent run so far, as [`tokens_in`](Self::tokens_in).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub tokens_out: u64,
-    /// What the agent runs cost so far, in USD, as the agents reported it.
+    /// What the agent runs cost so far, in USD, as the agents reported it, as
+    /// [`tokens_in`](Self::tokens_in).
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub cost_usd: f64,
     /// The last gap analysis (VERIFY comparing the spec with the code): a board whose tasks

@@ -20,6 +20,7 @@ use crate::prioritize::{CriticalPath, Prioritizer};
 use crate::prompt::Prompts;
 use crate::runtime::Context;
 use crate::runtime::error::{BuildError, Error};
+use crate::runtime::spend::Spent;
 use crate::store::{JsonlStore, MemoryStore, ProgressStore, Store};
 
 /// The orchestrator: a workspace, an agent, gates, a store, a prioritizer and observers,
@@ -88,7 +89,69 @@ impl Ralph {
     ///
     /// [`Error::Store`] when it cannot be loaded.
     pub async fn board(&self) -> Result<Board, Error> {
-        Ok(self.inner.store.load().await?)
+        let mut board = self.inner.store.load().await?;
+        // What the board spent is the ledger's figure, also after a run killed before
+        // its board was saved.
+        let spent = self.spent(crate::construct::SPEND_SCOPE)?;
+        crate::construct::stamp(&mut board.run, &spent);
+        Ok(board)
+    }
+
+    /// What the agents spent over `scope`, as the spend ledger (`.ralph/spend.jsonl`) has
+    /// it: the figure the run-wide limits (`max_cost_usd`, `max_tokens`) count, the
+    /// summary and `ralph status` show, and [`Board`]'s `run.tokens_in`, `run.tokens_out`
+    /// and `run.cost_usd` carry for `"construct"`. A scope is `"construct"` (the board),
+    /// `"build"` (plan mode and build mode), `"plan"`, or `"thread/<id>"`; one that never
+    /// spent is all zeros. A run cut short by a kill of ralph counts by what its agent had
+    /// reported (`is_estimate()`). Reading writes nothing.
+    ///
+    /// The figure, `ralph::Spent` (plain data, `Copy`, `Serialize`), has `input_tokens`
+    /// and `output_tokens` (what `max_tokens` counts; `tokens()` is their sum),
+    /// `cache_read_tokens` and `cache_creation_tokens` (shown apart, not counted),
+    /// `cost_usd` (dollars as the agents reported them), `runs` (agent runs),
+    /// `unpriced_runs` (runs that reported no cost: their dollars count as $0) and
+    /// `estimated_runs` (runs cut short that count by what they had reported; when not 0,
+    /// `is_estimate()` is true and the figure may be below what was spent).
+    ///
+    /// ```
+    /// use ralph::{FakeAgent, MemoryStore, Ralph, Role, agent::Script};
+    /// use serde_json::json;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("spec.md"), "# Nothing\nNothing to do.\n")?;
+    /// // Every run reports 1000 tokens in, 200 out and $0.40.
+    /// let agent = FakeAgent::new()
+    ///     .always(Role::Investigate, Script::new()
+    ///         .spend(1000, 200, Some(0.40))
+    ///         .json(json!({"tasks": []})))
+    ///     .always(Role::GapAnalysis, Script::new()
+    ///         .spend(1000, 200, Some(0.40))
+    ///         .json(json!({"tasks": [], "issues": []})));
+    /// let ralph = Ralph::builder()
+    ///     .workspace(dir.path())
+    ///     .agent(agent)
+    ///     .store(MemoryStore::new())
+    ///     .build()?;
+    /// ralph.construct("spec.md").await?;
+    ///
+    /// let spent = ralph.spent("construct")?;
+    /// assert!(spent.runs > 0 && !spent.is_estimate());
+    /// assert_eq!((spent.input_tokens, spent.output_tokens), (1000 * spent.runs, 200 * spent.runs));
+    /// assert!((spent.cost_usd - 0.40 * spent.runs as f64).abs() < 1e-9);
+    /// assert_eq!(ralph.board().await?.run.cost_usd, spent.cost_usd);
+    /// assert_eq!(ralph.spent("build")?, ralph::Spent::default());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the ledger cannot be read, [`Error::Store`] naming the file and
+    /// the line when a line of it is not a ledger line.
+    pub fn spent(&self, scope: &str) -> Result<Spent, Error> {
+        Ok(crate::runtime::spend::Ledger::open(self.workspace(), scope)?.spent())
     }
 
     /// The last choices a [`Fallback`](crate::agent::Fallback) chain made in this workspace

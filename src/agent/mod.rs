@@ -165,6 +165,19 @@ pub enum AgentEvent {
         /// Output tokens of the run so far.
         output_tokens: u64,
     },
+    /// What the run has spent so far, as the agent reported it: its tokens over every
+    /// call up to now (cache reads and writes apart, as in [`AgentRun::usage`]) and its
+    /// dollars when the agent reports them while it runs (Claude reports them only at the
+    /// end). Each report replaces the last. A runtime with a budget appends each one to the
+    /// spend ledger as it arrives (a provisional line), so a run cut short by a kill of
+    /// ralph still counts what it reported; an [`Agent`] of your own sends it with
+    /// [`AgentRequest::emit`] after each call it pays for.
+    Spend {
+        /// The run's tokens so far (its context fields are not used).
+        usage: Usage,
+        /// The run's dollars so far, when the agent reports them.
+        cost_usd: Option<f64>,
+    },
     /// Context pressure crossed a tier (see [`ContextThresholds`]).
     ContextPressure {
         /// Context in use ÷ window.

@@ -97,10 +97,14 @@ pub(crate) async fn run(
         Some(engine) => engine.emitter.clone(),
         None => ctx.emitter(&[]),
     };
-    let event = match &result {
+    let mut event = match &result {
         Ok(outcome) => Event::construct_finished(outcome.clone()),
         Err(e) => Event::failed("construct", "the construct loop", e),
     };
+    if let Some(budget) = engine.as_ref().and_then(|e| e.caller.budget()) {
+        let spent = budget.ledger().spent();
+        event = event.with_spent(spent.cost_usd, spent.tokens(), spent.is_estimate());
+    }
     let hooks = emitter.finish(event).await;
     drop(engine);
     crate::runtime::error::after_hooks(result, hooks)
@@ -112,8 +116,6 @@ pub(crate) struct Engine {
     board: Board,
     spec: SpecDoc,
     emitter: Emitter,
-    /// Tokens and cost of the agent runs, this run's added to what the board had.
-    spent: Arc<Spent>,
     /// The last required gate failure, while no task has passed the gates since.
     gate_streak: Option<build::GateStreak>,
     logs: Logs,
@@ -147,11 +149,8 @@ impl Engine {
         }
         let before = ctx.emitter(&[]);
         let lock = ctx.begin(&before).await?;
-        let board = ctx.load_board(&before).await?;
-        // From here on every agent run's tokens and cost are added to the board's.
-        let spent = Arc::new(Spent::from(&board.run));
-        let counts: Arc<dyn crate::event::Observer> = spent.clone();
-        let emitter = ctx.emitter(&[counts]);
+        let mut board = ctx.load_board(&before).await?;
+        let emitter = ctx.emitter(&[]);
         let rel = resolve_spec(&ctx.workspace, &board.run, spec)?;
         ctx.sandbox.record([std::path::PathBuf::from(&rel)]);
         let spec = SpecDoc::read(&ctx.workspace, &rel)?;
@@ -162,6 +161,10 @@ impl Engine {
             ctx.config.log_files_kept,
         )?;
         let caller = ctx.spending_caller(emitter.clone(), SPEND_SCOPE)?;
+        // The board's figures are the ledger's, whatever the store last saved.
+        if let Some(budget) = caller.budget() {
+            stamp(&mut board.run, &budget.ledger().spent());
+        }
         let recent = board
             .tasks
             .values()
@@ -177,7 +180,6 @@ impl Engine {
             board,
             spec,
             emitter,
-            spent,
             gate_streak: None,
             logs,
             caller,
@@ -372,6 +374,19 @@ impl Engine {
                 message: format!("the work tree as this run leaves it was not noted: {e}"),
             });
         }
+        // The board saved at the end carries the ledger's figures: the runs since its last
+        // save are on it too.
+        let mut run = self.board.run.clone();
+        if let Some(budget) = self.caller.budget() {
+            stamp(&mut run, &budget.ledger().spent());
+        }
+        if run != self.board.run
+            && let Err(e) = self.commit(vec![Change::Run(run)]).await
+        {
+            self.emit(Event::Warning {
+                message: format!("the board's spend was not saved: {e}"),
+            });
+        }
         if let Err(e) = self.commit_board().await {
             // The outcome stands; the board is saved, only not committed.
             self.emit(Event::Warning {
@@ -422,9 +437,12 @@ impl Engine {
         if changes.is_empty() {
             return Ok(());
         }
-        for change in &mut changes {
-            if let Change::Run(run) = change {
-                self.spent.stamp(run);
+        if let Some(budget) = self.caller.budget() {
+            let spent = budget.ledger().spent();
+            for change in &mut changes {
+                if let Change::Run(run) = change {
+                    stamp(run, &spent);
+                }
             }
         }
         self.ctx.store.persist(&changes).await?;
@@ -695,7 +713,7 @@ fn resolve_spec(workspace: &Path, run: &RunState, given: Option<&Path>) -> Resul
 }
 
 /// The construct board's scope in the spend ledger ([`spend`](crate::runtime::spend)).
-const SPEND_SCOPE: &str = "construct";
+pub(crate) const SPEND_SCOPE: &str = "construct";
 
 /// The user's branch in `ctx`'s workspace, with ralph's own files: its state folder, its
 /// logs and its store's file (never committed) — unless the store is a file kept for people
@@ -972,42 +990,11 @@ fn fixed(tasks: &[Task]) -> Vec<Task> {
         .collect()
 }
 
-/// Adds up the tokens and cost of every agent run it observes.
-#[derive(Debug, Default)]
-struct Spent(std::sync::Mutex<(u64, u64, f64)>);
-
-impl Spent {
-    fn from(run: &RunState) -> Self {
-        Spent(std::sync::Mutex::new((
-            run.tokens_in,
-            run.tokens_out,
-            run.cost_usd,
-        )))
-    }
-
-    /// Writes the totals into `run`.
-    fn stamp(&self, run: &mut RunState) {
-        let (tokens_in, tokens_out, cost) = *self.0.lock().unwrap_or_else(|e| e.into_inner());
-        run.tokens_in = tokens_in;
-        run.tokens_out = tokens_out;
-        run.cost_usd = cost;
-    }
-}
-
-impl crate::event::Observer for Spent {
-    fn on_event(&self, event: &Event) {
-        if let Event::AgentFinished {
-            usage, cost_usd, ..
-        } = event
-        {
-            let mut spent = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            spent.0 = spent
-                .0
-                .saturating_add(usage.input_tokens)
-                .saturating_add(usage.cache_read_tokens)
-                .saturating_add(usage.cache_creation_tokens);
-            spent.1 = spent.1.saturating_add(usage.output_tokens);
-            spent.2 += cost_usd.unwrap_or(0.0);
-        }
-    }
+/// Writes the construct scope's spend (the ledger's) into the board's run state; a board
+/// not seeded yet has spent nothing (its first run resets the scope).
+pub(crate) fn stamp(run: &mut RunState, spent: &crate::runtime::spend::Spent) {
+    let seeded = run.seeded;
+    run.tokens_in = if seeded { spent.input_tokens } else { 0 };
+    run.tokens_out = if seeded { spent.output_tokens } else { 0 };
+    run.cost_usd = if seeded { spent.cost_usd } else { 0.0 };
 }

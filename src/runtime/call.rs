@@ -23,7 +23,7 @@ use super::spend::{self, Budget};
 use crate::agent::is_connection_error;
 use crate::agent::{
     Agent, AgentChoice, AgentError, AgentEvent, AgentEvents, AgentExit, AgentRequest, AgentRun,
-    FailureKind, Role,
+    FailureKind, Role, Usage,
 };
 use crate::answer::{self, Answer};
 use crate::config::ContextThresholds;
@@ -253,8 +253,21 @@ impl Caller {
     /// [`Error::BudgetExhausted`]).
     #[must_use]
     pub(crate) fn spending(mut self, budget: Budget) -> Caller {
+        if let Err(e) = budget.ledger().settle() {
+            self.emitter.emit(&Event::Warning {
+                message: format!("the spend restored in the ledger was not written: {e}"),
+            });
+        }
+        self.say_ledger_notice(budget.ledger());
         self.budget = Some(budget);
         self
+    }
+
+    /// Says the ledger's warning, if it has one (an edit it found and restored).
+    fn say_ledger_notice(&self, ledger: &spend::Ledger) {
+        if let Some(message) = ledger.take_notice() {
+            self.emitter.emit(&Event::Warning { message });
+        }
     }
 
     /// The limits and the ledger this caller's runs count against, if any.
@@ -485,7 +498,8 @@ impl Caller {
             .context(self.limits.context)
             .unreachable_after(self.limits.unreachable_after)
             .stop(token.clone());
-        request.events = self.forward_events(call.subject.clone());
+        let run_id = spend::run_id();
+        request.events = self.forward_events(call.subject.clone(), self.provisional(call, &run_id));
         request.subject = call.subject.clone();
         request.schema = schema;
         request.budget_usd = self.budget.as_ref().and_then(Budget::dollars_left);
@@ -522,7 +536,7 @@ impl Caller {
             session_id: run.session_id.clone(),
             log: run.log_path.as_deref().map(|p| self.relative(p)),
         });
-        self.record_spend(call, &run);
+        self.record_spend(call, &run, run_id);
         let ending = match (self.classify(run, call.deadline), breach) {
             // The answer of a run that broke the rule is not used; any other ending stands.
             (Ending::Answer(_), Some(reason)) => Ending::Failed {
@@ -602,30 +616,42 @@ impl Caller {
 
     /// Appends the run's spend to the ledger, whatever its end. A ledger that cannot be
     /// written is a warning: the run's work counts more than its accounting.
-    fn record_spend(&self, call: &Call, run: &AgentRun) {
+    /// The final line closes the provisional lines of run `run_id`.
+    fn record_spend(&self, call: &Call, run: &AgentRun, run_id: String) {
         let Some(budget) = &self.budget else {
             return;
         };
+        let agent = run.agent.as_deref().unwrap_or_else(|| self.agent.name());
         let line = spend::Line {
+            run: Some(run_id),
             role: Some(call.role.as_str().to_owned()),
             subject: call.subject.clone(),
-            agent: Some(
-                run.agent
-                    .clone()
-                    .unwrap_or_else(|| self.agent.name().to_owned()),
-            ),
-            input_tokens: run.usage.input_tokens,
-            output_tokens: run.usage.output_tokens,
-            cache_read_tokens: run.usage.cache_read_tokens,
-            cache_creation_tokens: run.usage.cache_creation_tokens,
-            cost_usd: run.cost_usd,
+            agent: Some(agent.to_owned()),
             ..spend::Line::default()
         };
-        if let Err(e) = budget.ledger().record(line) {
+        let recorded = budget
+            .ledger()
+            .record(spent_line(line, &run.usage, run.cost_usd));
+        if let Err(e) = recorded {
             self.emitter.emit(&Event::Warning {
                 message: format!("the run's spend was not recorded: {e}"),
             });
         }
+        self.say_ledger_notice(budget.ledger());
+    }
+
+    /// Where the spend reports of `call`'s run `run_id` go while it runs, and the line they
+    /// fill in; `None` without a budget.
+    fn provisional(&self, call: &Call, run_id: &str) -> Option<(spend::Ledger, spend::Line)> {
+        let ledger = self.budget.as_ref()?.ledger().clone();
+        let line = spend::Line {
+            run: Some(run_id.to_owned()),
+            role: Some(call.role.as_str().to_owned()),
+            subject: call.subject.clone(),
+            agent: Some(self.agent.name().to_owned()),
+            ..spend::Line::default()
+        };
+        Some((ledger, line))
     }
 
     fn classify(&self, run: AgentRun, deadline: Instant) -> Ending {
@@ -660,11 +686,29 @@ impl Caller {
 
     /// The agent's events, sent on as [`Event::Agent`]s; a fallback chain's choice is also
     /// recorded for `ralph status` ([`choices`](super::choices)).
-    fn forward_events(&self, subject: Option<String>) -> AgentEvents {
+    fn forward_events(
+        &self,
+        subject: Option<String>,
+        provisional: Option<(spend::Ledger, spend::Line)>,
+    ) -> AgentEvents {
         let emitter = self.emitter.clone();
         let workspace = self.workspace.clone();
         let chosen = Arc::clone(&self.chosen);
         AgentEvents::new(move |detail| {
+            // Synced before the event goes on: a kill of ralph from here on loses none of it.
+            if let (AgentEvent::Spend { usage, cost_usd }, Some((ledger, line))) =
+                (&detail, &provisional)
+            {
+                let written = ledger.provisional(spent_line(line.clone(), usage, *cost_usd));
+                if let Err(e) = written {
+                    emitter.emit(&Event::Warning {
+                        message: format!("the run's spend so far was not recorded: {e}"),
+                    });
+                }
+                if let Some(message) = ledger.take_notice() {
+                    emitter.emit(&Event::Warning { message });
+                }
+            }
             if let AgentEvent::AgentChosen { agent, reason } = &detail {
                 let choice = AgentChoice {
                     at: time::now_rfc3339(),
@@ -771,5 +815,17 @@ impl Caller {
         path.strip_prefix(&self.workspace)
             .map(std::path::Path::to_path_buf)
             .unwrap_or_else(|_| path.to_path_buf())
+    }
+}
+
+/// `line` with the tokens of `usage` and `cost_usd`.
+fn spent_line(line: spend::Line, usage: &Usage, cost_usd: Option<f64>) -> spend::Line {
+    spend::Line {
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_tokens,
+        cache_creation_tokens: usage.cache_creation_tokens,
+        cost_usd,
+        ..line
     }
 }

@@ -1,38 +1,100 @@
 //! What the agents spent, kept so that nothing is lost and a limit holds across resumes.
 //!
-//! Every agent run of every mode ends in one line appended to `.ralph/spend.jsonl` and
-//! synced before the run's result is acted on: its scope, role, subject and agent, its
-//! tokens and its cost, also for a run that was stopped, killed, interrupted or rate
-//! limited (whatever it reported by then). A stop, a crash or a SIGKILL between two runs
-//! loses nothing; a kill during a run loses only that run's line.
+//! `.ralph/spend.jsonl` is the one record of spend: the budget, the board's figures
+//! ([`RunState`](crate::model::RunState)'s `tokens_in`, `tokens_out`, `cost_usd`), the run's
+//! summary, [`Ralph::spent`](crate::Ralph::spent) and `ralph status` are all read from it.
+//!
+//! Every agent run of every mode ends in one line appended to the ledger and synced before
+//! the run's result is acted on: its scope, role, subject and agent, its tokens and its
+//! cost, also for a run that was stopped, killed, interrupted or rate limited (whatever it
+//! reported by then). While a run goes on, each usage report its agent makes (Claude's
+//! per-message usage, a Codex turn, the FakeAgent's `spend` step: an
+//! [`AgentEvent::Spend`](crate::agent::AgentEvent::Spend)) is appended at once as a
+//! *provisional* line with the run's spend so far, synced too. So a stop, a crash or a
+//! SIGKILL of ralph loses nothing the agent had reported.
 //!
 //! A *scope* is the state a run belongs to: `construct` (the board), `build` (build mode's
 //! run over `implementation.json`), `plan`, or `thread/<id>`. A scope's spend is the sum of
 //! its lines since its last `reset` line, written when its state starts afresh (a new
-//! board, a new plan, a new thread). Run-wide limits ([`Budget`]) are checked against it.
+//! board, a new plan, a new thread), where each agent run counts once: by its final line,
+//! or, for a run cut short (ralph killed while it ran), by its last provisional line. Such a
+//! total is an *estimate* (the run may have spent more than it reported): [`Spent`]'s
+//! `estimated_runs` counts those runs, and the summary, the dry run and `ralph status` say
+//! "estimate". Run-wide limits ([`Budget`]) are checked against the total.
+//!
+//! # Format
+//!
+//! One JSON object per line:
 //!
 //! ```text
-//! {"at":"2026-…","scope":"construct","role":"build","subject":"t-1","agent":"claude","input_tokens":1200,"output_tokens":300,"cost_usd":0.4}
+//! {"at":"2026-…","scope":"construct","run":"4711-18c…-3","estimate":true,"role":"build","subject":"t-1","agent":"claude","input_tokens":800,"output_tokens":100,"cache_read_tokens":5000}
+//! {"at":"2026-…","scope":"construct","run":"4711-18c…-3","role":"build","subject":"t-1","agent":"claude","input_tokens":1200,"output_tokens":300,"cache_read_tokens":9000,"cost_usd":0.4}
 //! {"at":"2026-…","scope":"build","reset":true}
+//! {"at":"2026-…","scope":"construct","restored":true,"runs":3,"input_tokens":3000,"output_tokens":600,"cost_usd":1.2}
 //! ```
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `at` | when the line was written (RFC 3339, UTC) |
+//! | `scope` | the state the run belongs to (see above) |
+//! | `reset` | `true`: the scope starts afresh; its earlier lines no longer count (no other field but `at`) |
+//! | `run` | the agent run's id (`<pid>-<hex start>-<n>`): its provisional lines and its final line share it |
+//! | `estimate` | `true` on a provisional line: the run's spend so far, as its agent had reported it; the run's next line replaces it, and it counts only when the run has no final line |
+//! | `restored` | `true` on a line ralph wrote after finding the ledger edited: the spend the edit took away (see [Edits](#edits)); it carries no role, subject or agent |
+//! | `runs`, `unpriced_runs`, `estimated_runs` | on a `restored` line: how many runs, runs without a cost, and estimated runs it stands for |
+//! | `role`, `subject`, `agent` | what the run was for (`build`, `verify`, …), its task, issue, spec or thread, and the agent that ran it |
+//! | `input_tokens`, `output_tokens` | tokens, counted against `max_tokens`; absent when 0 |
+//! | `cache_read_tokens`, `cache_creation_tokens` | cache reads and writes, shown apart and not counted against `max_tokens`; absent when 0 |
+//! | `cost_usd` | dollars, as the agent reported them; absent when it reported none (an unpriced run: its dollars count as $0 against `max_cost_usd`) |
+//!
+//! A torn last line (a crash mid-write) is skipped, and cut before the next append: its
+//! run was never acted on. Any other line that is not a ledger line is an error naming the
+//! file and the line.
+//!
+//! # Edits
+//!
+//! ralph is the ledger's only writer, as it is `plan.jsonl`'s, and guards it the same way.
+//! Beside it, `spend.jsonl.mark` holds what ralph last left there: its length, the SHA-256
+//! of those bytes and every scope's spend (see `mark`). An edit ralph did not make (the file
+//! emptied, truncated, deleted, a line removed or changed) is found at the next load, by
+//! the mark, and under a running ralph at the next write, by the file's identity, length
+//! and modification time. Then the budget does not forget: for each scope that now shows
+//! less than ralph recorded, a `restored` line puts the difference back (written before the
+//! next line, so a dry run still writes nothing), and a warning names the file, what
+//! happened and the `next:` step. A run goes on: the ledger is whole again. A line someone
+//! added counts (the budget never counts less than the file says). A run in flight when the
+//! ledger was cut may be counted twice, once in the restored line: an edit errs on the side
+//! of the budget. Deleting both files starts the spend afresh, as deleting `.ralph/` does.
 
-#[cfg(feature = "internals")]
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::error::Error;
+use crate::files::seen::{self, Seen};
 use crate::store::StoreError;
+
+mod book;
+mod mark;
+
+use book::Tally;
 
 /// The ledger's file name in ralph's state folder.
 const FILE: &str = "spend.jsonl";
 
-/// Tokens and dollars, summed over runs.
+/// Tokens and dollars, summed over runs: a scope's spend, as the ledger holds it.
+///
+/// [`Ralph::spent`](crate::Ralph::spent) reads it for a scope; `Board::run`'s `tokens_in`,
+/// `tokens_out` and `cost_usd` are the `construct` scope's `input_tokens`, `output_tokens`
+/// and `cost_usd`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Spent {
     /// Input tokens (cache reads and writes not included).
     #[serde(default)]
@@ -56,12 +118,22 @@ pub struct Spent {
     /// report): their tokens count, their dollars are unknown.
     #[serde(default)]
     pub unpriced_runs: u64,
+    /// Runs cut short (ralph killed while they ran) that count by what they had reported
+    /// so far: when not 0 the figure is an estimate, and may be below what was spent.
+    #[serde(default)]
+    pub estimated_runs: u64,
 }
 
 impl Spent {
     /// Input and output tokens: what `max_tokens` counts.
     pub fn tokens(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// Whether the figure is an estimate: it counts a run cut short by what it had
+    /// reported ([`estimated_runs`](Self::estimated_runs) is not 0).
+    pub fn is_estimate(&self) -> bool {
+        self.estimated_runs > 0
     }
 
     fn add(&mut self, line: &Line) {
@@ -73,24 +145,67 @@ impl Spent {
         self.cache_creation_tokens = self
             .cache_creation_tokens
             .saturating_add(line.cache_creation_tokens);
+        if line.restored {
+            self.cost_usd += line.cost_usd.unwrap_or(0.0);
+            self.runs = self.runs.saturating_add(line.runs);
+            self.unpriced_runs = self.unpriced_runs.saturating_add(line.unpriced_runs);
+            self.estimated_runs = self.estimated_runs.saturating_add(line.estimated_runs);
+            return;
+        }
         match line.cost_usd {
             Some(cost) => self.cost_usd += cost,
             None => self.unpriced_runs += 1,
         }
+        self.estimated_runs += u64::from(line.estimate);
         self.runs += 1;
+    }
+
+    /// What `self` has beyond `other`, count by count (none below 0).
+    fn beyond(&self, other: &Spent) -> Spent {
+        Spent {
+            input_tokens: self.input_tokens.saturating_sub(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(other.output_tokens),
+            cache_read_tokens: self
+                .cache_read_tokens
+                .saturating_sub(other.cache_read_tokens),
+            cache_creation_tokens: self
+                .cache_creation_tokens
+                .saturating_sub(other.cache_creation_tokens),
+            // Below a cent's millionth is float noise from summing in another order.
+            cost_usd: Some(self.cost_usd - other.cost_usd)
+                .filter(|d| *d > 1e-9)
+                .unwrap_or(0.0),
+            runs: self.runs.saturating_sub(other.runs),
+            unpriced_runs: self.unpriced_runs.saturating_sub(other.unpriced_runs),
+            estimated_runs: self.estimated_runs.saturating_sub(other.estimated_runs),
+        }
+    }
+
+    fn is_nothing(&self) -> bool {
+        *self == Spent::default()
     }
 }
 
-/// One line of the ledger: one agent run, or a scope starting afresh.
+/// One line of the ledger: one agent run (final or provisional), a scope starting afresh,
+/// or spend restored after an edit. See the module docs for each field.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Line {
-    /// When it was written (RFC 3339).
     pub(crate) at: String,
-    /// The state the run belongs to.
     pub(crate) scope: String,
-    /// The scope starts afresh here: the lines before it no longer count.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) reset: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) run: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) estimate: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) restored: bool,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) runs: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) unpriced_runs: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) estimated_runs: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,8 +224,42 @@ pub(crate) struct Line {
     pub(crate) cost_usd: Option<f64>,
 }
 
+impl Line {
+    /// The `restored` line that puts `spent` back into `scope`.
+    fn restoring(scope: &str, spent: &Spent) -> Line {
+        Line {
+            at: crate::time::now_rfc3339(),
+            scope: scope.to_owned(),
+            restored: true,
+            runs: spent.runs,
+            unpriced_runs: spent.unpriced_runs,
+            estimated_runs: spent.estimated_runs,
+            input_tokens: spent.input_tokens,
+            output_tokens: spent.output_tokens,
+            cache_read_tokens: spent.cache_read_tokens,
+            cache_creation_tokens: spent.cache_creation_tokens,
+            cost_usd: (spent.cost_usd > 0.0).then_some(spent.cost_usd),
+            ..Line::default()
+        }
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// A fresh id for an agent run's lines: unique across processes (the pid and when the
+/// process first asked) and within one (a counter).
+pub(crate) fn run_id() -> String {
+    static START: OnceLock<u128> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let start = START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{start:x}-{n}", std::process::id())
 }
 
 /// The spend of one scope, as written so far: appended to by every agent run of the scope.
@@ -118,18 +267,127 @@ fn is_zero(n: &u64) -> bool {
 pub(crate) struct Ledger {
     path: PathBuf,
     scope: String,
-    total: Arc<Mutex<Spent>>,
+    state: Arc<Mutex<State>>,
+}
+
+/// What a ledger knows of its file: every scope's tally, and what it last left there.
+struct State {
+    tallies: BTreeMap<String, Tally>,
+    /// The length of the file's whole lines.
+    len: u64,
+    /// The SHA-256 of those bytes so far, for the mark.
+    hasher: Sha256,
+    /// The file as this ledger last read or wrote it: anything else is someone's edit.
+    seen: Option<Seen>,
     /// Where a torn last line starts, to be cut before the first append (reading writes
     /// nothing: a dry run opens the ledger too).
-    torn_at: Arc<Mutex<Option<u64>>>,
+    torn_at: Option<u64>,
     /// The file once the first append opened it: every agent run appends a line, and
     /// opening (with its folder check) each time cost more syscalls than the line itself.
-    file: Arc<Mutex<Option<std::fs::File>>>,
+    file: Option<std::fs::File>,
+    mark: Option<mark::Writer>,
+    /// `restored` lines counted already and written before the next line.
+    pending: Vec<Line>,
+    /// A warning not said yet: the ledger was edited, or its mark not written.
+    notice: Option<String>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("tallies", &self.tallies)
+            .field("len", &self.len)
+            .field("pending", &self.pending)
+            .finish_non_exhaustive()
+    }
+}
+
+impl State {
+    /// The state of a file whose whole lines are `whole`, parsed as `lines`; the lines of
+    /// the runs in `open` stay open.
+    fn of(whole: &[u8], lines: Vec<Line>, open: &[String]) -> State {
+        State {
+            tallies: Tally::of(&book::counted(lines), open),
+            len: whole.len() as u64,
+            hasher: Sha256::new_with_prefix(whole),
+            seen: None,
+            torn_at: None,
+            file: None,
+            mark: None,
+            pending: Vec::new(),
+            notice: None,
+        }
+    }
+
+    fn scopes(&self) -> BTreeMap<String, Spent> {
+        self.tallies
+            .iter()
+            .map(|(scope, tally)| (scope.clone(), tally.spent()))
+            .collect()
+    }
+
+    /// After an edit of `path` (`how`): each scope below what was `recorded` gets the
+    /// difference back in a `restored` line, and the warning says so.
+    fn restore(&mut self, path: &Path, recorded: &BTreeMap<String, Spent>, how: &str) {
+        let now = self.scopes();
+        let lines = restoring(recorded, &now);
+        for line in &lines {
+            self.tallies
+                .entry(line.scope.clone())
+                .or_default()
+                .push(line.clone());
+        }
+        self.notice = Some(edit_notice(path, how, &lines));
+        self.pending.extend(lines);
+    }
+}
+
+/// The `restored` lines that bring each scope of `now` up to what was `recorded`.
+fn restoring(recorded: &BTreeMap<String, Spent>, now: &BTreeMap<String, Spent>) -> Vec<Line> {
+    recorded
+        .iter()
+        .filter_map(|(scope, recorded)| {
+            let missing = recorded.beyond(&now.get(scope).copied().unwrap_or_default());
+            (!missing.is_nothing()).then(|| Line::restoring(scope, &missing))
+        })
+        .collect()
+}
+
+/// The warning of an edit of the ledger at `path` (`how`), with what `restored` put back.
+fn edit_notice(path: &Path, how: &str, restored: &[Line]) -> String {
+    let back = match restored {
+        [] => "nothing ralph recorded there is missing".to_owned(),
+        lines => {
+            let each: Vec<String> = lines
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{}: ${:.2}, {} tokens",
+                        l.scope,
+                        l.cost_usd.unwrap_or(0.0),
+                        l.input_tokens.saturating_add(l.output_tokens)
+                    )
+                })
+                .collect();
+            format!(
+                "the spend it no longer shows ({}) is restored from {} and still counts \
+                 against the limits",
+                each.join("; "),
+                mark::path_of(path).display()
+            )
+        }
+    };
+    format!(
+        "{} {how}, an edit ralph did not make: {back}. next: leave the ledger to ralph; to \
+         spend more, raise max_cost_usd or max_tokens (--max-cost)",
+        path.display()
+    )
 }
 
 impl Ledger {
     /// The ledger of `scope` in `workspace`, with the spend its lines hold since its last
-    /// reset.
+    /// reset, checked against its mark (an edit found is restored and said by
+    /// [`take_notice`](Self::take_notice); reading writes nothing).
     ///
     /// # Errors
     ///
@@ -139,88 +397,150 @@ impl Ledger {
     /// its run was never acted on).
     pub(crate) fn open(workspace: &Path, scope: &str) -> Result<Ledger, Error> {
         let path = super::workspace::state_dir(workspace).join(FILE);
-        let (lines, whole) = read(&path)?;
-        let torn = std::fs::metadata(&path).is_ok_and(|m| m.len() > whole);
-        let mut total = Spent::default();
-        for line in lines {
-            if line.scope != scope {
-                continue;
-            }
-            match line.reset {
-                true => total = Spent::default(),
-                false => total.add(&line),
-            }
-        }
+        let state = load(&path, &[])?;
         Ok(Ledger {
             path,
             scope: scope.to_owned(),
-            total: Arc::new(Mutex::new(total)),
-            torn_at: Arc::new(Mutex::new(torn.then_some(whole))),
-            file: Arc::new(Mutex::new(None)),
+            state: Arc::new(Mutex::new(state)),
         })
     }
 
-    /// The scope's spend so far.
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The scope's spend so far, the provisional lines of its runs going on included.
     pub(crate) fn spent(&self) -> Spent {
-        *self.total.lock().unwrap_or_else(PoisonError::into_inner)
+        self.lock()
+            .tallies
+            .get(&self.scope)
+            .map(Tally::spent)
+            .unwrap_or_default()
+    }
+
+    /// The warning of an edit found (once), for the caller to say.
+    pub(crate) fn take_notice(&self) -> Option<String> {
+        self.lock().notice.take()
     }
 
     /// The scope starts afresh: what came before no longer counts.
     pub(crate) fn reset(&self) -> Result<(), Error> {
-        let line = Line {
-            at: crate::time::now_rfc3339(),
-            scope: self.scope.clone(),
+        self.append(Some(Line {
             reset: true,
             ..Line::default()
-        };
-        self.append(&line)?;
-        *self.total.lock().unwrap_or_else(PoisonError::into_inner) = Spent::default();
-        Ok(())
+        }))
     }
 
-    /// Records one agent run of the scope (its `scope` and `at` are filled in), synced
-    /// before it returns.
-    pub(crate) fn record(&self, mut line: Line) -> Result<(), Error> {
-        line.scope = self.scope.clone();
-        line.at = crate::time::now_rfc3339();
-        self.append(&line)?;
-        self.total
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .add(&line);
-        Ok(())
+    /// Writes the `restored` lines of an edit found at load, if any: a run that starts
+    /// makes the ledger whole at once, even one the budget then refuses (a dry run, which
+    /// never calls this, writes nothing).
+    pub(crate) fn settle(&self) -> Result<(), Error> {
+        if self.lock().pending.is_empty() {
+            return Ok(());
+        }
+        self.append(None)
     }
 
-    fn append(&self, line: &Line) -> Result<(), Error> {
+    /// Records one agent run of the scope (its `scope` and `at` are filled in; a `run` id
+    /// closes that run's provisional lines), synced before it returns.
+    pub(crate) fn record(&self, line: Line) -> Result<(), Error> {
+        self.append(Some(Line {
+            estimate: false,
+            ..line
+        }))
+    }
+
+    /// Records what the run `line.run` has spent so far, while it goes on: a provisional
+    /// line, synced before it returns, that counts until the run's next line.
+    pub(crate) fn provisional(&self, line: Line) -> Result<(), Error> {
+        debug_assert!(line.run.is_some(), "a provisional line names its run");
+        self.append(Some(Line {
+            estimate: true,
+            ..line
+        }))
+    }
+
+    /// Appends `line` (and any `restored` line before it) with one write, synced, then
+    /// counts it and rewrites the mark.
+    fn append(&self, mut line: Option<Line>) -> Result<(), Error> {
+        if let Some(line) = &mut line {
+            line.scope = self.scope.clone();
+            line.at = crate::time::now_rfc3339();
+        }
+        let mut state = self.lock();
+        self.check_unchanged(&mut state)?;
+        let mut text = String::new();
+        for line in state.pending.iter().chain(&line) {
+            text.push_str(&serde_json::to_string(line).unwrap_or_default());
+            text.push('\n');
+        }
         let io = |source| Error::Io {
             path: self.path.clone(),
             source,
         };
-        let mut text = serde_json::to_string(line).unwrap_or_default();
-        text.push('\n');
-        let mut open = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        let file = match open.as_mut() {
-            Some(file) => file,
-            None => open.insert(self.open_for_append()?),
-        };
-        // One write: a crash leaves a whole line or a torn last one, never a mix of two.
+        if state.file.is_none() {
+            state.file = Some(self.open_for_append(&mut state)?);
+        }
+        let file = state
+            .file
+            .as_mut()
+            .ok_or_else(|| io(std::io::Error::other("closed")))?;
+        // One write: a crash leaves whole lines or a torn last one, never a mix of two.
         file.write_all(text.as_bytes()).map_err(io)?;
-        file.sync_data().map_err(io)
+        file.sync_data().map_err(io)?;
+        let seen = Seen::of(&file.metadata().map_err(io)?);
+        state.pending.clear();
+        state.seen = Some(seen);
+        state.len += text.len() as u64;
+        state.hasher.update(text.as_bytes());
+        if let Some(line) = line {
+            state
+                .tallies
+                .entry(self.scope.clone())
+                .or_default()
+                .push(line);
+        }
+        self.write_mark(&mut state);
+        Ok(())
+    }
+
+    /// Before a write: a file someone else changed since this ledger last saw it is read
+    /// again; unless the mark says ralph left it so (another ledger of this workspace), it
+    /// was edited, and what it lost against this ledger's figures is restored.
+    fn check_unchanged(&self, state: &mut State) -> Result<(), Error> {
+        let now = Seen::at(&self.path).map_err(|source| Error::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        let Some(how) = seen::change(state.seen, now) else {
+            return Ok(());
+        };
+        let open: Vec<String> = state
+            .tallies
+            .values()
+            .flat_map(|t| t.open_runs().cloned())
+            .collect();
+        let (mut fresh, _) = load_unchecked(&self.path, &open)?;
+        let ours = mark::read(&mark::path_of(&self.path))
+            .is_some_and(|m| m.len == fresh.len && m.sha256 == mark::digest(&fresh.hasher));
+        if !ours {
+            // What this process recorded (restored lines not yet written included) is the
+            // floor, whatever the file says now.
+            fresh.restore(&self.path, &state.scopes(), &how);
+        }
+        fresh.mark = state.mark.take();
+        *state = fresh;
+        Ok(())
     }
 
     /// Opens the file to append to, its folder made and a torn last line cut first.
-    fn open_for_append(&self) -> Result<std::fs::File, Error> {
+    fn open_for_append(&self, state: &mut State) -> Result<std::fs::File, Error> {
         let io = |source| Error::Io {
             path: self.path.clone(),
             source,
         };
         crate::files::own::create_dir_all(&crate::files::atomic::dir_of(&self.path)).map_err(io)?;
-        if let Some(whole) = self
-            .torn_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        if let Some(whole) = state.torn_at.take() {
             cut_torn_line(&self.path, whole)?;
         }
         OpenOptions::new()
@@ -229,6 +549,60 @@ impl Ledger {
             .open(&self.path)
             .map_err(io)
     }
+
+    /// Rewrites the mark after a line. A mark not written weakens the guard, not the
+    /// record: a warning, and the next line tries again.
+    fn write_mark(&self, state: &mut State) {
+        let path = mark::path_of(&self.path);
+        let mark = mark::Mark {
+            len: state.len,
+            sha256: mark::digest(&state.hasher),
+            scopes: state.scopes(),
+        };
+        let written = match &state.mark {
+            Some(writer) => writer.write(&mark),
+            None => mark::Writer::open(&path).and_then(|writer| {
+                writer.write(&mark)?;
+                state.mark = Some(writer);
+                Ok(())
+            }),
+        };
+        if let Err(e) = written {
+            state.notice = Some(format!(
+                "{} was not written ({e}): an edit of {} may go unnoticed",
+                path.display(),
+                self.path.display()
+            ));
+        }
+    }
+}
+
+/// The ledger at `path` as it is now, checked against its mark: an edit found leaves
+/// `restored` lines pending and a notice; the lines of the runs in `open` stay open.
+fn load(path: &Path, open: &[String]) -> Result<State, Error> {
+    let (mut state, whole) = load_unchecked(path, open)?;
+    if let Some(mark) = mark::read(&mark::path_of(path))
+        && let Some(how) = mark::edit(&mark, &whole)
+    {
+        state.restore(path, &mark.scopes, &how);
+    }
+    Ok(state)
+}
+
+/// The ledger at `path` as it is now, and its whole lines' bytes.
+fn load_unchecked(path: &Path, open: &[String]) -> Result<(State, Vec<u8>), Error> {
+    let mut bytes = read_bytes(path)?;
+    let seen = Seen::at(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (lines, whole) = parse(path, &bytes)?;
+    let torn = bytes.len() as u64 > whole;
+    bytes.truncate(usize::try_from(whole).unwrap_or(bytes.len()));
+    let mut state = State::of(&bytes, lines, open);
+    state.seen = seen;
+    state.torn_at = torn.then_some(whole);
+    Ok((state, bytes))
 }
 
 /// The run-wide limits (`max_cost_usd`, `max_tokens`) over one scope's ledger: checked
@@ -295,7 +669,12 @@ impl Budget {
             } else {
                 ""
             };
-            format!("spent {} ({}){over}", limits.join(", "), self.ledger.scope)
+            let estimate = estimate_note(&spent);
+            format!(
+                "spent {} ({}){estimate}{over}",
+                limits.join(", "),
+                self.ledger.scope
+            )
         })
     }
 
@@ -311,6 +690,16 @@ impl Budget {
     }
 }
 
+/// `, an estimate (N runs cut short count by what they reported)` when `spent` is one;
+/// nothing when it is not.
+pub(crate) fn estimate_note(spent: &Spent) -> String {
+    match spent.estimated_runs {
+        0 => String::new(),
+        1 => ", an estimate (1 run cut short counts by what it reported)".to_owned(),
+        n => format!(", an estimate ({n} runs cut short count by what they reported)"),
+    }
+}
+
 /// Every scope's spend since its last reset, split by subject and by agent: what `ralph
 /// status` shows (through `__internals`).
 #[cfg(feature = "internals")]
@@ -322,52 +711,69 @@ pub struct Totals {
     pub subjects: BTreeMap<(String, String), Spent>,
     /// By scope, then agent.
     pub agents: BTreeMap<(String, String), Spent>,
+    /// The warning of an edit ralph did not make, found by the mark: the scopes hold what
+    /// it restores (not split by subject or agent).
+    pub notice: Option<String>,
 }
 
 #[cfg(feature = "internals")]
 impl Totals {
-    /// The totals of the ledger in `workspace` (empty when there is none).
+    /// The totals of the ledger in `workspace` (empty when there is none), as a run would
+    /// count them: an edit found by the mark is restored here too, and nothing is written.
     ///
     /// # Errors
     ///
     /// As [`Ledger::open`].
     pub fn read(workspace: &Path) -> Result<Totals, Error> {
         let path = super::workspace::state_dir(workspace).join(FILE);
+        let bytes = read_bytes(&path)?;
+        let (lines, whole) = parse(&path, &bytes)?;
         let mut totals = Totals::default();
-        for line in read(&path)?.0 {
+        let counted = book::counted(lines);
+        totals.scopes = book::by_scope(&counted);
+        for line in &counted {
             let scope = line.scope.clone();
-            if line.reset {
-                totals.scopes.remove(&scope);
-                totals.subjects.retain(|(s, _), _| *s != scope);
-                totals.agents.retain(|(s, _), _| *s != scope);
-                continue;
-            }
-            totals.scopes.entry(scope.clone()).or_default().add(&line);
             if let Some(subject) = &line.subject {
                 let key = (scope.clone(), subject.clone());
-                totals.subjects.entry(key).or_default().add(&line);
+                totals.subjects.entry(key).or_default().add(line);
             }
             if let Some(agent) = &line.agent {
                 let key = (scope, agent.clone());
-                totals.agents.entry(key).or_default().add(&line);
+                totals.agents.entry(key).or_default().add(line);
             }
+        }
+        let whole = &bytes[..usize::try_from(whole).unwrap_or(bytes.len())];
+        if let Some(mark) = mark::read(&mark::path_of(&path))
+            && let Some(how) = mark::edit(&mark, whole)
+        {
+            let lines = restoring(&mark.scopes, &totals.scopes);
+            for line in &lines {
+                totals
+                    .scopes
+                    .entry(line.scope.clone())
+                    .or_default()
+                    .add(line);
+            }
+            totals.notice = Some(edit_notice(&path, &how, &lines));
         }
         Ok(totals)
     }
 }
 
-/// The ledger's lines (none when there is no file) and the length of its whole lines.
-fn read(path: &Path) -> Result<(Vec<Line>, u64), Error> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(source) => {
-            return Err(Error::Io {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
+/// The ledger's bytes; none when there is no file.
+fn read_bytes(path: &Path) -> Result<Vec<u8>, Error> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(source) => Err(Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The ledger's lines and the length of its whole lines.
+fn parse(path: &Path, bytes: &[u8]) -> Result<(Vec<Line>, u64), Error> {
     let mut lines = Vec::new();
     let mut whole = 0;
     for (n, raw) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
@@ -496,5 +902,78 @@ mod tests {
             err.contains("spend.jsonl") && err.contains("line 1"),
             "{err}"
         );
+    }
+
+    // newcomer row 67: an edit of the ledger under a running ralph is found at the next
+    // write, and one between runs at the next load; neither makes the budget count less.
+    #[test]
+    fn an_edit_is_found_at_the_next_write_and_load_and_nothing_is_forgotten() {
+        let ws = tempfile::tempdir().unwrap();
+        let path = ws.path().join(".ralph/spend.jsonl");
+        let ledger = Ledger::open(ws.path(), "construct").unwrap();
+        ledger.record(run("t-1", "claude", 100, Some(0.4))).unwrap();
+        ledger.record(run("t-2", "claude", 100, Some(0.4))).unwrap();
+        std::fs::write(&path, "").unwrap();
+        ledger.record(run("t-3", "claude", 100, Some(0.4))).unwrap();
+        let notice = ledger.take_notice().expect("the edit is said");
+        assert!(
+            notice.contains("was truncated") && notice.contains("next:"),
+            "{notice}"
+        );
+        let spent = ledger.spent();
+        assert!(
+            (spent.cost_usd - 1.2).abs() < 1e-9 && spent.runs == 3,
+            "{spent:?}"
+        );
+        let reopened = Ledger::open(ws.path(), "construct").unwrap();
+        assert_eq!(
+            reopened.take_notice(),
+            None,
+            "restored in the file: no edit left"
+        );
+        assert!((reopened.spent().cost_usd - 1.2).abs() < 1e-9);
+
+        // A line changed between runs: the mark finds it, the figure stays ralph's.
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(
+            &path,
+            text.replacen("\"cost_usd\":0.4", "\"cost_usd\":0.0", 1),
+        )
+        .unwrap();
+        let edited = Ledger::open(ws.path(), "construct").unwrap();
+        let notice = edited.take_notice().expect("the edit is said");
+        assert!(notice.contains("is not what ralph wrote"), "{notice}");
+        assert!(
+            (edited.spent().cost_usd - 1.2).abs() < 1e-9,
+            "{:?}",
+            edited.spent()
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap().lines().count(),
+            text.lines().count(),
+            "reading writes nothing"
+        );
+    }
+
+    #[test]
+    fn a_runs_provisional_lines_count_until_its_final_line() {
+        let ws = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(ws.path(), "construct").unwrap();
+        let id = run_id();
+        let so_far = |cost| Line {
+            run: Some(id.clone()),
+            ..run("t-1", "claude", 100, Some(cost))
+        };
+        ledger.provisional(so_far(0.1)).unwrap();
+        ledger.provisional(so_far(0.3)).unwrap();
+        assert_eq!(ledger.spent().estimated_runs, 1);
+        // A kill here: the next start counts the last report.
+        let after_kill = Ledger::open(ws.path(), "construct").unwrap().spent();
+        assert!((after_kill.cost_usd - 0.3).abs() < 1e-9 && after_kill.is_estimate());
+        ledger.record(so_far(0.5)).unwrap();
+        let spent = Ledger::open(ws.path(), "construct").unwrap().spent();
+        assert_eq!((spent.runs, spent.estimated_runs), (1, 0));
+        assert!((spent.cost_usd - 0.5).abs() < 1e-9);
+        assert_ne!(run_id(), id, "each run has its own id");
     }
 }

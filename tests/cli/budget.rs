@@ -104,13 +104,23 @@ fn ralph(ws: &Path, args: &[&str]) -> Output {
     command(ws, args).output().unwrap()
 }
 
-/// The spend ledger's runs: (scope, cost) per agent run.
+/// The spend ledger's runs: (scope, cost) per agent run, by its last line (a run's
+/// provisional lines, written while it ran, are replaced by its next line).
 fn ledger(ws: &Path) -> Vec<(String, f64)> {
     let text = std::fs::read_to_string(ws.join(".ralph/spend.jsonl")).unwrap_or_default();
-    text.lines()
+    let lines: Vec<serde_json::Value> = text
+        .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|v| v["reset"] != true)
-        .map(|v| {
+        .collect();
+    let last_of_its_run = |at: usize| {
+        let run = &lines[at]["run"];
+        run.is_null() || lines[at + 1..].iter().all(|l| l["run"] != *run)
+    };
+    (0..lines.len())
+        .filter(|at| last_of_its_run(*at))
+        .map(|at| {
+            let v = &lines[at];
             let scope = v["scope"].as_str().unwrap().to_owned();
             (scope, v["cost_usd"].as_f64().unwrap_or(0.0))
         })
@@ -392,4 +402,107 @@ async fn a_thread_waiting_out_a_rate_limit_or_a_backoff_stops_at_the_budget_afte
         assert_eq!(record["phase"]["type"], "Stuck", "{record}");
         assert!(record["rate_limited_until"].is_null(), "{record}");
     }
+}
+
+/// `hang.toml`: the script, but the first build of t-1 spends $0.40 (its CLI's report, as
+/// it runs) and then hangs.
+fn hanging_script(ws: &Path) {
+    let script = SCRIPT.replacen(
+        "  { answer = \"Done.\\n<TASK_DONE>\" },\n]",
+        "  { answer = \"Done.\\n<TASK_DONE>\" },\n]\n\n[[run]]\nrole = \"build\"\nsubject = \"t-1\"\nattempt = 1\nsteps = [\n  { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },\n  { hang = {} },\n]",
+        1,
+    );
+    std::fs::write(ws.join("hang.toml"), script).unwrap();
+}
+
+/// A SIGKILL of ralph while an agent runs: what the agent had reported is on record (a
+/// provisional line, synced as it came), counts against `max_cost_usd` on resume, and the
+/// summary and `status` say the total is an estimate. Before, the killed run's spend was
+/// lost and the resumed run spent past the limit.
+#[tokio::test]
+async fn a_sigkill_mid_run_keeps_what_the_agent_reported_against_the_limit() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    hanging_script(ws);
+    let mut child = command(ws, &["construct", "spec.md", "--script", "hang.toml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ledger_path = ws.join(".ralph/spend.jsonl");
+    let reported = || {
+        std::fs::read_to_string(&ledger_path)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains("\"estimate\":true") && l.contains("\"build\""))
+    };
+    let started = std::time::Instant::now();
+    while !reported() {
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "the build reported nothing"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let killed = child.wait().unwrap();
+    assert_eq!(killed.code(), None, "SIGKILL");
+    assert_eq!(
+        ledger(ws).len(),
+        2,
+        "investigate, and the killed build's report"
+    );
+
+    // Resumed without the hang: one more run ($0.40) reaches the $1.00 limit.
+    let out = ralph(ws, &["construct", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&out);
+    assert_three_runs(ws, "construct");
+    let text = stdout(&out);
+    assert!(
+        text.contains("cost: $1.2000") && text.contains("an estimate: 1 run cut short"),
+        "{text}"
+    );
+    let status = stdout(&ralph(ws, &["status"]));
+    assert!(
+        status.contains("spend construct: $1.20 (an estimate: 1 cut short)")
+            && status.contains("spent 3000 tokens in, 600 out, $1.2000"),
+        "{status}"
+    );
+}
+
+/// newcomer row 67: the ledger emptied between two runs is found at the next load, by its
+/// mark: the next run and `status` still count what ralph recorded, say so naming the file,
+/// and give the next step. Before, the emptied ledger let $1.50 through a $0.70 cap.
+#[tokio::test]
+async fn an_emptied_ledger_is_found_at_the_next_load_and_the_limit_holds() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    let out = ralph(ws, &["construct", "spec.md", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&out);
+    std::fs::write(ws.join(".ralph/spend.jsonl"), "").unwrap();
+
+    let status = ralph(ws, &["status"]);
+    assert!(
+        stdout(&status).contains("spend construct: $1.20"),
+        "{}",
+        stdout(&status)
+    );
+    assert!(
+        stderr(&status).contains(".ralph/spend.jsonl is shorter than ralph left it"),
+        "{}",
+        stderr(&status)
+    );
+    let again = ralph(ws, &["construct", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&again);
+    let text = format!("{}{}", stdout(&again), stderr(&again));
+    assert!(
+        text.contains("spend.jsonl is shorter than ralph left it (0 of ")
+            && text.contains("restored")
+            && text.contains("next: leave the ledger to ralph"),
+        "{text}"
+    );
+    // The run restored it in the file: the next load needs no mark to count it.
+    let restored = std::fs::read_to_string(ws.join(".ralph/spend.jsonl")).unwrap();
+    assert!(restored.contains("\"restored\":true"), "{restored}");
+    assert!(stdout(&ralph(ws, &["status"])).contains("spend construct: $1.20"));
 }

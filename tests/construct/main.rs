@@ -26,6 +26,7 @@ mod once_dry_run_progress;
 mod parallel;
 mod retries;
 mod seams;
+mod spend;
 mod structured;
 mod verify;
 

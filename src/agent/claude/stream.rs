@@ -662,6 +662,17 @@ impl StreamParser {
 
     fn count(&mut self, usage: Totals, main: bool, emit: &mut dyn FnMut(AgentEvent)) {
         self.totals.add(usage);
+        // Every message is paid for, a subagent's too: the ledger keeps the run's so far.
+        emit(AgentEvent::Spend {
+            usage: Usage {
+                input_tokens: self.totals.input,
+                output_tokens: self.totals.output,
+                cache_read_tokens: self.totals.cache_read,
+                cache_creation_tokens: self.totals.cache_creation,
+                ..Usage::default()
+            },
+            cost_usd: None,
+        });
         if main {
             let context = usage.context();
             self.context_tokens = Some(context);

@@ -191,6 +191,15 @@ impl LiveLines {
                     input_tokens: self.tokens.0,
                     output_tokens: self.tokens.1,
                 });
+                // The same tokens, for the ledger (these CLIs report no cost as they go).
+                self.events.emit(AgentEvent::Spend {
+                    usage: crate::agent::Usage {
+                        input_tokens: self.tokens.0,
+                        output_tokens: self.tokens.1,
+                        ..crate::agent::Usage::default()
+                    },
+                    cost_usd: None,
+                });
             }
             event => {
                 self.session_sent |= matches!(event, AgentEvent::Session { .. });
@@ -231,7 +240,9 @@ pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<String> {
     }
     lines.finish();
     let seen = seen.lock().expect("lock");
+    // Each usage line's spend report repeats its tokens: the usage shows them.
     seen.iter()
+        .filter(|event| !matches!(event, AgentEvent::Spend { .. }))
         .map(|event| match event {
             AgentEvent::Session { .. } => "session".to_owned(),
             AgentEvent::ToolUse { name } => format!("tool {name}"),

@@ -145,6 +145,11 @@ impl FakeRun {
                     "[fake] spent {input_tokens} in, {output_tokens} out{}",
                     cost_usd.map(|c| format!(", ${c:.2}")).unwrap_or_default()
                 ));
+                // As a CLI reports usage while it runs: the run's spend so far.
+                request.events.emit(AgentEvent::Spend {
+                    usage: self.usage,
+                    cost_usd: self.cost_usd,
+                });
             }
             Step::Fail { reason, kind } => {
                 self.log(&format!("[fake] fail: {reason}"));

@@ -259,9 +259,18 @@ fn spend_status(ralph: &Ralph) -> Result<()> {
         true => "no limit".to_owned(),
         false => format!("limit {}", limits.join(", ")),
     };
-    let money = |s: &Spent| match s.unpriced_runs {
-        0 => format!("${:.2}", s.cost_usd),
-        n => format!("${:.2} (+{n} unpriced)", s.cost_usd),
+    if let Some(notice) = &totals.notice {
+        eprintln!("warning: {notice}");
+    }
+    let money = |s: &Spent| {
+        let mut text = match s.unpriced_runs {
+            0 => format!("${:.2}", s.cost_usd),
+            n => format!("${:.2} (+{n} unpriced)", s.cost_usd),
+        };
+        if s.estimated_runs > 0 {
+            text.push_str(&format!(" (an estimate: {} cut short)", s.estimated_runs));
+        }
+        text
     };
     for (scope, spent) in &totals.scopes {
         out!(
@@ -322,6 +331,8 @@ fn construct_status(ralph: &Ralph, board: &Board, workspace: &Path) -> Result<Op
             out!("{line}");
         }
     }
+    // The board's figures are the ledger's construct scope (`Ralph::board` reads them
+    // from it): the same as the `spend construct` line.
     out!(
         "spent {} tokens in, {} out, ${:.4}",
         board.run.tokens_in,

@@ -21,10 +21,9 @@ pub(crate) struct Lines {
     json: bool,
     /// The moving line, on a terminal.
     live: Option<Live>,
-    /// Cost in USD by subject (task or issue id; `-` for runs without one).
+    /// Cost in USD by subject (task or issue id; `-` for runs without one), of this
+    /// process's runs: the moving line's "so far". The summary reads the ledger.
     costs: Mutex<BTreeMap<String, f64>>,
-    /// Input and output tokens, all runs together.
-    tokens: Mutex<(u64, u64)>,
     /// How the run ended, when it reached an outcome (the `finished` event's message).
     ended: Mutex<Option<String>>,
     /// How its agents and gates were confined (the `finished` event's `sandbox`).
@@ -48,19 +47,12 @@ impl Lines {
         }
         if let Event::AgentFinished {
             subject,
-            usage,
-            cost_usd,
+            cost_usd: Some(cost),
             ..
         } = event
         {
-            if let Some(cost) = cost_usd {
-                let key = subject.clone().unwrap_or_else(|| "-".into());
-                *self.lock_costs().entry(key).or_default() += cost;
-            }
-            let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-            // As the board counts them: cache reads and writes are input too.
-            tokens.0 += usage.input_tokens + usage.cache_read_tokens + usage.cache_creation_tokens;
-            tokens.1 += usage.output_tokens;
+            let key = subject.clone().unwrap_or_else(|| "-".into());
+            *self.lock_costs().entry(key).or_default() += cost;
         }
     }
 
@@ -307,17 +299,7 @@ pub(crate) async fn summary(
         count(TaskStatus::Blocked),
         count(TaskStatus::Decomposed),
     );
-    let (tokens_in, tokens_out) = *lines.tokens.lock().unwrap_or_else(|e| e.into_inner());
-    let costs = lines.lock_costs();
-    if !costs.is_empty() {
-        let per_task: Vec<String> = costs.iter().map(|(s, c)| format!("{s} ${c:.4}")).collect();
-        out!(
-            "  cost: ${:.4} ({})",
-            costs.values().fold(0.0, |a, b| a + b),
-            per_task.join(", ")
-        );
-    }
-    out!("  tokens: {tokens_in} in, {tokens_out} out");
+    spend_summary(ralph)?;
     if let Some(sandbox) = lines
         .sandbox
         .lock()
@@ -327,6 +309,42 @@ pub(crate) async fn summary(
         out!("  sandbox: {sandbox}");
     }
     out!("  next: {next}");
+    Ok(())
+}
+
+/// The board's spend, as the ledger has it (the figure of the budget, `ralph status` and
+/// the board), across resumes: in all and by subject; said to be an estimate when a run
+/// cut short counts by what it had reported.
+fn spend_summary(ralph: &Ralph) -> Result<(), ralph::Error> {
+    let totals = ralph::__internals::spend::Totals::read(ralph.workspace())?;
+    let spent = ralph.spent("construct")?;
+    let estimate = match spent.estimated_runs {
+        0 => String::new(),
+        n => format!(
+            " — an estimate: {n} {} cut short {} by what {} reported",
+            plural(n as usize, "run", "runs"),
+            plural(n as usize, "counts", "count"),
+            plural(n as usize, "it", "they"),
+        ),
+    };
+    let per_subject: Vec<String> = totals
+        .subjects
+        .iter()
+        .filter(|((scope, _), s)| scope == "construct" && s.cost_usd > 0.0)
+        .map(|((_, subject), s)| format!("{subject} ${:.4}", s.cost_usd))
+        .collect();
+    if spent.cost_usd > 0.0 || spent.runs > 0 {
+        out!(
+            "  cost: ${:.4} ({}){estimate}",
+            spent.cost_usd,
+            per_subject.join(", ")
+        );
+    }
+    out!(
+        "  tokens: {} in, {} out",
+        spent.input_tokens,
+        spent.output_tokens
+    );
     Ok(())
 }
 
