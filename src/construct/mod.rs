@@ -121,7 +121,7 @@ pub(crate) struct Engine {
     logs: Logs,
     caller: Caller,
     /// The workspace's lock, held for the run.
-    _lock: RunLock,
+    lock: RunLock,
     recent: VecDeque<String>,
     /// The iteration this run started in: with `once`, the run ends when it is over.
     first_iteration: u32,
@@ -183,7 +183,7 @@ impl Engine {
             gate_streak: None,
             logs,
             caller,
-            _lock: lock,
+            lock,
             recent,
             first_iteration: 0,
             iteration_started: (std::time::Instant::now(), now_rfc3339()),
@@ -257,6 +257,9 @@ impl Engine {
         loop {
             if self.ctx.stop.is_cancelled() {
                 return Ok(self.finish(Outcome::Interrupted).await);
+            }
+            if let Some(message) = self.lock.check() {
+                self.emit(Event::Warning { message });
             }
             if self.ctx.store.edited_externally() {
                 // Seed 003: a person may have ticked, added or removed tasks since the last

@@ -1,12 +1,18 @@
-//! An exclusive OS file lock with a note saying who holds it.
+//! An exclusive OS file lock with a note saying who holds it, and a lock on a folder
+//! itself.
 //!
 //! The lock is `flock`-style (`File::try_lock`): it dies with its process, so a lock file
 //! left behind by a killed process never blocks the next one. The holder writes
 //! `pid N, since T` into the file, which a refused process quotes in its error.
+//!
+//! A lock file can be deleted or replaced while it is held (a person, an agent run
+//! unconfined): the next taker then locks a new file and gets in. A [`FolderLock`] is taken
+//! on the open folder itself, which no file operation inside it can remove: the lock file
+//! says who holds the workspace, the folder lock is what holds it.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The lock could not be taken.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +43,31 @@ pub(crate) enum LockError {
 #[derive(Debug)]
 pub(crate) struct LockFile {
     file: File,
+    path: PathBuf,
+}
+
+/// A held lock on a folder; dropping it releases the lock.
+#[derive(Debug)]
+pub(crate) struct FolderLock {
+    folder: File,
+}
+
+impl FolderLock {
+    /// Takes the exclusive lock on the folder `dir`; `None` while another holds it.
+    pub(crate) fn take(dir: &Path) -> io::Result<Option<FolderLock>> {
+        let folder = File::open(dir)?;
+        match folder.try_lock() {
+            Ok(()) => Ok(Some(FolderLock { folder })),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(e),
+        }
+    }
+}
+
+impl Drop for FolderLock {
+    fn drop(&mut self) {
+        let _ = self.folder.unlock();
+    }
 }
 
 impl LockFile {
@@ -65,8 +96,28 @@ impl LockFile {
             Err(TryLockError::Error(e)) => return Err(io(e)),
         }
         stamp(&mut file).map_err(io)?;
-        Ok(LockFile { file })
+        Ok(LockFile { file, path })
     }
+
+    /// Whether the file at the lock's path is still the one this lock holds (not deleted
+    /// or replaced since).
+    pub(crate) fn in_place(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        match (self.file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(held), Ok(there)) => held.dev() == there.dev() && held.ino() == there.ino(),
+            _ => false,
+        }
+    }
+
+    /// The lock file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// What the lock file at `path` says about its holder, if it is there and says anything.
+pub(crate) fn holder_of(path: &Path) -> Option<String> {
+    holder(&mut File::open(path).ok()?)
 }
 
 impl Drop for LockFile {
@@ -110,5 +161,20 @@ mod tests {
         assert!(text.contains("x.lock") && text.contains("pid "), "{text}");
         drop(first);
         LockFile::take(&path).unwrap();
+    }
+
+    #[test]
+    fn a_folder_lock_holds_whatever_happens_to_the_files_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = FolderLock::take(dir.path()).unwrap().expect("free");
+        let held = LockFile::take(dir.path().join("x.lock")).unwrap();
+        std::fs::remove_file(dir.path().join("x.lock")).unwrap();
+        assert!(!held.in_place(), "deleted");
+        assert!(
+            FolderLock::take(dir.path()).unwrap().is_none(),
+            "still held"
+        );
+        drop(first);
+        assert!(FolderLock::take(dir.path()).unwrap().is_some());
     }
 }

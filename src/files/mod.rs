@@ -12,4 +12,4 @@ pub(crate) mod seen;
 #[cfg(any(feature = "specs", feature = "threads"))]
 pub(crate) mod watch;
 
-pub(crate) use lock::{LockError, LockFile};
+pub(crate) use lock::{FolderLock, LockError, LockFile};

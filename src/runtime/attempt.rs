@@ -10,6 +10,7 @@ use super::call::{Call, Caller, Ending, ends_the_run};
 use super::error::Error;
 use super::gates::{self, GateRun, GatesEnd};
 use super::home::GatesWatch;
+use super::sandbox::RunSandbox;
 use crate::agent::Claim;
 use crate::agent::FailureKind;
 use crate::gate::Gate;
@@ -68,7 +69,14 @@ pub(crate) async fn run(
     gate_log: impl Fn(&str) -> PathBuf,
 ) -> Result<(Attempted, Trace), Error> {
     let mut trace = Trace::default();
-    let run = match caller.call(call).await? {
+    let sandbox = gate_run.sandbox;
+    // Changed before the agent runs: a person's (see `runtime::referee`).
+    sandbox.referee().refuse_changes(sandbox.workspace())?;
+    let ending = caller.call(call).await?;
+    if let Some(failure) = judged_with_changed(sandbox)? {
+        return Ok((failure, trace));
+    }
+    let run = match ending {
         Ending::Answer(run) => run,
         Ending::Interrupted => return Ok((Attempted::Interrupted, trace)),
         Ending::Killed { reason, log } => {
@@ -133,6 +141,10 @@ pub(crate) async fn run(
             if let (Some(home), Some(watch)) = (home, &watch) {
                 home.gates_end(watch).await?;
             }
+            // A test the agent wrote, run by an unconfined gate, is the agent's hands too.
+            if let Some(failure) = judged_with_changed(sandbox)? {
+                return Ok((failure, trace));
+            }
             match ended? {
                 GatesEnd::Passed => Attempted::Done,
                 GatesEnd::Failed { gate, failure } => Attempted::Failed {
@@ -158,6 +170,41 @@ pub(crate) async fn run(
         },
     };
     Ok((end, trace))
+}
+
+/// After an agent run or the gates: a file the referee judges with that changed since the
+/// run began. Unconfined, the agent did it: the file is put back and the attempt fails,
+/// naming it. Confined, no agent could: a person's change stops the run.
+fn judged_with_changed(sandbox: &RunSandbox) -> Result<Option<Attempted>, Error> {
+    let referee = sandbox.referee();
+    let changed = referee.changed(sandbox.workspace());
+    if changed.is_empty() {
+        return Ok(None);
+    }
+    if sandbox.confines() {
+        return Err(Error::ChangedDuringRun { paths: changed });
+    }
+    let names: Vec<String> = changed.iter().map(|p| p.display().to_string()).collect();
+    let lost = referee.restore();
+    let put_back = match lost.is_empty() {
+        true => "ralph put it back as it was".to_owned(),
+        false => format!(
+            "ralph could not put back {}",
+            lost.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let failure = format!(
+        "This attempt changed {}, which ralph judges the work with; {put_back}. Do not edit \
+         ralph.toml, the gates' scripts or the spec: change the code until the gates pass.",
+        crate::output::list_some(&names, 5)
+    );
+    Ok(Some(Attempted::Failed {
+        failure,
+        gate: None,
+    }))
 }
 
 /// A gate's `failure`, and the untracked files that were set aside while it ran, which

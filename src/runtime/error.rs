@@ -345,6 +345,18 @@ pub enum Error {
         /// run stopped; `None` for a run that starts afresh.
         since: Option<String>,
     },
+    /// Files the run judges with (`ralph.toml`, a gate's script, the spec) changed during
+    /// the run, not by ralph nor by an agent it could have stopped: a person's edit. The
+    /// run stops before its next gate, so the change neither judges it nor lands in its
+    /// commits; the same command run again uses the new files.
+    #[error(
+        "{} changed during the run: ralph judges a run with the files as they were when it started, so it stops here rather than judge or commit with the change. Run the same command again to use them",
+        crate::output::list_some(&paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(), 5)
+    )]
+    ChangedDuringRun {
+        /// The files, relative to the workspace where inside it.
+        paths: Vec<PathBuf>,
+    },
     /// A `[[hooks]]` entry marked `required` failed (it exited non-zero, timed out, or
     /// could not start) during the run or on its end; the run went on to its end, and its
     /// `Finished` event was sent.

@@ -35,6 +35,7 @@ pub(crate) mod hooks;
 pub(crate) mod interrupt;
 pub(crate) mod logs;
 pub(crate) mod read_only;
+pub(crate) mod referee;
 pub(crate) mod sandbox;
 pub(crate) mod spec;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
@@ -128,6 +129,7 @@ impl Context {
         processes: bool,
     ) -> Result<RunLock, Error> {
         let lock = RunLock::take(&self.workspace).await?;
+        self.sandbox.watch();
         if let Some(message) = self.sandbox.warning().filter(|_| processes) {
             emitter.emit(&Event::Warning { message });
         }

@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::referee::Referee;
 use crate::agent::cli_files::Cli;
 use crate::config::{Config, SandboxMode};
 use crate::process::{Access, Sandbox, Unavailable};
@@ -108,6 +109,12 @@ pub(crate) struct RunSandbox {
     records: Mutex<Vec<PathBuf>>,
     /// `[sandbox]`'s own lists, as the dry run shows them (empty when it sets none).
     yours: String,
+    /// The workspace.
+    workspace: PathBuf,
+    /// What the referee judges with, as the run found it (see `runtime::referee`).
+    judged_with: Referee,
+    /// The files of it that the config names (the spec comes with [`record`](Self::record)).
+    judging: Vec<PathBuf>,
 }
 
 impl RunSandbox {
@@ -134,6 +141,9 @@ impl RunSandbox {
             referee: referee_files(workspace, config),
             records: Mutex::new(Vec::new()),
             yours: yours(config),
+            workspace: workspace.to_path_buf(),
+            judged_with: Referee::default(),
+            judging: judging_files(workspace, config),
         })
     }
 
@@ -142,6 +152,31 @@ impl RunSandbox {
     pub(crate) fn record(&self, paths: impl IntoIterator<Item = PathBuf>) {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         *records = paths.into_iter().collect();
+        self.judged_with
+            .record(records.iter().map(|p| self.workspace.join(p)));
+    }
+
+    /// Records the files the referee judges with as a run finds them, at its start.
+    pub(crate) fn watch(&self) {
+        self.judged_with.clear();
+        self.judged_with
+            .record(self.judging.iter().map(|p| self.workspace.join(p)));
+    }
+
+    /// What the referee judges with, as the run found it.
+    pub(crate) fn referee(&self) -> &Referee {
+        &self.judged_with
+    }
+
+    /// The workspace.
+    pub(crate) fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// Whether ralph confines the run's processes itself: no agent can then have changed
+    /// a referee's file.
+    pub(crate) fn confines(&self) -> bool {
+        self.unavailable.is_none() && matches!(self.mode, SandboxMode::Auto | SandboxMode::Required)
     }
 
     /// The sandbox of an agent run in `tree`: written only by a role that may write.
@@ -405,6 +440,24 @@ fn referee_files(workspace: &Path, config: &Config) -> Vec<PathBuf> {
         relative(workspace, &path)
     }));
     files
+}
+
+/// The referee's files that say how work is judged (see `runtime::referee`): the config,
+/// the gates' scripts, the hooks' programs, the pre-commit config, `[sandbox] protect`.
+/// Relative to the workspace, or absolute.
+fn judging_files(workspace: &Path, config: &Config) -> Vec<PathBuf> {
+    let own = [
+        PathBuf::from(super::workspace::STATE_DIR),
+        PathBuf::from(".git"),
+        config.log_dir.clone(),
+        config.planning.implementation.clone(),
+        config.planning.progress.clone(),
+    ];
+    let store = config.store.path().map(Path::to_path_buf);
+    referee_files(workspace, config)
+        .into_iter()
+        .filter(|path| !own.contains(path) && Some(path) != store.as_ref())
+        .collect()
 }
 
 /// `path` relative to `workspace` when it lies in it (so that it is protected in every work

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::files::{LockError, LockFile};
+use crate::files::{FolderLock, LockError, LockFile};
 
 /// The folder of ralph's own state, inside the workspace.
 pub const STATE_DIR: &str = crate::files::own::STATE_DIR_NAME;
@@ -54,7 +54,10 @@ pub(crate) fn state_dir(workspace: &Path) -> PathBuf {
 /// The workspace's lock, held for a run; dropping it releases the lock.
 #[derive(Debug)]
 pub(crate) struct RunLock {
-    _file: LockFile,
+    /// What holds the workspace: a lock on the workspace folder itself.
+    _folder: FolderLock,
+    /// The note of who holds it, `.ralph/ralph.lock` (locked too, for older ralphs).
+    file: LockFile,
     /// Processes of an earlier, killed run found alive and killed when the lock was taken.
     pub(crate) swept: usize,
     /// What became of the task work trees an earlier, killed run left (`build_concurrency`).
@@ -75,7 +78,16 @@ impl RunLock {
             path: dir.clone(),
             source,
         })?;
-        let file = LockFile::take(dir.join(LOCK_FILE))?;
+        let path = dir.join(LOCK_FILE);
+        let io = |source| LockError::Io {
+            path: workspace.to_path_buf(),
+            source,
+        };
+        let Some(folder) = FolderLock::take(workspace).map_err(io)? else {
+            let holder = crate::files::lock::holder_of(&path);
+            return Err(LockError::Held { path, holder });
+        };
+        let file = LockFile::take(path)?;
         let owner = crate::process::owner_of(workspace);
         let swept = tokio::task::spawn_blocking(move || crate::process::sweep_owner(&owner))
             .await
@@ -93,10 +105,34 @@ impl RunLock {
             )),
         };
         Ok(RunLock {
-            _file: file,
+            _folder: folder,
+            file,
             swept,
             worktrees,
         })
+    }
+
+    /// Puts the lock file back when it was deleted or replaced during the run (by a
+    /// person, or an agent run unconfined), saying so: the folder lock kept the workspace
+    /// held, so no other run got in, but the note of who holds it must be there.
+    pub(crate) fn check(&mut self) -> Option<String> {
+        if self.file.in_place() {
+            return None;
+        }
+        let path = self.file.path().to_path_buf();
+        let _ = std::fs::remove_file(&path);
+        let said = match LockFile::take(path.clone()) {
+            Ok(file) => {
+                self.file = file;
+                "put it back"
+            }
+            Err(_) => "could not put it back",
+        };
+        Some(format!(
+            "{} was deleted or replaced during the run (not by ralph); ralph holds the \
+             workspace through its folder too, so no other run got in, and {said}",
+            path.display()
+        ))
     }
 
     /// The warning to show when the lock's sweep killed anything, or an earlier run's work

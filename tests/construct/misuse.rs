@@ -189,6 +189,61 @@ async fn two_ralphs_on_one_workspace_are_refused_while_one_runs() {
     assert!(second.dry_run("spec.md").await.is_ok());
 }
 
+/// Audit rows 13 and 83: a deleted lock file let a second ralph in, whose sweep killed
+/// the first run's agent. The workspace is held through its folder: the second is refused
+/// all the same, and the first puts its note back.
+#[tokio::test]
+async fn a_deleted_lock_file_lets_no_second_ralph_in() {
+    let dir = workspace(SPEC);
+    let events = Recorder::default();
+    let first = Ralph::builder()
+        .workspace(dir.path())
+        .agent(
+            one_task()
+                .on(
+                    Role::Build,
+                    "t-1",
+                    Script::new().delay(Duration::from_millis(600)),
+                )
+                .on(Role::Build, "t-1", Script::new().hang()),
+        )
+        .observer(events.clone())
+        .build()
+        .unwrap();
+    let stop = first.stop_token();
+    let running = tokio::spawn(async move { first.construct("spec.md").await });
+    let lock = dir.path().join(".ralph/ralph.lock");
+    while !std::fs::read_to_string(&lock).is_ok_and(|t| t.contains("pid")) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    std::fs::remove_file(&lock).unwrap();
+
+    let second = Ralph::builder()
+        .workspace(dir.path())
+        .agent(FakeAgent::new())
+        .build()
+        .unwrap();
+    let err = second.construct("spec.md").await.unwrap_err();
+    assert!(matches!(err, Error::Busy { .. }), "{err:?}");
+
+    // The first run notices at its next stage and puts the note back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !lock.exists() {
+        assert!(std::time::Instant::now() < deadline, "the note is put back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    assert_eq!(running.await.unwrap().unwrap(), Outcome::Interrupted);
+    let said = events.warnings();
+    assert!(
+        said.iter().any(|w| w["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("deleted or replaced")),
+        "{said:?}"
+    );
+}
+
 #[tokio::test]
 async fn ralph_persists_what_it_needs_to_resume_in_the_seed_format() {
     let dir = workspace(SPEC);

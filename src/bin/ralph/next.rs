@@ -267,6 +267,10 @@ pub(crate) fn after_error(error: &ralph::Error, again: &Again) -> Option<Next> {
                 .after(format!("fix what {agent} said (above)"))
                 .doing("resumes where the work stood"),
         ),
+        ralph::Error::ChangedDuringRun { .. } => Some(
+            Next::run(resume)
+                .doing("runs again, judged with the files as they are now; no retry was spent"),
+        ),
         ralph::Error::Uncommitted { paths, since, .. } => {
             let git = match again.workspace == Path::new(".") {
                 true => "git".to_owned(),

@@ -150,7 +150,7 @@ struct SpecBuild {
     /// The note of a completed spec whose commit is due.
     due: DueCommit,
     /// The workspace's lock, held for the run.
-    _lock: RunLock,
+    lock: RunLock,
 }
 
 impl SpecBuild {
@@ -250,7 +250,7 @@ impl SpecBuild {
             tasks_done: 0,
             step: None,
             home,
-            _lock: lock,
+            lock,
         };
         // An earlier run may have stopped between completing a spec and its commit, or
         // between completing it and its entry.
@@ -279,6 +279,9 @@ impl SpecBuild {
             let Some(index) = self.plan.next_ready(&held) else {
                 return self.end(first_stuck);
             };
+            if let Some(message) = self.lock.check() {
+                self.emit(Event::Warning { message });
+            }
             let id = self.plan.specs[index].id.clone();
             match self.build_spec(&id).await? {
                 SpecEnd::Completed => {}
