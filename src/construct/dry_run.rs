@@ -85,6 +85,9 @@ pub struct DryRun {
     /// When the spec is longer than a prompt carries: its size and how much of it (head and
     /// tail) reaches the agent. `None` when all of it does.
     pub spec_cut: Option<String>,
+    /// When the spec changed since the board took it in: the issue a run would seed for
+    /// its change. `None` when it did not.
+    pub spec_changed: Option<String>,
     /// The gates a task's attempt must pass, by name, in order; optional ones are marked
     /// `(optional)`. Empty when there is none.
     pub gates: Vec<String>,
@@ -97,6 +100,9 @@ impl fmt::Display for DryRun {
         writeln!(f, "Dry run of {} (nothing was run or written)", self.spec)?;
         if let Some(cut) = &self.spec_cut {
             writeln!(f, "  spec:      {cut}")?;
+        }
+        if let Some(changed) = &self.spec_changed {
+            writeln!(f, "  spec:      {changed}")?;
         }
         if let Some(state) = &self.state {
             writeln!(f, "  state:     {state}")?;
@@ -179,6 +185,14 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         let text = spec_issue_text(&spec, &SpecDoc::read(&ctx.workspace, &spec)?);
         board.apply(Change::Issue(Issue::new(id, text)));
         board.run.seeded = true;
+    }
+    let mut spec_changed = None;
+    if !fresh && let Some(change) = super::spec_change::since_taken(&ctx.workspace, &spec) {
+        let id = board.next_issue_id();
+        spec_changed = Some(format!(
+            "changed since the board took it in; a run seeds its change as issue {id}"
+        ));
+        board.apply(Change::Issue(Issue::new(id, change)));
     }
     let iteration = board.run.iteration.max(1);
     board.run.iteration = iteration;
@@ -274,6 +288,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         budget: ctx.budget(SPEND_SCOPE)?.describe(),
         agent: ctx.agent.name().to_owned(),
         spec_cut,
+        spec_changed,
         sandbox: ctx.sandbox_line(),
         gates: ctx
             .gates

@@ -21,6 +21,7 @@ mod in_place;
 mod investigate;
 mod parallel;
 mod ready;
+mod spec_change;
 mod verify;
 
 use std::collections::{HashMap, VecDeque};
@@ -212,7 +213,7 @@ impl Engine {
     /// cannot be built as they stand ([`unsound_blocked`]).
     async fn begin(&mut self, rel: String) -> Result<(), Error> {
         let mut run = self.board.run.clone();
-        let (mut changes, warnings) = unsound_blocked(&self.board);
+        let (mut changes, mut warnings) = unsound_blocked(&self.board);
         let config = config_line(&self.ctx.config);
         if self.board.config.as_ref() != Some(&config) {
             changes.push(Change::Config(config));
@@ -225,6 +226,18 @@ impl Engine {
             let id = run.next_issue_id(|id| self.board.issues.contains_key(id));
             let text = spec_issue_text(&rel, &self.spec);
             changes.push(Change::Issue(Issue::new(id, text).with_origin(SPEC_ORIGIN)));
+        } else if let Some(change) = spec_change::since_taken(&self.ctx.workspace, &rel) {
+            let id = run.next_issue_id(|id| self.board.issues.contains_key(id));
+            warnings.push(Event::Warning {
+                message: format!(
+                    "{rel} changed since the board took it in: its change is issue {id}"
+                ),
+            });
+            let text = format!(
+                "The spec `{rel}` changed since its work was planned. Build what the change \
+                 adds or alters (lines removed `-`, added `+`):\n\n```diff\n{change}```"
+            );
+            changes.push(Change::Issue(Issue::new(id, text).with_origin(SPEC_ORIGIN)));
         }
         run.seeded = true;
         run.spec = Some(rel);
@@ -233,6 +246,8 @@ impl Engine {
             changes.push(Change::Run(run));
         }
         self.commit(changes).await?;
+        // After the board holds its work: a crash before this seeds the change again.
+        spec_change::take_in(&self.ctx.workspace, self.spec.path.as_str())?;
         self.emit_all(warnings);
         Ok(())
     }

@@ -509,3 +509,60 @@ async fn with_every_task_accepted_by_a_person_the_gates_run_once_on_the_final_tr
     let runs = std::fs::read_to_string(h.path().join("gate-runs")).unwrap_or_default();
     assert_eq!(runs.lines().count(), 2, "{runs}");
 }
+
+/// Audit row 69: a spec edited after a complete run was ignored (`construct` answered
+/// Complete at once). Its change becomes an issue holding the diff, shown by the dry run,
+/// and is built.
+#[tokio::test]
+async fn a_spec_edited_after_complete_has_its_change_built() {
+    let h = Harness::new(
+        one_task()
+            .on(Role::Build, "t-1", writes_done())
+            .on(
+                Role::Investigate,
+                "i-2",
+                tasks(&[("Write bye.txt", "bye.txt exists")]),
+            )
+            .on(Role::Build, "t-2", writes("bye.txt")),
+    );
+    let first = h.run(|b| b.gate(done_gate())).await;
+    assert!(matches!(first, Outcome::Complete { .. }), "{first:?}");
+    let spec = std::fs::read_to_string(h.path().join("spec.md")).unwrap();
+    std::fs::write(
+        h.path().join("spec.md"),
+        format!("{spec}Also write bye.txt.\n"),
+    )
+    .unwrap();
+
+    let dry = h
+        .ralph(|b| b.gate(done_gate()))
+        .dry_run("spec.md")
+        .await
+        .unwrap();
+    assert!(
+        dry.to_string()
+            .contains("changed since the board took it in; a run seeds its change as issue i-2"),
+        "{dry}"
+    );
+    let again = h.run(|b| b.gate(done_gate())).await;
+
+    assert!(
+        matches!(again, Outcome::Complete { accepted: 2, .. }),
+        "{again:?}"
+    );
+    let board = h.store.board();
+    assert!(
+        board.issues["i-2"].text.contains("+ Also write bye.txt."),
+        "{}",
+        board.issues["i-2"].text
+    );
+    assert!(h.path().join("bye.txt").exists(), "the change was built");
+    let said = h.events.warnings();
+    assert!(
+        said.iter().any(|w| w["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("spec.md changed since")),
+        "{said:?}"
+    );
+}
