@@ -29,6 +29,8 @@
 //! # }
 //! ```
 
+mod refusal;
+
 use crate::process::{Captured, Exit, ProcessSpec, Sandbox};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,6 +68,33 @@ pub enum GitError {
         /// How it exited.
         status: String,
         /// What git said on stderr, trimmed.
+        stderr: String,
+    },
+    /// git refused a commit of ralph's: a hook of the repository failed (`pre-commit`,
+    /// `commit-msg`), or git could not sign it (`commit.gpgsign` with no usable key). The
+    /// index is as it was before ralph staged the commit's paths, and the work is in the
+    /// work tree, uncommitted.
+    #[error(
+        "{}",
+        refusal::describe(.subject, .hook.as_deref(), *.sandboxed, .changed_by_hook, .stderr)
+    )]
+    #[non_exhaustive]
+    CommitRefused {
+        /// The commit's subject (`t-1: Write work.txt`).
+        subject: String,
+        /// The hook that refused, in the hooks folder (`core.hooksPath` followed), from the
+        /// directory git ran in (`.git/hooks/pre-commit`) when it is inside it; `None` when
+        /// the commit could not be signed.
+        hook: Option<PathBuf>,
+        /// Whether git could not sign the commit (`commit.gpgsign`, `user.signingkey`).
+        signing: bool,
+        /// Whether the commit ran in the sandbox of the repository's hooks, where gpg
+        /// cannot reach `~/.gnupg` (see `docs/sandbox.md`).
+        sandboxed: bool,
+        /// The commit's paths (from the top of the work tree) that a hook changed before
+        /// it failed: a formatter's rewrite, left in the work tree.
+        changed_by_hook: Vec<String>,
+        /// What git and the hook said on stderr, head and tail when long.
         stderr: String,
     },
     /// A file ralph keeps beside its git work could not be read or written.
@@ -782,11 +811,13 @@ impl Git {
 
     /// Stages exactly `paths` (changes, additions and deletions alike; relative to the top of
     /// the work tree) and commits them with `message`; returns the new commit, or `None` when
-    /// they hold no change. Nothing else in the work tree or the index is touched.
+    /// they hold no change. Nothing else in the work tree or the index is touched, and when
+    /// the commit fails the index is put back as it was before.
     ///
     /// # Errors
     ///
-    /// [`GitError`] when git fails (e.g. a pre-commit hook refuses).
+    /// [`GitError::CommitRefused`] when a hook refuses the commit or git cannot sign it;
+    /// [`GitError`] when git fails otherwise.
     pub async fn commit_paths(
         &self,
         message: &str,
@@ -797,11 +828,13 @@ impl Git {
         }
         let list = PathList::write(self, paths).await?;
         let from = format!("--pathspec-from-file={}", list.0.display());
+        let wanted: std::collections::HashSet<&str> = paths.iter().map(String::as_str).collect();
+        // What the user had staged of the paths, put back if the commit fails.
+        let before = refusal::Staged::of(self, &wanted).await?;
         self.run(&["add", "-A", "--pathspec-file-nul", &from])
             .await?;
         // `git diff` takes no pathspec file: what is staged is matched against the paths.
         let staged = self.run(&["diff", "--cached", "--name-only", "-z"]).await?;
-        let wanted: std::collections::HashSet<&str> = paths.iter().map(String::as_str).collect();
         if !staged.split('\0').any(|path| wanted.contains(path)) {
             return Ok(None);
         }
@@ -811,8 +844,56 @@ impl Git {
         args.extend(
             ["commit", "-q", "-m", message, "--pathspec-file-nul", &from].map(str::to_owned),
         );
-        self.run_owned(&args).await?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = self.capture(&args, &[]).await?;
+        if !output.exit.success() {
+            // What a hook changed is read before the index is put back.
+            let changed = refusal::changed_since_added(self, &wanted).await;
+            before.put_back(self, paths).await?;
+            return Err(self.refused(message, &args, output, changed).await);
+        }
         self.head().await
+    }
+
+    /// The failure of ralph's commit `args` with `message`: [`GitError::CommitRefused`]
+    /// when a hook refused it (`changed` are the paths the hook changed) or git could not
+    /// sign it, else [`GitError::Failed`].
+    async fn refused(
+        &self,
+        message: &str,
+        args: &[&str],
+        output: Captured,
+        changed: Vec<String>,
+    ) -> GitError {
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        let signing = refusal::signing_failed(&stderr);
+        // A hook that fails makes git exit 1; git's own failures exit 128.
+        let hook = match (signing, output.exit) {
+            (false, Exit::Code(1)) => match self.hook_places().await {
+                Ok(places) => refusal::refusing_hook(&places.hooks).map(|hook| {
+                    match hook.strip_prefix(&self.dir) {
+                        Ok(inside) => inside.to_path_buf(),
+                        Err(_) => hook,
+                    }
+                }),
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        if !signing && hook.is_none() {
+            return self.failed(args, output);
+        }
+        GitError::CommitRefused {
+            subject: message.lines().next().unwrap_or_default().to_owned(),
+            hook,
+            signing,
+            sandboxed: self
+                .sandbox_of(&["commit"])
+                .await
+                .is_ok_and(|s| s.confines()),
+            changed_by_hook: changed,
+            stderr: crate::output::truncate_middle(&stderr, refusal::STDERR_SHOWN),
+        }
     }
 
     /// Moves `paths` (changes and untracked files, relative to the top of the work tree) out
@@ -968,28 +1049,7 @@ impl Git {
         if !self.hooks.confines() || !runs_hooks {
             return Ok(Sandbox::unconfined());
         }
-        let places = match self.known.hook_places.get() {
-            Some(places) => places.clone(),
-            None => {
-                // Boxed: `run` comes back here, for a command that runs no hooks.
-                let ask = self.run(&[
-                    "rev-parse",
-                    "--absolute-git-dir",
-                    "--git-common-dir",
-                    "--git-path",
-                    "hooks",
-                ]);
-                let out = Box::pin(ask).await?;
-                let mut paths: Vec<PathBuf> =
-                    out.lines().map(|line| self.dir.join(line.trim())).collect();
-                let hooks = paths.pop().unwrap_or_default();
-                let places = HookPlaces {
-                    git_dirs: paths,
-                    hooks,
-                };
-                self.known.hook_places.get_or_init(|| places).clone()
-            }
-        };
+        let places = self.hook_places().await?;
         // No hook, no code of the workspace's: the command runs as every other git command
         // does (a sandbox costs milliseconds per commit).
         if !places.any_hook() {
@@ -999,6 +1059,29 @@ impl Git {
             .git_dirs
             .into_iter()
             .fold(self.hooks.clone(), |sandbox, dir| sandbox.write(dir)))
+    }
+
+    /// The repository's git folders and its hooks folder, asked once per handle.
+    async fn hook_places(&self) -> Result<HookPlaces, GitError> {
+        if let Some(places) = self.known.hook_places.get() {
+            return Ok(places.clone());
+        }
+        // Boxed: `run` comes back to `sandbox_of`, for a command that runs no hooks.
+        let ask = self.run(&[
+            "rev-parse",
+            "--absolute-git-dir",
+            "--git-common-dir",
+            "--git-path",
+            "hooks",
+        ]);
+        let out = Box::pin(ask).await?;
+        let mut paths: Vec<PathBuf> = out.lines().map(|line| self.dir.join(line.trim())).collect();
+        let hooks = paths.pop().unwrap_or_default();
+        let places = HookPlaces {
+            git_dirs: paths,
+            hooks,
+        };
+        Ok(self.known.hook_places.get_or_init(|| places).clone())
     }
 
     /// `git -C <dir> ARGS` with ralph's settings and `env`, run to its end.
@@ -1045,12 +1128,17 @@ impl Git {
         {
             return Ok(String::new());
         }
-        Err(GitError::Failed {
+        Err(self.failed(args, output))
+    }
+
+    /// [`GitError::Failed`] for `args`, which ended as `output` says.
+    fn failed(&self, args: &[&str], output: Captured) -> GitError {
+        GitError::Failed {
             command: args.join(" "),
             dir: self.dir.clone(),
             status: exit_status(output.exit),
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        })
+        }
     }
 }
 

@@ -7,7 +7,9 @@
 //! here rather than in a fresh git work tree. Each task's attempts are one turn of
 //! [`Home`](crate::runtime::home): the run refuses to start over the user's uncommitted
 //! edits, the user's untracked files stay out of the commit, and a task that ends without
-//! passing (blocked, killed) has its unfinished work moved into a stash entry.
+//! passing (blocked, killed) has its unfinished work moved into a stash entry. A commit git
+//! refuses (a hook, signing) ends the run before the attempt is counted, its work left in
+//! the tree as the turn's and the index as it was (`GitError::CommitRefused`).
 
 use super::Engine;
 use super::build::{AttemptEnd, TaskEnd};

@@ -358,7 +358,13 @@ async fn verify_reads_the_spec_on_record_afresh_each_run() {
                     "issues": []
                 })),
             )
-            .on(Role::GapAnalysis, "iteration-2", no_gaps()),
+            .on(Role::GapAnalysis, "iteration-2", no_gaps())
+            // The edit is seeded as work too (a changed spec): the gap's task covers it.
+            .on(
+                Role::Investigate,
+                "i-2",
+                Script::new().json(json!({"already_planned": ["t-2"]})),
+            ),
     );
     write(h.path(), "docs/specs/greeter.md", "# Greeter\nSay hello.\n");
     let run = |h: &Harness| h.ralph(|b| b.gate(done_gate()).once(true));

@@ -216,6 +216,58 @@ async fn position_names_the_branch_and_the_commit_in_one_look() {
     assert_eq!(git.position().await.expect("detached"), (None, head));
 }
 
+/// Newcomer row 7: a commit a pre-commit hook refuses leaves the index exactly as it was
+/// before ralph's `git add`: its new file untracked again, the person's staged version of a
+/// path it shares with them staged again, and their own staged file still staged.
+#[tokio::test]
+async fn a_refused_commit_paths_puts_the_index_back_as_it_was() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path();
+    let git = repo(ws).await;
+    let shell = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(ws)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    fs::write(ws.join("README.md"), "hello, staged\n").expect("write");
+    fs::write(ws.join("theirs.txt"), "theirs\n").expect("write");
+    shell(&["add", "README.md", "theirs.txt"]);
+    fs::write(ws.join("README.md"), "hello, worked on\n").expect("write");
+    fs::write(ws.join("work.txt"), "work\n").expect("write");
+    let hook = ws.join(".git/hooks/pre-commit");
+    fs::create_dir_all(hook.parent().expect("hooks")).expect("mkdir");
+    fs::write(&hook, "#!/bin/sh\necho 'lint: no' >&2\nexit 1\n").expect("write");
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let before = shell(&["ls-files", "-s"]);
+
+    let paths = ["README.md".to_owned(), "work.txt".to_owned()];
+    let refused = git.commit_paths("t-1: work", &paths).await.unwrap_err();
+
+    let GitError::CommitRefused {
+        hook: Some(named),
+        signing: false,
+        stderr,
+        ..
+    } = &refused
+    else {
+        panic!("{refused:?}");
+    };
+    assert!(named.ends_with(".git/hooks/pre-commit"), "{named:?}");
+    assert_eq!(stderr, "lint: no");
+    assert_eq!(shell(&["ls-files", "-s"]), before, "the index as it was");
+    assert_eq!(shell(&["show", ":README.md"]), "hello, staged\n");
+    assert_eq!(
+        fs::read_to_string(ws.join("README.md")).expect("read"),
+        "hello, worked on\n"
+    );
+    assert!(ws.join("work.txt").exists());
+}
+
 /// `commit_paths` commits its paths and nothing else: what the person staged stays staged,
 /// and paths with no change make no commit even while other files are staged.
 #[tokio::test]

@@ -96,6 +96,17 @@ impl Again {
         }
     }
 
+    /// `git`, or `git -C DIR` for a workspace given with `-C`.
+    fn git(&self) -> String {
+        match self.workspace == Path::new(".") {
+            true => "git".to_owned(),
+            false => format!(
+                "git -C {}",
+                shell_word(&self.workspace.display().to_string())
+            ),
+        }
+    }
+
     /// `ralph [-C DIR] MODE` and `more`, for a command printed on its own.
     pub(crate) fn command(&self, more: &str) -> String {
         self.run(more)
@@ -271,14 +282,11 @@ pub(crate) fn after_error(error: &ralph::Error, again: &Again) -> Option<Next> {
             Next::run(resume)
                 .doing("runs again, judged with the files as they are now; no retry was spent"),
         ),
+        ralph::Error::Git(ralph::GitError::CommitRefused {
+            hook, sandboxed, ..
+        }) => Some(refused_commit(hook.as_deref(), *sandboxed, again)),
         ralph::Error::Uncommitted { paths, since, .. } => {
-            let git = match again.workspace == Path::new(".") {
-                true => "git".to_owned(),
-                false => format!(
-                    "git -C {}",
-                    shell_word(&again.workspace.display().to_string())
-                ),
-            };
+            let git = again.git();
             // git names them from the top of the work tree: `:/` says so to any folder.
             let named: Vec<String> = paths.iter().map(|p| format!(":/{p}")).collect();
             let named: Vec<&str> = named.iter().map(String::as_str).collect();
@@ -295,6 +303,45 @@ pub(crate) fn after_error(error: &ralph::Error, again: &Again) -> Option<Next> {
         }
         _ => None,
     }
+}
+
+/// After git refused ralph's commit of a task's work: fix the hook that refused it (named
+/// as git finds it, `core.hooksPath` followed) and resume; or, when git could not sign it,
+/// turn signing off in this repository and resume. The work is in the tree, uncounted.
+fn refused_commit(hook: Option<&Path>, sandboxed: bool, again: &Again) -> Next {
+    let resume = again.run("");
+    let taken_up = "resumes the task with its work as it is in the work tree; the attempt was \
+                    not counted";
+    let Some(hook) = hook else {
+        // No backticks in the fix: the command is the line's first text in them.
+        let why = match sandboxed {
+            // gpg cannot reach its keys in the hooks' sandbox, whatever the key.
+            true => {
+                "commits made in the hooks' sandbox cannot be signed (sign them afterwards, \
+                     or set mode = \"off\" under [sandbox] in ralph.toml); or turn \
+                     commit.gpgsign off here"
+            }
+            false => {
+                "git could not sign with the key user.signingkey names (give it one gpg \
+                      has); or turn commit.gpgsign off here"
+            }
+        };
+        return Next::run(format!(
+            "{} config commit.gpgsign false && {resume}",
+            again.git()
+        ))
+        .after(why)
+        .doing(taken_up);
+    };
+    let name = hook
+        .file_name()
+        .map_or_else(|| "commit".into(), |n| n.to_string_lossy().into_owned());
+    let path = hook.display();
+    Next::run(resume)
+        .after(format!(
+            "fix what the {name} hook ({path}) said (above), in the work or in the hook"
+        ))
+        .doing(taken_up)
 }
 
 /// After plan mode: build mode, with the same agent.

@@ -296,6 +296,17 @@ impl Home {
 /// The file that notes the current turn, in ralph's state folder.
 const TURN_NOTE: &str = "turn.json";
 
+/// How the tree a turn's record notes was left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Left {
+    /// By an attempt that ended: what a kill during the next leaves beyond it is that one's.
+    Attempt,
+    /// By a run that stopped in order: a later change is a person's.
+    Stopped,
+    /// By a commit git refused: the person's fix is the turn's.
+    Refused,
+}
+
 impl Home {
     /// The turn noted by an earlier run that did not end it, if any. A note that does not
     /// parse counts as none: it only says whose leftovers the work tree holds.
@@ -393,7 +404,7 @@ impl Home {
     ///
     /// [`GitError`] when git fails or the note cannot be written.
     pub(crate) async fn note_attempt(&self) -> Result<(), GitError> {
-        self.note_record(false).await
+        self.note_record(Left::Attempt).await
     }
 
     /// Notes the tree as a run that stops in order leaves it, its agents stopped: what
@@ -403,15 +414,16 @@ impl Home {
     ///
     /// [`GitError`] when git fails or the note cannot be written.
     pub(crate) async fn note_stop(&self) -> Result<(), GitError> {
-        self.note_record(true).await
+        self.note_record(Left::Stopped).await
     }
 
-    async fn note_record(&self, stopped: bool) -> Result<(), GitError> {
+    async fn note_record(&self, left: Left) -> Result<(), GitError> {
         let Some(mut turn) = self.noted()? else {
             return Ok(());
         };
         let mut record = self.record_now(&turn).await?;
-        record.stopped = stopped;
+        record.stopped = left == Left::Stopped;
+        record.refused = left == Left::Refused;
         turn.record = Some(record);
         self.write_note(&turn)
     }
@@ -480,17 +492,27 @@ impl Home {
 
     /// Commits what the noted turn changed with `message`; returns the new commit, or
     /// `None` when there is no turn or nothing to commit. The turn stays noted until
-    /// [`end_turn`](Self::end_turn).
+    /// [`end_turn`](Self::end_turn); when git refuses the commit it is noted as refused,
+    /// and the next run takes the tree up as it finds it.
     ///
     /// # Errors
     ///
-    /// [`GitError`] when git fails.
+    /// [`GitError::CommitRefused`] when a hook refuses the commit or git cannot sign it;
+    /// [`GitError`] when git fails otherwise.
     pub(crate) async fn commit_turn(&mut self, message: &str) -> Result<Option<String>, GitError> {
         let Some(turn) = self.noted()? else {
             return Ok(None);
         };
         let paths = self.turn_paths(&turn).await?;
-        let commit = self.git.commit_paths(message, &paths).await?;
+        let commit = match self.git.commit_paths(message, &paths).await {
+            // The work stays the turn's, as the refusal left it (a hook may have rewritten
+            // files); the next run takes it up with the person's fix.
+            Err(refused @ GitError::CommitRefused { .. }) => {
+                self.note_record(Left::Refused).await?;
+                return Err(refused);
+            }
+            other => other?,
+        };
         if let Some(commit) = &commit {
             self.head = commit.clone();
         }

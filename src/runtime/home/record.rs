@@ -11,7 +11,9 @@
 //!   the record is a person's: the run refuses to start and names it;
 //! - after a kill or a crash the last attempt was cut short, and what changed beyond the
 //!   record is its unjudged work (and whatever a person added since): it is set aside, and
-//!   the attempt runs again.
+//!   the attempt runs again;
+//! - after a commit git refused (a hook, signing), the person fixes what refused it,
+//!   perhaps in the work itself: the tree is taken up as it is found.
 //!
 //! A path put back as the branch has it (a person who dropped the agent's edit) is not a
 //! change beyond the record: nothing of it would be committed.
@@ -36,6 +38,11 @@ pub(crate) struct TreeRecord {
     /// change is a person's.
     #[serde(default)]
     pub(crate) stopped: bool,
+    /// Whether git then refused ralph's commit of the turn (a hook, signing): the person
+    /// fixes what refused it, perhaps in the work itself, so the next run takes the tree up
+    /// as it finds it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) refused: bool,
 }
 
 impl TreeRecord {
@@ -47,12 +54,17 @@ impl TreeRecord {
                 .map(|path| (path.clone(), content_hash(&top.join(path))))
                 .collect(),
             stopped: false,
+            refused: false,
         }
     }
 
     /// The paths of `now` (the same turn's paths as they are now) that differ from this
-    /// record: changed, added or deleted since.
+    /// record: changed, added or deleted since; none after a refused commit, whose fix is
+    /// the person's to make.
     pub(crate) fn beyond(&self, now: &TreeRecord) -> Vec<String> {
+        if self.refused {
+            return Vec::new();
+        }
         now.paths
             .iter()
             .filter(|(path, hash)| self.paths.get(*path) != Some(hash))
