@@ -55,11 +55,8 @@ pub(crate) enum GatesEnd {
     Passed,
     /// A required gate failed: its name, and the failure for the retry prompt.
     Failed { gate: String, failure: String },
-    /// The step's deadline stopped this gate (named for build mode's failure message).
-    TimedOut {
-        #[cfg(feature = "specs")]
-        gate: String,
-    },
+    /// The step's deadline stopped this gate (named in the failures that mention it).
+    TimedOut { gate: String },
     /// The run was stopped.
     Interrupted,
 }
@@ -138,7 +135,6 @@ pub(crate) async fn check_all(
             GateEnd::Report(_) => {}
             GateEnd::TimedOut => {
                 return Ok(GatesEnd::TimedOut {
-                    #[cfg(feature = "specs")]
                     gate: gate.name().to_owned(),
                 });
             }

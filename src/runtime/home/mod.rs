@@ -174,6 +174,7 @@ impl Home {
     /// With `folder` (relative to the workspace) as one ralph writes in between a turn's
     /// attempts: its files are committed with the work, and left out of the turn's record.
     #[must_use]
+    #[cfg(feature = "specs")]
     pub(crate) fn with_written_between(mut self, folder: &Path) -> Self {
         let folder = folder.to_string_lossy();
         let folder = folder.trim_end_matches('/');
