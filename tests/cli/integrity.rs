@@ -15,8 +15,9 @@ use nix::unistd::Pid;
 
 use crate::{command, stderr, stdout};
 
-/// A BUILD that writes half its work, then hangs while `.git/test-hang` exists (the agent
-/// can read `.git`, and a file there is in no one's `git status`); otherwise it finishes.
+/// One task that writes `work.txt`, accepted. Its BUILD writes half its work, then hangs,
+/// while `.git/test-hang` exists (the agent can read `.git`, and a file there is in no
+/// one's `git status`).
 const AGENT: &str = r#"cat > /dev/null
 case "$1" in
   investigate) echo '{"tasks":[{"name":"Write work.txt","accept":"work.txt says done"}]}' ;;
@@ -30,7 +31,7 @@ esac
 "#;
 
 /// A repository with a spec, the agent and its config committed, and a tracked README.
-fn repository() -> tempfile::TempDir {
+pub(super) fn repository() -> tempfile::TempDir {
     let dir = crate::project();
     let ws = dir.path();
     std::fs::write(ws.join("agent.sh"), AGENT).unwrap();
@@ -46,7 +47,7 @@ fn repository() -> tempfile::TempDir {
     dir
 }
 
-fn git(ws: &Path, args: &[&str]) -> String {
+pub(super) fn git(ws: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@t"])
         .args(args)

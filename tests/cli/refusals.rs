@@ -8,48 +8,11 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::dead_ends::{next_command, run_printed};
+use crate::integrity::{git, repository};
 use crate::{command, stderr, stdout};
-
-/// One task that writes `work.txt`, accepted.
-const AGENT: &str = r#"cat > /dev/null
-case "$1" in
-  investigate) echo '{"tasks":[{"name":"Write work.txt","accept":"work.txt says done"}]}' ;;
-  build) echo done > work.txt; printf 'Wrote work.txt.\n<TASK_DONE>\n' ;;
-  verify) echo '{"task_id":"'"$2"'","verdict":"accept","reason":"it says done"}' ;;
-  gap_analysis) echo '{"tasks":[],"issues":[]}' ;;
-  *) echo "unexpected role $1" >&2; exit 1 ;;
-esac
-"#;
-
-/// A repository with a spec, the agent and its config committed.
-fn repository() -> tempfile::TempDir {
-    let dir = crate::project();
-    let ws = dir.path();
-    std::fs::write(ws.join("agent.sh"), AGENT).unwrap();
-    std::fs::write(
-        ws.join("ralph.toml"),
-        "[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
-    )
-    .unwrap();
-    std::fs::write(ws.join(".gitignore"), "/target\n").unwrap();
-    git(ws, &["add", "-A"]);
-    git(ws, &["commit", "-qm", "start"]);
-    dir
-}
-
-fn git(ws: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .current_dir(ws)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    stdout(&out)
-}
 
 fn hook(ws: &Path, script: &str) {
     let path = ws.join(".git/hooks/pre-commit");
