@@ -134,7 +134,7 @@ pub(crate) async fn run(
                 ..gate_run
             };
             let watch = match home {
-                Some(home) => home.gates_begin().await?,
+                Some(home) => home.gates_begin(&sandbox.referee().paths()).await?,
                 None => None,
             };
             let ended = gates::check_all(gates, run, gate_log).await;

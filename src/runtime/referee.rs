@@ -50,6 +50,12 @@ impl Referee {
         }
     }
 
+    /// The recorded files, absolute.
+    pub(crate) fn paths(&self) -> Vec<PathBuf> {
+        let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files.iter().map(|f| f.path.clone()).collect()
+    }
+
     /// Forgets every file (a new run records them afresh).
     pub(crate) fn clear(&self) {
         self.files.lock().unwrap_or_else(|e| e.into_inner()).clear();

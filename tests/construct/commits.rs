@@ -666,3 +666,47 @@ async fn a_report_a_gate_writes_is_not_committed_with_the_task() {
         "the report is left in the tree"
     );
 }
+
+/// The files a run is judged with stay where they are while the gates run, committed or
+/// not: a gate's own script that nobody committed yet is no task's work.
+#[tokio::test]
+async fn an_uncommitted_gate_script_stays_for_the_gates() {
+    let dir = repo();
+    write(dir.path(), "check.sh", "test -f one.txt\n");
+    write(
+        dir.path(),
+        "ralph.toml",
+        "[[gates]]\nname = \"check\"\ncommand = \"sh check.sh\"\n",
+    );
+    let agent = FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("Write one.txt", "one.txt")]),
+        )
+        .on(Role::Build, "t-1", writes("one.txt"))
+        .always(Role::Verify, accept("fine"))
+        .always(Role::GapAnalysis, no_gaps());
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(MemoryStore::new())
+        .build()
+        .unwrap();
+
+    let outcome = ralph.construct("spec.md").await.unwrap();
+
+    assert!(
+        matches!(outcome, Outcome::Complete { accepted: 1, .. }),
+        "{outcome:?}"
+    );
+    let commit = ralph.board().await.unwrap().tasks["t-1"]
+        .commit
+        .clone()
+        .unwrap();
+    let files = git_ok(dir.path(), &["show", "--name-only", "--format=", &commit]);
+    assert_eq!(
+        files, "one.txt\n",
+        "the script stays the person's, uncommitted"
+    );
+}

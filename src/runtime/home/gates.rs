@@ -44,7 +44,13 @@ impl Home {
     /// # Errors
     ///
     /// [`GitError`] when git fails or the note cannot be read.
-    pub(crate) async fn gates_begin(&self) -> Result<Option<GatesWatch>, GitError> {
+    ///
+    /// `judges` (absolute) stay: the files the run is judged with (a gate's script, the
+    /// config, the spec), which are no task's work even when nobody committed them.
+    pub(crate) async fn gates_begin(
+        &self,
+        judges: &[PathBuf],
+    ) -> Result<Option<GatesWatch>, GitError> {
         let Some(turn) = self.noted()? else {
             return Ok(None);
         };
@@ -52,6 +58,7 @@ impl Home {
         let moved = turn
             .untracked
             .iter()
+            .filter(|path| !judges.contains(&self.top.join(path)))
             .filter(|path| move_to(&self.top.join(path), &aside.join(path)))
             .cloned()
             .collect();
