@@ -586,15 +586,7 @@ async fn a_task_committed_before_its_record_was_cut_short_keeps_its_own_commit()
 async fn the_gates_do_not_see_untracked_files_the_commit_leaves_out() {
     let dir = repo();
     write(dir.path(), "data.txt", "the person's, untracked\n");
-    let agent = FakeAgent::new()
-        .on(
-            Role::Investigate,
-            "i-1",
-            tasks(&[("Write one.txt", "one.txt")]),
-        )
-        .always(Role::Build, writes("one.txt"))
-        .always(Role::Verify, accept("fine"))
-        .always(Role::GapAnalysis, no_gaps());
+    let agent = writes_one_txt();
     let events = Recorder::default();
     let ralph = Ralph::builder()
         .workspace(dir.path())
@@ -628,15 +620,7 @@ async fn the_gates_do_not_see_untracked_files_the_commit_leaves_out() {
 #[tokio::test]
 async fn a_report_a_gate_writes_is_not_committed_with_the_task() {
     let dir = repo();
-    let agent = FakeAgent::new()
-        .on(
-            Role::Investigate,
-            "i-1",
-            tasks(&[("Write one.txt", "one.txt")]),
-        )
-        .on(Role::Build, "t-1", writes("one.txt"))
-        .always(Role::Verify, accept("fine"))
-        .always(Role::GapAnalysis, no_gaps());
+    let agent = writes_one_txt();
     let ralph = Ralph::builder()
         .workspace(dir.path())
         .agent(agent)
@@ -678,15 +662,7 @@ async fn an_uncommitted_gate_script_stays_for_the_gates() {
         "ralph.toml",
         "[[gates]]\nname = \"check\"\ncommand = \"sh check.sh\"\n",
     );
-    let agent = FakeAgent::new()
-        .on(
-            Role::Investigate,
-            "i-1",
-            tasks(&[("Write one.txt", "one.txt")]),
-        )
-        .on(Role::Build, "t-1", writes("one.txt"))
-        .always(Role::Verify, accept("fine"))
-        .always(Role::GapAnalysis, no_gaps());
+    let agent = writes_one_txt();
     let ralph = Ralph::builder()
         .workspace(dir.path())
         .agent(agent)
@@ -709,4 +685,17 @@ async fn an_uncommitted_gate_script_stays_for_the_gates() {
         files, "one.txt\n",
         "the script stays the person's, uncommitted"
     );
+}
+
+/// i-1 becomes t-1, whose every attempt writes one.txt; verifiers accept.
+fn writes_one_txt() -> FakeAgent {
+    FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            tasks(&[("Write one.txt", "one.txt")]),
+        )
+        .always(Role::Build, writes("one.txt"))
+        .always(Role::Verify, accept("fine"))
+        .always(Role::GapAnalysis, no_gaps())
 }
