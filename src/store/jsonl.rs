@@ -273,6 +273,14 @@ impl Store for JsonlStore {
 impl Shared {
     fn load(&self) -> Result<Board, StoreError> {
         let mut slot = self.slot();
+        // A load returns what is on disk: a file moved, replaced or rewritten since it was
+        // read (a spec switch archived it) is read again. A write never does (it refuses).
+        if slot
+            .as_ref()
+            .is_some_and(|log| log.check_unchanged(&self.path).is_err())
+        {
+            *slot = None;
+        }
         Ok(self.loaded(&mut slot)?.board.clone())
     }
 
