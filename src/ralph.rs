@@ -201,6 +201,25 @@ impl Ralph {
         self.run(Some(spec.as_ref())).await
     }
 
+    /// Switches the workspace's one board to `spec` (`ralph construct SPEC --switch`): the
+    /// board of the spec on record, its spend included, is archived under
+    /// `.ralph/archive/<spec>-<date>/`, and `spec`'s latest archived board, if any, comes
+    /// back (the board then names `spec`); otherwise `spec`'s next
+    /// [`construct`](Self::construct) starts afresh. Switching to the spec on record changes
+    /// nothing. Returns the archive the board switched from went to, if there was one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] while a run holds the workspace; [`Error::SpecPath`] /
+    /// [`Error::Spec`] / [`Error::SpecText`] as for `construct`; [`Error::Uncommitted`]
+    /// while the work tree holds an interrupted task's work or a person's edits (the other
+    /// spec's run would commit them); [`Error::InvalidEdit`] for a store whose file is not
+    /// in `.ralph/`, or a board with tasks tied to no spec that an archive would replace;
+    /// [`Error::Io`] naming the file that could not be moved.
+    pub async fn switch_spec(&self, spec: impl AsRef<Path>) -> Result<Option<PathBuf>, Error> {
+        crate::construct::switch::switch(&self.inner, spec.as_ref()).await
+    }
+
     /// Checks `spec` as [`construct`](Self::construct) takes it, without taking the
     /// workspace's lock or writing anything: its path (relative, no `..`, an existing file
     /// that resolves, symlinks followed, inside the workspace) and its text (UTF-8, not

@@ -22,6 +22,7 @@ mod investigate;
 mod parallel;
 mod ready;
 mod spec_change;
+pub(crate) mod switch;
 mod verify;
 
 use std::collections::{HashMap, VecDeque};

@@ -245,7 +245,7 @@ pub enum Error {
     },
     /// The workspace's state belongs to another spec.
     #[error(
-        "the state in this workspace is constructing {recorded}, not {given}; use another workspace or the same spec"
+        "the board in this workspace is {recorded}'s, not {given}'s: one board at a time, so switch boards (`ralph construct {given} --switch`, `Ralph::switch_spec`), which archives this one, or use another workspace"
     )]
     SpecMismatch {
         /// The spec on record.

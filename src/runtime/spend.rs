@@ -40,7 +40,7 @@
 //! | `reset` | `true`: the scope starts afresh; its earlier lines no longer count (no other field but `at`) |
 //! | `run` | the agent run's id (`<pid>-<hex start>-<n>`): its provisional lines and its final line share it |
 //! | `estimate` | `true` on a provisional line: the run's spend so far, as its agent had reported it; the run's next line replaces it, and it counts only when the run has no final line |
-//! | `restored` | `true` on a line ralph wrote after finding the ledger edited: the spend the edit took away (see [Edits](#edits)); it carries no role, subject or agent |
+//! | `restored` | `true` on a line ralph wrote after finding the ledger edited: the spend the edit took away (see [Edits](#edits)); or, after a `reset`, the spend of an archived board switched back to (`ralph construct SPEC --switch`); it carries no role, subject or agent |
 //! | `runs`, `unpriced_runs`, `estimated_runs` | on a `restored` line: how many runs, runs without a cost, and estimated runs it stands for |
 //! | `role`, `subject`, `agent` | what the run was for (`build`, `verify`, …), its task, issue, spec or thread, and the agent that ran it |
 //! | `input_tokens`, `output_tokens` | tokens, counted against `max_tokens`; absent when 0 |
@@ -429,6 +429,16 @@ impl Ledger {
             reset: true,
             ..Line::default()
         }))
+    }
+
+    /// The scope starts afresh from `spent`: a board's spend kept in its archive, brought
+    /// back with the board (a `reset` line, then a `restored` line holding it).
+    pub(crate) fn restart_from(&self, spent: &Spent) -> Result<(), Error> {
+        self.reset()?;
+        match spent.is_nothing() {
+            true => Ok(()),
+            false => self.append(Some(Line::restoring(&self.scope, spent))),
+        }
     }
 
     /// Writes the `restored` lines of an edit found at load, if any: a run that starts

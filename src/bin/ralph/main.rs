@@ -179,6 +179,11 @@ struct ConstructArgs {
     /// before any code is written. `ralph construct` then builds them.
     #[arg(long)]
     plan_only: bool,
+    /// Work on SPEC though the board holds another spec's work: that board (its spend
+    /// included) is archived under .ralph/archive/<spec>-<date>/, and SPEC's own archived
+    /// board, if it has one, comes back. One board at a time, so task ids stay unique.
+    #[arg(long, requires = "spec")]
+    switch: bool,
     #[command(flatten)]
     run: RunFlags,
 }

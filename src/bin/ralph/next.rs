@@ -278,6 +278,12 @@ pub(crate) fn after_error(error: &ralph::Error, again: &Again) -> Option<Next> {
                 .after(format!("fix what {agent} said (above)"))
                 .doing("resumes where the work stood"),
         ),
+        ralph::Error::SpecMismatch { recorded, given } => Some(
+            Next::run(again.run(&format!(" {} --switch", shell_word(given)))).doing(format!(
+                "archives the board of {recorded} (the same with {recorded} brings it back) and \
+                 works on {given}"
+            )),
+        ),
         ralph::Error::ChangedDuringRun { .. } => Some(
             Next::run(resume)
                 .doing("runs again, judged with the files as they are now; no retry was spent"),

@@ -113,6 +113,24 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
         builder = builder.max_iterations(n);
     }
     let ralph = builder.build()?;
+    if let (true, Some(spec)) = (args.switch, &args.spec) {
+        if args.run.dry_run {
+            return switch_dry_run(&ralph, spec).await;
+        }
+        let from = ralph.board().await?.run.spec;
+        let archived = ralph.switch_spec(spec).await?;
+        if let (Some(from), Some(dir), false) = (from, archived, args.run.json) {
+            let back = match ralph.board().await?.run.spec.is_some() {
+                true => "its own board brought back from its archive",
+                false => "its board starts afresh",
+            };
+            out!(
+                "switched to {}: the board of {from} archived in {}; {back}",
+                spec.display(),
+                dir.display()
+            );
+        }
+    }
     if args.run.dry_run {
         let spec = match args.spec {
             Some(spec) => spec,
@@ -157,6 +175,20 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
         args.plan_only,
     )
     .await
+}
+
+/// `construct SPEC --switch --dry-run`: what the switch would do, said from the board on
+/// record; a dry run moves nothing, so the dry run of SPEC's board comes after the switch.
+async fn switch_dry_run(ralph: &Ralph, spec: &Path) -> Result<u8> {
+    let rel = ralph.check_spec(spec)?;
+    let rel = rel.display();
+    match ralph.board().await?.run.spec {
+        Some(recorded) if recorded != rel.to_string() => out!(
+            "switch:    would archive the board of {recorded} under .ralph/archive/ and bring              back {rel}'s latest archived board, if it has one (a dry run moves nothing)"
+        ),
+        _ => out!("switch:    nothing to switch: the board is {rel}'s or holds no spec yet"),
+    }
+    Ok(0)
 }
 
 /// The spec on record, for a command given none.

@@ -361,6 +361,31 @@ impl Home {
         }
     }
 
+    /// Refuses to hand the work tree to another board (a spec switch) while it holds work
+    /// the next run would commit as that board's: an interrupted turn's or the user's edits
+    /// of tracked files ([`Error::Uncommitted`], which says how to set them aside). The
+    /// note of a turn that left nothing is forgotten: it belongs to the board switched from.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Uncommitted`]; [`Error::Git`] when git fails.
+    pub(crate) async fn hand_over(&self) -> Result<(), Error> {
+        let turn = self.noted()?;
+        let mut paths = match &turn {
+            Some(turn) => self.turn_paths(turn).await?,
+            None => self.uncommitted().await?,
+        };
+        paths.retain(|path| !self.bookkeeping.contains(path));
+        if !paths.is_empty() {
+            return Err(Error::Uncommitted {
+                paths,
+                branch: self.name(),
+                since: turn.map(|t| t.subject),
+            });
+        }
+        Ok(self.end_turn()?)
+    }
+
     /// Begins a turn on `subject`, noting the untracked files already there. Returns the
     /// turn of another subject an earlier run left unfinished, for the caller to
     /// [`set_aside`](Self::set_aside) first; the same subject's turn is simply taken up.
