@@ -638,7 +638,8 @@ impl Git {
     ///
     /// # Errors
     ///
-    /// [`GitError`] when git fails (e.g. a pre-commit hook refuses).
+    /// [`GitError::CommitRefused`] when a hook refuses the commit or git cannot sign it;
+    /// [`GitError`] when git fails otherwise.
     pub async fn commit_all(
         &self,
         message: &str,
@@ -653,7 +654,12 @@ impl Git {
         }
         let mut args: Vec<String> = self.identity_args().await;
         args.extend(["commit", "-q", "-m", message].map(str::to_owned));
-        self.run_owned(&args).await?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = self.capture(&args, &[]).await?;
+        if !output.exit.success() {
+            // A task's work tree or a first commit: no index of the user's to put back.
+            return Err(self.refused(message, &args, output, Vec::new()).await);
+        }
         self.head().await
     }
 

@@ -150,3 +150,38 @@ fn broken_commit_signing_says_so_and_its_next_step_turns_it_off_and_commits() {
 
     assert_next_commits_the_task(ws, &out);
 }
+
+/// Newcomer row 7 with tasks built at once (`build_concurrency = 2`): the commit in the
+/// task's work tree is refused the same way, and the printed `next:` goes on once the hook
+/// is fixed.
+#[test]
+fn a_pre_commit_hook_refusing_a_work_tree_commit_says_why_and_its_next_step_works() {
+    let dir = repository();
+    let ws = dir.path();
+    let config = std::fs::read_to_string(ws.join("ralph.toml")).unwrap();
+    std::fs::write(
+        ws.join("ralph.toml"),
+        format!("build_concurrency = 2\n{config}"),
+    )
+    .unwrap();
+    git(ws, &["commit", "-qam", "two at once"]);
+    hook(
+        ws,
+        "#!/bin/sh\necho 'lint: needs a licence header' >&2\nexit 1\n",
+    );
+    let before = git(ws, &["rev-parse", "HEAD"]);
+
+    let out = construct(ws);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{text}\n{err}");
+    assert_eq!(git(ws, &["rev-parse", "HEAD"]), before, "nothing committed");
+    assert!(err.contains("lint: needs a licence header"), "{err}");
+    assert!(err.contains(".git/hooks/pre-commit"), "{err}");
+    assert!(
+        text.contains("next: fix what the pre-commit hook"),
+        "{text}"
+    );
+
+    std::fs::remove_file(ws.join(".git/hooks/pre-commit")).unwrap();
+    assert_next_commits_the_task(ws, &out);
+}
