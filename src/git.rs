@@ -933,6 +933,34 @@ impl Git {
         Ok(true)
     }
 
+    /// The newest stash entry whose message starts with `prefix`: its ref (`stash@{2}`) and
+    /// its whole message; `None` when there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub async fn stash_named(&self, prefix: &str) -> Result<Option<(String, String)>, GitError> {
+        let list = self.run(&["stash", "list", "--format=%gd%x00%s"]).await?;
+        Ok(list.lines().find_map(|line| {
+            let (entry, subject) = line.split_once('\0')?;
+            // git shows `On <branch>: <message>` (a branch name holds no colon).
+            let message = subject.split_once(": ").map_or(subject, |(_, m)| m);
+            message
+                .starts_with(prefix)
+                .then(|| (entry.to_owned(), message.to_owned()))
+        }))
+    }
+
+    /// Applies the stash entry `entry` (`stash@{2}`) to the work tree and drops it (`git
+    /// stash pop`); on a conflict git keeps the entry, and the error says why.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails or the entry does not apply.
+    pub async fn stash_pop(&self, entry: &str) -> Result<(), GitError> {
+        self.run(&["stash", "pop", "-q", entry]).await.map(drop)
+    }
+
     /// Moves the checked-out branch (or a detached HEAD) to `commit`, keeping the work
     /// tree's local changes (`git reset --keep`); refuses when a local change would be lost.
     ///

@@ -367,6 +367,40 @@ impl Ralph {
     }
 
     #[cfg(feature = "specs")]
+    /// A blocked task of build mode pending again, after a person fixed what blocked it
+    /// (`ralph task unblock SPEC/TASK`): task `task` of the spec `spec` names (its id, or its
+    /// `file`) gets a fresh retry budget, its last failure kept for its next session's
+    /// prompt; a spec given up after its failed rounds gets fresh rounds. With `restore`
+    /// (`--restore`), the work build mode set aside in a stash entry when the spec blocked
+    /// and another spec's turn began comes back into the work tree, as the spec's: the next
+    /// [`build_specs`](Self::build_specs) takes it up and commits it with the spec. Returns
+    /// that entry's name, `None` when nothing was set aside.
+    ///
+    /// ```no_run
+    /// # async fn f(ralph: ralph::Ralph) -> Result<(), ralph::Error> {
+    /// ralph.unblock_spec_task("auth", "auth-2", true).await?;
+    /// let outcome = ralph.build_specs().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] while a run holds the workspace;
+    /// [`SpecsError::UnknownSpec`](crate::specs::SpecsError::UnknownSpec);
+    /// [`Error::InvalidEdit`] for a task the spec does not have or one not blocked (nothing
+    /// is changed); with `restore`, [`Error::Uncommitted`] when the work tree holds other
+    /// work (the task stays unblocked, its work in the stash) and [`Error::Git`] when the
+    /// entry does not apply (git keeps it).
+    pub async fn unblock_spec_task(
+        &self,
+        spec: &str,
+        task: &str,
+        restore: bool,
+    ) -> Result<Option<String>, Error> {
+        crate::specs::unblock::unblock(&self.inner, spec, task, restore).await
+    }
+
+    #[cfg(feature = "specs")]
     /// `implementation.json` as it is on disk (`None` before plan mode ran).
     ///
     /// # Errors

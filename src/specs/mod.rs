@@ -17,6 +17,7 @@ mod json_locate;
 pub(crate) mod plan_files;
 pub(crate) mod plan_mode;
 pub(crate) mod scratchpad;
+pub(crate) mod unblock;
 
 pub use crate::runtime::error::SpecsError;
 pub use dry_run::{BuildDryRun, PlanDryRun};

@@ -248,3 +248,109 @@ fn a_link_out_of_the_specs_folder_is_named_where_it_is_skipped() {
         "{err}"
     );
 }
+
+/// The first `ralph build`: spec a's task writes half its work and blocks; spec b is built.
+const BLOCKING: &str = r##"
+[[run]]
+role = "planner"
+repeat = true
+steps = [{ answer = "# Plan\n1. Do it.\n\nPLAN_COMPLETE" }]
+
+[[run]]
+role = "build"
+subject = "a-1"
+steps = [
+  { write = { path = "a.txt", content = "half of a\n" } },
+  { answer = "stuck\n<TASK_BLOCKED reason=\"which greeting should a.txt hold?\">" },
+]
+
+[[run]]
+role = "build"
+subject = "b-1"
+steps = [{ write = { path = "b.txt", content = "b\n" } }, { answer = "ok\n<TASK_DONE>" }]
+
+[[run]]
+role = "verify"
+repeat = true
+steps = [{ json = { verdict = "accept", reason = "it is there" } }]
+"##;
+
+/// After the person answered: a's task finishes its work.
+const FINISHING: &str = r##"
+[[run]]
+role = "build"
+subject = "a-1"
+steps = [
+  { write = { path = "a.txt", content = "half of a\nhello\n" } },
+  { answer = "ok\n<TASK_DONE>" },
+]
+
+[[run]]
+role = "verify"
+repeat = true
+steps = [{ json = { verdict = "accept", reason = "it is there" } }]
+"##;
+
+/// Issue "history, board, spend and spec agree", item 8: in build mode a blocked spec's
+/// work is set aside before the next spec, `status` shows it blocked with its reason and
+/// where its work went, and the run's `next:` (unblock with `--restore`, then build) works
+/// as printed: each spec's commit holds its own files only.
+#[test]
+fn a_blocked_spec_in_build_mode_is_kept_apart_and_its_next_step_builds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::create_dir(ws.join("specs")).unwrap();
+    std::fs::write(ws.join("specs/a.md"), "# A\nWrite a.txt.\n").unwrap();
+    std::fs::write(ws.join("specs/b.md"), "# B\nWrite b.txt.\n").unwrap();
+    std::fs::write(ws.join(".gitignore"), ".ralph/\nbuild/\nscript.toml\n").unwrap();
+    let plan = serde_json::json!({"specs": [
+        {"id": "a", "file": "specs/a.md", "name": "A", "priority": 1,
+         "tasks": [{"id": "a-1", "description": "Write a.txt"}]},
+        {"id": "b", "file": "specs/b.md", "name": "B", "priority": 2,
+         "tasks": [{"id": "b-1", "description": "Write b.txt"}]},
+    ]});
+    std::fs::write(ws.join("implementation.json"), plan.to_string()).unwrap();
+    git(ws, &["init", "-q", "-b", "main"]);
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "specs"]);
+    std::fs::write(ws.join("script.toml"), BLOCKING).unwrap();
+
+    let out = command(ws, &["build", "--script", "script.toml"])
+        .output()
+        .unwrap();
+    let text = stdout(&out) + &stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert_eq!(
+        git(ws, &["show", "--name-only", "--format=%s", "HEAD"]).trim(),
+        "B\n\nPROGRESS.md\nb.txt\nimplementation.json\nspecs/plans/b.json\nspecs/plans/b.md",
+        "{text}"
+    );
+    assert!(!ws.join("a.txt").exists(), "set aside: {text}");
+
+    let status = stdout(&command(ws, &["status"]).output().unwrap());
+    for part in [
+        "blocked",
+        "which greeting should a.txt hold?",
+        "ralph: a/a-1's unfinished work (set aside while a is blocked)",
+        "ralph task unblock a/a-1 --restore && ralph build",
+    ] {
+        assert!(status.contains(part), "missing {part:?} in\n{status}");
+    }
+
+    // The person answers (here: the agent's next session knows), then runs the next step.
+    std::fs::write(ws.join("script.toml"), FINISHING).unwrap();
+    let next = crate::dead_ends::next_command(&out);
+    assert!(
+        next.starts_with("ralph task unblock a/a-1 --restore && "),
+        "{next}"
+    );
+    let again = crate::dead_ends::run_printed(ws, &next);
+    let text = stdout(&again) + &stderr(&again);
+    assert_eq!(again.status.code(), Some(0), "{next}\n{text}");
+    let in_a = git(ws, &["show", "--name-only", "--format=%s", "HEAD"]);
+    assert!(in_a.starts_with("A\n") && in_a.contains("a.txt"), "{in_a}");
+    assert!(!in_a.contains("b.txt"), "{in_a}");
+    assert_eq!(git(ws, &["show", "HEAD:a.txt"]), "half of a\nhello\n");
+    assert_eq!(git(ws, &["stash", "list"]), "");
+    assert_eq!(git(ws, &["status", "--porcelain"]), "");
+}

@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod apart;
 mod build;
 mod build_crash;
 mod evidence;

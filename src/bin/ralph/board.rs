@@ -74,11 +74,16 @@ pub(crate) enum TaskCommand {
         spec: Option<std::path::PathBuf>,
     },
     /// Put blocked tasks back to pending with a fresh retry budget (an issue's id opens
-    /// the issue again, as `ralph issue unblock` does).
+    /// the issue again, as `ralph issue unblock` does). Build mode's tasks are named
+    /// SPEC/TASK (`auth/auth-2`).
     Unblock {
         /// The tasks.
         #[arg(required = true)]
         ids: Vec<String>,
+        /// Build mode: give back the work set aside when the spec blocked (the stash entry
+        /// `ralph status` lists), as the spec's, for the next `ralph build` to take up.
+        #[arg(long)]
+        restore: bool,
     },
     /// The tasks, one per line.
     List,
@@ -388,21 +393,55 @@ fn specs_status(
         plan.specs.len(),
         crate::display::plural(plan.specs.len(), "spec", "specs")
     );
+    let stashed = stash_messages(workspace);
+    let mut unblock = None;
     for spec in &plan.specs {
         let tasks_done = spec.tasks.iter().filter(|t| completed(t.status)).count();
+        let blocked_task = spec
+            .tasks
+            .iter()
+            .find(|t| t.status == ralph::specs::Status::Blocked);
+        let status = match blocked_task {
+            Some(_) => "blocked".to_owned(),
+            None => spec_status_name(spec.status),
+        };
         let mut line = format!(
-            "{:<10} {:<12} tasks {tasks_done}/{} {}",
+            "{:<10} {status:<12} tasks {tasks_done}/{} {}",
             spec.id,
-            spec_status_name(spec.status),
             spec.tasks.len(),
             spec.display_name()
         );
-        if let Some(reason) = &spec.blocked_reason {
-            line.push_str(&format!("  — blocked: {reason}"));
+        let reason = blocked_task
+            .and_then(|t| t.blocked_reason.as_ref())
+            .or(spec.blocked_reason.as_ref());
+        if let Some(reason) = reason {
+            let first = reason.lines().next().unwrap_or_default();
+            line.push_str(&format!("  — blocked: {first}"));
         }
         out!("{line}");
+        let Some(task) = blocked_task else {
+            continue;
+        };
+        let label = format!("ralph: {}/{}'s unfinished work", spec.id, task.id);
+        let aside = stashed.iter().find(|m| m.starts_with(&label));
+        if let Some(entry) = aside {
+            out!(
+                "{:<10} its work is set aside in `git stash list` as \"{entry}\"",
+                ""
+            );
+        }
+        unblock.get_or_insert((format!("{}/{}", spec.id, task.id), aside.is_some()));
     }
     let again = |mode: &str| crate::next::Again::new(workspace, mode).command("");
+    if let Some((task, aside)) = unblock {
+        let restore = if aside { " --restore" } else { "" };
+        let unblock = crate::next::Again::new(workspace, "task unblock")
+            .command(&format!(" {task}{restore}"));
+        return Some(format!(
+            "fix what blocked {task} (its reason above), then `{unblock} && {}` builds it again",
+            again("build")
+        ));
+    }
     match (plan.specs.is_empty(), done == plan.specs.len()) {
         (true, _) => Some(format!(
             "`{}` plans the specs of the specs folder",
@@ -411,6 +450,23 @@ fn specs_status(
         (false, false) => Some(format!("`{}` builds the specs left", again("build"))),
         (false, true) => None,
     }
+}
+
+/// The messages of the repository's stash entries (none outside git), as ralph names them.
+fn stash_messages(workspace: &Path) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .args(["stash", "list", "--format=%s"])
+        .current_dir(workspace)
+        .stderr(std::process::Stdio::null())
+        .output();
+    let Some(out) = out.ok().filter(|o| o.status.success()) else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        // git shows `On <branch>: <message>`.
+        .map(|line| line.split_once(": ").map_or(line, |(_, m)| m).to_owned())
+        .collect()
 }
 
 fn completed(status: ralph::specs::Status) -> bool {
@@ -692,9 +748,20 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
                 );
             }
         }
-        TaskCommand::Unblock { ids } => {
+        TaskCommand::Unblock { ids, restore } => {
             let board = ralph.board().await?;
             for id in ids {
+                if let Some((spec, task)) = id.rsplit_once('/') {
+                    unblock_spec_task(&ralph, spec, task, restore).await?;
+                    continue;
+                }
+                if restore {
+                    return Err(format!(
+                        "--restore gives back what build mode set aside: name the task as \
+                         SPEC/TASK (`{id}` is the construct board's)"
+                    )
+                    .into());
+                }
                 match board.issues.contains_key(id.as_str())
                     && !board.tasks.contains_key(id.as_str())
                 {
@@ -754,6 +821,21 @@ async fn unblock_task(ralph: &Ralph, id: TaskId) -> Result<()> {
              waiting on it in turn)",
             dropped.join(", ")
         ));
+    }
+    out!("{line}");
+    Ok(())
+}
+
+/// Unblocks build mode's task `task` of `spec` and says what that took.
+async fn unblock_spec_task(ralph: &Ralph, spec: &str, task: &str, restore: bool) -> Result<()> {
+    let given_back = ralph.unblock_spec_task(spec, task, restore).await?;
+    let mut line = format!("{spec}/{task} pending again");
+    match (given_back, restore) {
+        (Some(entry), _) => line.push_str(&format!(
+            "; its set-aside work is back in the work tree (from \"{entry}\")"
+        )),
+        (None, true) => line.push_str("; nothing was set aside: its work is where it was left"),
+        (None, false) => {}
     }
     out!("{line}");
     Ok(())

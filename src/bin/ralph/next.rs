@@ -235,9 +235,26 @@ pub(crate) fn after_build(outcome: &SpecsOutcome, again: &Again) -> Next {
         SpecsOutcome::Complete { .. } => {
             Next::run("git log --oneline").doing("shows each spec's commit; every spec is complete")
         }
-        SpecsOutcome::Blocked { .. } => {
-            Next::run(resume).after("fix what blocked the spec (see implementation.json)")
-        }
+        SpecsOutcome::Blocked { spec, items } => match items.first() {
+            // Running again alone builds nothing of it: a blocked task waits for a person.
+            Some(item) => {
+                let unblock = Again {
+                    run: format!("{} task unblock", again.ralph),
+                    ..again.clone()
+                };
+                let task = format!("{spec}/{}", item.id);
+                Next::run(format!(
+                    "{} && {resume}",
+                    unblock.run(&format!("{} --restore", shell_words(&[&task])))
+                ))
+                .after(format!(
+                    "fix what blocked {task}: {}",
+                    item.reason.lines().next().unwrap_or_default()
+                ))
+                .doing("gives back its work, if it was set aside, and builds it again")
+            }
+            None => Next::run(resume).after("fix what blocked the spec (see implementation.json)"),
+        },
         SpecsOutcome::AttemptsExhausted { .. } => Next::run(resume).after(
             "read the task's feedback in implementation.json and adjust the spec or the gates",
         ),

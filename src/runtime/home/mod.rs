@@ -557,8 +557,26 @@ impl Home {
         turn: &Turn,
         why: &str,
     ) -> Result<Option<String>, GitError> {
-        let paths = self.turn_paths(turn).await?;
-        let message = format!("ralph: {}'s unfinished work ({why})", turn.subject);
+        let label = format!("ralph: {}'s unfinished work", turn.subject);
+        self.set_aside_as(turn, &label, why).await
+    }
+
+    /// [`set_aside`](Self::set_aside) into an entry named `<label> (<why>)`.
+    ///
+    /// # Errors
+    ///
+    /// [`GitError`] when git fails.
+    pub(crate) async fn set_aside_as(
+        &mut self,
+        turn: &Turn,
+        label: &str,
+        why: &str,
+    ) -> Result<Option<String>, GitError> {
+        let mut paths = self.turn_paths(turn).await?;
+        // ralph's files for people hold the run's state (implementation.json, a progress
+        // file): they stay, whatever the turn's work.
+        paths.retain(|path| !self.bookkeeping.contains(path));
+        let message = format!("{label} ({why})");
         let stashed = self.git.stash_paths(&message, &paths).await?;
         self.end_turn()?;
         Ok(stashed.then_some(message))

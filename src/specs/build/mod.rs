@@ -51,16 +51,39 @@ use crate::runtime::spec;
 use crate::runtime::workspace::{RunLock, STATE_DIR};
 use crate::time;
 
-/// The subject of build mode's turn on the user's branch: the specs' work since the run's
-/// start, committed spec by spec.
-const TURN: &str = "build mode";
-
 /// ralph's own files, which it never commits: its state folder and its logs.
 fn kept_out(ctx: &Context) -> Vec<String> {
     vec![
         STATE_DIR.to_owned(),
         ctx.config.log_dir.to_string_lossy().into_owned(),
     ]
+}
+
+/// Build mode's user's branch in `ctx`'s workspace: ralph's own files kept out, its files
+/// for people (`implementation.json`, `PROGRESS.md`) committed with the work, and the plan
+/// folder, written between sessions, left out of the tree's record. Each spec's work is a
+/// turn of its own on it (its subject the spec's id), committed when the spec is.
+/// `None` before the repository's first commit.
+pub(crate) async fn home(ctx: &Context) -> Result<Option<Home>, Error> {
+    let config = &ctx.config.planning;
+    let bookkeeping =
+        [&config.implementation, &config.progress].map(|p| p.to_string_lossy().into_owned());
+    Ok(Home::record(ctx.git(&ctx.workspace), kept_out(ctx))
+        .await?
+        .map(|home| {
+            home.with_bookkeeping(&bookkeeping)
+                .with_written_between(&config.specs_dir.join("plans"))
+        }))
+}
+
+/// The start of the stash entry that holds what spec `spec` (and its blocked task `task`,
+/// when one is) left uncommitted when another spec's turn began: `ralph: auth/t-2's
+/// unfinished work`. `ralph task unblock auth/t-2 --restore` looks for it.
+pub(crate) fn set_aside_label(spec: &str, task: Option<&str>) -> String {
+    match task {
+        Some(task) => format!("ralph: {spec}/{task}'s unfinished work"),
+        None => format!("ralph: {spec}'s unfinished work"),
+    }
 }
 
 /// Runs build mode to an outcome, and ends it, an error included, with its `Finished`
@@ -183,31 +206,12 @@ impl SpecBuild {
             // Checked up front: finding out at the first commit would waste the spec's work.
             return Err(GitError::NotARepo(ctx.workspace.clone()).into());
         }
-        let bookkeeping =
-            [&config.implementation, &config.progress].map(|p| p.to_string_lossy().into_owned());
-        let home = Home::record(git.clone(), kept_out(&ctx))
-            .await?
-            .map(|home| {
-                home.with_bookkeeping(&bookkeeping)
-                    .with_written_between(&config.specs_dir.join("plans"))
-            });
+        let home = home(&ctx).await?;
         if let Some(home) = &home {
             // The specs' commits must hold their work only, never the user's own edits nor
             // what changed since an interrupted run.
             if let Some(warning) = home.resume().await?.warning() {
                 emitter.emit(&warning);
-            }
-            if let Some(left) = home.begin_turn(TURN).await? {
-                let mut home = home.clone();
-                if let Some(entry) = home.set_aside(&left, "left by an interrupted run").await? {
-                    emitter.emit(&Event::Warning {
-                        message: format!(
-                            "{}'s unfinished work is kept in `git stash list` as \"{entry}\"",
-                            left.subject
-                        ),
-                    });
-                }
-                home.begin_turn(TURN).await?;
             }
         }
         if let Some(name) = force {
@@ -364,6 +368,7 @@ impl SpecBuild {
         if let Some(end) = self.already_stuck(id) {
             return Ok(end);
         }
+        self.take_turn(id).await?;
         let entry = self.spec(id)?.clone();
         let rel = self.plans.spec_rel(&entry.file)?;
         let dir = logs::run_folder(&self.ctx.workspace, &self.ctx.config.log_dir, id)?;
@@ -456,6 +461,50 @@ impl SpecBuild {
                 Judgement::Invalidate { reason, full } => self.rework(id, &full, Some(&reason))?,
             }
         }
+    }
+
+    /// Begins spec `id`'s turn on the user's branch. What another spec left uncommitted (one
+    /// that blocked, or an interrupted run's) is set aside first, in a stash entry named
+    /// after that spec and its blocked task ([`set_aside_label`]), so that each spec's commit
+    /// holds its own work only; the same spec's turn is taken up as it was left.
+    async fn take_turn(&mut self, id: &str) -> Result<(), Error> {
+        let left = match &self.home {
+            Some(home) => home.begin_turn(id).await?,
+            None => None,
+        };
+        let Some(left) = left else {
+            return Ok(());
+        };
+        let stuck = self.plan.spec(&left.subject).filter(|e| stuck(e).is_some());
+        let task = stuck.and_then(|e| e.tasks.iter().find(|t| t.status == Status::Blocked));
+        let label = set_aside_label(&left.subject, task.map(|t| t.id.as_str()));
+        let (why, back) = match (stuck, task) {
+            (Some(_), Some(task)) => (
+                format!("set aside while {} is blocked", left.subject),
+                format!(
+                    "; `ralph task unblock {}/{} --restore` gives it back",
+                    left.subject, task.id
+                ),
+            ),
+            (Some(_), None) => (
+                format!("set aside while {} is blocked", left.subject),
+                String::new(),
+            ),
+            (None, _) => ("left by an interrupted run".to_owned(), String::new()),
+        };
+        let Some(home) = &mut self.home else {
+            return Ok(());
+        };
+        if let Some(entry) = home.set_aside_as(&left, &label, &why).await? {
+            self.emitter.emit(&Event::Warning {
+                message: format!(
+                    "{}'s uncommitted work is kept in `git stash list` as \"{entry}\"{back}",
+                    left.subject
+                ),
+            });
+        }
+        home.begin_turn(id).await?;
+        Ok(())
     }
 
     /// A spec left blocked or out of attempts by an earlier run stays so until a person

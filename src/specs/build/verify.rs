@@ -199,6 +199,10 @@ impl SpecBuild {
         {
             let name = entry.display_name().to_owned();
             self.reconcile_history()?;
+            if let Some(home) = &self.home {
+                // Its turn, noted by the run that completed it (a new note otherwise).
+                home.begin_turn(&id).await?;
+            }
             let before = self.git.head().await?;
             let commit = self.commit_spec(&name, true).await?;
             if commit != before {
