@@ -193,3 +193,67 @@ fn a_repository_without_a_runnable_git_is_refused() {
     assert!(err.contains(".git"), "{err}");
     assert!(!ws.join("work.txt").exists(), "no agent ran");
 }
+
+/// Two tasks; t-2's first session writes half its work, then waits until `.git/rewound`
+/// exists (a person's signal: the agent may read `.git`, never write it).
+const WAITING_AGENT: &str = r#"cat > /dev/null
+case "$1" in
+  investigate) echo '{"tasks":[{"name":"Write one.txt","accept":"it is there"},{"name":"Write two.txt","accept":"it is there"}]}' ;;
+  build)
+    case "$2" in
+      t-1) echo one > one.txt ;;
+      *) if [ ! -e .git/rewound ]; then
+           echo half > two.txt
+           while [ ! -e .git/rewound ]; do sleep 0.05; done
+         fi
+         echo two > two.txt ;;
+    esac
+    printf 'Wrote it.\n<TASK_DONE>\n' ;;
+  verify) echo '{"task_id":"'"$2"'","verdict":"accept","reason":"it is there"}' ;;
+  gap_analysis) echo '{"tasks":[],"issues":[]}' ;;
+  *) echo "unexpected role $1" >&2; exit 1 ;;
+esac
+"#;
+
+// newcomer-and-bad-input row 5 (hostile case 5), done by a person: the branch rewound under a
+// running ralph, dropping t-1's commit. The attempt running then fails with the reason,
+// ralph puts the branch back, and t-1 is never accepted without its commit on the branch.
+#[test]
+fn a_branch_a_person_rewinds_during_a_run_is_put_back() {
+    let dir = repository();
+    let ws = dir.path();
+    std::fs::write(ws.join("agent.sh"), WAITING_AGENT).unwrap();
+    git(ws, &["commit", "-qam", "the waiting agent"]);
+    let run = command(ws, &["construct", "spec.md", "--agent", "mine"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ws.join("two.txt").exists() {
+        assert!(Instant::now() < deadline, "t-2 never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t1 = git(ws, &["rev-parse", "HEAD"]);
+    assert!(git(ws, &["log", "-1", "--format=%s"]).starts_with("t-1"));
+    git(ws, &["reset", "-q", "--hard", "HEAD~1"]);
+    std::fs::write(ws.join(".git/rewound"), "").unwrap();
+    let out = run.wait_with_output().unwrap();
+    let text = format!("{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("a reset, or a rewrite of what ralph committed"),
+        "{text}"
+    );
+    let subjects = git(ws, &["log", "--format=%s"]);
+    assert!(
+        subjects.starts_with("t-2: Write two.txt\nt-1: Write one.txt\n"),
+        "{subjects}"
+    );
+    assert!(
+        git(ws, &["merge-base", "--is-ancestor", t1.trim(), "HEAD"]).is_empty(),
+        "t-1's own commit is back on the branch"
+    );
+    assert_eq!(git(ws, &["show", "HEAD:one.txt"]), "one\n");
+    assert_eq!(git(ws, &["show", "HEAD:two.txt"]), "two\n");
+}
