@@ -3,13 +3,14 @@
 //! is ralph's verdict" is written here once; each pipeline maps only what differs (what a
 //! kill leads to, how a failure is remembered).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::call::{Call, Caller, Ending, ends_the_run};
 use super::error::Error;
 use super::gates::{self, GateRun, GatesEnd};
 use super::home::GatesWatch;
+use super::referee::Referee;
 use super::sandbox::RunSandbox;
 use crate::agent::Claim;
 use crate::agent::FailureKind;
@@ -72,8 +73,16 @@ pub(crate) async fn run(
     let sandbox = gate_run.sandbox;
     // Changed before the agent runs: a person's (see `runtime::referee`).
     sandbox.referee().refuse_changes(sandbox.workspace())?;
+    // In a task's work tree the gates judge with the tree's own copies: held to what they
+    // are before its agent runs.
+    let copies = (gate_run.workspace != sandbox.workspace()).then(|| {
+        sandbox
+            .referee()
+            .in_tree(sandbox.workspace(), gate_run.workspace)
+    });
+    let tree = copies.as_ref().map(|copies| (copies, gate_run.workspace));
     let ending = caller.call(call).await?;
-    if let Some(failure) = judged_with_changed(sandbox)? {
+    if let Some(failure) = judged_with_changed(sandbox, tree)? {
         return Ok((failure, trace));
     }
     let run = match ending {
@@ -142,7 +151,7 @@ pub(crate) async fn run(
                 home.gates_end(watch).await?;
             }
             // A test the agent wrote, run by an unconfined gate, is the agent's hands too.
-            if let Some(failure) = judged_with_changed(sandbox)? {
+            if let Some(failure) = judged_with_changed(sandbox, tree)? {
                 return Ok((failure, trace));
             }
             match ended? {
@@ -174,10 +183,19 @@ pub(crate) async fn run(
 
 /// After an agent run or the gates: a file the referee judges with that changed since the
 /// run began. Unconfined, the agent did it: the file is put back and the attempt fails,
-/// naming it. Confined, no agent could: a person's change stops the run.
-fn judged_with_changed(sandbox: &RunSandbox) -> Result<Option<Attempted>, Error> {
-    let referee = sandbox.referee();
-    let changed = referee.changed(sandbox.workspace());
+/// naming it. Confined, no agent could: a person's change stops the run. `tree` is a task's
+/// work tree with the referee of its own copies.
+fn judged_with_changed(
+    sandbox: &RunSandbox,
+    tree: Option<(&Referee, &Path)>,
+) -> Result<Option<Attempted>, Error> {
+    let watched: Vec<(&Referee, &Path)> = std::iter::once((sandbox.referee(), sandbox.workspace()))
+        .chain(tree)
+        .collect();
+    let changed: Vec<PathBuf> = watched
+        .iter()
+        .flat_map(|(referee, dir)| referee.changed(dir))
+        .collect();
     if changed.is_empty() {
         return Ok(None);
     }
@@ -185,7 +203,10 @@ fn judged_with_changed(sandbox: &RunSandbox) -> Result<Option<Attempted>, Error>
         return Err(Error::ChangedDuringRun { paths: changed });
     }
     let names: Vec<String> = changed.iter().map(|p| p.display().to_string()).collect();
-    let lost = referee.restore();
+    let lost: Vec<PathBuf> = watched
+        .iter()
+        .flat_map(|(referee, _)| referee.restore())
+        .collect();
     let put_back = match lost.is_empty() {
         true => "ralph put it back as it was".to_owned(),
         false => format!(

@@ -50,6 +50,20 @@ impl Referee {
         }
     }
 
+    /// The files recorded inside `workspace` as `tree`'s copies of them are now: what the
+    /// gates judge with in a task's work tree (`build_concurrency`), made from the branch.
+    pub(crate) fn in_tree(&self, workspace: &Path, tree: &Path) -> Referee {
+        let copies: Vec<PathBuf> = self
+            .paths()
+            .iter()
+            .filter_map(|path| path.strip_prefix(workspace).ok())
+            .map(|rel| tree.join(rel))
+            .collect();
+        let referee = Referee::default();
+        referee.record(copies);
+        referee
+    }
+
     /// The recorded files, absolute.
     pub(crate) fn paths(&self) -> Vec<PathBuf> {
         let files = self.files.lock().unwrap_or_else(|e| e.into_inner());

@@ -100,6 +100,60 @@ async fn a_person_who_changes_the_gate_script_during_a_run_stops_it_before_the_g
     assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
 }
 
+/// Row 3 with tasks built at once (`build_concurrency = 2`): the gate runs in the task's
+/// work tree, with the tree's copy of its script. An unconfined agent that rewrites that
+/// copy fails the same way, the copy is put back, and nothing of the rewrite is merged.
+#[tokio::test]
+async fn an_unconfined_agent_that_rewrites_its_work_trees_gate_script_fails() {
+    let dir = with_gate_script("off");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "base"]);
+    let cheat = Script::new()
+        .write("check.sh", "exit 0\n")
+        .answer("Made the check pass.\n<TASK_DONE>");
+    let agent = one_task()
+        .on_attempt(Role::Build, "t-1", 1, cheat)
+        .on_attempt(Role::Build, "t-1", 2, writes_done());
+    let events = Recorder::default();
+
+    let outcome = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(MemoryStore::new())
+        .observer(events.clone())
+        .build_concurrency(2)
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let retries = events.of_kind("task_retry");
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert!(
+        retries[0]["reason"].as_str().unwrap().contains("check.sh"),
+        "{retries:?}"
+    );
+    assert_eq!(
+        git(&["show", "HEAD:check.sh"]),
+        CHECK,
+        "the rewrite was not merged"
+    );
+    assert_eq!(git(&["show", "HEAD:done.txt"]), "hello\n");
+}
+
 fn bwrap_works() -> bool {
     std::process::Command::new("bwrap")
         .args(["--ro-bind", "/", "/", "--unshare-user", "true"])
