@@ -99,14 +99,11 @@ pub(crate) async fn run(
         Some(engine) => engine.emitter.clone(),
         None => ctx.emitter(&[]),
     };
-    let mut event = match &result {
+    let event = match &result {
         Ok(outcome) => Event::construct_finished(outcome.clone()),
         Err(e) => Event::failed("construct", "the construct loop", e),
     };
-    if let Some(budget) = engine.as_ref().and_then(|e| e.caller.budget()) {
-        let spent = budget.ledger().spent();
-        event = event.with_spent(spent.cost_usd, spent.tokens(), spent.is_estimate());
-    }
+    let event = crate::runtime::spend::stamped(event, &ctx.workspace, SPEND_SCOPE);
     let hooks = emitter.finish(event).await;
     drop(engine);
     crate::runtime::error::after_hooks(result, hooks)

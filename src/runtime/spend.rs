@@ -384,6 +384,23 @@ fn edit_notice(path: &Path, how: &str, restored: &[Line]) -> String {
     )
 }
 
+/// `event` (a run's [`Finished`](crate::Event::Finished)) with what `scope` spent, as the
+/// ledger in `workspace` has it; as it is when the ledger cannot be read (the run's own
+/// error says why).
+pub(crate) fn stamped(
+    event: crate::event::Event,
+    workspace: &Path,
+    scope: &str,
+) -> crate::event::Event {
+    match Ledger::open(workspace, scope) {
+        Ok(ledger) => {
+            let spent = ledger.spent();
+            event.with_spent(spent.cost_usd, spent.tokens(), spent.is_estimate())
+        }
+        Err(_) => event,
+    }
+}
+
 impl Ledger {
     /// The ledger of `scope` in `workspace`, with the spend its lines hold since its last
     /// reset, checked against its mark (an edit found is restored and said by

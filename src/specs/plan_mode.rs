@@ -51,6 +51,7 @@ pub(crate) async fn run(ctx: Arc<Context>, specs: Vec<PathBuf>) -> Result<Implem
         }
         Err(e) => Event::failed("plan", "plan mode", e),
     };
+    let event = crate::runtime::spend::stamped(event, &ctx.workspace, super::SPEND_SCOPE);
     let hooks = emitter.finish(event).await;
     drop(lock);
     crate::runtime::error::after_hooks(result, hooks)

@@ -470,6 +470,8 @@ impl Threads {
                 Event::failed("thread", &format!("thread {id}"), e).of_thread(id, phase)
             }
         };
+        let scope = super::call::spend_scope(id);
+        let event = crate::runtime::spend::stamped(event, &self.ctx.workspace, &scope);
         let hooks = self.emitter.finish(event).await;
         let record = result?;
         hooks?;

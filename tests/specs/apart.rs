@@ -54,8 +54,12 @@ async fn a_blocked_specs_work_is_set_aside_and_given_back_when_unblocked() {
             )
             .on(Role::Verify, "b", accept()),
     );
-    let ralph = ralph(dir, blocking, crate::support::Recorder::default(), vec![]);
+    let events = crate::support::Recorder::default();
+    let ralph = ralph(dir, blocking, events.clone(), vec![]);
     let outcome = ralph.build_specs().await.unwrap();
+    // The end event carries the scope's spend in every mode (library-user F1).
+    let finished = events.of_kind("finished");
+    assert_eq!(finished[0]["spent_tokens"], 0, "{finished:?}");
     assert!(
         matches!(&outcome, SpecsOutcome::Blocked { spec, .. } if spec == "a"),
         "{outcome:?}"

@@ -94,6 +94,7 @@ pub(crate) fn set_aside_label(spec: &str, task: Option<&str>) -> String {
 /// (seed 002's "skip if done, unless forced"): it is reset before anything else runs.
 pub(crate) async fn run(ctx: Arc<Context>, force: Option<String>) -> Result<SpecsOutcome, Error> {
     let emitter = ctx.emitter(&[]);
+    let workspace = ctx.workspace.clone();
     let (result, build) = match open_log(&ctx, &emitter) {
         Err(e) => (Err(e), None),
         Ok(()) => match SpecBuild::start(ctx, emitter.clone(), force.as_deref()).await {
@@ -132,6 +133,7 @@ pub(crate) async fn run(ctx: Arc<Context>, force: Option<String>) -> Result<Spec
         }
         Err(e) => Event::failed("build", "build mode", e),
     };
+    let event = crate::runtime::spend::stamped(event, &workspace, super::SPEND_SCOPE);
     let hooks = emitter.finish(event).await;
     drop(build);
     crate::runtime::error::after_hooks(result, hooks)
