@@ -10,7 +10,7 @@
 //! spec's turn: the next run takes it up and commits it with the spec.
 
 use super::build;
-use super::implementation::{ImplementationStore, Status};
+use super::implementation::{ImplementationStore, SpecEntry, Status};
 use crate::runtime::Context;
 use crate::runtime::error::{Error, SpecsError};
 use crate::runtime::workspace::{self, RunLock};
@@ -37,26 +37,38 @@ pub(crate) async fn unblock(
         }
         .into());
     };
-    let entry = &mut plan.specs[index];
-    let spec = entry.id.clone();
+    let spec = plan.specs[index].id.clone();
+    unblock_in(&mut plan.specs[index], task)?;
+    store.save(&mut plan, "task-unblock")?;
+    match restore {
+        true => give_back(ctx, &spec, task).await,
+        false => Ok(None),
+    }
+}
+
+/// Task `task` of `entry` pending with a fresh retry budget, and `entry` with fresh rounds
+/// when it was given up.
+fn unblock_in(entry: &mut SpecEntry, task: &str) -> Result<(), Error> {
     let refuse = |reason: String| Error::InvalidEdit {
         edit: "task unblock",
-        field: format!("{spec}/{task}"),
+        field: format!("{}/{task}", entry.id),
         reason,
     };
-    let known: Vec<String> = entry.tasks.iter().map(|t| t.id.clone()).collect();
-    let Some(entry_task) = entry.tasks.iter_mut().find(|t| t.id == task) else {
+    let known: Vec<&str> = entry.tasks.iter().map(|t| t.id.as_str()).collect();
+    let Some(found) = entry.tasks.iter().position(|t| t.id == task) else {
         return Err(refuse(format!(
-            "names no task of {spec} (its tasks: {})",
+            "names no task of {} (its tasks: {})",
+            entry.id,
             known.join(", ")
         )));
     };
-    if entry_task.status != Status::Blocked {
+    let status = entry.tasks[found].status;
+    if status != Status::Blocked {
         return Err(refuse(format!(
-            "is {:?}, not blocked: only a blocked task can be unblocked",
-            entry_task.status
+            "is {status:?}, not blocked: only a blocked task can be unblocked"
         )));
     }
+    let entry_task = &mut entry.tasks[found];
     entry_task.status = Status::Pending;
     entry_task.attempts = 0;
     if let Some(reason) = entry_task.blocked_reason.take()
@@ -72,11 +84,7 @@ pub(crate) async fn unblock(
         entry.attempts = 0;
         entry.blocked_reason = None;
     }
-    store.save(&mut plan, "task-unblock")?;
-    match restore {
-        true => give_back(ctx, &spec, task).await,
-        false => Ok(None),
-    }
+    Ok(())
 }
 
 /// Pops the stash entry holding what `spec` (blocked at `task`) left, as `spec`'s turn; the

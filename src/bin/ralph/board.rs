@@ -396,41 +396,9 @@ fn specs_status(
     let stashed = stash_messages(workspace);
     let mut unblock = None;
     for spec in &plan.specs {
-        let tasks_done = spec.tasks.iter().filter(|t| completed(t.status)).count();
-        let blocked_task = spec
-            .tasks
-            .iter()
-            .find(|t| t.status == ralph::specs::Status::Blocked);
-        let status = match blocked_task {
-            Some(_) => "blocked".to_owned(),
-            None => spec_status_name(spec.status),
-        };
-        let mut line = format!(
-            "{:<10} {status:<12} tasks {tasks_done}/{} {}",
-            spec.id,
-            spec.tasks.len(),
-            spec.display_name()
-        );
-        let reason = blocked_task
-            .and_then(|t| t.blocked_reason.as_ref())
-            .or(spec.blocked_reason.as_ref());
-        if let Some(reason) = reason {
-            let first = reason.lines().next().unwrap_or_default();
-            line.push_str(&format!("  — blocked: {first}"));
+        if let Some(blocked) = spec_line(spec, &stashed) {
+            unblock.get_or_insert(blocked);
         }
-        out!("{line}");
-        let Some(task) = blocked_task else {
-            continue;
-        };
-        let label = format!("ralph: {}/{}'s unfinished work", spec.id, task.id);
-        let aside = stashed.iter().find(|m| m.starts_with(&label));
-        if let Some(entry) = aside {
-            out!(
-                "{:<10} its work is set aside in `git stash list` as \"{entry}\"",
-                ""
-            );
-        }
-        unblock.get_or_insert((format!("{}/{}", spec.id, task.id), aside.is_some()));
     }
     let again = |mode: &str| crate::next::Again::new(workspace, mode).command("");
     if let Some((task, aside)) = unblock {
@@ -450,6 +418,45 @@ fn specs_status(
         (false, false) => Some(format!("`{}` builds the specs left", again("build"))),
         (false, true) => None,
     }
+}
+
+/// Says `spec`'s line of `ralph status` (and, for a spec blocked at a task, where build mode
+/// set its work aside, if it did: one of `stashed`); the blocked task (`auth/auth-2`) and
+/// whether its work is set aside.
+fn spec_line(spec: &ralph::specs::SpecEntry, stashed: &[String]) -> Option<(String, bool)> {
+    let tasks_done = spec.tasks.iter().filter(|t| completed(t.status)).count();
+    let blocked_task = spec
+        .tasks
+        .iter()
+        .find(|t| t.status == ralph::specs::Status::Blocked);
+    let status = match blocked_task {
+        Some(_) => "blocked".to_owned(),
+        None => spec_status_name(spec.status),
+    };
+    let mut line = format!(
+        "{:<10} {status:<12} tasks {tasks_done}/{} {}",
+        spec.id,
+        spec.tasks.len(),
+        spec.display_name()
+    );
+    let reason = blocked_task
+        .and_then(|t| t.blocked_reason.as_ref())
+        .or(spec.blocked_reason.as_ref());
+    if let Some(reason) = reason {
+        let first = reason.lines().next().unwrap_or_default();
+        line.push_str(&format!("  — blocked: {first}"));
+    }
+    out!("{line}");
+    let task = blocked_task?;
+    let label = format!("ralph: {}/{}'s unfinished work", spec.id, task.id);
+    let aside = stashed.iter().find(|m| m.starts_with(&label));
+    if let Some(entry) = aside {
+        out!(
+            "{:<10} its work is set aside in `git stash list` as \"{entry}\"",
+            ""
+        );
+    }
+    Some((format!("{}/{}", spec.id, task.id), aside.is_some()))
 }
 
 /// The messages of the repository's stash entries (none outside git), as ralph names them.
