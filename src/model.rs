@@ -155,6 +155,57 @@ pub enum TaskStatus {
     Decomposed,
 }
 
+impl TaskStatus {
+    /// The status's name, as `ralph status` and `ralph query` print it and the long form
+    /// `plan.jsonl` accepts: `pending`, `done`, `accepted`, `blocked`, `decomposed`.
+    ///
+    /// ```
+    /// use ralph::model::TaskStatus;
+    ///
+    /// assert_eq!(TaskStatus::Blocked.as_str(), "blocked");
+    /// assert_eq!(TaskStatus::Done.to_string(), "done");
+    /// assert_eq!("accepted".parse::<TaskStatus>(), Ok(TaskStatus::Accepted));
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Done => "done",
+            TaskStatus::Accepted => "accepted",
+            TaskStatus::Blocked => "blocked",
+            TaskStatus::Decomposed => "decomposed",
+        }
+    }
+
+    const ALL: [TaskStatus; 5] = [
+        TaskStatus::Pending,
+        TaskStatus::Done,
+        TaskStatus::Accepted,
+        TaskStatus::Blocked,
+        TaskStatus::Decomposed,
+    ];
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for TaskStatus {
+    type Err = String;
+
+    /// A status's name ([`as_str`](TaskStatus::as_str)); the error lists the names.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        TaskStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+                format!("no task status {name:?} (they are {})", names.join(", "))
+            })
+    }
+}
+
 /// Why ralph stopped a task's agent (seed 000's `kill_reason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

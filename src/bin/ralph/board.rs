@@ -538,7 +538,7 @@ fn task_line(board: &Board, task: &Task) -> String {
     let mut line = format!(
         "{:<6} {:<10} {:<6} attempts {:<2} {}",
         task.id.as_str(),
-        status_name(task.status),
+        task.status.as_str(),
         task.effective_priority().to_string(),
         task.attempts,
         inert(&task.name)
@@ -897,15 +897,4 @@ fn iteration_shown(board: &Board) -> u32 {
 
 fn stage_name(stage: Stage) -> String {
     stage.to_string().to_uppercase()
-}
-
-fn status_name(status: TaskStatus) -> &'static str {
-    match status {
-        TaskStatus::Pending => "pending",
-        TaskStatus::Done => "done",
-        TaskStatus::Accepted => "accepted",
-        TaskStatus::Blocked => "blocked",
-        TaskStatus::Decomposed => "decomposed",
-        _ => "other",
-    }
 }
