@@ -37,7 +37,8 @@ pub enum Event {
         /// Set when the issue was judged out of scope or blocked.
         reason: Option<String>,
     },
-    /// A build attempt of a task began.
+    /// A build attempt of a task began: its agent runs next. Past the run-wide budget no
+    /// agent runs, and no attempt is announced.
     TaskStarted {
         /// The task.
         task: TaskId,

@@ -156,11 +156,14 @@ impl Engine {
             if let Some(end) = self.give_up_if_out_of_retries(&task).await? {
                 return Ok(end);
             }
-            self.emit(Event::TaskStarted {
-                task: id.clone(),
-                name: task.name.clone(),
-                attempt: task.attempts.saturating_add(1),
-            });
+            // Announced only for an attempt whose agent runs: past the budget none does.
+            if !self.caller.spent_out() {
+                self.emit(Event::TaskStarted {
+                    task: id.clone(),
+                    name: task.name.clone(),
+                    attempt: task.attempts.saturating_add(1),
+                });
+            }
             let mut tried = None;
             let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
             let prompt = self.build_prompt(&task, round)?;

@@ -275,6 +275,12 @@ impl Caller {
         self.budget.as_ref()
     }
 
+    /// Whether the run-wide budget is spent: the next agent run would not start (it ends
+    /// in [`FailureKind::BudgetExhausted`]), so no attempt of a task is announced.
+    pub(crate) fn spent_out(&self) -> bool {
+        self.budget.as_ref().is_some_and(Budget::exhausted)
+    }
+
     /// The error of `call`'s run that failed in a way that ends the run (`kind` is
     /// [`ends_the_run`]): no retry can fix it, or the agent cannot reach its API. Names the
     /// agent, what the run was for, and why.

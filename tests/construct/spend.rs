@@ -223,3 +223,57 @@ async fn a_ledger_emptied_under_a_run_is_found_and_the_budget_still_holds() {
     assert!(close(ledger_total(dir.path()), 1.2));
     assert!(close(ralph.spent("construct").unwrap().cost_usd, 1.2));
 }
+
+// library-user F4: at the budget limit `TaskStarted` announced an attempt whose agent never
+// ran. An attempt is announced only when its agent runs.
+#[tokio::test]
+async fn no_attempt_is_announced_past_the_budget() {
+    let dir = workspace(SPEC);
+    let costly = |file: &str| {
+        Script::new()
+            .spend(1000, 200, Some(0.60))
+            .write(file, "hello\n")
+            .answer("Done.\n<TASK_DONE>")
+    };
+    let agent = FakeAgent::new()
+        .on(
+            Role::Investigate,
+            "i-1",
+            Script::new().json(json!({"tasks": [
+                {"name": "A", "accept": "a"}, {"name": "B", "accept": "b"}, {"name": "C", "accept": "c"},
+            ]})),
+        )
+        .on(Role::Build, "t-1", costly("a.txt"))
+        .on(Role::Build, "t-2", costly("b.txt"))
+        .on(Role::Build, "t-3", costly("c.txt"))
+        .always(Role::Verify, accept("ok"))
+        .always(Role::GapAnalysis, no_gaps());
+    let events = Recorder::default();
+    let outcome = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .max_cost_usd(1.0)
+        .observer(events.clone())
+        .build()
+        .unwrap()
+        .construct("spec.md")
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::BudgetExhausted { .. }),
+        "{outcome:?}"
+    );
+    let started: Vec<String> = events
+        .of_kind("task_started")
+        .iter()
+        .map(|e| e["task"].as_str().unwrap().to_owned())
+        .collect();
+    let built: Vec<String> = events
+        .of_kind("agent_finished")
+        .iter()
+        .filter(|e| e["role"] == "build")
+        .map(|e| e["subject"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(started, built, "one announcement per build that ran");
+    assert_eq!(built, ["t-1", "t-2"]);
+}

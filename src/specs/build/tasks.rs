@@ -63,11 +63,14 @@ impl SpecBuild {
                 self.spec_mut(id)?.tasks[index].status = Status::InProgress;
                 self.save()?;
             }
-            self.emit(Event::TaskStarted {
-                task: TaskId::new(task.id.as_str()),
-                name: task.description.clone(),
-                attempt: session,
-            });
+            // Announced only for an attempt whose agent runs: past the budget none does.
+            if !self.caller.spent_out() {
+                self.emit(Event::TaskStarted {
+                    task: TaskId::new(task.id.as_str()),
+                    name: task.description.clone(),
+                    attempt: session,
+                });
+            }
             if self.ctx.config.once && self.step.is_some() {
                 return Ok(TaskTurn::Paused);
             }
