@@ -793,6 +793,33 @@ impl AgentError {
 /// Dropping the future of [`run`](Agent::run) must not leave processes behind: implementations
 /// that spawn processes kill them on drop. The graceful path is [`AgentRequest::stop`].
 ///
+/// # What ralph retries
+///
+/// How a run ends decides what the runtime does next, in every mode:
+///
+/// | the run | what follows |
+/// |---|---|
+/// | `Ok` with [`AgentExit::Completed`] | its final answer is read ([`AgentRun::claim`]); a claim the gates or the verifier refuse is a failed attempt, retried up to `retries` |
+/// | `Ok` with [`AgentExit::RateLimited`] | waited out until its reset, and run again; not counted |
+/// | `Ok` with `Failed` of [`FailureKind::Transient`] | run again after a backoff, `transient_retries` times; not counted |
+/// | `Ok` with `Failed` of [`FailureKind::Attempt`] | a failed attempt, retried up to `retries` |
+/// | `Ok` with `Failed` of [`FailureKind::RunBudget`] | the task is blocked with the reason |
+/// | `Ok` with `Failed` of [`FailureKind::Fatal`] or [`FailureKind::Unreachable`] | the run ends ([`Error::AgentFatal`](crate::Error::AgentFatal), [`Error::AgentUnreachable`](crate::Error::AgentUnreachable)); not counted |
+/// | `Ok` with [`AgentExit::TimedOut`] or [`AgentExit::ContextLimit`] | a limit stopped it: the task goes to DECOMPOSE (build mode: a failed session) |
+/// | `Ok` with [`AgentExit::Stopped`] | the run was stopped (a signal, [`Ralph::stop_token`](crate::Ralph::stop_token)): it ends, the attempt not counted |
+/// | `Err(`[`AgentError`]`)` | the agent could not run at all: the run ends with [`Error::Agent`](crate::Error::Agent), nothing retried; a [`Fallback`] chain passes a run that could not start ([`AgentError::Spawn`]) to its next agent |
+///
+/// So an agent whose start can fail for a passing reason says so as an
+/// `Ok(AgentRun)` with `Failed` of kind `Transient`, not as an `Err`.
+///
+/// # Wrapping an agent
+///
+/// A wrapper (a retry layer, a journal) implements `Agent` for its own type and must forward
+/// every method it does not change to the agent it wraps: `name`, `check`, `in_process`,
+/// and `configure`. A wrapper that leaves out `configure` compiles, and the agent it wraps
+/// then never takes its settings (a wrapped [`ClaudeCli`](claude::ClaudeCli) would ignore
+/// `[claude]` in `ralph.toml`).
+///
 /// # Implementing
 ///
 /// Put `#[ralph::async_trait]` on the impl (the trait's methods are async; without it the

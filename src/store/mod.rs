@@ -347,6 +347,14 @@ where
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # An attempt in flight
+///
+/// A task's attempt that has started is no change: the task is persisted when the attempt
+/// ends (done, retried, blocked, killed), so a board loaded meanwhile shows it as it was
+/// before the attempt, its `attempts` not yet counted (and one cut short by a stop or a
+/// crash is never counted). [`Ralph::tasks_in_flight`](crate::Ralph::tasks_in_flight) and
+/// the [`TaskStarted`](crate::Event::TaskStarted) event say what runs now.
 #[diagnostic::on_unimplemented(
     note = "implement `ralph::Store`, or use `ralph::JsonlStore` / `ralph::MemoryStore`"
 )]
