@@ -803,7 +803,7 @@ fn collect_gates(
         .map(|g| {
             Arc::new(
                 ShellGate::new(&g.name, &g.command)
-                    .required(g.required)
+                    .with_required(g.required)
                     .timeout(g.timeout)
                     .grace(config.grace)
                     .network(g.network),

@@ -186,6 +186,22 @@ impl GateReport {
         self
     }
 
+    /// Appends `text` to the output, bounded as the rest: a gate that wraps another adds
+    /// what it found to the report it got (its status is the field `status`).
+    ///
+    /// ```
+    /// use ralph::gate::{GateReport, GateStatus};
+    ///
+    /// let mut report = GateReport::new("coverage", true, GateStatus::Passed).with_output("ok\n");
+    /// report.push_output("coverage 41% < 80%\n");
+    /// report.status = GateStatus::Failed { code: Some(1), signal: None };
+    /// assert_eq!(report.output(), "ok\ncoverage 41% < 80%\n");
+    /// assert!(report.blocks());
+    /// ```
+    pub fn push_output(&mut self, text: &str) {
+        self.output.push(text.as_bytes());
+    }
+
     /// stdout and stderr, interleaved: all of it, or for a long output its head and its
     /// tail around a line `[… N bytes omitted …]` (the gate's log has it all).
     pub fn output(&self) -> String {

@@ -62,9 +62,10 @@ impl ShellGate {
         self
     }
 
-    /// Sets whether a failure blocks the task.
+    /// Sets whether a failure blocks the task (the default: it does). Read it with
+    /// [`Gate::required`](crate::Gate::required).
     #[must_use]
-    pub fn required(mut self, required: bool) -> Self {
+    pub fn with_required(mut self, required: bool) -> Self {
         self.required = required;
         self
     }

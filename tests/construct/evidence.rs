@@ -242,7 +242,7 @@ async fn with_no_required_gate_complete_says_so() {
     assert!(dry.contains("agent:     fake"), "{dry}");
     assert!(dry.contains("gates:     no required gate"), "{dry}");
     let outcome = h
-        .run(|b| b.gate(ShellGate::new("lint", "true").required(false)))
+        .run(|b| b.gate(ShellGate::new("lint", "true").with_required(false)))
         .await;
 
     let Outcome::Complete { gates, .. } = &outcome else {
@@ -267,7 +267,7 @@ async fn the_dry_run_lists_the_gates_and_the_agent() {
     let h = Harness::new(one_task());
     let ralph = h.ralph(|b| {
         b.gate(done_gate())
-            .gate(ShellGate::new("lint", "true").required(false))
+            .gate(ShellGate::new("lint", "true").with_required(false))
     });
 
     let dry = ralph.dry_run("spec.md").await.unwrap();

@@ -109,7 +109,7 @@ async fn the_stop_token_stops_it() {
 #[tokio::test]
 async fn an_optional_gate_fails_without_blocking() {
     let (_dir, ctx) = ctx();
-    let gate = gate("exit 1").required(false);
+    let gate = gate("exit 1").with_required(false);
     assert!(!Gate::required(&gate));
     let report = gate.check(ctx).await.unwrap();
     assert!(!report.required);

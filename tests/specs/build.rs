@@ -181,7 +181,7 @@ async fn a_failed_gate_is_retried_in_a_new_session_with_the_failure_in_its_promp
     let recorder = Recorder::default();
     let gates = vec![
         ShellGate::new("syntax", "sh -n greet.sh"),
-        ShellGate::new("style", "echo 'style: too terse'; exit 1").required(false),
+        ShellGate::new("style", "echo 'style: too terse'; exit 1").with_required(false),
     ];
     let ralph = ralph(dir, agent.clone(), recorder.clone(), gates);
     let outcome = ralph.build_specs().await.unwrap();

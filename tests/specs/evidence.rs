@@ -152,7 +152,7 @@ async fn a_spec_verification_that_hangs_leaves_the_spec_unverified() {
 async fn with_no_required_gate_complete_says_so() {
     let ws = planned_repo();
     let dir = ws.path();
-    let lint = || vec![ShellGate::new("lint", "true").required(false)];
+    let lint = || vec![ShellGate::new("lint", "true").with_required(false)];
     let dry = ralph(dir, one_spec(accept()), Recorder::default(), lint())
         .dry_run_build()
         .unwrap()
