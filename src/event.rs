@@ -422,11 +422,16 @@ impl Event {
     }
 
     /// The [`Finished`](Self::Finished) of a run of `mode` that failed with `error`:
-    /// `message` is `<what> stopped: <error>`.
-    pub(crate) fn failed(mode: &str, what: &str, error: &dyn std::fmt::Display) -> Event {
-        let mut event = Event::finished(mode, format!("{what} stopped: {error}"), 1, true);
+    /// `message` is `<what> stopped: <error and its causes>`.
+    pub(crate) fn failed(
+        mode: &str,
+        what: &str,
+        error: &(dyn std::error::Error + 'static),
+    ) -> Event {
+        let said = crate::output::chain(error);
+        let mut event = Event::finished(mode, format!("{what} stopped: {said}"), 1, true);
         if let Event::Finished { error: slot, .. } = &mut event {
-            *slot = Some(error.to_string());
+            *slot = Some(said);
         }
         event
     }

@@ -150,6 +150,22 @@ pub fn truncate_middle(text: &str, max: usize) -> String {
 /// How much of a failure (a gate's output, a verifier's reason) a retry prompt carries.
 const FAILURE_PROMPT_BYTES: usize = 8 * 1024;
 
+/// `error` and its causes, each said once: a cause whose text the error already shows is
+/// left out (an error whose message names its source, as io errors wrapped by hand do).
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// The first line of `text`, at most 300 bytes: a one-line reason for events and records.
 pub(crate) fn first_line(text: &str) -> String {
     truncate_middle(text.lines().next().unwrap_or(""), 300)

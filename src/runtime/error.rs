@@ -153,7 +153,9 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The agent could not run.
-    #[error("agent could not run: {0}")]
+    /// Its message names no cause: the [`AgentError`] is its source (a chain printer shows
+    /// it once).
+    #[error("agent could not run")]
     Agent(#[from] AgentError),
     /// The agent reported a failure no retry can fix (e.g. bad credentials).
     #[error(

@@ -412,23 +412,26 @@ mod tests {
         assert!(hook.runs_on(&blocked.tag(), &blocked));
         let complete = Event::finished("plan", "saved".into(), 0, false);
         assert!(!hook.runs_on(&complete.tag(), &complete));
-        let failed = Event::failed("plan", "plan mode", &"boom");
+        let failed = Event::failed("plan", "plan mode", &crate::Error::NoSpec);
         assert!(hook.runs_on(&failed.tag(), &failed));
     }
 
     #[test]
     fn the_stdin_of_a_hook_is_the_json_line_of_its_event() {
-        let event = Event::failed("build", "build mode", &"no implementation.json");
+        // An error and its causes, each once (the error's own message names none).
+        let spawn = crate::agent::AgentError::Spawn {
+            program: "claude".into(),
+            source: std::io::Error::other("no such file"),
+        };
+        let event = Event::failed("build", "build mode", &crate::Error::Agent(spawn));
         let line = String::from_utf8(stdin(&event)).unwrap();
         assert!(line.ends_with('\n'));
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(value["event"], "finished");
         assert_eq!(value["mode"], "build");
-        assert_eq!(value["error"], "no implementation.json");
-        assert_eq!(
-            value["message"],
-            "build mode stopped: no implementation.json"
-        );
+        let said = "agent could not run: could not start claude: no such file";
+        assert_eq!(value["error"], said);
+        assert_eq!(value["message"], format!("build mode stopped: {said}"));
         assert_eq!(value["exit_code"], 1);
         assert!(value["ts"].is_string());
         assert!(value.get("outcome").is_none());

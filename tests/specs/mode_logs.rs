@@ -146,7 +146,10 @@ async fn a_build_mode_error_ends_its_log() {
     implementation(dir, &[("a", 1, &["One"])]);
     // No script for the planner: the fake agent fails the run with an error.
     let ralph = ralph(dir, Arc::new(FakeAgent::new()), Recorder::default(), vec![]);
-    let err = ralph.build_specs().await.unwrap_err().to_string();
+    let err = ralph.build_specs().await.unwrap_err();
+    // The error and its cause, once each (its own message names no cause).
+    let cause = std::error::Error::source(&err).expect("the agent's error");
+    let err = format!("{err}: {cause}");
     let logged = events(&run_logs(dir, "-build-specs.log")[0]);
     let last = logged.last().unwrap();
     assert_eq!(last["event"], "finished");
