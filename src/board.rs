@@ -266,8 +266,10 @@ impl Ralph {
                 // Blocked tasks are not buildable, so the prioritizer never sees them.
                 let (mut changes, warnings) = crate::construct::unsound_blocked(board);
                 let blocked = blocked_items(&changes);
+                let spec = spec_text(&self.inner.workspace, board);
                 let event = crate::construct::prioritize_changes(
                     board,
+                    &spec,
                     &*prioritizer,
                     &mut changes,
                     crate::construct::Priorities::Assign,
@@ -363,6 +365,17 @@ impl Ralph {
         }
         Ok(result)
     }
+}
+
+/// The text of `board`'s spec on record, as the prompts carry it; empty without one (or
+/// when it cannot be read: the order then rests on the tasks alone).
+fn spec_text(workspace: &std::path::Path, board: &Board) -> String {
+    board
+        .run
+        .spec
+        .as_deref()
+        .and_then(|rel| crate::runtime::spec::for_prompt(workspace, rel).ok())
+        .unwrap_or_default()
 }
 
 /// The tasks `changes` block, with their reasons.

@@ -11,7 +11,7 @@
 //! | [`MockAgent`] | `name`, `run` | `check` (Ok), `configure` (takes nothing), `in_process` (true) |
 //! | [`MockGate`] | `name`, `required`, `check` | `in_process` (true) |
 //! | [`MockStore`] | `load`, `persist` | `edited_externally` (false), `recovered` (none), `location` (none), `repair` (nothing to repair) |
-//! | [`MockPrioritizer`] | `prioritize` | — |
+//! | [`MockPrioritizer`] | `prioritize` | `prioritize_on` (calls `prioritize`) |
 //!
 //! An `async fn` of a seam is mocked by what it returns, not by a future:
 //! `expect_run().returning(|request| Err(…))`.

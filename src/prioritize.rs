@@ -22,7 +22,7 @@ use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Complexity, Priority, Task, TaskId};
+use crate::model::{Board, Complexity, Priority, Task, TaskId};
 use crate::outcome::BlockedItem;
 
 /// Counts reported after a prioritization (seed 000: `{"prioritized":5,"high":2,…}`):
@@ -131,17 +131,87 @@ pub trait Prioritizer: Send + Sync {
     ///
     /// [`PrioritizeError::Cycle`] naming the tasks of a dependency cycle.
     fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError>;
+
+    /// [`prioritize`](Self::prioritize) with what the run knows besides the tasks: the
+    /// board as it stands (the spec on record is `board.run.spec`, tasks already built
+    /// are in `board.tasks`) and the spec's text as the prompts carry it (empty when the
+    /// board has no spec yet). The engine and `ralph task prioritize` call this one; the
+    /// default ignores both and calls [`prioritize`](Self::prioritize). Override it for an
+    /// order that depends on the spec or on what was built.
+    ///
+    /// ```
+    /// use ralph::model::{Board, Priority, Task, TaskId};
+    /// use ralph::prioritize::{PrioritizeError, Prioritizer};
+    ///
+    /// /// The tasks that name a file the spec names first.
+    /// struct SpecFilesFirst;
+    ///
+    /// impl Prioritizer for SpecFilesFirst {
+    ///     fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
+    ///         self.prioritize_on(tasks, &Board::new(), "")
+    ///     }
+    ///
+    ///     fn prioritize_on(
+    ///         &self,
+    ///         tasks: &[Task],
+    ///         _board: &Board,
+    ///         spec: &str,
+    ///     ) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
+    ///         let named = |t: &Task| t.name.split(' ').any(|w| w.contains('.') && spec.contains(w));
+    ///         let (first, rest): (Vec<&Task>, Vec<&Task>) = tasks.iter().partition(|t| named(t));
+    ///         Ok(first.into_iter().map(|t| (t.id.clone(), Priority::High))
+    ///             .chain(rest.into_iter().map(|t| (t.id.clone(), Priority::Medium)))
+    ///             .collect())
+    ///     }
+    /// }
+    ///
+    /// let tasks = [Task::new("t-1", "Add a CLI"), Task::new("t-2", "Write greet.sh")];
+    /// let order = SpecFilesFirst.prioritize_on(&tasks, &Board::new(), "# Greeter\nShip greet.sh.")?;
+    /// assert_eq!(order[0], (TaskId::from("t-2"), Priority::High));
+    /// # Ok::<(), PrioritizeError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`prioritize`](Self::prioritize).
+    fn prioritize_on(
+        &self,
+        tasks: &[Task],
+        board: &Board,
+        spec: &str,
+    ) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
+        let _ = (board, spec);
+        self.prioritize(tasks)
+    }
 }
 
 impl<T: Prioritizer + ?Sized> Prioritizer for Box<T> {
     fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
         (**self).prioritize(tasks)
     }
+
+    fn prioritize_on(
+        &self,
+        tasks: &[Task],
+        board: &Board,
+        spec: &str,
+    ) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
+        (**self).prioritize_on(tasks, board, spec)
+    }
 }
 
 impl<T: Prioritizer + ?Sized> Prioritizer for Arc<T> {
     fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
         (**self).prioritize(tasks)
+    }
+
+    fn prioritize_on(
+        &self,
+        tasks: &[Task],
+        board: &Board,
+        spec: &str,
+    ) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
+        (**self).prioritize_on(tasks, board, spec)
     }
 }
 

@@ -543,7 +543,14 @@ impl Engine {
         changes: &mut Vec<Change>,
         priorities: Priorities,
     ) -> Result<Event, Error> {
-        prioritize_changes(&self.board, &*self.ctx.prioritizer, changes, priorities)
+        let spec = &self.spec.text;
+        prioritize_changes(
+            &self.board,
+            spec,
+            &*self.ctx.prioritizer,
+            changes,
+            priorities,
+        )
     }
 
     /// Checks that every id dependency of proposed tasks (the answer's `field`: `tasks`,
@@ -918,6 +925,7 @@ pub(crate) enum Priorities {
 /// [`Error::Prioritize`] on a dependency cycle.
 pub(crate) fn prioritize_changes(
     board: &Board,
+    spec: &str,
     prioritizer: &dyn Prioritizer,
     changes: &mut Vec<Change>,
     priorities: Priorities,
@@ -947,8 +955,8 @@ pub(crate) fn prioritize_changes(
             .cloned()
             .collect();
         let order = match priorities {
-            Priorities::Assign => prioritizer.prioritize(&pending)?,
-            Priorities::Inherit => prioritizer.prioritize(&fixed(&pending))?,
+            Priorities::Assign => prioritizer.prioritize_on(&pending, board, spec)?,
+            Priorities::Inherit => prioritizer.prioritize_on(&fixed(&pending), board, spec)?,
         };
         let mut ranked: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
         let mut labels = Vec::with_capacity(order.len());

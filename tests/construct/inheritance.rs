@@ -193,3 +193,48 @@ async fn investigating_an_issue_changes_no_priority_the_board_has() {
         "after INVESTIGATE: t-1 keeps its low, t-2 (from an issue without a priority) gets one"
     );
 }
+
+/// What a prioritizer that overrides `prioritize_on` saw: the spec's text and the spec on
+/// record of the board.
+#[derive(Default)]
+struct Seeing(std::sync::Mutex<Vec<(String, Option<String>)>>);
+
+impl Prioritizer for Seeing {
+    fn prioritize(&self, tasks: &[Task]) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
+        Ok(tasks
+            .iter()
+            .map(|t| (t.id.clone(), Priority::Medium))
+            .collect())
+    }
+
+    fn prioritize_on(
+        &self,
+        tasks: &[Task],
+        board: &ralph::model::Board,
+        spec: &str,
+    ) -> Result<Vec<(TaskId, Priority)>, PrioritizeError> {
+        let seen = (spec.to_owned(), board.run.spec.clone());
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.push(seen);
+        self.prioritize(tasks)
+    }
+}
+
+// library-user F6: the prioritizer saw only the tasks; it now sees the spec and the board.
+#[tokio::test]
+async fn a_prioritizer_sees_the_spec_and_the_board() {
+    let h = Harness::new(one_task().on(Role::Build, "t-1", writes_done()));
+    let seeing = std::sync::Arc::new(Seeing::default());
+    let outcome = h
+        .run(|b| b.gate(done_gate()).prioritizer(seeing.clone()))
+        .await;
+    assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
+    let seen = seeing.0.lock().unwrap();
+    assert!(!seen.is_empty(), "called");
+    let (spec, on_record) = &seen[0];
+    assert!(spec.contains(SPEC.lines().next().unwrap()), "{spec}");
+    assert_eq!(on_record.as_deref(), Some("spec.md"));
+}
