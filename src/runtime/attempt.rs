@@ -142,7 +142,8 @@ pub(crate) async fn run(
                 deadline: call.deadline,
                 ..gate_run
             };
-            let watch = match home {
+            // With no gate nothing is judged in between: no file to set aside or to catch.
+            let watch = match home.filter(|_| !gates.is_empty()) {
                 Some(home) => home.gates_begin(&sandbox.referee().paths()).await?,
                 None => None,
             };
