@@ -480,20 +480,16 @@ impl SpecBuild {
         let stuck = self.plan.spec(&left.subject).filter(|e| stuck(e).is_some());
         let task = stuck.and_then(|e| e.tasks.iter().find(|t| t.status == Status::Blocked));
         let label = set_aside_label(&left.subject, task.map(|t| t.id.as_str()));
-        let (why, back) = match (stuck, task) {
-            (Some(_), Some(task)) => (
-                format!("set aside while {} is blocked", left.subject),
-                format!(
-                    "; `ralph task unblock {}/{} --restore` gives it back",
-                    left.subject, task.id
-                ),
-            ),
-            (Some(_), None) => (
-                format!("set aside while {} is blocked", left.subject),
-                String::new(),
-            ),
-            (None, _) => ("left by an interrupted run".to_owned(), String::new()),
+        let why = match stuck {
+            Some(_) => format!("set aside while {} is blocked", left.subject),
+            None => "left by an interrupted run".to_owned(),
         };
+        let back = task.map_or(String::new(), |task| {
+            format!(
+                "; `ralph task unblock {}/{} --restore` gives it back",
+                left.subject, task.id
+            )
+        });
         let Some(home) = &mut self.home else {
             return Ok(());
         };
