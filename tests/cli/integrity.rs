@@ -32,9 +32,14 @@ esac
 
 /// A repository with a spec, the agent and its config committed, and a tracked README.
 pub(super) fn repository() -> tempfile::TempDir {
+    repository_with(AGENT)
+}
+
+/// [`repository`] with `agent` as the agent's script (`agent.sh`, run as `mine`).
+pub(super) fn repository_with(agent: &str) -> tempfile::TempDir {
     let dir = crate::project();
     let ws = dir.path();
-    std::fs::write(ws.join("agent.sh"), AGENT).unwrap();
+    std::fs::write(ws.join("agent.sh"), agent).unwrap();
     std::fs::write(
         ws.join("ralph.toml"),
         "[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
@@ -220,10 +225,8 @@ esac
 // ralph puts the branch back, and t-1 is never accepted without its commit on the branch.
 #[test]
 fn a_branch_a_person_rewinds_during_a_run_is_put_back() {
-    let dir = repository();
+    let dir = repository_with(WAITING_AGENT);
     let ws = dir.path();
-    std::fs::write(ws.join("agent.sh"), WAITING_AGENT).unwrap();
-    git(ws, &["commit", "-qam", "the waiting agent"]);
     let run = command(ws, &["construct", "spec.md", "--agent", "mine"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -22,20 +22,14 @@ case "$1" in
 esac
 "#;
 
+/// The integrity tests' repository with this agent, and two specs.
 fn repository() -> tempfile::TempDir {
-    let dir = crate::project();
+    let dir = crate::integrity::repository_with(AGENT);
     let ws = dir.path();
-    std::fs::write(ws.join("agent.sh"), AGENT).unwrap();
-    std::fs::write(
-        ws.join("ralph.toml"),
-        "[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
-    )
-    .unwrap();
     std::fs::write(ws.join("spec.md"), "# One\nWrite one.txt.\n").unwrap();
     std::fs::write(ws.join("other.md"), "# Other\nWrite other.txt.\n").unwrap();
-    std::fs::write(ws.join(".gitignore"), "/target\n").unwrap();
     git(ws, &["add", "-A"]);
-    git(ws, &["commit", "-qm", "start"]);
+    git(ws, &["commit", "-qm", "two specs"]);
     dir
 }
 
