@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::config::ContextThresholds;
+use crate::model::KillReason;
 
 #[cfg(feature = "internals")]
 pub(crate) use cli::{ANSWER_KEPT, EVENTS_KEPT};
@@ -479,6 +480,27 @@ pub enum FailureKind {
     BudgetExhausted,
 }
 
+impl FailureKind {
+    /// Whether a failure of this kind ends the whole run, in every mode: no retry can fix it
+    /// ([`Fatal`](Self::Fatal)), the agent cannot reach its API
+    /// ([`Unreachable`](Self::Unreachable)), or the run-wide budget is spent
+    /// ([`BudgetExhausted`](Self::BudgetExhausted)). None of these is the task's fault: the
+    /// attempt is not counted, and nothing is decomposed.
+    ///
+    /// ```
+    /// use ralph::agent::FailureKind;
+    ///
+    /// assert!(FailureKind::Fatal.ends_the_run());
+    /// assert!(!FailureKind::Attempt.ends_the_run());
+    /// ```
+    pub fn ends_the_run(self) -> bool {
+        matches!(
+            self,
+            FailureKind::Fatal | FailureKind::Unreachable | FailureKind::BudgetExhausted
+        )
+    }
+}
+
 /// How an agent run ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "exit", rename_all = "snake_case")]
@@ -504,6 +526,27 @@ pub enum AgentExit {
         /// When the limit resets.
         until: SystemTime,
     },
+}
+
+impl AgentExit {
+    /// The limit that stopped the run, when one did: the agent's or the step's timeout
+    /// ([`TimedOut`](Self::TimedOut)) or its context ([`ContextLimit`](Self::ContextLimit)).
+    /// A task whose run a limit stopped goes to DECOMPOSE.
+    ///
+    /// ```
+    /// use ralph::agent::AgentExit;
+    /// use ralph::model::KillReason;
+    ///
+    /// assert_eq!(AgentExit::TimedOut.kill_reason(), Some(KillReason::Timeout));
+    /// assert_eq!(AgentExit::Completed.kill_reason(), None);
+    /// ```
+    pub fn kill_reason(&self) -> Option<KillReason> {
+        match self {
+            AgentExit::TimedOut => Some(KillReason::Timeout),
+            AgentExit::ContextLimit => Some(KillReason::ContextLimit),
+            _ => None,
+        }
+    }
 }
 
 /// What one agent run produced. Raw data: what it means for a task is
