@@ -15,7 +15,7 @@ use crate::event::Event;
 use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
-use crate::runtime::attempt::{self, Attempted, gate_log_name};
+use crate::runtime::attempt::{self, Attempt, AttemptEnd, gate_log_name};
 use crate::runtime::call::{Call, Caller};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
@@ -76,29 +76,6 @@ impl GateStreak {
     }
 }
 
-/// How one attempt ended.
-pub(super) enum AttemptEnd {
-    /// The gates passed: the commit that holds the work on the user's branch, once it is
-    /// there (in a git workspace), and the agent's log of the attempt (relative to the
-    /// workspace), which a decomposer reads if verifiers keep rejecting the work.
-    Done {
-        commit: Option<String>,
-        log: Option<PathBuf>,
-    },
-    Blocked(String),
-    Failed(String),
-    /// A required gate failed: its name, and the failure for the retry prompt.
-    GateFailed(String, String),
-    Killed(KillReason, Option<PathBuf>),
-    /// It passed, but its work could not be merged (the user's files were in the way): kept
-    /// on `branch`, the task is blocked with `reason` until a person clears the way.
-    Kept {
-        branch: String,
-        reason: String,
-    },
-    Interrupted,
-}
-
 impl Engine {
     /// Builds tasks until none is ready; a kill ends the stage early (DECOMPOSE is next).
     /// With `build_concurrency` above 1 and a git repository, several at once, each in its
@@ -132,12 +109,11 @@ impl Engine {
     /// committed on the user's branch when it passes, and set aside when it ends otherwise
     /// (see `in_place`).
     async fn build_task(&mut self, id: &TaskId) -> Result<TaskEnd, Error> {
-        let task = self.task(id)?;
-        match self.merge_kept(&task).await? {
-            Some(Settled::End(end)) => return Ok(end),
-            // The kept work conflicts with what was merged since: built anew.
-            Some(Settled::Retry) | None => {}
+        if let Some(end) = self.merge_kept(&self.task(id)?).await? {
+            return Ok(end);
         }
+        // Nothing kept, or the kept work conflicts with what was merged since: built anew.
+        let task = self.task(id)?;
         self.begin_turn(&task).await?;
         let end = self.attempts(id).await?;
         self.end_turn(&task, &end).await?;
@@ -164,16 +140,16 @@ impl Engine {
                     attempt: task.attempts.saturating_add(1),
                 });
             }
-            let mut tried = None;
             let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
             let prompt = self.build_prompt(&task, round)?;
             let attempt = self
                 .worker()
-                .attempt(&task, prompt, &mut deadline, &mut tried)
+                .attempt(&task, prompt, deadline)
                 .instrument(span)
                 .await?;
+            deadline = attempt.deadline;
             let attempt = self.land_in_place(&task, attempt).await?;
-            if let Settled::End(end) = self.settle(&task, tried, attempt).await? {
+            if let Some(end) = self.settle(&task, attempt).await? {
                 return Ok(end);
             }
         }
@@ -193,63 +169,52 @@ impl Engine {
     }
 
     /// Records how an attempt of `task` (as it was before the attempt) ended: done,
-    /// blocked, killed, or failed and retried (or blocked on its last attempt).
+    /// blocked, killed, or failed and retried (or blocked on its last attempt). Returns how
+    /// the task's turn ended, or `None` when the task is to be built again.
     pub(super) async fn settle(
         &mut self,
         task: &Task,
-        tried: Option<String>,
-        attempt: AttemptEnd,
-    ) -> Result<Settled, Error> {
+        attempt: Attempt,
+    ) -> Result<Option<TaskEnd>, Error> {
         let id = &task.id;
         let round = task.round_attempts() + 1;
         let mut after = task.clone();
         after.attempts += 1;
-        if !matches!(attempt, AttemptEnd::Kept { .. }) {
-            // Whatever the kept work was, this attempt merged it or went past it.
-            after.kept = None;
-        }
-        let memo = self.memo(task, tried, &attempt);
-        let broken = match &attempt {
-            AttemptEnd::GateFailed(gate, failure) => {
+        // Whatever the kept work was, this attempt merged it, kept it again, or went past it.
+        after.kept = attempt.kept.clone();
+        let memo = self.memo(task, &attempt);
+        let broken = match (&attempt.end, &attempt.gate) {
+            (AttemptEnd::Failed(failure), Some(gate)) => {
                 GateStreak::add(&mut self.gate_streak, id, gate, failure)
             }
-            AttemptEnd::Done { .. } => {
+            (AttemptEnd::Done, _) => {
                 self.gate_streak = None;
                 None
             }
             _ => None,
         };
-        let end = match attempt {
-            AttemptEnd::Done { commit, log } => {
-                after.commit = commit;
-                after.build_log = log;
+        let end = match attempt.end {
+            AttemptEnd::Done => {
+                after.commit = attempt.commit;
+                after.build_log = attempt.log;
                 self.finish_task(after, memo).await?
             }
             AttemptEnd::Blocked(reason) => self.block_task(after, reason, memo).await?,
-            AttemptEnd::Kept { branch, reason } => {
-                after.kept = Some(branch);
-                self.block_task(after, reason, memo).await?
-            }
-            AttemptEnd::Killed(reason, log) => self.kill_task(after, reason, log, memo).await?,
+            AttemptEnd::Killed(reason) => self.kill_task(after, reason, attempt.log, memo).await?,
             AttemptEnd::Interrupted => TaskEnd::Interrupted,
             // The last allowed attempt failed: blocked now, with no retry announced.
-            AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure)
-                if round > self.config().retries =>
-            {
+            AttemptEnd::Failed(failure) if round > self.config().retries => {
                 after.last_failure = Some(bounded_failure(&failure));
                 let reason = gave_up(round, Some(&failure));
                 let end = self.block_task(after, reason, memo).await?;
                 broken.map_or(end, TaskEnd::Stop)
             }
-            AttemptEnd::Failed(failure) | AttemptEnd::GateFailed(_, failure) => {
+            AttemptEnd::Failed(failure) => {
                 self.retry_task(after, failure, memo).await?;
-                return Ok(match broken {
-                    Some(outcome) => Settled::End(TaskEnd::Stop(outcome)),
-                    None => Settled::Retry,
-                });
+                return Ok(broken.map(TaskEnd::Stop));
             }
         };
-        Ok(Settled::End(end))
+        Ok(Some(end))
     }
 
     /// What runs an attempt in the workspace itself.
@@ -266,7 +231,7 @@ impl Engine {
 
     /// The run state with this attempt remembered (seed 003's recent attempts), to persist
     /// with the attempt's result; `None` for an interrupted attempt, which is run again.
-    fn memo(&self, task: &Task, tried: Option<String>, attempt: &AttemptEnd) -> Option<Change> {
+    fn memo(&self, task: &Task, attempt: &Attempt) -> Option<Change> {
         let round = task.round_attempts() + 1;
         let allowed = self.config().retries.saturating_add(1);
         let retry_or_block = || {
@@ -276,24 +241,30 @@ impl Engine {
                 "blocked: out of attempts; a person decides".to_owned()
             }
         };
-        let (result, next) = match attempt {
-            AttemptEnd::Done { .. } => ("done".to_owned(), "verify".to_owned()),
-            AttemptEnd::Blocked(reason) => {
-                (format!("blocked: {reason}"), "a person decides".to_owned())
-            }
-            AttemptEnd::Failed(failure) => {
-                (format!("failed: {}", first_line(failure)), retry_or_block())
-            }
-            AttemptEnd::GateFailed(gate, _) => (format!("gates failed: {gate}"), retry_or_block()),
-            AttemptEnd::Killed(reason, _) => (format!("killed: {reason}"), "decompose".to_owned()),
-            AttemptEnd::Kept { .. } => (
+        let (result, next) = match (&attempt.end, &attempt.gate) {
+            (AttemptEnd::Blocked(_), _) if attempt.kept.is_some() => (
                 "passed, but files in the way kept it from being merged".to_owned(),
                 "a person clears the way, then it is merged".to_owned(),
             ),
-            AttemptEnd::Interrupted => return None,
+            (AttemptEnd::Done, _) => ("done".to_owned(), "verify".to_owned()),
+            (AttemptEnd::Blocked(reason), _) => {
+                (format!("blocked: {reason}"), "a person decides".to_owned())
+            }
+            (AttemptEnd::Failed(_), Some(gate)) => {
+                (format!("gates failed: {gate}"), retry_or_block())
+            }
+            (AttemptEnd::Failed(failure), None) => {
+                (format!("failed: {}", first_line(failure)), retry_or_block())
+            }
+            (AttemptEnd::Killed(reason), _) => {
+                (format!("killed: {reason}"), "decompose".to_owned())
+            }
+            (AttemptEnd::Interrupted, _) => return None,
         };
-        let tried =
-            tried.unwrap_or_else(|| format!("attempt {} of {}", task.attempts + 1, task.name));
+        let tried = attempt
+            .tried
+            .clone()
+            .unwrap_or_else(|| format!("attempt {} of {}", task.attempts + 1, task.name));
         let record = RecentAttempt::new(
             self.board.run.iteration,
             task.id.clone(),
@@ -309,7 +280,7 @@ impl Engine {
 
     pub(super) fn build_prompt(&self, task: &Task, round: u32) -> Result<String, Error> {
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct BuildPrompt<'a> {
             spec: &'a SpecDoc,
             task: &'a Task,
             completed: Vec<&'a str>,
@@ -326,7 +297,7 @@ impl Engine {
             .values()
             .filter(|t| t.is_finished())
             .count();
-        let ctx = Ctx {
+        let ctx = BuildPrompt {
             spec: &self.spec,
             task,
             completed: self.recent.iter().map(String::as_str).collect(),
@@ -453,19 +424,18 @@ impl Worker {
         self
     }
 
-    /// One agent run and, if it claims done, the gates (the runtime's one attempt). Time
-    /// spent waiting out rate limits and transient failures moves `deadline`. `tried` gets
-    /// the first line of the agent's answer. A kill, of the agent or of a gate by the
-    /// deadline, sends the task to DECOMPOSE with the agent's log.
+    /// One agent run and, if it claims done, the gates (the runtime's one attempt), under
+    /// `deadline`; the attempt returned carries it on, moved by the time waited out (rate
+    /// limits, transient failures). A kill, of the agent or of a gate by the deadline,
+    /// sends the task to DECOMPOSE with the agent's log.
     pub(super) async fn attempt(
         &self,
         task: &Task,
         prompt: String,
-        deadline: &mut Instant,
-        tried: &mut Option<String>,
-    ) -> Result<AttemptEnd, Error> {
+        deadline: Instant,
+    ) -> Result<Attempt, Error> {
         let attempt = task.attempts.saturating_add(1);
-        let mut call = Call {
+        let call = Call {
             role: Role::Build,
             subject: Some(task.id.to_string()),
             attempt,
@@ -473,45 +443,20 @@ impl Worker {
                 .logs
                 .run_log(task.id.as_str(), Role::Build.as_str(), attempt),
             prompt,
-            deadline: *deadline,
+            deadline,
         };
         let gate_run = GateRun {
             workspace: &self.work_dir,
             home: self.home.as_ref(),
             ..self
                 .ctx
-                .gate_run(&self.emitter, *deadline, (&task.id, &task.name, attempt))
+                .gate_run(&self.emitter, deadline, (&task.id, &task.name, attempt))
         };
         let logs = &self.logs;
         let gate_log =
             |gate: &str| logs.stage_file(&gate_log_name(gate, task.id.as_str(), attempt));
-        let (end, trace) =
-            attempt::run(&self.caller, &mut call, &self.ctx.gates, gate_run, gate_log).await?;
-        *deadline = call.deadline;
-        *tried = trace.tried;
-        Ok(match end {
-            Attempted::Done => AttemptEnd::Done {
-                commit: None,
-                log: trace.log,
-            },
-            Attempted::Blocked(reason) => AttemptEnd::Blocked(reason),
-            Attempted::Failed {
-                failure,
-                gate: Some(gate),
-            } => AttemptEnd::GateFailed(gate, failure),
-            Attempted::Failed { failure, .. } => AttemptEnd::Failed(failure),
-            Attempted::Killed { reason, .. } => AttemptEnd::Killed(reason, trace.log),
-            Attempted::Interrupted => AttemptEnd::Interrupted,
-        })
+        attempt::run(&self.caller, call, &self.ctx.gates, gate_run, gate_log).await
     }
-}
-
-/// What [`Engine::settle`] left to do.
-pub(super) enum Settled {
-    /// The task's turn is over.
-    End(TaskEnd),
-    /// It failed and has attempts left: run the next.
-    Retry,
 }
 
 /// The task's change and, in the same batch, the run state that remembers the attempt.

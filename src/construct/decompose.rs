@@ -146,7 +146,7 @@ impl Engine {
         kind: &str,
     ) -> Result<Option<Result<DecomposeAnswer, String>>, Error> {
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct DecomposePrompt<'a> {
             task: &'a Task,
             kind: &'a str,
             log: String,
@@ -163,7 +163,7 @@ impl Engine {
             }
             None => "(no log was recorded)".to_owned(),
         };
-        let ctx = Ctx {
+        let ctx = DecomposePrompt {
             task,
             kind,
             log,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::ready::ReadyQueue;
-use super::{Ending, SPEND_SCOPE, resolve_spec, spec_issue_text, stop_outcome, unsound_blocked};
+use super::{RunFacts, SPEND_SCOPE, resolve_spec, spec_issue_text, stop_outcome, unsound_blocked};
 use crate::model::{Change, Issue, Stage, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
@@ -229,7 +229,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         _ => None,
     };
     // A new run: its iterations start here, and no check of it has failed yet.
-    let ending = Ending {
+    let ending = RunFacts {
         first_iteration: iteration,
         check_failed: false,
     };

@@ -11,9 +11,8 @@ use super::{Engine, Flow};
 use crate::event::Event;
 use crate::model::{Change, Issue, TaskId};
 use crate::output::bounded_failure;
-use crate::runtime::attempt::gate_log_name;
+use crate::runtime::attempt::{self, AttemptEnd, gate_log_name};
 use crate::runtime::error::Error;
-use crate::runtime::gates::{self, GatesEnd};
 
 /// What the final gate run checks, as the gates' environment names it (no task is built).
 const SUBJECT: &str = "final";
@@ -46,19 +45,22 @@ impl Engine {
             .gate_run(&self.emitter, deadline, (&subject, "the final tree", 1));
         let logs = &self.logs;
         let log = |gate: &str| logs.stage_file(&gate_log_name(gate, SUBJECT, 1));
-        let failure = match gates::check_all(&self.ctx.gates, run, log).await? {
-            GatesEnd::Passed => {
+        let (end, gate) = attempt::check_gates(&self.ctx.gates, run, log).await?;
+        let gate = gate.unwrap_or_default();
+        let failure = match end {
+            AttemptEnd::Done => {
                 self.gates_passed_on(tree).await?;
                 return Ok(None);
             }
-            GatesEnd::Interrupted => return Ok(Some(Flow::Interrupted)),
-            GatesEnd::Failed { gate, failure } => format!(
+            AttemptEnd::Failed(failure) => format!(
                 "The required gate `{gate}` fails on the final tree:\n\n{}",
                 bounded_failure(&failure)
             ),
-            GatesEnd::TimedOut { gate } => {
+            AttemptEnd::Killed(_) => {
                 format!("The required gate `{gate}` did not finish in time on the final tree.")
             }
+            // Interrupted: a check of the gates ends no other way.
+            _ => return Ok(Some(Flow::Interrupted)),
         };
         let mut run = self.board.run.clone();
         let id = run.next_issue_id(|id| self.board.issues.contains_key(id));

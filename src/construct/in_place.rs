@@ -12,9 +12,10 @@
 //! the tree as the turn's and the index as it was (`GitError::CommitRefused`).
 
 use super::Engine;
-use super::build::{AttemptEnd, TaskEnd};
+use super::build::TaskEnd;
 use crate::event::Event;
 use crate::model::Task;
+use crate::runtime::attempt::{Attempt, AttemptEnd};
 use crate::runtime::error::Error;
 use crate::runtime::home::Turn;
 
@@ -39,12 +40,12 @@ impl Engine {
     pub(super) async fn land_in_place(
         &mut self,
         task: &Task,
-        attempt: AttemptEnd,
-    ) -> Result<AttemptEnd, Error> {
+        attempt: Attempt,
+    ) -> Result<Attempt, Error> {
         let Some(home) = &mut self.home else {
             return Ok(attempt);
         };
-        if matches!(attempt, AttemptEnd::Interrupted) {
+        if attempt.end == AttemptEnd::Interrupted {
             return Ok(attempt);
         }
         let moved = home.check().await?;
@@ -54,14 +55,11 @@ impl Engine {
             self.emit(Event::Warning {
                 message: format!("{}: {moved}", task.id),
             });
-            return Ok(match attempt {
-                AttemptEnd::Killed(..) => attempt,
-                _ => AttemptEnd::Failed(moved),
-            });
+            return Ok(attempt.failed_unless_stopped(moved));
         }
-        let AttemptEnd::Done { log, .. } = attempt else {
+        if !attempt.done() {
             return Ok(attempt);
-        };
+        }
         let started = home.noted()?.map(|turn| turn.head);
         let message = format!("{}: {}", task.id, task.name);
         let commit = match home.commit_turn(&message).await? {
@@ -89,7 +87,7 @@ impl Engine {
         // The gates passed on the tree this commit holds.
         let tree = self.tree().await?;
         self.gates_passed_on(tree).await?;
-        Ok(AttemptEnd::Done { commit, log })
+        Ok(Attempt { commit, ..attempt })
     }
 
     /// Ends `task`'s turn: a task that will not be built again as it is (blocked, killed)

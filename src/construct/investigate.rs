@@ -36,12 +36,12 @@ impl Engine {
             name: &'a str,
         }
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct InvestigatePrompt<'a> {
             spec: &'a SpecDoc,
             issue: &'a Issue,
             tasks: Vec<Planned<'a>>,
         }
-        let ctx = Ctx {
+        let ctx = InvestigatePrompt {
             spec: &self.spec,
             issue: &issue,
             tasks: self

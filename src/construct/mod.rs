@@ -368,7 +368,7 @@ impl Engine {
 
     /// The outcome if the loop should end at `stage`.
     fn outcome_at(&self, stage: Stage) -> Option<Outcome> {
-        let ending = Ending {
+        let ending = RunFacts {
             first_iteration: self.first_iteration,
             check_failed: self.check_failed,
         };
@@ -631,7 +631,7 @@ impl Engine {
 
 /// What the end of a run depends on besides the board.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Ending {
+pub(crate) struct RunFacts {
     /// The iteration the run started in.
     pub(crate) first_iteration: u32,
     /// Whether a gap analysis of this run gave no valid answer.
@@ -649,7 +649,7 @@ pub(super) fn joined<T>(result: Result<T, tokio::task::JoinError>) -> T {
     }
 }
 
-fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: Ending) -> Option<Outcome> {
+fn stop_outcome(board: &Board, config: &Config, stage: Stage, ending: RunFacts) -> Option<Outcome> {
     let iteration = board.run.iteration;
     match stage {
         // A person's RALPH_DONE stops the loop; it does not make unverified work complete.
@@ -758,7 +758,7 @@ async fn home(ctx: &Context) -> Result<Option<Home>, Error> {
     }
     Ok(Home::record(ctx.git(&ctx.workspace), own)
         .await?
-        .map(|home| home.with_bookkeeping(&bookkeeping)))
+        .map(|home| home.with_bookkeeping(&bookkeeping, &[])))
 }
 
 /// The text of the issue a spec is seeded as.

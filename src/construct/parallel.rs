@@ -18,12 +18,13 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::build::{AttemptEnd, Settled, TaskEnd, Worker};
+use super::build::{TaskEnd, Worker};
 use super::ready::ReadyQueue;
 use super::{Engine, Flow};
 use crate::event::Event;
 use crate::git::{Forwarded, Git, Rebased};
 use crate::model::{Task, TaskId};
+use crate::runtime::attempt::{Attempt, AttemptEnd};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::home::Home;
@@ -34,9 +35,7 @@ struct Built {
     /// When the attempt started, in [`MergeOrder`].
     started: u64,
     task: Task,
-    tried: Option<String>,
-    end: AttemptEnd,
-    deadline: Instant,
+    attempt: Attempt,
 }
 
 type Jobs = JoinSet<Result<Built, Error>>;
@@ -71,7 +70,7 @@ impl MergeOrder {
     /// Takes in an attempt that ended; it lands now unless it passed and waits its turn.
     fn ended(&mut self, built: Built) -> Option<Built> {
         self.running.remove(&built.started);
-        if matches!(built.end, AttemptEnd::Done { .. }) {
+        if built.attempt.done() {
             self.passed.insert(built.started, built);
             return None;
         }
@@ -135,18 +134,19 @@ impl Engine {
     /// deadline, moved by any rate limit waited out) unless the stage is ending; a done task
     /// releases its dependents; a kill, a stop or an interruption ends the stage.
     async fn land_and_follow_up(&mut self, run: &mut AtOnce, built: Built) -> Result<(), Error> {
-        let (id, deadline) = (built.task.id.clone(), built.deadline);
+        let (id, deadline) = (built.task.id.clone(), built.attempt.deadline);
         match self.land(built).await? {
-            Settled::Retry if run.flow.is_none() && !self.stopped() => {
+            // Failed, with attempts left: built again.
+            None if run.flow.is_none() && !self.stopped() => {
                 self.start_in_work_tree(run, &id, deadline).await?;
             }
-            Settled::Retry | Settled::End(TaskEnd::Blocked) => {}
-            Settled::End(TaskEnd::Done) => run.queue.finished(&id),
-            Settled::End(TaskEnd::Killed) => {
+            None | Some(TaskEnd::Blocked) => {}
+            Some(TaskEnd::Done) => run.queue.finished(&id),
+            Some(TaskEnd::Killed) => {
                 run.flow.get_or_insert(Flow::Continue);
             }
-            Settled::End(TaskEnd::Interrupted) => run.flow = Some(Flow::Interrupted),
-            Settled::End(TaskEnd::Stop(outcome)) => {
+            Some(TaskEnd::Interrupted) => run.flow = Some(Flow::Interrupted),
+            Some(TaskEnd::Stop(outcome)) => {
                 run.flow.get_or_insert(Flow::Stop(outcome));
             }
         }
@@ -161,17 +161,16 @@ impl Engine {
         id: &TaskId,
         deadline: Instant,
     ) -> Result<(), Error> {
-        let mut task = self.task(id)?;
-        match self.merge_kept(&task).await? {
-            Some(Settled::End(TaskEnd::Done)) => {
+        match self.merge_kept(&self.task(id)?).await? {
+            Some(TaskEnd::Done) => {
                 run.queue.finished(id);
                 return Ok(());
             }
-            Some(Settled::End(_)) => return Ok(()),
-            // The kept work conflicts with what was merged since: built anew.
-            Some(Settled::Retry) => task = self.task(id)?,
+            Some(_) => return Ok(()),
+            // Nothing kept, or the kept work conflicts with what was merged since: built anew.
             None => {}
         }
+        let task = self.task(id)?;
         if self.give_up_if_out_of_retries(&task).await?.is_some() {
             return Ok(());
         }
@@ -192,13 +191,13 @@ impl Engine {
         let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
         run.jobs.spawn(
             async move {
-                let attempt = Attempt {
+                let start = Start {
                     started,
                     task,
                     prompt,
                     deadline,
                 };
-                attempt_in_work_tree(worker, &workspace, attempt, &base).await
+                attempt_in_work_tree(worker, &workspace, start, &base).await
             }
             .instrument(span),
         );
@@ -209,44 +208,40 @@ impl Engine {
     /// first (an agent may have moved it from its work tree: put back, and the attempt fails);
     /// a passing attempt is merged. The work tree goes; the task's branch too, unless it keeps
     /// work that could not be merged.
-    async fn land(&mut self, built: Built) -> Result<Settled, Error> {
-        let Built {
-            task, tried, end, ..
-        } = built;
-        let end = match self.home_mut()?.check().await? {
+    async fn land(&mut self, built: Built) -> Result<Option<TaskEnd>, Error> {
+        let Built { task, attempt, .. } = built;
+        let attempt = match self.home_mut()?.check().await? {
             Some(moved) => {
                 self.emit(Event::Warning {
                     message: format!("while {} was built: {moved}", task.id),
                 });
-                match end {
-                    AttemptEnd::Killed(..) | AttemptEnd::Interrupted => end,
-                    _ => AttemptEnd::Failed(moved),
-                }
+                attempt.failed_unless_stopped(moved)
             }
-            None => end,
+            None => attempt,
         };
-        let end = match end {
-            AttemptEnd::Done { log, .. } => match self.merge(&task).await? {
-                AttemptEnd::Done { commit, .. } => AttemptEnd::Done { commit, log },
-                other => other,
-            },
-            other => other,
+        let attempt = match attempt.done() {
+            true => self.merge(&task, attempt).await?,
+            false => attempt,
         };
+        self.remove_work_tree(&task, &attempt).await?;
+        self.settle(&task, attempt).await
+    }
+
+    /// Removes `task`'s work tree, and its branch unless `attempt` keeps work on it.
+    async fn remove_work_tree(&self, task: &Task, attempt: &Attempt) -> Result<(), Error> {
         let workspace = self.ctx.workspace.clone();
         let git = self.ctx.git(&workspace);
-        match &end {
-            AttemptEnd::Kept { .. } => {
-                worktrees::remove_keeping_branch(&git, &workspace, &task.id).await?
-            }
-            _ => worktrees::remove(&git, &workspace, &task.id).await?,
+        match attempt.kept {
+            Some(_) => worktrees::remove_keeping_branch(&git, &workspace, &task.id).await?,
+            None => worktrees::remove(&git, &workspace, &task.id).await?,
         }
-        self.settle(&task, tried, end).await
+        Ok(())
     }
 
     /// A task whose passing work was kept on its branch (files of the user's were in the
     /// way of its merge): merges it now, without building it again, and records how that
     /// ended. `None` when the task keeps nothing, or its branch is gone (it is built again).
-    pub(super) async fn merge_kept(&mut self, task: &Task) -> Result<Option<Settled>, Error> {
+    pub(super) async fn merge_kept(&mut self, task: &Task) -> Result<Option<TaskEnd>, Error> {
         let (Some(branch), Some(home)) = (&task.kept, &self.home) else {
             return Ok(None);
         };
@@ -261,27 +256,29 @@ impl Engine {
             name: format!("{} (merging its kept work)", task.name),
             attempt: task.attempts.saturating_add(1),
         });
-        let end = self.merge(task).await?;
-        match &end {
-            AttemptEnd::Kept { .. } => {
-                worktrees::remove_keeping_branch(&git, &workspace, &task.id).await?
-            }
-            _ => worktrees::remove(&git, &workspace, &task.id).await?,
-        }
-        let tried = Some("merged the work kept on its branch".to_owned());
-        Ok(Some(self.settle(task, tried, end).await?))
+        let kept = Attempt {
+            tried: Some("merged the work kept on its branch".to_owned()),
+            ..Attempt::ended(
+                AttemptEnd::Done,
+                deadline::after(self.config().stage_timeout),
+            )
+        };
+        let attempt = self.merge(task, kept).await?;
+        self.remove_work_tree(task, &attempt).await?;
+        self.settle(task, attempt).await
     }
 
-    /// Rebases the task's branch onto the user's branch and fast-forwards the branch to it.
-    /// A conflict fails the attempt (the next one starts from the merged work); files of the
-    /// user's work tree in the way block the task and keep its work on its branch.
-    async fn merge(&mut self, task: &Task) -> Result<AttemptEnd, Error> {
+    /// Rebases the task's branch onto the user's branch and fast-forwards the branch to it:
+    /// `attempt` with the commit. A conflict fails the attempt (the next one starts from the
+    /// merged work); files of the user's work tree in the way block the task and keep its
+    /// work on its branch.
+    async fn merge(&mut self, task: &Task, attempt: Attempt) -> Result<Attempt, Error> {
         let tree = self
             .ctx
             .git(&worktrees::path(&self.ctx.workspace, &task.id));
         let head = self.home()?.head().to_owned();
         if let Rebased::Conflict(paths) = tree.rebase(&head).await? {
-            return Ok(AttemptEnd::Failed(format!(
+            return Ok(attempt.failed_unless_stopped(format!(
                 "Merge conflict: the changes conflict with work merged while this task was built, in {}. The next attempt starts from the merged work.",
                 paths.join(", ")
             )));
@@ -304,7 +301,11 @@ impl Engine {
                     crate::output::list_some(&paths, 5),
                     task.id,
                 );
-                return Ok(AttemptEnd::Kept { branch, reason });
+                return Ok(Attempt {
+                    end: AttemptEnd::Blocked(reason),
+                    kept: Some(branch),
+                    ..attempt
+                });
             }
             // Forwarded is non-exhaustive; git's merge reports only these two.
             #[allow(unreachable_patterns)]
@@ -318,7 +319,7 @@ impl Engine {
                 commit: commit.clone(),
             });
         }
-        Ok(AttemptEnd::Done { commit, log: None })
+        Ok(Attempt { commit, ..attempt })
     }
 
     /// The user's branch; tasks are built at once only in a git repository with a commit.
@@ -337,7 +338,7 @@ impl Engine {
 }
 
 /// An attempt about to start.
-struct Attempt {
+struct Start {
     started: u64,
     task: Task,
     prompt: String,
@@ -349,40 +350,34 @@ struct Attempt {
 async fn attempt_in_work_tree(
     worker: Worker,
     workspace: &std::path::Path,
-    attempt: Attempt,
+    start: Start,
     base: &str,
 ) -> Result<Built, Error> {
-    let Attempt {
+    let Start {
         started,
         task,
         prompt,
-        mut deadline,
-    } = attempt;
+        deadline,
+    } = start;
     let git = worker.ctx.git(workspace);
     let path = worktrees::add(&git, workspace, &task.id, base).await?;
     let tree = worker.ctx.git(&path);
-    let mut tried = None;
-    let end = worker
+    let attempt = worker
         .in_work_tree(path.clone())
-        .attempt(&task, prompt, &mut deadline, &mut tried)
+        .attempt(&task, prompt, deadline)
         .await?;
-    let end = match stayed(&tree, &task.id, base).await? {
-        Some(moved) => match end {
-            AttemptEnd::Killed(..) | AttemptEnd::Interrupted => end,
-            _ => AttemptEnd::Failed(moved),
-        },
-        None => end,
+    let attempt = match stayed(&tree, &task.id, base).await? {
+        Some(moved) => attempt.failed_unless_stopped(moved),
+        None => attempt,
     };
-    if matches!(end, AttemptEnd::Done { .. }) {
+    if attempt.done() {
         tree.commit_all(&format!("{}: {}", task.id, task.name), &[])
             .await?;
     }
     Ok(Built {
         started,
         task,
-        tried,
-        end,
-        deadline,
+        attempt,
     })
 }
 
@@ -420,9 +415,7 @@ mod tests {
         Built {
             started,
             task: Task::new(format!("t-{started}"), "a task"),
-            tried: None,
-            end,
-            deadline: Instant::now(),
+            attempt: Attempt::ended(end, Instant::now()),
         }
     }
 
@@ -437,17 +430,7 @@ mod tests {
         let mut order = MergeOrder::default();
         let [one, two, three] = [order.start(), order.start(), order.start()];
         // The third passes first: it waits for the two started before it.
-        assert!(
-            order
-                .ended(built(
-                    three,
-                    AttemptEnd::Done {
-                        commit: None,
-                        log: None
-                    }
-                ))
-                .is_none()
-        );
+        assert!(order.ended(built(three, AttemptEnd::Done)).is_none());
         assert!(landed(&mut order).is_empty());
         // The first fails: it lands at once and holds nothing back.
         let failed = order.ended(built(one, AttemptEnd::Failed("no".into())));
@@ -455,29 +438,9 @@ mod tests {
         assert!(landed(&mut order).is_empty(), "the second still runs");
         // A retry of the first starts at the back and does not hold back the others.
         let again = order.start();
-        assert!(
-            order
-                .ended(built(
-                    two,
-                    AttemptEnd::Done {
-                        commit: None,
-                        log: None
-                    }
-                ))
-                .is_none()
-        );
+        assert!(order.ended(built(two, AttemptEnd::Done)).is_none());
         assert_eq!(landed(&mut order), [two, three]);
-        assert!(
-            order
-                .ended(built(
-                    again,
-                    AttemptEnd::Done {
-                        commit: None,
-                        log: None
-                    }
-                ))
-                .is_none()
-        );
+        assert!(order.ended(built(again, AttemptEnd::Done)).is_none());
         assert_eq!(landed(&mut order), [again]);
     }
 }

@@ -24,10 +24,10 @@ use crate::runtime::spec::SpecDoc;
 
 /// What a verifier job returns: the task, and how its check ended with the runs used, or
 /// nothing if the run was interrupted.
-type JobResult = (TaskId, Result<Option<(Checked, u32)>, Error>);
+type JobResult = (TaskId, Result<Option<(VerifierEnd, u32)>, Error>);
 
 /// How one verifier ended.
-enum Checked {
+enum VerifierEnd {
     /// A verdict (a rejection naming why when the answer was unusable).
     Verdict(Verdict),
     /// A limit killed the verifier: the task goes to DECOMPOSE, as a killed build does.
@@ -102,13 +102,13 @@ impl Engine {
 
     fn spawn_verifier(&self, jobs: &mut JoinSet<JobResult>, task: Task) -> Result<(), Error> {
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct VerifyPrompt<'a> {
             spec: &'a SpecDoc,
             task: &'a Task,
         }
         let prompt = self.ctx.prompts.render(
             "verify",
-            &Ctx {
+            &VerifyPrompt {
                 spec: &self.spec,
                 task: &task,
             },
@@ -128,7 +128,7 @@ impl Engine {
     /// Records verdicts (and kills) on their tasks, in one persisted batch, then reports them.
     async fn record_verdicts(
         &mut self,
-        verdicts: Vec<(TaskId, Checked, u32)>,
+        verdicts: Vec<(TaskId, VerifierEnd, u32)>,
     ) -> Result<(), Error> {
         let changes = verdicts
             .iter()
@@ -136,8 +136,8 @@ impl Engine {
                 let mut task = self.task(id)?;
                 task.verifications += runs;
                 match checked {
-                    Checked::Verdict(verdict) => task.verdict = Some(verdict.clone()),
-                    Checked::Killed(kill) => {
+                    VerifierEnd::Verdict(verdict) => task.verdict = Some(verdict.clone()),
+                    VerifierEnd::Killed(kill) => {
                         let note = format!("verification {}", self.kill_note(kill.reason));
                         task.record_kill(kill.reason, kill.log.clone(), &note);
                     }
@@ -148,12 +148,12 @@ impl Engine {
         self.commit(changes).await?;
         for (id, checked, _) in verdicts {
             self.emit(match checked {
-                Checked::Verdict(verdict) => Event::Verdict {
+                VerifierEnd::Verdict(verdict) => Event::Verdict {
                     task: id,
                     accepted: verdict.accepted,
                     reason: verdict.reason,
                 },
-                Checked::Killed(kill) => Event::TaskKilled {
+                VerifierEnd::Killed(kill) => Event::TaskKilled {
                     task: id,
                     reason: kill.reason,
                     log: kill.log,
@@ -169,7 +169,7 @@ impl Engine {
     /// never "no gaps". `None` if interrupted.
     async fn gap_analysis(&mut self, deadline: Instant) -> Result<Option<GapCheck>, Error> {
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct GapPrompt<'a> {
             spec: &'a SpecDoc,
             done: Vec<String>,
             remaining: Vec<String>,
@@ -178,7 +178,7 @@ impl Engine {
         let named = self.verifier_gaps();
         let summary = |t: &Task| format!("{}: {}", t.id, t.name);
         let tasks = self.board.tasks.values();
-        let ctx = Ctx {
+        let ctx = GapPrompt {
             spec: &self.spec,
             done: tasks
                 .clone()
@@ -453,22 +453,22 @@ fn apply_verdict(mut task: Task, verdict: &Verdict, limit: Option<u32>) -> Task 
 
 /// One verifier: a verdict from a valid answer; a rejection naming why when there is none;
 /// a kill when a limit stopped it.
-async fn verify_one(caller: Caller, call: Call) -> Result<Option<(Checked, u32)>, Error> {
+async fn verify_one(caller: Caller, call: Call) -> Result<Option<(VerifierEnd, u32)>, Error> {
     let asked = call.subject.clone().unwrap_or_default();
     let (result, runs) = caller
         .structured::<VerifyAnswer>(call, |a| a.check_task(&asked))
         .await?;
     let checked = match result {
         Structured::Interrupted => return Ok(None),
-        Structured::Answer(answer) => Checked::Verdict(Verdict {
+        Structured::Answer(answer) => VerifierEnd::Verdict(Verdict {
             accepted: answer.verdict == VerdictKind::Accept,
             reason: answer.reason,
             gaps: answer.gaps,
         }),
         Structured::Unusable {
             kill: Some(kill), ..
-        } => Checked::Killed(kill),
-        Structured::Unusable { reason, kill: None } => Checked::Verdict(Verdict {
+        } => VerifierEnd::Killed(kill),
+        Structured::Unusable { reason, kill: None } => VerifierEnd::Verdict(Verdict {
             accepted: false,
             reason: format!("{NO_VERDICT}{reason}"),
             gaps: Vec::new(),

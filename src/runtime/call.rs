@@ -1,5 +1,6 @@
 //! The one way every mode runs an agent: one [`Call`] under the step's deadline, the
-//! agent's stop token and the grace, ending in an [`Ending`].
+//! agent's stop token and the grace, ending in the last run's [`AgentRun`], whose
+//! [`AgentExit`] says how the call ended (see [`Caller::call`]).
 //!
 //! Rate limits and transient failures (overload, 5xx) are ridden out in place: a rate limit
 //! is waited out until it resets, a transient failure backs off and runs again; neither is an
@@ -7,7 +8,7 @@
 //! hook about each wait before it starts, so that threads can persist it (the reset time,
 //! the failures in a row) or refuse it (a one-off question is not worth a wait of hours).
 use std::convert::Infallible;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -31,86 +32,28 @@ use crate::event::Event;
 use crate::model::KillReason;
 use crate::time;
 
-/// How one agent call ended.
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // one per agent call, moved once
-pub(crate) enum Ending {
-    /// The agent completed and gave a final answer (whatever it says).
-    Answer(AgentRun),
-    /// The agent ran and failed. Never `Transient`: those were retried, and one that kept
-    /// failing ends as `Attempt`.
-    Failed { reason: String, kind: FailureKind },
-    /// Stopped by a limit: the step's deadline, the agent timeout, or the context limit.
-    Killed {
-        reason: KillReason,
-        log: Option<PathBuf>,
-    },
-    /// The agent's usage limit was hit; it resets at this time. Only for a caller that
-    /// stops riding out (never from [`Caller::call`]): kept so a structured call stays total.
-    RateLimited(SystemTime),
-    /// The run was stopped (the stop token: Ctrl+C, SIGTERM, SIGHUP).
-    Interrupted,
-}
-
-/// Whether a failure of this kind ends the run in every mode, with the agent's error
-/// ([`Caller::fatal`]): no retry can fix it, the agent cannot reach its API, or the run-wide
-/// budget is spent. None is the task's fault: the attempt is not counted, and nothing is
-/// decomposed.
-pub(crate) fn ends_the_run(kind: FailureKind) -> bool {
-    matches!(
-        kind,
-        FailureKind::Fatal | FailureKind::Unreachable | FailureKind::BudgetExhausted
-    )
-}
-
-/// A wait between two runs of one call (see [`Caller::ride_out`]).
-#[derive(Debug)]
-pub(crate) enum Wait {
-    /// The agent is rate limited until `until`; the caller waits `wait` (at most a day).
-    /// What the wait is about is read by the hook that records it, which only threads have.
-    RateLimit {
-        #[cfg(feature = "threads")]
-        until: SystemTime,
-        wait: Duration,
-    },
-    /// The `failures`-th transient failure in a row, for `reason`; the caller backs off
-    /// `wait`.
-    Backoff {
-        #[cfg(feature = "threads")]
-        reason: String,
-        #[cfg(feature = "threads")]
-        failures: u32,
-        wait: Duration,
-    },
-}
-
-impl Wait {
-    fn duration(&self) -> Duration {
-        match self {
-            Wait::RateLimit { wait, .. } | Wait::Backoff { wait, .. } => *wait,
-        }
-    }
-}
-
 /// What a caller is told around each wait of [`Caller::ride_out`]: a thread persists it
 /// before it starts (so `status` shows the wait, and a process killed while waiting leaves
 /// a record that says so) and opens a new run record after it.
 pub(crate) trait Waits {
     /// What stops the call instead of waiting.
-    type Error;
-    /// Before the wait. An error ends the call with it, without waiting.
-    fn before(&mut self, call: &mut Call, wait: &Wait) -> Result<(), Self::Error>;
+    type Halt;
+    /// Before waiting `wait` after `run`: rate limited ([`AgentExit::RateLimited`]) or
+    /// failed for a passing reason (a backoff). An error ends the call with it, without
+    /// waiting.
+    fn before(&mut self, call: &mut Call, run: &AgentRun, wait: Duration)
+    -> Result<(), Self::Halt>;
     /// After the wait, before the call runs again (not after a wait the stop token ended).
-    fn after(&mut self, call: &mut Call) -> Result<(), Self::Error>;
+    fn after(&mut self, call: &mut Call) -> Result<(), Self::Halt>;
 }
 
 /// The construct loop, plan mode and build mode keep nothing of a wait but its event.
 struct Unrecorded;
 
 impl Waits for Unrecorded {
-    type Error = Infallible;
+    type Halt = Infallible;
 
-    fn before(&mut self, _: &mut Call, _: &Wait) -> Result<(), Infallible> {
+    fn before(&mut self, _: &mut Call, _: &AgentRun, _: Duration) -> Result<(), Infallible> {
         Ok(())
     }
 
@@ -119,13 +62,13 @@ impl Waits for Unrecorded {
     }
 }
 
-/// How [`Caller::ride_out`] ended: the call's [`Ending`] (or the agent that could not run),
+/// How [`Caller::ride_out`] ended: the call's last run (or the agent that could not run),
 /// or the error a [`Waits`] hook stopped it with.
-pub(crate) type Ridden<E> = Result<Result<Ending, AgentError>, E>;
+pub(crate) type Ridden<E> = Result<Result<AgentRun, AgentError>, E>;
 
 /// The limits of the agent runs of a caller.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
+pub(crate) struct CallLimits {
     /// Wall-clock limit of one agent run (the step's deadline may cut it shorter).
     pub(crate) agent_timeout: Duration,
     /// SIGTERM → SIGKILL.
@@ -175,6 +118,17 @@ pub(crate) struct Kill {
     pub(crate) log: Option<PathBuf>,
 }
 
+impl Kill {
+    /// The limit that stopped `run`, with its log as `caller` names it; `None` when no
+    /// limit did.
+    pub(crate) fn of(run: &AgentRun, caller: &Caller) -> Option<Kill> {
+        Some(Kill {
+            reason: run.exit.kill_reason()?,
+            log: run.log_path.as_deref().map(|p| caller.relative(p)),
+        })
+    }
+}
+
 impl<T> Structured<T> {
     fn unusable(reason: String) -> Self {
         Structured::Unusable { reason, kill: None }
@@ -190,12 +144,13 @@ pub(crate) struct Caller {
     workspace: PathBuf,
     /// Where the agent works, when not in the workspace itself: a task's git work tree.
     work_tree: Option<PathBuf>,
-    limits: Limits,
+    limits: CallLimits,
     stop: CancellationToken,
     pub(crate) emitter: Emitter,
     /// The last choice a [`Fallback`](crate::agent::Fallback) chain made in this caller's
-    /// calls: which agent took the run, and why.
-    chosen: Arc<Mutex<Option<AgentChoice>>>,
+    /// calls: which agent took the run, and why; `None` when it made no choice (one agent,
+    /// or the first of the chain took every run). A thread keeps it in its record.
+    pub(crate) chosen: Arc<Mutex<Option<AgentChoice>>>,
     /// The run-wide limits and the ledger every run's spend goes to; `None` for a caller
     /// no pipeline gave one (a library user's own).
     budget: Option<Budget>,
@@ -217,7 +172,7 @@ impl Caller {
     pub(crate) fn new(
         agent: Arc<dyn Agent>,
         workspace: impl Into<PathBuf>,
-        limits: Limits,
+        limits: CallLimits,
         stop: CancellationToken,
         emitter: Emitter,
         sandbox: Arc<super::sandbox::RunSandbox>,
@@ -281,8 +236,8 @@ impl Caller {
         self.budget.as_ref().is_some_and(Budget::exhausted)
     }
 
-    /// The error of `call`'s run that failed in a way that ends the run (`kind` is
-    /// [`ends_the_run`]): no retry can fix it, or the agent cannot reach its API. Names the
+    /// The error of `call`'s run that failed in a way that ends the run (`kind`
+    /// [`ends_the_run`](FailureKind::ends_the_run)): no retry can fix it, or the agent cannot reach its API. Names the
     /// agent, what the run was for, and why.
     pub(crate) fn fatal(&self, call: &Call, reason: String, kind: FailureKind) -> Error {
         let agent = self.agent.name().to_owned();
@@ -307,16 +262,6 @@ impl Caller {
         }
     }
 
-    /// The agent a fallback chain last gave a run of this caller to, and why; `None` when
-    /// it made no choice (one agent, or the first of the chain took every run).
-    #[cfg(feature = "threads")]
-    pub(crate) fn last_choice(&self) -> Option<AgentChoice> {
-        self.chosen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
     /// This caller with its agents working in `work_tree` (a task's git work tree) instead
     /// of the workspace; ralph's state and logs stay in the workspace.
     pub(crate) fn in_work_tree(&self, work_tree: PathBuf) -> Caller {
@@ -327,15 +272,25 @@ impl Caller {
         }
     }
 
-    /// Runs one call to an [`Ending`]: the agent timeout is the smaller of `agent_timeout`
+    /// Runs one call to its last run: the agent timeout is the smaller of `agent_timeout`
     /// and the time left to the deadline; at the deadline the agent is asked to stop, and
     /// dropped if it does not within the grace. Rate limits and transient failures are ridden
-    /// out (see [`ride_out`](Self::ride_out)).
+    /// out (see [`ride_out`](Self::ride_out)). The run's exit says how the call ended:
+    ///
+    /// - [`AgentExit::Completed`]: a final answer (whatever it says);
+    /// - [`AgentExit::Failed`]: never [`FailureKind::Transient`] (those were retried, and
+    ///   one that kept failing ends as `Attempt`); the answer of a read-only run that changed
+    ///   the work tree is such a failure;
+    /// - [`AgentExit::TimedOut`], [`AgentExit::ContextLimit`]: a limit stopped it (the step's
+    ///   deadline included), [`AgentExit::kill_reason`];
+    /// - [`AgentExit::RateLimited`]: only from a [`Waits`] hook that stops riding out;
+    /// - [`AgentExit::Stopped`]: the run was stopped (the stop token: Ctrl+C, SIGTERM,
+    ///   SIGHUP). An agent that stopped while nobody asked is a failed attempt.
     ///
     /// # Errors
     ///
     /// [`AgentError`] when the agent could not run at all.
-    pub(crate) async fn call(&self, call: &mut Call) -> Result<Ending, AgentError> {
+    pub(crate) async fn call(&self, call: &mut Call) -> Result<AgentRun, AgentError> {
         self.call_with(call, None).await
     }
 
@@ -349,7 +304,7 @@ impl Caller {
         &self,
         call: &mut Call,
         schema: Option<serde_json::Value>,
-    ) -> Result<Ending, AgentError> {
+    ) -> Result<AgentRun, AgentError> {
         match self.ride_out(call, schema, &mut Unrecorded).await {
             Ok(ended) => ended,
             Err(never) => match never {},
@@ -364,7 +319,7 @@ impl Caller {
     /// runs that failed so in a row have lasted `unreachable_after`: then the call ends as
     /// [`FailureKind::Unreachable`], naming the agent and its last error. None of these is
     /// an attempt, and the time waited moves the call's deadline. The stop token ends a wait
-    /// with [`Ending::Interrupted`].
+    /// with [`AgentExit::Stopped`].
     ///
     /// # Errors
     ///
@@ -375,73 +330,40 @@ impl Caller {
         call: &mut Call,
         schema: Option<serde_json::Value>,
         waits: &mut W,
-    ) -> Ridden<W::Error> {
+    ) -> Ridden<W::Halt> {
         let mut failures = 0u32;
         // When the first of the runs that failed in a row for a connection error started.
         let mut unreached_since: Option<Instant> = None;
         loop {
             let started = Instant::now();
-            let ending = match self.run_once(call, schema.clone()).await {
-                Ok(ending) => ending,
+            let run = match self.run_once(call, schema.clone()).await {
+                Ok(run) => run,
                 Err(e) => return Ok(Err(e)),
             };
-            let unreached = matches!(&ending, Ending::Failed {
+            let unreached = matches!(&run.exit, AgentExit::Failed {
                 reason,
                 kind: FailureKind::Transient,
             } if is_connection_error(reason));
             if !unreached {
                 unreached_since = None;
             }
-            let wait = match ending {
-                Ending::RateLimited(until) => Wait::RateLimit {
-                    #[cfg(feature = "threads")]
-                    until,
-                    wait: self.rate_limit_wait(until),
-                },
-                Ending::Failed { reason, .. } if unreached => {
+            let wait = match &run.exit {
+                AgentExit::RateLimited { until } => self.rate_limit_wait(*until),
+                AgentExit::Failed { reason, .. } if unreached => {
                     let since = *unreached_since.get_or_insert(started);
-                    let after = self.limits.unreachable_after;
-                    let Some(left) = after.checked_sub(since.elapsed()).filter(|l| !l.is_zero())
-                    else {
-                        return Ok(Ok(Ending::Failed {
-                            reason: format!(
-                                "{} is unreachable: no successful API exchange for {}, only connection errors; the last: {reason}",
-                                self.agent.name(),
-                                humantime::format_duration(after)
-                            ),
-                            kind: FailureKind::Unreachable,
-                        }));
-                    };
-                    // Not past the unreachable time by more than a second.
-                    let left = Duration::from_secs(left.as_secs() + 1);
-                    let wait = time::backoff(self.limits.transient_backoff, failures).min(left);
-                    failures += 1;
-                    self.emitter.emit(&Event::Warning {
-                        message: format!(
-                            "{} {}: {reason}; no API exchange for {} of {}; retrying in {}",
-                            call.role,
-                            call.subject.as_deref().unwrap_or("-"),
-                            humantime::format_duration(Duration::from_secs(
-                                since.elapsed().as_secs()
-                            )),
-                            humantime::format_duration(after),
-                            humantime::format_duration(wait)
-                        ),
-                    });
-                    Wait::Backoff {
-                        #[cfg(feature = "threads")]
-                        reason,
-                        #[cfg(feature = "threads")]
-                        failures,
-                        wait,
+                    match self.unreached_wait(call, reason, since, failures) {
+                        Some(wait) => wait,
+                        None => {
+                            let reason = self.unreachable(reason);
+                            return Ok(Ok(ended(run, reason, FailureKind::Unreachable)));
+                        }
                     }
                 }
-                Ending::Failed {
+                AgentExit::Failed {
                     reason,
                     kind: FailureKind::Transient,
                 } if failures < self.limits.transient_retries => {
                     let wait = time::backoff(self.limits.transient_backoff, failures);
-                    failures += 1;
                     self.emitter.emit(&Event::Warning {
                         message: format!(
                             "{} {}: {reason}; retrying in {}",
@@ -450,33 +372,70 @@ impl Caller {
                             humantime::format_duration(wait)
                         ),
                     });
-                    Wait::Backoff {
-                        #[cfg(feature = "threads")]
-                        reason,
-                        #[cfg(feature = "threads")]
-                        failures,
-                        wait,
-                    }
+                    wait
                 }
-                Ending::Failed {
+                AgentExit::Failed {
                     reason,
                     kind: FailureKind::Transient,
                 } => {
-                    return Ok(Ok(Ending::Failed {
-                        reason: format!("{reason} (still failing after {failures} retries)"),
-                        kind: FailureKind::Attempt,
-                    }));
+                    let reason = format!("{reason} (still failing after {failures} retries)");
+                    return Ok(Ok(ended(run, reason, FailureKind::Attempt)));
                 }
-                ending => return Ok(Ok(ending)),
+                _ => return Ok(Ok(run)),
             };
-            waits.before(call, &wait)?;
+            if !matches!(run.exit, AgentExit::RateLimited { .. }) {
+                failures += 1;
+            }
+            waits.before(call, &run, wait)?;
             let started = Instant::now();
-            if !self.pause(wait.duration()).await {
-                return Ok(Ok(Ending::Interrupted));
+            if !self.pause(wait).await {
+                return Ok(Ok(AgentRun {
+                    exit: AgentExit::Stopped,
+                    ..run
+                }));
             }
             call.deadline += started.elapsed();
             waits.after(call)?;
         }
+    }
+
+    /// The backoff after a run that failed for a connection error, the runs failing so in
+    /// a row since `since` (said as a warning); `None` once they have lasted
+    /// `unreachable_after`: the agent is unreachable.
+    fn unreached_wait(
+        &self,
+        call: &Call,
+        reason: &str,
+        since: Instant,
+        failures: u32,
+    ) -> Option<Duration> {
+        let after = self.limits.unreachable_after;
+        let left = after
+            .checked_sub(since.elapsed())
+            .filter(|l| !l.is_zero())?;
+        // Not past the unreachable time by more than a second.
+        let left = Duration::from_secs(left.as_secs() + 1);
+        let wait = time::backoff(self.limits.transient_backoff, failures).min(left);
+        self.emitter.emit(&Event::Warning {
+            message: format!(
+                "{} {}: {reason}; no API exchange for {} of {}; retrying in {}",
+                call.role,
+                call.subject.as_deref().unwrap_or("-"),
+                humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())),
+                humantime::format_duration(after),
+                humantime::format_duration(wait)
+            ),
+        });
+        Some(wait)
+    }
+
+    /// Why the agent is unreachable, after `last` and the others before it.
+    fn unreachable(&self, last: &str) -> String {
+        format!(
+            "{} is unreachable: no successful API exchange for {}, only connection errors; the last: {last}",
+            self.agent.name(),
+            humantime::format_duration(self.limits.unreachable_after)
+        )
     }
 
     /// One agent run under the deadline.
@@ -484,32 +443,19 @@ impl Caller {
         &self,
         call: &Call,
         schema: Option<serde_json::Value>,
-    ) -> Result<Ending, AgentError> {
+    ) -> Result<AgentRun, AgentError> {
         if let Some(budget) = self.budget.as_ref().filter(|b| b.exhausted()) {
             // Checked before every run: past the limit, nothing more is spent.
             self.emitter.emit(&budget.exhausted_event());
-            return Ok(Ending::Failed {
+            return Ok(AgentRun::new(AgentExit::Failed {
                 reason: budget.exhausted_error().to_string(),
                 kind: FailureKind::BudgetExhausted,
-            });
+            }));
         }
         let log = unused(&call.log);
         let token = self.stop.child_token();
-        let remaining = call.deadline.saturating_duration_since(Instant::now());
-        let works_in = self.work_tree.as_ref().unwrap_or(&self.workspace);
-        let mut request = AgentRequest::new(call.role, call.prompt.clone(), works_in)
-            .attempt(call.attempt)
-            .log_path(&log)
-            .timeout(self.limits.agent_timeout.min(remaining))
-            .context(self.limits.context)
-            .unreachable_after(self.limits.unreachable_after)
-            .stop(token.clone());
         let run_id = spend::run_id();
-        request.events = self.forward_events(call.subject.clone(), self.provisional(call, &run_id));
-        request.subject = call.subject.clone();
-        request.schema = schema;
-        request.budget_usd = self.budget.as_ref().and_then(Budget::dollars_left);
-        request.sandbox = self.sandbox.agent(works_in, call.role.may_write());
+        let request = self.request(call, schema, &log, &token, &run_id);
         let span = tracing::info_span!(
             target: "ralph",
             "agent",
@@ -531,6 +477,40 @@ impl Caller {
             Some(result) => result?,
             None => AgentRun::new(AgentExit::Stopped).with_log_path(&log),
         };
+        self.say_finished(call, &run);
+        self.record_spend(call, &run, run_id);
+        Ok(self.judged(self.classify(run, call.deadline), breach))
+    }
+
+    /// The request of one run of `call`, logging to `log`, stopped by `token`, its spend
+    /// reported as run `run_id`.
+    fn request(
+        &self,
+        call: &Call,
+        schema: Option<serde_json::Value>,
+        log: &Path,
+        token: &CancellationToken,
+        run_id: &str,
+    ) -> AgentRequest {
+        let remaining = call.deadline.saturating_duration_since(Instant::now());
+        let works_in = self.work_tree.as_ref().unwrap_or(&self.workspace);
+        let mut request = AgentRequest::new(call.role, call.prompt.clone(), works_in)
+            .attempt(call.attempt)
+            .log_path(log)
+            .timeout(self.limits.agent_timeout.min(remaining))
+            .context(self.limits.context)
+            .unreachable_after(self.limits.unreachable_after)
+            .stop(token.clone());
+        request.events = self.forward_events(call.subject.clone(), self.provisional(call, run_id));
+        request.subject = call.subject.clone();
+        request.schema = schema;
+        request.budget_usd = self.budget.as_ref().and_then(Budget::dollars_left);
+        request.sandbox = self.sandbox.agent(works_in, call.role.may_write());
+        request
+    }
+
+    /// Says that `call`'s run ended, as the agent reported it.
+    fn say_finished(&self, call: &Call, run: &AgentRun) {
         self.emitter.emit(&Event::AgentFinished {
             role: call.role,
             subject: call.subject.clone(),
@@ -542,26 +522,26 @@ impl Caller {
             session_id: run.session_id.clone(),
             log: run.log_path.as_deref().map(|p| self.relative(p)),
         });
-        self.record_spend(call, &run, run_id);
-        let ending = match (self.classify(run, call.deadline), breach) {
-            // The answer of a run that broke the rule is not used; any other ending stands.
-            (Ending::Answer(_), Some(reason)) => Ending::Failed {
-                reason,
-                kind: FailureKind::Attempt,
-            },
-            (ending, _) => ending,
-        };
-        Ok(match ending {
-            // The cap it ran under was what was left of the run-wide budget: that is spent.
-            Ending::Failed {
-                reason,
-                kind: FailureKind::RunBudget,
-            } if self.budget.as_ref().is_some_and(Budget::exhausted) => Ending::Failed {
-                reason,
-                kind: FailureKind::BudgetExhausted,
-            },
-            ending => ending,
-        })
+    }
+
+    /// `run` as ralph judges it: the answer of a read-only run that changed the work tree
+    /// (`breach`) is not used, and a run's own cap that was what was left of the run-wide
+    /// budget means that budget is spent.
+    fn judged(&self, run: AgentRun, breach: Option<String>) -> AgentRun {
+        match (&run.exit, breach) {
+            (AgentExit::Completed, Some(reason)) => ended(run, reason, FailureKind::Attempt),
+            (
+                AgentExit::Failed {
+                    reason,
+                    kind: FailureKind::RunBudget,
+                },
+                _,
+            ) if self.budget.as_ref().is_some_and(Budget::exhausted) => {
+                let reason = reason.clone();
+                ended(run, reason, FailureKind::BudgetExhausted)
+            }
+            _ => run,
+        }
     }
 
     /// The work tree before a run of `role`, when it is read-only and in a git repository,
@@ -660,33 +640,28 @@ impl Caller {
         Some((ledger, line))
     }
 
-    fn classify(&self, run: AgentRun, deadline: Instant) -> Ending {
-        let log = run.log_path.as_deref().map(|p| self.relative(p));
+    /// `run` as the call ends with it: stopped only when the run is (the stop token), timed
+    /// out when the deadline stopped it, and failed when it stopped on its own.
+    fn classify(&self, run: AgentRun, deadline: Instant) -> AgentRun {
         if self.stop.is_cancelled() {
-            return Ending::Interrupted;
+            return AgentRun {
+                exit: AgentExit::Stopped,
+                ..run
+            };
         }
         match run.exit {
-            AgentExit::Completed => Ending::Answer(run),
-            AgentExit::RateLimited { until } => Ending::RateLimited(until),
-            AgentExit::Failed { reason, kind } => Ending::Failed { reason, kind },
-            AgentExit::ContextLimit => Ending::Killed {
-                reason: KillReason::ContextLimit,
-                log,
-            },
-            AgentExit::TimedOut => Ending::Killed {
-                reason: KillReason::Timeout,
-                log,
-            },
-            AgentExit::Stopped if Instant::now() >= deadline => Ending::Killed {
-                reason: KillReason::Timeout,
-                log,
+            AgentExit::Stopped if Instant::now() >= deadline => AgentRun {
+                exit: AgentExit::TimedOut,
+                ..run
             },
             // Stopped while neither the user nor the deadline asked: the agent gave up on its
             // own; count it as a failed attempt.
-            _ => Ending::Failed {
-                reason: "the agent stopped without an answer".into(),
-                kind: FailureKind::Attempt,
-            },
+            AgentExit::Stopped => ended(
+                run,
+                "the agent stopped without an answer".into(),
+                FailureKind::Attempt,
+            ),
+            _ => run,
         }
     }
 
@@ -753,30 +728,10 @@ impl Caller {
         let mut last_error = String::new();
         while runs < 2 {
             runs += 1;
-            let run = match self.call_with(&mut call, Some(T::schema())).await? {
-                Ending::Answer(run) => run,
-                Ending::Interrupted => return Ok((Structured::Interrupted, runs)),
-                Ending::Failed { reason, kind } if ends_the_run(kind) => {
-                    return Err(self.fatal(&call, reason, kind));
-                }
-                Ending::Failed { reason, .. } => {
-                    return Ok((
-                        Structured::unusable(format!("the agent failed: {reason}")),
-                        runs,
-                    ));
-                }
-                Ending::Killed { reason, log } => {
-                    let kill = Some(Kill { reason, log });
-                    let reason = format!("the agent was stopped ({reason})");
-                    return Ok((Structured::Unusable { reason, kill }, runs));
-                }
-                Ending::RateLimited(_) => {
-                    return Ok((
-                        Structured::unusable("the agent is rate limited".into()),
-                        runs,
-                    ));
-                }
-            };
+            let run = self.call_with(&mut call, Some(T::schema())).await?;
+            if let Some(ended) = self.unanswered(&call, &run)? {
+                return Ok((ended, runs));
+            }
             match answer::parse::<T>(&run).and_then(|a| extra(&a).map(|()| a)) {
                 Ok(answer) => return Ok((Structured::Answer(answer), runs)),
                 Err(e) => {
@@ -802,6 +757,29 @@ impl Caller {
         ))
     }
 
+    /// What a structured call ends with when `run` gave no answer to read; `None` when it
+    /// did.
+    fn unanswered<T>(&self, call: &Call, run: &AgentRun) -> Result<Option<Structured<T>>, Error> {
+        let reason = match &run.exit {
+            AgentExit::Completed => return Ok(None),
+            AgentExit::Stopped => return Ok(Some(Structured::Interrupted)),
+            AgentExit::Failed { reason, kind } if kind.ends_the_run() => {
+                return Err(self.fatal(call, reason.clone(), *kind));
+            }
+            AgentExit::Failed { reason, .. } => format!("the agent failed: {reason}"),
+            AgentExit::RateLimited { .. } => "the agent is rate limited".into(),
+            exit => {
+                let kill = Kill::of(run, self);
+                let why = exit
+                    .kill_reason()
+                    .map_or_else(|| "stopped".into(), |r| r.to_string());
+                let reason = format!("the agent was stopped ({why})");
+                return Ok(Some(Structured::Unusable { reason, kill }));
+            }
+        };
+        Ok(Some(Structured::unusable(reason)))
+    }
+
     /// How long to wait for a rate limit to reset (at most a day), reported as an event.
     pub(crate) fn rate_limit_wait(&self, until: SystemTime) -> Duration {
         let wait = time::wait_until(until);
@@ -818,9 +796,15 @@ impl Caller {
 
     /// `path` relative to the workspace when inside it (as `kill_log` records it).
     pub(crate) fn relative(&self, path: &std::path::Path) -> PathBuf {
-        path.strip_prefix(&self.workspace)
-            .map(std::path::Path::to_path_buf)
-            .unwrap_or_else(|_| path.to_path_buf())
+        super::workspace::relative(&self.workspace, path)
+    }
+}
+
+/// `run` ended by ralph's runtime rather than the agent: failed for `reason`, of `kind`.
+fn ended(run: AgentRun, reason: String, kind: FailureKind) -> AgentRun {
+    AgentRun {
+        exit: AgentExit::Failed { reason, kind },
+        ..run
     }
 }
 

@@ -71,7 +71,6 @@ pub(crate) fn prompt_message(template: &str, file: &Option<String>, message: &st
 
 /// Plan mode or build mode could not go on (feature `specs`): what is missing or unusable
 /// in their files or in the agent's answer, named.
-#[cfg(feature = "specs")]
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpecsError {
@@ -329,8 +328,7 @@ pub enum Error {
         /// What the lock file says about its holder (`pid N, since T`), if anything.
         holder: Option<String>,
     },
-    /// Plan mode or build mode could not go on.
-    #[cfg(feature = "specs")]
+    /// Plan mode or build mode could not go on (feature `specs`).
     #[error(transparent)]
     Specs(#[from] SpecsError),
     /// The user's work tree has uncommitted changes to tracked files, and ralph, which
@@ -423,7 +421,6 @@ pub(crate) fn after_hooks<T>(
 }
 
 /// `; skipped: WHY; WHY` after "no markdown specs", or nothing when nothing was skipped.
-#[cfg(feature = "specs")]
 fn skipped_note(skipped: &[String]) -> String {
     match skipped.is_empty() {
         true => String::new(),

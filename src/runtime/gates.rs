@@ -3,7 +3,6 @@
 //! check.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -37,31 +36,9 @@ pub(crate) struct GateRun<'a> {
     pub(crate) home: Option<&'a super::home::Home>,
 }
 
-/// How one gate ended.
-#[derive(Debug)]
-pub(crate) enum GateEnd {
-    /// It ran to a report (passed, failed, or its own timeout).
-    Report(GateReport),
-    /// The step's deadline stopped it.
-    TimedOut,
-    /// The run was stopped.
-    Interrupted,
-}
-
-/// How a check of all the gates ended.
-#[derive(Debug)]
-pub(crate) enum GatesEnd {
-    /// Every required gate passed (optional failures were reported, not enforced).
-    Passed,
-    /// A required gate failed: its name, and the failure for the retry prompt.
-    Failed { gate: String, failure: String },
-    /// The step's deadline stopped this gate (named in the failures that mention it).
-    TimedOut { gate: String },
-    /// The run was stopped.
-    Interrupted,
-}
-
-/// Runs one gate, logging to `log`.
+/// Runs one gate, logging to `log`: its report (passed, failed, or its own timeout), or
+/// `None` when it did not finish: the run was stopped (`run.stop` is cancelled) or the
+/// step's deadline stopped it.
 ///
 /// # Errors
 ///
@@ -70,7 +47,7 @@ pub(crate) async fn check_one(
     gate: &dyn Gate,
     run: GateRun<'_>,
     log: Option<PathBuf>,
-) -> Result<GateEnd, GateError> {
+) -> Result<Option<GateReport>, GateError> {
     let token = run.stop.child_token();
     let mut ctx = GateContext::new(run.workspace).stop(token.clone()).task(
         run.task.clone(),
@@ -90,11 +67,7 @@ pub(crate) async fn check_one(
     );
     let checked = until_deadline(run.deadline, &token, run.grace, gate.check(ctx));
     let Some(report) = checked.instrument(span).await else {
-        return Ok(if run.stop.is_cancelled() {
-            GateEnd::Interrupted
-        } else {
-            GateEnd::TimedOut
-        });
+        return Ok(None);
     };
     let report = report?;
     run.emitter.emit(&Event::GateFinished {
@@ -104,44 +77,11 @@ pub(crate) async fn check_one(
         status: report.status.clone(),
         duration: report.duration,
     });
-    if run.stop.is_cancelled() {
-        return Ok(GateEnd::Interrupted);
+    // Stopped, by the run's stop token or the deadline that cancelled its own.
+    if run.stop.is_cancelled() || report.status == GateStatus::Stopped {
+        return Ok(None);
     }
-    // Stopped without the run being stopped: the deadline cancelled its token.
-    if report.status == GateStatus::Stopped {
-        return Ok(GateEnd::TimedOut);
-    }
-    Ok(GateEnd::Report(report))
-}
-
-/// Runs `gates` in order, each logging to `log(gate name)`, until a required one fails.
-///
-/// # Errors
-///
-/// [`GateError`] when a gate could not run at all.
-pub(crate) async fn check_all(
-    gates: &[Arc<dyn Gate>],
-    run: GateRun<'_>,
-    log: impl Fn(&str) -> PathBuf,
-) -> Result<GatesEnd, GateError> {
-    for gate in gates {
-        match check_one(gate.as_ref(), run, Some(log(gate.name()))).await? {
-            GateEnd::Report(report) if report.blocks() => {
-                return Ok(GatesEnd::Failed {
-                    gate: report.name.clone(),
-                    failure: failure(&report),
-                });
-            }
-            GateEnd::Report(_) => {}
-            GateEnd::TimedOut => {
-                return Ok(GatesEnd::TimedOut {
-                    gate: gate.name().to_owned(),
-                });
-            }
-            GateEnd::Interrupted => return Ok(GatesEnd::Interrupted),
-        }
-    }
-    Ok(GatesEnd::Passed)
+    Ok(Some(report))
 }
 
 /// The failure for the retry prompt: a headline with the output's last line (usually the

@@ -6,7 +6,7 @@
 //! * the construct loop's stage logs, `<log_dir>/ralph-<timestamp>-<stage>.log`, with each
 //!   agent or gate run's log beside them ([`Logs::run_log`]);
 //! * build mode's run folders, `<log_dir>/runs/<spec>/<timestamp>/` holding
-//!   `plan-attempt-N.log`, `impl-attempt-N.log` and `verify.log` ([`folder_log`]), with one
+//!   `plan-attempt-N.log`, `impl-attempt-N.log` and `verify.log` (`specs::logs`), with one
 //!   event log per call of a mode without stages ([`Logs::open_run`]).
 //!
 //! Threads keep each run's transcript in `.ralph/runs/<run-id>/output.log`.
@@ -17,8 +17,6 @@ use std::sync::{Arc, Mutex};
 
 use super::error::Error;
 use super::hooks::{HookFailed, Hooks};
-#[cfg(feature = "specs")]
-use crate::agent::Role;
 use crate::event::{Event, Observer};
 use crate::files::capped::CappedLog;
 use crate::model::Stage;
@@ -211,19 +209,16 @@ impl Logs {
     /// emitter's lines to it. Returns its path.
     pub(crate) fn enter(&mut self, stage: Stage, emitter: &Emitter) -> Result<PathBuf, Error> {
         self.stage = stage;
-        self.stamp = file_stamp();
         self.entered += 1;
         if self.entered.is_multiple_of(PRUNE_EVERY) {
             prune(&self.dir, self.keep);
         }
-        let (path, file) = self.create(&format!("ralph-{}-{}", self.stamp, stage.file_name()))?;
-        emitter.set_stage_log(file);
-        Ok(self.relative(&path))
+        self.open_run(stage.file_name(), emitter)
     }
 
     /// Opens `ralph-<timestamp>-<name>.log` for a whole run of a mode without stages (build
-    /// mode, plan mode) and routes the emitter's lines to it. Returns its path.
-    #[cfg(feature = "specs")]
+    /// mode, plan mode), or for a stage, and routes the emitter's lines to it. Returns its
+    /// path.
     pub(crate) fn open_run(&mut self, name: &str, emitter: &Emitter) -> Result<PathBuf, Error> {
         self.stamp = file_stamp();
         let (path, file) = self.create(&format!("ralph-{}-{}", self.stamp, sanitize(name)))?;
@@ -261,9 +256,7 @@ impl Logs {
 
     /// `path` relative to the workspace when inside it (as `kill_log` records it).
     pub(crate) fn relative(&self, path: &Path) -> PathBuf {
-        path.strip_prefix(&self.workspace)
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|_| path.to_path_buf())
+        super::workspace::relative(&self.workspace, path)
     }
 
     /// Resolves a recorded log path against the workspace.
@@ -299,19 +292,16 @@ impl Logs {
 /// beyond `keep`, then the folders left empty. Best effort: a log that cannot be listed or
 /// deleted costs disk space, never the run.
 fn prune(dir: &Path, keep: usize) {
-    let mut files = Vec::new();
-    list_files(dir, &mut files);
-    delete_oldest(dir, files, keep);
+    prune_matching(dir, keep, |_| true);
 }
 
-/// Deletes the oldest of the files named `name` under `dir` beyond `keep`; everything
+/// Deletes the oldest of the files under `dir` that `counts` beyond `keep`; everything
 /// else stays. Threads keep each run's record (`run.json`, history) beside its transcript
-/// (`output.log`, up to a capped log's size): only transcripts are given up.
-#[cfg(feature = "threads")]
-pub(crate) fn prune_named(dir: &Path, name: &str, keep: usize) {
+/// (`output.log`, up to a capped log's size): only transcripts count, and are given up.
+pub(crate) fn prune_matching(dir: &Path, keep: usize, counts: impl Fn(&Path) -> bool) {
     let mut files = Vec::new();
     list_files(dir, &mut files);
-    files.retain(|(_, path)| path.file_name().is_some_and(|n| n == name));
+    files.retain(|(_, path)| counts(path));
     delete_oldest(dir, files, keep);
 }
 
@@ -364,40 +354,6 @@ pub(crate) fn sanitize(text: &str) -> String {
         .collect()
 }
 
-#[cfg(feature = "specs")]
-/// A new run folder `<log_dir>/runs/<name>/<timestamp>/`, created.
-pub(crate) fn run_folder(workspace: &Path, log_dir: &Path, name: &str) -> Result<PathBuf, Error> {
-    let logs = workspace.join(log_dir);
-    let dir = logs.join("runs").join(sanitize(name)).join(file_stamp());
-    // The log folder ignores itself (when ralph made it), and so everything under it.
-    crate::files::own::create_own_dir(&logs)
-        .and_then(|()| crate::files::own::create_dir_all(&dir))
-        .map_err(|source| Error::Io {
-            path: dir.clone(),
-            source,
-        })?;
-    Ok(dir)
-}
-
-#[cfg(feature = "specs")]
-/// The path of one agent run's log in a run folder: `plan-attempt-N.log` (N the plan's
-/// attempt), `impl-attempt-N.log` (N counts the implementer sessions in the folder),
-/// `verify.log`; a number is added when the name is taken.
-pub(crate) fn folder_log(dir: &Path, role: Role, attempt: u32) -> PathBuf {
-    let base = match role {
-        Role::Planner => format!("plan-attempt-{attempt}"),
-        Role::Build => {
-            let n = (1..)
-                .find(|n| !dir.join(format!("impl-attempt-{n}.log")).exists())
-                .unwrap_or(1);
-            format!("impl-attempt-{n}")
-        }
-        Role::Verify => "verify".to_owned(),
-        other => format!("{other}-attempt-{attempt}"),
-    };
-    unused(&dir.join(format!("{base}.log")))
-}
-
 /// `path` if nothing is there yet, else the first free `<stem>-<n>.log` beside it (n from
 /// 2): a retried run never writes into an earlier run's log.
 pub(crate) fn unused(path: &Path) -> PathBuf {
@@ -447,7 +403,6 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "threads")]
     #[test]
     fn only_the_oldest_transcripts_beyond_the_limit_go_and_run_records_stay() {
         let dir = tempfile::tempdir().unwrap();
@@ -466,7 +421,9 @@ mod tests {
                     .unwrap();
             }
         }
-        prune_named(runs, "output.log", 2);
+        prune_matching(runs, 2, |p| {
+            p.file_name().is_some_and(|n| n == "output.log")
+        });
         assert!(!runs.join("th-r1/output.log").exists(), "the oldest went");
         for kept in [
             "th-r1/run.json",
@@ -497,20 +454,5 @@ mod tests {
             run.to_str().unwrap().ends_with("-build-agent-t_1_x-a2.log"),
             "{run:?}"
         );
-    }
-
-    #[test]
-    fn folder_logs_are_named_by_role() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        assert!(folder_log(d, Role::Planner, 2).ends_with("plan-attempt-2.log"));
-        let first = folder_log(d, Role::Build, 1);
-        assert!(first.ends_with("impl-attempt-1.log"));
-        std::fs::write(&first, "").unwrap();
-        assert!(folder_log(d, Role::Build, 1).ends_with("impl-attempt-2.log"));
-        let verify = folder_log(d, Role::Verify, 1);
-        assert!(verify.ends_with("verify.log"));
-        std::fs::write(&verify, "").unwrap();
-        assert!(folder_log(d, Role::Verify, 2).ends_with("verify-2.log"));
     }
 }

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::call::{Caller, Limits};
+use self::call::{CallLimits, Caller};
 use self::error::Error;
 use self::gates::GateRun;
 use self::hooks::Hooks;
@@ -206,9 +206,9 @@ impl Context {
     }
 
     /// The limits of this run's agent calls.
-    pub(crate) fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> CallLimits {
         let config = &self.config;
-        Limits {
+        CallLimits {
             agent_timeout: config.agent_timeout,
             grace: config.grace,
             context: config.context,
@@ -296,13 +296,5 @@ impl Context {
             attempt,
             home: None,
         }
-    }
-
-    /// `path` relative to the workspace when inside it (as events and `kill_log` show it).
-    #[cfg(feature = "specs")]
-    pub(crate) fn relative(&self, path: &std::path::Path) -> PathBuf {
-        path.strip_prefix(&self.workspace)
-            .map(std::path::Path::to_path_buf)
-            .unwrap_or_else(|_| path.to_path_buf())
     }
 }

@@ -14,6 +14,7 @@
 //! `.pre-commit-config.yaml`, the programs of `[[hooks]]` that lie in the tree, and
 //! `[sandbox] protect`.
 
+use super::workspace::relative;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -462,11 +463,6 @@ fn judging_files(workspace: &Path, config: &Config) -> Vec<PathBuf> {
 
 /// `path` relative to `workspace` when it lies in it (so that it is protected in every work
 /// tree), else as it is.
-fn relative(workspace: &Path, path: &Path) -> PathBuf {
-    path.strip_prefix(workspace)
-        .map_or_else(|_| path.to_path_buf(), Path::to_path_buf)
-}
-
 /// The files a shell command names that exist in the workspace: the scripts a gate runs
 /// (`sh check.sh`, `./scripts/test`, `python tools/lint.py`).
 fn named_files(workspace: &Path, command: &str) -> Vec<PathBuf> {

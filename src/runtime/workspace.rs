@@ -19,6 +19,13 @@ pub const STATE_DIR: &str = crate::files::own::STATE_DIR_NAME;
 /// The lock file, inside [`STATE_DIR`].
 const LOCK_FILE: &str = "ralph.lock";
 
+/// `path` relative to `workspace` when inside it, else as it is: how events, logs and
+/// `kill_log` name a file.
+pub(crate) fn relative(workspace: &Path, path: &Path) -> PathBuf {
+    path.strip_prefix(workspace)
+        .map_or_else(|_| path.to_path_buf(), Path::to_path_buf)
+}
+
 /// The first of ralph's own paths in `workspace` (`own`, relative to it: the state folder,
 /// the log folder, the store's file, build mode's files) that leads out of it through a
 /// link, with where it leads: ralph's own writes inside the tree never follow a link out of

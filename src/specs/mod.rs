@@ -13,6 +13,7 @@ mod history;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod implementation;
 mod json_locate;
+pub(crate) mod logs;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod plan_files;
 pub(crate) mod plan_mode;

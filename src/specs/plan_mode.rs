@@ -25,7 +25,7 @@ use crate::runtime::Context;
 use crate::runtime::call::{Call, Structured};
 use crate::runtime::deadline;
 use crate::runtime::error::{Error, SpecsError};
-use crate::runtime::logs::{self, Emitter, Logs};
+use crate::runtime::logs::{Emitter, Logs};
 use crate::runtime::spec;
 
 /// Runs plan mode over `specs` (all markdown specs of the specs folder when empty) and saves
@@ -94,7 +94,7 @@ async fn plan(
     };
     let prompt = prompt(ctx, &files, &existing)?;
 
-    let run_dir = logs::run_folder(&ctx.workspace, &ctx.config.log_dir, "plan-mode")?;
+    let run_dir = crate::specs::logs::run_folder(&ctx.workspace, &ctx.config.log_dir, "plan-mode")?;
     let caller = ctx.spending_caller(emitter, super::SPEND_SCOPE)?;
     let call = Call {
         role: Role::Breakdown,
@@ -102,7 +102,7 @@ async fn plan(
         attempt: 1,
         prompt,
         deadline: deadline::after(ctx.config.stage_timeout),
-        log: logs::folder_log(&run_dir, Role::Breakdown, 1),
+        log: crate::specs::logs::folder_log(&run_dir, Role::Breakdown, 1),
     };
     let (answer, _) = caller
         .structured::<PlanAnswer>(call, |a| check_files(a, &files))
@@ -126,7 +126,7 @@ async fn plan(
     store.save(&mut plan, "plan-mode")?;
     let specs = plan.specs.len();
     let tasks = plan.specs.iter().map(|s| s.tasks.len()).sum();
-    let path = ctx.relative(store.path());
+    let path = crate::runtime::workspace::relative(&ctx.workspace, store.path());
     let commit = commit_plan(ctx.git(&ctx.workspace), &path, specs, tasks).await?;
     caller.emitter.emit(&Event::PlanSaved {
         path,
@@ -199,25 +199,25 @@ pub(crate) fn spec_files(
 
 fn prompt(ctx: &Context, files: &[String], existing: &Implementation) -> Result<String, Error> {
     #[derive(Serialize)]
-    struct SpecText<'a> {
+    struct SpecFile<'a> {
         file: &'a str,
         text: String,
     }
     #[derive(Serialize)]
-    struct Known<'a> {
+    struct KnownSpec<'a> {
         id: &'a str,
         file: &'a str,
         status: Status,
         completed: Vec<&'a str>,
     }
     #[derive(Serialize)]
-    struct Ctx<'a> {
-        specs: Vec<SpecText<'a>>,
-        existing: Vec<Known<'a>>,
+    struct BreakdownPrompt<'a> {
+        specs: Vec<SpecFile<'a>>,
+        existing: Vec<KnownSpec<'a>>,
     }
     let mut specs = Vec::new();
     for file in files {
-        specs.push(SpecText {
+        specs.push(SpecFile {
             file,
             text: spec::for_prompt(&ctx.workspace, file)?,
         });
@@ -225,7 +225,7 @@ fn prompt(ctx: &Context, files: &[String], existing: &Implementation) -> Result<
     let existing = existing
         .specs
         .iter()
-        .map(|s| Known {
+        .map(|s| KnownSpec {
             id: &s.id,
             file: &s.file,
             status: s.status,
@@ -237,7 +237,9 @@ fn prompt(ctx: &Context, files: &[String], existing: &Implementation) -> Result<
                 .collect(),
         })
         .collect();
-    Ok(ctx.prompts.render("plan_mode", &Ctx { specs, existing })?)
+    Ok(ctx
+        .prompts
+        .render("plan_mode", &BreakdownPrompt { specs, existing })?)
 }
 
 /// Every planned spec must be one of the specs given.

@@ -8,18 +8,18 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::record::{self, RunConfig, RunRecord};
 use super::{ThreadError, ThreadRecord, Threads};
-use crate::agent::{Agent, AgentError, AgentRun, FailureKind, Role};
+use crate::agent::{Agent, AgentError, AgentExit, AgentRun, Role};
 use crate::model::KillReason;
-use crate::runtime::call::{Call, Caller, Ending, Limits, Wait, Waits};
+use crate::runtime::call::{Call, CallLimits, Caller, Waits};
 use crate::runtime::deadline;
 use crate::runtime::spend::Budget;
 use crate::time;
 
-/// How one agent call ended, for a thread: the runtime's [`Ending`] as a thread reads it.
+/// How one agent call ended, for a thread: the call's last run as a thread reads it.
 #[allow(clippy::large_enum_variant)] // one per agent call, matched at once
 pub(super) enum Ran {
     /// A final answer (whatever it says).
@@ -38,25 +38,26 @@ pub(super) enum Ran {
 }
 
 impl Ran {
-    fn of(ended: Result<Ending, AgentError>, timeout: std::time::Duration) -> Ran {
-        let timed_out = || format!("timed out after {}", humantime::format_duration(timeout));
-        match ended {
-            Err(e) => Ran::Fatal(format!("the agent could not run: {e}")),
-            Ok(Ending::Answer(run)) => Ran::Answer(run),
-            Ok(Ending::Interrupted) => Ran::Interrupted,
+    fn of(ended: Result<AgentRun, AgentError>, timeout: std::time::Duration) -> Ran {
+        let run = match ended {
+            Err(e) => return Ran::Fatal(format!("the agent could not run: {e}")),
+            Ok(run) => run,
+        };
+        match &run.exit {
+            AgentExit::Completed => Ran::Answer(run),
+            AgentExit::Stopped => Ran::Interrupted,
             // An agent that cannot reach its API is no failure of the thread's work.
-            Ok(Ending::Failed {
-                reason,
-                kind: FailureKind::Fatal | FailureKind::Unreachable | FailureKind::BudgetExhausted,
-            }) => Ran::Fatal(reason),
-            Ok(Ending::Failed { reason, .. }) => Ran::Failed(format!("the agent failed: {reason}")),
+            AgentExit::Failed { reason, kind } if kind.ends_the_run() => Ran::Fatal(reason.clone()),
+            AgentExit::Failed { reason, .. } => Ran::Failed(format!("the agent failed: {reason}")),
             // Waited out by the runtime; kept total without a panic.
-            Ok(Ending::RateLimited(_)) => Ran::Failed("the agent is rate limited".into()),
-            Ok(Ending::Killed {
-                reason: KillReason::ContextLimit,
-                ..
-            }) => Ran::Failed("the agent ran out of context".into()),
-            Ok(Ending::Killed { .. }) => Ran::Failed(timed_out()),
+            AgentExit::RateLimited { .. } => Ran::Failed("the agent is rate limited".into()),
+            exit if exit.kill_reason() == Some(KillReason::ContextLimit) => {
+                Ran::Failed("the agent ran out of context".into())
+            }
+            _ => Ran::Failed(format!(
+                "timed out after {}",
+                humantime::format_duration(timeout)
+            )),
         }
     }
 }
@@ -136,27 +137,30 @@ impl RunNotes<'_> {
 }
 
 impl Waits for RunNotes<'_> {
-    type Error = Stop;
+    type Halt = Stop;
 
-    fn before(&mut self, _: &mut Call, wait: &Wait) -> Result<(), Stop> {
-        let outcome = match wait {
-            Wait::RateLimit { until, .. } if !self.patient => {
+    fn before(&mut self, _: &mut Call, run: &AgentRun, wait: Duration) -> Result<(), Stop> {
+        let outcome = match &run.exit {
+            AgentExit::RateLimited { until } if !self.patient => {
                 let reason = format!("the agent is rate limited until {}", stamp(*until));
                 self.close(&format!("failed: {reason}"))?;
                 return Err(Stop::RateLimited(reason));
             }
-            Wait::RateLimit { wait, .. } => {
-                let resets = stamp(SystemTime::now() + *wait);
+            AgentExit::RateLimited { .. } => {
+                let resets = stamp(SystemTime::now() + wait);
                 self.record.rate_limited_until = Some(resets.clone());
                 format!(
                     "rate limited: resets at {resets}, waiting {}s",
-                    time::whole_secs(*wait)
+                    time::whole_secs(wait)
                 )
             }
-            Wait::Backoff {
-                reason, failures, ..
-            } => {
-                self.record.transient_failures = *failures;
+            exit => {
+                // The runtime backs off after a transient failure only.
+                self.record.transient_failures += 1;
+                let reason = match exit {
+                    AgentExit::Failed { reason, .. } => reason.as_str(),
+                    _ => "no answer",
+                };
                 format!("failed (transient): {reason}")
             }
         };
@@ -184,8 +188,8 @@ impl Waits for RunNotes<'_> {
 impl Threads {
     /// The limits of the calls of a thread with `config`: the workspace's (`grace`,
     /// `[context]`, `transient_backoff`, `unreachable_after`), with the thread's agent timeout and retries.
-    fn limits(&self, config: &RunConfig) -> Limits {
-        Limits {
+    fn limits(&self, config: &RunConfig) -> CallLimits {
+        CallLimits {
             agent_timeout: config.agent_timeout,
             transient_retries: config.transient_retries,
             ..self.ctx.limits()
@@ -212,10 +216,10 @@ impl Threads {
         }
         let run_id = self.open_run(record, request.iteration, request.role)?;
         // `log_files_kept` holds for threads' transcripts too; their records stay.
-        crate::runtime::logs::prune_named(
+        crate::runtime::logs::prune_matching(
             &self.root.join("runs"),
-            "output.log",
             self.ctx.config.log_files_kept,
+            |path| path.file_name().is_some_and(|name| name == "output.log"),
         );
         let timeout = record.config.agent_timeout;
         let caller = Caller::new(
@@ -236,6 +240,8 @@ impl Threads {
             deadline: deadline::after(timeout),
             log: self.run_dir(&run_id).join("output.log"),
         };
+        // Counted by the waits of this call (`RunNotes::before`), from none.
+        record.transient_failures = 0;
         let mut notes = RunNotes {
             threads: self,
             budget,
@@ -250,13 +256,19 @@ impl Threads {
         let (run_id, open) = (notes.run_id, notes.open);
         record.transient_failures = 0;
         record.rate_limited_until = None;
-        if let Some(choice) = caller.last_choice() {
+        let chosen = caller
+            .chosen
+            .lock()
+            .map_or_else(|e| e.into_inner().clone(), |c| c.clone());
+        if let Some(choice) = chosen {
             record.current_agent = Some(choice.agent);
             record.agent_reason = Some(choice.reason);
         }
         let ran = match ridden {
             Ok(ended) => {
-                if let Ok(Ending::Answer(run)) = &ended {
+                if let Ok(run) = &ended
+                    && run.exit == AgentExit::Completed
+                {
                     keep_answer(&call.log, run);
                 }
                 Ran::of(ended, timeout)

@@ -15,13 +15,13 @@ use crate::gate::ShellGate;
 use crate::model::TaskId;
 use crate::output::truncate_middle;
 use crate::runtime::deadline;
-use crate::runtime::gates::{self, GateEnd};
+use crate::runtime::gates;
 
 /// How much of a failed check's output its failure message keeps.
 const CHECK_OUTPUT_KEPT: usize = 1500;
 
 /// What checking the criteria found.
-pub(super) enum Checked {
+pub(super) enum CriteriaChecked {
     Results {
         passed: Vec<String>,
         failed: Vec<String>,
@@ -30,7 +30,7 @@ pub(super) enum Checked {
 }
 
 /// One criterion's verdict: `None` when interrupted, `Err(why)` when it failed.
-type Verdict = Option<Result<(), String>>;
+type CriterionVerdict = Option<Result<(), String>>;
 
 impl Threads {
     /// Checks every criterion, in order: commands in a real shell, the rest by `verifier`.
@@ -40,7 +40,7 @@ impl Threads {
         iteration: u32,
         (spec, spec_text): (&ThreadSpec, &str),
         verifier: &Arc<dyn Agent>,
-    ) -> Result<Checked, ThreadError> {
+    ) -> Result<CriteriaChecked, ThreadError> {
         let mut passed = Vec::new();
         let mut failed = Vec::new();
         for (i, criterion) in spec.criteria.iter().enumerate() {
@@ -52,12 +52,12 @@ impl Threads {
                 }
             };
             match verdict {
-                None => return Ok(Checked::Interrupted),
+                None => return Ok(CriteriaChecked::Interrupted),
                 Some(Ok(())) => passed.push(criterion.text.clone()),
                 Some(Err(why)) => failed.push(format!("{}: {why}", criterion.text)),
             }
         }
-        Ok(Checked::Results { passed, failed })
+        Ok(CriteriaChecked::Results { passed, failed })
     }
 
     /// Runs the command of criterion `index` through the runtime's gate path: a
@@ -68,7 +68,7 @@ impl Threads {
         iteration: u32,
         index: usize,
         command: &str,
-    ) -> Verdict {
+    ) -> CriterionVerdict {
         let timeout = record.config.check_timeout;
         let gate = ShellGate::new(format!("criterion-{}", index + 1), command)
             .timeout(timeout)
@@ -80,13 +80,13 @@ impl Threads {
             .ctx
             .gate_run(&self.emitter, deadline, (&task, &record.title, iteration));
         Some(match gates::check_one(&gate, run, None).await {
-            Ok(GateEnd::Interrupted) => return None,
-            Ok(GateEnd::TimedOut) => Err(format!(
+            Ok(None) if self.ctx.stop.is_cancelled() => return None,
+            Ok(None) => Err(format!(
                 "timed out after {}",
                 humantime::format_duration(timeout)
             )),
-            Ok(GateEnd::Report(report)) if report.status.passed() => Ok(()),
-            Ok(GateEnd::Report(report)) => {
+            Ok(Some(report)) if report.status.passed() => Ok(()),
+            Ok(Some(report)) => {
                 let output = report.output.to_string();
                 let output = output.trim();
                 Err(if output.is_empty() {
@@ -111,16 +111,16 @@ impl Threads {
         criterion: &Criterion,
         spec_text: &str,
         verifier: &Arc<dyn Agent>,
-    ) -> Result<Verdict, ThreadError> {
+    ) -> Result<CriterionVerdict, ThreadError> {
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct CriteriaPrompt<'a> {
             spec: serde_json::Value,
             title: &'a str,
             criterion: &'a str,
         }
         let prompt = self.ctx.prompts.render(
             "thread_verify",
-            &Ctx {
+            &CriteriaPrompt {
                 spec: serde_json::json!({"name": record.title, "text": spec_text}),
                 title: &record.title,
                 criterion: &criterion.text,

@@ -16,7 +16,7 @@
 use serde::Serialize;
 
 use super::call::{Ran, Refused, Request};
-use super::criteria::Checked;
+use super::criteria::CriteriaChecked;
 use super::phase::{Phase, PhaseKind};
 use super::record::IterationRecord;
 use super::spec::ThreadSpec;
@@ -115,7 +115,7 @@ impl Threads {
                     &agents.verifier,
                 )
                 .await?;
-            let Checked::Results { passed, failed } = checked else {
+            let CriteriaChecked::Results { passed, failed } = checked else {
                 return Ok(record);
             };
             attempt.summary = format!(
@@ -141,7 +141,7 @@ impl Threads {
 /// The `thread_polish` template's variables.
 fn polish_context(record: &ThreadRecord, spec: &ThreadSpec, spec_text: &str) -> serde_json::Value {
     #[derive(Serialize)]
-    struct Ctx<'a> {
+    struct PolishPrompt<'a> {
         spec: serde_json::Value,
         title: &'a str,
         promise: &'a str,
@@ -149,7 +149,7 @@ fn polish_context(record: &ThreadRecord, spec: &ThreadSpec, spec_text: &str) -> 
         /// What the last polish left failing, when it did.
         failed: &'a [String],
     }
-    let ctx = Ctx {
+    let ctx = PolishPrompt {
         spec: serde_json::json!({"name": record.title, "text": spec_text}),
         title: &record.title,
         promise: &spec.promise,

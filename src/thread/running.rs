@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::LoopAgents;
 use super::call::{Ran, Refused, Request};
-use super::criteria::Checked;
+use super::criteria::CriteriaChecked;
 use super::phase::{Phase, PhaseKind};
 use super::record::{IterationRecord, RECENT_ATTEMPTS, StuckReport};
 use super::spec::ThreadSpec;
@@ -23,7 +23,7 @@ use crate::output::truncate_middle;
 const OUTPUT_KEPT: usize = 4000;
 
 /// What an iteration's run came to, before the thread moves on.
-enum Outcome {
+enum IterationEnd {
     /// Recorded as an attempt (a claim checked or not, or a failure).
     Attempt(IterationRecord),
     /// The thread already moved (paused or stuck): nothing to record.
@@ -76,7 +76,7 @@ impl Threads {
             let outcome = self
                 .iteration(&mut record, iteration, (&spec, &spec_text), &agents)
                 .await?;
-            if let Outcome::Attempt(attempt) = outcome {
+            if let IterationEnd::Attempt(attempt) = outcome {
                 self.conclude(&mut record, attempt, &spec).await?;
             }
         }
@@ -89,7 +89,7 @@ impl Threads {
         iteration: u32,
         (spec, spec_text): (&ThreadSpec, &str),
         agents: &LoopAgents,
-    ) -> Result<Outcome, ThreadError> {
+    ) -> Result<IterationEnd, ThreadError> {
         let prompt = self.ctx.prompts.render(
             "thread",
             &self.build_context(record, iteration, spec, spec_text),
@@ -101,7 +101,7 @@ impl Threads {
             // iteration to record: none started.
             Err(Refused(reason)) => {
                 self.exhausted(record, &reason).await?;
-                return Ok(Outcome::Moved);
+                return Ok(IterationEnd::Moved);
             }
         };
         let attempt = |summary: String, output: &str| IterationRecord {
@@ -116,16 +116,16 @@ impl Threads {
             Ran::Interrupted => {
                 self.close(&called, "interrupted")?;
                 self.pause(record, iteration, spec)?;
-                Ok(Outcome::Moved)
+                Ok(IterationEnd::Moved)
             }
             Ran::Fatal(reason) => {
                 self.close(&called, &format!("failed: {reason}"))?;
                 self.exhausted(record, reason).await?;
-                Ok(Outcome::Moved)
+                Ok(IterationEnd::Moved)
             }
             Ran::Failed(reason) | Ran::RateLimited(reason) => {
                 self.close(&called, reason)?;
-                Ok(Outcome::Attempt(attempt(reason.clone(), "")))
+                Ok(IterationEnd::Attempt(attempt(reason.clone(), "")))
             }
             Ran::Answer(run)
                 if crate::signal::last_line(&run.final_text) == Some(spec.promise.as_str()) =>
@@ -138,7 +138,7 @@ impl Threads {
             Ran::Answer(run) => {
                 self.close(&called, "completed: no claim")?;
                 let summary = no_claim(&run.final_text, &spec.promise);
-                Ok(Outcome::Attempt(attempt(summary, &run.final_text)))
+                Ok(IterationEnd::Attempt(attempt(summary, &run.final_text)))
             }
         }
     }
@@ -152,16 +152,16 @@ impl Threads {
         mut attempt: IterationRecord,
         (spec, spec_text): (&ThreadSpec, &str),
         agents: &LoopAgents,
-    ) -> Result<Outcome, ThreadError> {
+    ) -> Result<IterationEnd, ThreadError> {
         let iteration = attempt.iteration;
         self.advance(record, Phase::Verifying { iteration })?;
         let checked = self
             .check_criteria(record, iteration, (spec, spec_text), &agents.verifier)
             .await?;
-        let Checked::Results { passed, failed } = checked else {
+        let CriteriaChecked::Results { passed, failed } = checked else {
             self.advance(record, Phase::Running { iteration })?;
             self.pause(record, iteration, spec)?;
-            return Ok(Outcome::Moved);
+            return Ok(IterationEnd::Moved);
         };
         attempt.summary = format!(
             "claimed done; {} of {} criteria passed",
@@ -169,7 +169,7 @@ impl Threads {
             spec.criteria.len()
         );
         (attempt.passed, attempt.failed) = (passed, failed);
-        Ok(Outcome::Attempt(attempt))
+        Ok(IterationEnd::Attempt(attempt))
     }
 
     /// Records `attempt`, then moves on: Implemented when every criterion passed at a
@@ -234,7 +234,7 @@ impl Threads {
             text: &'a str,
         }
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct IterationPrompt<'a> {
             spec: SpecCtx<'a>,
             title: &'a str,
             iteration: u32,
@@ -246,7 +246,7 @@ impl Threads {
             /// before it.
             feedback: Option<&'a str>,
         }
-        let ctx = Ctx {
+        let ctx = IterationPrompt {
             spec: SpecCtx {
                 name: &record.title,
                 text: spec_text,

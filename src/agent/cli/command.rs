@@ -359,7 +359,9 @@ impl Agent for CommandAgent {
 /// What one supervised run of a command did.
 #[derive(Debug)]
 pub(super) struct Raw {
-    pub(super) ending: Ending,
+    /// How the run ended when ralph ended it (stopped, timed out, unreachable); `None` when
+    /// the process exited, to be judged by its exit and output.
+    pub(super) cut: Option<AgentExit>,
     pub(super) exit: Option<crate::process::Exit>,
     /// What was kept of stdout: its last bytes (a MiB unless the agent keeps
     /// more), or its last lines, a longer one shrunk (see [`KeptStdout`]).
@@ -378,7 +380,7 @@ impl Raw {
     #[cfg(test)]
     pub(super) fn exited(code: i32, stdout: &str) -> Raw {
         Raw {
-            ending: Ending::Exited,
+            cut: None,
             exit: Some(crate::process::Exit::Code(code)),
             stdout: stdout.to_owned(),
             oversized_lines: 0,
@@ -410,18 +412,6 @@ impl Raw {
             (None, None) => "ended".to_owned(),
         }
     }
-}
-
-/// Why the run ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Ending {
-    Exited,
-    Stopped,
-    TimedOut,
-    /// It printed only connection errors for the request's
-    /// [`unreachable_after`](AgentRequest::unreachable_after): why, naming the agent and its
-    /// last error.
-    Unreachable(String),
 }
 
 impl CommandAgent {
@@ -485,16 +475,18 @@ impl CommandAgent {
         }
         let (stdout, oversized_lines) = heard.stdout.finish();
         Ok(Raw {
-            ending: match ran.ending {
-                ProcessEnding::Exited | ProcessEnding::Closed => Ending::Exited,
-                ProcessEnding::Stopped => Ending::Stopped,
-                ProcessEnding::Deadline | ProcessEnding::Idle => Ending::TimedOut,
-                ProcessEnding::Cut(Unreachable) => Ending::Unreachable(
+            cut: match ran.ending {
+                ProcessEnding::Exited | ProcessEnding::Closed => None,
+                ProcessEnding::Stopped => Some(AgentExit::Stopped),
+                ProcessEnding::Deadline | ProcessEnding::Idle => Some(AgentExit::TimedOut),
+                // It printed only connection errors for the request's `unreachable_after`:
+                // why, naming the agent and its last error.
+                ProcessEnding::Cut(Unreachable) => Some(crate::agent::reach::unreachable(
                     heard
                         .live
                         .as_ref()
                         .map_or_else(String::new, |live| live.reach().reason()),
-                ),
+                )),
             },
             exit: ran.exit,
             stdout,
@@ -507,13 +499,8 @@ impl CommandAgent {
 
     /// The run's exit and final answer from how it ended and what it printed.
     fn judge(&self, raw: &Raw) -> AgentRun {
-        match &raw.ending {
-            Ending::Stopped => return AgentRun::new(AgentExit::Stopped),
-            Ending::TimedOut => return AgentRun::new(AgentExit::TimedOut),
-            Ending::Unreachable(reason) => {
-                return AgentRun::new(crate::agent::reach::unreachable(reason.clone()));
-            }
-            Ending::Exited => {}
+        if let Some(cut) = &raw.cut {
+            return AgentRun::new(cut.clone());
         }
         if !raw.exit.is_some_and(crate::process::Exit::success) {
             let detail = if raw.stderr.trim().is_empty() {

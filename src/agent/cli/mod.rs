@@ -25,7 +25,7 @@ use crate::agent::cli_files::Cli;
 use crate::agent::reach::has_code;
 use crate::agent::{Agent, AgentError, AgentExit, AgentRun, FailureKind};
 use crate::config::CliConfig;
-use command::{Ending, Raw};
+use command::Raw;
 
 /// How long a usage limit is waited out when the CLI names no reset time.
 pub(crate) const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
@@ -215,21 +215,13 @@ impl LastWord {
         answer: Option<String>,
         reset: fn(&str) -> Option<SystemTime>,
     ) -> AgentRun {
-        match (&raw.ending, &self.failure, answer) {
-            (Ending::Stopped, ..) => AgentRun::new(AgentExit::Stopped),
-            (Ending::TimedOut, ..) => AgentRun::new(AgentExit::TimedOut),
-            (Ending::Unreachable(reason), ..) => {
-                AgentRun::new(crate::agent::reach::unreachable(reason.clone()))
-            }
-            (Ending::Exited, Some(failure), _) => {
-                AgentRun::new(classify(agent, failure, reset(failure)))
-            }
-            (Ending::Exited, None, Some(answer))
-                if raw.exit.is_some_and(crate::process::Exit::success) =>
-            {
+        match (&raw.cut, &self.failure, answer) {
+            (Some(cut), ..) => AgentRun::new(cut.clone()),
+            (None, Some(failure), _) => AgentRun::new(classify(agent, failure, reset(failure))),
+            (None, None, Some(answer)) if raw.exit.is_some_and(crate::process::Exit::success) => {
                 AgentRun::completed(answer)
             }
-            (Ending::Exited, None, _) => AgentRun::new(no_answer(agent, raw)),
+            (None, None, _) => AgentRun::new(no_answer(agent, raw)),
         }
     }
 }

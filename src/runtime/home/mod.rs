@@ -161,25 +161,23 @@ impl Home {
     }
 
     /// With `paths` (relative to the workspace) as ralph's files for people: committed with
-    /// the work, never counted as the user's edits or untracked files.
+    /// the work, never counted as the user's edits or untracked files; and with `folders`
+    /// (relative to the workspace) as those ralph writes in between a turn's attempts (build
+    /// mode's plans): their files are committed with the work, and left out of the turn's
+    /// record.
     #[must_use]
-    pub(crate) fn with_bookkeeping(mut self, paths: &[String]) -> Self {
+    pub(crate) fn with_bookkeeping(mut self, paths: &[String], folders: &[&Path]) -> Self {
         self.bookkeeping = paths
             .iter()
             .map(|p| format!("{}{p}", self.prefix))
             .collect();
-        self
-    }
-
-    /// With `folder` (relative to the workspace) as one ralph writes in between a turn's
-    /// attempts: its files are committed with the work, and left out of the turn's record.
-    #[must_use]
-    #[cfg(feature = "specs")]
-    pub(crate) fn with_written_between(mut self, folder: &Path) -> Self {
-        let folder = folder.to_string_lossy();
-        let folder = folder.trim_end_matches('/');
-        self.written_between
-            .push(format!("{}{folder}/", self.prefix));
+        self.written_between = folders
+            .iter()
+            .map(|folder| {
+                let folder = folder.to_string_lossy();
+                format!("{}{}/", self.prefix, folder.trim_end_matches('/'))
+            })
+            .collect();
         self
     }
 

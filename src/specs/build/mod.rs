@@ -46,7 +46,7 @@ use crate::runtime::Context;
 use crate::runtime::call::Caller;
 use crate::runtime::error::{Error, SpecsError};
 use crate::runtime::home::Home;
-use crate::runtime::logs::{self, Emitter, Logs};
+use crate::runtime::logs::{Emitter, Logs};
 use crate::runtime::spec;
 use crate::runtime::workspace::{RunLock, STATE_DIR};
 use crate::time;
@@ -70,10 +70,7 @@ pub(crate) async fn home(ctx: &Context) -> Result<Option<Home>, Error> {
         [&config.implementation, &config.progress].map(|p| p.to_string_lossy().into_owned());
     Ok(Home::record(ctx.git(&ctx.workspace), kept_out(ctx))
         .await?
-        .map(|home| {
-            home.with_bookkeeping(&bookkeeping)
-                .with_written_between(&config.specs_dir.join("plans"))
-        }))
+        .map(|home| home.with_bookkeeping(&bookkeeping, &[&config.specs_dir.join("plans")])))
 }
 
 /// The start of the stash entry that holds what spec `spec` (and its blocked task `task`,
@@ -373,7 +370,8 @@ impl SpecBuild {
         self.take_turn(id).await?;
         let entry = self.spec(id)?.clone();
         let rel = self.plans.spec_rel(&entry.file)?;
-        let dir = logs::run_folder(&self.ctx.workspace, &self.ctx.config.log_dir, id)?;
+        let dir =
+            crate::specs::logs::run_folder(&self.ctx.workspace, &self.ctx.config.log_dir, id)?;
         if entry.status == Status::Pending {
             self.spec_mut(id)?.status = Status::InProgress;
             self.save()?;
@@ -528,7 +526,7 @@ impl SpecBuild {
             self.emit(Event::PlanInvalidated {
                 spec: id.to_owned(),
                 reason,
-                archived: self.ctx.relative(&archived),
+                archived: crate::runtime::workspace::relative(&self.ctx.workspace, &archived),
             });
         }
         self.spec_mut(id)?.plan_invalidation = None;

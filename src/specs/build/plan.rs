@@ -6,14 +6,14 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::SpecBuild;
-use crate::agent::Role;
+use crate::agent::{AgentExit, Role};
 use crate::event::Event;
-use crate::runtime::call::{Call, Ending, ends_the_run};
+use crate::runtime::call::Call;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
-use crate::runtime::logs::folder_log;
 use crate::runtime::workspace::state_dir;
 use crate::specs::implementation::SpecEntry;
+use crate::specs::logs::folder_log;
 use crate::specs::plan_files::{Resume, plan_from_answer};
 use crate::specs::scratchpad;
 
@@ -66,7 +66,7 @@ impl SpecBuild {
         reason: Option<String>,
     ) -> Result<PlanStep, Error> {
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct PlannerPrompt<'a> {
             spec: &'a SpecEntry,
             spec_text: String,
             workspace: String,
@@ -87,7 +87,7 @@ impl SpecBuild {
         let workspace = &self.ctx.workspace;
         let shown = |p: &Path| p.display().to_string();
         let scratchpad_path = scratchpad::path(&state_dir(workspace));
-        let ctx = Ctx {
+        let ctx = PlannerPrompt {
             spec: entry,
             spec_text: self.spec_text(entry)?,
             workspace: shown(workspace),
@@ -110,23 +110,25 @@ impl SpecBuild {
             deadline: deadline::after(self.ctx.config.stage_timeout),
             log: folder_log(dir, Role::Planner, attempt),
         };
-        let run = match self.caller.call(&mut call).await? {
-            Ending::Answer(run) => run,
-            Ending::Interrupted => return Ok(PlanStep::Interrupted),
-            Ending::Failed { reason, kind } if ends_the_run(kind) => {
-                return Err(self.caller.fatal(&call, reason, kind));
+        let run = self.caller.call(&mut call).await?;
+        match &run.exit {
+            AgentExit::Completed => {}
+            AgentExit::Stopped => return Ok(PlanStep::Interrupted),
+            AgentExit::Failed { reason, kind } if kind.ends_the_run() => {
+                return Err(self.caller.fatal(&call, reason.clone(), *kind));
             }
-            Ending::Failed { reason, .. } => return Ok(PlanStep::Failed(reason)),
-            Ending::Killed { reason, .. } => {
-                return Ok(PlanStep::Failed(format!(
-                    "the planner was stopped ({reason})"
-                )));
-            }
+            AgentExit::Failed { reason, .. } => return Ok(PlanStep::Failed(reason.clone())),
             // Ridden out by build mode's caller; kept total.
-            Ending::RateLimited(_) => {
+            AgentExit::RateLimited { .. } => {
                 return Ok(PlanStep::Failed("the planner was rate limited".into()));
             }
-        };
+            exit => {
+                let why = exit
+                    .kill_reason()
+                    .map_or_else(|| "stopped".into(), |r| r.to_string());
+                return Ok(PlanStep::Failed(format!("the planner was stopped ({why})")));
+            }
+        }
         self.step = Some(format!("planned {id} (attempt {attempt})"));
         let (answer, notes) = match scratchpad::split(&run.final_text) {
             Ok(split) => split,
@@ -144,7 +146,7 @@ impl SpecBuild {
         self.emit(Event::PlanWritten {
             spec: id.to_owned(),
             attempt,
-            path: self.ctx.relative(&plan_path),
+            path: crate::runtime::workspace::relative(&self.ctx.workspace, &plan_path),
         });
         Ok(PlanStep::Ready(text))
     }

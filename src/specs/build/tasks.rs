@@ -8,16 +8,17 @@ use serde::Serialize;
 use super::SpecBuild;
 use crate::agent::Role;
 use crate::event::Event;
-use crate::model::TaskId;
+use crate::model::{KillReason, TaskId};
 use crate::output::{bounded_failure, first_line};
-use crate::runtime::attempt::{self, Attempted, gate_log_name};
+use crate::runtime::attempt::{self, Attempt, AttemptEnd, gate_log_name};
 use crate::runtime::call::Call;
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::gates::GateRun;
 use crate::runtime::gave_up;
-use crate::runtime::logs::{folder_log, sanitize};
+use crate::runtime::logs::sanitize;
 use crate::specs::implementation::{SpecEntry, Status, TaskEntry};
+use crate::specs::logs::folder_log;
 use crate::time::now_rfc3339;
 
 /// How a task's turn ended.
@@ -26,14 +27,6 @@ pub(super) enum TaskTurn {
     Blocked,
     /// `once`: the run's one session is made; the task goes on next time.
     Paused,
-    Interrupted,
-}
-
-/// How one implementer session ended.
-enum Session {
-    Done,
-    Blocked(String),
-    Failed(String),
     Interrupted,
 }
 
@@ -74,34 +67,35 @@ impl SpecBuild {
             if self.ctx.config.once && self.step.is_some() {
                 return Ok(TaskTurn::Paused);
             }
-            let mut ended = self.session(dir, &task, session, prompt).await?;
-            if !matches!(ended, Session::Interrupted)
+            let attempt = self.session(dir, &task, session, prompt).await?;
+            let (mut ended, gate) = (attempt.end, attempt.gate);
+            if ended != AttemptEnd::Interrupted
                 && let Some(moved) = self.guard(&format!("task {}", task.id)).await?
             {
-                ended = Session::Failed(moved);
+                ended = AttemptEnd::Failed(moved);
             }
-            if !matches!(ended, Session::Interrupted) {
+            if ended != AttemptEnd::Interrupted {
                 self.spec_mut(id)?.tasks[index].attempts = session;
                 self.step = Some(format!("ran task {} (session {session})", task.id));
             }
-            match ended {
-                Session::Done => return self.complete_task(id, index),
-                Session::Blocked(reason) => return self.block_task(id, index, reason),
-                Session::Interrupted => return Ok(TaskTurn::Interrupted),
-                Session::Failed(failure) => {
-                    self.spec_mut(id)?.tasks[index].last_failure = Some(bounded_failure(&failure));
-                    // The last allowed session failed: blocked now, with no retry announced.
-                    if session > self.ctx.config.retries {
-                        return self.block_task(id, index, gave_up(session, Some(&failure)));
-                    }
-                    self.save()?;
-                    self.emit(Event::TaskRetry {
-                        task: TaskId::new(task.id.as_str()),
-                        attempt: session,
-                        reason: first_line(&failure),
-                    });
-                }
+            let failure = match ended {
+                AttemptEnd::Done => return self.complete_task(id, index),
+                AttemptEnd::Blocked(reason) => return self.block_task(id, index, reason),
+                AttemptEnd::Interrupted => return Ok(TaskTurn::Interrupted),
+                AttemptEnd::Failed(failure) => failure,
+                AttemptEnd::Killed(reason) => killed(reason, gate.as_deref()),
+            };
+            self.spec_mut(id)?.tasks[index].last_failure = Some(bounded_failure(&failure));
+            // The last allowed session failed: blocked now, with no retry announced.
+            if session > self.ctx.config.retries {
+                return self.block_task(id, index, gave_up(session, Some(&failure)));
             }
+            self.save()?;
+            self.emit(Event::TaskRetry {
+                task: TaskId::new(task.id.as_str()),
+                attempt: session,
+                reason: first_line(&failure),
+            });
         }
     }
 
@@ -113,7 +107,7 @@ impl SpecBuild {
         plan: &str,
     ) -> Result<String, Error> {
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct TaskPrompt<'a> {
             spec: &'a SpecEntry,
             task: &'a TaskEntry,
             criteria: Vec<&'a str>,
@@ -144,7 +138,7 @@ impl SpecBuild {
             .len()
             .saturating_sub(crate::prompt::RECENT_COMPLETED);
         completed.drain(..completed_earlier);
-        let ctx = Ctx {
+        let ctx = TaskPrompt {
             spec: entry,
             task,
             criteria,
@@ -159,16 +153,15 @@ impl SpecBuild {
     }
 
     /// One implementer session: the runtime's one attempt (a fresh agent run, its marker,
-    /// then the gates). A limit that stops the agent or a gate fails the session: build mode
-    /// has no DECOMPOSE, the next session does less.
+    /// then the gates).
     async fn session(
         &self,
         dir: &Path,
         task: &TaskEntry,
         session: u32,
         prompt: String,
-    ) -> Result<Session, Error> {
-        let mut call = Call {
+    ) -> Result<Attempt, Error> {
+        let call = Call {
             role: Role::Build,
             subject: Some(task.id.clone()),
             attempt: session,
@@ -189,20 +182,7 @@ impl SpecBuild {
             let name = gate_log_name(gate, &task.id, session);
             dir.join(format!("{}.log", sanitize(&name)))
         };
-        let (end, _) =
-            attempt::run(&self.caller, &mut call, &self.ctx.gates, gate_run, gate_log).await?;
-        Ok(match end {
-            Attempted::Done => Session::Done,
-            Attempted::Blocked(reason) => Session::Blocked(reason),
-            Attempted::Failed { failure, .. } => Session::Failed(failure),
-            Attempted::Killed {
-                gate: Some(gate), ..
-            } => Session::Failed(format!("Quality gate `{gate}` did not finish in time.")),
-            Attempted::Killed { reason, .. } => Session::Failed(format!(
-                "The agent was stopped ({reason}) before it finished; do less per session."
-            )),
-            Attempted::Interrupted => Session::Interrupted,
-        })
+        attempt::run(&self.caller, call, &self.ctx.gates, gate_run, gate_log).await
     }
 
     fn complete_task(&mut self, id: &str, index: usize) -> Result<TaskTurn, Error> {
@@ -225,6 +205,17 @@ impl SpecBuild {
         self.save()?;
         self.emit(Event::TaskBlocked { task, reason });
         Ok(TaskTurn::Blocked)
+    }
+}
+
+/// The failure of a session a limit stopped, of the agent or of `gate`: build mode has no
+/// DECOMPOSE, the next session does less.
+fn killed(reason: KillReason, gate: Option<&str>) -> String {
+    match gate {
+        Some(gate) => format!("Quality gate `{gate}` did not finish in time."),
+        None => {
+            format!("The agent was stopped ({reason}) before it finished; do less per session.")
+        }
     }
 }
 

@@ -14,9 +14,9 @@ use crate::output::{bounded_failure, first_line};
 use crate::runtime::call::{Call, Structured};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
-use crate::runtime::logs::folder_log;
 use crate::signal;
 use crate::specs::implementation::{SpecEntry, Status, TaskEntry};
+use crate::specs::logs::folder_log;
 use crate::time::now_rfc3339;
 
 /// How many `git status` lines the verifier sees.
@@ -45,7 +45,7 @@ impl SpecBuild {
         plan: &str,
     ) -> Result<Judgement, Error> {
         #[derive(Serialize)]
-        struct Ctx<'a> {
+        struct SpecVerifyPrompt<'a> {
             spec: &'a SpecEntry,
             spec_text: String,
             plan: &'a str,
@@ -56,7 +56,7 @@ impl SpecBuild {
         let mut changes = self.git.changes(&exclude).await?;
         changes.truncate(CHANGES_SHOWN);
         let entry = self.spec(id)?;
-        let ctx = Ctx {
+        let ctx = SpecVerifyPrompt {
             spec: entry,
             spec_text: self.spec_text(entry)?,
             plan,
