@@ -25,6 +25,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+/// What a command returns; its error, unless it says otherwise, is printed with its chain of
+/// causes.
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
 /// Exit code of a command line ralph cannot make sense of (BSD's EX_USAGE).
 const USAGE: u8 = 64;
 
@@ -212,7 +216,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
+async fn dispatch(cli: Cli) -> Result<u8> {
     let given = cli.workspace.as_deref();
     let place = match &cli.command {
         // The demo makes its own workspace, `init` writes where it is run and `schema` needs

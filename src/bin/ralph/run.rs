@@ -11,6 +11,7 @@ use crate::display::{self, Lines};
 use crate::next::Again;
 use crate::{ConstructArgs, RunFlags};
 
+use crate::Result;
 use crate::out::out;
 
 /// The bundled demo, embedded so the installed binary needs no source tree.
@@ -22,8 +23,6 @@ const DEMO_MARK: &str = ".ralph/demo";
 /// Where a scripted agent's requests are appended, one NDJSON line each, so runs across
 /// several processes (a crash, a resume) can be checked afterwards.
 pub(crate) const FAKE_REQUESTS: &str = ".ralph/fake-requests.jsonl";
-
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// `ralph demo`: the bundled spec, config and script in a fresh directory; never anywhere
 /// that holds anything else.
