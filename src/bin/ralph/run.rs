@@ -7,7 +7,7 @@ use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Ralph, RalphBuilder};
 
 use std::sync::Arc;
 
-use crate::display::{self, Lines};
+use crate::display::{self, Console};
 use crate::next::Again;
 use crate::{ConstructArgs, RunFlags};
 
@@ -202,7 +202,7 @@ async fn recorded_spec(ralph: &Ralph) -> Result<PathBuf> {
 /// the exit code.
 async fn run_construct(
     ralph: &Ralph,
-    lines: &Lines,
+    lines: &Console,
     spec: Option<PathBuf>,
     json: bool,
     again: &Again,
@@ -327,7 +327,7 @@ fn build_again(workspace: &Path, flags: &RunFlags) -> Again {
 
 /// A builder with the agent the flags name, checked to be there (unless this is a dry run,
 /// which starts no agent), and the display.
-async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Lines>) -> Result<RalphBuilder> {
+async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Console>) -> Result<RalphBuilder> {
     let agent: Box<dyn Agent> = match &flags.script {
         Some(script) => {
             Box::new(FakeAgent::from_toml_file(script)?.record_to(workspace.join(FAKE_REQUESTS)))
