@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::command::Raw;
-use super::live::{Live, LiveMap, message};
+use super::live::{LiveMap, Meaning, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
@@ -276,7 +276,7 @@ fn api(event: &Value) -> Option<ApiSign> {
 
 /// The live event a line of the CLI means: its thread, each command as it starts, each
 /// message, and each turn's tokens.
-fn live(event: &Value) -> Option<Live> {
+fn live(event: &Value) -> Option<Meaning> {
     let item = &event["item"];
     let event = match (event["type"].as_str()?, item["type"].as_str()) {
         ("thread.started", _) => AgentEvent::Session {
@@ -300,7 +300,7 @@ fn live(event: &Value) -> Option<Live> {
         }
         _ => return None,
     };
-    Some(Live::Event(event))
+    Some(Meaning::Event(event))
 }
 
 /// The run from how the process ended and what its events said.

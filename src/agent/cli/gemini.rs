@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::command::Raw;
-use super::live::{Live, LiveMap, message};
+use super::live::{LiveMap, Meaning, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
@@ -205,7 +205,7 @@ fn api(event: &Value) -> Option<ApiSign> {
 
 /// The live event a line of the CLI means: its session, each tool call, each message of
 /// the assistant, and the run's tokens.
-fn live(event: &Value) -> Option<Live> {
+fn live(event: &Value) -> Option<Meaning> {
     let event = match event["type"].as_str()? {
         "init" => AgentEvent::Session {
             id: event["session_id"].as_str()?.to_owned(),
@@ -217,7 +217,7 @@ fn live(event: &Value) -> Option<Live> {
             let content = event["content"].as_str()?;
             // A streamed answer comes in pieces (`delta`), sent as one message.
             return Some(match event["delta"].as_bool() {
-                Some(true) => Live::TextPiece(content.to_owned()),
+                Some(true) => Meaning::TextPiece(content.to_owned()),
                 _ => message(content),
             });
         }
@@ -233,7 +233,7 @@ fn live(event: &Value) -> Option<Live> {
         }
         _ => return None,
     };
-    Some(Live::Event(event))
+    Some(Meaning::Event(event))
 }
 
 /// The run from how the process ended and what its events said.

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::command::Raw;
-use super::live::{Live, LiveMap, message};
+use super::live::{LiveMap, Meaning, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
@@ -210,7 +210,7 @@ fn api(event: &Value) -> Option<ApiSign> {
 
 /// The live event a line of the CLI means: each tool call, each text part, each step's
 /// tokens, and the session (named by every step; sent once).
-fn live(event: &Value) -> Option<Live> {
+fn live(event: &Value) -> Option<Meaning> {
     let part = &event["part"];
     let event = match event["type"].as_str()? {
         "step_start" => AgentEvent::Session {
@@ -234,7 +234,7 @@ fn live(event: &Value) -> Option<Live> {
         }
         _ => return None,
     };
-    Some(Live::Event(event))
+    Some(Meaning::Event(event))
 }
 
 /// The run from how the process ended and what its events said.
