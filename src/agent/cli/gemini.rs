@@ -109,7 +109,7 @@ impl Agent for GeminiCli {
             .live(LIVE)
             .supervise(&request, &argv, true, &[])
             .await?;
-        let events = read_events(&raw.stdout, Events::take);
+        let events = read_events(&raw.stdout, GeminiEvents::take);
         Ok(raw.finish(judge(&raw, events), &request))
     }
 
@@ -126,7 +126,7 @@ impl Agent for GeminiCli {
 
 /// What the CLI's event lines said.
 #[derive(Debug, Default)]
-struct Events {
+struct GeminiEvents {
     session: Option<String>,
     answer: String,
     answered: bool,
@@ -135,7 +135,7 @@ struct Events {
     succeeded: bool,
 }
 
-impl Events {
+impl GeminiEvents {
     fn take(&mut self, event: &Value) {
         let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
@@ -237,7 +237,7 @@ fn live(event: &Value) -> Option<Meaning> {
 }
 
 /// The run from how the process ended and what its events said.
-fn judge(raw: &Raw, events: Events) -> AgentRun {
+fn judge(raw: &Raw, events: GeminiEvents) -> AgentRun {
     let answer = (events.succeeded && events.answered).then_some(events.answer);
     let mut run = events.last.judge("gemini", raw, answer, |_| None);
     run.session_id = events.session;
@@ -255,7 +255,7 @@ mod tests {
     /// with `code`.
     fn replay(transcript: &str, code: i32) -> AgentRun {
         let raw = Raw::exited(code, transcript);
-        judge(&raw, read_events(&raw.stdout, Events::take))
+        judge(&raw, read_events(&raw.stdout, GeminiEvents::take))
     }
 
     #[test]
