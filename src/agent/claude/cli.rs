@@ -490,7 +490,7 @@ impl ClaudeCli {
         let deadline = request.timeout.and_then(|t| started.checked_add(t));
         let schema = request.schema.as_ref().map(schema_arg);
         let mut pressure = Pressure::new(request.context);
-        let mut totals = Totals::default();
+        let mut totals = RunTotals::default();
         let mut prompt = request.prompt.clone();
         let mut session: Option<String> = None;
         let mut compactions = 0;
@@ -627,7 +627,7 @@ fn stream_exit(segment: &Segment) -> AgentExit {
 
 /// Sums over the processes of one run.
 #[derive(Debug, Default)]
-struct Totals {
+struct RunTotals {
     usage: Usage,
     cost_usd: Option<f64>,
     turns: Option<u32>,
@@ -635,7 +635,7 @@ struct Totals {
     oversized_lines: u64,
 }
 
-impl Totals {
+impl RunTotals {
     fn add(&mut self, segment: &Segment) {
         let summary = &segment.summary;
         let u = &summary.usage;
