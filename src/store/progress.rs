@@ -129,10 +129,10 @@ pub(super) const RALPH_DONE: &str = "RALPH_DONE";
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ProgressStore {
-    shared: Arc<Shared>,
+    shared: Arc<ProgressShared>,
 }
 
-struct Shared {
+struct ProgressShared {
     path: PathBuf,
     sidecar: PathBuf,
     /// Serializes this process's read-modify-write cycles, and holds the sidecar as this
@@ -175,7 +175,7 @@ impl ProgressStore {
         let (path, sidecar) = (path.into(), sidecar.into());
         let seen = Seen::at(&sidecar).map_err(|e| io_error(&sidecar, e))?;
         Ok(ProgressStore {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ProgressShared {
                 path,
                 sidecar,
                 writing: Mutex::new(seen),
@@ -196,7 +196,7 @@ impl ProgressStore {
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&ProgressShared) -> Result<T, StoreError> + Send + 'static,
     {
         super::file_io(&self.shared.path, &self.shared, f).await
     }
@@ -231,7 +231,7 @@ impl Store for ProgressStore {
     }
 }
 
-impl Shared {
+impl ProgressShared {
     /// Reads and reconciles both files. Writes nothing.
     fn read(&self) -> Result<(Option<Doc>, Board), StoreError> {
         let sidecar = Sidecar::read(&self.sidecar)?;
@@ -361,7 +361,7 @@ enum Kind {
 
 /// One line of the file, classified.
 #[derive(Debug)]
-enum Line {
+enum MarkdownLine {
     /// Kept as written.
     Text(String),
     /// A heading that starts a section of `kind`.
@@ -382,7 +382,7 @@ struct Checkbox {
 /// The parsed file.
 #[derive(Debug)]
 struct Doc {
-    lines: Vec<(Line, Kind)>,
+    lines: Vec<(MarkdownLine, Kind)>,
     done: bool,
 }
 
@@ -403,12 +403,12 @@ impl Doc {
                     status.push_str(raw);
                     status.push('\n');
                 }
-                lines.push((Line::Text(raw.to_owned()), kind));
+                lines.push((MarkdownLine::Text(raw.to_owned()), kind));
                 continue;
             }
             if let Some(section) = section_of(raw) {
                 kind = section;
-                lines.push((Line::Heading(raw.to_owned(), kind), kind));
+                lines.push((MarkdownLine::Heading(raw.to_owned(), kind), kind));
                 continue;
             }
             if kind == Kind::Status {
@@ -427,12 +427,12 @@ impl Doc {
                                 format!("task id {id} is used twice (also on line {first})"),
                             ));
                         }
-                        Line::Task(checkbox)
+                        MarkdownLine::Task(checkbox)
                     }
-                    Ok(None) => Line::Text(raw.to_owned()),
+                    Ok(None) => MarkdownLine::Text(raw.to_owned()),
                     Err(message) => return Err(malformed(path, number, message)),
                 },
-                _ => Line::Text(raw.to_owned()),
+                _ => MarkdownLine::Text(raw.to_owned()),
             };
             lines.push((line, kind));
         }
@@ -457,7 +457,7 @@ impl Doc {
         let mut taken: HashSet<TaskId> = known.keys().cloned().collect();
         taken.extend(self.checkboxes().filter_map(|c| c.id.clone()));
         for (line, _) in &mut self.lines {
-            let Line::Task(checkbox) = line else {
+            let MarkdownLine::Task(checkbox) = line else {
                 continue;
             };
             let id = match &checkbox.id {
@@ -504,7 +504,7 @@ impl Doc {
 
     fn checkboxes(&self) -> impl Iterator<Item = &Checkbox> {
         self.lines.iter().filter_map(|(line, _)| match line {
-            Line::Task(c) => Some(c),
+            MarkdownLine::Task(c) => Some(c),
             _ => None,
         })
     }
@@ -649,7 +649,7 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
     let (mut has_status, mut has_attempts, mut has_log) = (false, false, false);
     for (line, kind) in &doc.lines {
         match line {
-            Line::Heading(text, kind) => {
+            MarkdownLine::Heading(text, kind) => {
                 out.push(text.clone());
                 match kind {
                     Kind::Status => has_status = true,
@@ -666,8 +666,8 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             }
             // ralph's sections are regenerated under their headings.
             _ if matches!(kind, Kind::Attempts | Kind::Log) => {}
-            Line::Text(text) => out.push(text.clone()),
-            Line::Task(checkbox) => {
+            MarkdownLine::Text(text) => out.push(text.clone()),
+            MarkdownLine::Task(checkbox) => {
                 let Some(task) = checkbox.id.as_ref().and_then(|id| board.tasks.get(id)) else {
                     continue;
                 };
