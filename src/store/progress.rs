@@ -627,12 +627,35 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             &fresh
         }
     };
+    let (mut children, orphans) = new_tasks(doc, board);
+    let mut file = rewrite(doc, board, &mut children);
+    let out = &mut file.lines;
+    if !orphans.is_empty() {
+        insert_orphans(out, file.after_last_task, &orphans);
+    }
+    if !file.has_status {
+        insert_status(out);
+    }
+    if !file.has_attempts {
+        append_section(out, "## Recent Attempts", attempts_body(board));
+    }
+    if !file.has_log {
+        append_section(out, "## Iteration Log", log_body(board));
+    }
+    while out.last().is_some_and(|l| l.trim().is_empty()) {
+        out.pop();
+    }
+    out.join("\n") + "\n"
+}
+
+/// The board's tasks the file does not show yet: by the parent they go under when the file
+/// shows it, else unplaced.
+fn new_tasks<'a>(
+    doc: &Doc,
+    board: &'a Board,
+) -> (HashMap<&'a TaskId, Vec<&'a Task>>, Vec<&'a Task>) {
     let in_doc: HashSet<&TaskId> = doc.checkboxes().filter_map(|c| c.id.as_ref()).collect();
-    let new: Vec<&Task> = board
-        .tasks
-        .values()
-        .filter(|t| !in_doc.contains(&t.id))
-        .collect();
+    let new = board.tasks.values().filter(|t| !in_doc.contains(&t.id));
     let mut children: HashMap<&TaskId, Vec<&Task>> = HashMap::new();
     let mut orphans = Vec::new();
     for task in new {
@@ -643,7 +666,26 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             _ => orphans.push(task),
         }
     }
+    (children, orphans)
+}
 
+/// The file's lines rewritten for the board, before what it lacks is added.
+struct Rewritten {
+    lines: Vec<String>,
+    /// Where a new top-level task line goes (after the last task line), and its indent.
+    after_last_task: Option<(usize, String)>,
+    has_status: bool,
+    has_attempts: bool,
+    has_log: bool,
+}
+
+/// `doc` line by line: prose kept, task lines rewritten from the board (each followed by
+/// its new children), ralph's sections regenerated under their headings.
+fn rewrite<'a>(
+    doc: &Doc,
+    board: &'a Board,
+    children: &mut HashMap<&'a TaskId, Vec<&'a Task>>,
+) -> Rewritten {
     let mut out: Vec<String> = Vec::new();
     let mut after_last_task: Option<(usize, String)> = None;
     let (mut has_status, mut has_attempts, mut has_log) = (false, false, false);
@@ -680,54 +722,60 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             }
         }
     }
-    if !orphans.is_empty() {
-        let (at, indent) = after_last_task.unwrap_or_else(|| {
-            let at = out.len();
-            out.extend(["## Tasks".to_owned(), String::new()]);
-            (at + 2, String::new())
-        });
-        let lines: Vec<String> = orphans.iter().map(|t| task_line(&indent, '-', t)).collect();
-        out.splice(at..at, lines);
+    Rewritten {
+        lines: out,
+        after_last_task,
+        has_status,
+        has_attempts,
+        has_log,
     }
-    if !has_status {
-        let at = out
-            .iter()
-            .position(|l| l.starts_with("# "))
-            .map_or(0, |i| i + 1);
-        let mut status: Vec<String> = ["", "## Status", "", "In progress"]
-            .map(str::to_owned)
-            .into();
-        // Task lines right below would fall into Status: give them a section of their own.
-        let tasks_follow = out[at..]
-            .iter()
-            .take_while(|l| section_of(l).is_none())
-            .any(|l| matches!(checkbox(l), Ok(Some(_))));
-        if tasks_follow {
-            status.extend(["", "## Tasks", ""].map(str::to_owned));
-        }
-        // At the top of a file without a title, no blank line before the heading.
-        let skip = usize::from(at == 0);
-        out.splice(at..at, status.into_iter().skip(skip));
+}
+
+/// Puts the task lines of `orphans` after the last task line, or in a new `## Tasks`
+/// section at the end when the file has none.
+fn insert_orphans(
+    out: &mut Vec<String>,
+    after_last_task: Option<(usize, String)>,
+    orphans: &[&Task],
+) {
+    let (at, indent) = after_last_task.unwrap_or_else(|| {
+        let at = out.len();
+        out.extend(["## Tasks".to_owned(), String::new()]);
+        (at + 2, String::new())
+    });
+    let lines: Vec<String> = orphans.iter().map(|t| task_line(&indent, '-', t)).collect();
+    out.splice(at..at, lines);
+}
+
+/// Adds the `## Status` section below the title (or at the top).
+fn insert_status(out: &mut Vec<String>) {
+    let at = out
+        .iter()
+        .position(|l| l.starts_with("# "))
+        .map_or(0, |i| i + 1);
+    let mut status: Vec<String> = ["", "## Status", "", "In progress"]
+        .map(str::to_owned)
+        .into();
+    // Task lines right below would fall into Status: give them a section of their own.
+    let tasks_follow = out[at..]
+        .iter()
+        .take_while(|l| section_of(l).is_none())
+        .any(|l| matches!(checkbox(l), Ok(Some(_))));
+    if tasks_follow {
+        status.extend(["", "## Tasks", ""].map(str::to_owned));
     }
-    let separate = |out: &mut Vec<String>| {
-        if out.last().is_some_and(|l| !l.trim().is_empty()) {
-            out.push(String::new());
-        }
-    };
-    if !has_attempts {
-        separate(&mut out);
-        out.push("## Recent Attempts".to_owned());
-        out.extend(attempts_body(board));
+    // At the top of a file without a title, no blank line before the heading.
+    let skip = usize::from(at == 0);
+    out.splice(at..at, status.into_iter().skip(skip));
+}
+
+/// Adds a section of ralph's at the end, a blank line before it.
+fn append_section(out: &mut Vec<String>, heading: &str, body: Vec<String>) {
+    if out.last().is_some_and(|l| !l.trim().is_empty()) {
+        out.push(String::new());
     }
-    if !has_log {
-        separate(&mut out);
-        out.push("## Iteration Log".to_owned());
-        out.extend(log_body(board));
-    }
-    while out.last().is_some_and(|l| l.trim().is_empty()) {
-        out.pop();
-    }
-    out.join("\n") + "\n"
+    out.push(heading.to_owned());
+    out.extend(body);
 }
 
 /// The document of a board that has no file yet.
