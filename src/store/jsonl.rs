@@ -491,11 +491,7 @@ impl PlanLog {
                 break;
             }
             let terminated = line.last() == Some(&b'\n');
-            let here = CutPoint {
-                offset: log.end,
-                line: number,
-                last: log.last,
-            };
+            let here = log.cut_at(number);
             let signed = unsign(&mut line, log.last.as_ref());
             let parsed = parse_line(&line);
             // Only a write that a crash cut short leaves a line without its newline.
@@ -511,37 +507,70 @@ impl PlanLog {
                 log.last = signed.map(|(carried, _)| carried);
             }
             let parsed = parsed.map_err(|message| malformed(path, number, message))?;
-            match (parsed, &mut batch) {
-                (JsonLine::Batch(_), Some(_)) => {
-                    let message = "a batch header inside a batch".into();
-                    return Err(malformed(path, number, message).into());
-                }
-                (JsonLine::Batch(count), None) => {
-                    batch = Some(Batch::new(count, here));
-                    log.keep_line(None, len, terminated);
-                    log.lines += 1;
-                }
-                (JsonLine::Record(change), Some(open)) => {
-                    open.changes.push(change);
-                    log.keep_line(None, len, terminated);
-                    log.lines += 1;
-                    if open.changes.len() == open.count {
-                        log.board.apply_all(std::mem::take(&mut open.changes));
-                        batch = None;
-                    }
-                }
-                (JsonLine::Record(change), None) => log.keep_line(Some(change), len, terminated),
-                (JsonLine::Blank, _) => log.keep_line(None, len, terminated),
-            }
+            log.take_line(parsed, &mut batch, here, len, terminated)
+                .map_err(|message| malformed(path, number, message))?;
         }
+        Ok(log.ended(path, torn, batch, &trust))
+    }
+
+    /// Where line `number`, the next to read, starts.
+    fn cut_at(&self, number: usize) -> CutPoint {
+        CutPoint {
+            offset: self.end,
+            line: number,
+            last: self.last,
+        }
+    }
+
+    /// Takes in one parsed line of `len` bytes starting at `here`, into the open batch if
+    /// there is one. Refuses a batch header inside a batch.
+    fn take_line(
+        &mut self,
+        parsed: JsonLine,
+        batch: &mut Option<Batch>,
+        here: CutPoint,
+        len: usize,
+        terminated: bool,
+    ) -> Result<(), String> {
+        match (parsed, &mut *batch) {
+            (JsonLine::Batch(_), Some(_)) => return Err("a batch header inside a batch".into()),
+            (JsonLine::Batch(count), None) => {
+                *batch = Some(Batch::new(count, here));
+                self.keep_line(None, len, terminated);
+                self.lines += 1;
+            }
+            (JsonLine::Record(change), Some(open)) => {
+                open.changes.push(change);
+                self.keep_line(None, len, terminated);
+                self.lines += 1;
+                if open.changes.len() == open.count {
+                    self.board.apply_all(std::mem::take(&mut open.changes));
+                    *batch = None;
+                }
+            }
+            (JsonLine::Record(change), None) => self.keep_line(Some(change), len, terminated),
+            (JsonLine::Blank, _) => self.keep_line(None, len, terminated),
+        }
+        Ok(())
+    }
+
+    /// The log once every line is read, with the note of what reading it found: a torn
+    /// write or an incomplete batch cut off, a file of an earlier ralph's adopted.
+    fn ended(
+        mut self,
+        path: &Path,
+        torn: Option<String>,
+        batch: Option<Batch>,
+        trust: &Trust,
+    ) -> (PlanLog, Option<String>) {
         let note = match (torn, batch) {
             (Some(note), open) => {
-                log = log.torn(open.as_ref());
+                self = self.torn(open.as_ref());
                 Some(note)
             }
             // Fewer lines than the header promised: the write was cut after a newline.
             (None, Some(open)) => {
-                log = log.torn(Some(&open));
+                self = self.torn(Some(&open));
                 Some(format!(
                     "dropped an incomplete batch (line {}: {} of {} records) left by an \
                      interrupted write; it is cut off before the next write",
@@ -553,14 +582,14 @@ impl PlanLog {
             (None, None) => None,
         };
         if let Trust::Unsigned(_) = trust {
-            log.legacy = true;
+            self.legacy = true;
             let adopted = adopted_note(path);
-            return Ok((
-                log,
+            return (
+                self,
                 Some(note.map_or(adopted.clone(), |n| adopted + "; " + &n)),
-            ));
+            );
         }
-        Ok((log, note))
+        (self, note)
     }
 
     /// Accounts for one good (or blank) line of `len` bytes.
