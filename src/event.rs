@@ -554,27 +554,75 @@ impl Event {
 
 impl std::fmt::Display for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every variant is named here, so that a new one must be given a family.
+        match self {
+            Event::StageEntered { .. }
+            | Event::BudgetExhausted { .. }
+            | Event::RateLimited { .. }
+            | Event::StateRepaired { .. }
+            | Event::Warning { .. }
+            | Event::IterationFinished { .. }
+            | Event::Finished { .. } => self.write_run(f),
+            Event::AgentFinished { .. } | Event::Agent { .. } | Event::AnswerInvalid { .. } => {
+                self.write_agent(f)
+            }
+            Event::TaskStarted { .. }
+            | Event::GateFinished { .. }
+            | Event::TaskRetry { .. }
+            | Event::TaskDone { .. }
+            | Event::TaskMerged { .. }
+            | Event::TaskBlocked { .. }
+            | Event::TaskKilled { .. }
+            | Event::Verdict { .. }
+            | Event::Decomposed { .. } => self.write_task(f),
+            Event::IssueInvestigated { .. }
+            | Event::IssueKilled { .. }
+            | Event::IssueDecomposed { .. }
+            | Event::GapsFound { .. }
+            | Event::GapAnswered { .. }
+            | Event::Prioritized { .. } => self.write_board(f),
+            #[cfg(feature = "specs")]
+            Event::PlanWritten { .. }
+            | Event::PlanInvalidated { .. }
+            | Event::SpecCommitted { .. }
+            | Event::SpecsFinished { .. }
+            | Event::PlanSaved { .. } => self.write_specs(f),
+        }
+    }
+}
+
+/// The lines of [`Event`]'s `Display`, one helper per family of events. Each writes nothing
+/// for an event of another family: `fmt` never hands it one.
+impl Event {
+    /// The run as a whole: stages, iterations, limits, repairs, warnings, its end.
+    fn write_run(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Event::StageEntered {
                 iteration, stage, ..
             } => {
                 write!(f, "── iteration {iteration} · {stage} ──")
             }
-            Event::IssueInvestigated {
-                issue,
-                tasks,
-                reason,
-            } => match reason {
-                Some(reason) if tasks.is_empty() => write!(f, "{issue}: {reason}"),
-                _ => write!(f, "{issue} → {}", list(tasks)),
-            },
-            Event::TaskStarted {
-                task,
-                name,
-                attempt,
-            } => {
-                write!(f, "▸ {task} {name} (attempt {attempt})")
-            }
+            Event::BudgetExhausted {
+                scope,
+                spent_usd,
+                spent_tokens,
+                ..
+            } => write!(
+                f,
+                "budget exhausted over {scope}: spent ${spent_usd:.2} and {spent_tokens} tokens; no agent run starts"
+            ),
+            Event::RateLimited { wait_secs } => write!(f, "rate limited: waiting {wait_secs}s"),
+            Event::StateRepaired { note } => write!(f, "state repaired: {note}"),
+            Event::Warning { message } => write!(f, "warning: {message}"),
+            Event::IterationFinished { iteration } => write!(f, "iteration {iteration} finished"),
+            Event::Finished { message, .. } => f.write_str(message),
+            _ => Ok(()),
+        }
+    }
+
+    /// An agent run: how it ended, what it streamed, an answer refused.
+    fn write_agent(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             Event::AgentFinished {
                 role,
                 subject,
@@ -617,6 +665,32 @@ impl std::fmt::Display for Event {
                 Some(line) => f.write_str(&line),
                 None => Ok(()),
             },
+            Event::AnswerInvalid {
+                role,
+                subject,
+                attempt,
+                cause,
+            } => {
+                let subject = subject
+                    .as_deref()
+                    .map(|s| format!(" {s}"))
+                    .unwrap_or_default();
+                write!(f, "  {role}{subject} answer {attempt} invalid: {cause}")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A task's way through its attempt: start, gates, retries, verdict, its end.
+    fn write_task(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::TaskStarted {
+                task,
+                name,
+                attempt,
+            } => {
+                write!(f, "▸ {task} {name} (attempt {attempt})")
+            }
             // Named after their task: with tasks at once, lines of several interleave.
             Event::GateFinished {
                 task,
@@ -645,13 +719,6 @@ impl std::fmt::Display for Event {
                     None => Ok(()),
                 }
             }
-            Event::IssueKilled { issue, reason, log } => {
-                write!(f, "✗ {issue} investigation killed ({reason})")?;
-                match log {
-                    Some(log) => write!(f, "; log {}", log.display()),
-                    None => Ok(()),
-                }
-            }
             Event::Verdict {
                 task,
                 accepted,
@@ -664,6 +731,29 @@ impl std::fmt::Display for Event {
                 };
                 write!(f, "{mark} {task} {word}: {reason}")
             }
+            Event::Decomposed { task, into } => write!(f, "{task} → {}", list(into)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Issues, gaps and priorities: the board's own changes.
+    fn write_board(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::IssueInvestigated {
+                issue,
+                tasks,
+                reason,
+            } => match reason {
+                Some(reason) if tasks.is_empty() => write!(f, "{issue}: {reason}"),
+                _ => write!(f, "{issue} → {}", list(tasks)),
+            },
+            Event::IssueKilled { issue, reason, log } => {
+                write!(f, "✗ {issue} investigation killed ({reason})")?;
+                match log {
+                    Some(log) => write!(f, "; log {}", log.display()),
+                    None => Ok(()),
+                }
+            }
             Event::GapsFound { tasks, issues } => {
                 write!(f, "gaps: tasks {} · issues {}", list(tasks), list(issues))
             }
@@ -672,34 +762,15 @@ impl std::fmt::Display for Event {
             }
             Event::Prioritized { order, .. } if order.is_empty() => Ok(()),
             Event::Prioritized { order, .. } => write!(f, "priorities: {}", order.join(", ")),
-            Event::Decomposed { task, into } => write!(f, "{task} → {}", list(into)),
             Event::IssueDecomposed { issue, into } => write!(f, "{issue} → {}", list(into)),
-            Event::AnswerInvalid {
-                role,
-                subject,
-                attempt,
-                cause,
-            } => {
-                let subject = subject
-                    .as_deref()
-                    .map(|s| format!(" {s}"))
-                    .unwrap_or_default();
-                write!(f, "  {role}{subject} answer {attempt} invalid: {cause}")
-            }
-            Event::BudgetExhausted {
-                scope,
-                spent_usd,
-                spent_tokens,
-                ..
-            } => write!(
-                f,
-                "budget exhausted over {scope}: spent ${spent_usd:.2} and {spent_tokens} tokens; no agent run starts"
-            ),
-            Event::RateLimited { wait_secs } => write!(f, "rate limited: waiting {wait_secs}s"),
-            Event::StateRepaired { note } => write!(f, "state repaired: {note}"),
-            Event::Warning { message } => write!(f, "warning: {message}"),
-            Event::IterationFinished { iteration } => write!(f, "iteration {iteration} finished"),
-            #[cfg(feature = "specs")]
+            _ => Ok(()),
+        }
+    }
+
+    /// Build mode's plans and specs.
+    #[cfg(feature = "specs")]
+    fn write_specs(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             Event::PlanWritten {
                 spec,
                 attempt,
@@ -711,7 +782,6 @@ impl std::fmt::Display for Event {
                     path.display()
                 )
             }
-            #[cfg(feature = "specs")]
             Event::PlanInvalidated {
                 spec,
                 reason,
@@ -721,14 +791,11 @@ impl std::fmt::Display for Event {
                 "✗ {spec}: plan invalidated ({reason}); kept as {}",
                 archived.display()
             ),
-            #[cfg(feature = "specs")]
             Event::SpecCommitted { spec, commit } => match commit {
                 Some(commit) => write!(f, "● {spec} committed {}", &commit[..commit.len().min(10)]),
                 None => write!(f, "● {spec} verified (nothing to commit)"),
             },
-            #[cfg(feature = "specs")]
             Event::SpecsFinished { outcome } => write!(f, "{outcome}"),
-            #[cfg(feature = "specs")]
             Event::PlanSaved {
                 path,
                 specs,
@@ -749,7 +816,7 @@ impl std::fmt::Display for Event {
                     None => Ok(()),
                 }
             }
-            Event::Finished { message, .. } => f.write_str(message),
+            _ => Ok(()),
         }
     }
 }

@@ -173,12 +173,12 @@ pub struct Git {
     /// Where the commands that run the repository's hooks run (see [`hooks_in`](Self::hooks_in)).
     hooks: Sandbox,
     /// What does not change during a run, asked of git once per handle (and its clones).
-    known: Arc<Known>,
+    known: Arc<Facts>,
 }
 
 /// Facts a handle learns once: each costs a git process.
 #[derive(Debug, Default)]
-struct Known {
+struct Facts {
     /// The `-c user.name=… -c user.email=…` ralph's commits need.
     identity: OnceLock<Vec<String>>,
     /// `git rev-parse --absolute-git-dir`.

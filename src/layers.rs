@@ -43,7 +43,7 @@ fn layer(module: &str) -> Option<u8> {
 const PIPELINES: [&str; 3] = ["construct", "specs", "thread"];
 
 /// One source file of the library, as the rules read it.
-struct Source {
+struct SourceFile {
     /// The path relative to `src/`, with `/` (`agent/mod.rs`): how the failures name it.
     name: String,
     /// Its module path: `src/a/b.rs` → `[a, b]`, `src/a/mod.rs` → `[a]`.
@@ -52,7 +52,7 @@ struct Source {
     code: String,
 }
 
-impl Source {
+impl SourceFile {
     fn top(&self) -> &str {
         self.module.first().map_or("", String::as_str)
     }
@@ -95,7 +95,7 @@ impl Crate {
 
 /// Every source of `krate`, except this file, the library's `bin/` (other crates) and the
 /// files that are test modules.
-fn sources(krate: &Crate) -> Vec<Source> {
+fn sources(krate: &Crate) -> Vec<SourceFile> {
     let src = krate.dir();
     let src = src.as_path();
     let mut files = Vec::new();
@@ -115,7 +115,7 @@ fn sources(krate: &Crate) -> Vec<Source> {
                 .map(|m| name_of(src, &child_file(&file, m))),
         );
         let module = module_of(&name);
-        sources.push(Source { name, module, code });
+        sources.push(SourceFile { name, module, code });
     }
     sources.retain(|s| !tests.contains(&s.name));
     sources

@@ -198,23 +198,7 @@ impl Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Outcome::Complete {
-                iterations,
-                accepted,
-                gates,
-                verifier,
-                people,
-                gap_analysis,
-            } => {
-                write!(
-                    f,
-                    "Spec complete: {accepted} {} accepted in {iterations} {}. Evidence: ",
-                    plural(*accepted, "task", "tasks"),
-                    plural(*iterations as usize, "iteration", "iterations"),
-                )?;
-                evidence(f, gates, verifier, people, *gap_analysis)?;
-                f.write_str(".")
-            }
+            Outcome::Complete { .. } => self.write_complete(f),
             Outcome::Unverified { reason } => write!(
                 f,
                 "Unverified: every task is accepted, but the gap analysis that compares the \
@@ -262,18 +246,55 @@ impl fmt::Display for Outcome {
                 gate,
                 failure,
                 tasks,
-            } => write!(
-                f,
-                "Stopped: gate {gate} failed the same way for {} tasks in a row ({}); it looks \
-                 broken, not the tasks. Fix the gate, unblock any task it blocked, and run again.",
-                tasks.len(),
-                failure
-                    .lines()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("no output")
-            ),
+            } => gate_broken(f, gate, failure, tasks),
         }
     }
+}
+
+impl Outcome {
+    /// "Spec complete: 3 tasks accepted in 2 iterations. Evidence: …."; nothing for another
+    /// outcome.
+    fn write_complete(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Outcome::Complete {
+            iterations,
+            accepted,
+            gates,
+            verifier,
+            people,
+            gap_analysis,
+        } = self
+        else {
+            return Ok(());
+        };
+        write!(
+            f,
+            "Spec complete: {accepted} {} accepted in {iterations} {}. Evidence: ",
+            plural(*accepted, "task", "tasks"),
+            plural(*iterations as usize, "iteration", "iterations"),
+        )?;
+        evidence(f, gates, verifier, people, *gap_analysis)?;
+        f.write_str(".")
+    }
+}
+
+/// "Stopped: gate test failed the same way for 3 tasks in a row (…)", with the first line of
+/// its output.
+fn gate_broken(
+    f: &mut fmt::Formatter<'_>,
+    gate: &str,
+    failure: &str,
+    tasks: &[TaskId],
+) -> fmt::Result {
+    write!(
+        f,
+        "Stopped: gate {gate} failed the same way for {} tasks in a row ({}); it looks \
+         broken, not the tasks. Fix the gate, unblock any task it blocked, and run again.",
+        tasks.len(),
+        failure
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output")
+    )
 }
 
 /// "Stopped: budget exhausted: spent $1.20 of the $1.00 limit (…)".

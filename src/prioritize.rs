@@ -542,11 +542,11 @@ struct Unresolved<'a> {
 /// counts once. A short list (nearly all) is scanned: it is in the cache, where an array
 /// over all tasks, looked up at random, is not on large boards. A long one uses a set.
 #[derive(Default)]
-struct Seen {
+struct SeenDeps {
     long: std::collections::HashSet<u32, BuildIdHasher>,
 }
 
-impl Seen {
+impl SeenDeps {
     /// A list longer than this uses the set.
     const SCAN: usize = 32;
 
@@ -576,7 +576,7 @@ impl Gathered {
         let mut starts: Vec<u32> = Vec::with_capacity(n + 1);
         let mut targets: Vec<u32> = Vec::with_capacity(n.saturating_mul(3));
         let mut unresolved = Vec::new();
-        let mut seen = Seen::default();
+        let mut seen = SeenDeps::default();
         starts.push(0);
         for (v, task) in tasks.iter().enumerate() {
             let first = targets.len();
@@ -750,7 +750,7 @@ impl Adjacency {
                 self.targets[dep.slot] = index32(u);
             }
         }
-        let mut seen = Seen::default();
+        let mut seen = SeenDeps::default();
         let mut kept = 0;
         for v in 0..self.len() {
             let list = self.starts[v] as usize..self.starts[v + 1] as usize;

@@ -954,10 +954,10 @@ mod claude_settings {
     use crate::config::ClaudeConfig;
 
     /// A `ClaudeCli` that keeps, where the test can see it, the settings it ends up with.
-    struct Seen(ClaudeCli, Arc<Mutex<Option<(ClaudeConfig, Duration)>>>);
+    struct Spy(ClaudeCli, Arc<Mutex<Option<(ClaudeConfig, Duration)>>>);
 
     #[async_trait]
-    impl Agent for Seen {
+    impl Agent for Spy {
         async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
             self.0.run(request).await
         }
@@ -979,7 +979,7 @@ mod claude_settings {
         let seen = Arc::new(Mutex::new(None));
         Ralph::builder()
             .workspace(dir.path())
-            .agent(Seen(cli, seen.clone()))
+            .agent(Spy(cli, seen.clone()))
             .store(MemoryStore::new())
             .config("claude.max_turns", 7)
             .build()

@@ -138,7 +138,7 @@ const PLAN_INVALIDATION: &str = "PLAN_INVALIDATION:";
 /// ```
 #[must_use]
 pub fn parse(final_answer: &str) -> Markers {
-    let scan = Scan::of(final_answer);
+    let scan = AnswerScan::of(final_answer);
     let done = scan.last == Some(TASK_DONE);
     let task = match (done, scan.blocked) {
         (true, Some(_)) => TaskSignal::Conflict,
@@ -169,12 +169,12 @@ pub fn parse(final_answer: &str) -> Markers {
 #[must_use]
 #[cfg(any(feature = "specs", feature = "threads"))]
 pub fn last_line(final_answer: &str) -> Option<&str> {
-    Scan::of(final_answer).last
+    AnswerScan::of(final_answer).last
 }
 
 /// What one pass over the answer found, as slices of it (nothing is allocated yet).
 #[derive(Debug, Default)]
-struct Scan<'a> {
+struct AnswerScan<'a> {
     /// The last non-empty line, trimmed; `None` if it is in a fence or is a fence line.
     last: Option<&'a str>,
     /// The raw (still escaped) reason of the last blocked line.
@@ -183,9 +183,9 @@ struct Scan<'a> {
     plan: Option<&'a str>,
 }
 
-impl<'a> Scan<'a> {
+impl<'a> AnswerScan<'a> {
     fn of(text: &'a str) -> Self {
-        let mut scan = Scan::default();
+        let mut scan = AnswerScan::default();
         let mut fence: Option<Fence> = None;
         for raw in text.split('\n') {
             let line = raw.trim();

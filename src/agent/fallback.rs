@@ -230,7 +230,7 @@ impl Agent for Fallback {
         let mut last: Option<Result<AgentRun, AgentError>> = None;
         // What the agents passed over spent: the chain's run carries it, so no run's
         // tokens or dollars go uncounted.
-        let mut spent = Spent::default();
+        let mut spent = Carried::default();
         // Whether an agent was passed over as unreachable, should every agent rest.
         let mut unreachable = false;
         for (index, (name, agent)) in self.agents.iter().enumerate() {
@@ -269,7 +269,7 @@ impl Agent for Fallback {
                 None => return ran,
             }
             if let Ok(run) = &ran {
-                spent = Spent::of(run);
+                spent = Carried::of(run);
             }
             last = Some(ran);
         }
@@ -333,7 +333,7 @@ fn _assert_object_safe(chain: Fallback) -> Arc<dyn Agent> {
 
 /// Tokens and dollars of the runs a chain passed over, carried into the run it returns.
 #[derive(Clone, Copy, Debug, Default)]
-struct Spent {
+struct Carried {
     input_tokens: u64,
     output_tokens: u64,
     cache_read_tokens: u64,
@@ -341,10 +341,10 @@ struct Spent {
     cost_usd: Option<f64>,
 }
 
-impl Spent {
+impl Carried {
     /// What `run` spent, with what it already carried.
-    fn of(run: &AgentRun) -> Spent {
-        Spent {
+    fn of(run: &AgentRun) -> Carried {
+        Carried {
             input_tokens: run.usage.input_tokens,
             output_tokens: run.usage.output_tokens,
             cache_read_tokens: run.usage.cache_read_tokens,

@@ -21,17 +21,17 @@ pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::E
 pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
-    enum Raw {
+    enum Written {
         Text(String),
         Number(f64),
     }
-    match Raw::deserialize(d)? {
-        Raw::Text(text) => humantime::parse_duration(text.trim()).map_err(|e| {
+    match Written::deserialize(d)? {
+        Written::Text(text) => humantime::parse_duration(text.trim()).map_err(|e| {
             D::Error::custom(format!(
                 "invalid duration {text:?}: {e} (write e.g. \"90s\", \"5m\", \"1h\")"
             ))
         }),
-        Raw::Number(n) => Err(D::Error::custom(format!(
+        Written::Number(n) => Err(D::Error::custom(format!(
             "a duration needs a unit: write \"{n}s\" or \"{n}ms\", not {n}"
         ))),
     }

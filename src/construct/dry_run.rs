@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::ready::ReadyQueue;
 use super::{RunFacts, SPEND_SCOPE, resolve_spec, spec_issue_text, stop_outcome, unsound_blocked};
-use crate::model::{Change, Issue, Stage, TaskId, TaskStatus};
+use crate::model::{Board, Change, Issue, Stage, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
 use crate::runtime::error::Error;
@@ -129,6 +129,21 @@ impl fmt::Display for DryRun {
             writeln!(f, "  repaired:  {note}")?;
         }
         writeln!(f, "  agent:     {}", self.agent)?;
+        self.write_gates(f)?;
+        writeln!(f, "  sandbox:   {}", self.sandbox)?;
+        writeln!(f, "  tasks:     {}/{} accepted", self.accepted, self.tasks)?;
+        writeln!(f, "  remaining: {}", self.remaining)?;
+        self.write_limits(f)?;
+        if let Some(budget) = &self.budget {
+            write!(f, "\n  budget:    {budget}")?;
+        }
+        Ok(())
+    }
+}
+
+impl DryRun {
+    /// The `gates:` line: the gates in order, or that none is required.
+    fn write_gates(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.gates.iter().all(|g| g.ends_with(OPTIONAL)) {
             writeln!(
                 f,
@@ -137,13 +152,14 @@ impl fmt::Display for DryRun {
                     [] => String::new(),
                     optional => format!(" ({})", optional.join(", ")),
                 }
-            )?;
+            )
         } else {
-            writeln!(f, "  gates:     {}", self.gates.join(", "))?;
+            writeln!(f, "  gates:     {}", self.gates.join(", "))
         }
-        writeln!(f, "  sandbox:   {}", self.sandbox)?;
-        writeln!(f, "  tasks:     {}/{} accepted", self.accepted, self.tasks)?;
-        writeln!(f, "  remaining: {}", self.remaining)?;
+    }
+
+    /// The `limits:` line, without its line end.
+    fn write_limits(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "  limits:    max iterations {}, stage timeout {}, agent timeout {}, retries {}, \
@@ -158,11 +174,7 @@ impl fmt::Display for DryRun {
             self.recent_attempts,
             self.build_concurrency,
             humantime::format_duration(self.unreachable_after),
-        )?;
-        if let Some(budget) = &self.budget {
-            write!(f, "\n  budget:    {budget}")?;
-        }
-        Ok(())
+        )
     }
 }
 
@@ -178,29 +190,114 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
     // As the run would begin: what cannot be built as it stands is blocked.
     board.apply_all(unsound_blocked(&board).0);
     let config = &ctx.config;
-    // As the run would begin: the spec seeded as an issue the first time.
-    let fresh = !board.run.seeded;
-    if fresh {
-        let id = board.next_issue_id();
-        let text = spec_issue_text(&spec, &SpecDoc::read(&ctx.workspace, &spec)?);
-        board.apply(Change::Issue(Issue::new(id, text)));
-        board.run.seeded = true;
-    }
-    let mut spec_changed = None;
-    if !fresh && let Some(change) = super::spec_change::since_taken(&ctx.workspace, &spec) {
-        let id = board.next_issue_id();
-        spec_changed = Some(format!(
-            "changed since the board took it in; a run seeds its change as issue {id}"
-        ));
-        board.apply(Change::Issue(Issue::new(id, change)));
-    }
+    let spec_changed = seed_as_a_run_would(&mut board, &ctx.workspace, &spec)?;
     let iteration = board.run.iteration.max(1);
     board.run.iteration = iteration;
     let stage = board.stage();
-    let mut beside = Vec::new();
+    let (next, beside) = next_up(&board, stage, config.build_concurrency);
+    // A new run: its iterations start here, and no check of it has failed yet.
+    let ending = RunFacts {
+        first_iteration: iteration,
+        check_failed: false,
+    };
+    let stop = stop_outcome(&board, config, stage, ending).map(|o: Outcome| o.to_string());
+    let template = match stop {
+        Some(_) => None,
+        None => template_for(&board, stage, next.as_ref()),
+    };
+    Ok(DryRun {
+        spec,
+        state: state_place(ctx),
+        stage,
+        iteration,
+        template_source: template.and_then(|t| ctx.prompts.origin(t).map(str::to_owned)),
+        repaired: ctx.store.recovered(),
+        template: template.map(str::to_owned),
+        next,
+        beside,
+        stop,
+        accepted: count_tasks(&board, |s| s == TaskStatus::Accepted),
+        tasks: count_tasks(&board, |s| s != TaskStatus::Decomposed),
+        remaining: board.remaining_tasks().count() + board.open_issues().count(),
+        max_iterations: config.max_iterations,
+        stage_timeout: config.stage_timeout,
+        agent_timeout: config.agent_timeout,
+        retries: config.retries,
+        decompose_after_rejections: config.decompose_after_rejections,
+        once: config.once,
+        recent_attempts: config.recent_attempts,
+        build_concurrency: config.build_concurrency,
+        unreachable_after: config.unreachable_after,
+        budget: ctx.budget(SPEND_SCOPE)?.describe(),
+        agent: ctx.agent.name().to_owned(),
+        spec_cut,
+        spec_changed,
+        sandbox: ctx.sandbox_line(),
+        gates: gate_names(ctx),
+    })
+}
+
+/// Where the store keeps its state, relative to the workspace when it is inside it.
+fn state_place(ctx: &Context) -> Option<String> {
+    ctx.store.location().map(|place| {
+        Path::new(&place)
+            .strip_prefix(&ctx.workspace)
+            .map_or(place.clone(), |rel| rel.display().to_string())
+    })
+}
+
+/// The tasks on the board whose status passes `keep`.
+fn count_tasks(board: &Board, keep: impl Fn(TaskStatus) -> bool) -> usize {
+    board.tasks.values().filter(|t| keep(t.status)).count()
+}
+
+/// The gates by name, in order, the optional ones marked.
+fn gate_names(ctx: &Context) -> Vec<String> {
+    ctx.gates
+        .iter()
+        .map(|g| match g.required() {
+            true => g.name().to_owned(),
+            false => format!("{}{OPTIONAL}", g.name()),
+        })
+        .collect()
+}
+
+/// A task or issue as a dry run names it: its id, and its name (an issue's text).
+type IdAndName = (String, String);
+
+/// Seeds the board as a run would begin: the spec as an issue the first time, else its change
+/// since the board took it in. Returns the dry run's note on that change, if there is one.
+fn seed_as_a_run_would(
+    board: &mut Board,
+    workspace: &Path,
+    spec: &str,
+) -> Result<Option<String>, Error> {
+    if !board.run.seeded {
+        let id = board.next_issue_id();
+        let text = spec_issue_text(spec, &SpecDoc::read(workspace, spec)?);
+        board.apply(Change::Issue(Issue::new(id, text)));
+        board.run.seeded = true;
+        return Ok(None);
+    }
+    let Some(change) = super::spec_change::since_taken(workspace, spec) else {
+        return Ok(None);
+    };
+    let id = board.next_issue_id();
+    let note = format!("changed since the board took it in; a run seeds its change as issue {id}");
+    board.apply(Change::Issue(Issue::new(id, change)));
+    Ok(Some(note))
+}
+
+/// What the stage would work on next (id and name or text), and in build, the tasks that would
+/// start beside it (up to `build_concurrency` in all).
+fn next_up(
+    board: &Board,
+    stage: Stage,
+    build_concurrency: usize,
+) -> (Option<IdAndName>, Vec<IdAndName>) {
     let next = match stage {
         Stage::Build => {
-            let mut ready = ReadyQueue::new(&board);
+            let mut ready = ReadyQueue::new(board);
             let mut take = || {
                 ready
                     .pop()
@@ -208,10 +305,10 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
                     .map(|t| (t.id.to_string(), t.name.clone()))
             };
             let next = take();
-            beside = std::iter::from_fn(take)
-                .take(config.build_concurrency.saturating_sub(1))
+            let beside = std::iter::from_fn(take)
+                .take(build_concurrency.saturating_sub(1))
                 .collect();
-            next
+            return (next, beside);
         }
         Stage::Investigate => board
             .open_issues()
@@ -228,75 +325,23 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
             }),
         _ => None,
     };
-    // A new run: its iterations start here, and no check of it has failed yet.
-    let ending = RunFacts {
-        first_iteration: iteration,
-        check_failed: false,
-    };
-    let stop = stop_outcome(&board, config, stage, ending).map(|o: Outcome| o.to_string());
-    let template = match (stop.is_some(), stage) {
-        (true, _) => None,
-        (false, Stage::Build) => next
-            .as_ref()
+    (next, Vec::new())
+}
+
+/// The prompt template the stage's next agent run would use, for a run that would not stop.
+fn template_for(board: &Board, stage: Stage, next: Option<&IdAndName>) -> Option<&'static str> {
+    match stage {
+        Stage::Build => next
             .and_then(|(id, _)| board.tasks.get(id.as_str()))
             .map(super::build::template),
-        (false, Stage::Investigate) => Some("investigate"),
-        (false, Stage::Verify | Stage::Unverified)
+        Stage::Investigate => Some("investigate"),
+        Stage::Verify | Stage::Unverified
             if board.tasks.values().any(|t| t.status == TaskStatus::Done) =>
         {
             Some("verify")
         }
-        (false, Stage::Verify | Stage::Unverified) => Some("gap_analysis"),
-        (false, Stage::Decompose) => Some("decompose"),
+        Stage::Verify | Stage::Unverified => Some("gap_analysis"),
+        Stage::Decompose => Some("decompose"),
         _ => None,
-    };
-    Ok(DryRun {
-        spec,
-        state: ctx.store.location().map(|place| {
-            Path::new(&place)
-                .strip_prefix(&ctx.workspace)
-                .map_or(place.clone(), |rel| rel.display().to_string())
-        }),
-        stage,
-        iteration,
-        template_source: template.and_then(|t| ctx.prompts.origin(t).map(str::to_owned)),
-        repaired: ctx.store.recovered(),
-        template: template.map(str::to_owned),
-        next,
-        beside,
-        stop,
-        accepted: board
-            .tasks
-            .values()
-            .filter(|t| t.status == TaskStatus::Accepted)
-            .count(),
-        tasks: board
-            .tasks
-            .values()
-            .filter(|t| t.status != TaskStatus::Decomposed)
-            .count(),
-        remaining: board.remaining_tasks().count() + board.open_issues().count(),
-        max_iterations: config.max_iterations,
-        stage_timeout: config.stage_timeout,
-        agent_timeout: config.agent_timeout,
-        retries: config.retries,
-        decompose_after_rejections: config.decompose_after_rejections,
-        once: config.once,
-        recent_attempts: config.recent_attempts,
-        build_concurrency: config.build_concurrency,
-        unreachable_after: config.unreachable_after,
-        budget: ctx.budget(SPEND_SCOPE)?.describe(),
-        agent: ctx.agent.name().to_owned(),
-        spec_cut,
-        spec_changed,
-        sandbox: ctx.sandbox_line(),
-        gates: ctx
-            .gates
-            .iter()
-            .map(|g| match g.required() {
-                true => g.name().to_owned(),
-                false => format!("{}{OPTIONAL}", g.name()),
-            })
-            .collect(),
-    })
+    }
 }

@@ -134,7 +134,7 @@ fn waiting(task: &Task) -> bool {
 /// that nothing waiting depends on, are peeled off first (what is left is, in practice,
 /// the cycles alone), and only the rest is searched.
 pub(crate) fn cycles(board: &Board) -> Vec<(TaskId, Vec<TaskId>)> {
-    let graph = Graph::of(board);
+    let graph = WaitGraph::of(board);
     let left = graph.cyclic_core();
     left.iter()
         .filter_map(|&v| Some((graph.ids[v].clone(), graph.cycle_through(v, &left)?)))
@@ -143,14 +143,14 @@ pub(crate) fn cycles(board: &Board) -> Vec<(TaskId, Vec<TaskId>)> {
 
 /// The dependency graph of the waiting tasks: `deps[v]` are the waiting tasks `v` depends
 /// on, each once.
-struct Graph {
+struct WaitGraph {
     ids: Vec<TaskId>,
     deps: Vec<Vec<usize>>,
     dependents: Vec<Vec<usize>>,
 }
 
-impl Graph {
-    fn of(board: &Board) -> Graph {
+impl WaitGraph {
+    fn of(board: &Board) -> WaitGraph {
         let tasks: Vec<&Task> = board.tasks.values().filter(|t| waiting(t)).collect();
         let index: HashMap<&TaskId, usize> =
             tasks.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
@@ -165,7 +165,7 @@ impl Graph {
                 }
             }
         }
-        Graph {
+        WaitGraph {
             ids: tasks.iter().map(|t| t.id.clone()).collect(),
             deps,
             dependents,

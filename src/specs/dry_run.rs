@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::implementation::ImplementationStore;
+use super::implementation::{ImplementationStore, SpecEntry};
 use super::plan_files::{PlanFiles, Resume};
 use super::plan_mode::spec_files;
 use crate::runtime::Context;
@@ -210,14 +210,7 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         template_source: None,
         stop: None,
         remaining: order.iter().map(|&i| plan.specs[i].id.clone()).collect(),
-        gates: ctx
-            .gates
-            .iter()
-            .map(|g| match g.required() {
-                true => g.name().to_owned(),
-                false => format!("{} (optional)", g.name()),
-            })
-            .collect(),
+        gates: gate_names(ctx),
         agent: ctx.agent.name().to_owned(),
         sandbox: ctx.sandbox_line(),
         retries: config.retries,
@@ -250,7 +243,28 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
     report.spec_cut = spec::read(&ctx.workspace, &spec.file)?.cut_note();
     let needs_plan = !matches!(plans.resume(&rel)?, Resume::UseActive | Resume::Adopt)
         || spec.plan_invalidation.is_some();
-    let (next, template) = if needs_plan {
+    let (next, template) = next_step(spec, needs_plan);
+    report.next = Some(next);
+    report.template_source = ctx.prompts.origin(template).map(str::to_owned);
+    report.template = Some(template.to_owned());
+    Ok(report)
+}
+
+/// The gates by name, in order, the optional ones marked.
+fn gate_names(ctx: &Context) -> Vec<String> {
+    ctx.gates
+        .iter()
+        .map(|g| match g.required() {
+            true => g.name().to_owned(),
+            false => format!("{} (optional)", g.name()),
+        })
+        .collect()
+}
+
+/// The spec's next step, and the template its agent would be given: a plan first when the
+/// spec needs one, else its next task, else the spec's verification.
+fn next_step(spec: &SpecEntry, needs_plan: bool) -> (String, &'static str) {
+    if needs_plan {
         (
             "plan (a read-only planner writes the spec's plan)".to_owned(),
             "planner",
@@ -264,9 +278,5 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         )
     } else {
         ("verify the spec".to_owned(), "spec_verify")
-    };
-    report.next = Some(next);
-    report.template_source = ctx.prompts.origin(template).map(str::to_owned);
-    report.template = Some(template.to_owned());
-    Ok(report)
+    }
 }

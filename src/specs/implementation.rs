@@ -541,20 +541,26 @@ fn strip_position(e: &serde_json::Error) -> String {
 /// A repeated or empty id: what is wrong, and where (the JSON path of the `id` value).
 struct BadId {
     message: String,
-    path: Vec<super::json_locate::Step>,
+    path: Vec<super::json_locate::PathStep>,
 }
 
 /// Ids are what build mode and the fake scripts key on: they must be unique and non-empty.
 fn check_ids(plan: &Implementation) -> Result<(), BadId> {
-    use super::json_locate::Step;
-    let spec_path = |i| vec![Step::Key("specs"), Step::Index(i), Step::Key("id")];
+    use super::json_locate::PathStep;
+    let spec_path = |i| {
+        vec![
+            PathStep::Key("specs"),
+            PathStep::Index(i),
+            PathStep::Key("id"),
+        ]
+    };
     let task_path = |i, j| {
         vec![
-            Step::Key("specs"),
-            Step::Index(i),
-            Step::Key("tasks"),
-            Step::Index(j),
-            Step::Key("id"),
+            PathStep::Key("specs"),
+            PathStep::Index(i),
+            PathStep::Key("tasks"),
+            PathStep::Index(j),
+            PathStep::Key("id"),
         ]
     };
     let bad = |message: String, path| Err(BadId { message, path });
@@ -586,14 +592,14 @@ fn check_ids(plan: &Implementation) -> Result<(), BadId> {
 
 /// `dependsOn` names other specs of the file, and never leads back to the spec itself.
 fn check_depends_on(plan: &Implementation) -> Result<(), BadId> {
-    use super::json_locate::Step;
+    use super::json_locate::PathStep;
     for (i, spec) in plan.specs.iter().enumerate() {
         for (k, dep) in spec.depends_on.iter().enumerate() {
             let path = vec![
-                Step::Key("specs"),
-                Step::Index(i),
-                Step::Key("dependsOn"),
-                Step::Index(k),
+                PathStep::Key("specs"),
+                PathStep::Index(i),
+                PathStep::Key("dependsOn"),
+                PathStep::Index(k),
             ];
             let message = if plan.spec(dep).is_none() {
                 format!("specs[{i}].dependsOn[{k}] names no spec: {dep:?}")

@@ -6,7 +6,7 @@
 
 /// One step of a path into a JSON document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Step {
+pub(crate) enum PathStep {
     /// The member with this key of an object (the first one, should the key repeat).
     Key(&'static str),
     /// The element at this index of an array.
@@ -14,13 +14,13 @@ pub(crate) enum Step {
 }
 
 /// The byte offset of the value at `path` in `text`, or `None` when there is none.
-pub(crate) fn find(text: &str, path: &[Step]) -> Option<usize> {
+pub(crate) fn find(text: &str, path: &[PathStep]) -> Option<usize> {
     let bytes = text.as_bytes();
     let mut pos = skip_ws(bytes, 0);
     for step in path {
         pos = match *step {
-            Step::Key(key) => member(text, pos, key)?,
-            Step::Index(index) => element(bytes, pos, index)?,
+            PathStep::Key(key) => member(text, pos, key)?,
+            PathStep::Index(index) => element(bytes, pos, index)?,
         };
     }
     Some(pos)
@@ -137,12 +137,12 @@ fn skip_ws(bytes: &[u8], pos: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::Step::{Index, Key};
+    use super::PathStep::{Index, Key};
     use super::*;
 
     const TEXT: &str = "{\"x\": [1, {\"id\": \"no\"}, \"a\\\"]\"],\n \"specs\": [\n  {\"id\": \"a\", \"tasks\": []},\n  {\"n\": {\"id\": 2}, \"i\\u0064\": \"b\",\n   \"tasks\": [{\"id\": \"b-1\"}]}\n]}";
 
-    fn at(path: &[Step]) -> Option<(usize, usize)> {
+    fn at(path: &[PathStep]) -> Option<(usize, usize)> {
         find(TEXT, path).map(|o| line_column(TEXT, o))
     }
 

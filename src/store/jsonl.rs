@@ -148,21 +148,21 @@ const MIN_SUPERSEDED: usize = 1000;
 /// # }
 /// ```
 pub struct JsonlStore {
-    shared: Arc<Shared>,
+    shared: Arc<JsonlShared>,
 }
 
 /// What the blocking tasks share with the store handle.
-struct Shared {
+struct JsonlShared {
     path: PathBuf,
     /// `None` until the file is read, and again after a failed write, so that the next call
     /// re-reads what is really on disk instead of trusting a board that may have drifted.
-    log: Mutex<Option<Log>>,
+    log: Mutex<Option<PlanLog>>,
     /// Kept apart from `log` so that asking does not wait behind an fsync.
     recovered: Mutex<Option<String>>,
 }
 
 /// What the file holds, and how to tell it is still the file that was read.
-struct Log {
+struct PlanLog {
     /// Opened for appending by the first write; `None` until then.
     file: Option<File>,
     board: Board,
@@ -201,7 +201,7 @@ impl JsonlStore {
     ///
     /// None today; the `Result` leaves room for stores that must check their path.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let shared = Shared {
+        let shared = JsonlShared {
             path: path.as_ref().to_path_buf(),
             log: Mutex::new(None),
             recovered: Mutex::new(None),
@@ -229,7 +229,7 @@ impl JsonlStore {
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&JsonlShared) -> Result<T, StoreError> + Send + 'static,
     {
         super::file_io(&self.shared.path, &self.shared, f).await
     }
@@ -246,7 +246,7 @@ impl fmt::Debug for JsonlStore {
 #[async_trait]
 impl Store for JsonlStore {
     async fn load(&self) -> Result<Board, StoreError> {
-        self.blocking(Shared::load).await
+        self.blocking(JsonlShared::load).await
     }
 
     async fn persist(&self, changes: &[Change]) -> Result<(), StoreError> {
@@ -270,7 +270,7 @@ impl Store for JsonlStore {
     }
 }
 
-impl Shared {
+impl JsonlShared {
     fn load(&self) -> Result<Board, StoreError> {
         let mut slot = self.slot();
         // A load returns what is on disk: a file moved, replaced or rewritten since it was
@@ -311,11 +311,11 @@ impl Shared {
     }
 
     /// The log, reading the file if it is not in memory.
-    fn loaded<'a>(&self, slot: &'a mut Option<Log>) -> Result<&'a mut Log, StoreError> {
+    fn loaded<'a>(&self, slot: &'a mut Option<PlanLog>) -> Result<&'a mut PlanLog, StoreError> {
         let log = match slot.take() {
             Some(log) => log,
             None => {
-                let (log, note) = Log::read(&self.path)?;
+                let (log, note) = PlanLog::read(&self.path)?;
                 *lock_ignoring_poison(&self.recovered) = note;
                 log
             }
@@ -323,7 +323,7 @@ impl Shared {
         Ok(slot.insert(log))
     }
 
-    fn slot(&self) -> MutexGuard<'_, Option<Log>> {
+    fn slot(&self) -> MutexGuard<'_, Option<PlanLog>> {
         self.log.lock().unwrap_or_else(|poisoned| {
             // A panic mid-persist may have applied changes in memory that never reached the
             // file: forget the board so the next call re-reads the truth.
@@ -352,13 +352,13 @@ struct Unverified {
     /// 1-based.
     line: usize,
     how: String,
-    cut: Cut,
+    cut: CutPoint,
 }
 
 /// Where a rollback cuts the file and an adoption starts signing: the first line that does
 /// not verify, or the header of the batch it is in (a batch is kept whole or not at all).
 #[derive(Clone, Copy, Debug)]
-struct Cut {
+struct CutPoint {
     /// Byte offset of the line's start.
     offset: u64,
     /// Its 1-based number.
@@ -376,8 +376,8 @@ enum Trust {
     Marked,
     /// Every line so far is signed and verifies.
     Chained,
-    /// No line so far is signed; the first one is at `Cut`.
-    Unsigned(Cut),
+    /// No line so far is signed; the first one is at `CutPoint`.
+    Unsigned(CutPoint),
 }
 
 impl Trust {
@@ -387,7 +387,7 @@ impl Trust {
         self,
         signed: Option<(Link, Link)>,
         line: usize,
-        cut: Cut,
+        cut: CutPoint,
     ) -> Result<Trust, Unverified> {
         let refused = |how: String| Unverified { line, how, cut };
         match (self, signed) {
@@ -429,9 +429,9 @@ impl Unverified {
     }
 }
 
-impl Log {
-    fn empty() -> Log {
-        Log {
+impl PlanLog {
+    fn empty() -> PlanLog {
+        PlanLog {
             file: None,
             board: Board::new(),
             lines: 0,
@@ -446,15 +446,15 @@ impl Log {
 
     /// Reads and checks the whole file (a missing one is an empty board); writes nothing.
     /// Returns a note if a torn tail was dropped or an earlier ralph's file adopted.
-    fn read(path: &Path) -> Result<(Log, Option<String>), StoreError> {
-        Log::scan(path).map_err(|e| match e {
+    fn read(path: &Path) -> Result<(PlanLog, Option<String>), StoreError> {
+        PlanLog::scan(path).map_err(|e| match e {
             ReadError::Store(e) => e,
             ReadError::Unverified(bad) => bad.error(path),
         })
     }
 
     /// [`read`](Self::read), telling a line that does not verify apart, for a repair.
-    fn scan(path: &Path) -> Result<(Log, Option<String>), ReadError> {
+    fn scan(path: &Path) -> Result<(PlanLog, Option<String>), ReadError> {
         let marked = marker_path(path)
             .try_exists()
             .map_err(|e| io_error(&marker_path(path), e))?;
@@ -462,9 +462,9 @@ impl Log {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok((
-                    Log {
+                    PlanLog {
                         marked,
-                        ..Log::empty()
+                        ..PlanLog::empty()
                     },
                     None,
                 ));
@@ -472,10 +472,10 @@ impl Log {
             Err(e) => return Err(io_error(path, e).into()),
         };
         let meta = file.metadata().map_err(|e| io_error(path, e))?;
-        let mut log = Log {
+        let mut log = PlanLog {
             seen: Some(Seen::of(&meta)),
             marked,
-            ..Log::empty()
+            ..PlanLog::empty()
         };
         let mut trust = if marked { Trust::Marked } else { Trust::Open };
         let mut reader = BufReader::new(file);
@@ -491,11 +491,7 @@ impl Log {
                 break;
             }
             let terminated = line.last() == Some(&b'\n');
-            let here = Cut {
-                offset: log.end,
-                line: number,
-                last: log.last,
-            };
+            let here = log.cut_at(number);
             let signed = unsign(&mut line, log.last.as_ref());
             let parsed = parse_line(&line);
             // Only a write that a crash cut short leaves a line without its newline.
@@ -503,7 +499,7 @@ impl Log {
                 torn = Some(torn_note(number, len));
                 break;
             }
-            if !matches!(parsed, Ok(Line::Blank)) {
+            if !matches!(parsed, Ok(JsonLine::Blank)) {
                 let cut = batch.as_ref().map_or(here, |open| open.cut);
                 trust = trust
                     .next(signed, number, cut)
@@ -511,37 +507,70 @@ impl Log {
                 log.last = signed.map(|(carried, _)| carried);
             }
             let parsed = parsed.map_err(|message| malformed(path, number, message))?;
-            match (parsed, &mut batch) {
-                (Line::Batch(_), Some(_)) => {
-                    let message = "a batch header inside a batch".into();
-                    return Err(malformed(path, number, message).into());
-                }
-                (Line::Batch(count), None) => {
-                    batch = Some(Batch::new(count, here));
-                    log.keep_line(None, len, terminated);
-                    log.lines += 1;
-                }
-                (Line::Record(change), Some(open)) => {
-                    open.changes.push(change);
-                    log.keep_line(None, len, terminated);
-                    log.lines += 1;
-                    if open.changes.len() == open.count {
-                        log.board.apply_all(std::mem::take(&mut open.changes));
-                        batch = None;
-                    }
-                }
-                (Line::Record(change), None) => log.keep_line(Some(change), len, terminated),
-                (Line::Blank, _) => log.keep_line(None, len, terminated),
-            }
+            log.take_line(parsed, &mut batch, here, len, terminated)
+                .map_err(|message| malformed(path, number, message))?;
         }
+        Ok(log.ended(path, torn, batch, &trust))
+    }
+
+    /// Where line `number`, the next to read, starts.
+    fn cut_at(&self, number: usize) -> CutPoint {
+        CutPoint {
+            offset: self.end,
+            line: number,
+            last: self.last,
+        }
+    }
+
+    /// Takes in one parsed line of `len` bytes starting at `here`, into the open batch if
+    /// there is one. Refuses a batch header inside a batch.
+    fn take_line(
+        &mut self,
+        parsed: JsonLine,
+        batch: &mut Option<Batch>,
+        here: CutPoint,
+        len: usize,
+        terminated: bool,
+    ) -> Result<(), String> {
+        match (parsed, &mut *batch) {
+            (JsonLine::Batch(_), Some(_)) => return Err("a batch header inside a batch".into()),
+            (JsonLine::Batch(count), None) => {
+                *batch = Some(Batch::new(count, here));
+                self.keep_line(None, len, terminated);
+                self.lines += 1;
+            }
+            (JsonLine::Record(change), Some(open)) => {
+                open.changes.push(change);
+                self.keep_line(None, len, terminated);
+                self.lines += 1;
+                if open.changes.len() == open.count {
+                    self.board.apply_all(std::mem::take(&mut open.changes));
+                    *batch = None;
+                }
+            }
+            (JsonLine::Record(change), None) => self.keep_line(Some(change), len, terminated),
+            (JsonLine::Blank, _) => self.keep_line(None, len, terminated),
+        }
+        Ok(())
+    }
+
+    /// The log once every line is read, with the note of what reading it found: a torn
+    /// write or an incomplete batch cut off, a file of an earlier ralph's adopted.
+    fn ended(
+        mut self,
+        path: &Path,
+        torn: Option<String>,
+        batch: Option<Batch>,
+        trust: &Trust,
+    ) -> (PlanLog, Option<String>) {
         let note = match (torn, batch) {
             (Some(note), open) => {
-                log = log.torn(open.as_ref());
+                self = self.torn(open.as_ref());
                 Some(note)
             }
             // Fewer lines than the header promised: the write was cut after a newline.
             (None, Some(open)) => {
-                log = log.torn(Some(&open));
+                self = self.torn(Some(&open));
                 Some(format!(
                     "dropped an incomplete batch (line {}: {} of {} records) left by an \
                      interrupted write; it is cut off before the next write",
@@ -553,14 +582,14 @@ impl Log {
             (None, None) => None,
         };
         if let Trust::Unsigned(_) = trust {
-            log.legacy = true;
+            self.legacy = true;
             let adopted = adopted_note(path);
-            return Ok((
-                log,
+            return (
+                self,
                 Some(note.map_or(adopted.clone(), |n| adopted + "; " + &n)),
-            ));
+            );
         }
-        Ok((log, note))
+        (self, note)
     }
 
     /// Accounts for one good (or blank) line of `len` bytes.
@@ -578,7 +607,7 @@ impl Log {
     }
 
     /// Marks the file as ending in a torn write, which starts at the open batch if any.
-    fn torn(mut self, batch: Option<&Batch>) -> Log {
+    fn torn(mut self, batch: Option<&Batch>) -> PlanLog {
         if let Some(open) = batch {
             self.end = open.cut.offset;
             self.last = open.cut.last;
@@ -681,7 +710,7 @@ impl Log {
 /// What one line of the file holds.
 #[derive(Debug, PartialEq)]
 #[allow(clippy::large_enum_variant)] // one per line read, consumed at once
-enum Line {
+enum JsonLine {
     Blank,
     Batch(usize),
     Record(Change),
@@ -711,11 +740,11 @@ struct Batch {
     count: usize,
     changes: Vec<Change>,
     /// Where its header is: where a torn batch is cut off and a repair starts.
-    cut: Cut,
+    cut: CutPoint,
 }
 
 impl Batch {
-    fn new(count: usize, cut: Cut) -> Self {
+    fn new(count: usize, cut: CutPoint) -> Self {
         Batch {
             count,
             changes: Vec::with_capacity(count.min(4096)),
@@ -737,10 +766,10 @@ fn unsign(line: &mut Vec<u8>, prev: Option<&Link>) -> Option<(Link, Link)> {
 }
 
 /// A line's record or batch header, or what is wrong with it.
-fn parse_line(line: &[u8]) -> Result<Line, String> {
+fn parse_line(line: &[u8]) -> Result<JsonLine, String> {
     let text = std::str::from_utf8(line).map_err(|e| format!("not UTF-8: {e}"))?;
     if text.trim().is_empty() {
-        return Ok(Line::Blank);
+        return Ok(JsonLine::Blank);
     }
     if text.contains(r#""batch""#)
         && let Ok(header) = serde_json::from_str::<BatchHeader>(text)
@@ -748,11 +777,11 @@ fn parse_line(line: &[u8]) -> Result<Line, String> {
     {
         return match header.n {
             0 => Err("a batch header with no records".into()),
-            n => Ok(Line::Batch(n)),
+            n => Ok(JsonLine::Batch(n)),
         };
     }
     serde_json::from_str(text)
-        .map(Line::Record)
+        .map(JsonLine::Record)
         .map_err(|e| format!("not a plan record: {e}"))
 }
 
@@ -891,7 +920,7 @@ mod tests {
 
     #[test]
     fn blank_lines_are_skipped_and_bad_ones_explained() {
-        assert_eq!(parse_line(b"  \r\n").unwrap(), Line::Blank);
+        assert_eq!(parse_line(b"  \r\n").unwrap(), JsonLine::Blank);
         assert!(
             parse_line(b"{\"t\":\"task\"}\n")
                 .unwrap_err()
@@ -903,7 +932,7 @@ mod tests {
     #[test]
     fn compaction_waits_for_max_of_floor_and_twice_live() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut log, _) = Log::read(&dir.path().join("plan.jsonl")).unwrap();
+        let (mut log, _) = PlanLog::read(&dir.path().join("plan.jsonl")).unwrap();
         log.board
             .apply_all((0..10).map(|i| task(&format!("t-{i}"))));
         let live = live_records(&log.board);
@@ -936,7 +965,7 @@ mod tests {
         let path = dir.path().join("plan.jsonl");
         let (line, _) = encode(&[task("t-1")], None).unwrap();
         fs::write(&path, line.strip_suffix(b"\n").unwrap()).unwrap();
-        let (mut log, note) = Log::read(&path).unwrap();
+        let (mut log, note) = PlanLog::read(&path).unwrap();
         assert_eq!((note, log.tail, log.lines), (None, Tail::Unterminated, 1));
         let (bytes, last) = encode(&[task("t-2")], log.last.as_ref()).unwrap();
         log.append(&path, bytes, last).unwrap();
@@ -944,7 +973,7 @@ mod tests {
         assert_eq!(text.lines().count(), 2);
         assert!(text.contains("\"t-2\",\"name\":\"x\",\"s\":\"p\",\"h\":"));
         assert_eq!(
-            Log::read(&path).unwrap().0.board.tasks.len(),
+            PlanLog::read(&path).unwrap().0.board.tasks.len(),
             2,
             "still verifies"
         );

@@ -6,14 +6,14 @@ use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use super::{
-    BatchHeader, Line, Log, ReadError, Shared, Unverified, io_error, malformed, parse_line,
-    write_marker, write_signed,
+    BatchHeader, JsonLine, JsonlShared, PlanLog, ReadError, Unverified, io_error, malformed,
+    parse_line, write_marker, write_signed,
 };
 use crate::files::atomic;
 use crate::store::chain;
 use crate::store::{Repair, StoreError};
 
-impl Shared {
+impl JsonlShared {
     /// Rolls the file back to the last line ralph wrote or, with `adopt`, signs what follows
     /// it; `None` when every line verifies (or the file is an earlier ralph's, which the next
     /// load adopts anyway).
@@ -21,7 +21,7 @@ impl Shared {
         let mut slot = self.slot();
         // Whatever happens here, the next call reads the file as it is then.
         *slot = None;
-        let bad = match Log::scan(&self.path) {
+        let bad = match PlanLog::scan(&self.path) {
             Ok(_) => return Ok(None),
             Err(ReadError::Store(e)) => return Err(e),
             Err(ReadError::Unverified(bad)) => bad,
@@ -91,11 +91,11 @@ fn adopt_lines(
             None => content.to_vec(),
         };
         match parse_line(&object) {
-            Ok(Line::Blank) => continue,
-            Ok(Line::Batch(n)) => {
+            Ok(JsonLine::Blank) => continue,
+            Ok(JsonLine::Batch(n)) => {
                 last = Some(write_signed(&mut out, &BatchHeader::new(n), last).map_err(encode)?)
             }
-            Ok(Line::Record(change)) => {
+            Ok(JsonLine::Record(change)) => {
                 last = Some(write_signed(&mut out, &change, last).map_err(encode)?)
             }
             // A write a crash cut short stays what it is: the next load drops it.

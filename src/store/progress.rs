@@ -129,10 +129,10 @@ pub(super) const RALPH_DONE: &str = "RALPH_DONE";
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ProgressStore {
-    shared: Arc<Shared>,
+    shared: Arc<ProgressShared>,
 }
 
-struct Shared {
+struct ProgressShared {
     path: PathBuf,
     sidecar: PathBuf,
     /// Serializes this process's read-modify-write cycles, and holds the sidecar as this
@@ -175,7 +175,7 @@ impl ProgressStore {
         let (path, sidecar) = (path.into(), sidecar.into());
         let seen = Seen::at(&sidecar).map_err(|e| io_error(&sidecar, e))?;
         Ok(ProgressStore {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ProgressShared {
                 path,
                 sidecar,
                 writing: Mutex::new(seen),
@@ -196,7 +196,7 @@ impl ProgressStore {
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Shared) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&ProgressShared) -> Result<T, StoreError> + Send + 'static,
     {
         super::file_io(&self.shared.path, &self.shared, f).await
     }
@@ -231,7 +231,7 @@ impl Store for ProgressStore {
     }
 }
 
-impl Shared {
+impl ProgressShared {
     /// Reads and reconciles both files. Writes nothing.
     fn read(&self) -> Result<(Option<Doc>, Board), StoreError> {
         let sidecar = Sidecar::read(&self.sidecar)?;
@@ -361,7 +361,7 @@ enum Kind {
 
 /// One line of the file, classified.
 #[derive(Debug)]
-enum Line {
+enum MarkdownLine {
     /// Kept as written.
     Text(String),
     /// A heading that starts a section of `kind`.
@@ -382,7 +382,7 @@ struct Checkbox {
 /// The parsed file.
 #[derive(Debug)]
 struct Doc {
-    lines: Vec<(Line, Kind)>,
+    lines: Vec<(MarkdownLine, Kind)>,
     done: bool,
 }
 
@@ -403,12 +403,12 @@ impl Doc {
                     status.push_str(raw);
                     status.push('\n');
                 }
-                lines.push((Line::Text(raw.to_owned()), kind));
+                lines.push((MarkdownLine::Text(raw.to_owned()), kind));
                 continue;
             }
             if let Some(section) = section_of(raw) {
                 kind = section;
-                lines.push((Line::Heading(raw.to_owned(), kind), kind));
+                lines.push((MarkdownLine::Heading(raw.to_owned(), kind), kind));
                 continue;
             }
             if kind == Kind::Status {
@@ -427,12 +427,12 @@ impl Doc {
                                 format!("task id {id} is used twice (also on line {first})"),
                             ));
                         }
-                        Line::Task(checkbox)
+                        MarkdownLine::Task(checkbox)
                     }
-                    Ok(None) => Line::Text(raw.to_owned()),
+                    Ok(None) => MarkdownLine::Text(raw.to_owned()),
                     Err(message) => return Err(malformed(path, number, message)),
                 },
-                _ => Line::Text(raw.to_owned()),
+                _ => MarkdownLine::Text(raw.to_owned()),
             };
             lines.push((line, kind));
         }
@@ -457,7 +457,7 @@ impl Doc {
         let mut taken: HashSet<TaskId> = known.keys().cloned().collect();
         taken.extend(self.checkboxes().filter_map(|c| c.id.clone()));
         for (line, _) in &mut self.lines {
-            let Line::Task(checkbox) = line else {
+            let MarkdownLine::Task(checkbox) = line else {
                 continue;
             };
             let id = match &checkbox.id {
@@ -504,7 +504,7 @@ impl Doc {
 
     fn checkboxes(&self) -> impl Iterator<Item = &Checkbox> {
         self.lines.iter().filter_map(|(line, _)| match line {
-            Line::Task(c) => Some(c),
+            MarkdownLine::Task(c) => Some(c),
             _ => None,
         })
     }
@@ -627,12 +627,35 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             &fresh
         }
     };
+    let (mut children, orphans) = new_tasks(doc, board);
+    let mut file = rewrite(doc, board, &mut children);
+    let out = &mut file.lines;
+    if !orphans.is_empty() {
+        insert_orphans(out, file.after_last_task, &orphans);
+    }
+    if !file.has_status {
+        insert_status(out);
+    }
+    if !file.has_attempts {
+        append_section(out, "## Recent Attempts", attempts_body(board));
+    }
+    if !file.has_log {
+        append_section(out, "## Iteration Log", log_body(board));
+    }
+    while out.last().is_some_and(|l| l.trim().is_empty()) {
+        out.pop();
+    }
+    out.join("\n") + "\n"
+}
+
+/// The board's tasks the file does not show yet: by the parent they go under when the file
+/// shows it, else unplaced.
+fn new_tasks<'a>(
+    doc: &Doc,
+    board: &'a Board,
+) -> (HashMap<&'a TaskId, Vec<&'a Task>>, Vec<&'a Task>) {
     let in_doc: HashSet<&TaskId> = doc.checkboxes().filter_map(|c| c.id.as_ref()).collect();
-    let new: Vec<&Task> = board
-        .tasks
-        .values()
-        .filter(|t| !in_doc.contains(&t.id))
-        .collect();
+    let new = board.tasks.values().filter(|t| !in_doc.contains(&t.id));
     let mut children: HashMap<&TaskId, Vec<&Task>> = HashMap::new();
     let mut orphans = Vec::new();
     for task in new {
@@ -643,13 +666,32 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             _ => orphans.push(task),
         }
     }
+    (children, orphans)
+}
 
+/// The file's lines rewritten for the board, before what it lacks is added.
+struct Rewritten {
+    lines: Vec<String>,
+    /// Where a new top-level task line goes (after the last task line), and its indent.
+    after_last_task: Option<(usize, String)>,
+    has_status: bool,
+    has_attempts: bool,
+    has_log: bool,
+}
+
+/// `doc` line by line: prose kept, task lines rewritten from the board (each followed by
+/// its new children), ralph's sections regenerated under their headings.
+fn rewrite<'a>(
+    doc: &Doc,
+    board: &'a Board,
+    children: &mut HashMap<&'a TaskId, Vec<&'a Task>>,
+) -> Rewritten {
     let mut out: Vec<String> = Vec::new();
     let mut after_last_task: Option<(usize, String)> = None;
     let (mut has_status, mut has_attempts, mut has_log) = (false, false, false);
     for (line, kind) in &doc.lines {
         match line {
-            Line::Heading(text, kind) => {
+            MarkdownLine::Heading(text, kind) => {
                 out.push(text.clone());
                 match kind {
                     Kind::Status => has_status = true,
@@ -666,8 +708,8 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             }
             // ralph's sections are regenerated under their headings.
             _ if matches!(kind, Kind::Attempts | Kind::Log) => {}
-            Line::Text(text) => out.push(text.clone()),
-            Line::Task(checkbox) => {
+            MarkdownLine::Text(text) => out.push(text.clone()),
+            MarkdownLine::Task(checkbox) => {
                 let Some(task) = checkbox.id.as_ref().and_then(|id| board.tasks.get(id)) else {
                     continue;
                 };
@@ -680,54 +722,60 @@ fn render(doc: Option<&Doc>, board: &Board) -> String {
             }
         }
     }
-    if !orphans.is_empty() {
-        let (at, indent) = after_last_task.unwrap_or_else(|| {
-            let at = out.len();
-            out.extend(["## Tasks".to_owned(), String::new()]);
-            (at + 2, String::new())
-        });
-        let lines: Vec<String> = orphans.iter().map(|t| task_line(&indent, '-', t)).collect();
-        out.splice(at..at, lines);
+    Rewritten {
+        lines: out,
+        after_last_task,
+        has_status,
+        has_attempts,
+        has_log,
     }
-    if !has_status {
-        let at = out
-            .iter()
-            .position(|l| l.starts_with("# "))
-            .map_or(0, |i| i + 1);
-        let mut status: Vec<String> = ["", "## Status", "", "In progress"]
-            .map(str::to_owned)
-            .into();
-        // Task lines right below would fall into Status: give them a section of their own.
-        let tasks_follow = out[at..]
-            .iter()
-            .take_while(|l| section_of(l).is_none())
-            .any(|l| matches!(checkbox(l), Ok(Some(_))));
-        if tasks_follow {
-            status.extend(["", "## Tasks", ""].map(str::to_owned));
-        }
-        // At the top of a file without a title, no blank line before the heading.
-        let skip = usize::from(at == 0);
-        out.splice(at..at, status.into_iter().skip(skip));
+}
+
+/// Puts the task lines of `orphans` after the last task line, or in a new `## Tasks`
+/// section at the end when the file has none.
+fn insert_orphans(
+    out: &mut Vec<String>,
+    after_last_task: Option<(usize, String)>,
+    orphans: &[&Task],
+) {
+    let (at, indent) = after_last_task.unwrap_or_else(|| {
+        let at = out.len();
+        out.extend(["## Tasks".to_owned(), String::new()]);
+        (at + 2, String::new())
+    });
+    let lines: Vec<String> = orphans.iter().map(|t| task_line(&indent, '-', t)).collect();
+    out.splice(at..at, lines);
+}
+
+/// Adds the `## Status` section below the title (or at the top).
+fn insert_status(out: &mut Vec<String>) {
+    let at = out
+        .iter()
+        .position(|l| l.starts_with("# "))
+        .map_or(0, |i| i + 1);
+    let mut status: Vec<String> = ["", "## Status", "", "In progress"]
+        .map(str::to_owned)
+        .into();
+    // Task lines right below would fall into Status: give them a section of their own.
+    let tasks_follow = out[at..]
+        .iter()
+        .take_while(|l| section_of(l).is_none())
+        .any(|l| matches!(checkbox(l), Ok(Some(_))));
+    if tasks_follow {
+        status.extend(["", "## Tasks", ""].map(str::to_owned));
     }
-    let separate = |out: &mut Vec<String>| {
-        if out.last().is_some_and(|l| !l.trim().is_empty()) {
-            out.push(String::new());
-        }
-    };
-    if !has_attempts {
-        separate(&mut out);
-        out.push("## Recent Attempts".to_owned());
-        out.extend(attempts_body(board));
+    // At the top of a file without a title, no blank line before the heading.
+    let skip = usize::from(at == 0);
+    out.splice(at..at, status.into_iter().skip(skip));
+}
+
+/// Adds a section of ralph's at the end, a blank line before it.
+fn append_section(out: &mut Vec<String>, heading: &str, body: Vec<String>) {
+    if out.last().is_some_and(|l| !l.trim().is_empty()) {
+        out.push(String::new());
     }
-    if !has_log {
-        separate(&mut out);
-        out.push("## Iteration Log".to_owned());
-        out.extend(log_body(board));
-    }
-    while out.last().is_some_and(|l| l.trim().is_empty()) {
-        out.pop();
-    }
-    out.join("\n") + "\n"
+    out.push(heading.to_owned());
+    out.extend(body);
 }
 
 /// The document of a board that has no file yet.

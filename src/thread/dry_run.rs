@@ -121,66 +121,14 @@ impl Threads {
                 agents.first().map_or("the agent", String::as_str)
             )
         };
-        let (next, waits_for) = match &record.phase {
-            Phase::Finalized | Phase::PreflightFailed { .. } => (
-                Some(format!(
-                    "preflight (a clean tree, a commit to start from, the spec's promise tag and \
-                     criteria, an agent, no other thread running), then {}",
-                    if self.quick {
-                        round(next_iteration)
-                    } else {
-                        "Configuring".to_owned()
-                    }
-                )),
-                None,
-            ),
-            Phase::Configuring => (Some(round(next_iteration)), None),
-            Phase::Paused { iteration, .. } => {
-                (Some(format!("resume: {}", round(*iteration))), None)
-            }
-            Phase::Running { iteration } | Phase::Verifying { iteration } => (
-                Some(format!(
-                    "recover it as Paused (its process is gone), then resume: {}",
-                    round(*iteration)
-                )),
-                None,
-            ),
-            Phase::Stuck { .. } => (
-                Some(format!("manual assist: {}", round(next_iteration))),
-                Some("a person's choice: revise, reconfigure, assist or abandon".into()),
-            ),
-            Phase::Drafting | Phase::Assessing => {
-                (None, Some("a person to finalize the spec".into()))
-            }
-            Phase::Implemented | Phase::Polishing => {
-                (None, Some("polish, or submission for review".into()))
-            }
-            Phase::PendingReview { .. } => {
-                (None, Some("a person's review: approve or send back".into()))
-            }
-            Phase::Approved | Phase::ReadyToCommit { .. } => {
-                (None, Some("a person to commit".into()))
-            }
-            _ => (None, Some("nothing: the thread is over".into())),
-        };
+        let (next, waits_for) = next_step(&record.phase, self.quick, next_iteration, round);
         Ok(ThreadDryRun {
             id: record.id.clone(),
             phase: record.phase.kind(),
             next,
             waits_for,
             promise: spec.as_ref().map(|s| s.promise.clone()),
-            criteria: spec
-                .iter()
-                .flat_map(|s| &s.criteria)
-                .map(|c| {
-                    let how = if c.command.is_some() {
-                        "command"
-                    } else {
-                        "verifier"
-                    };
-                    format!("{} ({how})", c.text)
-                })
-                .collect(),
+            criteria: criterion_lines(spec.as_ref()),
             agents,
             sandbox: self.ctx.sandbox.describe(),
             verifier: config.verifier.clone(),
@@ -191,4 +139,65 @@ impl Threads {
             budget: self.budget(&record.id)?.describe(),
         })
     }
+}
+
+/// What the loop's next call would do in `phase`, and what the thread waits for instead
+/// when nothing would run. `round(from)` names the iterations a run would go through.
+fn next_step(
+    phase: &Phase,
+    quick: bool,
+    next_iteration: u32,
+    round: impl Fn(u32) -> String,
+) -> (Option<String>, Option<String>) {
+    match phase {
+        Phase::Finalized | Phase::PreflightFailed { .. } => (
+            Some(format!(
+                "preflight (a clean tree, a commit to start from, the spec's promise tag and \
+                 criteria, an agent, no other thread running), then {}",
+                if quick {
+                    round(next_iteration)
+                } else {
+                    "Configuring".to_owned()
+                }
+            )),
+            None,
+        ),
+        Phase::Configuring => (Some(round(next_iteration)), None),
+        Phase::Paused { iteration, .. } => (Some(format!("resume: {}", round(*iteration))), None),
+        Phase::Running { iteration } | Phase::Verifying { iteration } => (
+            Some(format!(
+                "recover it as Paused (its process is gone), then resume: {}",
+                round(*iteration)
+            )),
+            None,
+        ),
+        Phase::Stuck { .. } => (
+            Some(format!("manual assist: {}", round(next_iteration))),
+            Some("a person's choice: revise, reconfigure, assist or abandon".into()),
+        ),
+        Phase::Drafting | Phase::Assessing => (None, Some("a person to finalize the spec".into())),
+        Phase::Implemented | Phase::Polishing => {
+            (None, Some("polish, or submission for review".into()))
+        }
+        Phase::PendingReview { .. } => {
+            (None, Some("a person's review: approve or send back".into()))
+        }
+        Phase::Approved | Phase::ReadyToCommit { .. } => (None, Some("a person to commit".into())),
+        _ => (None, Some("nothing: the thread is over".into())),
+    }
+}
+
+/// The spec's criteria, each with how it is checked.
+fn criterion_lines(spec: Option<&ThreadSpec>) -> Vec<String> {
+    spec.iter()
+        .flat_map(|s| &s.criteria)
+        .map(|c| {
+            let how = if c.command.is_some() {
+                "command"
+            } else {
+                "verifier"
+            };
+            format!("{} ({how})", c.text)
+        })
+        .collect()
 }

@@ -235,7 +235,7 @@ impl fmt::Display for PhaseKind {
 /// Which table of seed 001 a transition comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Group {
+pub enum TransitionGroup {
     /// "Forward Transitions".
     Forward,
     /// "Backward Transitions".
@@ -255,12 +255,17 @@ pub struct Transition {
     /// The phase entered.
     pub to: PhaseKind,
     /// The seed's table.
-    pub group: Group,
+    pub group: TransitionGroup,
     /// What triggers it.
     pub trigger: &'static str,
 }
 
-const fn t(from: PhaseKind, to: PhaseKind, group: Group, trigger: &'static str) -> Transition {
+const fn t(
+    from: PhaseKind,
+    to: PhaseKind,
+    group: TransitionGroup,
+    trigger: &'static str,
+) -> Transition {
     Transition {
         from,
         to,
@@ -269,8 +274,8 @@ const fn t(from: PhaseKind, to: PhaseKind, group: Group, trigger: &'static str) 
     }
 }
 
-use Group::{Abandon, Backward, Forward, UserControl};
 use PhaseKind as K;
+use TransitionGroup::{Abandon, Backward, Forward, UserControl};
 
 /// Every allowed transition. Creation (→ Drafting) and the terminal "→ end" rows are not
 /// moves between phases and are not listed; Done and Abandoned have no way out.

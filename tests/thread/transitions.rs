@@ -3,48 +3,52 @@
 
 #![allow(clippy::unwrap_used)]
 
-use ralph::__internals::phase::{Group, PhaseKind as K, TRANSITIONS, check, find};
+use ralph::__internals::phase::{PhaseKind as K, TRANSITIONS, TransitionGroup, check, find};
 use rstest::rstest;
 
 #[rstest]
 // Forward Transitions.
-#[case::drafting_assessing(K::Drafting, K::Assessing, Group::Forward)]
-#[case::drafting_finalized(K::Drafting, K::Finalized, Group::Forward)]
-#[case::assessing_finalized(K::Assessing, K::Finalized, Group::Forward)]
-#[case::finalized_preflight(K::Finalized, K::Preflight, Group::Forward)]
-#[case::preflight_configuring(K::Preflight, K::Configuring, Group::Forward)]
-#[case::configuring_running(K::Configuring, K::Running, Group::Forward)]
-#[case::running_verifying(K::Running, K::Verifying, Group::Forward)]
-#[case::verifying_implemented(K::Verifying, K::Implemented, Group::Forward)]
-#[case::implemented_polishing(K::Implemented, K::Polishing, Group::Forward)]
-#[case::implemented_pending_review(K::Implemented, K::PendingReview, Group::Forward)]
-#[case::polishing_implemented(K::Polishing, K::Implemented, Group::Forward)]
-#[case::pending_review_approved(K::PendingReview, K::Approved, Group::Forward)]
-#[case::approved_ready_to_commit(K::Approved, K::ReadyToCommit, Group::Forward)]
-#[case::ready_to_commit_done(K::ReadyToCommit, K::Done, Group::Forward)]
+#[case::drafting_assessing(K::Drafting, K::Assessing, TransitionGroup::Forward)]
+#[case::drafting_finalized(K::Drafting, K::Finalized, TransitionGroup::Forward)]
+#[case::assessing_finalized(K::Assessing, K::Finalized, TransitionGroup::Forward)]
+#[case::finalized_preflight(K::Finalized, K::Preflight, TransitionGroup::Forward)]
+#[case::preflight_configuring(K::Preflight, K::Configuring, TransitionGroup::Forward)]
+#[case::configuring_running(K::Configuring, K::Running, TransitionGroup::Forward)]
+#[case::running_verifying(K::Running, K::Verifying, TransitionGroup::Forward)]
+#[case::verifying_implemented(K::Verifying, K::Implemented, TransitionGroup::Forward)]
+#[case::implemented_polishing(K::Implemented, K::Polishing, TransitionGroup::Forward)]
+#[case::implemented_pending_review(K::Implemented, K::PendingReview, TransitionGroup::Forward)]
+#[case::polishing_implemented(K::Polishing, K::Implemented, TransitionGroup::Forward)]
+#[case::pending_review_approved(K::PendingReview, K::Approved, TransitionGroup::Forward)]
+#[case::approved_ready_to_commit(K::Approved, K::ReadyToCommit, TransitionGroup::Forward)]
+#[case::ready_to_commit_done(K::ReadyToCommit, K::Done, TransitionGroup::Forward)]
 // The diagram's preflight rows (not in the forward table's text, but in the diagram).
-#[case::preflight_failed(K::Preflight, K::PreflightFailed, Group::Forward)]
-#[case::preflight_retry(K::PreflightFailed, K::Preflight, Group::Forward)]
+#[case::preflight_failed(K::Preflight, K::PreflightFailed, TransitionGroup::Forward)]
+#[case::preflight_retry(K::PreflightFailed, K::Preflight, TransitionGroup::Forward)]
 // Backward Transitions.
-#[case::assessing_drafting(K::Assessing, K::Drafting, Group::Backward)]
-#[case::finalized_drafting(K::Finalized, K::Drafting, Group::Backward)]
-#[case::preflight_failed_drafting(K::PreflightFailed, K::Drafting, Group::Backward)]
-#[case::verifying_running(K::Verifying, K::Running, Group::Backward)]
-#[case::running_stuck(K::Running, K::Stuck, Group::Backward)]
-#[case::verifying_stuck(K::Verifying, K::Stuck, Group::Backward)]
-#[case::stuck_drafting(K::Stuck, K::Drafting, Group::Backward)]
-#[case::stuck_configuring(K::Stuck, K::Configuring, Group::Backward)]
-#[case::stuck_running(K::Stuck, K::Running, Group::Backward)]
-#[case::pending_review_running(K::PendingReview, K::Running, Group::Backward)]
-#[case::pending_review_drafting(K::PendingReview, K::Drafting, Group::Backward)]
+#[case::assessing_drafting(K::Assessing, K::Drafting, TransitionGroup::Backward)]
+#[case::finalized_drafting(K::Finalized, K::Drafting, TransitionGroup::Backward)]
+#[case::preflight_failed_drafting(K::PreflightFailed, K::Drafting, TransitionGroup::Backward)]
+#[case::verifying_running(K::Verifying, K::Running, TransitionGroup::Backward)]
+#[case::running_stuck(K::Running, K::Stuck, TransitionGroup::Backward)]
+#[case::verifying_stuck(K::Verifying, K::Stuck, TransitionGroup::Backward)]
+#[case::stuck_drafting(K::Stuck, K::Drafting, TransitionGroup::Backward)]
+#[case::stuck_configuring(K::Stuck, K::Configuring, TransitionGroup::Backward)]
+#[case::stuck_running(K::Stuck, K::Running, TransitionGroup::Backward)]
+#[case::pending_review_running(K::PendingReview, K::Running, TransitionGroup::Backward)]
+#[case::pending_review_drafting(K::PendingReview, K::Drafting, TransitionGroup::Backward)]
 // ralph's one row beyond the seed's tables (docs/seed-differences.md, 001-R37): "any code
 // changes require re-review", when a commit finds the work tree changed since approval.
-#[case::ready_to_commit_pending_review(K::ReadyToCommit, K::PendingReview, Group::Backward)]
+#[case::ready_to_commit_pending_review(
+    K::ReadyToCommit,
+    K::PendingReview,
+    TransitionGroup::Backward
+)]
 // User Control Transitions.
-#[case::running_paused(K::Running, K::Paused, Group::UserControl)]
-#[case::paused_running(K::Paused, K::Running, Group::UserControl)]
-#[case::paused_configuring(K::Paused, K::Configuring, Group::UserControl)]
-fn seed_row_is_allowed(#[case] from: K, #[case] to: K, #[case] group: Group) {
+#[case::running_paused(K::Running, K::Paused, TransitionGroup::UserControl)]
+#[case::paused_running(K::Paused, K::Running, TransitionGroup::UserControl)]
+#[case::paused_configuring(K::Paused, K::Configuring, TransitionGroup::UserControl)]
+fn seed_row_is_allowed(#[case] from: K, #[case] to: K, #[case] group: TransitionGroup) {
     let row = find(from, to).unwrap_or_else(|| panic!("{from} -> {to} missing"));
     assert_eq!(row.group, group);
     assert!(check(from, to).is_ok());
@@ -56,7 +60,10 @@ fn any_non_terminal_phase_can_be_abandoned_and_terminal_ones_cannot() {
         let allowed = check(from, K::Abandoned).is_ok();
         assert_eq!(allowed, !from.is_terminal(), "{from} -> Abandoned");
         if allowed {
-            assert_eq!(find(from, K::Abandoned).unwrap().group, Group::Abandon);
+            assert_eq!(
+                find(from, K::Abandoned).unwrap().group,
+                TransitionGroup::Abandon
+            );
         }
     }
 }

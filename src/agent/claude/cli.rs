@@ -16,7 +16,7 @@ use crate::context::ContextAction;
 use crate::process::ProcessSpec;
 
 use super::command::{self, Invocation, Program};
-use super::segment::{self, Clocks, Cut, Pressure, Segment, Watch};
+use super::segment::{self, Halt, Inputs, Pressure, Segment, SegmentClocks};
 use super::session;
 use super::stream::{ContextWindows, DEFAULT_MAX_LINE, RunOutcome, StreamOptions};
 use crate::config::{ClaudeConfig, PermissionMode};
@@ -378,8 +378,8 @@ impl ClaudeCli {
         deadline: Option<Instant>,
         pressure: Option<&mut Pressure>,
     ) -> Result<Segment, AgentError> {
-        let watch = Watch {
-            clocks: Clocks {
+        let watch = Inputs {
+            clocks: SegmentClocks {
                 deadline,
                 idle: self.config.idle_timeout,
                 result_grace: self.config.result_grace,
@@ -490,7 +490,7 @@ impl ClaudeCli {
         let deadline = request.timeout.and_then(|t| started.checked_add(t));
         let schema = request.schema.as_ref().map(schema_arg);
         let mut pressure = Pressure::new(request.context);
-        let mut totals = Totals::default();
+        let mut totals = RunTotals::default();
         let mut prompt = request.prompt.clone();
         let mut session: Option<String> = None;
         let mut compactions = 0;
@@ -501,7 +501,7 @@ impl ClaudeCli {
                 .await?;
             totals.add(&segment);
             let compact = match segment.cut {
-                Cut::Compact(ratio) if !segment.summary.outcome.is_completed() => ratio,
+                Halt::Compact(ratio) if !segment.summary.outcome.is_completed() => ratio,
                 _ => return Ok(totals.finish(&segment, request, started)),
             };
             let Some(id) = segment.summary.session_id.clone() else {
@@ -581,13 +581,13 @@ fn schema_arg(schema: &serde_json::Value) -> String {
 /// The exit a segment's cut forces, whatever the stream says.
 fn cut_exit(segment: &Segment) -> Option<AgentExit> {
     match segment.cut {
-        Cut::Stopped => Some(AgentExit::Stopped),
-        Cut::Deadline | Cut::Idle => Some(AgentExit::TimedOut),
-        Cut::ContextLimit(_) => Some(AgentExit::ContextLimit),
-        Cut::Unreachable => Some(crate::agent::reach::unreachable(
+        Halt::Stopped => Some(AgentExit::Stopped),
+        Halt::Deadline | Halt::Idle => Some(AgentExit::TimedOut),
+        Halt::ContextLimit(_) => Some(AgentExit::ContextLimit),
+        Halt::Unreachable => Some(crate::agent::reach::unreachable(
             segment.unreachable.clone().unwrap_or_default(),
         )),
-        Cut::None | Cut::Lingered | Cut::Compact(_) => None,
+        Halt::None | Halt::Lingered | Halt::Compact(_) => None,
     }
 }
 
@@ -608,7 +608,7 @@ fn stream_exit(segment: &Segment) -> AgentExit {
     } else {
         format!(": {}", segment.stderr)
     };
-    if summary.lines == 0 && code.is_some_and(|c| c != 0) && segment.cut == Cut::None {
+    if summary.lines == 0 && code.is_some_and(|c| c != 0) && segment.cut == Halt::None {
         // Nothing on stdout, not even the init line: a usage error, a missing runtime, a
         // refusal to run as root. Every run would end the same way.
         return AgentExit::Failed {
@@ -627,7 +627,7 @@ fn stream_exit(segment: &Segment) -> AgentExit {
 
 /// Sums over the processes of one run.
 #[derive(Debug, Default)]
-struct Totals {
+struct RunTotals {
     usage: Usage,
     cost_usd: Option<f64>,
     turns: Option<u32>,
@@ -635,7 +635,7 @@ struct Totals {
     oversized_lines: u64,
 }
 
-impl Totals {
+impl RunTotals {
     fn add(&mut self, segment: &Segment) {
         let summary = &segment.summary;
         let u = &summary.usage;

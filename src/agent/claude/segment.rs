@@ -23,7 +23,7 @@ const STDERR_KEPT: usize = 2048;
 
 /// The clocks of one process.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Clocks {
+pub(super) struct SegmentClocks {
     /// The whole run's wall-clock deadline.
     pub(super) deadline: Option<Instant>,
     /// Longest silence on stdout.
@@ -36,7 +36,7 @@ pub(super) struct Clocks {
 
 /// Why ralph stopped the process (or did not).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Cut {
+pub(super) enum Halt {
     /// It ended by itself.
     None,
     /// The request's stop token was cancelled.
@@ -51,14 +51,15 @@ pub(super) enum Cut {
     Compact(f64),
     /// The context reached the kill tier (at this ratio).
     ContextLimit(f64),
-    /// Only connection errors for [`Clocks::unreachable_after`] (see [`Segment::unreachable`]).
+    /// Only connection errors for [`SegmentClocks::unreachable_after`] (see
+    /// [`Segment::unreachable`]).
     Unreachable,
 }
 
 /// What one process did.
 #[derive(Debug)]
 pub(super) struct Segment {
-    pub(super) cut: Cut,
+    pub(super) cut: Halt,
     pub(super) summary: StreamSummary,
     /// How the process ended, if it was seen to.
     pub(super) exit: Option<Exit>,
@@ -66,7 +67,7 @@ pub(super) struct Segment {
     pub(super) stderr: String,
     /// Processes it left behind, killed after it ended.
     pub(super) leaked: usize,
-    /// Why it was cut as [`Cut::Unreachable`]: the agent and its last error.
+    /// Why it was cut as [`Halt::Unreachable`]: the agent and its last error.
     pub(super) unreachable: Option<String>,
 }
 
@@ -103,8 +104,8 @@ impl Pressure {
 }
 
 /// One process's inputs besides its spec (which carries the stop token and the log).
-pub(super) struct Watch<'a> {
-    pub(super) clocks: Clocks,
+pub(super) struct Inputs<'a> {
+    pub(super) clocks: SegmentClocks,
     pub(super) events: &'a AgentEvents,
     /// `None` while compacting: usage then is what is being compacted.
     pub(super) pressure: Option<&'a mut Pressure>,
@@ -113,9 +114,9 @@ pub(super) struct Watch<'a> {
 }
 
 /// Runs `spec` to its end, or until a clock, the stop token or the context cuts it.
-pub(super) async fn run(spec: &ProcessSpec, watch: Watch<'_>) -> Result<Segment, AgentError> {
+pub(super) async fn run(spec: &ProcessSpec, watch: Inputs<'_>) -> Result<Segment, AgentError> {
     let clocks = watch.clocks;
-    let stream = Stream {
+    let stream = CliOutput {
         parser: StreamParser::new(watch.options.clone()),
         events: watch.events,
         pressure: watch.pressure,
@@ -149,14 +150,14 @@ pub(super) async fn run(spec: &ProcessSpec, watch: Watch<'_>) -> Result<Segment,
     summary.bytes = summary_bytes;
     summary.log_error = ran.log_error.map(|e| e.to_string());
     let unreachable =
-        matches!(ran.ending, Ending::Cut(Cut::Unreachable)).then(|| stream.reach.reason());
+        matches!(ran.ending, Ending::Cut(Halt::Unreachable)).then(|| stream.reach.reason());
     Ok(Segment {
         unreachable,
         cut: match ran.ending {
-            Ending::Exited | Ending::Closed => Cut::None,
-            Ending::Stopped => Cut::Stopped,
-            Ending::Deadline => Cut::Deadline,
-            Ending::Idle => Cut::Idle,
+            Ending::Exited | Ending::Closed => Halt::None,
+            Ending::Stopped => Halt::Stopped,
+            Ending::Deadline => Halt::Deadline,
+            Ending::Idle => Halt::Idle,
             Ending::Cut(cut) => cut,
         },
         summary,
@@ -168,7 +169,7 @@ pub(super) async fn run(spec: &ProcessSpec, watch: Watch<'_>) -> Result<Segment,
 
 /// The CLI's output as the supervisor hands it over: stdout's lines through the parser,
 /// whose usage reports move the context tiers; the ends of stderr.
-struct Stream<'a> {
+struct CliOutput<'a> {
     parser: StreamParser,
     events: &'a AgentEvents,
     pressure: Option<&'a mut Pressure>,
@@ -182,11 +183,11 @@ struct Stream<'a> {
     reach: Reach,
 }
 
-impl LineListener for Stream<'_> {
-    type Cut = Cut;
+impl LineListener for CliOutput<'_> {
+    type Cut = Halt;
 
     /// Parses the line; returns the cut the context calls for, unless the answer is in.
-    fn line(&mut self, piece: Piece<'_>) -> Option<Cut> {
+    fn line(&mut self, piece: Piece<'_>) -> Option<Halt> {
         let mut cut = None;
         let events = self.events;
         let mut pressure = if self.ending {
@@ -231,10 +232,10 @@ impl LineListener for Stream<'_> {
 
     /// Silence counts until the `result` line; after it, only the linger clock runs.
     /// Before it, connection errors only for the unreachable time cut the run.
-    fn clock(&self) -> OwnClock<Cut> {
+    fn clock(&self) -> OwnClock<Halt> {
         let cut_at = match self.result_at {
-            Some(at) => Some((at + self.result_grace, Cut::Lingered)),
-            None => self.reach.cut_at().map(|at| (at, Cut::Unreachable)),
+            Some(at) => Some((at + self.result_grace, Halt::Lingered)),
+            None => self.reach.cut_at().map(|at| (at, Halt::Unreachable)),
         };
         OwnClock {
             cut_at,
@@ -243,8 +244,8 @@ impl LineListener for Stream<'_> {
     }
 
     /// SIGINT: the CLI ends its turn, writes a result line and keeps the session.
-    fn interrupts(&self, cut: Cut) -> bool {
-        matches!(cut, Cut::Compact(_))
+    fn interrupts(&self, cut: Halt) -> bool {
+        matches!(cut, Halt::Compact(_))
     }
 }
 
@@ -272,12 +273,12 @@ fn api_sign(event: &AgentEvent) -> Option<ApiSign> {
 }
 
 /// Reports a tier crossing; returns the cut it calls for.
-fn react(action: ContextAction, events: &AgentEvents) -> Option<Cut> {
+fn react(action: ContextAction, events: &AgentEvents) -> Option<Halt> {
     let (ratio, tier, cut) = match action {
         ContextAction::Continue => return None,
         ContextAction::Warn(ratio) => (ratio, "warn", None),
-        ContextAction::Compact(ratio) => (ratio, "compact", Some(Cut::Compact(ratio))),
-        ContextAction::Kill(ratio) => (ratio, "kill", Some(Cut::ContextLimit(ratio))),
+        ContextAction::Compact(ratio) => (ratio, "compact", Some(Halt::Compact(ratio))),
+        ContextAction::Kill(ratio) => (ratio, "kill", Some(Halt::ContextLimit(ratio))),
     };
     events.emit(AgentEvent::ContextPressure {
         ratio,

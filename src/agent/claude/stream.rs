@@ -81,9 +81,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::agent::{AgentEvent, AgentExit, Usage};
 
-use lenient::{Obj, Status, StrOrObj};
+use lenient::{ApiStatus, Obj, StrOrObj};
 use shrink::{Limits, Shrinker, Shrunk};
-use wire::{Block, Line, TokenUsage};
+use wire::{Block, StdoutLine, TokenUsage};
 
 #[cfg(any(test, feature = "internals"))]
 pub use crate::process::lines::LineReader;
@@ -241,16 +241,16 @@ impl StreamSummary {
 
 /// Token totals over distinct API messages.
 #[derive(Clone, Copy, Debug, Default)]
-struct Totals {
+struct TokenCounts {
     input: u64,
     output: u64,
     cache_read: u64,
     cache_creation: u64,
 }
 
-impl Totals {
+impl TokenCounts {
     fn of(usage: &TokenUsage) -> Self {
-        Totals {
+        TokenCounts {
             input: usage.input_tokens.0.unwrap_or(0),
             output: usage.output_tokens.0.unwrap_or(0),
             cache_read: usage.cache_read_input_tokens.0.unwrap_or(0),
@@ -258,7 +258,7 @@ impl Totals {
         }
     }
 
-    fn add(&mut self, other: Totals) {
+    fn add(&mut self, other: TokenCounts) {
         self.input = self.input.saturating_add(other.input);
         self.output = self.output.saturating_add(other.output);
         self.cache_read = self.cache_read.saturating_add(other.cache_read);
@@ -279,11 +279,11 @@ struct ResultLine {
     is_error: Option<bool>,
     subtype: Option<String>,
     terminal_reason: Option<String>,
-    status: Status,
+    status: ApiStatus,
     text: Option<String>,
     text_omitted: u64,
     errors: Vec<String>,
-    totals: Option<Totals>,
+    totals: Option<TokenCounts>,
     window: Option<u64>,
     cost_usd: Option<f64>,
     num_turns: Option<u64>,
@@ -320,7 +320,7 @@ pub struct StreamParser {
     init_model: Option<String>,
     model: Option<String>,
     recent_ids: VecDeque<String>,
-    totals: Totals,
+    totals: TokenCounts,
     context_tokens: Option<u64>,
     /// The error class of the latest synthetic API-error message.
     error_class: Option<String>,
@@ -346,7 +346,7 @@ impl StreamParser {
             init_model: None,
             model: None,
             recent_ids: VecDeque::with_capacity(RECENT_IDS),
-            totals: Totals::default(),
+            totals: TokenCounts::default(),
             context_tokens: None,
             error_class: None,
             result: None,
@@ -552,11 +552,11 @@ impl StreamParser {
         if bytes.trim_ascii().is_empty() {
             return;
         }
-        if let Ok(line) = serde_json::from_slice::<Line<'_>>(bytes) {
+        if let Ok(line) = serde_json::from_slice::<StdoutLine<'_>>(bytes) {
             return self.dispatch(line, cuts, emit);
         }
         match repaired(bytes) {
-            Some(copy) => match serde_json::from_slice::<Line<'_>>(&copy.json) {
+            Some(copy) => match serde_json::from_slice::<StdoutLine<'_>>(&copy.json) {
                 Ok(line) => self.dispatch(line, cuts, emit),
                 Err(_) => self.bad(bytes, emit),
             },
@@ -577,7 +577,7 @@ impl StreamParser {
 
     fn dispatch(
         &mut self,
-        line: Line<'_>,
+        line: StdoutLine<'_>,
         cuts: Option<&Shrunk>,
         emit: &mut dyn FnMut(AgentEvent),
     ) {
@@ -601,11 +601,11 @@ impl StreamParser {
         }
     }
 
-    fn init(&mut self, line: &Line<'_>) {
+    fn init(&mut self, line: &StdoutLine<'_>) {
         self.init_model = line.model.owned();
     }
 
-    fn assistant(&mut self, line: Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
+    fn assistant(&mut self, line: StdoutLine<'_>, emit: &mut dyn FnMut(AgentEvent)) {
         let StrOrObj::Obj(mut message) = line.message else {
             return;
         };
@@ -626,7 +626,7 @@ impl StreamParser {
         }
         let first = self.first_sighting(message.id.get());
         if let (true, Some(usage)) = (first, &message.usage.0) {
-            self.count(Totals::of(usage), main, emit);
+            self.count(TokenCounts::of(usage), main, emit);
         }
     }
 
@@ -660,7 +660,7 @@ impl StreamParser {
         true
     }
 
-    fn count(&mut self, usage: Totals, main: bool, emit: &mut dyn FnMut(AgentEvent)) {
+    fn count(&mut self, usage: TokenCounts, main: bool, emit: &mut dyn FnMut(AgentEvent)) {
         self.totals.add(usage);
         // Every message is paid for, a subagent's too: the ledger keeps the run's so far.
         emit(AgentEvent::Spend {
@@ -695,7 +695,7 @@ impl StreamParser {
         self.options.windows.window(model.unwrap_or_default())
     }
 
-    fn api_retry(&mut self, line: &Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
+    fn api_retry(&mut self, line: &StdoutLine<'_>, emit: &mut dyn FnMut(AgentEvent)) {
         self.api_retries = self.api_retries.saturating_add(1);
         let attempt = line
             .attempt
@@ -707,7 +707,7 @@ impl StreamParser {
         });
     }
 
-    fn permission_denied(&mut self, line: &Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
+    fn permission_denied(&mut self, line: &StdoutLine<'_>, emit: &mut dyn FnMut(AgentEvent)) {
         let tool = line.tool_name.owned().unwrap_or_default();
         let message = match &line.message {
             StrOrObj::Str(text) => Some(bounded(text.as_ref(), Failure::MAX_MESSAGE)),
@@ -721,7 +721,7 @@ impl StreamParser {
         });
     }
 
-    fn status(&mut self, line: &Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
+    fn status(&mut self, line: &StdoutLine<'_>, emit: &mut dyn FnMut(AgentEvent)) {
         let message = match (line.status.get(), line.compact_result.get()) {
             (Some("compacting"), _) => "the CLI is compacting the session".to_owned(),
             (_, Some("failed")) => format!(
@@ -734,7 +734,7 @@ impl StreamParser {
     }
 
     #[allow(clippy::cast_precision_loss)] // Token counts far below 2^52.
-    fn compact_boundary(&mut self, line: &Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
+    fn compact_boundary(&mut self, line: &StdoutLine<'_>, emit: &mut dyn FnMut(AgentEvent)) {
         self.compactions = self.compactions.saturating_add(1);
         let metadata = line.compact_metadata.0.as_ref();
         let pre = metadata
@@ -751,7 +751,7 @@ impl StreamParser {
         }
     }
 
-    fn rate_limit(&mut self, line: &Line<'_>, emit: &mut dyn FnMut(AgentEvent)) {
+    fn rate_limit(&mut self, line: &StdoutLine<'_>, emit: &mut dyn FnMut(AgentEvent)) {
         let Some(info) = &line.rate_limit_info.0 else {
             return;
         };
@@ -772,7 +772,7 @@ impl StreamParser {
         }
     }
 
-    fn result(&mut self, line: Line<'_>, cuts: Option<&Shrunk>) {
+    fn result(&mut self, line: StdoutLine<'_>, cuts: Option<&Shrunk>) {
         let cut = |key: &str| cuts.and_then(|c| c.cut(key));
         for denial in line
             .permission_denials
@@ -797,7 +797,7 @@ impl StreamParser {
             text: line.result.owned(),
             text_omitted: cut("result").unwrap_or(0),
             errors: line.errors.0.iter().filter_map(|e| e.owned()).collect(),
-            totals: line.usage.0.as_ref().map(Totals::of),
+            totals: line.usage.0.as_ref().map(TokenCounts::of),
             window: self.reported_window(&line),
             cost_usd: line.total_cost_usd.0,
             num_turns: line.num_turns.0,
@@ -811,7 +811,7 @@ impl StreamParser {
     /// `modelUsage[m].contextWindow` of the session's model: the `init` model's entry, else the
     /// latest message model's, else the entry with the most input (the main model does most
     /// of the work; helpers such as a summarizer appear beside it).
-    fn reported_window(&self, line: &Line<'_>) -> Option<u64> {
+    fn reported_window(&self, line: &StdoutLine<'_>) -> Option<u64> {
         let entries = &line.model_usage.0;
         let named = |name: Option<&str>| {
             entries
@@ -847,7 +847,7 @@ impl StreamParser {
             subtype: result.subtype.clone(),
             terminal_reason: result.terminal_reason.clone(),
             api_error_status: match result.status {
-                Status::Code(code) => u16::try_from(code).ok(),
+                ApiStatus::Code(code) => u16::try_from(code).ok(),
                 _ => None,
             },
             message: failure_message(result),

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::command::Raw;
-use super::live::{Live, LiveMap, message};
+use super::live::{LiveMap, Meaning, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
@@ -148,7 +148,7 @@ impl Agent for CodexCli {
             let _ = tokio::fs::remove_file(path).await;
         }
         let raw = ran?;
-        let events = read_events(&raw.stdout, Events::take);
+        let events = read_events(&raw.stdout, CodexEvents::take);
         Ok(raw.finish(judge(&raw, events, &request), &request))
     }
 
@@ -198,14 +198,14 @@ async fn write_schema(
 
 /// What the CLI's event lines said.
 #[derive(Debug, Default)]
-struct Events {
+struct CodexEvents {
     session: Option<String>,
     answer: Option<String>,
     usage: Usage,
     last: LastWord,
 }
 
-impl Events {
+impl CodexEvents {
     fn take(&mut self, event: &Value) {
         let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
@@ -276,7 +276,7 @@ fn api(event: &Value) -> Option<ApiSign> {
 
 /// The live event a line of the CLI means: its thread, each command as it starts, each
 /// message, and each turn's tokens.
-fn live(event: &Value) -> Option<Live> {
+fn live(event: &Value) -> Option<Meaning> {
     let item = &event["item"];
     let event = match (event["type"].as_str()?, item["type"].as_str()) {
         ("thread.started", _) => AgentEvent::Session {
@@ -300,11 +300,11 @@ fn live(event: &Value) -> Option<Live> {
         }
         _ => return None,
     };
-    Some(Live::Event(event))
+    Some(Meaning::Event(event))
 }
 
 /// The run from how the process ended and what its events said.
-fn judge(raw: &Raw, events: Events, request: &AgentRequest) -> AgentRun {
+fn judge(raw: &Raw, events: CodexEvents, request: &AgentRequest) -> AgentRun {
     let mut run = events.last.judge("codex", raw, events.answer, reset_time);
     if run.exit == AgentExit::Completed && request.role.is_structured() {
         run.structured = serde_json::from_str(run.final_text.trim())
@@ -360,7 +360,7 @@ mod tests {
     fn replay(transcript: &str, role: Role, code: i32) -> AgentRun {
         let request = AgentRequest::new(role, "p", ".");
         let raw = Raw::exited(code, transcript);
-        judge(&raw, read_events(&raw.stdout, Events::take), &request)
+        judge(&raw, read_events(&raw.stdout, CodexEvents::take), &request)
     }
 
     #[test]

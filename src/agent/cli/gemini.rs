@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::command::Raw;
-use super::live::{Live, LiveMap, message};
+use super::live::{LiveMap, Meaning, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
@@ -109,7 +109,7 @@ impl Agent for GeminiCli {
             .live(LIVE)
             .supervise(&request, &argv, true, &[])
             .await?;
-        let events = read_events(&raw.stdout, Events::take);
+        let events = read_events(&raw.stdout, GeminiEvents::take);
         Ok(raw.finish(judge(&raw, events), &request))
     }
 
@@ -126,7 +126,7 @@ impl Agent for GeminiCli {
 
 /// What the CLI's event lines said.
 #[derive(Debug, Default)]
-struct Events {
+struct GeminiEvents {
     session: Option<String>,
     answer: String,
     answered: bool,
@@ -135,7 +135,7 @@ struct Events {
     succeeded: bool,
 }
 
-impl Events {
+impl GeminiEvents {
     fn take(&mut self, event: &Value) {
         let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
@@ -205,7 +205,7 @@ fn api(event: &Value) -> Option<ApiSign> {
 
 /// The live event a line of the CLI means: its session, each tool call, each message of
 /// the assistant, and the run's tokens.
-fn live(event: &Value) -> Option<Live> {
+fn live(event: &Value) -> Option<Meaning> {
     let event = match event["type"].as_str()? {
         "init" => AgentEvent::Session {
             id: event["session_id"].as_str()?.to_owned(),
@@ -217,7 +217,7 @@ fn live(event: &Value) -> Option<Live> {
             let content = event["content"].as_str()?;
             // A streamed answer comes in pieces (`delta`), sent as one message.
             return Some(match event["delta"].as_bool() {
-                Some(true) => Live::TextPiece(content.to_owned()),
+                Some(true) => Meaning::TextPiece(content.to_owned()),
                 _ => message(content),
             });
         }
@@ -233,11 +233,11 @@ fn live(event: &Value) -> Option<Live> {
         }
         _ => return None,
     };
-    Some(Live::Event(event))
+    Some(Meaning::Event(event))
 }
 
 /// The run from how the process ended and what its events said.
-fn judge(raw: &Raw, events: Events) -> AgentRun {
+fn judge(raw: &Raw, events: GeminiEvents) -> AgentRun {
     let answer = (events.succeeded && events.answered).then_some(events.answer);
     let mut run = events.last.judge("gemini", raw, answer, |_| None);
     run.session_id = events.session;
@@ -255,7 +255,7 @@ mod tests {
     /// with `code`.
     fn replay(transcript: &str, code: i32) -> AgentRun {
         let raw = Raw::exited(code, transcript);
-        judge(&raw, read_events(&raw.stdout, Events::take))
+        judge(&raw, read_events(&raw.stdout, GeminiEvents::take))
     }
 
     #[test]

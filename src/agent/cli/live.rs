@@ -19,14 +19,14 @@ pub(super) struct LiveMap {
     /// run's output) are skipped without being parsed into a tree.
     pub(super) types: &'static [&'static str],
     /// What a line of one of those types means, if anything.
-    pub(super) map: fn(&Value) -> Option<Live>,
+    pub(super) map: fn(&Value) -> Option<Meaning>,
     /// What a line of one of those types says about the API, if anything.
     pub(super) api: fn(&Value) -> Option<ApiSign>,
 }
 
 /// What one line of a CLI's output means.
 #[derive(Debug)]
-pub(super) enum Live {
+pub(super) enum Meaning {
     /// An event. A [`Session`](AgentEvent::Session) is sent once per run; a
     /// [`Usage`](AgentEvent::Usage) counts that line's own tokens, and the run's totals so
     /// far are sent.
@@ -38,7 +38,7 @@ pub(super) enum Live {
 
 /// A line's `type`, read without building the rest of it.
 #[derive(serde::Deserialize)]
-struct Kind<'a> {
+struct LineType<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<std::borrow::Cow<'a, str>>,
 }
@@ -146,7 +146,7 @@ impl LiveLines {
         if !self.may_be_wanted(line) {
             return;
         }
-        let wanted = serde_json::from_slice::<Kind<'_>>(line)
+        let wanted = serde_json::from_slice::<LineType<'_>>(line)
             .ok()
             .and_then(|line| line.kind)
             .is_some_and(|kind| self.map.types.contains(&kind.as_ref()));
@@ -160,13 +160,13 @@ impl LiveLines {
             self.reach.heard(sign);
         }
         match (self.map.map)(&value) {
-            Some(Live::TextPiece(piece)) => {
+            Some(Meaning::TextPiece(piece)) => {
                 let pieces = self.pieces.get_or_insert_with(String::new);
                 if pieces.len() < TEXT_MAX {
                     pieces.push_str(&piece);
                 }
             }
-            Some(Live::Event(event)) => {
+            Some(Meaning::Event(event)) => {
                 self.send_pieces();
                 self.send_event(event);
             }
@@ -260,8 +260,8 @@ pub(super) fn replay(transcript: &str, map: LiveMap) -> Vec<String> {
 }
 
 /// A whole message, cut to [`TEXT_MAX`] bytes.
-pub(super) fn message(text: &str) -> Live {
-    Live::Event(self::text(text))
+pub(super) fn message(text: &str) -> Meaning {
+    Meaning::Event(self::text(text))
 }
 
 /// A text event, cut to [`TEXT_MAX`] bytes at a character boundary.
@@ -287,12 +287,12 @@ mod tests {
         api: |_| None,
     };
 
-    fn tool(value: &Value) -> Option<Live> {
+    fn tool(value: &Value) -> Option<Meaning> {
         if let Some(piece) = value["piece"].as_str() {
-            return Some(Live::TextPiece(piece.to_owned()));
+            return Some(Meaning::TextPiece(piece.to_owned()));
         }
         if let Some(n) = value["tokens"].as_u64() {
-            return Some(Live::Event(AgentEvent::Usage {
+            return Some(Meaning::Event(AgentEvent::Usage {
                 context_tokens: n,
                 window: None,
                 input_tokens: n,
@@ -300,10 +300,10 @@ mod tests {
             }));
         }
         if let Some(id) = value["session"].as_str() {
-            return Some(Live::Event(AgentEvent::Session { id: id.to_owned() }));
+            return Some(Meaning::Event(AgentEvent::Session { id: id.to_owned() }));
         }
         value["tool"].as_str().map(|name| {
-            Live::Event(AgentEvent::ToolUse {
+            Meaning::Event(AgentEvent::ToolUse {
                 name: name.to_owned(),
             })
         })

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::command::Raw;
-use super::live::{Live, LiveMap, message};
+use super::live::{LiveMap, Meaning, message};
 use super::{LastWord, cli_agent_settings, read_events};
 use crate::agent::reach::ApiSign;
 use crate::agent::{Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Usage};
@@ -118,7 +118,7 @@ impl Agent for OpencodeCli {
             .live(LIVE)
             .supervise(&request, &argv, true, &[])
             .await?;
-        let events = read_events(&raw.stdout, Events::take);
+        let events = read_events(&raw.stdout, OpencodeEvents::take);
         Ok(raw.finish(judge(&raw, events), &request))
     }
 
@@ -135,14 +135,14 @@ impl Agent for OpencodeCli {
 
 /// What the CLI's event lines said.
 #[derive(Debug, Default)]
-struct Events {
+struct OpencodeEvents {
     session: Option<String>,
     answer: Vec<String>,
     usage: Usage,
     last: LastWord,
 }
 
-impl Events {
+impl OpencodeEvents {
     fn take(&mut self, event: &Value) {
         if let Some(id) = event.get("sessionID").and_then(Value::as_str) {
             self.session = Some(id.to_owned());
@@ -210,7 +210,7 @@ fn api(event: &Value) -> Option<ApiSign> {
 
 /// The live event a line of the CLI means: each tool call, each text part, each step's
 /// tokens, and the session (named by every step; sent once).
-fn live(event: &Value) -> Option<Live> {
+fn live(event: &Value) -> Option<Meaning> {
     let part = &event["part"];
     let event = match event["type"].as_str()? {
         "step_start" => AgentEvent::Session {
@@ -234,11 +234,11 @@ fn live(event: &Value) -> Option<Live> {
         }
         _ => return None,
     };
-    Some(Live::Event(event))
+    Some(Meaning::Event(event))
 }
 
 /// The run from how the process ended and what its events said.
-fn judge(raw: &Raw, events: Events) -> AgentRun {
+fn judge(raw: &Raw, events: OpencodeEvents) -> AgentRun {
     let answer = (!events.answer.is_empty()).then(|| events.answer.join("\n"));
     let mut run = events.last.judge("opencode", raw, answer, |_| None);
     run.session_id = events.session;
@@ -255,7 +255,7 @@ mod tests {
     /// with `code`.
     fn replay(transcript: &str, code: i32) -> AgentRun {
         let raw = Raw::exited(code, transcript);
-        judge(&raw, read_events(&raw.stdout, Events::take))
+        judge(&raw, read_events(&raw.stdout, OpencodeEvents::take))
     }
 
     #[test]

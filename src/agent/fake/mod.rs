@@ -138,12 +138,12 @@ use script::{Entry, ScriptFile};
 /// ```
 #[derive(Default)]
 pub struct FakeAgent {
-    state: Mutex<State>,
+    state: Mutex<Playback>,
     record_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct Playback {
     entries: Vec<Entry>,
     requests: Vec<AgentRequest>,
 }
@@ -290,7 +290,7 @@ impl FakeAgent {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Playback> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -12,9 +12,8 @@ use ralph::model::{
 use ralph::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Ralph, async_trait};
 use serde::Deserialize;
 
+use crate::Result;
 use crate::out::{inert, out};
-
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// `ralph query`.
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -17,7 +17,7 @@ use crate::out::out;
 
 /// Prints events and adds up what the agent runs cost.
 #[derive(Default)]
-pub(crate) struct Lines {
+pub(crate) struct Console {
     json: bool,
     /// The moving line, on a terminal.
     live: Option<Live>,
@@ -30,7 +30,7 @@ pub(crate) struct Lines {
     sandbox: Mutex<Option<String>>,
 }
 
-impl Lines {
+impl Console {
     fn add(&self, event: &Event) {
         if let Event::Finished { sandbox, .. } = event
             && !sandbox.is_empty()
@@ -64,12 +64,12 @@ impl Lines {
 /// The display for a run: plain lines, or NDJSON with `--json`; the moving line only when
 /// stdout is a terminal and plain output was not asked for (so a pipe, a log file, `NO_COLOR`
 /// or `TERM=dumb` gets no escape codes).
-pub(crate) fn observer(json: bool) -> Arc<Lines> {
+pub(crate) fn observer(json: bool) -> Arc<Console> {
     let live = (!json && std::io::stdout().is_terminal() && !plain_wanted()).then(Live::new);
-    Arc::new(Lines {
+    Arc::new(Console {
         json,
         live,
-        ..Lines::default()
+        ..Console::default()
     })
 }
 
@@ -224,7 +224,7 @@ impl Live {
     }
 }
 
-impl Observer for Lines {
+impl Observer for Console {
     fn on_event(&self, event: &Event) {
         self.add(event);
         if let Some(live) = &self.live {
@@ -271,7 +271,7 @@ fn json_line(event: &Event) -> serde_json::Value {
 /// A run that reached its outcome and then failed on a `required` hook: the command exits 1
 /// with the hook's error, and the person still reads how the run ended (the summary is not
 /// printed for a failed run). Nothing with `--json`, whose `finished` line says it.
-pub(crate) fn after_hook_failure(lines: &Lines, error: &ralph::Error) {
+pub(crate) fn after_hook_failure(lines: &Console, error: &ralph::Error) {
     if lines.json || !matches!(error, ralph::Error::Hook { .. }) {
         return;
     }
@@ -283,7 +283,7 @@ pub(crate) fn after_hook_failure(lines: &Lines, error: &ralph::Error) {
 /// The end of a construct run: the outcome, the tasks, the cost, and what to do next.
 pub(crate) async fn summary(
     ralph: &Ralph,
-    lines: &Lines,
+    lines: &Console,
     outcome: &Outcome,
     again: &Again,
 ) -> Result<(), ralph::Error> {

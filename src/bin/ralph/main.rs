@@ -25,6 +25,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+/// What a command returns; its error, unless it says otherwise, is printed with its chain of
+/// causes.
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
 /// Exit code of a command line ralph cannot make sense of (BSD's EX_USAGE).
 const USAGE: u8 = 64;
 
@@ -41,7 +45,7 @@ Exit codes:
 /// gates, verified and committed.
 #[derive(Debug, Parser)]
 #[command(name = "ralph", version, about, after_help = EXIT_CODES)]
-struct Cli {
+struct CommandLine {
     /// Run as if started in DIR: the workspace is found from there upward (the nearest
     /// folder with ralph.toml or .ralph/, up to the top of the git repository), and spec
     /// paths are relative to it.
@@ -194,7 +198,7 @@ struct ConstructArgs {
 // tokio's blocking pool.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match CommandLine::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { USAGE } else { 0 };
@@ -212,7 +216,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> Result<u8, Box<dyn std::error::Error>> {
+async fn dispatch(cli: CommandLine) -> Result<u8> {
     let given = cli.workspace.as_deref();
     let place = match &cli.command {
         // The demo makes its own workspace, `init` writes where it is run and `schema` needs

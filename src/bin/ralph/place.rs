@@ -8,7 +8,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+use crate::Result;
 
 /// The workspace of a command, and the directory it started from.
 #[derive(Debug)]

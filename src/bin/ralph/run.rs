@@ -7,10 +7,11 @@ use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Ralph, RalphBuilder};
 
 use std::sync::Arc;
 
-use crate::display::{self, Lines};
+use crate::display::{self, Console};
 use crate::next::Again;
 use crate::{ConstructArgs, RunFlags};
 
+use crate::Result;
 use crate::out::out;
 
 /// The bundled demo, embedded so the installed binary needs no source tree.
@@ -22,8 +23,6 @@ const DEMO_MARK: &str = ".ralph/demo";
 /// Where a scripted agent's requests are appended, one NDJSON line each, so runs across
 /// several processes (a crash, a resume) can be checked afterwards.
 pub(crate) const FAKE_REQUESTS: &str = ".ralph/fake-requests.jsonl";
-
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// `ralph demo`: the bundled spec, config and script in a fresh directory; never anywhere
 /// that holds anything else.
@@ -203,7 +202,7 @@ async fn recorded_spec(ralph: &Ralph) -> Result<PathBuf> {
 /// the exit code.
 async fn run_construct(
     ralph: &Ralph,
-    lines: &Lines,
+    lines: &Console,
     spec: Option<PathBuf>,
     json: bool,
     again: &Again,
@@ -328,7 +327,7 @@ fn build_again(workspace: &Path, flags: &RunFlags) -> Again {
 
 /// A builder with the agent the flags name, checked to be there (unless this is a dry run,
 /// which starts no agent), and the display.
-async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Lines>) -> Result<RalphBuilder> {
+async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Console>) -> Result<RalphBuilder> {
     let agent: Box<dyn Agent> = match &flags.script {
         Some(script) => {
             Box::new(FakeAgent::from_toml_file(script)?.record_to(workspace.join(FAKE_REQUESTS)))

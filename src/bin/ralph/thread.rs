@@ -9,10 +9,9 @@ use ralph::__internals::thread_spec::ThreadSpec;
 use ralph::thread::{Confirm, IterationRecord, Phase, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, FakeAgent, Interrupts, Ralph};
 
+use crate::Result;
 use crate::out::out;
 use crate::place::Place;
-
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// `ralph thread [--id ID] …`.
 #[derive(Debug, Args)]

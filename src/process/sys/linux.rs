@@ -163,7 +163,7 @@ impl Sweeper {
     /// over (clean, or out of rounds); `None` when another round must follow, after a
     /// pause that lets the killed processes die.
     pub(super) fn round(&mut self) -> Option<Sweep> {
-        let context = Context {
+        let context = SweepContext {
             group: &self.group,
             me: self.me,
             leader: &self.leader,
@@ -229,8 +229,8 @@ struct Scan {
 }
 
 /// Start times of the processes earlier scans looked at, by pid, each with the inode number
-/// of its `/proc/<pid>` (see [`Known`]).
-static KNOWN: Mutex<BTreeMap<i32, Known>> = Mutex::new(BTreeMap::new());
+/// of its `/proc/<pid>` (see [`Stamp`]).
+static KNOWN: Mutex<BTreeMap<i32, Stamp>> = Mutex::new(BTreeMap::new());
 
 /// A process's start time, and which process it is: the inode number of its `/proc/<pid>`.
 ///
@@ -242,20 +242,20 @@ static KNOWN: Mutex<BTreeMap<i32, Known>> = Mutex::new(BTreeMap::new());
 /// number came round to the same pid). An inode dropped from the cache and made again only
 /// costs a `stat` read.
 #[derive(Clone, Copy, Debug)]
-struct Known {
+struct Stamp {
     ino: u64,
     start: u64,
 }
 
 /// What every look of a sweep needs.
-struct Context<'a> {
+struct SweepContext<'a> {
     group: &'a Group,
     /// Ralph's pid.
     me: i32,
     leader: &'a Leader,
 }
 
-impl Context<'_> {
+impl SweepContext<'_> {
     /// The leader's start time.
     fn since(&self) -> Option<u64> {
         self.leader.start()
@@ -269,12 +269,12 @@ impl Context<'_> {
 
 /// Looks at every process, listing `/proc` again for those that appeared meanwhile, if one
 /// that could have forked them died meanwhile.
-fn scan(context: &Context<'_>) -> Scan {
+fn scan(context: &SweepContext<'_>) -> Scan {
     recent::scan(context).unwrap_or_else(|| scan_all(context))
 }
 
 /// Looks at every process `/proc` lists.
-fn scan_all(context: &Context<'_>) -> Scan {
+fn scan_all(context: &SweepContext<'_>) -> Scan {
     let mut scan = Scan::default();
     let mut seen = HashSet::new();
     let mut buf = Vec::with_capacity(4096);
@@ -343,16 +343,16 @@ enum Membership {
 
 /// What a scan needs to look at one process.
 struct Look<'a> {
-    context: &'a Context<'a>,
+    context: &'a SweepContext<'a>,
     /// What an earlier scan learned about this pid.
-    known: Option<Known>,
+    known: Option<Stamp>,
 }
 
 /// What a look at one process found.
-struct Seen {
+struct Finding {
     membership: Membership,
     /// Its start time, to remember.
-    learnt: Option<Known>,
+    learnt: Option<Stamp>,
     /// It died since the listing, or may have, and may have forked a process the listing
     /// does not show.
     died: bool,
@@ -361,8 +361,8 @@ struct Seen {
 impl Look<'_> {
     /// The process's membership, and what was learned about it. `ino` is the inode number
     /// of its `/proc/<pid>` as listed: procfs lists the real one, or 1 when it has none.
-    fn at(&self, pid: i32, ino: u64, buf: &mut Vec<u8>) -> Seen {
-        let seen = |membership, learnt, died| Seen {
+    fn at(&self, pid: i32, ino: u64, buf: &mut Vec<u8>) -> Finding {
+        let seen = |membership, learnt, died| Finding {
             membership,
             learnt,
             died,
@@ -386,7 +386,7 @@ impl Look<'_> {
             return seen(Membership::Other, None, false);
         };
         // The pid may have changed hands since the listing: then the next scan reads again.
-        let learnt = (ino > 1).then_some(Known {
+        let learnt = (ino > 1).then_some(Stamp {
             ino,
             start: stat.start,
         });

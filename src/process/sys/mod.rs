@@ -42,7 +42,7 @@ pub(super) struct Group {
 
 /// The processes inside a running sandbox (see [`Group::inner`]).
 #[derive(Clone, Copy, Debug)]
-struct Inner {
+struct SandboxPids {
     /// bubblewrap's init in the sandbox, which leads the sandbox's process group.
     init: i32,
     /// The process the run is for, once started.
@@ -137,12 +137,12 @@ impl Group {
     /// The processes of a sandboxed run inside bubblewrap, while bubblewrap runs: its
     /// first child is the sandbox's init (pid 1 inside, the leader of a new session and
     /// group), whose first child is the process the run is for.
-    fn inner(&self) -> Option<Inner> {
+    fn inner(&self) -> Option<SandboxPids> {
         if !self.sandboxed || self.exited {
             return None;
         }
         let init = imp::first_child(self.leader)?;
-        Some(Inner {
+        Some(SandboxPids {
             init,
             main: imp::first_child(init),
         })

@@ -263,7 +263,7 @@ impl<'de> Deserialize<'de> for Flag {
 /// A field whose *absence* and *null* mean different things (`api_error_status`: absent on
 /// non-API failures, null on network errors, a number on HTTP errors).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) enum Status {
+pub(super) enum ApiStatus {
     /// The key is not there.
     #[default]
     Absent,
@@ -275,13 +275,13 @@ pub(super) enum Status {
     Other,
 }
 
-impl<'de> Deserialize<'de> for Status {
+impl<'de> Deserialize<'de> for ApiStatus {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Ok(match scalar(deserializer)? {
-            Scalar::Null => Status::Null,
-            Scalar::Unsigned(n) => Status::Code(n),
-            Scalar::Float(f) => whole(f).map_or(Status::Other, Status::Code),
-            _ => Status::Other,
+            Scalar::Null => ApiStatus::Null,
+            Scalar::Unsigned(n) => ApiStatus::Code(n),
+            Scalar::Float(f) => whole(f).map_or(ApiStatus::Other, ApiStatus::Code),
+            _ => ApiStatus::Other,
         })
     }
 }
@@ -496,17 +496,17 @@ mod tests {
             num: Num = b"num",
             float: Float = b"float",
             flag: Flag = b"flag",
-            status: Status = b"status",
-            nested: Obj<Inner> = b"nested",
+            status: ApiStatus = b"status",
+            nested: Obj<Nested> = b"nested",
             list: List<Num> = b"list",
             entries: Entries<'a, Num> = b"entries",
-            either: StrOrObj<'a, Inner> = b"either",
+            either: StrOrObj<'a, Nested> = b"either",
         }
     }
 
     wire! {
         /// A nested struct.
-        struct Inner {
+        struct Nested {
             n: Num = b"n",
         }
     }
@@ -526,7 +526,7 @@ mod tests {
         assert_eq!(p.num.0, Some(3));
         assert_eq!(p.float.0, Some(1.0));
         assert_eq!(p.flag.0, Some(true));
-        assert_eq!(p.status, Status::Null);
+        assert_eq!(p.status, ApiStatus::Null);
         assert_eq!(p.nested.0.and_then(|i| i.n.0), Some(7));
         let list: Vec<_> = p.list.0.iter().map(|n| n.0).collect();
         assert_eq!(list, [Some(1), None, Some(2)]);
@@ -545,13 +545,13 @@ mod tests {
         assert_eq!(p.num.0, None);
         assert_eq!(p.float.0, None);
         assert_eq!(p.flag.0, None);
-        assert_eq!(p.status, Status::Other);
+        assert_eq!(p.status, ApiStatus::Other);
         assert!(p.nested.0.is_none());
         assert!(p.list.0.is_empty());
         assert!(p.entries.0.is_empty());
         assert!(matches!(p.either, StrOrObj::Neither));
-        assert_eq!(probe("{}").status, Status::Absent);
-        assert_eq!(probe(r#"{"status":429}"#).status, Status::Code(429));
+        assert_eq!(probe("{}").status, ApiStatus::Absent);
+        assert_eq!(probe(r#"{"status":429}"#).status, ApiStatus::Code(429));
         assert_eq!(probe(r#"{"num":2.5}"#).num.0, None);
     }
 
@@ -559,7 +559,10 @@ mod tests {
     fn escaped_strings_and_keys_are_decoded() {
         let p = probe(r#"{"te\u0078t":"a\nb","either":{"n":1},"text":"last wins"}"#);
         assert_eq!(p.text.get(), Some("last wins"));
-        assert!(matches!(p.either, StrOrObj::Obj(Inner { n: Num(Some(1)) })));
+        assert!(matches!(
+            p.either,
+            StrOrObj::Obj(Nested { n: Num(Some(1)) })
+        ));
         assert_eq!(probe(r#"{"text":"a\nb"}"#).text.get(), Some("a\nb"));
     }
 

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use crate::agent::{AgentExit, FailureKind};
 
-use super::lenient::Status;
+use super::lenient::ApiStatus;
 
 /// How the CLI's run ended, read from its `result` line, or from the lack of one.
 ///
@@ -203,7 +203,7 @@ impl fmt::Display for FailureCause {
 pub(super) fn classify(
     terminal_reason: Option<&str>,
     subtype: Option<&str>,
-    status: Status,
+    status: ApiStatus,
     error_class: Option<&str>,
 ) -> FailureCause {
     let by_reason = match terminal_reason.or(subtype) {
@@ -214,12 +214,12 @@ pub(super) fn classify(
         _ => None,
     };
     by_reason.unwrap_or_else(|| match status {
-        Status::Code(401 | 403) => FailureCause::Authentication,
-        Status::Code(429) => FailureCause::RateLimited,
-        Status::Code(500..=599) => FailureCause::ServerError,
-        Status::Code(400..=499) => FailureCause::Rejected,
-        Status::Null => by_error_class(error_class),
-        Status::Absent if terminal_reason == Some("api_error") => by_error_class(error_class),
+        ApiStatus::Code(401 | 403) => FailureCause::Authentication,
+        ApiStatus::Code(429) => FailureCause::RateLimited,
+        ApiStatus::Code(500..=599) => FailureCause::ServerError,
+        ApiStatus::Code(400..=499) => FailureCause::Rejected,
+        ApiStatus::Null => by_error_class(error_class),
+        ApiStatus::Absent if terminal_reason == Some("api_error") => by_error_class(error_class),
         _ => FailureCause::Unknown,
     })
 }
@@ -245,143 +245,143 @@ mod tests {
     #[case::max_turns(
         Some("max_turns"),
         Some("error_max_turns"),
-        Status::Absent,
+        ApiStatus::Absent,
         None,
         FailureCause::MaxTurns
     )]
     #[case::max_turns_by_subtype(
         None,
         Some("error_max_turns"),
-        Status::Absent,
+        ApiStatus::Absent,
         None,
         FailureCause::MaxTurns
     )]
     #[case::budget(
         Some("budget_exhausted"),
         None,
-        Status::Absent,
+        ApiStatus::Absent,
         None,
         FailureCause::BudgetExhausted
     )]
     #[case::budget_by_subtype(
         None,
         Some("error_max_budget_usd"),
-        Status::Absent,
+        ApiStatus::Absent,
         None,
         FailureCause::BudgetExhausted
     )]
     #[case::prompt_too_long(
         Some("prompt_too_long"),
         Some("success"),
-        Status::Code(400),
+        ApiStatus::Code(400),
         None,
         FailureCause::PromptTooLong
     )]
     #[case::sigint_streaming(
         Some("aborted_streaming"),
         None,
-        Status::Absent,
+        ApiStatus::Absent,
         None,
         FailureCause::Interrupted
     )]
     #[case::sigint_tools(
         Some("aborted_tools"),
         None,
-        Status::Absent,
+        ApiStatus::Absent,
         None,
         FailureCause::Interrupted
     )]
     #[case::unauthorized(
         Some("api_error"),
         Some("success"),
-        Status::Code(401),
+        ApiStatus::Code(401),
         None,
         FailureCause::Authentication
     )]
     #[case::forbidden(
         Some("api_error"),
         None,
-        Status::Code(403),
+        ApiStatus::Code(403),
         None,
         FailureCause::Authentication
     )]
     #[case::rate_limited(
         Some("api_error"),
         None,
-        Status::Code(429),
+        ApiStatus::Code(429),
         None,
         FailureCause::RateLimited
     )]
     #[case::server(
         Some("api_error"),
         None,
-        Status::Code(500),
+        ApiStatus::Code(500),
         None,
         FailureCause::ServerError
     )]
     #[case::overloaded(
         Some("api_error"),
         None,
-        Status::Code(529),
+        ApiStatus::Code(529),
         None,
         FailureCause::ServerError
     )]
     #[case::bad_request(
         Some("api_error"),
         None,
-        Status::Code(400),
+        ApiStatus::Code(400),
         None,
         FailureCause::Rejected
     )]
     #[case::not_found(
         Some("api_error"),
         None,
-        Status::Code(404),
+        ApiStatus::Code(404),
         None,
         FailureCause::Rejected
     )]
-    #[case::network(Some("api_error"), None, Status::Null, None, FailureCause::Network)]
+    #[case::network(Some("api_error"), None, ApiStatus::Null, None, FailureCause::Network)]
     #[case::null_but_auth_class(
         Some("api_error"),
         None,
-        Status::Null,
+        ApiStatus::Null,
         Some("authentication_failed"),
         FailureCause::Authentication
     )]
     #[case::null_but_rate_class(
         Some("api_error"),
         None,
-        Status::Null,
+        ApiStatus::Null,
         Some("rate_limit"),
         FailureCause::RateLimited
     )]
     #[case::absent_status_api_error(
         Some("api_error"),
         None,
-        Status::Absent,
+        ApiStatus::Absent,
         None,
         FailureCause::Network
     )]
     #[case::odd_status(
         Some("api_error"),
         None,
-        Status::Code(302),
+        ApiStatus::Code(302),
         None,
         FailureCause::Unknown
     )]
-    #[case::drifted_status(Some("api_error"), None, Status::Other, None, FailureCause::Unknown)]
+    #[case::drifted_status(Some("api_error"), None, ApiStatus::Other, None, FailureCause::Unknown)]
     #[case::during_execution(
         None,
         Some("error_during_execution"),
-        Status::Absent,
+        ApiStatus::Absent,
         None,
         FailureCause::Unknown
     )]
-    #[case::nothing(None, None, Status::Absent, None, FailureCause::Unknown)]
+    #[case::nothing(None, None, ApiStatus::Absent, None, FailureCause::Unknown)]
     fn classifies(
         #[case] reason: Option<&str>,
         #[case] subtype: Option<&str>,
-        #[case] status: Status,
+        #[case] status: ApiStatus,
         #[case] class: Option<&str>,
         #[case] expected: FailureCause,
     ) {

@@ -55,7 +55,7 @@ impl Shrunk {
 
 /// Where the scanner is in the JSON grammar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+enum Position {
     /// A value must start.
     Value,
     /// After `[`: a value or `]`.
@@ -98,7 +98,7 @@ pub(in crate::agent) struct Shrinker {
     limits: Limits,
     out: Vec<u8>,
     stack: Vec<Frame>,
-    state: State,
+    state: Position,
     /// The string being read is a key (else a value).
     in_key: bool,
     /// The string or literal being read is written.
@@ -120,7 +120,7 @@ impl Shrinker {
             limits,
             out: Vec::new(),
             stack: Vec::new(),
-            state: State::Value,
+            state: Position::Value,
             in_key: false,
             kept: true,
             late: false,
@@ -153,10 +153,10 @@ impl Shrinker {
 
     /// The copy, or `None` if the line was not exactly one JSON value.
     pub(in crate::agent) fn finish(mut self) -> Option<Shrunk> {
-        if self.state == State::Literal {
+        if self.state == Position::Literal {
             self.end_literal();
         }
-        (!self.failed && self.state == State::End).then_some(Shrunk {
+        (!self.failed && self.state == Position::End).then_some(Shrunk {
             json: self.out,
             cuts: self.cuts,
         })
@@ -167,23 +167,25 @@ impl Shrinker {
     fn step(&mut self, input: &[u8]) -> usize {
         let byte = input[0];
         match self.state {
-            State::Str => return self.string_run(input),
-            State::Literal if is_delimiter(byte) => {
+            Position::Str => return self.string_run(input),
+            Position::Literal if is_delimiter(byte) => {
                 self.end_literal();
                 return 0;
             }
-            State::Literal => self.literal.push(byte),
-            State::Escape => self.escape(byte),
-            State::Unicode(digits) => self.unicode_digit(digits, byte),
+            Position::Literal => self.literal.push(byte),
+            Position::Escape => self.escape(byte),
+            Position::Unicode(digits) => self.unicode_digit(digits, byte),
             _ if byte.is_ascii_whitespace() => {}
-            State::Value => self.start_value(byte),
-            State::ArrayStart if byte == b']' => self.close(false),
-            State::ArrayStart => self.start_value(byte),
-            State::ObjectStart if byte == b'}' => self.close(true),
-            State::ObjectStart | State::Key if byte == b'"' => self.start_key(),
-            State::Colon if byte == b':' => self.state = State::Value,
-            State::AfterValue => self.after_value(byte),
-            State::ObjectStart | State::Key | State::Colon | State::End => self.failed = true,
+            Position::Value => self.start_value(byte),
+            Position::ArrayStart if byte == b']' => self.close(false),
+            Position::ArrayStart => self.start_value(byte),
+            Position::ObjectStart if byte == b'}' => self.close(true),
+            Position::ObjectStart | Position::Key if byte == b'"' => self.start_key(),
+            Position::Colon if byte == b':' => self.state = Position::Value,
+            Position::AfterValue => self.after_value(byte),
+            Position::ObjectStart | Position::Key | Position::Colon | Position::End => {
+                self.failed = true
+            }
         }
         1
     }
@@ -198,7 +200,7 @@ impl Shrinker {
                 self.kept = kept;
                 self.literal.clear();
                 self.literal.push(byte);
-                self.state = State::Literal;
+                self.state = Position::Literal;
             }
             _ => self.failed = true,
         }
@@ -247,9 +249,9 @@ impl Shrinker {
             member: false,
         });
         self.state = if object {
-            State::ObjectStart
+            Position::ObjectStart
         } else {
-            State::ArrayStart
+            Position::ArrayStart
         };
     }
 
@@ -267,8 +269,8 @@ impl Shrinker {
 
     fn after_value(&mut self, byte: u8) {
         match (byte, self.stack.last()) {
-            (b',', Some(frame)) if frame.object => self.state = State::Key,
-            (b',', Some(_)) => self.state = State::Value,
+            (b',', Some(frame)) if frame.object => self.state = Position::Key,
+            (b',', Some(_)) => self.state = Position::Value,
             (b'}', _) => self.close(true),
             (b']', _) => self.close(false),
             _ => self.failed = true,
@@ -277,9 +279,9 @@ impl Shrinker {
 
     fn value_done(&mut self) {
         self.state = if self.stack.is_empty() {
-            State::End
+            Position::End
         } else {
-            State::AfterValue
+            Position::AfterValue
         };
     }
 
@@ -330,7 +332,7 @@ impl Shrinker {
         } else if !frame.silent {
             self.record_cut(0);
         }
-        self.state = State::Colon;
+        self.state = Position::Colon;
     }
 
     fn start_string(&mut self, key: bool, kept: bool, late: bool) {
@@ -344,7 +346,7 @@ impl Shrinker {
             };
             self.text.reset(head, tail);
         }
-        self.state = State::Str;
+        self.state = Position::Str;
     }
 
     /// Reads string content up to the next `"` or `\` in one go.
@@ -357,7 +359,7 @@ impl Shrinker {
             None => return end,
             Some(b'"') if self.in_key => self.end_key(),
             Some(b'"') => self.end_string(),
-            Some(_) => self.state = State::Escape,
+            Some(_) => self.state = Position::Escape,
         }
         end + 1
     }
@@ -383,7 +385,7 @@ impl Shrinker {
             b't' => b'\t',
             b'u' => {
                 self.code = 0;
-                self.state = State::Unicode(0);
+                self.state = Position::Unicode(0);
                 return;
             }
             _ => {
@@ -394,7 +396,7 @@ impl Shrinker {
         if self.kept {
             self.text.push(&[decoded]);
         }
-        self.state = State::Str;
+        self.state = Position::Str;
     }
 
     fn unicode_digit(&mut self, digits: u8, byte: u8) {
@@ -405,13 +407,13 @@ impl Shrinker {
         // Four hex digits fit a u16; `digit` is below 16.
         self.code = self.code << 4 | digit as u16;
         if digits < 3 {
-            self.state = State::Unicode(digits + 1);
+            self.state = Position::Unicode(digits + 1);
             return;
         }
         if self.kept {
             self.text.push_unit(self.code);
         }
-        self.state = State::Str;
+        self.state = Position::Str;
     }
 
     fn end_literal(&mut self) {

@@ -6,11 +6,11 @@
 //! Unknown fields are skipped by serde without being built, and every field is lenient (see
 //! [`lenient`](super::lenient)), so drift in the CLI's output never rejects a line.
 
-use super::lenient::{Entries, Flag, Float, List, Num, Obj, Status, Str, StrOrObj, wire};
+use super::lenient::{ApiStatus, Entries, Flag, Float, List, Num, Obj, Str, StrOrObj, wire};
 
 wire! {
     /// Every field ralph reads, of every line kind.
-    struct Line<'a> {
+    struct StdoutLine<'a> {
         /// `system`, `assistant`, `user`, `result`, `stream_event`, `rate_limit_event`, …
         kind: Str<'a> = b"type",
         subtype: Str<'a> = b"subtype",
@@ -26,7 +26,7 @@ wire! {
         /// The error class: of a synthetic API-error message, or of an `api_retry`.
         error: Str<'a> = b"error",
         /// `result` and API-error messages: the HTTP status (null for network errors).
-        api_error_status: Status = b"api_error_status",
+        api_error_status: ApiStatus = b"api_error_status",
         /// `api_retry`.
         attempt: Num = b"attempt",
         /// `permission_denied`.

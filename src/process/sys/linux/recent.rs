@@ -22,7 +22,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{Context, Look, MAX_LISTINGS, Membership, Scan, read_proc};
+use super::{Look, MAX_LISTINGS, Membership, Scan, SweepContext, read_proc};
 
 /// Runs shorter than this are swept by probing recent pids.
 const WINDOW: Duration = Duration::from_millis(100);
@@ -30,7 +30,7 @@ const WINDOW: Duration = Duration::from_millis(100);
 const MAX_PIDS: i32 = 512;
 
 /// The scan, or `None` when only the full listing is safe (see the module docs).
-pub(super) fn scan(context: &Context<'_>) -> Option<Scan> {
+pub(super) fn scan(context: &SweepContext<'_>) -> Option<Scan> {
     if context.group.spawned.elapsed() > WINDOW || !proc_is_ours() {
         return None;
     }
@@ -67,7 +67,7 @@ pub(super) fn scan(context: &Context<'_>) -> Option<Scan> {
 }
 
 /// Looks at one pid, which may be a process, a thread, or nothing any more.
-fn probe(context: &Context<'_>, pid: i32, buf: &mut Vec<u8>, scan: &mut Scan) {
+fn probe(context: &SweepContext<'_>, pid: i32, buf: &mut Vec<u8>, scan: &mut Scan) {
     let look = Look {
         context,
         known: None,
@@ -165,7 +165,7 @@ mod tests {
             // However slow the machine was to start the shell, the run counts as short.
             group.spawned = std::time::Instant::now();
             let sweeper = Sweeper::new(group.clone());
-            let context = Context {
+            let context = SweepContext {
                 group: &group,
                 me: i32::try_from(std::process::id()).expect("pid"),
                 leader: &sweeper.leader,
@@ -189,7 +189,7 @@ mod tests {
         let (mut group, grandchild, mut shell) = short_run("recent-test-2");
         group.spawned -= WINDOW * 2;
         let sweeper = Sweeper::new(group.clone());
-        let context = Context {
+        let context = SweepContext {
             group: &group,
             me: i32::try_from(std::process::id()).expect("pid"),
             leader: &sweeper.leader,
