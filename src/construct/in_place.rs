@@ -17,7 +17,7 @@ use crate::event::Event;
 use crate::model::Task;
 use crate::runtime::attempt::{Attempt, AttemptEnd};
 use crate::runtime::error::Error;
-use crate::runtime::home::Turn;
+use crate::runtime::home::TurnNote;
 
 impl Engine {
     /// Begins `task`'s turn in place: takes up its own interrupted turn, or first sets aside
@@ -112,7 +112,7 @@ impl Engine {
     }
 
     /// Moves what `turn` changed into a stash entry, and says so.
-    async fn set_aside(&mut self, turn: &Turn, why: &str) -> Result<(), Error> {
+    async fn set_aside(&mut self, turn: &TurnNote, why: &str) -> Result<(), Error> {
         let Some(home) = &mut self.home else {
             return Ok(());
         };

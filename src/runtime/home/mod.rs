@@ -73,7 +73,7 @@ pub(crate) struct Home {
 
 /// A turn of work in the user's work tree, as noted when it began.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Turn {
+pub(crate) struct TurnNote {
     /// What the turn works on: a task (`t-3`) or a spec.
     pub(crate) subject: String,
     /// The branch's head when it began.
@@ -313,7 +313,7 @@ impl Home {
     /// # Errors
     ///
     /// [`GitError::Io`] naming the note when it cannot be read.
-    pub(crate) fn noted(&self) -> Result<Option<Turn>, GitError> {
+    pub(crate) fn noted(&self) -> Result<Option<TurnNote>, GitError> {
         match std::fs::read_to_string(&self.note) {
             Ok(text) => Ok(serde_json::from_str(&text).ok()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -391,7 +391,7 @@ impl Home {
     /// # Errors
     ///
     /// [`GitError`] when git fails or the note cannot be written.
-    pub(crate) async fn begin_turn(&self, subject: &str) -> Result<Option<Turn>, GitError> {
+    pub(crate) async fn begin_turn(&self, subject: &str) -> Result<Option<TurnNote>, GitError> {
         let left = match self.noted()? {
             Some(turn) if turn.subject == subject => return Ok(None),
             other => other,
@@ -399,7 +399,7 @@ impl Home {
         if left.is_some() {
             return Ok(left);
         }
-        let turn = Turn {
+        let turn = TurnNote {
             subject: subject.to_owned(),
             head: self.head.clone(),
             untracked: self
@@ -416,7 +416,7 @@ impl Home {
         Ok(None)
     }
 
-    fn write_note(&self, turn: &Turn) -> Result<(), GitError> {
+    fn write_note(&self, turn: &TurnNote) -> Result<(), GitError> {
         let bytes = serde_json::to_vec(turn).unwrap_or_default();
         atomic::replace(&self.note, &bytes).map_err(|e| self.io(e))
     }
@@ -454,7 +454,7 @@ impl Home {
 
     /// The turn's paths as they are now, ralph's files for people and the folders it
     /// writes in between attempts left out (they are checked as the board's files are).
-    async fn record_now(&self, turn: &Turn) -> Result<TreeRecord, GitError> {
+    async fn record_now(&self, turn: &TurnNote) -> Result<TreeRecord, GitError> {
         let paths: Vec<String> = self
             .turn_paths(turn)
             .await?
@@ -552,7 +552,7 @@ impl Home {
     /// [`GitError`] when git fails.
     pub(crate) async fn set_aside(
         &mut self,
-        turn: &Turn,
+        turn: &TurnNote,
         why: &str,
     ) -> Result<Option<String>, GitError> {
         let label = format!("ralph: {}'s unfinished work", turn.subject);
@@ -566,7 +566,7 @@ impl Home {
     /// [`GitError`] when git fails.
     pub(crate) async fn set_aside_as(
         &mut self,
-        turn: &Turn,
+        turn: &TurnNote,
         label: &str,
         why: &str,
     ) -> Result<Option<String>, GitError> {
@@ -594,7 +594,7 @@ impl Home {
 
     /// The paths `turn` changed: every change in the work tree but ralph's own files, the
     /// untracked files that were there before it, and the files its gates wrote.
-    async fn turn_paths(&self, turn: &Turn) -> Result<Vec<String>, GitError> {
+    async fn turn_paths(&self, turn: &TurnNote) -> Result<Vec<String>, GitError> {
         let not_its: HashSet<&str> = turn
             .untracked
             .iter()
