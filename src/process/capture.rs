@@ -50,7 +50,14 @@ struct All {
 }
 
 impl Listener for All {
+    /// A capture sets no clock: a stopped one is an error, "its end was not seen".
     type Cut = ();
+
+    fn stopped(&mut self) {}
+
+    fn past_deadline(&mut self) {}
+
+    fn silent(&mut self) {}
 
     fn stdout(&mut self, bytes: &[u8]) -> Option<()> {
         self.stdout.extend_from_slice(bytes);

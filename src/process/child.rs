@@ -199,6 +199,11 @@ impl SupervisedChild {
         Ok(exit)
     }
 
+    /// The main process's exit, once [`wait`](Self::wait) has seen it.
+    pub(crate) fn exited(&self) -> Option<Exit> {
+        self.exit
+    }
+
     /// Sends SIGINT to the main process only (not its group); it decides what to do about
     /// it. Use [`wait`](Self::wait) with a timeout, then [`terminate`](Self::terminate).
     pub fn interrupt(&self) {

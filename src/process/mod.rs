@@ -70,7 +70,7 @@ pub use spec::ProcessSpec;
 /// embedder's code to start (`AgentRequest::command`): outside this module the crate only
 /// builds commands, it never starts one (the layering test looks for the standard name).
 pub use std::process::Command as StdCommand;
-pub(crate) use supervise::{Clocks, Ending, LineListener, Lines, Listener, OwnClock, Streams};
+pub(crate) use supervise::{Clocks, LineListener, Lines, Listener, OwnClock, Streams};
 
 /// The environment variable carrying the run cookies of every supervised ancestor.
 ///

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::supervise::{Clocks, Ending, Listener, Streams};
+use super::supervise::{Clocks, Listener, Streams};
 use super::{Exit, ProcessError, ProcessSpec};
 use crate::output::BoundedOutput;
 
@@ -64,14 +64,14 @@ impl ProcessSpec {
     /// before any error is returned.
     pub async fn run(&self) -> Result<ProcessReport, ProcessError> {
         let started = Instant::now();
-        let mut output = Kept(BoundedOutput::new(self.head, self.tail));
+        let mut output = Kept::new(BoundedOutput::new(self.head, self.tail));
         if self.stop.is_cancelled() {
             return Ok(ProcessReport {
                 exit: None,
                 timed_out: false,
                 stopped: true,
                 duration: started.elapsed(),
-                output: output.0,
+                output: output.output,
                 leaked: 0,
             });
         }
@@ -91,24 +91,52 @@ impl ProcessSpec {
         }
         Ok(ProcessReport {
             exit: run.exit,
-            timed_out: run.ending == Ending::Deadline,
-            stopped: run.ending == Ending::Stopped,
+            timed_out: output.timed_out,
+            stopped: output.stopped,
             duration: run.duration,
-            output: output.0,
+            output: output.output,
             leaked: run.leaked,
         })
     }
 }
 
-/// All output, bounded: the head and tail kept, the middle counted.
-struct Kept(BoundedOutput);
+/// All output, bounded: the head and tail kept, the middle counted; and which clock, if
+/// any, ended the run.
+struct Kept {
+    output: BoundedOutput,
+    timed_out: bool,
+    stopped: bool,
+}
+
+impl Kept {
+    fn new(output: BoundedOutput) -> Self {
+        Kept {
+            output,
+            timed_out: false,
+            stopped: false,
+        }
+    }
+}
 
 impl Listener for Kept {
-    /// A gate has no reason of its own to end.
+    /// The report says which clock ended the run: the cut itself says nothing more.
     type Cut = ();
 
+    fn stopped(&mut self) {
+        self.stopped = true;
+    }
+
+    fn past_deadline(&mut self) {
+        self.timed_out = true;
+    }
+
+    /// No idle clock is set for a run to completion.
+    fn silent(&mut self) {
+        self.timed_out = true;
+    }
+
     fn stdout(&mut self, bytes: &[u8]) -> Option<()> {
-        self.0.push(bytes);
+        self.output.push(bytes);
         None
     }
 }

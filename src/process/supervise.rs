@@ -33,9 +33,20 @@ const FILE_POLL: Duration = Duration::from_millis(200);
 
 /// What a supervised process's output is for: the consumer's side of [`ProcessSpec::supervise`].
 pub(crate) trait Listener {
-    /// A reason of the listener's own to end the run (the context is full, the process
-    /// lingers after its answer).
-    type Cut: Copy;
+    /// How the listener says a run ralph ended came to its end: the listener's own reasons
+    /// (the context is full, the process lingers after its answer) and its words for the
+    /// supervisor's clocks ([`stopped`](Self::stopped), [`past_deadline`](Self::past_deadline),
+    /// [`silent`](Self::silent)). A run that ended by itself has no cut.
+    type Cut: Clone;
+
+    /// The stop token was cancelled: the cut that says so.
+    fn stopped(&mut self) -> Self::Cut;
+
+    /// The deadline ([`Clocks::deadline`]) passed: the cut that says so.
+    fn past_deadline(&mut self) -> Self::Cut;
+
+    /// No output came for [`Clocks::idle`]: the cut that says so.
+    fn silent(&mut self) -> Self::Cut;
 
     /// Bytes of stdout (of all output, when stdout and stderr are [merged](Streams::Merged)),
     /// in the order they were read. Returns a reason to end the run now, if there is one.
@@ -58,7 +69,7 @@ pub(crate) trait Listener {
 
     /// Whether `cut` asks the process to end by itself (SIGINT, then the grace) rather than
     /// be terminated.
-    fn interrupts(&self, _cut: Self::Cut) -> bool {
+    fn interrupts(&self, _cut: &Self::Cut) -> bool {
         false
     }
 }
@@ -67,7 +78,16 @@ pub(crate) trait Listener {
 /// line cap ([`LineSplitter`]), and hands over each line, or each piece of a longer one.
 pub(crate) trait LineListener {
     /// As [`Listener::Cut`].
-    type Cut: Copy;
+    type Cut: Clone;
+
+    /// As [`Listener::stopped`].
+    fn stopped(&mut self) -> Self::Cut;
+
+    /// As [`Listener::past_deadline`].
+    fn past_deadline(&mut self) -> Self::Cut;
+
+    /// As [`Listener::silent`].
+    fn silent(&mut self) -> Self::Cut;
 
     /// One line of stdout, or a piece of a line longer than the cap. Returns a reason to
     /// end the run now, if there is one.
@@ -85,7 +105,7 @@ pub(crate) trait LineListener {
     }
 
     /// As [`Listener::interrupts`].
-    fn interrupts(&self, _cut: Self::Cut) -> bool {
+    fn interrupts(&self, _cut: &Self::Cut) -> bool {
         false
     }
 }
@@ -116,6 +136,18 @@ impl<L> Lines<L> {
 impl<L: LineListener> Listener for Lines<L> {
     type Cut = L::Cut;
 
+    fn stopped(&mut self) -> L::Cut {
+        self.listener.stopped()
+    }
+
+    fn past_deadline(&mut self) -> L::Cut {
+        self.listener.past_deadline()
+    }
+
+    fn silent(&mut self) -> L::Cut {
+        self.listener.silent()
+    }
+
     /// The last cut the lines of these bytes call for.
     fn stdout(&mut self, bytes: &[u8]) -> Option<L::Cut> {
         self.bytes += bytes.len() as u64;
@@ -145,13 +177,13 @@ impl<L: LineListener> Listener for Lines<L> {
         self.listener.clock()
     }
 
-    fn interrupts(&self, cut: L::Cut) -> bool {
+    fn interrupts(&self, cut: &L::Cut) -> bool {
         self.listener.interrupts(cut)
     }
 }
 
 /// A listener's own clock: when it cuts the run, and whether silence is being timed.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct OwnClock<C> {
     /// The run is cut at this time, for this reason.
     pub(crate) cut_at: Option<(Instant, C)>,
@@ -198,27 +230,13 @@ pub(crate) enum Streams {
     StdoutToFile(PathBuf),
 }
 
-/// Why a supervised run ended.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Ending<C> {
-    /// The main process exited.
-    Exited,
-    /// Its output closed and it did not exit within [`Clocks::exit_after_close`].
-    Closed,
-    /// The stop token was cancelled.
-    Stopped,
-    /// The deadline passed.
-    Deadline,
-    /// No output for [`Clocks::idle`].
-    Idle,
-    /// The listener cut it.
-    Cut(C),
-}
-
 /// What [`ProcessSpec::supervise`] observed.
 #[derive(Debug)]
 pub(crate) struct Supervised<C> {
-    pub(crate) ending: Ending<C>,
+    /// How ralph ended the run, in the listener's words; `None`: it ended by itself (the
+    /// main process exited, or closed its output and was then given
+    /// [`Clocks::exit_after_close`] to exit).
+    pub(crate) cut: Option<C>,
     /// How the main process ended, if it was seen to.
     pub(crate) exit: Option<Exit>,
     /// Processes left behind by the main one, killed after it ended.
@@ -266,13 +284,13 @@ impl ProcessSpec {
             last_output: started,
             closed_at: None,
         };
-        let ending = run.watch(&mut child, &self.stop, clocks, listener).await;
-        let interrupt = matches!(ending, Ending::Cut(cut) if listener.interrupts(cut));
+        let cut = run.watch(&mut child, &self.stop, clocks, listener).await;
+        let interrupt = cut.as_ref().is_some_and(|cut| listener.interrupts(cut));
         listener.ending();
         let done = CancellationToken::new();
         let (ended, ()) = tokio::join!(
             async {
-                let ended = end(&mut child, ending, interrupt, self.grace).await;
+                let ended = end(&mut child, interrupt, self.grace).await;
                 done.cancel();
                 ended
             },
@@ -281,7 +299,7 @@ impl ProcessSpec {
         run.log.finish();
         let ended = ended?;
         Ok(Supervised {
-            ending,
+            cut,
             exit: ended.exit,
             leaked: ended.leaked,
             duration: started.elapsed(),
@@ -461,7 +479,7 @@ impl Running {
         stop: &CancellationToken,
         clocks: Clocks,
         listener: &mut L,
-    ) -> Ending<L::Cut> {
+    ) -> Option<L::Cut> {
         let mut out = vec![0; READ_CHUNK];
         let mut err = vec![0; READ_CHUNK / 8];
         let watch_exit_at = Instant::now() + EXIT_WATCHED_AFTER;
@@ -484,22 +502,24 @@ impl Running {
                     .zip(clocks.exit_after_close)
                     .and_then(|(at, patience)| at.checked_add(patience)),
             );
-            alarms.own.set(own.cut_at.map(|(at, _)| at));
+            alarms.own.set(own.cut_at.as_ref().map(|(at, _)| *at));
             let (stream, read) = tokio::select! {
                 // An exit that coincides with a clock is an exit.
                 biased;
-                _ = child.wait(), if exit_watched => return Ending::Exited,
+                _ = child.wait(), if exit_watched => return None,
                 () = alarms.watch_exit.rings(), if !exit_watched && !clocks.read_to_close => continue,
-                () = stop.cancelled() => return Ending::Stopped,
-                () = alarms.deadline.rings() => return Ending::Deadline,
+                () = stop.cancelled() => return Some(listener.stopped()),
+                () = alarms.deadline.rings() => return Some(listener.past_deadline()),
                 () = alarms.own.rings() => {
                     if let Some((_, cut)) = own.cut_at {
-                        return Ending::Cut(cut);
+                        return Some(cut);
                     }
                     continue;
                 }
-                () = alarms.idle.rings() => return Ending::Idle,
-                () = alarms.exit_by.rings() => return Ending::Closed,
+                () = alarms.idle.rings() => return Some(listener.silent()),
+                // Its output closed and it did not exit in time: it ended by itself, and
+                // is terminated (see `end`).
+                () = alarms.exit_by.rings() => return None,
                 read = self.stdout.read(&mut out, false) => (Stream::Stdout, read),
                 read = self.stderr.read(&mut err, false) => (Stream::Stderr, read),
             };
@@ -508,7 +528,7 @@ impl Running {
                 Stream::Stderr => &err,
             };
             if let Some(cut) = self.take(stream, read, buf, listener) {
-                return Ending::Cut(cut);
+                return Some(cut);
             }
         }
     }
@@ -651,15 +671,15 @@ impl Alarm {
     }
 }
 
-/// Ends the process as `ending` asks, then kills whatever it left behind.
-async fn end<C>(
+/// Ends the process, by SIGINT when the cut `interrupt`s, else by SIGTERM and SIGKILL,
+/// unless it has exited already; then kills whatever it left behind.
+async fn end(
     child: &mut SupervisedChild,
-    ending: Ending<C>,
     interrupt: bool,
     grace: Duration,
 ) -> Result<Termination, ProcessError> {
-    let exit = if matches!(ending, Ending::Exited) {
-        Some(child.wait().await?)
+    let exit = if let Some(exit) = child.exited() {
+        Some(exit)
     } else if interrupt {
         // The process ends its turn, says so, and exits by itself within the grace.
         child.interrupt();

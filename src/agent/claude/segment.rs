@@ -13,7 +13,7 @@ use crate::context::{ContextAction, ContextMonitor};
 use crate::output::{BoundedOutput, truncate_middle};
 use crate::process::lines::Piece;
 use crate::process::{
-    Clocks as ProcessClocks, Ending, Exit, LineListener, Lines, OwnClock, ProcessSpec, Streams,
+    Clocks as ProcessClocks, Exit, LineListener, Lines, OwnClock, ProcessSpec, Streams,
 };
 
 use super::stream::{StreamOptions, StreamParser, StreamSummary};
@@ -149,17 +149,10 @@ pub(super) async fn run(spec: &ProcessSpec, watch: Inputs<'_>) -> Result<Segment
     let mut summary = stream.parser.finish();
     summary.bytes = summary_bytes;
     summary.log_error = ran.log_error.map(|e| e.to_string());
-    let unreachable =
-        matches!(ran.ending, Ending::Cut(Halt::Unreachable)).then(|| stream.reach.reason());
+    let cut = ran.cut.unwrap_or(Halt::None);
     Ok(Segment {
-        unreachable,
-        cut: match ran.ending {
-            Ending::Exited | Ending::Closed => Halt::None,
-            Ending::Stopped => Halt::Stopped,
-            Ending::Deadline => Halt::Deadline,
-            Ending::Idle => Halt::Idle,
-            Ending::Cut(cut) => cut,
-        },
+        unreachable: (cut == Halt::Unreachable).then(|| stream.reach.reason()),
+        cut,
         summary,
         exit: ran.exit,
         stderr: truncate_middle(stream.stderr.to_string().trim(), STDERR_KEPT),
@@ -185,6 +178,18 @@ struct CliOutput<'a> {
 
 impl LineListener for CliOutput<'_> {
     type Cut = Halt;
+
+    fn stopped(&mut self) -> Halt {
+        Halt::Stopped
+    }
+
+    fn past_deadline(&mut self) -> Halt {
+        Halt::Deadline
+    }
+
+    fn silent(&mut self) -> Halt {
+        Halt::Idle
+    }
 
     /// Parses the line; returns the cut the context calls for, unless the answer is in.
     fn line(&mut self, piece: Piece<'_>) -> Option<Halt> {
@@ -244,7 +249,7 @@ impl LineListener for CliOutput<'_> {
     }
 
     /// SIGINT: the CLI ends its turn, writes a result line and keeps the session.
-    fn interrupts(&self, cut: Halt) -> bool {
+    fn interrupts(&self, cut: &Halt) -> bool {
         matches!(cut, Halt::Compact(_))
     }
 }

@@ -12,7 +12,7 @@ use crate::agent::reach::Reach;
 use crate::agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
 use crate::config::{CommandConfig, Config};
 use crate::output::BoundedOutput;
-use crate::process::{Clocks, Ending as ProcessEnding, Listener, OwnClock, ProcessSpec, Streams};
+use crate::process::{Clocks, Listener, OwnClock, ProcessSpec, Streams};
 
 /// How much of stdout is kept in memory for the final answer: its last bytes.
 pub(crate) const ANSWER_KEPT: usize = 1024 * 1024;
@@ -475,19 +475,7 @@ impl CommandAgent {
         }
         let (stdout, oversized_lines) = heard.stdout.finish();
         Ok(Raw {
-            cut: match ran.ending {
-                ProcessEnding::Exited | ProcessEnding::Closed => None,
-                ProcessEnding::Stopped => Some(AgentExit::Stopped),
-                ProcessEnding::Deadline | ProcessEnding::Idle => Some(AgentExit::TimedOut),
-                // It printed only connection errors for the request's `unreachable_after`:
-                // why, naming the agent and its last error.
-                ProcessEnding::Cut(Unreachable) => Some(crate::agent::reach::unreachable(
-                    heard
-                        .live
-                        .as_ref()
-                        .map_or_else(String::new, |live| live.reach().reason()),
-                )),
-            },
+            cut: ran.cut,
             exit: ran.exit,
             stdout,
             oversized_lines,
@@ -587,14 +575,23 @@ struct Heard {
     stderr: BoundedOutput,
 }
 
-/// The one cut of a command's run: the agent printed only connection errors for the
-/// request's [`unreachable_after`](AgentRequest::unreachable_after) (a CLI agent whose
-/// lines say so). Otherwise a command is judged only when it has ended.
-#[derive(Clone, Copy, Debug)]
-struct Unreachable;
-
+/// A command's run is cut by the stop token, its timeouts, and when it printed only
+/// connection errors for the request's [`unreachable_after`](AgentRequest::unreachable_after)
+/// (a CLI agent whose lines say so). Otherwise a command is judged only when it has ended.
 impl Listener for Heard {
-    type Cut = Unreachable;
+    type Cut = AgentExit;
+
+    fn stopped(&mut self) -> AgentExit {
+        AgentExit::Stopped
+    }
+
+    fn past_deadline(&mut self) -> AgentExit {
+        AgentExit::TimedOut
+    }
+
+    fn silent(&mut self) -> AgentExit {
+        AgentExit::TimedOut
+    }
 
     fn stdout(&mut self, bytes: &[u8]) -> Option<Self::Cut> {
         self.stdout.push(bytes);
@@ -614,13 +611,15 @@ impl Listener for Heard {
         }
     }
 
-    fn clock(&self) -> OwnClock<Unreachable> {
+    /// The unreachable clock, once connection errors began: the cut names the agent and
+    /// its last error.
+    fn clock(&self) -> OwnClock<AgentExit> {
+        let reach = self.live.as_ref().map(LiveLines::reach);
         OwnClock {
-            cut_at: self
-                .live
-                .as_ref()
-                .and_then(|live| live.reach().cut_at())
-                .map(|at| (at, Unreachable)),
+            cut_at: reach.and_then(|reach| {
+                let at = reach.cut_at()?;
+                Some((at, crate::agent::reach::unreachable(reach.reason())))
+            }),
             idle_counts: true,
         }
     }
