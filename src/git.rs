@@ -48,7 +48,7 @@ const FALLBACK_EMAIL: &str = "ralph@localhost";
 #[non_exhaustive]
 pub enum GitError {
     /// `git` could not be started (not installed, not on `PATH`).
-    #[error("could not run `git {command}` in {dir}: {source}")]
+    #[error("could not run `git {command}` in {dir}")]
     Spawn {
         /// The arguments, joined by spaces.
         command: String,
@@ -98,7 +98,7 @@ pub enum GitError {
         stderr: String,
     },
     /// A file ralph keeps beside its git work could not be read or written.
-    #[error("i/o error on {path}: {source}")]
+    #[error("i/o error on {path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -1253,4 +1253,32 @@ fn is_sha(text: &str) -> bool {
 fn non_empty(out: String) -> Option<String> {
     let trimmed = out.trim();
     (!trimmed.is_empty()).then(|| trimmed.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error's text leaves its cause to `source()`: a printer of the chain says each once.
+    #[test]
+    fn an_error_names_what_failed_and_leaves_its_cause_to_source() {
+        let cause = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let errors = [
+            GitError::Spawn {
+                command: "status".to_owned(),
+                dir: PathBuf::from("/repo"),
+                source: cause(),
+            },
+            GitError::Io {
+                path: PathBuf::from("/repo/.git/ralph-note"),
+                source: cause(),
+            },
+        ];
+        for error in errors {
+            let said = cause().to_string();
+            assert!(!error.to_string().contains(&said), "{error}");
+            let chain = crate::output::chain(&error);
+            assert_eq!(chain.matches(&said).count(), 1, "{chain}");
+        }
+    }
 }

@@ -561,7 +561,10 @@ impl Caller {
             Ok(snapshot) => Some((guard, snapshot, breaches)),
             Err(e) => {
                 self.emitter.emit(&Event::Warning {
-                    message: format!("the work tree was not checked around a read-only run: {e}"),
+                    message: format!(
+                        "the work tree was not checked around a read-only run: {}",
+                        crate::output::chain(&e)
+                    ),
                 });
                 None
             }
@@ -592,7 +595,10 @@ impl Caller {
                 "a read-only run beside {run} changed the work tree while it ran; which one \
                  did cannot be told, so its answer is not used either"
             ),
-            Err(e) => format!("{run}: the work tree could not be checked after it: {e}"),
+            Err(e) => format!(
+                "{run}: the work tree could not be checked after it: {}",
+                crate::output::chain(&e)
+            ),
         };
         self.emitter.emit(&Event::Warning {
             message: reason.clone(),

@@ -146,7 +146,7 @@ impl Guard {
                 set_aside.extend(wrote.iter().cloned());
                 Ok(message)
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(crate::output::chain(&e)),
         };
         Ok(Some(Breach {
             wrote,
