@@ -11,6 +11,7 @@ pub(crate) mod cli_files;
 #[cfg(feature = "fake")]
 mod fake;
 mod fallback;
+mod layer;
 mod reach;
 
 pub use claim::Claim;
@@ -34,6 +35,8 @@ pub use cli::{CodexCli, CommandAgent, GeminiCli, OpencodeCli};
 #[cfg(feature = "fake")]
 pub use fake::{FakeAgent, Script};
 pub use fallback::{AgentChoice, Fallback};
+pub use layer::AgentLayer;
+use layer::Layered;
 pub(crate) use reach::is_connection_error;
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
@@ -857,11 +860,11 @@ impl AgentError {
 ///
 /// # Wrapping an agent
 ///
-/// A wrapper (a retry layer, a journal) implements `Agent` for its own type and must forward
-/// every method it does not change to the agent it wraps: `name`, `check`, `in_process`,
-/// and `configure`. A wrapper that leaves out `configure` compiles, and the agent it wraps
-/// then never takes its settings (a wrapped [`ClaudeCli`](claude::ClaudeCli) would ignore
-/// `[claude]` in `ralph.toml`).
+/// A wrapper (a retry layer, a journal) is an [`AgentLayer`]: `agent.layer(retries)` runs
+/// each request through it, and the agent's other methods (`name`, `check`,
+/// `in_process`, and `configure`, which hands a [`ClaudeCli`](claude::ClaudeCli) its
+/// `[claude]` settings) reach the agent inside unchanged. A wrapper written by hand as an
+/// `Agent` of its own must forward each of them itself.
 ///
 /// # Implementing
 ///
@@ -946,6 +949,15 @@ pub trait Agent: Send + Sync {
     /// that run a CLI say false, and run it in [`AgentRequest::sandbox`].
     fn in_process(&self) -> bool {
         true
+    }
+
+    /// This agent inside `layer`, which then runs each request; the agent's other methods
+    /// reach this agent unchanged (see [`AgentLayer`]).
+    fn layer<L: AgentLayer>(self, layer: L) -> impl Agent
+    where
+        Self: Sized,
+    {
+        Layered::new(self, layer)
     }
 }
 
