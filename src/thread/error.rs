@@ -31,16 +31,6 @@ pub enum ThreadError {
         /// The phase(s) it needs.
         needed: &'static str,
     },
-    /// A reset of the work tree was asked without the person's confirmation.
-    #[error(
-        "thread {id}: going back to Drafting resets the work tree to {baseline} and deletes its changes; call again with the confirmation to continue"
-    )]
-    NeedsConfirmation {
-        /// The thread.
-        id: String,
-        /// The baseline commit.
-        baseline: String,
-    },
     /// No such thread.
     #[error("no thread {0} (looked in {1})")]
     NotFound(String, PathBuf),

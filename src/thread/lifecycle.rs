@@ -9,16 +9,6 @@ use super::{ThreadError, Threads, preflight, spec, transition};
 use crate::event::Event;
 use crate::runtime::workspace::RunLock;
 
-/// Whether the person agreed to reset the work tree (see [`Threads::revise`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Confirm {
-    /// Not confirmed: the call is refused and nothing changes.
-    No,
-    /// "This will reset changes. Continue?" — yes.
-    ResetToBaseline,
-}
-
 impl Threads {
     // ---- Phase 1: the spec --------------------------------------------------------------
 
@@ -334,17 +324,19 @@ impl Threads {
 
     /// **Checkpoint 2** (Stuck) or review (PendingReview) → Drafting: the spec was wrong.
     /// Resets the work tree to the baseline, deletes `ralph/<id>`, and writes `new_spec` (if
-    /// given) as the next revision. Refused unless `confirm` is [`Confirm::ResetToBaseline`].
+    /// given) as the next revision.
+    ///
+    /// The thread's changes are lost: ask the person first ("This will reset changes.
+    /// Continue?"), as the `ralph` command does (`ralph thread revise` refuses without
+    /// `--yes`).
     ///
     /// # Errors
     ///
-    /// [`ThreadError::NeedsConfirmation`] without it (nothing changes),
-    /// [`ThreadError::Transition`] from another phase, git errors.
+    /// [`ThreadError::Transition`] from another phase (nothing changes), git errors.
     pub async fn revise(
         &self,
         id: &str,
         new_spec: Option<&str>,
-        confirm: Confirm,
     ) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Drafting)?;
         if !matches!(
@@ -352,15 +344,6 @@ impl Threads {
             PhaseKind::Stuck | PhaseKind::PendingReview
         ) {
             return Err(transition(&record, PhaseKind::Drafting));
-        }
-        if confirm != Confirm::ResetToBaseline {
-            return Err(ThreadError::NeedsConfirmation {
-                id: id.to_owned(),
-                baseline: record
-                    .baseline
-                    .as_ref()
-                    .map_or_else(|| "the baseline".to_owned(), |b| b.commit_sha.clone()),
-            });
         }
         self.reset_to_baseline(&mut record).await?;
         if let Some(text) = new_spec {

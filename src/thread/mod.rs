@@ -25,7 +25,8 @@
 //! When implementation starts (Finalized → Preflight) the current branch and HEAD are
 //! captured as the thread's baseline and the work moves to the branch `ralph/<id>`. Going
 //! back to Drafting from Stuck or PendingReview resets the work tree to the baseline and
-//! deletes that branch, and only with an explicit confirmation. [`commit`](Threads::commit)
+//! deletes that branch ([`revise`](Threads::revise): the `ralph` command asks for `--yes`
+//! first). [`commit`](Threads::commit)
 //! is the person's own call: it commits the changes on `ralph/<id>` and leaves merging to
 //! them. [`abandon`](Threads::abandon) deletes nothing: the branch and its changes stay for
 //! the person. ralph's `.ralph/` folder is never committed, reset or counted as a change.
@@ -159,7 +160,6 @@ pub use assess::{AssessIssue, Assessment};
 pub(crate) use draft::DraftAnswer;
 pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
-pub use lifecycle::Confirm;
 pub use phase::{Phase, PhaseKind};
 pub use record::{IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord, Turn};
 

@@ -731,6 +731,42 @@ async fn a_thread_from_spec_to_commit_with_the_message_read_first() {
     assert!(done.contains("phase: Done"), "{done}");
 }
 
+/// Seed 001's "This will reset changes. Continue?": `revise` of a thread under review
+/// resets only with `--yes`; without it nothing changes and the refusal names the reset.
+#[tokio::test]
+async fn a_revise_that_would_reset_the_work_tree_asks_for_yes_first() {
+    let dir = support::threads::repo().await;
+    let ws = dir.path();
+    let thread = |args: &[&str]| {
+        let mut all = vec!["thread", "--script", THREAD_SCRIPT];
+        all.extend_from_slice(args);
+        ralph(ws, &all, &[])
+    };
+    for args in [
+        &["new", "--title", "Greeter", "--spec", THREAD_SPEC][..],
+        &["finalize"],
+        &["start"],
+        &["review"],
+    ] {
+        let out = thread(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    let refused = thread(&["revise"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+    let said = stderr(&refused);
+    assert!(
+        said.contains("resets the work tree") && said.contains("next: ralph thread revise --yes"),
+        "{said}"
+    );
+    assert!(ws.join("greet.sh").exists(), "nothing reset without --yes");
+    assert!(stdout(&thread(&["show"])).contains("PendingReview"));
+
+    let revised = thread(&["revise", "--yes"]);
+    assert_eq!(revised.status.code(), Some(0), "{}", stderr(&revised));
+    assert!(stdout(&revised).contains("phase: Drafting"));
+    assert!(!ws.join("greet.sh").exists(), "reset to the baseline");
+}
+
 /// A failed preflight is not success: exit 3, with what failed and what to do.
 #[tokio::test]
 async fn a_failed_preflight_exits_3() {

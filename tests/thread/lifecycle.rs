@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::support::threads::{SPEC, finalized, no_claim, repo, threads, writes};
 use ralph::__internals::git::Git;
 use ralph::agent::{FakeAgent, Role, Script};
-use ralph::thread::{Confirm, RunConfig, ThreadError};
 use ralph::thread::{Phase, PhaseKind};
+use ralph::thread::{RunConfig, ThreadError};
 use serde_json::json;
 
 #[tokio::test]
@@ -314,7 +314,7 @@ async fn stuck_choices_reconfigure_and_manual_assist() {
 }
 
 #[tokio::test]
-async fn revise_from_stuck_needs_confirmation_and_resets_to_the_baseline() {
+async fn revise_from_stuck_resets_to_the_baseline() {
     let dir = repo().await;
     let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")));
     let threads = threads(dir.path(), &agent, true, 1);
@@ -324,22 +324,10 @@ async fn revise_from_stuck_needs_confirmation_and_resets_to_the_baseline() {
     let branch = format!("ralph/{id}");
     assert!(git.branch_exists(&branch).await.unwrap());
 
-    let refused = threads.revise(&id, None, Confirm::No).await.unwrap_err();
-    assert!(
-        matches!(refused, ThreadError::NeedsConfirmation { .. }),
-        "{refused}"
-    );
-    assert!(
-        dir.path().join("hello.txt").exists(),
-        "nothing reset without confirmation"
-    );
     assert_eq!(threads.get(&id).unwrap().phase.kind(), PhaseKind::Stuck);
 
     let new_spec = SPEC.replace("Write hello.txt", "Write hello.txt, lower case");
-    let drafting = threads
-        .revise(&id, Some(&new_spec), Confirm::ResetToBaseline)
-        .await
-        .unwrap();
+    let drafting = threads.revise(&id, Some(&new_spec)).await.unwrap();
     assert_eq!(drafting.phase, Phase::Drafting);
     assert_eq!(drafting.spec_version, 2);
     assert!(!dir.path().join("hello.txt").exists(), "reset to baseline");
@@ -405,10 +393,7 @@ async fn review_can_send_back_to_running_or_to_drafting_with_a_reset() {
         ),
         ("reviewer", again.spec_version)
     );
-    let drafting = threads
-        .revise(&id, None, Confirm::ResetToBaseline)
-        .await
-        .unwrap();
+    let drafting = threads.revise(&id, None).await.unwrap();
     assert_eq!(drafting.phase, Phase::Drafting);
     assert!(!dir.path().join("hello.txt").exists());
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::support::threads::{SPEC, finalized, repo, threads, writes};
 use ralph::__internals::git::Git;
 use ralph::agent::{FakeAgent, Script};
-use ralph::thread::{Confirm, ThreadError, Threads};
 use ralph::thread::{Phase, PhaseKind};
+use ralph::thread::{ThreadError, Threads};
 use rstest::rstest;
 
 /// Waits until run `run_id` of `threads` has started (its log exists).
@@ -104,10 +104,7 @@ async fn revise_with_a_detached_baseline_deletes_the_branch_and_stays_detached()
         Some(branch.as_str())
     );
 
-    let revised = threads
-        .revise(&id, None, Confirm::ResetToBaseline)
-        .await
-        .unwrap();
+    let revised = threads.revise(&id, None).await.unwrap();
     assert_eq!(revised.phase, Phase::Drafting);
     assert!(!git.branch_exists(&branch).await.unwrap(), "branch deleted");
     assert_eq!(git.current_branch().await.unwrap(), None, "detached");

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use ralph::__internals::thread_spec::ThreadSpec;
-use ralph::thread::{Confirm, IterationRecord, Phase, RunConfig, ThreadRecord, Threads};
+use ralph::thread::{IterationRecord, Phase, PhaseKind, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, FakeAgent, Interrupts, Ralph};
 
 use crate::Result;
@@ -285,13 +285,12 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             return Ok(0);
         }
         ThreadCommand::Revise { file, yes } => {
+            let id = id()?;
+            if !yes {
+                refuse_reset(&threads.get(&id)?)?;
+            }
             let text = file.as_deref().map(read_spec).transpose()?;
-            let confirm = if yes {
-                Confirm::ResetToBaseline
-            } else {
-                Confirm::No
-            };
-            threads.revise(&id()?, text.as_deref(), confirm).await?
+            threads.revise(&id, text.as_deref()).await?
         }
         ThreadCommand::Polish => threads.polish(&id()?).await?,
         ThreadCommand::PolishDone => threads.polish_done(&id()?)?,
@@ -665,4 +664,22 @@ fn in_the_loop(thread: &ThreadRecord, iteration: u32) -> String {
              thread resume` runs that iteration again"
         ),
     }
+}
+
+/// `revise` without `--yes`: refused where it would reset the work tree (Stuck,
+/// PendingReview), naming what would be lost. Elsewhere `revise` says why it cannot.
+fn refuse_reset(thread: &ThreadRecord) -> Result<()> {
+    if !matches!(
+        thread.phase.kind(),
+        PhaseKind::Stuck | PhaseKind::PendingReview
+    ) {
+        return Ok(());
+    }
+    let baseline = thread.baseline_commit().unwrap_or("the baseline");
+    Err(format!(
+        "thread {}: going back to Drafting resets the work tree to {baseline} and deletes its \
+         changes on ralph/{}\nnext: ralph thread revise --yes (add --file SPEC for a new spec)",
+        thread.id, thread.id
+    )
+    .into())
 }
