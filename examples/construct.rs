@@ -45,8 +45,8 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let outcome = ralph.construct("spec.md").await?;
 
     println!("\nthe board:");
-    for (id, task) in ralph.board().await?.tasks {
-        println!("  {id:<5} {:<28} {:?}", task.name, task.status);
+    for task in ralph.board().await?.tasks() {
+        println!("  {:<5} {:<28} {}", task.id, task.name, task.status);
     }
     println!("workspace: {}", workspace.display());
     Ok(ExitCode::from(

@@ -319,7 +319,7 @@ impl Ralph {
     ///     panic!("rolled back")
     /// };
     /// assert_eq!((lines, std::fs::read_to_string(copy)?), (1, format!("{forged}\n")));
-    /// assert!(ralph.board().await?.tasks["t-1"].is_buildable(), "as ralph left it");
+    /// assert!(ralph.board().await?.task("t-1").unwrap().is_buildable(), "as ralph left it");
     /// assert_eq!(ralph.repair(false).await?, None, "nothing left to repair");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;

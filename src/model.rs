@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// The ordered map of [`Board::tasks`] and [`Board::issues`] (the `indexmap` crate).
 #[doc(no_inline)]
-pub use indexmap::IndexMap;
+use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -974,10 +974,12 @@ impl Stage {
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Board {
-    /// Every task ever created, in creation order.
-    pub tasks: IndexMap<TaskId, Task>,
-    /// Every issue ever created, in creation order.
-    pub issues: IndexMap<IssueId, Issue>,
+    /// Every task ever created, in creation order: read with [`tasks`](Self::tasks) and
+    /// [`task`](Self::task), changed with [`apply`](Self::apply).
+    pub(crate) tasks: IndexMap<TaskId, Task>,
+    /// Every issue ever created, in creation order: read with [`issues`](Self::issues) and
+    /// [`issue`](Self::issue).
+    pub(crate) issues: IndexMap<IssueId, Issue>,
     /// Loop bookkeeping.
     pub run: RunState,
     /// The last recorded config line, if any.
@@ -994,6 +996,37 @@ impl Board {
     /// An empty board.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Every task ever created, in creation order (decomposed and accepted ones included).
+    ///
+    /// ```
+    /// use ralph::model::{Board, Change, Task};
+    ///
+    /// let mut board = Board::new();
+    /// board.apply_all([Change::Task(Task::new("t-1", "Parser")), Change::Task(Task::new("t-2", "Docs"))]);
+    /// let names: Vec<_> = board.tasks().map(|task| task.name.as_str()).collect();
+    /// assert_eq!(names, ["Parser", "Docs"]);
+    /// assert_eq!(board.task("t-2").map(|task| task.name.as_str()), Some("Docs"));
+    /// assert!(board.task("t-3").is_none());
+    /// ```
+    pub fn tasks(&self) -> impl DoubleEndedIterator<Item = &Task> + ExactSizeIterator + Clone {
+        self.tasks.values()
+    }
+
+    /// The task `id` (a [`TaskId`] or its text, `"t-3"`), if the board has it.
+    pub fn task(&self, id: impl AsRef<str>) -> Option<&Task> {
+        self.tasks.get(id.as_ref())
+    }
+
+    /// Every issue ever created, in creation order (resolved ones included).
+    pub fn issues(&self) -> impl DoubleEndedIterator<Item = &Issue> + ExactSizeIterator + Clone {
+        self.issues.values()
+    }
+
+    /// The issue `id` (an [`IssueId`] or its text, `"i-1"`), if the board has it.
+    pub fn issue(&self, id: impl AsRef<str>) -> Option<&Issue> {
+        self.issues.get(id.as_ref())
     }
 
     /// Applies one change in memory.
@@ -1063,7 +1096,7 @@ impl Board {
     ///     subtask("t-3b"),
     ///     Change::Task(Task::new("t-4", "Docs").with_deps(["t-3"])),
     /// ]);
-    /// let t4 = &board.tasks["t-4"];
+    /// let t4 = board.task("t-4").unwrap();
     /// assert_eq!(board.waits_on(t4), [TaskId::new("t-3a"), TaskId::new("t-3b")]);
     /// assert!(!board.deps_satisfied(t4), "the subtasks are still pending");
     /// ```

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 use super::duration;
@@ -128,9 +127,9 @@ pub struct ClaudeConfig {
     /// Extra arguments, after ralph's own.
     pub args: Vec<String>,
     /// Extra environment variables of the CLI (`ANTHROPIC_BASE_URL`, `API_TIMEOUT_MS`, …).
-    pub env: IndexMap<String, String>,
+    pub env: BTreeMap<String, String>,
     /// Context windows by model name, ahead of the built-in table of known models.
-    pub context_windows: IndexMap<String, u64>,
+    pub context_windows: BTreeMap<String, u64>,
 }
 
 impl Default for ClaudeConfig {
@@ -151,8 +150,8 @@ impl Default for ClaudeConfig {
             idle_timeout: Duration::from_secs(180),
             result_grace: Duration::from_secs(2),
             args: Vec::new(),
-            env: IndexMap::new(),
-            context_windows: IndexMap::new(),
+            env: BTreeMap::new(),
+            context_windows: BTreeMap::new(),
         }
     }
 }

@@ -121,14 +121,14 @@ const MIN_SUPERSEDED: usize = 1000;
 /// let path = dir.path().join(".ralph/plan.jsonl");
 ///
 /// let store = JsonlStore::open(&path)?;
-/// assert!(store.load().await?.tasks.is_empty());
+/// assert!(store.load().await?.tasks().next().is_none());
 /// assert!(!path.exists(), "opening and loading write nothing");
 /// store.persist(&[Change::Task(Task::new("t-1", "write docs"))]).await?;
 /// drop(store);
 ///
 /// // The next start resumes from the file: one line, signed with its "h".
 /// let store = JsonlStore::open(&path)?;
-/// assert_eq!(store.load().await?.tasks.len(), 1);
+/// assert_eq!(store.load().await?.tasks().len(), 1);
 /// let text = std::fs::read_to_string(&path)?;
 /// assert!(text.starts_with(r#"{"t":"task","id":"t-1","name":"write docs","s":"p","h":""#));
 ///

@@ -16,7 +16,7 @@ use crate::model::{Board, Change};
 ///
 /// let store = MemoryStore::new();
 /// store.persist(&[Change::Task(Task::new("t-1", "write docs"))]).await?;
-/// assert_eq!(store.load().await?.tasks.len(), 1);
+/// assert_eq!(store.load().await?.tasks().len(), 1);
 /// assert_eq!(store.persisted().len(), 1);
 /// # Ok::<(), ralph::store::StoreError>(())
 /// # }).unwrap();

@@ -343,7 +343,7 @@ where
 /// # async fn main() -> Result<(), StoreError> {
 /// let journal = Journal::default();
 /// journal.persist(&[Change::Task(Task::new("t-1", "Write hello.txt"))]).await?;
-/// assert_eq!(journal.load().await?.tasks.len(), 1);
+/// assert_eq!(journal.load().await?.tasks().len(), 1);
 /// # Ok(())
 /// # }
 /// ```
@@ -419,7 +419,7 @@ pub trait Store: Send + Sync {
     /// let store = JsonlStore::open(&plan)?;
     /// let repair = store.repair(true).await?;
     /// assert!(matches!(repair, Some(Repair::Adopted { from_line: 2, lines: 1, .. })));
-    /// assert_eq!(store.load().await?.tasks.len(), 2, "the person's task is kept");
+    /// assert_eq!(store.load().await?.tasks().len(), 2, "the person's task is kept");
     /// assert_eq!(ralph::MemoryStore::new().repair(false).await?, None);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;

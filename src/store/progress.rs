@@ -115,9 +115,9 @@ pub(super) const RALPH_DONE: &str = "RALPH_DONE";
 ///
 /// let store = ProgressStore::open(&path)?;
 /// let board = store.load().await?;
-/// assert_eq!(board.tasks["t-2"].name, "Write hello.txt");
-/// assert!(!board.tasks["t-2"].is_finished());
-/// assert!(board.tasks["t-1"].is_finished());
+/// assert_eq!(board.task("t-2").unwrap().name, "Write hello.txt");
+/// assert!(!board.task("t-2").unwrap().is_finished());
+/// assert!(board.task("t-1").unwrap().is_finished());
 ///
 /// // Any write gives every line its id trailer, keeping the rest as written.
 /// store.persist(&[]).await?;

@@ -45,11 +45,11 @@ async fn a_rate_limit_is_waited_out_and_the_attempt_is_not_counted(
             .all(|v| v["accepted"] == true)
     );
     let board = h.store.board();
-    assert_eq!(board.issues["i-1"].attempts, 1);
+    assert_eq!(board.issue("i-1").unwrap().attempts, 1);
     for id in ["t-1a", "t-1b"] {
-        assert_eq!(board.tasks[id].attempts, 1, "{id}");
-        assert_eq!(board.tasks[id].verifications, 1, "{id}");
-        assert_eq!(board.tasks[id].status, TaskStatus::Accepted, "{id}");
+        assert_eq!(board.task(id).unwrap().attempts, 1, "{id}");
+        assert_eq!(board.task(id).unwrap().verifications, 1, "{id}");
+        assert_eq!(board.task(id).unwrap().status, TaskStatus::Accepted, "{id}");
     }
     let started_1a = h
         .started()
@@ -106,9 +106,9 @@ async fn a_transient_failure_is_retried_after_a_backoff_and_not_counted(
     );
     assert!(h.events.of_kind("task_retry").is_empty());
     let board = h.store.board();
-    assert_eq!(board.issues["i-1"].attempts, 1);
-    assert_eq!(board.tasks["t-1a"].attempts, 1);
-    assert_eq!(board.tasks["t-1a"].verifications, 1);
+    assert_eq!(board.issue("i-1").unwrap().attempts, 1);
+    assert_eq!(board.task("t-1a").unwrap().attempts, 1);
+    assert_eq!(board.task("t-1a").unwrap().verifications, 1);
 }
 
 #[tokio::test]
@@ -285,10 +285,10 @@ async fn a_fatal_agent_failure_ends_the_run_with_an_error(
     assert!(finished[0].get("outcome").is_none());
     let board = h.store.board();
     assert_eq!(
-        board.issues["i-1"].attempts,
+        board.issue("i-1").unwrap().attempts,
         u32::from(role != Role::Investigate)
     );
-    if let Some(task) = board.tasks.get("t-1") {
+    if let Some(task) = board.task("t-1") {
         assert_eq!(task.verifications, 0);
         assert_eq!(task.attempts, u32::from(role == Role::Verify));
     }
@@ -366,10 +366,10 @@ async fn an_unreachable_agent_ends_the_run_naming_it_and_nothing_is_counted_or_d
     assert!(h.events.of_kind("task_retry").is_empty());
     let board = h.store.board();
     assert_eq!(
-        board.issues["i-1"].attempts,
+        board.issue("i-1").unwrap().attempts,
         u32::from(role != Role::Investigate)
     );
-    if let Some(task) = board.tasks.get("t-1") {
+    if let Some(task) = board.task("t-1") {
         assert_eq!(task.verifications, 0);
         assert_eq!(task.attempts, u32::from(role == Role::Verify));
         assert_eq!(task.kill_reason, None);
@@ -429,7 +429,7 @@ async fn runs_failing_for_a_connection_error_for_the_unreachable_time_end_the_ru
         "{:?}",
         h.events.warnings()
     );
-    assert_eq!(h.store.board().issues["i-1"].attempts, 0);
+    assert_eq!(h.store.board().issue("i-1").unwrap().attempts, 0);
 }
 
 // Other transient failures keep their limit: the connection clock is for connection errors.

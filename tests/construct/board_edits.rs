@@ -24,13 +24,19 @@ async fn a_task_goes_done_then_rejected_and_the_reason_reaches_its_next_prompt()
 
     ralph.mark_done(&"t-1".into()).await.unwrap();
     assert_eq!(
-        ralph.board().await.unwrap().tasks["t-1"].status,
+        ralph.board().await.unwrap().task("t-1").unwrap().status,
         TaskStatus::Done
     );
 
     ralph.reject(&"t-1".into(), "it says hallo").await.unwrap();
     // A fresh handle reads what was persisted.
-    let task = ralph_on(dir.path()).board().await.unwrap().tasks["t-1"].clone();
+    let task = ralph_on(dir.path())
+        .board()
+        .await
+        .unwrap()
+        .task("t-1")
+        .unwrap()
+        .clone();
     assert_eq!(task.status, TaskStatus::Pending);
     assert_eq!(
         task.tombstones[0].reason,
@@ -56,8 +62,8 @@ async fn accept_takes_every_done_task_and_only_those() {
 
     assert_eq!(accepted, [TaskId::from("t-1"), TaskId::from("t-3")]);
     let board = ralph.board().await.unwrap();
-    assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending);
-    assert_eq!(board.tasks["t-3"].status, TaskStatus::Accepted);
+    assert_eq!(board.task("t-2").unwrap().status, TaskStatus::Pending);
+    assert_eq!(board.task("t-3").unwrap().status, TaskStatus::Accepted);
 }
 
 /// Seed 000's fork/join step 4, `ralph task accept <id>`: one done task, accepted as a
@@ -78,9 +84,13 @@ async fn accept_takes_one_done_task_as_a_persons_acceptance() {
     ralph.accept(&"t-2".into()).await.unwrap();
 
     let board = ralph_on(dir.path()).board().await.unwrap();
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Done, "not named");
-    assert_eq!(board.tasks["t-2"].status, TaskStatus::Accepted);
-    let t2 = serde_json::to_value(&board.tasks["t-2"]).unwrap();
+    assert_eq!(
+        board.task("t-1").unwrap().status,
+        TaskStatus::Done,
+        "not named"
+    );
+    assert_eq!(board.task("t-2").unwrap().status, TaskStatus::Accepted);
+    let t2 = serde_json::to_value(board.task("t-2").unwrap()).unwrap();
     assert_eq!(t2["accepted_by"], "person", "{t2}");
     let err = ralph.accept(&"t-3".into()).await.unwrap_err();
     assert_eq!(
@@ -155,11 +165,11 @@ async fn unblocking_after_a_fixed_gate_lets_the_next_run_build_the_task() {
         .retries(1)
         .build()
         .unwrap();
-    let blocked = second.board().await.unwrap().tasks["t-1"].clone();
+    let blocked = second.board().await.unwrap().task("t-1").unwrap().clone();
     assert_eq!(blocked.status, TaskStatus::Blocked);
 
     second.unblock(&"t-1".into()).await.unwrap();
-    let task = second.board().await.unwrap().tasks["t-1"].clone();
+    let task = second.board().await.unwrap().task("t-1").unwrap().clone();
     assert_eq!(
         (task.status, task.round_attempts(), task.blocked_reason),
         (TaskStatus::Pending, 0, None)
@@ -197,8 +207,8 @@ async fn prioritize_ranks_the_pending_tasks_and_reports_the_counts() {
 
     assert_eq!((report.prioritized, report.high, report.low), (2, 1, 1));
     let board = ralph.board().await.unwrap();
-    assert_eq!(board.tasks["t-2"].rank, Some(0));
-    assert_eq!(board.tasks["t-1"].rank, Some(1));
+    assert_eq!(board.task("t-2").unwrap().rank, Some(0));
+    assert_eq!(board.task("t-1").unwrap().rank, Some(1));
 }
 
 /// `ralph task prioritize` on a board with a dependency cycle (written by hand) blocks the
@@ -236,9 +246,9 @@ async fn prioritize_blocks_a_dependency_cycle_and_ranks_the_rest() {
     );
     // Persisted: a fresh handle reads it.
     let board = ralph_on(dir.path()).board().await.unwrap();
-    assert_eq!(board.tasks["t-1"].rank, Some(0));
+    assert_eq!(board.task("t-1").unwrap().rank, Some(0));
     for id in ["t-51", "t-52"] {
-        let task = &board.tasks[id];
+        let task = &board.task(id).unwrap();
         assert_eq!(task.status, TaskStatus::Blocked, "{id}");
         assert!(task.blocked_reason.as_deref().unwrap().contains("cycle"));
     }
@@ -429,7 +439,7 @@ async fn issue_add_refuses_empty_text() {
             "issue add: text is empty: say what is wrong or missing"
         );
     }
-    assert!(ralph.board().await.unwrap().issues.is_empty());
+    assert!(ralph.board().await.unwrap().issues().next().is_none());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -620,11 +630,18 @@ async fn a_task_whose_id_cannot_name_a_branch_is_blocked_before_any_work_tree_an
     assert_eq!(unblocked.task, "t-1", "the next free id");
     let board = store.board();
     assert_eq!(
-        board.tasks["../../../escape"].status,
+        board.task("../../../escape").unwrap().status,
         TaskStatus::Decomposed
     );
-    assert_eq!(board.tasks["t-1"].parent, Some("../../../escape".into()));
-    assert_eq!(board.tasks["t-2"].deps, [TaskId::new("t-1")], "rewired");
+    assert_eq!(
+        board.task("t-1").unwrap().parent,
+        Some("../../../escape".into())
+    );
+    assert_eq!(
+        board.task("t-2").unwrap().deps,
+        [TaskId::new("t-1")],
+        "rewired"
+    );
 
     let outcome = ralph().resume().await.unwrap();
     assert!(
@@ -731,7 +748,7 @@ async fn a_failed_investigation_blocks_its_issue_and_unblocking_opens_it_with_a_
     assert_eq!(err.to_string(), "no issue i-2 on the board");
 
     ralph.unblock_issue(&"i-1".into()).await.unwrap();
-    let issue = h.store.board().issues["i-1"].clone();
+    let issue = h.store.board().issue("i-1").unwrap().clone();
     assert_eq!(
         (issue.status, issue.round_attempts(), issue.attempts),
         (IssueStatus::Open, 0, 3)

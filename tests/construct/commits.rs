@@ -159,7 +159,14 @@ async fn each_task_that_passes_is_one_commit_on_the_users_branch(#[case] at_once
         ["t-1: Write one.txt", "t-2: Write two.txt", "base"]
     );
     for task in ["t-1", "t-2"] {
-        let commit = ralph.board().await.unwrap().tasks[task].commit.clone();
+        let commit = ralph
+            .board()
+            .await
+            .unwrap()
+            .task(task)
+            .unwrap()
+            .commit
+            .clone();
         let commit = commit.unwrap_or_else(|| panic!("{task} has its commit"));
         let files = git_ok(dir.path(), &["show", "--name-only", "--format=", &commit]);
         assert_eq!(files.lines().count(), 1, "{task}: {files}");
@@ -514,7 +521,7 @@ async fn a_task_whose_commit_left_the_branch_is_built_again_not_accepted() {
         .unwrap();
 
     assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
-    let task = &store.board().tasks["t-1"];
+    let task = store.board().task("t-1").unwrap().clone();
     assert!(
         task.tombstones[0].reason.contains("is not on branch main"),
         "{:?}",
@@ -575,7 +582,10 @@ async fn a_task_committed_before_its_record_was_cut_short_keeps_its_own_commit()
 
     assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
     let board = ralph.board().await.unwrap();
-    assert_eq!(board.tasks["t-1"].commit.as_deref(), Some(ours.as_str()));
+    assert_eq!(
+        board.task("t-1").unwrap().commit.as_deref(),
+        Some(ours.as_str())
+    );
     assert_eq!(log(dir.path())[..2], ["t-2: Write two.txt", "fix"]);
 }
 
@@ -602,7 +612,12 @@ async fn the_gates_do_not_see_untracked_files_the_commit_leaves_out() {
 
     assert!(!matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
     let board = ralph.board().await.unwrap();
-    let failure = board.tasks["t-1"].last_failure.clone().unwrap_or_default();
+    let failure = board
+        .task("t-1")
+        .unwrap()
+        .last_failure
+        .clone()
+        .unwrap_or_default();
     assert!(
         failure.contains("data.txt"),
         "the failure names it: {failure}"
@@ -638,7 +653,12 @@ async fn a_report_a_gate_writes_is_not_committed_with_the_task() {
         matches!(outcome, Outcome::Complete { accepted: 1, .. }),
         "{outcome:?}"
     );
-    let commit = ralph.board().await.unwrap().tasks["t-1"]
+    let commit = ralph
+        .board()
+        .await
+        .unwrap()
+        .task("t-1")
+        .unwrap()
         .commit
         .clone()
         .unwrap();
@@ -676,7 +696,12 @@ async fn an_uncommitted_gate_script_stays_for_the_gates() {
         matches!(outcome, Outcome::Complete { accepted: 1, .. }),
         "{outcome:?}"
     );
-    let commit = ralph.board().await.unwrap().tasks["t-1"]
+    let commit = ralph
+        .board()
+        .await
+        .unwrap()
+        .task("t-1")
+        .unwrap()
         .commit
         .clone()
         .unwrap();

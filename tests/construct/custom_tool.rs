@@ -126,10 +126,7 @@ async fn the_custom_parts_run_a_spec_to_the_end() {
         .await
         .unwrap();
     assert!(
-        board
-            .tasks
-            .values()
-            .all(|t| t.status == TaskStatus::Accepted),
+        board.tasks().all(|t| t.status == TaskStatus::Accepted),
         "{board:#?}"
     );
 }

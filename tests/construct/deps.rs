@@ -30,7 +30,7 @@ async fn a_dependency_is_built_before_a_higher_priority_dependent() {
     let order: Vec<String> = h.started().into_iter().map(|(id, _)| id).collect();
     assert_eq!(order, ["t-3", "t-1", "t-2"]);
     assert_eq!(
-        h.store.board().tasks["t-2"].deps,
+        h.store.board().task("t-2").unwrap().deps,
         [ralph::model::TaskId::new("t-1")]
     );
 }
@@ -72,8 +72,8 @@ async fn a_task_waiting_on_a_blocked_task_waits_while_other_work_goes_on() {
     h.agent.verify().unwrap();
     assert!(h.requests(Role::Build, "t-2").is_empty());
     let board = h.store.board();
-    assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending);
-    assert_eq!(board.tasks["t-3"].status, TaskStatus::Accepted);
+    assert_eq!(board.task("t-2").unwrap().status, TaskStatus::Pending);
+    assert_eq!(board.task("t-3").unwrap().status, TaskStatus::Accepted);
 }
 
 /// A task record for the board, with an acceptance.
@@ -193,8 +193,7 @@ async fn an_agents_dependency_on_a_decomposed_task_waits_on_its_subtasks() {
     assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
     let board = h.store.board();
     let made = board
-        .tasks
-        .values()
+        .tasks()
         .find(|t| t.origin.as_deref() == Some("i-5"))
         .expect("the investigator's task");
     assert_eq!(made.deps, ids(&["t-3a", "t-3b"]));
@@ -254,8 +253,7 @@ async fn an_agents_dependency_on_a_decomposed_task_without_subtasks_is_retried_w
     );
     let board = h.store.board();
     let made = board
-        .tasks
-        .values()
+        .tasks()
         .find(|t| t.origin.as_deref() == Some("i-5"))
         .expect("the investigator's task");
     assert!(made.deps.is_empty(), "{:?}", made.deps);

@@ -54,9 +54,9 @@ async fn a_task_added_before_the_first_run_does_not_stand_in_for_the_spec() {
     assert!(h.path().join("done.txt").exists(), "the spec's own work");
     assert!(h.path().join("a.txt").exists());
     let board = h.store.board();
-    assert_eq!(board.issues["i-1"].origin.as_deref(), Some("spec"));
+    assert_eq!(board.issue("i-1").unwrap().origin.as_deref(), Some("spec"));
     assert_eq!(
-        board.issues["i-1"].tasks,
+        board.issue("i-1").unwrap().tasks,
         [TaskId::new("t-1"), "t-2".into()]
     );
 }
@@ -86,7 +86,7 @@ async fn an_issue_added_before_the_first_run_is_investigated_beside_the_spec() {
         "{outcome:?}"
     );
     let board = h.store.board();
-    assert_eq!(board.issues["i-2"].origin.as_deref(), Some("spec"));
+    assert_eq!(board.issue("i-2").unwrap().origin.as_deref(), Some("spec"));
     assert!(h.path().join("done.txt").exists());
 }
 
@@ -431,7 +431,7 @@ async fn the_specs_own_issue_can_never_be_out_of_scope() {
         asked[1].prompt
     );
     assert_ne!(
-        h.store.board().issues["i-1"].status,
+        h.store.board().issue("i-1").unwrap().status,
         IssueStatus::OutOfScope
     );
 }
@@ -498,7 +498,7 @@ async fn with_every_task_accepted_by_a_person_the_gates_run_once_on_the_final_tr
 
     assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
     let board = h.store.board();
-    let opened = &board.issues["i-2"];
+    let opened = &board.issue("i-2").unwrap();
     assert_eq!(opened.origin.as_deref(), Some("gates"));
     assert!(
         opened.text.contains("done.txt is missing"),
@@ -552,9 +552,13 @@ async fn a_spec_edited_after_complete_has_its_change_built() {
     );
     let board = h.store.board();
     assert!(
-        board.issues["i-2"].text.contains("+ Also write bye.txt."),
+        board
+            .issue("i-2")
+            .unwrap()
+            .text
+            .contains("+ Also write bye.txt."),
         "{}",
-        board.issues["i-2"].text
+        board.issue("i-2").unwrap().text
     );
     assert!(h.path().join("bye.txt").exists(), "the change was built");
     let said = h.events.warnings();

@@ -378,20 +378,17 @@ async fn example_flow(agent: FakeAgent) {
         ]
     );
     let board = store.board();
-    assert_eq!(board.tasks["t-3"].kill_reason, Some(KillReason::Timeout));
-    assert_eq!(board.tasks["t-3b"].tombstones.len(), 1);
+    assert_eq!(
+        board.task("t-3").unwrap().kill_reason,
+        Some(KillReason::Timeout)
+    );
+    assert_eq!(board.task("t-3b").unwrap().tombstones.len(), 1);
     assert!(
         board
-            .tasks
-            .values()
+            .tasks()
             .all(|t| matches!(t.status, TaskStatus::Accepted | TaskStatus::Decomposed))
     );
-    assert!(
-        board
-            .issues
-            .values()
-            .all(|i| i.status == IssueStatus::Resolved)
-    );
+    assert!(board.issues().all(|i| i.status == IssueStatus::Resolved));
     assert_eq!(
         events.of_kind("finished")[0]["outcome"]["outcome"],
         "complete"

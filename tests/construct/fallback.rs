@@ -267,7 +267,7 @@ async fn an_unreachable_agent_hands_the_task_to_the_next_rests_and_the_attempt_i
     assert!(events.of_kind("task_retry").is_empty());
     assert!(events.of_kind("decomposed").is_empty());
     assert_eq!(
-        store.board().tasks["t-1"].attempts,
+        store.board().task("t-1").unwrap().attempts,
         1,
         "one attempt, codex's"
     );

@@ -151,8 +151,7 @@ async fn forged_then_repaired(first: Arc<dyn Agent>, how: &str) {
     let board = ralph.board().await.expect("loads after the repair");
     assert!(
         board
-            .tasks
-            .get("t-2")
+            .task("t-2")
             .is_none_or(|t| t.status != TaskStatus::Accepted),
         "the forgery is gone"
     );
@@ -169,7 +168,10 @@ async fn forged_then_repaired(first: Arc<dyn Agent>, how: &str) {
     );
     assert!(dir.path().join("b.txt").exists());
     let board = ralph.board().await.expect("loads");
-    assert_eq!(board.tasks["t-2"].status, TaskStatus::Accepted);
+    assert_eq!(
+        board.task("t-2").expect("t-2 is on the board").status,
+        TaskStatus::Accepted
+    );
 }
 
 #[tokio::test]

@@ -54,8 +54,8 @@ async fn an_interrupt_saves_the_state_and_a_new_ralph_resumes_the_same_attempt()
     );
     // The interrupted attempt is not on the record, neither as an attempt nor a kill.
     let board = ralph.board().await.unwrap();
-    assert_eq!(board.issues["i-1"].status, IssueStatus::Resolved);
-    let task = &board.tasks["t-1"];
+    assert_eq!(board.issue("i-1").unwrap().status, IssueStatus::Resolved);
+    let task = &board.task("t-1").unwrap();
     assert_eq!((task.status, task.attempts), (TaskStatus::Pending, 0));
     assert_eq!(task.kill_reason, None);
     // A stopped Ralph stays stopped.
@@ -67,7 +67,7 @@ async fn an_interrupt_saves_the_state_and_a_new_ralph_resumes_the_same_attempt()
 
     // What is on disk is what the next process sees.
     let on_disk = open_unlocked(dir.path()).load().await.unwrap();
-    assert_eq!(on_disk.tasks["t-1"], *task);
+    assert_eq!(on_disk.task("t-1").unwrap(), *task);
     assert_eq!(on_disk.run.spec.as_deref(), Some("spec.md"));
 
     let second = Arc::new(
@@ -206,11 +206,8 @@ async fn a_crash_at_any_persist_loses_nothing_and_duplicates_nothing() {
         let board = state.board();
         let context = format!("crash at persist {fail_at}: {outcome}; {board:#?}");
         assert_eq!(complete(&outcome), (2, 2));
-        let tasks: Vec<(&str, TaskStatus)> = board
-            .tasks
-            .values()
-            .map(|t| (t.id.as_str(), t.status))
-            .collect();
+        let tasks: Vec<(&str, TaskStatus)> =
+            board.tasks().map(|t| (t.id.as_str(), t.status)).collect();
         assert_eq!(
             tasks,
             [
@@ -220,11 +217,8 @@ async fn a_crash_at_any_persist_loses_nothing_and_duplicates_nothing() {
             ],
             "{context}"
         );
-        let issues: Vec<(&str, IssueStatus)> = board
-            .issues
-            .values()
-            .map(|i| (i.id.as_str(), i.status))
-            .collect();
+        let issues: Vec<(&str, IssueStatus)> =
+            board.issues().map(|i| (i.id.as_str(), i.status)).collect();
         assert_eq!(issues, [("i-1", IssueStatus::Resolved)], "{context}");
         assert_eq!(board.run.iteration, 3, "{context}");
     }
@@ -294,9 +288,17 @@ async fn an_interrupt_during_verify_keeps_the_verdicts_in_and_resumes_the_rest()
     first.verify().unwrap();
     drop(ralph);
     let saved = open_unlocked(dir.path()).load().await.unwrap();
-    assert!(saved.tasks["t-1"].verdict.as_ref().unwrap().accepted);
-    assert_eq!(saved.tasks["t-2"].verdict, None);
-    assert_eq!(saved.tasks["t-2"].verifications, 0);
+    assert!(
+        saved
+            .task("t-1")
+            .unwrap()
+            .verdict
+            .as_ref()
+            .unwrap()
+            .accepted
+    );
+    assert_eq!(saved.task("t-2").unwrap().verdict, None);
+    assert_eq!(saved.task("t-2").unwrap().verifications, 0);
 
     let second = Arc::new(
         FakeAgent::new()
@@ -389,7 +391,7 @@ async fn the_stage_timeout_during_a_gate_kills_the_task_and_the_gate() {
     assert_eq!(h.gate_statuses()[0], GateStatus::Stopped);
     // The kill log is the agent's transcript, which DECOMPOSE then saw.
     let board = h.store.board();
-    let log = board.tasks["t-1"].kill_log.clone().unwrap();
+    let log = board.task("t-1").unwrap().kill_log.clone().unwrap();
     let text = std::fs::read_to_string(h.path().join(log)).unwrap();
     assert!(text.contains("built the greeter"), "{text}");
     assert!(

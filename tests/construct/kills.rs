@@ -145,10 +145,10 @@ async fn a_killed_task_is_decomposed_and_a_compacted_one_carries_on(
     assert!(decompose.prompt.contains("compiling the world"));
     assert!(decompose.prompt.contains(&reason.to_string()));
     let board = h.store.board();
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Decomposed);
+    assert_eq!(board.task("t-1").unwrap().status, TaskStatus::Decomposed);
     for sub in ["t-1a", "t-1b"] {
-        assert_eq!(board.tasks[sub].status, TaskStatus::Accepted);
-        assert_eq!(board.tasks[sub].parent.as_ref().unwrap(), "t-1");
+        assert_eq!(board.task(sub).unwrap().status, TaskStatus::Accepted);
+        assert_eq!(board.task(sub).unwrap().parent.as_ref().unwrap(), "t-1");
     }
     assert_eq!(
         h.events.stages(),
@@ -186,7 +186,7 @@ async fn a_subtask_that_times_out_like_its_parent_is_blocked_not_decomposed_agai
     let items = blocked(&outcome);
     assert_eq!(items.len(), 1, "{items:?}");
     let board = h.store.board();
-    let t1a = &board.tasks["t-1a"];
+    let t1a = &board.task("t-1a").unwrap();
     assert_eq!(t1a.status, TaskStatus::Blocked);
     let reason = t1a.blocked_reason.clone().unwrap();
     for part in [
@@ -196,9 +196,9 @@ async fn a_subtask_that_times_out_like_its_parent_is_blocked_not_decomposed_agai
     ] {
         assert!(reason.contains(part), "{part:?} not in {reason:?}");
     }
-    assert_eq!(board.tasks["t-1b"].status, TaskStatus::Accepted);
+    assert_eq!(board.task("t-1b").unwrap().status, TaskStatus::Accepted);
     assert!(h.requests(Role::Decompose, "t-1a").is_empty());
-    assert!(!board.tasks.contains_key("t-1aa"));
+    assert!(board.task("t-1aa").is_none());
 }
 
 /// Audit row 000-R52: at the warn tier (70 %) the user sees seed 000's line word for word,
@@ -316,9 +316,9 @@ async fn a_killed_verifier_sends_its_task_to_decompose_not_to_a_rejection(
     let decompose = &h.requests(Role::Decompose, "t-1")[0];
     assert!(decompose.prompt.contains("reading every file"));
     let board = h.store.board();
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Decomposed);
+    assert_eq!(board.task("t-1").unwrap().status, TaskStatus::Decomposed);
     for sub in ["t-1a", "t-1b"] {
-        assert_eq!(board.tasks[sub].status, TaskStatus::Accepted);
+        assert_eq!(board.task(sub).unwrap().status, TaskStatus::Accepted);
     }
 }
 
@@ -365,7 +365,7 @@ async fn a_killed_investigator_sends_its_issue_to_decompose() {
     let decomposed = h.events.of_kind("issue_decomposed");
     assert_eq!(decomposed[0]["into"], json!(["t-1", "t-2"]));
     let board = h.store.board();
-    let issue = &board.issues["i-1"];
+    let issue = &board.issue("i-1").unwrap();
     assert_eq!(issue.status, IssueStatus::Resolved);
     assert_eq!(issue.kill_reason, Some(KillReason::Timeout));
     assert_eq!(issue.tasks, ["t-1", "t-2"]);

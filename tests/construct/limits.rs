@@ -87,6 +87,6 @@ async fn max_iterations_is_an_outcome_and_a_higher_limit_resumes_to_completion()
     );
     assert_eq!(events.stages()[0], (2, "BUILD".to_owned()));
     let board = ralph.board().await.unwrap();
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Accepted);
+    assert_eq!(board.task("t-1").unwrap().status, TaskStatus::Accepted);
     assert_eq!(board.run.iteration, 3);
 }

@@ -137,7 +137,11 @@ impl Harness {
     }
 
     fn task(&self, id: &str) -> Task {
-        self.store.board().tasks[id].clone()
+        self.store
+            .board()
+            .task(id)
+            .expect("the task is on the board")
+            .clone()
     }
 
     /// Every persisted record of task `id`, oldest first.

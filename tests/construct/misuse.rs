@@ -269,5 +269,5 @@ async fn ralph_persists_what_it_needs_to_resume_in_the_seed_format() {
     assert_eq!(config["max_iterations"], 10);
     let board = open_unlocked(dir.path()).load().await.unwrap();
     assert_eq!(board.run.spec.as_deref(), Some("spec.md"));
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Accepted);
+    assert_eq!(board.task("t-1").unwrap().status, TaskStatus::Accepted);
 }

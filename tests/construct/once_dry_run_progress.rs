@@ -401,11 +401,11 @@ async fn an_interrupt_mid_agent_loses_nothing_and_the_next_run_resumes() {
         let store = ProgressStore::open(progress_path(dir.path())).unwrap();
         let board = store.load().await.unwrap();
         assert_eq!(
-            board.tasks["t-1"].status,
+            board.task("t-1").unwrap().status,
             TaskStatus::Done,
             "t-1's work is on record"
         );
-        assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending);
+        assert_eq!(board.task("t-2").unwrap().status, TaskStatus::Pending);
     }
 
     let second = Arc::new(builds_both());
@@ -456,7 +456,7 @@ async fn a_hanging_agent_is_killed_at_the_timeout_and_remembered() {
     assert!(text.contains("result: killed: timeout"), "{text}");
     let store = ProgressStore::open(progress_path(dir.path())).unwrap();
     assert_eq!(
-        store.load().await.unwrap().tasks["t-1"].kill_reason,
+        store.load().await.unwrap().task("t-1").unwrap().kill_reason,
         Some(KillReason::Timeout)
     );
 }

@@ -353,7 +353,7 @@ async fn a_stop_with_three_tasks_in_flight_ends_them_all_and_leaves_no_work_tree
     );
     let board = ralph.board().await.unwrap();
     assert!(
-        board.tasks.values().all(|t| t.attempts == 0),
+        board.tasks().all(|t| t.attempts == 0),
         "no attempt was counted"
     );
 }

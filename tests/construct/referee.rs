@@ -95,7 +95,11 @@ async fn a_person_who_changes_the_gate_script_during_a_run_stops_it_before_the_g
     assert!(err.to_string().contains("check.sh"), "{err}");
     assert!(events.of_kind("gate_started").is_empty(), "no gate ran");
     let board = ralph.board().await.unwrap();
-    assert_eq!(board.tasks["t-1"].attempts, 0, "the attempt is not counted");
+    assert_eq!(
+        board.task("t-1").unwrap().attempts,
+        0,
+        "the attempt is not counted"
+    );
     let outcome = ralph.construct("spec.md").await.unwrap();
     assert!(matches!(outcome, Outcome::Complete { .. }), "{outcome:?}");
 }

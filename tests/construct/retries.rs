@@ -224,10 +224,11 @@ async fn a_gate_failing_the_same_way_for_two_tasks_stops_the_run() {
     );
     let board = ralph.board().await.unwrap();
     assert_eq!(
-        board.tasks["t-3"].attempts, 0,
+        board.task("t-3").unwrap().attempts,
+        0,
         "the third task was never tried"
     );
-    assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending);
+    assert_eq!(board.task("t-2").unwrap().status, TaskStatus::Pending);
 }
 
 /// Different failures (each task's own) are the tasks' business: no early stop.

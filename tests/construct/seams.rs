@@ -334,11 +334,11 @@ async fn the_prioritizer_is_called_whenever_tasks_are_added_with_only_the_builda
     );
     let board = store.board();
     for id in ["t-1", "t-2", "t-6", "t-7"] {
-        assert_eq!(board.tasks[id].status, TaskStatus::Accepted, "{id}");
+        assert_eq!(board.task(id).unwrap().status, TaskStatus::Accepted, "{id}");
     }
     // What the prioritizer said was persisted: ranks on the tasks it ordered.
-    assert!(board.tasks["t-4"].rank.is_some());
-    assert!(board.tasks["t-4"].computed_priority.is_some());
+    assert!(board.task("t-4").unwrap().rank.is_some());
+    assert!(board.task("t-4").unwrap().computed_priority.is_some());
 }
 
 #[tokio::test]
@@ -378,7 +378,7 @@ async fn a_gate_that_cannot_run_aborts_the_run() {
     );
     assert!(err.to_string().contains("lint"), "{err}");
     // The attempt that could not be checked is not on the record: it runs again on resume.
-    let task = &store.board().tasks["t-1"];
+    let task = store.board().task("t-1").unwrap().clone();
     assert_eq!((task.status, task.attempts), (TaskStatus::Pending, 0));
 }
 
@@ -534,7 +534,7 @@ async fn a_prioritizer_error_aborts_verify_after_the_verdicts_are_saved() {
     agent.verify().unwrap();
     // The verdict was saved as it arrived; it was not applied, and the iteration did not end.
     let board = store.board();
-    let task = &board.tasks["t-1"];
+    let task = &board.task("t-1").unwrap();
     assert_eq!(task.status, TaskStatus::Done);
     assert_eq!(task.verdict.as_ref().map(|v| v.accepted), Some(false));
     assert_eq!(board.run.iteration, 1);

@@ -117,8 +117,8 @@ async fn an_invalid_structured_answer_is_retried_once_with_the_error(
     );
     let board = h.store.board();
     match role {
-        Role::Investigate => assert_eq!(board.issues["i-1"].attempts, 2),
-        Role::Verify => assert_eq!(board.tasks["t-1a"].verifications, 2),
+        Role::Investigate => assert_eq!(board.issue("i-1").unwrap().attempts, 2),
+        Role::Verify => assert_eq!(board.task("t-1a").unwrap().verifications, 2),
         _ => {}
     }
     assert!(h.events.warnings().is_empty());
@@ -167,7 +167,7 @@ async fn an_issue_without_a_valid_answer_stays_open_then_blocks_after_the_retrie
     let investigated = h.events.of_kind("issue_investigated");
     assert_eq!(investigated.len(), 2);
     assert!(investigated.iter().all(|e| e["tasks"] == json!([])));
-    assert!(h.store.board().tasks.is_empty());
+    assert!(h.store.board().tasks().next().is_none());
 }
 
 #[tokio::test]
@@ -241,7 +241,7 @@ async fn gap_analysis_without_a_valid_answer_is_never_no_gaps() {
     assert!(message.contains("gap analysis"), "{message}");
     assert!(message.contains("issues[0] is empty"), "{message}");
     assert!(h.events.of_kind("gaps_found").is_empty());
-    assert_eq!(h.store.board().issues.len(), 1);
+    assert_eq!(h.store.board().issues().len(), 1);
 }
 
 #[tokio::test]

@@ -202,9 +202,13 @@ async fn a_task_rejected_twice_is_decomposed_into_subtasks_that_are_built_and_ac
     }
     assert!(!prompt.contains("was stopped"), "{prompt}");
     let board = h.store.board();
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Decomposed);
+    assert_eq!(board.task("t-1").unwrap().status, TaskStatus::Decomposed);
     for sub in ["t-1a", "t-1b"] {
-        assert_eq!(board.tasks[sub].status, TaskStatus::Accepted, "{sub}");
+        assert_eq!(
+            board.task(sub).unwrap().status,
+            TaskStatus::Accepted,
+            "{sub}"
+        );
     }
 }
 

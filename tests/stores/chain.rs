@@ -279,10 +279,13 @@ async fn adopt_signs_a_hand_appended_seed_line_and_the_next_load_has_it() {
     let store = open(&path);
     let board = store.load().await.unwrap();
     assert_eq!(store.recovered(), None);
-    assert_eq!(board.tasks[&TaskId::new("t-9")].status, TaskStatus::Pending);
-    assert_eq!(board.issues.len(), 1);
+    assert_eq!(
+        board.task(TaskId::new("t-9")).unwrap().status,
+        TaskStatus::Pending
+    );
+    assert_eq!(board.issues().len(), 1);
     store.persist(&[task("t-10", "y")]).await.unwrap();
-    assert_eq!(open(&path).load().await.unwrap().tasks.len(), 3);
+    assert_eq!(open(&path).load().await.unwrap().tasks().len(), 3);
 }
 
 #[tokio::test]
@@ -313,7 +316,7 @@ async fn an_earlier_ralphs_unsigned_file_is_adopted_once_then_signed_with_a_mark
 
     let store = open(&path);
     let board = store.load().await.unwrap();
-    assert_eq!(board.tasks.len(), 2);
+    assert_eq!(board.tasks().len(), 2);
     let note = store.recovered().expect("the adoption is reported");
     assert!(
         note.contains("adopted") && note.contains("plan.jsonl"),
@@ -338,8 +341,11 @@ async fn an_earlier_ralphs_unsigned_file_is_adopted_once_then_signed_with_a_mark
     let store = open(&path);
     let reloaded = store.load().await.unwrap();
     assert_eq!(store.recovered(), None, "adopted once");
-    assert_eq!(reloaded.tasks.len(), 3);
-    assert_eq!(reloaded.tasks[&TaskId::new("t-2")].status, TaskStatus::Done);
+    assert_eq!(reloaded.tasks().len(), 3);
+    assert_eq!(
+        reloaded.task(TaskId::new("t-2")).unwrap().status,
+        TaskStatus::Done
+    );
 }
 
 #[tokio::test]
@@ -356,7 +362,7 @@ async fn with_the_marker_an_unsigned_file_is_refused() {
 
     // The person says the lines are theirs.
     open(&path).repair(true).await.unwrap().expect("adopted");
-    assert_eq!(open(&path).load().await.unwrap().tasks.len(), 2);
+    assert_eq!(open(&path).load().await.unwrap().tasks().len(), 2);
 }
 
 #[tokio::test]
@@ -403,7 +409,7 @@ async fn a_compacted_file_verifies_and_a_forgery_after_it_is_caught() {
     drop(store);
     let lines = fs::read_to_string(&path).unwrap().lines().count();
     assert!(lines < 1320, "compacted: {lines} lines");
-    assert_eq!(open(&path).load().await.unwrap().tasks.len(), 10);
+    assert_eq!(open(&path).load().await.unwrap().tasks().len(), 10);
     append(&path, FORGED);
     assert_eq!(refusal(&path).await.0, lines + 1);
 }

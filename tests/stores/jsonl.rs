@@ -152,13 +152,16 @@ async fn later_lines_supersede_earlier_ones() {
          {\"t\":\"task\",\"id\":\"t-1\",\"name\":\"new\",\"s\":\"d\"}\n",
     );
     let board = reopen(&path).await;
-    let names: Vec<_> = board.tasks.values().map(|t| t.name.as_str()).collect();
+    let names: Vec<_> = board.tasks().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
         ["new", "other"],
         "creation order kept, content replaced"
     );
-    assert_eq!(board.tasks[&TaskId::new("t-1")].status, TaskStatus::Done);
+    assert_eq!(
+        board.task(TaskId::new("t-1")).unwrap().status,
+        TaskStatus::Done
+    );
 }
 
 #[tokio::test]
@@ -174,10 +177,13 @@ async fn hand_written_seed_lines_parse() {
 "#,
     );
     let board = reopen(&path).await;
-    assert_eq!(board.config.unwrap()["max_iterations"], 10);
-    assert_eq!(board.issues[&IssueId::new("i-1")].status, IssueStatus::Open);
-    assert!(board.tasks[&TaskId::new("t-1")].is_buildable());
-    let killed = &board.tasks[&TaskId::new("t-abc")];
+    assert_eq!(board.config.as_ref().unwrap()["max_iterations"], 10);
+    assert_eq!(
+        board.issue(IssueId::new("i-1")).unwrap().status,
+        IssueStatus::Open
+    );
+    assert!(board.task(TaskId::new("t-1")).unwrap().is_buildable());
+    let killed = &board.task(TaskId::new("t-abc")).unwrap();
     assert!(killed.is_killed());
     assert_eq!(
         killed.kill_log.as_deref(),
@@ -256,8 +262,8 @@ async fn huge_line_round_trips() {
     store.persist(&[big, task("t-2", "after")]).await.unwrap();
     drop(store);
     let board = reopen(&path).await;
-    assert_eq!(board.tasks[&TaskId::new("t-1")].notes, notes);
-    assert_eq!(board.tasks.len(), 2);
+    assert_eq!(board.task(TaskId::new("t-1")).unwrap().notes, notes);
+    assert_eq!(board.tasks().len(), 2);
 }
 
 #[tokio::test]
@@ -270,7 +276,7 @@ async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
     write_plan(&path, format!("{good}{{\"t\":\"task\",\"id\":\"t-3\",\"na"));
 
     let store = open_unlocked(&path);
-    assert_eq!(store.load().await.unwrap().tasks.len(), 2);
+    assert_eq!(store.load().await.unwrap().tasks().len(), 2);
     let note = store.recovered().expect("recovery reported");
     assert!(note.contains("torn") && note.contains("line 3"), "{note}");
 
@@ -282,7 +288,7 @@ async fn torn_tail_is_dropped_and_cut_before_the_next_append() {
     drop(store);
 
     let store = open_unlocked(&path);
-    assert_eq!(store.load().await.unwrap().tasks.len(), 3);
+    assert_eq!(store.load().await.unwrap().tasks().len(), 3);
     assert_eq!(store.recovered(), None);
 }
 
@@ -318,13 +324,13 @@ async fn every_crash_point_of_an_append_loads() {
             3 => ["a", "changed"].as_slice(),
             _ => ["a", "changed", "c"].as_slice(),
         };
-        let names: Vec<_> = board.tasks.values().map(|t| t.name.as_str()).collect();
+        let names: Vec<_> = board.tasks().map(|t| t.name.as_str()).collect();
         assert_eq!(names, expected, "cut at {cut}");
         // Writing on is always possible and leaves a clean file.
         store.persist(&[task("t-9", "z")]).await.unwrap();
         drop(store);
         assert_eq!(
-            reopen(&path).await.tasks.len(),
+            reopen(&path).await.tasks().len(),
             expected.len() + 1,
             "cut at {cut}"
         );
@@ -414,7 +420,7 @@ async fn concurrent_persists_all_land() {
         writer.await.unwrap().unwrap();
     }
     drop(store);
-    assert_eq!(reopen(&path).await.tasks.len(), 32);
+    assert_eq!(reopen(&path).await.tasks().len(), 32);
 }
 
 /// Names the plan that [`hold_lock_in_child`] should lock, in the child process only.
@@ -439,7 +445,13 @@ async fn a_change_that_cannot_be_written_changes_nothing() {
         line_of(&task("t-1", "a"))
     );
     assert_eq!(
-        store.load().await.unwrap().tasks[&TaskId::new("t-1")].name,
+        store
+            .load()
+            .await
+            .unwrap()
+            .task(TaskId::new("t-1"))
+            .unwrap()
+            .name,
         "a"
     );
 }
@@ -471,7 +483,7 @@ async fn a_batch_cut_anywhere_loads_as_none_or_all() {
         write_plan(&path, &full[..cut]);
         let store = open_unlocked(&path);
         let board = store.load().await.unwrap();
-        let names: Vec<_> = board.tasks.values().map(|t| t.name.as_str()).collect();
+        let names: Vec<_> = board.tasks().map(|t| t.name.as_str()).collect();
         // The last cut leaves every record whole, only the final newline missing.
         if cut >= full.len() - 1 {
             assert_eq!(names, ["decomposed", "x", "y"], "cut at {cut}");
@@ -487,7 +499,7 @@ async fn a_batch_cut_anywhere_loads_as_none_or_all() {
         store.persist(&[task("t-9", "z")]).await.unwrap();
         drop(store);
         assert_eq!(
-            reopen(&path).await.tasks.len(),
+            reopen(&path).await.tasks().len(),
             names.len() + 1,
             "cut at {cut}"
         );

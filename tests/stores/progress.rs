@@ -36,8 +36,7 @@ async fn tasks(store: &ProgressStore) -> Vec<(String, String, TaskStatus)> {
         .load()
         .await
         .unwrap()
-        .tasks
-        .values()
+        .tasks()
         .map(|t| (t.id.to_string(), t.name.clone(), t.status))
         .collect()
 }
@@ -175,7 +174,12 @@ async fn deleting_a_task_releases_its_dependents_and_a_bare_file_gets_a_status()
 ",
     );
     let store = ProgressStore::open(&path).unwrap();
-    let b = store.load().await.unwrap().tasks["t-2"]
+    let b = store
+        .load()
+        .await
+        .unwrap()
+        .task("t-2")
+        .unwrap()
         .clone()
         .with_deps(["t-1"]);
     store.persist(&[Change::Task(b)]).await.unwrap();
@@ -185,11 +189,20 @@ async fn deleting_a_task_releases_its_dependents_and_a_bare_file_gets_a_status()
         "{text}"
     );
     assert_eq!(
-        store.load().await.unwrap().tasks["t-2"].deps,
+        store.load().await.unwrap().task("t-2").unwrap().deps,
         vec![TaskId::new("t-1")]
     );
     std::fs::write(&path, text.replace("- [ ] A <!-- id:t-1 -->\n", "")).unwrap();
-    assert!(store.load().await.unwrap().tasks["t-2"].deps.is_empty());
+    assert!(
+        store
+            .load()
+            .await
+            .unwrap()
+            .task("t-2")
+            .unwrap()
+            .deps
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -197,14 +210,14 @@ async fn sidecar_keeps_what_markdown_cannot_and_ticks_by_hand_win() {
     let (dir, path) = progress_file("# Progress: x\n\n## Tasks\n\n- [ ] A\n- [ ] B\n- [ ] C\n");
     let store = ProgressStore::open(&path).unwrap();
     let board = store.load().await.unwrap();
-    let mut a = board.tasks["t-1"].clone();
+    let mut a = board.task("t-1").unwrap().clone();
     a.status = TaskStatus::Done;
     a.attempts = 2;
     a.tombstones.push(Tombstone {
         reason: "rejected by the verifier: too short".into(),
         at: "2026-01-01T00:00:00Z".into(),
     });
-    let mut b = board.tasks["t-2"].clone();
+    let mut b = board.task("t-2").unwrap().clone();
     b.status = TaskStatus::Accepted;
     store
         .persist(&[Change::Task(a.clone()), Change::Task(b)])
@@ -219,8 +232,8 @@ async fn sidecar_keeps_what_markdown_cannot_and_ticks_by_hand_win() {
     assert!(text.contains("- [x] B <!-- id:t-2 -->"), "{text}");
     assert!(dir.path().join(".ralph/progress-state.json").exists());
     assert_eq!(
-        store.load().await.unwrap().tasks["t-1"],
-        a,
+        store.load().await.unwrap().task("t-1").unwrap(),
+        &a,
         "the sidecar's record"
     );
 
@@ -232,22 +245,22 @@ async fn sidecar_keeps_what_markdown_cannot_and_ticks_by_hand_win() {
     std::fs::write(&path, edited).unwrap();
     let board = store.load().await.unwrap();
     assert_eq!(
-        board.tasks["t-3"].status,
+        board.task("t-3").unwrap().status,
         TaskStatus::Accepted,
         "ticked by hand"
     );
     assert_eq!(
-        board.tasks["t-2"].status,
+        board.task("t-2").unwrap().status,
         TaskStatus::Pending,
         "unticked by hand"
     );
-    assert_eq!(board.tasks["t-1"].name, "A, reworded");
+    assert_eq!(board.task("t-1").unwrap().name, "A, reworded");
     assert_eq!(
-        board.tasks["t-1"].status,
+        board.task("t-1").unwrap().status,
         TaskStatus::Done,
         "the sidecar knows better"
     );
-    assert_eq!(board.tasks["t-1"].attempts, 2);
+    assert_eq!(board.task("t-1").unwrap().attempts, 2);
 }
 
 #[tokio::test]
@@ -257,7 +270,7 @@ async fn engine_tasks_go_under_their_parent_or_after_the_last_task() {
     let store = ProgressStore::open(&path).unwrap();
     let mut sub = Task::new("t-1a", "A, first half");
     sub.parent = Some(TaskId::new("t-1"));
-    let mut a = store.load().await.unwrap().tasks["t-1"].clone();
+    let mut a = store.load().await.unwrap().task("t-1").unwrap().clone();
     a.status = TaskStatus::Decomposed;
     store
         .persist(&[
@@ -282,7 +295,7 @@ async fn engine_tasks_go_under_their_parent_or_after_the_last_task() {
     );
     let board = store.load().await.unwrap();
     assert_eq!(
-        board.tasks["t-1"].status,
+        board.task("t-1").unwrap().status,
         TaskStatus::Decomposed,
         "the sidecar knows better than [x]"
     );
@@ -293,7 +306,7 @@ async fn a_missing_file_is_created_on_the_first_write_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("PROGRESS.md");
     let store = ProgressStore::open(&path).unwrap();
-    assert!(store.load().await.unwrap().tasks.is_empty());
+    assert!(store.load().await.unwrap().tasks().next().is_none());
     assert!(!path.exists(), "loading writes nothing");
     let mut run = RunState::default();
     run.spec = Some("specs/greeter.md".into());
@@ -451,12 +464,12 @@ async fn a_crash_between_the_two_writes_loses_no_acceptance() {
     let store = ProgressStore::open(&path).unwrap();
     store.persist(&[]).await.unwrap();
     let old_sidecar = std::fs::read(store.sidecar_path()).unwrap();
-    let mut a = store.load().await.unwrap().tasks["t-1"].clone();
+    let mut a = store.load().await.unwrap().task("t-1").unwrap().clone();
     a.status = TaskStatus::Accepted;
     store.persist(&[Change::Task(a)]).await.unwrap();
     std::fs::write(store.sidecar_path(), old_sidecar).unwrap();
 
     let board = store.load().await.unwrap();
-    assert_eq!(board.tasks["t-1"].status, TaskStatus::Accepted);
-    assert_eq!(board.tasks["t-2"].status, TaskStatus::Pending);
+    assert_eq!(board.task("t-1").unwrap().status, TaskStatus::Accepted);
+    assert_eq!(board.task("t-2").unwrap().status, TaskStatus::Pending);
 }

@@ -323,14 +323,14 @@ fn construct_status(ralph: &Ralph, board: &Board, workspace: &Path) -> Result<Op
         out!("spec {spec}");
     }
     let in_flight = ralph.tasks_in_flight();
-    for task in board.tasks.values() {
+    for task in board.tasks() {
         let mut line = task_line(board, task);
         if in_flight.contains(&task.id) {
             line.push_str("  — in flight (its own work tree)");
         }
         out!("{line}");
     }
-    for issue in board.issues.values() {
+    for issue in board.issues() {
         if let Some(line) = issue_line(issue) {
             out!("{line}");
         }
@@ -490,7 +490,7 @@ fn spec_status_name(status: ralph::specs::Status) -> String {
 /// Whether no construct run has happened here: nothing on record, nothing on the board.
 /// The board's stage is then COMPLETE (nothing is left), which must not be read as done.
 fn no_run(board: &Board) -> bool {
-    board.run.spec.is_none() && board.tasks.is_empty() && board.issues.is_empty()
+    board.run.spec.is_none() && board.tasks().next().is_none() && board.issues().next().is_none()
 }
 
 /// What `query stage` prints before any run: not a stage, so a script waiting for COMPLETE
@@ -556,7 +556,7 @@ fn task_line(board: &Board, task: &Task) -> String {
         let waiting: Vec<String> = board
             .waits_on(task)
             .into_iter()
-            .filter(|d| !board.tasks.get(d).is_some_and(Task::is_finished))
+            .filter(|d| !board.task(d).is_some_and(Task::is_finished))
             .map(|d| inert(d.as_str()).into_owned())
             .collect();
         if !waiting.is_empty() {
@@ -598,7 +598,7 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
             }
         }
         Query::Tasks => {
-            let tasks = board.tasks.values().filter(|t| match done {
+            let tasks = board.tasks().filter(|t| match done {
                 true => t.status == TaskStatus::Done,
                 false => t.is_remaining(),
             });
@@ -645,12 +645,11 @@ fn next_action(board: &Board) -> serde_json::Value {
         Stage::Build => next_task(board).map(|t| serde_json::json!({"id": t.id, "name": t.name})),
         Stage::Verify => Some(serde_json::json!({"tasks": done_ids(board)})),
         Stage::Decompose => board
-            .tasks
-            .values()
+            .tasks()
             .find(|t| t.is_killed())
             .map(|t| serde_json::json!({"id": t.id, "name": t.name}))
             .or_else(|| {
-                let issue = board.issues.values().find(|i| i.is_killed())?;
+                let issue = board.issues().find(|i| i.is_killed())?;
                 Some(serde_json::json!({"id": issue.id, "text": issue.text}))
             }),
         _ => None,
@@ -662,7 +661,7 @@ fn next_action(board: &Board) -> serde_json::Value {
 /// blocked (a script must see what is blocked, not only that something is), each as stored
 /// with its `status` spelled out.
 fn issue_lines(board: &Board) -> impl Iterator<Item = Result<String>> + '_ {
-    board.issues.values().filter_map(|issue| {
+    board.issues().filter_map(|issue| {
         let status = match issue.status {
             IssueStatus::Open => "open",
             IssueStatus::Blocked => "blocked",
@@ -679,8 +678,7 @@ fn issue_lines(board: &Board) -> impl Iterator<Item = Result<String>> + '_ {
 /// The task BUILD takes next: ready, by the prioritizer's rank, then priority, then age.
 fn next_task(board: &Board) -> Option<&Task> {
     board
-        .tasks
-        .values()
+        .tasks()
         .enumerate()
         .filter(|(_, t)| t.is_buildable() && board.deps_satisfied(t))
         .min_by_key(|(i, t)| (t.rank.unwrap_or(u32::MAX), t.effective_priority(), *i))
@@ -768,9 +766,7 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
                     )
                     .into());
                 }
-                match board.issues.contains_key(id.as_str())
-                    && !board.tasks.contains_key(id.as_str())
-                {
+                match board.issue(id.as_str()).is_some() && board.task(id.as_str()).is_none() {
                     true => unblock_issue(&ralph, IssueId::from(id)).await?,
                     false => unblock_task(&ralph, TaskId::from(id)).await?,
                 }
@@ -778,7 +774,7 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
         }
         TaskCommand::List => {
             let board = ralph.board().await?;
-            for task in board.tasks.values() {
+            for task in board.tasks() {
                 out!("{}", task_line(&board, task));
             }
         }
@@ -789,8 +785,7 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
 /// The tasks waiting for VERIFY.
 fn done_ids(board: &Board) -> Vec<&TaskId> {
     board
-        .tasks
-        .values()
+        .tasks()
         .filter(|t| t.status == TaskStatus::Done)
         .map(|t| &t.id)
         .collect()

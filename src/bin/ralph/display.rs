@@ -289,7 +289,7 @@ pub(crate) async fn summary(
 ) -> Result<(), ralph::Error> {
     let board = ralph.board().await?;
     let next = construct_next(ralph, outcome, again).await?;
-    let count = |s: TaskStatus| board.tasks.values().filter(|t| t.status == s).count();
+    let count = |s: TaskStatus| board.tasks().filter(|t| t.status == s).count();
     out!("\n── summary ──");
     out!("  {outcome}");
     out!(

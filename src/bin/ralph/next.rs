@@ -375,14 +375,12 @@ pub(crate) fn after_plan(again: &Again) -> Next {
 /// Unblocking every blocked issue and task, then `then`; `None` when nothing is blocked.
 fn unblock_then(board: &Board, again: &Again, then: &str) -> Option<Next> {
     let issues: Vec<String> = board
-        .issues
-        .values()
+        .issues()
         .filter(|i| i.status == IssueStatus::Blocked)
         .map(|i| shell_word(i.id.as_str()))
         .collect();
     let tasks: Vec<String> = board
-        .tasks
-        .values()
+        .tasks()
         .filter(|t| t.status == TaskStatus::Blocked)
         .map(|t| shell_word(t.id.as_str()))
         .collect();
