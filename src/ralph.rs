@@ -1015,7 +1015,12 @@ mod claude_settings {
 
     #[test]
     fn a_cli_built_from_a_whole_config_keeps_all_of_it() {
-        let (claude, _) = settings_after_build(ClaudeCli::from_config(ClaudeConfig::default()));
-        assert_eq!(claude, ClaudeConfig::default());
+        let config = Config::default();
+        let (claude, grace) = settings_after_build(ClaudeCli::from_config(&config));
+        assert_eq!(
+            claude, config.claude,
+            "ralph.toml's [claude] replaced nothing"
+        );
+        assert_eq!(grace, config.grace, "nor its grace");
     }
 }

@@ -84,52 +84,52 @@ impl PermissionMode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
-pub struct ClaudeConfig {
+pub(crate) struct ClaudeConfig {
     /// The `claude` binary. Default: `$RALPH_CLAUDE_BIN`, else `claude` on `PATH`.
-    pub bin: Option<PathBuf>,
+    pub(crate) bin: Option<PathBuf>,
     /// `--model`; the CLI's default when unset.
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// `--max-turns`: API round trips per run.
-    pub max_turns: Option<u32>,
+    pub(crate) max_turns: Option<u32>,
     /// `--max-budget-usd`: spend per run.
-    pub max_budget_usd: Option<f64>,
+    pub(crate) max_budget_usd: Option<f64>,
     /// The permission mode of roles that write (BUILD). Default `bypassPermissions`.
-    pub permission_mode: PermissionMode,
+    pub(crate) permission_mode: PermissionMode,
     /// The permission mode of roles that must not write (investigate, verify, gap analysis,
     /// decompose, plan). Default `plan`, in which the CLI refuses edits and shell commands.
-    pub read_only_mode: PermissionMode,
+    pub(crate) read_only_mode: PermissionMode,
     /// `--allowedTools`, e.g. `"Bash(cargo *)"`.
-    pub allowed_tools: Vec<String>,
+    pub(crate) allowed_tools: Vec<String>,
     /// `--disallowedTools`.
-    pub disallowed_tools: Vec<String>,
+    pub(crate) disallowed_tools: Vec<String>,
     /// `--append-system-prompt`.
-    pub append_system_prompt: Option<String>,
+    pub(crate) append_system_prompt: Option<String>,
     /// `--bare`: tools Bash, Edit and Read only, no CLAUDE.md, hooks or plugins, and auth by
     /// `ANTHROPIC_API_KEY` only. Default true: runs are reproducible.
-    pub bare: bool,
+    pub(crate) bare: bool,
     /// Keep the CLI's session transcripts (`~/.claude/projects/…`). Default false
     /// (`--no-session-persistence`). Compaction needs the session to be resumable, so runs
     /// always persist their session when the context thresholds could trigger one; see
     /// [`ClaudeCli`](crate::ClaudeCli).
-    pub session_persistence: bool,
+    pub(crate) session_persistence: bool,
     /// `CLAUDE_CODE_MAX_RETRIES`: the CLI's own retries of a failed API call before it gives
     /// up (its default, 10, can take three minutes). Default 3; ralph's engine retries
     /// transient failures with its own backoff (`transient_retries`).
-    pub max_retries: u32,
+    pub(crate) max_retries: u32,
     /// Stop a run whose stdout stayed silent this long (the CLI has no heartbeat and waits
     /// forever on a stalled stream). Size it above the longest silent tool call. Default 3m.
     #[serde(with = "duration")]
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// How long the CLI may keep running after its `result` line before it is stopped.
     /// Default 2s.
     #[serde(with = "duration")]
-    pub result_grace: Duration,
+    pub(crate) result_grace: Duration,
     /// Extra arguments, after ralph's own.
-    pub args: Vec<String>,
+    pub(crate) args: Vec<String>,
     /// Extra environment variables of the CLI (`ANTHROPIC_BASE_URL`, `API_TIMEOUT_MS`, …).
-    pub env: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, String>,
     /// Context windows by model name, ahead of the built-in table of known models.
-    pub context_windows: BTreeMap<String, u64>,
+    pub(crate) context_windows: BTreeMap<String, u64>,
 }
 
 impl Default for ClaudeConfig {
@@ -171,20 +171,20 @@ impl Default for ClaudeConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
-pub struct CliConfig {
+pub(crate) struct CliConfig {
     /// The program. Default: the CLI's name (`codex`, `gemini`), looked up on `PATH`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bin: Option<PathBuf>,
+    pub(crate) bin: Option<PathBuf>,
     /// The model. Default: the CLI's own.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// More arguments, before the prompt.
-    pub args: Vec<String>,
+    pub(crate) args: Vec<String>,
     /// Environment variables for the CLI.
-    pub env: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, String>,
     /// Longest silence on the CLI's output before the run is cut as timed out. Default 5m.
     #[serde(with = "duration")]
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
 }
 
 impl Default for CliConfig {

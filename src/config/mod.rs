@@ -29,7 +29,7 @@
 //! kind = "jsonl"          # or "progress" (markdown), or "memory" (no file)
 //! path = ".ralph/plan.jsonl" # the default of jsonl; progress defaults to PROGRESS.md
 //!
-//! [claude]          # how ClaudeCli runs the CLI: see ClaudeConfig
+//! [claude]          # how ClaudeCli runs the CLI: see ClaudeCli
 //! model = "sonnet"
 //! max_turns = 40
 //!
@@ -82,7 +82,8 @@ pub use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use agents::BIN_ENV;
-pub use agents::{ClaudeConfig, CliConfig, CommandConfig, PermissionMode};
+pub(crate) use agents::{ClaudeConfig, CliConfig};
+pub use agents::{CommandConfig, PermissionMode};
 pub(crate) use load::{CONFIG_FILE, GatesOrigin, HOOK_EVENT_VAR, Overrides};
 pub use sections::{ContextThresholds, GateConfig, PlanningConfig, StoreConfig};
 pub(crate) use sections::{HOOK_EVENTS, HookConfig, NEEDS_PERSON, TEMPLATES};
@@ -230,13 +231,13 @@ pub struct Config {
     /// | `thread_polish` | a thread's Polishing run (docs, tests, cleanup) |
     pub prompts: BTreeMap<String, PathBuf>,
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
-    pub claude: ClaudeConfig,
+    pub(crate) claude: ClaudeConfig,
     /// How [`CodexCli`](crate::agent::CodexCli) runs the OpenAI Codex CLI.
-    pub codex: CliConfig,
+    pub(crate) codex: CliConfig,
     /// How [`GeminiCli`](crate::agent::GeminiCli) runs the Google Gemini CLI.
-    pub gemini: CliConfig,
+    pub(crate) gemini: CliConfig,
     /// How [`OpencodeCli`](crate::agent::OpencodeCli) runs opencode.
-    pub opencode: CliConfig,
+    pub(crate) opencode: CliConfig,
     /// Agent CLIs run from an argv template, by name (`[agent.aider]`): see
     /// [`CommandAgent`](crate::agent::CommandAgent).
     pub agent: std::collections::BTreeMap<String, CommandConfig>,

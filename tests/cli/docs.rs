@@ -331,21 +331,27 @@ fn keys(table: impl serde::Serialize) -> Vec<String> {
 /// top-level setting and every variable ralph reads besides the settings.
 #[test]
 fn the_readme_names_every_agent_key_and_its_variable() {
-    use ralph::config::{ClaudeConfig, CliConfig, CommandConfig, Config};
+    use ralph::config::{CommandConfig, Config};
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let mut cli = CliConfig::default();
-    cli.bin = Some("codex".into());
-    cli.model = Some("m".into());
+    // The CLIs' tables as a workspace's config holds them, their optional keys set.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ralph.toml"),
+        "[codex]\nbin = \"codex\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let config = serde_json::to_value(Config::load(dir.path()).unwrap()).unwrap();
+    let table = |name: &str| keys(&config[name]);
     let mut command = CommandConfig::default();
     command.answer_pointer = Some("/result".into());
     command.idle_timeout = Some(std::time::Duration::from_secs(1));
     let tables = [
-        ("CLAUDE", keys(ClaudeConfig::default())),
-        ("CODEX", keys(&cli)),
-        ("GEMINI", keys(&cli)),
-        ("OPENCODE", keys(&cli)),
+        ("CLAUDE", table("claude")),
+        ("CODEX", table("codex")),
+        ("GEMINI", table("codex")),
+        ("OPENCODE", table("codex")),
         ("AGENT__NAME", keys(&command)),
     ];
     let mut missing = Vec::new();

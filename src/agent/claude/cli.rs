@@ -32,9 +32,10 @@ const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task fro
 /// process per agent run, and reads its stream as it comes.
 ///
 /// * **Invocation.** The prompt goes on stdin, which is then closed (argv is limited to
-///   128 KiB per argument). Flags come from [`ClaudeConfig`] (`[claude]` in `ralph.toml`).
+///   128 KiB per argument). Flags come from `[claude]` in `ralph.toml` (below) and the
+///   builder methods, which win over it.
 ///   Roles that must not write (everything but BUILD) run in
-///   [`read_only_mode`](ClaudeConfig::read_only_mode), `plan` by default; structured roles
+///   [`read_only_mode`](Self::read_only_mode), `plan` by default; structured roles
 ///   pass their schema with `--json-schema` and take the CLI's `structured_output`, never
 ///   prose. As root, bypassing permissions sets `IS_SANDBOX=1`, without which the CLI
 ///   refuses to start.
@@ -55,7 +56,35 @@ const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task fro
 ///   0.80 or below, and resumes again to continue the task; *kill*, or a compaction that did
 ///   not help, ends the run with [`AgentExit::ContextLimit`] and its log, so the engine
 ///   decomposes the task. Compaction resumes the session, so those runs keep their session
-///   file even when [`session_persistence`](ClaudeConfig::session_persistence) is off.
+///   file even when [`session_persistence`](Self::session_persistence) is off.
+///
+/// Every key of `[claude]`, each the builder method of the same name (a key is also set
+/// from the environment: `RALPH_CLAUDE__MODEL=sonnet`):
+///
+/// ```toml
+/// [claude]
+/// bin = "/opt/claude/bin/claude"   # else $RALPH_CLAUDE_BIN, else `claude` on PATH
+/// model = "sonnet"
+/// max_turns = 40
+/// max_budget_usd = 5.0
+/// permission_mode = "bypassPermissions"   # of BUILD runs
+/// read_only_mode = "plan"                 # of the roles that must not write
+/// allowed_tools = ["Bash(cargo *)", "Edit", "Read"]
+/// disallowed_tools = ["WebFetch"]
+/// append_system_prompt = "Never push to a remote."
+/// bare = true
+/// session_persistence = false
+/// max_retries = 3
+/// idle_timeout = "3m"
+/// result_grace = "2s"
+/// args = ["--effort", "high"]
+///
+/// [claude.env]
+/// API_TIMEOUT_MS = "60000"
+///
+/// [claude.context_windows]
+/// "my-gateway-model" = 128000
+/// ```
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -112,18 +141,20 @@ impl Default for ClaudeCli {
 }
 
 impl ClaudeCli {
-    /// The CLI with the default [`ClaudeConfig`] and a 5-second grace.
+    /// The CLI with the default settings and a 5-second grace; a `Ralph` it is given to
+    /// gives it the workspace's `[claude]` and `grace`, except the settings made here.
     pub fn new() -> Self {
         Self::configured(ClaudeConfig::default())
     }
 
-    /// The CLI as `config` says. Every setting counts as set in code: a `Ralph` it is given
-    /// to keeps them (the workspace's `[claude]` does not replace them), and takes only
-    /// `grace` from the workspace.
-    pub fn from_config(config: ClaudeConfig) -> Self {
+    /// The CLI as `[claude]` and `grace` of `config` say. Every setting counts as set in
+    /// code: a `Ralph` it is given to keeps them all (the workspace's `[claude]` and
+    /// `grace` replace none of them).
+    pub fn from_config(config: &Config) -> Self {
         ClaudeCli {
+            grace: config.grace,
             explicit: SetInCode::All,
-            ..Self::configured(config)
+            ..Self::configured(config.claude.clone())
         }
     }
 
@@ -153,8 +184,9 @@ impl ClaudeCli {
         self.grace
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &ClaudeConfig {
+    /// The settings, as `[claude]` holds them.
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> &ClaudeConfig {
         &self.config
     }
 

@@ -1,5 +1,5 @@
-//! The Claude Code CLI as an agent: [`ClaudeCli`] (its `[claude]` table is
-//! [`ClaudeConfig`](crate::config::ClaudeConfig)), and the parser of its
+//! The Claude Code CLI as an agent: [`ClaudeCli`] (which also holds its `[claude]` table),
+//! and the parser of its
 //! `--output-format stream-json` stdout.
 
 mod cli;

@@ -48,7 +48,8 @@ use crate::config::Config;
 /// own process group, the agent and idle timeouts, SIGTERM then SIGKILL, and a sweep of
 /// what its tools left running.
 ///
-/// Its settings are `[codex]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
+/// Its settings are `[codex]` in `ralph.toml`: `bin`, `model`, `args`, `env` and
+/// `idle_timeout`, each also the builder method of the same name, which wins over it.
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, CodexCli, Role};

@@ -37,7 +37,8 @@ use crate::config::Config;
 /// `GOOGLE_GEMINI_BASE_URL` points it at another endpoint. The run is supervised as every
 /// process agent's is (see [`CommandAgent`](crate::agent::CommandAgent)).
 ///
-/// Its settings are `[gemini]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
+/// Its settings are `[gemini]` in `ralph.toml`: `bin`, `model`, `args`, `env` and
+/// `idle_timeout`, each also the builder method of the same name, which wins over it.
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, GeminiCli, Role};

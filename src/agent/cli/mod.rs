@@ -92,7 +92,7 @@ macro_rules! cli_agent_settings {
         }
 
         impl $agent {
-            #[doc = concat!("The CLI with the default settings ([`CliConfig`](crate::config::CliConfig)).")]
+            #[doc = concat!("The CLI with the default settings; a `Ralph` it is given to gives it the workspace's `[", stringify!($field), "]` and `grace`, unless settings were made here.")]
             pub fn new() -> Self {
                 $agent {
                     config: crate::config::CliConfig::default(),

@@ -41,7 +41,8 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// (`opencode.json`, `OPENCODE_CONFIG_CONTENT`); `model` is `provider/model`. The run is
 /// supervised as every process agent's is (see [`CommandAgent`](crate::agent::CommandAgent)).
 ///
-/// Its settings are `[opencode]` in `ralph.toml` (see [`CliConfig`](crate::config::CliConfig)).
+/// Its settings are `[opencode]` in `ralph.toml`: `bin`, `model`, `args`, `env` and
+/// `idle_timeout`, each also the builder method of the same name, which wins over it.
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, OpencodeCli, Role};
