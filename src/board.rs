@@ -17,7 +17,7 @@ use crate::model::{
 use crate::outcome::BlockedItem;
 use crate::prioritize::PriorityReport;
 use crate::ralph::Ralph;
-use crate::runtime::error::Error;
+use crate::runtime::error::{EditError, Error};
 use crate::runtime::workspace::RunLock;
 use crate::store::Repair;
 
@@ -26,7 +26,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEdit`] when `text` is empty or only whitespace, or holds a control
+    /// [`EditError::Invalid`] when `text` is empty or only whitespace, or holds a control
     /// character other than a line break (ESC, a tab); [`Error::Busy`] while
     /// another ralph holds the workspace; [`Error::Store`] when the board cannot be loaded
     /// or saved.
@@ -37,11 +37,11 @@ impl Ralph {
             false => rules::control_problem(&text, true),
         };
         if let Some(reason) = problem {
-            return Err(Error::InvalidEdit {
+            return Err(Error::Edit(EditError::Invalid {
                 edit: "issue add",
                 field: "text".into(),
                 reason,
-            });
+            }));
         }
         self.edit(|board| {
             let id = board.next_issue_id();
@@ -56,7 +56,7 @@ impl Ralph {
 
     /// Adds a task as given, once it is checked. Returns its id.
     ///
-    /// The checks, each refused with [`Error::InvalidEdit`] naming the field:
+    /// The checks, each refused with [`EditError::Invalid`] naming the field:
     ///
     /// - `id`: ASCII letters, digits, `-`, `_` and `.`, at most 64 bytes, not starting with
     ///   `.` or `-`, with no `..`, not ending with `.` or `.lock`: an id names a git branch
@@ -71,7 +71,7 @@ impl Ralph {
     ///   (the task itself, or a task that depends on it in turn).
     ///
     /// ```
-    /// use ralph::{Error, FakeAgent, MemoryStore, Ralph, model::Task};
+    /// use ralph::{EditError, Error, FakeAgent, MemoryStore, Ralph, model::Task};
     ///
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let dir = tempfile::tempdir()?;
@@ -83,7 +83,7 @@ impl Ralph {
     /// let task = Task::new("t-1", "Write hello.txt").with_acceptance("hello.txt says hello");
     /// let err = ralph.add_task(task.clone().with_deps(["t-99"])).await.unwrap_err();
     /// assert_eq!(err.to_string(), "task add: deps[0] names t-99, which is not on the board");
-    /// assert!(matches!(err, Error::InvalidEdit { .. }));
+    /// assert!(matches!(err, Error::Edit(EditError::Invalid { .. })));
     /// assert_eq!(ralph.add_task(task).await?, "t-1");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
@@ -92,20 +92,20 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEdit`] as above; [`Error::DuplicateTask`] when a task with its id
+    /// [`EditError::Invalid`] as above; [`EditError::DuplicateTask`] when a task with its id
     /// exists (replacing it could undo an acceptance); otherwise as
     /// [`add_issue`](Self::add_issue).
     pub async fn add_task(&self, task: Task) -> Result<TaskId, Error> {
         self.edit(|board| {
             if board.tasks.contains_key(&task.id) {
-                return Err(Error::DuplicateTask(task.id));
+                return Err(Error::Edit(EditError::DuplicateTask(task.id)));
             }
             if let Some((field, reason)) = rules::new_task_problem(board, &task) {
-                return Err(Error::InvalidEdit {
+                return Err(Error::Edit(EditError::Invalid {
                     edit: "task add",
                     field,
                     reason,
-                });
+                }));
             }
             Ok((task.id.clone(), vec![Change::Task(task)]))
         })
@@ -116,7 +116,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not pending; otherwise as
+    /// [`EditError::UnknownTask`], [`EditError::TaskState`] when it is not pending; otherwise as
     /// [`add_issue`](Self::add_issue).
     pub async fn mark_done(&self, id: &TaskId) -> Result<(), Error> {
         self.change_task(
@@ -156,7 +156,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not done; otherwise as
+    /// [`EditError::UnknownTask`], [`EditError::TaskState`] when it is not done; otherwise as
     /// [`add_issue`](Self::add_issue).
     pub async fn accept(&self, id: &TaskId) -> Result<(), Error> {
         self.edit(|board| {
@@ -176,7 +176,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not done; otherwise as
+    /// [`EditError::UnknownTask`], [`EditError::TaskState`] when it is not done; otherwise as
     /// [`add_issue`](Self::add_issue).
     pub async fn reject(&self, id: &TaskId, reason: &str) -> Result<(), Error> {
         self.change_task(
@@ -200,7 +200,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownTask`], [`Error::TaskState`] when it is not blocked; otherwise as
+    /// [`EditError::UnknownTask`], [`EditError::TaskState`] when it is not blocked; otherwise as
     /// [`add_issue`](Self::add_issue).
     pub async fn unblock(&self, id: &TaskId) -> Result<Unblocked, Error> {
         self.edit(|board| {
@@ -222,7 +222,7 @@ impl Ralph {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownIssue`], [`Error::IssueState`] when it is not blocked; otherwise as
+    /// [`EditError::UnknownIssue`], [`EditError::IssueState`] when it is not blocked; otherwise as
     /// [`add_issue`](Self::add_issue).
     pub async fn unblock_issue(&self, id: &IssueId) -> Result<(), Error> {
         self.edit(|board| {
@@ -230,13 +230,13 @@ impl Ralph {
                 .issues
                 .get(id)
                 .cloned()
-                .ok_or_else(|| Error::UnknownIssue(id.clone()))?;
+                .ok_or_else(|| Error::Edit(EditError::UnknownIssue(id.clone())))?;
             if issue.status != IssueStatus::Blocked {
-                return Err(Error::IssueState {
+                return Err(Error::Edit(EditError::IssueState {
                     issue: id.clone(),
                     status: issue.status,
                     wanted: "only a blocked issue can be unblocked",
-                });
+                }));
             }
             issue.unblock();
             Ok(((), vec![Change::Issue(issue)]))
@@ -461,13 +461,13 @@ fn task_in(
         .tasks
         .get(id)
         .cloned()
-        .ok_or_else(|| Error::UnknownTask(id.clone()))?;
+        .ok_or_else(|| Error::Edit(EditError::UnknownTask(id.clone())))?;
     if task.status != from {
-        return Err(Error::TaskState {
+        return Err(Error::Edit(EditError::TaskState {
             task: id.clone(),
             status: task.status,
             wanted,
-        });
+        }));
     }
     Ok(task)
 }

@@ -168,7 +168,7 @@ pub use outcome::Outcome;
 pub use outcome::SpecsOutcome;
 pub use prioritize::{CriticalPath, Prioritizer};
 pub use ralph::{Ralph, RalphBuilder, answer_schema};
-pub use runtime::error::{BuildError, Error};
+pub use runtime::error::{BuildError, EditError, Error};
 pub use runtime::interrupt::Interrupts;
 /// What [`Ralph::spent`] returns (its fields are listed there). Not a page of its own: the
 /// crate keeps to 100 public types (`.ci/public-types`), and this one is plain data.

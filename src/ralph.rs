@@ -213,7 +213,7 @@ impl Ralph {
     /// [`Error::Busy`] while a run holds the workspace; [`Error::SpecPath`] /
     /// [`Error::Spec`] / [`Error::SpecText`] as for `construct`; [`Error::Uncommitted`]
     /// while the work tree holds an interrupted task's work or a person's edits (the other
-    /// spec's run would commit them); [`Error::InvalidEdit`] for a store whose file is not
+    /// spec's run would commit them); [`EditError::Invalid`](crate::EditError::Invalid) for a store whose file is not
     /// in `.ralph/`, or a board with tasks tied to no spec that an archive would replace;
     /// [`Error::Io`] naming the file that could not be moved.
     pub async fn switch_spec(&self, spec: impl AsRef<Path>) -> Result<Option<PathBuf>, Error> {
@@ -387,7 +387,7 @@ impl Ralph {
     ///
     /// [`Error::Busy`] while a run holds the workspace;
     /// [`SpecsError::UnknownSpec`](crate::specs::SpecsError::UnknownSpec);
-    /// [`Error::InvalidEdit`] for a task the spec does not have or one not blocked (nothing
+    /// [`EditError::Invalid`](crate::EditError::Invalid) for a task the spec does not have or one not blocked (nothing
     /// is changed); with `restore`, [`Error::Uncommitted`] when the work tree holds other
     /// work (the task stays unblocked, its work in the stash) and [`Error::Git`] when the
     /// entry does not apply (git keeps it).

@@ -48,7 +48,7 @@ use crate::output::{bounded_failure, first_line};
 use crate::prioritize::{Prioritizer, PriorityReport};
 use crate::runtime::Context;
 use crate::runtime::call::{Call, Caller};
-use crate::runtime::error::Error;
+use crate::runtime::error::{EditError, Error};
 use crate::runtime::home::Home;
 use crate::runtime::logs::{Emitter, Logs};
 use crate::runtime::spec::{self, SpecDoc};
@@ -503,7 +503,7 @@ impl Engine {
             .tasks
             .get(id)
             .cloned()
-            .ok_or_else(|| Error::UnknownTask(id.clone()))
+            .ok_or_else(|| Error::Edit(EditError::UnknownTask(id.clone())))
     }
 
     /// The run bookkeeping advanced to the next iteration, with the one ending now in the

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::files::{atomic, own};
 use crate::runtime::Context;
-use crate::runtime::error::Error;
+use crate::runtime::error::{EditError, Error};
 use crate::runtime::spend::{Ledger, Spent};
 use crate::runtime::workspace::{self, RunLock};
 
@@ -89,13 +89,13 @@ pub(crate) async fn switch(ctx: &Context, given: &Path) -> Result<Option<PathBuf
     if archived.is_none() && back.is_some() && !(board.tasks.is_empty() && board.issues.is_empty())
     {
         // Tasks or issues a person added before any spec was taken in would be lost.
-        return Err(Error::InvalidEdit {
+        return Err(Error::Edit(EditError::Invalid {
             edit: "switch",
             field: "board".into(),
             reason: format!(
                 "holds tasks or issues tied to no spec yet, and {rel}'s archived board would                  replace them: run `ralph construct` on a spec first, or remove them"
             ),
-        });
+        }));
     }
     match back {
         Some(dir) => bring_back(&state, &dir, &ledger)?,
@@ -117,7 +117,7 @@ fn store_file(ctx: &Context, state: &Path) -> Result<String, Error> {
         .filter(|rel| rel.components().count() == 1);
     match inside {
         Some(rel) => Ok(rel.to_string_lossy().into_owned()),
-        None => Err(Error::InvalidEdit {
+        None => Err(Error::Edit(EditError::Invalid {
             edit: "switch",
             field: "store".into(),
             reason: format!(
@@ -126,7 +126,7 @@ fn store_file(ctx: &Context, state: &Path) -> Result<String, Error> {
                 location.map_or("in memory".to_owned(), |l| format!("at {l}")),
                 state.display()
             ),
-        }),
+        })),
     }
 }
 

@@ -254,48 +254,10 @@ pub enum Error {
         /// The spec asked for.
         given: String,
     },
-    /// A task with this id is already on the board.
-    #[error("task {0} already exists")]
-    DuplicateTask(crate::model::TaskId),
-    /// No task on the board has this id.
-    #[error("no task {0} on the board")]
-    UnknownTask(crate::model::TaskId),
-    /// The task is not in the state the change needs (`unblock` of a task that is not
-    /// blocked, say).
-    #[error("task {task} is {status:?}; {wanted}")]
-    TaskState {
-        /// The task.
-        task: crate::model::TaskId,
-        /// Its status.
-        status: crate::model::TaskStatus,
-        /// What the change needs, as a sentence.
-        wanted: &'static str,
-    },
-    /// No issue on the board has this id.
-    #[error("no issue {0} on the board")]
-    UnknownIssue(crate::model::IssueId),
-    /// The issue is not in the state the change needs (`unblock_issue` of an issue that is
-    /// not blocked, say).
-    #[error("issue {issue} is {status:?}; {wanted}")]
-    IssueState {
-        /// The issue.
-        issue: crate::model::IssueId,
-        /// Its status.
-        status: crate::model::IssueStatus,
-        /// What the change needs, as a sentence.
-        wanted: &'static str,
-    },
-    /// A person's edit of the board was refused because a field of it is unusable (`task
-    /// add: deps[0] names t-99, which is not on the board`); nothing was changed.
-    #[error("{edit}: {field} {reason}")]
-    InvalidEdit {
-        /// The edit (`task add`, `issue add`).
-        edit: &'static str,
-        /// The field, as written in the task's JSON (`name`, `deps[0]`, `id`, `text`).
-        field: String,
-        /// What is wrong with it, as the rest of a sentence that starts with the field.
-        reason: String,
-    },
+    /// A person's edit of the board (`add_task`, `unblock`, `accept`, …) was refused;
+    /// nothing was changed.
+    #[error(transparent)]
+    Edit(#[from] EditError),
     /// No spec was given and none is on record.
     #[error("no spec on record in this workspace: pass one to `construct`")]
     NoSpec,
@@ -377,6 +339,78 @@ pub enum Error {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+}
+
+/// Why a person's edit of the board was refused ([`Ralph::add_task`](crate::Ralph::add_task),
+/// [`Ralph::unblock`](crate::Ralph::unblock), [`Ralph::accept`](crate::Ralph::accept), …):
+/// the records it names, or what it asks, do not fit the board. Nothing was changed. A run
+/// never fails with one; it reaches the caller as [`Error::Edit`].
+///
+/// ```
+/// use ralph::model::{Task, TaskId};
+/// use ralph::{EditError, Error, FakeAgent, MemoryStore, Ralph};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+/// let dir = tempfile::tempdir()?;
+/// let ralph = Ralph::builder()
+///     .workspace(dir.path())
+///     .agent(FakeAgent::new())
+///     .store(MemoryStore::new())
+///     .build()?;
+/// let task = |name: &str| Task::new("t-1", name).with_acceptance("it parses");
+/// ralph.add_task(task("Parser")).await?;
+/// let refused = ralph.add_task(task("Parser again")).await.unwrap_err();
+/// assert!(matches!(&refused, Error::Edit(EditError::DuplicateTask(id)) if *id == TaskId::new("t-1")));
+/// assert_eq!(refused.to_string(), "task t-1 already exists");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EditError {
+    /// A task with this id is already on the board.
+    #[error("task {0} already exists")]
+    DuplicateTask(crate::model::TaskId),
+    /// No task on the board has this id.
+    #[error("no task {0} on the board")]
+    UnknownTask(crate::model::TaskId),
+    /// The task is not in the state the change needs (`unblock` of a task that is not
+    /// blocked, say).
+    #[error("task {task} is {status:?}; {wanted}")]
+    TaskState {
+        /// The task.
+        task: crate::model::TaskId,
+        /// Its status.
+        status: crate::model::TaskStatus,
+        /// What the change needs, as a sentence.
+        wanted: &'static str,
+    },
+    /// No issue on the board has this id.
+    #[error("no issue {0} on the board")]
+    UnknownIssue(crate::model::IssueId),
+    /// The issue is not in the state the change needs (`unblock_issue` of an issue that is
+    /// not blocked, say).
+    #[error("issue {issue} is {status:?}; {wanted}")]
+    IssueState {
+        /// The issue.
+        issue: crate::model::IssueId,
+        /// Its status.
+        status: crate::model::IssueStatus,
+        /// What the change needs, as a sentence.
+        wanted: &'static str,
+    },
+    /// A person's edit of the board was refused because a field of it is unusable (`task
+    /// add: deps[0] names t-99, which is not on the board`); nothing was changed.
+    #[error("{edit}: {field} {reason}")]
+    Invalid {
+        /// The edit (`task add`, `issue add`).
+        edit: &'static str,
+        /// The field, as written in the task's JSON (`name`, `deps[0]`, `id`, `text`).
+        field: String,
+        /// What is wrong with it, as the rest of a sentence that starts with the field.
+        reason: String,
     },
 }
 

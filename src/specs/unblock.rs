@@ -12,7 +12,7 @@
 use super::build;
 use super::implementation::{ImplementationStore, SpecEntry, Status};
 use crate::runtime::Context;
-use crate::runtime::error::{Error, SpecsError};
+use crate::runtime::error::{EditError, Error, SpecsError};
 use crate::runtime::workspace::{self, RunLock};
 
 /// Unblocks task `task` of spec `spec` (its id, or its file as `implementation.json` writes
@@ -49,10 +49,12 @@ pub(crate) async fn unblock(
 /// Task `task` of `entry` pending with a fresh retry budget, and `entry` with fresh rounds
 /// when it was given up.
 fn unblock_in(entry: &mut SpecEntry, task: &str) -> Result<(), Error> {
-    let refuse = |reason: String| Error::InvalidEdit {
-        edit: "task unblock",
-        field: format!("{}/{task}", entry.id),
-        reason,
+    let refuse = |reason: String| {
+        Error::Edit(EditError::Invalid {
+            edit: "task unblock",
+            field: format!("{}/{task}", entry.id),
+            reason,
+        })
     };
     let known: Vec<&str> = entry.tasks.iter().map(|t| t.id.as_str()).collect();
     let Some(found) = entry.tasks.iter().position(|t| t.id == task) else {

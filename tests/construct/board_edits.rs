@@ -2,6 +2,7 @@
 //! each is persisted, checks the task's state, and follows the engine's own rules.
 
 use super::*;
+use ralph::EditError;
 
 fn ralph_on(dir: &std::path::Path) -> Ralph {
     let store = JsonlStore::open(dir.join(".ralph/plan.jsonl")).expect("open the store");
@@ -98,7 +99,10 @@ async fn accept_takes_one_done_task_as_a_persons_acceptance() {
         "task t-3 is Pending; only a done task can be accepted"
     );
     let err = ralph.accept(&"t-7".into()).await.unwrap_err();
-    assert!(matches!(err, Error::UnknownTask(_)), "{err:?}");
+    assert!(
+        matches!(err, Error::Edit(EditError::UnknownTask(_))),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -111,7 +115,10 @@ async fn a_change_to_a_task_in_the_wrong_state_names_the_task_and_what_it_needs(
         .unwrap();
 
     let err = ralph.unblock(&"t-1".into()).await.unwrap_err();
-    assert!(matches!(err, Error::TaskState { .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Edit(EditError::TaskState { .. })),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         "task t-1 is Pending; only a blocked task can be unblocked"
@@ -124,10 +131,16 @@ async fn a_change_to_a_task_in_the_wrong_state_names_the_task_and_what_it_needs(
     );
 
     let err = ralph.mark_done(&"t-7".into()).await.unwrap_err();
-    assert!(matches!(err, Error::UnknownTask(_)), "{err:?}");
+    assert!(
+        matches!(err, Error::Edit(EditError::UnknownTask(_))),
+        "{err:?}"
+    );
 
     let err = ralph.add_task(Task::new("t-1", "again")).await.unwrap_err();
-    assert!(matches!(err, Error::DuplicateTask(_)), "{err:?}");
+    assert!(
+        matches!(err, Error::Edit(EditError::DuplicateTask(_))),
+        "{err:?}"
+    );
 }
 
 /// The gate that blocked every task is fixed; unblocking gives each a fresh retry budget
@@ -295,12 +308,15 @@ fn task(id: &str) -> Task {
     Task::new(id, format!("Do {id}")).with_acceptance("it is done")
 }
 
-/// `ralph.add_task(task)`'s refusal, checked to be an [`Error::InvalidEdit`], as text; the
+/// `ralph.add_task(task)`'s refusal, checked to be an [`EditError::Invalid`], as text; the
 /// board is as it was.
 async fn refused(ralph: &Ralph, task: Task) -> String {
     let before = ralph.board().await.expect("board");
     let err = ralph.add_task(task).await.expect_err("refused");
-    assert!(matches!(err, Error::InvalidEdit { .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Edit(EditError::Invalid { .. })),
+        "{err:?}"
+    );
     assert_eq!(
         ralph.board().await.expect("board"),
         before,
@@ -433,7 +449,10 @@ async fn issue_add_refuses_empty_text() {
 
     for text in ["", "   \n\t"] {
         let err = ralph.add_issue(text).await.unwrap_err();
-        assert!(matches!(err, Error::InvalidEdit { .. }), "{err:?}");
+        assert!(
+            matches!(err, Error::Edit(EditError::Invalid { .. })),
+            "{err:?}"
+        );
         assert_eq!(
             err.to_string(),
             "issue add: text is empty: say what is wrong or missing"
@@ -743,7 +762,10 @@ async fn a_failed_investigation_blocks_its_issue_and_unblocking_opens_it_with_a_
     );
     let ralph = h.ralph(|b| b);
     let err = ralph.unblock(&"i-1".into()).await.unwrap_err();
-    assert!(matches!(err, Error::UnknownTask(_)), "{err:?}");
+    assert!(
+        matches!(err, Error::Edit(EditError::UnknownTask(_))),
+        "{err:?}"
+    );
     let err = ralph.unblock_issue(&"i-2".into()).await.unwrap_err();
     assert_eq!(err.to_string(), "no issue i-2 on the board");
 
@@ -865,7 +887,10 @@ async fn task_add_and_issue_add_refuse_control_characters() {
         .await
         .unwrap();
     let err = ralph.add_issue("bad\u{1b}[31m").await.unwrap_err();
-    assert!(matches!(err, Error::InvalidEdit { .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Edit(EditError::Invalid { .. })),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         "issue add: text holds the control character U+001B at byte 3: write plain text"
