@@ -106,17 +106,8 @@ impl Assessment {
 }
 
 impl Threads {
-    /// Drafting → Assessing: the person asks for an AI review of the spec (also from
-    /// Assessing, to run it again). The reviewer's feedback is stored in the thread; when it
-    /// found issues the thread goes back to Drafting with them, otherwise it stays Assessing
-    /// with "ready to finalize". It never finalizes: that is [`finalize`](Self::finalize).
-    /// An unusable answer is retried once with the parse error shown.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase; [`ThreadError::Assessment`] when
-    /// the agent failed or answered unusably twice (the thread stays Assessing).
-    pub async fn assess(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::assess`].
+    pub(crate) async fn assess(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.get(id)?;
         match record.phase.kind() {
             PhaseKind::Assessing => {}

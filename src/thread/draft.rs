@@ -2,7 +2,7 @@
 //! thread's spec. Each message and each reply is a [`Turn`] appended to the thread's
 //! conversation log, `threads/<id>/spec/conversation.jsonl` (one JSON object per line,
 //! fsynced before the call goes on). A reply may carry a revised spec: ralph then writes it
-//! as the next revision (`spec/v<N+1>.md`), as [`Threads::edit_spec`] would. The agent never
+//! as the next revision (`spec/v<N+1>.md`), as [`Thread::edit_spec`] would. The agent never
 //! writes a file; finalizing stays the person's call.
 
 use std::io::Write;
@@ -48,18 +48,8 @@ impl Answer for DraftAnswer {
 }
 
 impl Threads {
-    /// Drafting: says `message` to a read-only agent about the thread's spec and returns
-    /// its reply. The message and the reply are appended to the thread's conversation log
-    /// (see [`conversation`](Self::conversation)); the agent sees the spec, the last turns
-    /// and what ralph's own parse of the spec finds. When the reply revises the spec, ralph
-    /// writes the next revision and the returned turn says so. An unusable answer is
-    /// retried once with the parse error shown.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::WrongPhase`] outside Drafting; [`ThreadError::Discussion`] when the
-    /// agent failed or answered unusably twice (the message stays in the log).
-    pub async fn discuss(&self, id: &str, message: &str) -> Result<Turn, ThreadError> {
+    /// See [`Thread::discuss`].
+    pub(crate) async fn discuss(&self, id: &str, message: &str) -> Result<Turn, ThreadError> {
         let mut record = self.get(id)?;
         if record.phase.kind() != PhaseKind::Drafting {
             return Err(Self::wrong_phase(
@@ -95,14 +85,8 @@ impl Threads {
         Ok(reply)
     }
 
-    /// The thread's Drafting conversation, oldest turn first (empty before the first
-    /// [`discuss`](Self::discuss)). A final line torn by a crash mid-write is left out.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Corrupt`] naming the file and line of a turn that does not parse;
-    /// [`ThreadError::Io`] when the log cannot be read.
-    pub fn conversation(&self, id: &str) -> Result<Vec<Turn>, ThreadError> {
+    /// See [`Thread::conversation`].
+    pub(crate) fn conversation(&self, id: &str) -> Result<Vec<Turn>, ThreadError> {
         let path = self.conversation_path(id);
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
@@ -123,8 +107,8 @@ impl Threads {
             .collect()
     }
 
-    /// `threads/<id>/spec/conversation.jsonl`.
-    pub fn conversation_path(&self, id: &str) -> PathBuf {
+    /// See [`Thread::conversation_path`].
+    pub(crate) fn conversation_path(&self, id: &str) -> PathBuf {
         self.thread_dir(id).join("spec").join("conversation.jsonl")
     }
 

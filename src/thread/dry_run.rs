@@ -11,7 +11,7 @@ use super::phase::{Phase, PhaseKind};
 use super::spec::ThreadSpec;
 use super::{ThreadError, Threads};
 
-/// What [`Threads::dry_run`] found.
+/// What [`Thread::dry_run`](super::Thread::dry_run) found.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct ThreadDryRun {
@@ -95,13 +95,8 @@ impl fmt::Display for ThreadDryRun {
 }
 
 impl Threads {
-    /// What the next call that runs thread `id`'s loop would do (see [`ThreadDryRun`]).
-    /// Starts no agent or check, takes no lock, writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::NotFound`], a corrupt record, or an unreadable spec revision.
-    pub fn dry_run(&self, id: &str) -> Result<ThreadDryRun, ThreadError> {
+    /// See [`Thread::dry_run`](super::Thread::dry_run).
+    pub(crate) fn dry_run(&self, id: &str) -> Result<ThreadDryRun, ThreadError> {
         let record = self.get(id)?;
         let spec = ThreadSpec::parse(&self.spec_text(&record)?).ok();
         let config = match record.phase.kind() {

@@ -1,7 +1,7 @@
 //! A thread's moves through its lifecycle, as the calls a person (or quick mode) makes: the
 //! spec, implementation (preflight, the loop, pause and resume, stuck), polish, review and
-//! commit. The four human checkpoints are [`finalize`](Threads::finalize), the choices of a
-//! stuck thread, [`approve`](Threads::approve) and [`commit`](Threads::commit).
+//! commit. The four human checkpoints are [`finalize`](Thread::finalize), the choices of a
+//! stuck thread, [`approve`](Thread::approve) and [`commit`](Thread::commit).
 
 use super::phase::{Phase, PhaseKind};
 use super::record::{RunConfig, StuckReport, ThreadRecord, Turn};
@@ -12,12 +12,8 @@ use crate::runtime::workspace::RunLock;
 impl Threads {
     // ---- Phase 1: the spec --------------------------------------------------------------
 
-    /// Replaces the spec while Drafting: writes the next revision `spec/v<N+1>.md`.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::WrongPhase`] outside Drafting.
-    pub fn edit_spec(&self, id: &str, text: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::edit_spec`].
+    pub(crate) fn edit_spec(&self, id: &str, text: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.get(id)?;
         if record.phase.kind() != PhaseKind::Drafting {
             return Err(Self::wrong_phase(&record, "editing the spec", "Drafting"));
@@ -27,57 +23,27 @@ impl Threads {
         Ok(record)
     }
 
-    /// **Checkpoint 1**, Drafting or Assessing → Finalized: the person approves the spec.
-    /// Quick mode stops here too: starting is the person's next call.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn finalize(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::finalize`].
+    pub(crate) fn finalize(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         self.simple(id, Phase::Finalized)
     }
 
-    /// Finalized → Drafting: reopen the spec.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn reopen(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::reopen`].
+    pub(crate) fn reopen(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         self.only(id, &[PhaseKind::Finalized], PhaseKind::Drafting)?;
         self.simple(id, Phase::Drafting)
     }
 
-    /// PreflightFailed → Drafting: the spec needs fixes.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn fix_spec(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::fix_spec`].
+    pub(crate) fn fix_spec(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         self.only(id, &[PhaseKind::PreflightFailed], PhaseKind::Drafting)?;
         self.simple(id, Phase::Drafting)
     }
 
     // ---- Phase 2: implementation --------------------------------------------------------
 
-    /// Finalized (or PreflightFailed, to retry; or Preflight, when a start was cut short)
-    /// → Preflight, then Configuring or
-    /// PreflightFailed. The thread takes this handle's settings
-    /// ([`run_config`](Threads::run_config)), which Configuring may
-    /// change, and preflight checks the agents they name. Entering Preflight from Finalized
-    /// captures the git baseline; passing moves the work to the branch `ralph/<id>`. In
-    /// quick mode the loop then runs with those settings, up to the next checkpoint.
-    ///
-    /// The call ends with a [`Finished`](crate::Event::Finished) event (and the hooks on it)
-    /// when it fails, when preflight fails, or when quick mode ran the loop; a start that
-    /// leaves the thread Configuring ends no run yet.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase; I/O and git errors. Failed checks
-    /// are not errors: the thread is PreflightFailed with one message per check.
-    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
-    /// Hooks); the call's `Finished` event was sent first.
-    pub async fn start(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::start`].
+    pub(crate) async fn start(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut lock = None;
         let result = self.start_locked(id, &mut lock).await;
         // Preflight passed and no loop ran: the thread waits to be configured and run (the
@@ -130,16 +96,12 @@ impl Threads {
         Ok(record)
     }
 
-    /// Sets the loop's settings while Configuring (seed 001: "models, iterations,
-    /// verifiers"): the models ([`RunConfig::agents`], a fallback chain), the verifier
-    /// ([`RunConfig::verifier`]), the iterations per round and the limits.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::WrongPhase`] outside Configuring; [`ThreadError::Config`] when a
-    /// setting is out of range, or `config.agents` or `config.verifier` names an agent not
-    /// registered with [`agent`](Self::agent).
-    pub fn configure(&self, id: &str, config: RunConfig) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::configure`].
+    pub(crate) fn configure(
+        &self,
+        id: &str,
+        config: RunConfig,
+    ) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.get(id)?;
         if record.phase.kind() != PhaseKind::Configuring {
             return Err(Self::wrong_phase(&record, "configure", "Configuring"));
@@ -156,24 +118,8 @@ impl Threads {
         Ok(record)
     }
 
-    /// Configuring → Running: runs the loop from iteration 1 until it needs a person
-    /// (Implemented, Stuck, Paused; PendingReview in quick mode). Ends with a
-    /// [`Finished`](crate::Event::Finished) event, an error included, as
-    /// [`resume`](Self::resume), [`manual_assist`](Self::manual_assist) and
-    /// [`send_back`](Self::send_back) do.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
-    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
-    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
-    /// Hooks); the call's `Finished` event was sent first.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel through [`stop_token`](Self::stop_token), which saves the thread as Paused;
-    /// dropping the future kills the agent but may leave the thread Running.
-    pub async fn run(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::run`].
+    pub(crate) async fn run(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut lock = None;
         let result = async {
             lock = Some(self.lock_runs().await?);
@@ -202,18 +148,8 @@ impl Threads {
         self.drive(record).await
     }
 
-    /// Paused → Running: continues from the interrupted iteration. A thread left Running or
-    /// Verifying by a loop that is gone (its process was killed or crashed, the machine went
-    /// down, or it stopped on an error) is first recovered as Paused at that iteration, which
-    /// then runs again.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase; I/O and git errors.
-    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
-    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
-    /// Hooks); the call's `Finished` event was sent first.
-    pub async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::resume`].
+    pub(crate) async fn resume(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut lock = None;
         let result = self.resume_locked(id, &mut lock).await;
         self.ended(id, result).await
@@ -272,12 +208,8 @@ impl Threads {
         )
     }
 
-    /// Paused or Stuck → Configuring: change the settings, keeping the changes made.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn reconfigure(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::reconfigure`].
+    pub(crate) fn reconfigure(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         self.only(
             id,
             &[PhaseKind::Paused, PhaseKind::Stuck],
@@ -286,16 +218,8 @@ impl Threads {
         self.simple(id, Phase::Configuring)
     }
 
-    /// **Checkpoint 2** (Stuck), manual assist → Running: the person edited files; the loop
-    /// runs another round of `max_iterations`.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] unless Stuck.
-    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
-    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
-    /// Hooks); the call's `Finished` event was sent first.
-    pub async fn manual_assist(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::manual_assist`].
+    pub(crate) async fn manual_assist(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut lock = None;
         let result = async {
             lock = Some(self.lock_runs().await?);
@@ -309,12 +233,8 @@ impl Threads {
         self.ended(id, result).await
     }
 
-    /// **Checkpoint 2** (Stuck), diagnose: the stuck report; the thread stays Stuck.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::WrongPhase`] unless Stuck.
-    pub fn diagnose(&self, id: &str) -> Result<StuckReport, ThreadError> {
+    /// See [`Thread::diagnose`].
+    pub(crate) fn diagnose(&self, id: &str) -> Result<StuckReport, ThreadError> {
         let record = self.get(id)?;
         match (&record.phase, record.stuck) {
             (Phase::Stuck { .. }, Some(report)) => Ok(report),
@@ -322,18 +242,8 @@ impl Threads {
         }
     }
 
-    /// **Checkpoint 2** (Stuck) or review (PendingReview) → Drafting: the spec was wrong.
-    /// Resets the work tree to the baseline, deletes `ralph/<id>`, and writes `new_spec` (if
-    /// given) as the next revision.
-    ///
-    /// The thread's changes are lost: ask the person first ("This will reset changes.
-    /// Continue?"), as the `ralph` command does (`ralph thread revise` refuses without
-    /// `--yes`).
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from another phase (nothing changes), git errors.
-    pub async fn revise(
+    /// See [`Thread::revise`].
+    pub(crate) async fn revise(
         &self,
         id: &str,
         new_spec: Option<&str>,
@@ -374,42 +284,26 @@ impl Threads {
 
     // ---- Phases 3–5: polish (the agent's run: `polish`), review, commit -----------------
 
-    /// Polishing → Implemented.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn polish_done(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::polish_done`].
+    pub(crate) fn polish_done(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         self.only(id, &[PhaseKind::Polishing], PhaseKind::Implemented)?;
         self.simple(id, Phase::Implemented)
     }
 
-    /// Implemented → PendingReview, with "recommend approve" when every criterion passed
-    /// at the last verification.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn submit_for_review(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::submit_for_review`].
+    pub(crate) fn submit_for_review(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::PendingReview)?;
         let recommend_approve = all_passed(&record);
         self.advance(&mut record, Phase::PendingReview { recommend_approve })?;
         Ok(record)
     }
 
-    /// PendingReview → Running: the review found implementation bugs. `feedback` (what the
-    /// reviewer found, and what to fix) is kept in the thread
-    /// ([`ThreadRecord::feedback`]) and shown in every prompt of the loop, which runs
-    /// another round in the same work tree.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::NoFeedback`] when `feedback` is empty (nothing changes);
-    /// [`ThreadError::Transition`] unless PendingReview.
-    /// [`ThreadError::Busy`] while a loop runs in another process or handle.
-    /// [`ThreadError::Hook`] when a `required` hook failed (see [`Config`](crate::Config)'s
-    /// Hooks); the call's `Finished` event was sent first.
-    pub async fn send_back(&self, id: &str, feedback: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::send_back`].
+    pub(crate) async fn send_back(
+        &self,
+        id: &str,
+        feedback: &str,
+    ) -> Result<ThreadRecord, ThreadError> {
         let mut lock = None;
         let result = async {
             lock = Some(self.lock_runs().await?);
@@ -461,16 +355,8 @@ impl Threads {
         Ok(record)
     }
 
-    /// **Checkpoint 3**, PendingReview → Approved: seed 001's "this is what will be
-    /// committed". The work tree as it is now (ralph's `.ralph/` left out) is recorded as a
-    /// git tree ([`ThreadRecord::approved_tree`]); [`commit`](Self::commit) commits only
-    /// that tree. Quick mode then prepares the commit message (ReadyToCommit) and stops
-    /// there.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase; git errors.
-    pub async fn approve(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::approve`].
+    pub(crate) async fn approve(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Approved)?;
         record.approved_tree = Some(self.git().work_tree_id(&self.kept_out()).await?);
         self.advance(&mut record, Phase::Approved)?;
@@ -480,12 +366,8 @@ impl Threads {
         Ok(record)
     }
 
-    /// Approved → ReadyToCommit with `message`, or one generated from the title and spec.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase.
-    pub fn prepare_commit(
+    /// See [`Thread::prepare_commit`].
+    pub(crate) fn prepare_commit(
         &self,
         id: &str,
         message: Option<&str>,
@@ -502,21 +384,8 @@ impl Threads {
         Ok(record)
     }
 
-    /// **Checkpoint 4**, ReadyToCommit → Done: the person's explicit commit. Commits every
-    /// change (except `.ralph/`) on the thread's branch `ralph/<id>` with `message` or the
-    /// prepared one; merging it is left to the person.
-    ///
-    /// Only what was approved is committed: when the work tree is not the tree recorded by
-    /// [`approve`](Self::approve) (an edit since, by a person or a tool), nothing is
-    /// committed and the thread goes back to PendingReview, since any change needs a review
-    /// of its own (seed 001: "Any code changes require re-review").
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::ChangedSinceApproval`] naming the changed paths (the thread is then
-    /// PendingReview); [`ThreadError::Transition`] from any other phase; git errors (a
-    /// refusing hook).
-    pub async fn commit(
+    /// See [`Thread::commit`].
+    pub(crate) async fn commit(
         &self,
         id: &str,
         message: Option<&str>,
@@ -567,19 +436,8 @@ impl Threads {
         })
     }
 
-    /// Any non-terminal phase → Abandoned. Nothing is deleted: the branch `ralph/<id>`
-    /// and every change on it are kept for the person (to read, cherry-pick or delete), and
-    /// the spec revisions and run records stay in `.ralph/`. When the work tree is on
-    /// `ralph/<id>` and clean (the changes were committed there, or there were none), HEAD
-    /// goes back to the baseline branch (or the baseline commit, detached) so the person is
-    /// where they started; with uncommitted changes it stays on `ralph/<id>`, since switching
-    /// would carry them along or fail.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from Done or Abandoned; [`ThreadError::Busy`] when the
-    /// thread's loop runs in another live process (pause it first); git errors.
-    pub async fn abandon(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::abandon`].
+    pub(crate) async fn abandon(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut record = self.load_for(id, PhaseKind::Abandoned)?;
         // A loop running elsewhere would overwrite the abandoned record with its next phase.
         let _lock = if matches!(
@@ -616,12 +474,8 @@ impl Threads {
         Ok(())
     }
 
-    /// The diff of the work tree from the thread's baseline (empty before Preflight).
-    ///
-    /// # Errors
-    ///
-    /// git errors.
-    pub async fn diff(&self, id: &str) -> Result<String, ThreadError> {
+    /// See [`Thread::diff`].
+    pub(crate) async fn diff(&self, id: &str) -> Result<String, ThreadError> {
         let record = self.get(id)?;
         match &record.baseline {
             Some(b) => Ok(self

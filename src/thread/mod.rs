@@ -13,11 +13,11 @@
 //!
 //! Every move is checked against the table of transitions between [`PhaseKind`]s and persisted before the call
 //! returns. The four human checkpoints are separate methods a person calls:
-//! [`finalize`](Threads::finalize), the choices of a stuck thread
-//! ([`revise`](Threads::revise), [`reconfigure`](Threads::reconfigure),
-//! [`manual_assist`](Threads::manual_assist), [`abandon`](Threads::abandon),
-//! [`diagnose`](Threads::diagnose)), [`approve`](Threads::approve) and
-//! [`commit`](Threads::commit). Quick mode ([`Threads::quick`]) advances *to* a
+//! [`finalize`](Thread::finalize), the choices of a stuck thread
+//! ([`revise`](Thread::revise), [`reconfigure`](Thread::reconfigure),
+//! [`manual_assist`](Thread::manual_assist), [`abandon`](Thread::abandon),
+//! [`diagnose`](Thread::diagnose)), [`approve`](Thread::approve) and
+//! [`commit`](Thread::commit). Quick mode ([`Threads::quick`]) advances *to* a
 //! checkpoint and never past it.
 //!
 //! # Git
@@ -25,10 +25,10 @@
 //! When implementation starts (Finalized → Preflight) the current branch and HEAD are
 //! captured as the thread's baseline and the work moves to the branch `ralph/<id>`. Going
 //! back to Drafting from Stuck or PendingReview resets the work tree to the baseline and
-//! deletes that branch ([`revise`](Threads::revise): the `ralph` command asks for `--yes`
-//! first). [`commit`](Threads::commit)
+//! deletes that branch ([`revise`](Thread::revise): the `ralph` command asks for `--yes`
+//! first). [`commit`](Thread::commit)
 //! is the person's own call: it commits the changes on `ralph/<id>` and leaves merging to
-//! them. [`abandon`](Threads::abandon) deletes nothing: the branch and its changes stay for
+//! them. [`abandon`](Thread::abandon) deletes nothing: the branch and its changes stay for
 //! the person. ralph's `.ralph/` folder is never committed, reset or counted as a change.
 //!
 //! # One loop at a time
@@ -52,9 +52,9 @@
 //!
 //! # Drafting, assessing and agents
 //!
-//! [`discuss`](Threads::discuss) talks with a read-only agent about the spec while it is
+//! [`discuss`](Thread::discuss) talks with a read-only agent about the spec while it is
 //! drafted; each turn is kept, and a reply that revises the spec writes its next revision.
-//! [`assess`](Threads::assess) asks a read-only agent to review the spec; its feedback is
+//! [`assess`](Thread::assess) asks a read-only agent to review the spec; its feedback is
 //! kept in the thread.
 //!
 //! **One fallback mechanism.** A thread's models are names ([`RunConfig::agents`], chosen
@@ -80,12 +80,12 @@
 //!
 //! # Review
 //!
-//! [`approve`](Threads::approve) records the tree the person approved (the work tree, ralph's
+//! [`approve`](Thread::approve) records the tree the person approved (the work tree, ralph's
 //! `.ralph/` left out, as a git tree id: [`ThreadRecord::approved_tree`]), and
-//! [`commit`](Threads::commit) commits only that tree: a work tree changed since (an edit
+//! [`commit`](Thread::commit) commits only that tree: a work tree changed since (an edit
 //! after approval) sends the thread back to PendingReview with
 //! [`ThreadError::ChangedSinceApproval`] naming the changed paths, since any change needs a
-//! review of its own. [`send_back`](Threads::send_back) takes the reviewer's feedback, keeps
+//! review of its own. [`send_back`](Thread::send_back) takes the reviewer's feedback, keeps
 //! it in the thread ([`ThreadRecord::feedback`]) and shows it to the agent in every prompt
 //! of the next round.
 //!
@@ -111,11 +111,12 @@
 //! let spec = "# Hello\n<promise>SHIPPED</promise>\n## Acceptance Criteria\n- [ ] greets: `grep -q hello hello.txt`\n";
 //! let id = threads.create("Hello", spec)?.id;
 //!
-//! threads.finalize(&id)?;                     // checkpoint 1: a person approves the spec
-//! let thread = threads.start(&id).await?;     // quick: preflight, defaults, the loop, review
-//! assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
-//! threads.approve(&id).await?;                // checkpoint 3
-//! let done = threads.commit(&id, None).await?; // checkpoint 4: commits on ralph/<id>
+//! let thread = threads.thread(&id);           // the lifecycle of one thread
+//! thread.finalize()?;                          // checkpoint 1: a person approves the spec
+//! let record = thread.start().await?;          // quick: preflight, defaults, the loop, review
+//! assert_eq!(record.phase.kind(), PhaseKind::PendingReview);
+//! thread.approve().await?;                     // checkpoint 3
+//! let done = thread.commit(None).await?;       // checkpoint 4: commits on ralph/<id>
 //! assert_eq!(done.phase.kind(), PhaseKind::Done);
 //! # let branch = git(&["branch", "--show-current"])?.stdout;
 //! # assert_eq!(String::from_utf8(branch)?.trim(), format!("ralph/{id}"));
@@ -130,6 +131,7 @@ mod criteria;
 mod draft;
 mod dry_run;
 mod error;
+mod handle;
 mod lifecycle;
 mod lock;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
@@ -160,6 +162,7 @@ pub use assess::{AssessIssue, Assessment};
 pub(crate) use draft::DraftAnswer;
 pub use dry_run::ThreadDryRun;
 pub use error::ThreadError;
+pub use handle::Thread;
 pub use phase::{Phase, PhaseKind};
 pub use record::{IterationRecord, RunConfig, RunRecord, StuckReport, ThreadRecord, Turn};
 
@@ -244,9 +247,9 @@ impl Threads {
     /// Adds an observer of the [`Event`](crate::Event)s of this workspace's runs: a warning
     /// when starting a loop killed what an earlier, killed run left running, each agent run
     /// (`AgentFinished`), each criterion command (`GateFinished`), and the end of each call
-    /// that runs the loop or preflight ([`start`](Self::start), [`run`](Self::run),
-    /// [`resume`](Self::resume), [`manual_assist`](Self::manual_assist),
-    /// [`send_back`](Self::send_back)), an error included (`Finished`, with the thread and
+    /// that runs the loop or preflight ([`start`](Thread::start), [`run`](Thread::run),
+    /// [`resume`](Thread::resume), [`manual_assist`](Thread::manual_assist),
+    /// [`send_back`](Thread::send_back)), an error included (`Finished`, with the thread and
     /// the phase it was left in).
     #[must_use]
     pub fn observer(mut self, observer: impl Observer + 'static) -> Self {

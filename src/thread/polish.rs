@@ -27,18 +27,8 @@ use crate::output::truncate_middle;
 const OUTPUT_KEPT: usize = 4000;
 
 impl Threads {
-    /// Implemented (or Polishing, to polish again) → Polishing, then one agent run on the
-    /// `thread_polish` prompt (docs, tests, cleanup; seed 001's Polishing) and, when it
-    /// claims done, every criterion checked as in the loop: all pass → Implemented; else
-    /// the thread stays Polishing with the result as its latest attempt (polish again, or
-    /// fix by hand and [`polish_done`](Self::polish_done)). An interrupt leaves it
-    /// Polishing. Ends with a [`Finished`](crate::Event::Finished) event.
-    ///
-    /// # Errors
-    ///
-    /// [`ThreadError::Transition`] from any other phase; [`ThreadError::Busy`] while a
-    /// loop runs; I/O and git errors; [`ThreadError::Hook`] when a `required` hook failed.
-    pub async fn polish(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
+    /// See [`Thread::polish`].
+    pub(crate) async fn polish(&self, id: &str) -> Result<ThreadRecord, ThreadError> {
         let mut lock = None;
         let result = async {
             lock = Some(self.lock_runs().await?);

@@ -76,7 +76,7 @@ pub struct ThreadRecord {
     #[serde(default)]
     pub feedback: Vec<Turn>,
     /// The work tree as the person approved it: a git tree id of everything but `.ralph/`.
-    /// [`commit`](super::Threads::commit) commits only this tree.
+    /// [`commit`](super::Thread::commit) commits only this tree.
     #[serde(default)]
     pub approved_tree: Option<String>,
     /// The agent that took the loop's latest run (a name of [`RunConfig::agents`], or the

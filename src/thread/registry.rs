@@ -53,6 +53,13 @@ impl Threads {
         Ok(record)
     }
 
+    /// The thread `id`, to run its lifecycle: see [`Thread`](super::Thread). Nothing is read
+    /// yet; a thread that does not exist is refused by its first call
+    /// ([`ThreadError::NotFound`]).
+    pub fn thread(&self, id: &str) -> super::Thread<'_> {
+        super::Thread::new(self, id)
+    }
+
     /// Loads thread `id`.
     ///
     /// # Errors

@@ -139,7 +139,7 @@ async fn a_thread_dry_run_writes_nothing() {
     let threads = crate::support::threads::threads(dir.path(), &agent, false, 3);
     let id = crate::support::threads::finalized(&threads, crate::support::threads::SPEC);
     let before = tree(dir.path());
-    let report = threads.dry_run(&id).unwrap();
+    let report = threads.thread(&id).dry_run().unwrap();
     assert_eq!(report.phase, PhaseKind::Finalized);
     assert!(
         report.next.as_deref().unwrap().starts_with("preflight"),
@@ -277,8 +277,8 @@ async fn a_thread_loop_stops_when_its_thread_json_is_deleted_under_it() {
         },
     )
     .unwrap();
-    threads.start(&id).await.unwrap();
-    let err = threads.run(&id).await.unwrap_err().to_string();
+    threads.thread(&id).start().await.unwrap();
+    let err = threads.thread(&id).run().await.unwrap_err().to_string();
     assert!(
         err.contains("thread.json") && err.contains("was deleted"),
         "{err}"
@@ -450,8 +450,8 @@ async fn every_mode_is_refused_while_another_run_holds_the_workspace() {
         .create("T", crate::support::threads::SPEC)
         .unwrap()
         .id;
-    threads.finalize(&id).unwrap();
-    let started = threads.start(&id).await.unwrap();
+    threads.thread(&id).finalize().unwrap();
+    let started = threads.thread(&id).start().await.unwrap();
     assert_eq!(
         started.phase.kind(),
         PhaseKind::PreflightFailed,
@@ -583,9 +583,10 @@ async fn out_of_range_numbers_are_refused_naming_the_key_in_every_mode() {
     let repo = crate::support::threads::repo().await;
     let threads = ralph::thread::Threads::new(repo.path(), FakeAgent::new()).unwrap();
     let id = crate::support::threads::finalized(&threads, crate::support::threads::SPEC);
-    threads.start(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
     let err = threads
-        .configure(&id, ralph::thread::RunConfig::default().max_iterations(0))
+        .thread(&id)
+        .configure(ralph::thread::RunConfig::default().max_iterations(0))
         .unwrap_err()
         .to_string();
     assert!(

@@ -410,7 +410,7 @@ async fn observers_get_a_threads_failed_end_and_the_builder_can_set_hooks() {
         .unwrap()
         .id;
 
-    let err = threads.resume(&id).await.unwrap_err();
+    let err = threads.thread(&id).resume().await.unwrap_err();
 
     let ends = recorder.of_kind("finished");
     assert_eq!(ends.len(), 1, "{ends:?}");

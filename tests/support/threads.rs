@@ -44,7 +44,7 @@ pub fn no_claim() -> Script {
 /// Creates and finalizes a thread with `spec`; returns its id.
 pub fn finalized(threads: &Threads, spec: &str) -> String {
     let id = threads.create("Greeter", spec).unwrap().id;
-    threads.finalize(&id).unwrap();
+    threads.thread(&id).finalize().unwrap();
     id
 }
 

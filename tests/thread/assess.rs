@@ -30,7 +30,7 @@ async fn issues_send_the_thread_back_to_drafting_with_the_feedback_kept() {
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
 
-    let thread = threads.assess(&id).await.unwrap();
+    let thread = threads.thread(&id).assess().await.unwrap();
     assert_eq!(thread.phase, Phase::Drafting, "AI found issues");
     let assessment = thread.assessment.clone().unwrap();
     assert!(!assessment.ready);
@@ -71,20 +71,23 @@ async fn no_issues_stays_assessing_recommending_finalize_which_stays_the_persons
     let threads = threads(dir.path(), &agent, true, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
 
-    let thread = threads.assess(&id).await.unwrap();
+    let thread = threads.thread(&id).assess().await.unwrap();
     assert_eq!(thread.phase, Phase::Assessing);
     let assessment = thread.assessment.unwrap();
     assert!(assessment.ready && assessment.issues.is_empty());
     assert_eq!(assessment.recommendation(), "ready to finalize");
-    let refused = threads.start(&id).await.unwrap_err();
+    let refused = threads.thread(&id).start().await.unwrap_err();
     assert!(
         refused.to_string().contains("from Assessing to Preflight"),
         "{refused}"
     );
     // Assessing → Finalized: the person approves after reviewing the feedback.
-    assert_eq!(threads.finalize(&id).unwrap().phase, Phase::Finalized);
+    assert_eq!(
+        threads.thread(&id).finalize().unwrap().phase,
+        Phase::Finalized
+    );
     // Assessing is only entered from Drafting (or re-run there).
-    let refused = threads.assess(&id).await.unwrap_err();
+    let refused = threads.thread(&id).assess().await.unwrap_err();
     assert!(
         refused.to_string().contains("from Finalized to Assessing"),
         "{refused}"
@@ -104,7 +107,7 @@ async fn an_invalid_answer_is_retried_once_with_the_error_shown() {
     );
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
-    let thread = threads.assess(&id).await.unwrap();
+    let thread = threads.thread(&id).assess().await.unwrap();
     assert_eq!(thread.phase, Phase::Assessing);
     let requests = agent.requests();
     assert_eq!(requests.len(), 2);
@@ -135,7 +138,7 @@ async fn an_unusable_or_failed_assessment_is_an_error_and_the_thread_stays_asses
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
 
-    let err = threads.assess(&id).await.unwrap_err();
+    let err = threads.thread(&id).assess().await.unwrap_err();
     assert!(matches!(err, ThreadError::Assessment { .. }), "{err:?}");
     let message = err.to_string();
     assert!(
@@ -149,7 +152,7 @@ async fn an_unusable_or_failed_assessment_is_an_error_and_the_thread_stays_asses
     assert_eq!(thread.assessment, None);
 
     // Run again from Assessing: the agent fails this time.
-    let err = threads.assess(&id).await.unwrap_err();
+    let err = threads.thread(&id).assess().await.unwrap_err();
     assert!(err.to_string().contains("the model is overloaded"), "{err}");
     assert_eq!(threads.get(&id).unwrap().phase.kind(), PhaseKind::Assessing);
 }
@@ -161,7 +164,7 @@ async fn a_spec_preflight_would_refuse_is_never_called_ready() {
     let threads = threads(dir.path(), &agent, false, 3);
     let spec = "# Greeter\n\n## Acceptance Criteria\n\n- [ ] says hello\n";
     let id = threads.create("Greeter", spec).unwrap().id;
-    let thread = threads.assess(&id).await.unwrap();
+    let thread = threads.thread(&id).assess().await.unwrap();
     assert_eq!(thread.phase, Phase::Drafting);
     let assessment = thread.assessment.unwrap();
     assert!(!assessment.ready);

@@ -85,7 +85,7 @@ async fn context_thresholds_of_ralph_toml_reach_every_request_of_a_thread() {
         quick(Threads::new(dir.path(), Arc::clone(&agent)).unwrap()).agent("named", named);
     let id = finalized(&threads, &spec);
 
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
 
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     let contexts = agent.contexts.lock().unwrap().clone();
@@ -138,13 +138,13 @@ async fn a_prompts_override_of_a_thread_template_is_used() {
     );
     let threads = quick(Threads::new(dir.path(), Arc::clone(&agent)).unwrap());
     let id = finalized(&threads, &spec);
-    let dry = threads.dry_run(&id).unwrap().to_string();
+    let dry = threads.thread(&id).dry_run().unwrap().to_string();
     assert!(
         dry.contains("prompt:    thread (") && dry.contains("prompts/thread.md"),
         "{dry}"
     );
 
-    threads.start(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
 
     let prompts: Vec<String> = agent.requests().iter().map(|r| r.prompt.clone()).collect();
     assert_eq!(
@@ -170,7 +170,7 @@ async fn threads_of_a_ralph_share_its_config_and_stop_token() {
         .unwrap();
     let threads = quick(ralph.threads());
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
     assert_eq!(agent.contexts.lock().unwrap()[0].warn, 0.4);
 
     ralph.stop_token().cancel();

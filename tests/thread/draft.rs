@@ -32,14 +32,19 @@ async fn a_conversation_revises_the_spec_and_keeps_every_turn() {
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
 
-    let first = threads.discuss(&id, "Is this spec clear?").await.unwrap();
+    let first = threads
+        .thread(&id)
+        .discuss("Is this spec clear?")
+        .await
+        .unwrap();
     assert_eq!(first.by, "agent");
     assert_eq!(first.text, "Which greeting exactly?");
     assert!(!first.revised);
     assert_eq!(first.spec_version, 1);
 
     let second = threads
-        .discuss(&id, "It should say `hello, world`.")
+        .thread(&id)
+        .discuss("It should say `hello, world`.")
         .await
         .unwrap();
     assert!(second.revised, "{second:?}");
@@ -58,7 +63,7 @@ async fn a_conversation_revises_the_spec_and_keeps_every_turn() {
         "revisions are never rewritten"
     );
 
-    let turns = threads.conversation(&id).unwrap();
+    let turns = threads.thread(&id).conversation().unwrap();
     let said: Vec<(&str, &str)> = turns
         .iter()
         .map(|t| (t.by.as_str(), t.text.as_str()))
@@ -73,7 +78,7 @@ async fn a_conversation_revises_the_spec_and_keeps_every_turn() {
         ]
     );
     assert!(turns[3].run_id.is_some());
-    let log = threads.conversation_path(&id);
+    let log = threads.thread(&id).conversation_path();
     assert!(log.ends_with(format!("threads/{id}/spec/conversation.jsonl")));
 
     // A read-only structured run that sees the spec, the conversation and the message.
@@ -107,25 +112,33 @@ async fn discussing_needs_drafting_and_a_failed_reply_keeps_the_message() {
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
 
-    let err = threads.discuss(&id, "Anything missing?").await.unwrap_err();
+    let err = threads
+        .thread(&id)
+        .discuss("Anything missing?")
+        .await
+        .unwrap_err();
     assert!(matches!(err, ThreadError::Discussion { .. }), "{err:?}");
     assert!(
         err.to_string().contains("unusable twice")
             && err.to_string().contains("your message is kept"),
         "{err}"
     );
-    let turns = threads.conversation(&id).unwrap();
+    let turns = threads.thread(&id).conversation().unwrap();
     assert_eq!(turns.len(), 1);
     assert_eq!(turns[0].text, "Anything missing?");
     assert_eq!(threads.get(&id).unwrap().spec_version, 1);
 
     let other = finalized(&threads, SPEC);
-    let refused = threads.discuss(&other, "one more thing").await.unwrap_err();
+    let refused = threads
+        .thread(&other)
+        .discuss("one more thing")
+        .await
+        .unwrap_err();
     assert!(
         matches!(refused, ThreadError::WrongPhase { .. }),
         "{refused:?}"
     );
-    assert!(threads.conversation(&other).unwrap().is_empty());
+    assert!(threads.thread(&other).conversation().unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -136,17 +149,17 @@ async fn a_torn_last_turn_is_left_out_and_a_bad_one_is_named_by_file_and_line() 
     );
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
-    threads.discuss(&id, "Hello").await.unwrap();
-    let log = threads.conversation_path(&id);
+    threads.thread(&id).discuss("Hello").await.unwrap();
+    let log = threads.thread(&id).conversation_path();
 
     // A crash mid-append leaves a line without its newline.
     let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
     file.write_all(br#"{"at":"2026-01-01T00:00:00Z","by":"per"#)
         .unwrap();
-    assert_eq!(threads.conversation(&id).unwrap().len(), 2);
+    assert_eq!(threads.thread(&id).conversation().unwrap().len(), 2);
 
     file.write_all(b"\n").unwrap();
-    let err = threads.conversation(&id).unwrap_err();
+    let err = threads.thread(&id).conversation().unwrap_err();
     let message = err.to_string();
     assert!(
         message.contains("conversation.jsonl") && message.contains("line 3"),

@@ -49,7 +49,7 @@ async fn a_fatal_failure_hands_the_same_iteration_to_the_next_agent() {
     let second = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = chain(dir.path(), &first, &second, true);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(
         thread.phase,
         Phase::PendingReview {
@@ -75,7 +75,7 @@ async fn stuck_only_when_all_agents_are_exhausted_and_the_report_says_so() {
     let second = Arc::new(FakeAgent::new().then(fatal("model not found")));
     let threads = chain(dir.path(), &first, &second, true);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     let Phase::Stuck { reason } = &thread.phase else {
         panic!("{:?}", thread.phase)
     };
@@ -85,12 +85,12 @@ async fn stuck_only_when_all_agents_are_exhausted_and_the_report_says_so() {
             && reason.contains("; second: model not found)"),
         "{reason}"
     );
-    assert_eq!(&threads.diagnose(&id).unwrap().reason, reason);
+    assert_eq!(&threads.thread(&id).diagnose().unwrap().reason, reason);
 
     // A new round (manual assist, reconfigure) starts with the first agent again.
     let first_again = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = chain(dir.path(), &first_again, &second, false);
-    let thread = threads.manual_assist(&id).await.unwrap();
+    let thread = threads.thread(&id).manual_assist().await.unwrap();
     assert_eq!(thread.phase, Phase::Implemented);
     assert_eq!(first_again.requests().len(), 1);
     assert_eq!(thread.current_agent.as_deref(), Some("first"));
@@ -109,7 +109,7 @@ async fn a_transient_failure_passes_the_run_to_the_next_agent() {
     let second = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = chain(dir.path(), &first, &second, true);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     assert_eq!(first.requests().len(), 1);
     assert_eq!(second.requests()[0].attempt, 1);
@@ -130,7 +130,7 @@ async fn a_rate_limited_model_rests_and_takes_the_run_again_once_its_limit_reset
     let second = Arc::new(FakeAgent::new().then(Script::new().answer("Looked around.")));
     let threads = chain(dir.path(), &first, &second, true);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     let by: Vec<(&str, u32)> = first
         .requests()
@@ -160,9 +160,13 @@ async fn a_configured_verifier_judges_the_criteria_the_models_build() {
         .agent("builder", Arc::clone(&builder))
         .agent("judge", Arc::clone(&judge));
     let id = finalized(&threads, &spec);
-    assert_eq!(threads.start(&id).await.unwrap().phase, Phase::Configuring);
+    assert_eq!(
+        threads.thread(&id).start().await.unwrap().phase,
+        Phase::Configuring
+    );
     let refused = threads
-        .configure(&id, RunConfig::default().verifier("nobody"))
+        .thread(&id)
+        .configure(RunConfig::default().verifier("nobody"))
         .unwrap_err();
     assert!(
         refused.to_string().contains(r#"no agent named "nobody""#),
@@ -172,8 +176,8 @@ async fn a_configured_verifier_judges_the_criteria_the_models_build() {
         .max_iterations(2)
         .agents(["builder"])
         .verifier("judge");
-    threads.configure(&id, settings.clone()).unwrap();
-    let thread = threads.run(&id).await.unwrap();
+    threads.thread(&id).configure(settings.clone()).unwrap();
+    let thread = threads.thread(&id).run().await.unwrap();
     assert_eq!(thread.phase, Phase::Implemented);
     assert_eq!(thread.config, settings, "kept in the thread");
     let roles = |agent: &FakeAgent| agent.requests().iter().map(|r| r.role).collect::<Vec<_>>();
@@ -187,7 +191,7 @@ async fn a_single_default_agent_failing_fatally_is_stuck_as_exhausted() {
     let agent = Arc::new(FakeAgent::new().then(fatal("not logged in")));
     let threads = crate::support::threads::threads(dir.path(), &agent, true, 3);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     let Phase::Stuck { reason } = &thread.phase else {
         panic!("{:?}", thread.phase)
     };
@@ -206,7 +210,7 @@ async fn an_unknown_agent_name_fails_preflight_and_is_refused_by_configure() {
         .agent("first", FakeAgent::new())
         .run_config(RunConfig::default().agents(["first", "nope"]));
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     let Phase::PreflightFailed { failures } = &thread.phase else {
         panic!("{:?}", thread.phase)
     };
@@ -222,11 +226,12 @@ async fn an_unknown_agent_name_fails_preflight_and_is_refused_by_configure() {
     let other = finalized(&threads, SPEC);
     std::fs::remove_dir_all(threads.state_dir().join("threads").join(&id)).unwrap();
     assert_eq!(
-        threads.start(&other).await.unwrap().phase,
+        threads.thread(&other).start().await.unwrap().phase,
         Phase::Configuring
     );
     let err = threads
-        .configure(&other, RunConfig::default().agents(["nope"]))
+        .thread(&other)
+        .configure(RunConfig::default().agents(["nope"]))
         .unwrap_err();
     assert!(matches!(err, ThreadError::Config { .. }), "{err:?}");
     assert!(

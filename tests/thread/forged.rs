@@ -87,7 +87,7 @@ async fn a_record_an_earlier_ralph_wrote_is_adopted_once_with_a_notice() {
     assert!(events.events().iter().any(|e| matches!(e,
         Event::StateRepaired { note } if note.contains("written by an earlier ralph"))));
     // Its next save seals it: then an unsealed copy is refused.
-    threads.finalize(&id).unwrap();
+    threads.thread(&id).finalize().unwrap();
     assert!(std::fs::read_to_string(&path).unwrap().contains("\"seal\""));
     std::fs::write(&path, "{\"id\": \"1-greeter\"}\n").unwrap();
     assert!(matches!(
@@ -115,7 +115,7 @@ async fn an_agent_that_forges_the_threads_record_stops_the_loop_and_is_rolled_ba
     let threads = threads(dir.path(), &agent, true, 3);
     let id = finalized(&threads, SPEC);
 
-    let err = threads.start(&id).await.unwrap_err();
+    let err = threads.thread(&id).start().await.unwrap_err();
 
     assert!(
         matches!(
@@ -133,7 +133,7 @@ async fn an_agent_that_forges_the_threads_record_stops_the_loop_and_is_rolled_ba
     let record = threads.get(&id).unwrap();
     assert_ne!(record.phase.kind(), PhaseKind::Done, "the forgery is gone");
 
-    let record = threads.resume(&id).await.unwrap();
+    let record = threads.thread(&id).resume().await.unwrap();
 
     assert_eq!(record.phase.kind(), PhaseKind::PendingReview);
     assert_eq!(

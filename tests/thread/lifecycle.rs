@@ -20,14 +20,14 @@ async fn quick_mode_stops_at_every_checkpoint_and_recommends_approval() {
     let id = threads.create("Greeter", SPEC).unwrap().id;
     // Checkpoint 1: nothing moves a Drafting thread to Finalized but `finalize`.
     assert_eq!(threads.get(&id).unwrap().phase, Phase::Drafting);
-    let refused = threads.start(&id).await.unwrap_err();
+    let refused = threads.thread(&id).start().await.unwrap_err();
     assert!(
         refused.to_string().contains("from Drafting to Preflight"),
         "{refused}"
     );
-    threads.finalize(&id).unwrap();
+    threads.thread(&id).finalize().unwrap();
 
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     // Checkpoint 3: quick mode reaches review and stops, recommending approval.
     assert_eq!(
         thread.phase,
@@ -37,7 +37,7 @@ async fn quick_mode_stops_at_every_checkpoint_and_recommends_approval() {
     );
     assert_eq!(agent.requests().len(), 1);
     // Checkpoint 4: approval prepares the commit and stops before it.
-    let approved = threads.approve(&id).await.unwrap();
+    let approved = threads.thread(&id).approve().await.unwrap();
     assert_eq!(approved.phase.kind(), PhaseKind::ReadyToCommit);
     let git = Git::new(dir.path());
     let branch = format!("ralph/{id}");
@@ -50,7 +50,11 @@ async fn quick_mode_stops_at_every_checkpoint_and_recommends_approval() {
         ["?? hello.txt"],
         "nothing committed before the person commits"
     );
-    let done = threads.commit(&id, Some("Add hello.txt")).await.unwrap();
+    let done = threads
+        .thread(&id)
+        .commit(Some("Add hello.txt"))
+        .await
+        .unwrap();
     let Phase::Done { commit: Some(sha) } = done.phase else {
         panic!("{:?}", done.phase)
     };
@@ -86,49 +90,62 @@ async fn methodical_mode_walks_every_forward_row() {
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
     // Drafting → Assessing → Drafting: the AI review found issues.
-    let reviewed = threads.assess(&id).await.unwrap();
+    let reviewed = threads.thread(&id).assess().await.unwrap();
     assert_eq!(reviewed.phase, Phase::Drafting);
     assert!(!reviewed.assessment.unwrap().ready);
-    let revised = threads.edit_spec(&id, SPEC).unwrap();
+    let revised = threads.thread(&id).edit_spec(SPEC).unwrap();
     assert_eq!(revised.spec_version, 2);
     // Drafting → Assessing, ready: it stays there until the person finalizes.
-    assert_eq!(threads.assess(&id).await.unwrap().phase, Phase::Assessing);
-    assert_eq!(threads.finalize(&id).unwrap().phase, Phase::Finalized);
-    assert_eq!(threads.reopen(&id).unwrap().phase, Phase::Drafting);
-    threads.finalize(&id).unwrap();
+    assert_eq!(
+        threads.thread(&id).assess().await.unwrap().phase,
+        Phase::Assessing
+    );
+    assert_eq!(
+        threads.thread(&id).finalize().unwrap().phase,
+        Phase::Finalized
+    );
+    assert_eq!(threads.thread(&id).reopen().unwrap().phase, Phase::Drafting);
+    threads.thread(&id).finalize().unwrap();
 
     // Methodical: preflight stops at Configuring for the person's settings.
-    let configuring = threads.start(&id).await.unwrap();
+    let configuring = threads.thread(&id).start().await.unwrap();
     assert_eq!(configuring.phase, Phase::Configuring);
     assert_eq!(agent.requests().len(), 2, "only the two reviews so far");
     threads
-        .configure(&id, RunConfig::default().max_iterations(2))
+        .thread(&id)
+        .configure(RunConfig::default().max_iterations(2))
         .unwrap();
-    let implemented = threads.run(&id).await.unwrap();
+    let implemented = threads.thread(&id).run().await.unwrap();
     assert_eq!(
         implemented.phase,
         Phase::Implemented,
         "no auto review in methodical mode"
     );
     // Implemented → Polishing → Implemented: the polish run claimed done, the criteria hold.
-    assert_eq!(threads.polish(&id).await.unwrap().phase, Phase::Implemented);
-    let review = threads.submit_for_review(&id).unwrap();
+    assert_eq!(
+        threads.thread(&id).polish().await.unwrap().phase,
+        Phase::Implemented
+    );
+    let review = threads.thread(&id).submit_for_review().unwrap();
     assert_eq!(
         review.phase,
         Phase::PendingReview {
             recommend_approve: true
         }
     );
-    assert_eq!(threads.approve(&id).await.unwrap().phase, Phase::Approved);
-    let ready = threads.prepare_commit(&id, None).unwrap();
+    assert_eq!(
+        threads.thread(&id).approve().await.unwrap().phase,
+        Phase::Approved
+    );
+    let ready = threads.thread(&id).prepare_commit(None).unwrap();
     let Phase::ReadyToCommit { message } = &ready.phase else {
         panic!()
     };
     assert!(message.starts_with("Greeter"));
-    let done = threads.commit(&id, None).await.unwrap();
+    let done = threads.thread(&id).commit(None).await.unwrap();
     assert_eq!(done.phase.kind(), PhaseKind::Done);
     // Terminal: nothing leaves Done.
-    let err = threads.abandon(&id).await.unwrap_err();
+    let err = threads.thread(&id).abandon().await.unwrap_err();
     assert!(err.to_string().contains("from Done to Abandoned"), "{err}");
 }
 
@@ -142,7 +159,7 @@ async fn failed_criteria_go_back_to_running_with_the_failures_in_the_next_prompt
     );
     let threads = threads(dir.path(), &agent, true, 3);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     let requests = agent.requests();
     // A fresh agent run per iteration (seed 003, pitfall 1), numbered by iteration.
@@ -200,7 +217,7 @@ async fn max_iterations_ends_stuck_with_a_clear_message_and_the_report() {
     let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")).then(no_claim()));
     let threads = threads(dir.path(), &agent, true, 2);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     let Phase::Stuck { reason } = &thread.phase else {
         panic!("{:?}", thread.phase)
     };
@@ -209,7 +226,7 @@ async fn max_iterations_ends_stuck_with_a_clear_message_and_the_report() {
             && reason.ends_with("criteria remaining: 1 of 2"),
         "{reason}"
     );
-    let report = threads.diagnose(&id).unwrap();
+    let report = threads.thread(&id).diagnose().unwrap();
     assert_eq!(&report.reason, reason);
     assert_eq!(report.spec_version, 1);
     assert_eq!(report.iterations, 2);
@@ -237,7 +254,7 @@ async fn stuck_then_verifying_stuck_when_the_last_iteration_claims_done_and_fail
     let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")));
     let threads = threads(dir.path(), &agent, true, 1);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     let Phase::Stuck { reason } = &thread.phase else {
         panic!("{:?}", thread.phase)
     };
@@ -268,7 +285,7 @@ async fn the_promise_tag_counts_only_as_the_last_line_of_the_final_answer() {
     );
     let threads = threads(dir.path(), &agent, true, 3);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert!(
         matches!(thread.phase, Phase::Stuck { .. }),
         "{:?}",
@@ -295,19 +312,22 @@ async fn stuck_choices_reconfigure_and_manual_assist() {
     );
     let threads = threads(dir.path(), &agent, false, 1);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
     assert_eq!(
-        threads.run(&id).await.unwrap().phase.kind(),
+        threads.thread(&id).run().await.unwrap().phase.kind(),
         PhaseKind::Stuck
     );
     // Reconfigure keeps the changes, then the loop runs a new round.
-    assert_eq!(threads.reconfigure(&id).unwrap().phase, Phase::Configuring);
     assert_eq!(
-        threads.run(&id).await.unwrap().phase.kind(),
+        threads.thread(&id).reconfigure().unwrap().phase,
+        Phase::Configuring
+    );
+    assert_eq!(
+        threads.thread(&id).run().await.unwrap().phase.kind(),
         PhaseKind::Stuck
     );
     // Manual assist: the person edits files, the loop continues.
-    let thread = threads.manual_assist(&id).await.unwrap();
+    let thread = threads.thread(&id).manual_assist().await.unwrap();
     assert_eq!(thread.phase, Phase::Implemented);
     let attempts: Vec<u32> = agent.requests().iter().map(|r| r.attempt).collect();
     assert_eq!(attempts, [1, 2, 3], "iterations continue across rounds");
@@ -319,7 +339,7 @@ async fn revise_from_stuck_resets_to_the_baseline() {
     let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")));
     let threads = threads(dir.path(), &agent, true, 1);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
     let git = Git::new(dir.path());
     let branch = format!("ralph/{id}");
     assert!(git.branch_exists(&branch).await.unwrap());
@@ -327,7 +347,7 @@ async fn revise_from_stuck_resets_to_the_baseline() {
     assert_eq!(threads.get(&id).unwrap().phase.kind(), PhaseKind::Stuck);
 
     let new_spec = SPEC.replace("Write hello.txt", "Write hello.txt, lower case");
-    let drafting = threads.revise(&id, Some(&new_spec)).await.unwrap();
+    let drafting = threads.thread(&id).revise(Some(&new_spec)).await.unwrap();
     assert_eq!(drafting.phase, Phase::Drafting);
     assert_eq!(drafting.spec_version, 2);
     assert!(!dir.path().join("hello.txt").exists(), "reset to baseline");
@@ -366,9 +386,10 @@ async fn review_can_send_back_to_running_or_to_drafting_with_a_reset() {
     );
     let threads = threads(dir.path(), &agent, true, 2);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
     let again = threads
-        .send_back(&id, "Say hello again, twice.")
+        .thread(&id)
+        .send_back("Say hello again, twice.")
         .await
         .unwrap();
     assert_eq!(again.phase.kind(), PhaseKind::PendingReview);
@@ -393,7 +414,7 @@ async fn review_can_send_back_to_running_or_to_drafting_with_a_reset() {
         ),
         ("reviewer", again.spec_version)
     );
-    let drafting = threads.revise(&id, None).await.unwrap();
+    let drafting = threads.thread(&id).revise(None).await.unwrap();
     assert_eq!(drafting.phase, Phase::Drafting);
     assert!(!dir.path().join("hello.txt").exists());
 }
@@ -421,7 +442,7 @@ async fn criteria_without_a_command_are_judged_by_a_read_only_verifier() {
     );
     let threads = threads(dir.path(), &agent, true, 3);
     let id = finalized(&threads, &spec);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     let verify: Vec<_> = agent
         .requests()
@@ -445,7 +466,7 @@ async fn recent_attempts_are_bounded() {
     let agent = Arc::new(agent);
     let threads = threads(dir.path(), &agent, true, 7);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.attempts.len(), 5);
     assert_eq!(thread.attempts[0].iteration, 3);
     let last = agent.requests().pop().unwrap();
@@ -462,12 +483,15 @@ async fn a_hanging_iteration_times_out_and_counts_as_failed() {
     );
     let threads = threads(dir.path(), &agent, true, 3);
     let id = finalized(&threads, SPEC);
-    threads.configure(&id, RunConfig::default()).unwrap_err(); // not Configuring yet: refused with the phase named
+    threads
+        .thread(&id)
+        .configure(RunConfig::default())
+        .unwrap_err(); // not Configuring yet: refused with the phase named
     let threads = threads
         .quick(true)
         .run_config(RunConfig::default().agent_timeout(Duration::from_millis(300)));
     let started = std::time::Instant::now();
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     assert!(
@@ -491,7 +515,8 @@ async fn interrupt_pauses_and_resume_continues_from_the_same_iteration() {
         }
         stop.cancel();
     };
-    let (thread, ()) = tokio::join!(threads.start(&id), interrupter);
+    let handle = threads.thread(&id);
+    let (thread, ()) = tokio::join!(handle.start(), interrupter);
     let thread = thread.unwrap();
     assert_eq!(
         thread.phase,
@@ -509,8 +534,14 @@ async fn interrupt_pauses_and_resume_continues_from_the_same_iteration() {
     // A new process: fresh token, fresh agent.
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = crate::support::threads::threads(dir.path(), &agent, true, 3);
-    assert_eq!(threads.reconfigure(&id).unwrap().phase, Phase::Configuring);
-    assert_eq!(threads.abandon(&id).await.unwrap().phase, Phase::Abandoned);
+    assert_eq!(
+        threads.thread(&id).reconfigure().unwrap().phase,
+        Phase::Configuring
+    );
+    assert_eq!(
+        threads.thread(&id).abandon().await.unwrap().phase,
+        Phase::Abandoned
+    );
 }
 
 #[tokio::test]
@@ -527,12 +558,13 @@ async fn resume_runs_the_interrupted_iteration_again() {
         }
         stop.cancel();
     };
-    let (paused, ()) = tokio::join!(threads.start(&id), interrupter);
+    let handle = threads.thread(&id);
+    let (paused, ()) = tokio::join!(handle.start(), interrupter);
     assert_eq!(paused.unwrap().phase.kind(), PhaseKind::Paused);
 
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = crate::support::threads::threads(dir.path(), &agent, true, 3);
-    let thread = threads.resume(&id).await.unwrap();
+    let thread = threads.thread(&id).resume().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     assert_eq!(agent.requests()[0].attempt, 1, "the same iteration");
 }
@@ -544,13 +576,13 @@ async fn refused_calls_name_both_phases_and_change_nothing() {
     let threads = threads(dir.path(), &agent, false, 3);
     let id = threads.create("Greeter", SPEC).unwrap().id;
     let cases = [
-        threads.approve(&id).await.unwrap_err(),
-        threads.commit(&id, None).await.unwrap_err(),
-        threads.resume(&id).await.unwrap_err(),
-        threads.run(&id).await.unwrap_err(),
-        threads.manual_assist(&id).await.unwrap_err(),
-        threads.polish(&id).await.unwrap_err(),
-        threads.fix_spec(&id).unwrap_err(),
+        threads.thread(&id).approve().await.unwrap_err(),
+        threads.thread(&id).commit(None).await.unwrap_err(),
+        threads.thread(&id).resume().await.unwrap_err(),
+        threads.thread(&id).run().await.unwrap_err(),
+        threads.thread(&id).manual_assist().await.unwrap_err(),
+        threads.thread(&id).polish().await.unwrap_err(),
+        threads.thread(&id).fix_spec().unwrap_err(),
     ];
     for err in cases {
         let message = err.to_string();
@@ -586,7 +618,8 @@ async fn interrupt_during_verification_pauses_and_the_claim_is_checked_again() {
         stop.cancel();
     };
     let started = std::time::Instant::now();
-    let (thread, ()) = tokio::join!(threads.start(&id), interrupter);
+    let handle = threads.thread(&id);
+    let (thread, ()) = tokio::join!(handle.start(), interrupter);
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "the check was stopped"
@@ -627,7 +660,7 @@ async fn a_thread_left_running_by_a_dead_process_is_resumed_at_its_iteration() {
 
         let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
         let threads = crate::support::threads::threads(dir.path(), &agent, true, 3);
-        let thread = threads.resume(&id).await.unwrap();
+        let thread = threads.thread(&id).resume().await.unwrap();
         assert_eq!(thread.phase.kind(), PhaseKind::PendingReview, "{phase}");
         assert_eq!(
             agent.requests()[0].attempt,
@@ -679,10 +712,13 @@ async fn polish_runs_an_agent_under_the_loops_checks() {
     );
     let threads = threads(ws, &agent, false, 3);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
-    assert_eq!(threads.run(&id).await.unwrap().phase, Phase::Implemented);
+    threads.thread(&id).start().await.unwrap();
+    assert_eq!(
+        threads.thread(&id).run().await.unwrap().phase,
+        Phase::Implemented
+    );
 
-    let polished = threads.polish(&id).await.unwrap();
+    let polished = threads.thread(&id).polish().await.unwrap();
     assert_eq!(polished.phase, Phase::Implemented);
     let last = polished.attempts.last().unwrap();
     assert_eq!(last.summary, "polished; 2 of 2 criteria passed");
@@ -699,13 +735,13 @@ async fn polish_runs_an_agent_under_the_loops_checks() {
     assert!(prompt.contains("End with SHIPPED."), "{prompt}");
 
     // A polish that breaks a criterion stays Polishing, with the failure to fix.
-    let broken = threads.polish(&id).await.unwrap();
+    let broken = threads.thread(&id).polish().await.unwrap();
     assert_eq!(broken.phase, Phase::Polishing);
     let last = broken.attempts.last().unwrap();
     assert_eq!(last.failed.len(), 1, "{last:?}");
     assert!(last.failed[0].starts_with("it says hello"), "{last:?}");
     // Polishing again shows the agent what broke; no claim keeps it Polishing.
-    let again = threads.polish(&id).await.unwrap();
+    let again = threads.thread(&id).polish().await.unwrap();
     assert_eq!(again.phase, Phase::Polishing);
     assert!(
         agent.requests()[3].prompt.contains("Broken: it says hello"),
@@ -722,9 +758,12 @@ async fn polish_runs_an_agent_under_the_loops_checks() {
     );
     // The person's own fix, then review: no badge, as the last check failed.
     std::fs::write(ws.join("hello.txt"), "hello\n").unwrap();
-    assert_eq!(threads.polish_done(&id).unwrap().phase, Phase::Implemented);
     assert_eq!(
-        threads.submit_for_review(&id).unwrap().phase,
+        threads.thread(&id).polish_done().unwrap().phase,
+        Phase::Implemented
+    );
+    assert_eq!(
+        threads.thread(&id).submit_for_review().unwrap().phase,
         Phase::PendingReview {
             recommend_approve: false
         }
@@ -743,7 +782,7 @@ async fn the_promise_line_written_back_is_no_claim_and_the_summary_names_the_bar
     let threads = threads(dir.path(), &agent, true, 2);
     let id = finalized(&threads, SPEC);
 
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
 
     assert_eq!(thread.phase.kind(), PhaseKind::Stuck);
     let summaries: Vec<&str> = thread.attempts.iter().map(|a| a.summary.as_str()).collect();

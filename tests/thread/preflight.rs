@@ -27,7 +27,7 @@ async fn a_dirty_tree_fails_and_retry_passes_once_clean() {
     let agent = Arc::new(FakeAgent::new());
     let threads = threads(dir.path(), &agent, false, 3);
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     let f = failures(&thread.phase);
     assert_eq!(f.len(), 1, "{f:?}");
     assert!(
@@ -37,7 +37,7 @@ async fn a_dirty_tree_fails_and_retry_passes_once_clean() {
     );
     // Retry after the person commits.
     Git::new(dir.path()).commit_all("wip", &[]).await.unwrap();
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase, Phase::Configuring);
 }
 
@@ -55,7 +55,7 @@ async fn a_dirty_tree_on_the_threads_own_branch_is_fine_and_keeps_the_baseline()
         .unwrap();
     std::fs::write(dir.path().join("wip.txt"), "work in progress\n").unwrap();
 
-    let failed = threads.start(&id).await.unwrap();
+    let failed = threads.thread(&id).start().await.unwrap();
     let f = failures(&failed.phase);
     assert_eq!(f.len(), 1, "only the spec fails, not the dirty tree: {f:?}");
     assert_eq!(failed.baseline_commit(), Some(head.as_str()));
@@ -64,10 +64,10 @@ async fn a_dirty_tree_on_the_threads_own_branch_is_fine_and_keeps_the_baseline()
     // The person commits on the branch, fixes the spec and retries: same baseline.
     git.commit_all("wip", &[".ralph"]).await.unwrap();
     std::fs::write(dir.path().join("more.txt"), "more\n").unwrap();
-    threads.fix_spec(&id).unwrap();
-    threads.edit_spec(&id, SPEC).unwrap();
-    threads.finalize(&id).unwrap();
-    let passed = threads.start(&id).await.unwrap();
+    threads.thread(&id).fix_spec().unwrap();
+    threads.thread(&id).edit_spec(SPEC).unwrap();
+    threads.thread(&id).finalize().unwrap();
+    let passed = threads.thread(&id).start().await.unwrap();
     assert_eq!(passed.phase, Phase::Configuring);
     assert_eq!(
         (passed.baseline_branch(), passed.baseline_commit()),
@@ -83,7 +83,7 @@ async fn an_empty_repository_has_no_baseline() {
     let agent = Arc::new(FakeAgent::new());
     let threads = threads(dir.path(), &agent, false, 3);
     let id = finalized(&threads, SPEC);
-    let f = failures(&threads.start(&id).await.unwrap().phase);
+    let f = failures(&threads.thread(&id).start().await.unwrap().phase);
     assert_eq!(f.len(), 1, "{f:?}");
     assert!(
         f[0].contains("no baseline to return to") && f[0].contains("has no commit yet"),
@@ -98,7 +98,7 @@ async fn a_directory_that_is_not_a_repository_fails() {
     let agent = Arc::new(FakeAgent::new());
     let threads = threads(dir.path(), &agent, false, 3);
     let id = finalized(&threads, SPEC);
-    let f = failures(&threads.start(&id).await.unwrap().phase);
+    let f = failures(&threads.thread(&id).start().await.unwrap().phase);
     assert_eq!(f.len(), 1, "{f:?}");
     assert!(f[0].contains("is not a git repository"), "{}", f[0]);
 }
@@ -109,17 +109,23 @@ async fn a_spec_without_a_promise_tag_fails_and_fix_spec_goes_back_to_drafting()
     let agent = Arc::new(FakeAgent::new());
     let threads = threads(dir.path(), &agent, false, 3);
     let id = finalized(&threads, &SPEC.replace("<promise>SHIPPED</promise>", ""));
-    let f = failures(&threads.start(&id).await.unwrap().phase);
+    let f = failures(&threads.thread(&id).start().await.unwrap().phase);
     assert_eq!(f.len(), 1, "{f:?}");
     assert!(
         f[0].starts_with("spec v1 (") && f[0].contains("no promise tag"),
         "{}",
         f[0]
     );
-    assert_eq!(threads.fix_spec(&id).unwrap().phase, Phase::Drafting);
-    threads.edit_spec(&id, SPEC).unwrap();
-    threads.finalize(&id).unwrap();
-    assert_eq!(threads.start(&id).await.unwrap().phase, Phase::Configuring);
+    assert_eq!(
+        threads.thread(&id).fix_spec().unwrap().phase,
+        Phase::Drafting
+    );
+    threads.thread(&id).edit_spec(SPEC).unwrap();
+    threads.thread(&id).finalize().unwrap();
+    assert_eq!(
+        threads.thread(&id).start().await.unwrap().phase,
+        Phase::Configuring
+    );
 }
 
 #[tokio::test]
@@ -142,7 +148,7 @@ async fn unparseable_or_missing_criteria_fail() {
         let agent = Arc::new(FakeAgent::new());
         let threads = threads(dir.path(), &agent, false, 3);
         let id = finalized(&threads, spec);
-        let f = failures(&threads.start(&id).await.unwrap().phase);
+        let f = failures(&threads.thread(&id).start().await.unwrap().phase);
         assert!(f.len() == 1 && f[0].contains(expected), "{f:?}");
     }
 }
@@ -174,7 +180,7 @@ async fn an_unavailable_agent_fails() {
     let dir = repo().await;
     let threads = Threads::new(dir.path(), Unavailable).unwrap();
     let id = finalized(&threads, SPEC);
-    let f = failures(&threads.start(&id).await.unwrap().phase);
+    let f = failures(&threads.thread(&id).start().await.unwrap().phase);
     assert_eq!(
         f,
         [
@@ -199,7 +205,7 @@ async fn another_running_thread_fails() {
     let agent = Arc::new(FakeAgent::new());
     let threads = threads(dir.path(), &agent, false, 3);
     let first = finalized(&threads, SPEC);
-    threads.start(&first).await.unwrap();
+    threads.thread(&first).start().await.unwrap();
     // Simulate a loop running in another process: its thread.json says Running.
     let path = threads
         .state_dir()
@@ -224,8 +230,8 @@ async fn another_running_thread_fails() {
     );
 
     let second = threads.create("Second", SPEC).unwrap().id;
-    threads.finalize(&second).unwrap();
-    let f = failures(&threads.start(&second).await.unwrap().phase);
+    threads.thread(&second).finalize().unwrap();
+    let f = failures(&threads.thread(&second).start().await.unwrap().phase);
     assert!(
         f.iter().any(|m| m
             == &format!("thread {first} is Running; pause or finish it before starting another")),
@@ -237,7 +243,7 @@ async fn another_running_thread_fails() {
         r#""runner_pid": null"#,
     );
     crate::support::threads::hand_edit(&threads, &path, &text).await;
-    let f = failures(&threads.start(&second).await.unwrap().phase);
+    let f = failures(&threads.thread(&second).start().await.unwrap().phase);
     assert!(
         f.iter()
             .any(|m| m.contains("by a process that is gone; `resume` or `abandon` it")),
@@ -264,7 +270,7 @@ async fn a_preflight_cut_short_runs_again_on_start() {
     crate::support::threads::hand_edit(&threads, &path, &text).await;
     assert_eq!(threads.get(&id).unwrap().phase.kind(), PhaseKind::Preflight);
 
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
 
     assert_eq!(thread.phase.kind(), PhaseKind::Configuring);
 }

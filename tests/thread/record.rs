@@ -25,8 +25,8 @@ async fn thread_json_has_a_version_and_a_tagged_phase_and_no_temp_files() {
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = threads(dir.path(), &agent, false, 3);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
-    threads.run(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
+    threads.thread(&id).run().await.unwrap();
     let path = thread_json(&threads, &id);
     let value: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -77,7 +77,7 @@ async fn a_version_0_file_is_migrated_on_load() {
     assert_eq!(thread.spec_version, 2);
     assert_eq!(thread.baseline_branch(), Some("main"));
     // Migrated threads keep working: a paused one can be abandoned, and is saved as v1.
-    threads.abandon("1-greeter").await.unwrap();
+    threads.thread("1-greeter").abandon().await.unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains(r#""schema_version": 1"#) && text.contains(r#""type": "Abandoned""#));
 }
@@ -123,7 +123,7 @@ async fn spec_revisions_are_never_rewritten() {
     let id = threads.create("Greeter", SPEC).unwrap().id;
     // A stale record pointing at an older revision cannot overwrite the next one.
     std::fs::write(threads.spec_path(&id, 2), "someone else's v2").unwrap();
-    let err = threads.edit_spec(&id, "new").unwrap_err();
+    let err = threads.thread(&id).edit_spec("new").unwrap_err();
     assert!(err.to_string().contains("v2.md"), "{err}");
     assert_eq!(threads.get(&id).unwrap().spec_version, 1);
 }
@@ -164,7 +164,7 @@ async fn a_closed_run_record_is_never_written_again() {
     );
     let threads = threads(dir.path(), &agent, true, 3);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
     let before = run_records(&threads, &id);
     assert_eq!(before.len(), 2, "{:?}", before.keys());
     for run in before.keys() {
@@ -174,7 +174,11 @@ async fn a_closed_run_record_is_never_written_again() {
         );
     }
 
-    threads.send_back(&id, "say it louder").await.unwrap();
+    threads
+        .thread(&id)
+        .send_back("say it louder")
+        .await
+        .unwrap();
 
     let after = run_records(&threads, &id);
     assert!(after.len() > before.len(), "{:?}", after.keys());

@@ -118,7 +118,7 @@ async fn a_rate_limit_is_waited_out_and_the_same_iteration_runs_again() {
     );
     let threads = quick(dir.path(), Arc::clone(&agent), options(2, Duration::ZERO));
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert!(agent.gaps()[0] >= Duration::from_millis(100), "it waited");
 
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
@@ -150,7 +150,8 @@ async fn ctrl_c_during_a_rate_limit_wait_pauses_at_the_same_iteration_and_resume
     };
     // A hang guard (the wait is an hour), not a timing assertion.
     let (thread, ()) = tokio::time::timeout(Duration::from_secs(120), async {
-        tokio::join!(threads.start(&id), interrupter)
+        let handle = threads.thread(&id);
+        tokio::join!(handle.start(), interrupter)
     })
     .await
     .expect("the stop token ends the rate-limit wait");
@@ -170,7 +171,7 @@ async fn ctrl_c_during_a_rate_limit_wait_pauses_at_the_same_iteration_and_resume
     // A new process resumes the same iteration.
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = quick(dir.path(), Arc::clone(&agent), options(2, Duration::ZERO));
-    let thread = threads.resume(&id).await.unwrap();
+    let thread = threads.thread(&id).resume().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     let tries: Vec<u32> = agent.requests().iter().map(|r| r.attempt).collect();
     assert_eq!(tries, [2]);
@@ -192,7 +193,7 @@ async fn transient_failures_back_off_then_the_same_iteration_runs_again() {
         options(2, Duration::from_millis(100)),
     );
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     assert_eq!(agent.iterations(), [1, 1, 1]);
     // 100 ms, then doubled to 200 ms.
@@ -224,7 +225,8 @@ async fn ctrl_c_during_a_backoff_pauses_at_the_same_iteration() {
         stop.cancel();
     };
     let (thread, ()) = tokio::time::timeout(Duration::from_secs(120), async {
-        tokio::join!(threads.start(&id), interrupter)
+        let handle = threads.thread(&id);
+        tokio::join!(handle.start(), interrupter)
     })
     .await
     .expect("the stop token ends the backoff");
@@ -251,7 +253,7 @@ async fn a_rate_limit_does_not_count_as_a_transient_failure() {
         options(1, Duration::from_millis(1)),
     );
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     let tries: Vec<u32> = agent.requests().iter().map(|r| r.attempt).collect();
     assert_eq!(tries, [1, 1, 1]);
@@ -275,7 +277,7 @@ async fn transient_failures_past_the_retries_fail_the_iteration_and_the_loop_goe
         options(1, Duration::from_millis(1)),
     );
     let id = finalized(&threads, SPEC);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     let tries: Vec<u32> = agent.requests().iter().map(|r| r.attempt).collect();
     assert_eq!(tries, [1, 1, 2]);
@@ -300,7 +302,7 @@ async fn a_rate_limited_verifier_is_asked_again_once_the_limit_resets() {
     );
     let threads = quick(dir.path(), Arc::clone(&agent), options(2, Duration::ZERO));
     let id = finalized(&threads, &spec);
-    let thread = threads.start(&id).await.unwrap();
+    let thread = threads.thread(&id).start().await.unwrap();
     assert_eq!(thread.phase.kind(), PhaseKind::PendingReview);
     let calls: Vec<(Role, u32)> = agent
         .requests()

@@ -17,8 +17,8 @@ async fn an_edit_after_approval_is_not_committed_unreviewed() {
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = threads(dir.path(), &agent, true, 2);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
-    let approved = threads.approve(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
+    let approved = threads.thread(&id).approve().await.unwrap();
     assert_eq!(approved.phase.kind(), PhaseKind::ReadyToCommit);
     assert!(approved.approved_tree.is_some());
     let git = Git::new(dir.path());
@@ -27,7 +27,7 @@ async fn an_edit_after_approval_is_not_committed_unreviewed() {
     // After the approval: an edit, and a new file.
     std::fs::write(dir.path().join("hello.txt"), "hello, unreviewed\n").unwrap();
     std::fs::write(dir.path().join("extra.txt"), "more\n").unwrap();
-    let err = threads.commit(&id, None).await.unwrap_err();
+    let err = threads.thread(&id).commit(None).await.unwrap_err();
 
     let ThreadError::ChangedSinceApproval { paths, .. } = &err else {
         panic!("{err:?}")
@@ -44,8 +44,8 @@ async fn an_edit_after_approval_is_not_committed_unreviewed() {
     );
 
     // Reviewed and approved again, the same tree is committed.
-    threads.approve(&id).await.unwrap();
-    let done = threads.commit(&id, None).await.unwrap();
+    threads.thread(&id).approve().await.unwrap();
+    let done = threads.thread(&id).commit(None).await.unwrap();
     assert_eq!(done.phase.kind(), PhaseKind::Done);
     let committed = std::process::Command::new("git")
         .args(["show", "HEAD:hello.txt"])
@@ -66,10 +66,10 @@ async fn ralphs_own_state_is_not_a_change_since_approval() {
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = threads(dir.path(), &agent, true, 2);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
-    threads.approve(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
+    threads.thread(&id).approve().await.unwrap();
     std::fs::write(threads.state_dir().join("notes.txt"), "ralph's\n").unwrap();
-    let done = threads.commit(&id, None).await.unwrap();
+    let done = threads.thread(&id).commit(None).await.unwrap();
     assert_eq!(done.phase.kind(), PhaseKind::Done);
 }
 
@@ -79,8 +79,8 @@ async fn send_back_needs_the_reviewers_words() {
     let agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
     let threads = threads(dir.path(), &agent, true, 2);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
-    let err = threads.send_back(&id, "  \n").await.unwrap_err();
+    threads.thread(&id).start().await.unwrap();
+    let err = threads.thread(&id).send_back("  \n").await.unwrap_err();
     assert!(matches!(err, ThreadError::NoFeedback { .. }), "{err:?}");
     assert_eq!(
         threads.get(&id).unwrap().phase.kind(),

@@ -29,11 +29,17 @@ async fn a_second_handle_cannot_run_start_or_abandon_while_a_loop_runs() {
     // Two threads ready to run, configured before either runs.
     let a = finalized(&first, SPEC);
     let b = first.create("Second", SPEC).unwrap().id;
-    first.finalize(&b).unwrap();
-    assert_eq!(first.start(&a).await.unwrap().phase, Phase::Configuring);
-    assert_eq!(first.start(&b).await.unwrap().phase, Phase::Configuring);
+    first.thread(&b).finalize().unwrap();
+    assert_eq!(
+        first.thread(&a).start().await.unwrap().phase,
+        Phase::Configuring
+    );
+    assert_eq!(
+        first.thread(&b).start().await.unwrap().phase,
+        Phase::Configuring
+    );
     let c = first.create("Third", SPEC).unwrap().id;
-    first.finalize(&c).unwrap();
+    first.thread(&c).finalize().unwrap();
 
     // Another handle on the same workspace: what another process would hold.
     let second_agent = Arc::new(FakeAgent::new().then(writes("hello\n")));
@@ -42,15 +48,16 @@ async fn a_second_handle_cannot_run_start_or_abandon_while_a_loop_runs() {
     let contender = async {
         started(&first, &format!("{a}-r1")).await;
         // Configuring → Running of another thread: refused, naming who runs.
-        let busy = second.run(&b).await.unwrap_err();
+        let busy = second.thread(&b).run().await.unwrap_err();
         // Finalized → Preflight: the conflict is a preflight failure.
-        let failed = second.start(&c).await.unwrap();
+        let failed = second.thread(&c).start().await.unwrap();
         // Abandoning the running thread would be undone by its loop's next save.
-        let abandon = second.abandon(&a).await.unwrap_err();
+        let abandon = second.thread(&a).abandon().await.unwrap_err();
         stop.cancel();
         (busy, failed, abandon)
     };
-    let (paused, (busy, failed, abandon)) = tokio::join!(first.run(&a), contender);
+    let handle = first.thread(&a);
+    let (paused, (busy, failed, abandon)) = tokio::join!(handle.run(), contender);
     let pid = std::process::id();
     let holder = format!("thread {a} is Running in process {pid}");
     assert!(matches!(busy, ThreadError::Busy { .. }), "{busy:?}");
@@ -72,14 +79,17 @@ async fn a_second_handle_cannot_run_start_or_abandon_while_a_loop_runs() {
     // Paused, the lock is free again: C retries preflight and passes, B runs.
     assert_eq!(paused.unwrap().phase.kind(), PhaseKind::Paused);
     assert_eq!(
-        second.start(&c).await.unwrap().phase.kind(),
+        second.thread(&c).start().await.unwrap().phase.kind(),
         PhaseKind::Configuring
     );
     assert_eq!(
-        second.run(&b).await.unwrap().phase.kind(),
+        second.thread(&b).run().await.unwrap().phase.kind(),
         PhaseKind::Implemented
     );
-    assert_eq!(second.abandon(&a).await.unwrap().phase, Phase::Abandoned);
+    assert_eq!(
+        second.thread(&a).abandon().await.unwrap().phase,
+        Phase::Abandoned
+    );
 }
 
 #[tokio::test]
@@ -92,7 +102,7 @@ async fn revise_with_a_detached_baseline_deletes_the_branch_and_stays_detached()
     let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")));
     let threads = threads(dir.path(), &agent, true, 1);
     let id = finalized(&threads, SPEC);
-    let stuck = threads.start(&id).await.unwrap();
+    let stuck = threads.thread(&id).start().await.unwrap();
     assert_eq!(stuck.phase.kind(), PhaseKind::Stuck);
     assert_eq!(
         (stuck.baseline_branch(), stuck.baseline_commit()),
@@ -104,7 +114,7 @@ async fn revise_with_a_detached_baseline_deletes_the_branch_and_stays_detached()
         Some(branch.as_str())
     );
 
-    let revised = threads.revise(&id, None).await.unwrap();
+    let revised = threads.thread(&id).revise(None).await.unwrap();
     assert_eq!(revised.phase, Phase::Drafting);
     assert!(!git.branch_exists(&branch).await.unwrap(), "branch deleted");
     assert_eq!(git.current_branch().await.unwrap(), None, "detached");
@@ -119,10 +129,10 @@ async fn abandon_deletes_nothing_and_stays_on_the_branch_with_uncommitted_change
     let threads = threads(dir.path(), &agent, true, 1);
     let id = finalized(&threads, SPEC);
     assert_eq!(
-        threads.start(&id).await.unwrap().phase.kind(),
+        threads.thread(&id).start().await.unwrap().phase.kind(),
         PhaseKind::Stuck
     );
-    let abandoned = threads.abandon(&id).await.unwrap();
+    let abandoned = threads.thread(&id).abandon().await.unwrap();
     assert_eq!(abandoned.phase, Phase::Abandoned);
     let git = Git::new(dir.path());
     let branch = format!("ralph/{id}");
@@ -143,7 +153,7 @@ async fn abandon_deletes_nothing_and_stays_on_the_branch_with_uncommitted_change
             .exists()
     );
     // Terminal: nothing leaves Abandoned.
-    let err = threads.abandon(&id).await.unwrap_err();
+    let err = threads.thread(&id).abandon().await.unwrap_err();
     assert!(
         err.to_string().contains("from Abandoned to Abandoned"),
         "{err}"
@@ -156,7 +166,7 @@ async fn abandon_with_a_clean_tree_returns_to_the_baseline_branch_and_keeps_the_
     let agent = Arc::new(FakeAgent::new().then(writes("goodbye\n")));
     let threads = threads(dir.path(), &agent, true, 1);
     let id = finalized(&threads, SPEC);
-    threads.start(&id).await.unwrap();
+    threads.thread(&id).start().await.unwrap();
     // The person keeps the attempt as a commit on the thread's branch, then gives up.
     let git = Git::new(dir.path());
     let kept = git
@@ -164,7 +174,7 @@ async fn abandon_with_a_clean_tree_returns_to_the_baseline_branch_and_keeps_the_
         .await
         .unwrap()
         .unwrap();
-    threads.abandon(&id).await.unwrap();
+    threads.thread(&id).abandon().await.unwrap();
     assert_eq!(git.current_branch().await.unwrap().as_deref(), Some("main"));
     assert!(!dir.path().join("hello.txt").exists());
     let branch = format!("ralph/{id}");
@@ -219,6 +229,9 @@ async fn every_non_terminal_phase_can_be_abandoned_through_the_api(#[case] phase
         phase != r#"{"type": "Drafting"}"#,
         "the phase was written"
     );
-    assert_eq!(threads.abandon(&id).await.unwrap().phase, Phase::Abandoned);
+    assert_eq!(
+        threads.thread(&id).abandon().await.unwrap().phase,
+        Phase::Abandoned
+    );
     assert_eq!(threads.get(&id).unwrap().phase, Phase::Abandoned);
 }

@@ -232,11 +232,11 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
                 Some(file) => read_spec(&file)?,
                 None => edit_in_editor(&threads.spec_text(&threads.get(&id)?)?)?,
             };
-            threads.edit_spec(&id, &text)?
+            threads.thread(&id).edit_spec(&text)?
         }
         ThreadCommand::Discuss { message } => {
             let id = id()?;
-            let reply = threads.discuss(&id, &message).await?;
+            let reply = threads.thread(&id).discuss(&message).await?;
             out!("agent: {}", reply.text);
             if reply.revised {
                 out!(
@@ -249,7 +249,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         }
         ThreadCommand::Conversation => {
             let id = id()?;
-            for turn in threads.conversation(&id)? {
+            for turn in threads.thread(&id).conversation()? {
                 let revised = if turn.revised {
                     format!(" [spec v{}]", turn.spec_version)
                 } else {
@@ -259,28 +259,28 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
             }
             return Ok(0);
         }
-        ThreadCommand::Assess => threads.assess(&id()?).await?,
-        ThreadCommand::Finalize => threads.finalize(&id()?)?,
-        ThreadCommand::Reopen => threads.reopen(&id()?)?,
-        ThreadCommand::FixSpec => threads.fix_spec(&id()?)?,
+        ThreadCommand::Assess => threads.thread(&id()?).assess().await?,
+        ThreadCommand::Finalize => threads.thread(&id()?).finalize()?,
+        ThreadCommand::Reopen => threads.thread(&id()?).reopen()?,
+        ThreadCommand::FixSpec => threads.thread(&id()?).fix_spec()?,
         ThreadCommand::Start => {
-            let started = threads.start(&id()?).await?;
+            let started = threads.thread(&id()?).start().await?;
             configure_and_run(&threads, started, &settings).await?
         }
         ThreadCommand::Configure => {
             let record = threads.get(&id()?)?;
             configure_and_run(&threads, record, &settings).await?
         }
-        ThreadCommand::Resume => threads.resume(&id()?).await?,
+        ThreadCommand::Resume => threads.thread(&id()?).resume().await?,
         ThreadCommand::Reconfigure => {
-            let record = threads.reconfigure(&id()?)?;
+            let record = threads.thread(&id()?).reconfigure()?;
             configure_and_run(&threads, record, &settings).await?
         }
-        ThreadCommand::Assist => threads.manual_assist(&id()?).await?,
+        ThreadCommand::Assist => threads.thread(&id()?).manual_assist().await?,
         ThreadCommand::Diagnose => {
             out!(
                 "{}",
-                serde_json::to_string_pretty(&threads.diagnose(&id()?)?)?
+                serde_json::to_string_pretty(&threads.thread(&id()?).diagnose()?)?
             );
             return Ok(0);
         }
@@ -290,28 +290,30 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
                 refuse_reset(&threads.get(&id)?)?;
             }
             let text = file.as_deref().map(read_spec).transpose()?;
-            threads.revise(&id, text.as_deref()).await?
+            threads.thread(&id).revise(text.as_deref()).await?
         }
-        ThreadCommand::Polish => threads.polish(&id()?).await?,
-        ThreadCommand::PolishDone => threads.polish_done(&id()?)?,
-        ThreadCommand::Review => threads.submit_for_review(&id()?)?,
-        ThreadCommand::SendBack { feedback } => threads.send_back(&id()?, &feedback).await?,
-        ThreadCommand::Approve => threads.approve(&id()?).await?,
+        ThreadCommand::Polish => threads.thread(&id()?).polish().await?,
+        ThreadCommand::PolishDone => threads.thread(&id()?).polish_done()?,
+        ThreadCommand::Review => threads.thread(&id()?).submit_for_review()?,
+        ThreadCommand::SendBack { feedback } => threads.thread(&id()?).send_back(&feedback).await?,
+        ThreadCommand::Approve => threads.thread(&id()?).approve().await?,
         ThreadCommand::Message { message } => {
-            let record = threads.prepare_commit(&id()?, message.as_deref())?;
+            let record = threads.thread(&id()?).prepare_commit(message.as_deref())?;
             if let Phase::ReadyToCommit { message } = &record.phase {
                 out!("{message}\n");
             }
             record
         }
-        ThreadCommand::Commit { message } => threads.commit(&id()?, message.as_deref()).await?,
-        ThreadCommand::Abandon => threads.abandon(&id()?).await?,
+        ThreadCommand::Commit { message } => {
+            threads.thread(&id()?).commit(message.as_deref()).await?
+        }
+        ThreadCommand::Abandon => threads.thread(&id()?).abandon().await?,
         ThreadCommand::Diff => {
-            crate::out::text(&threads.diff(&id()?).await?.to_string());
+            crate::out::text(&threads.thread(&id()?).diff().await?.to_string());
             return Ok(0);
         }
         ThreadCommand::DryRun => {
-            out!("{}", threads.dry_run(&id()?)?);
+            out!("{}", threads.thread(&id()?).dry_run()?);
             return Ok(0);
         }
     };
@@ -429,8 +431,8 @@ async fn configure_and_run(
     if !matches!(record.phase, Phase::Configuring) {
         return Ok(record);
     }
-    threads.configure(&record.id, settings.clone())?;
-    Ok(threads.run(&record.id).await?)
+    threads.thread(&record.id).configure(settings.clone())?;
+    Ok(threads.thread(&record.id).run().await?)
 }
 
 /// Opens `text` in `$EDITOR` (else `vi`) and returns what the person saved.
