@@ -103,6 +103,7 @@ mod tests {
     use super::*;
     use std::fs::OpenOptions;
 
+    #[allow(clippy::disallowed_methods)] // a log, as the supervisor opens one
     fn open(path: &std::path::Path) -> File {
         OpenOptions::new()
             .create(true)

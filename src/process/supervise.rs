@@ -401,6 +401,7 @@ impl Log {
         }
     }
 
+    #[allow(clippy::disallowed_methods)] // a run's log, not a state file
     fn open(path: &Path) -> Result<Log, ProcessError> {
         let io = |source| ProcessError::Log {
             path: path.to_owned(),

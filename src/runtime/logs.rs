@@ -264,6 +264,7 @@ impl Logs {
         self.workspace.join(path)
     }
 
+    #[allow(clippy::disallowed_methods)] // a log, not a state file
     fn create(&self, base: &str) -> Result<(PathBuf, CappedLog), Error> {
         let mut n = 0;
         loop {

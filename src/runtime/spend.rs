@@ -570,11 +570,7 @@ impl Ledger {
         if let Some(whole) = state.torn_at.take() {
             cut_torn_line(&self.path, whole)?;
         }
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(io)
+        crate::files::journal::open(&self.path).map_err(io)
     }
 
     /// Rewrites the mark after a line. A mark not written weakens the guard, not the

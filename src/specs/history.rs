@@ -26,7 +26,6 @@
 //! tasks of ralph's to report.
 
 use std::collections::HashSet;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::runtime::error::Error;
@@ -83,14 +82,8 @@ impl History {
         for spec in &missing {
             out.push_str(&entry(spec, &plan_path(spec)));
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(io)?;
         // One write for all: a stop leaves whole entries or none of this batch's tail.
-        file.write_all(out.as_bytes()).map_err(io)?;
-        file.sync_all().map_err(io)?;
+        crate::files::journal::append(&self.path, out.as_bytes()).map_err(io)?;
         Ok(missing.iter().map(|s| s.id.clone()).collect())
     }
 }

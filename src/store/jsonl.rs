@@ -85,7 +85,7 @@
 //! directory) is created by the first persist. A dry run can load a board safely.
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -652,7 +652,7 @@ impl PlanLog {
                     crate::files::own::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
                     atomic::remove_stale_temps(path);
                 }
-                open_data(path).map_err(io)?
+                crate::files::journal::open_readable(path).map_err(io)?
             }
         };
         let file = self.file.insert(file);
@@ -684,7 +684,7 @@ impl PlanLog {
         atomic::remove_stale_temps(path);
         atomic::replace(path, &bytes).map_err(|e| io_error(path, e))?;
         // The old handle still points at the replaced file; appends must go to the new one.
-        let file = open_data(path).map_err(|e| io_error(path, e))?;
+        let file = crate::files::journal::open_readable(path).map_err(|e| io_error(path, e))?;
         self.seen = Some(Seen::of(&file.metadata().map_err(|e| io_error(path, e))?));
         self.file = Some(file);
         self.lines = snapshot.len();
@@ -879,21 +879,6 @@ const MARKER: &str = "ralph chain 1: every line of the file beside this one ends
 fn write_marker(path: &Path) -> Result<(), StoreError> {
     let marker = marker_path(path);
     atomic::replace(&marker, MARKER.as_bytes()).map_err(|e| io_error(&marker, e))
-}
-
-/// Opens `path` for reading and appending, creating it (durably) if missing.
-fn open_data(path: &Path) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.read(true).append(true);
-    match options.clone().create_new(true).open(path) {
-        Ok(file) => {
-            // A new file's directory entry is not durable until its directory is synced.
-            atomic::sync_dir(&atomic::dir_of(path))?;
-            Ok(file)
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => options.open(path),
-        Err(e) => Err(e),
-    }
 }
 
 fn io_error(path: &Path, source: io::Error) -> StoreError {

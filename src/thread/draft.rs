@@ -5,8 +5,7 @@
 //! as the next revision (`spec/v<N+1>.md`), as [`Thread::edit_spec`] would. The agent never
 //! writes a file; finalizing stays the person's call.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -120,7 +119,7 @@ impl Threads {
         };
         let mut line = serde_json::to_string(turn).map_err(|e| io(e.into()))?;
         line.push('\n');
-        append_synced(&path, line.as_bytes()).map_err(io)
+        crate::files::journal::append(&path, line.as_bytes()).map_err(io)
     }
 
     fn draft_prompt(
@@ -153,23 +152,6 @@ impl Threads {
             }),
         )?)
     }
-}
-
-/// Appends `bytes` in one write and syncs the file (and, when it is new, its folder).
-fn append_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = crate::files::atomic::dir_of(path);
-    std::fs::create_dir_all(&dir)?;
-    let new = !path.exists();
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    if new {
-        crate::files::atomic::sync_dir(&dir)?;
-    }
-    Ok(())
 }
 
 /// `text` cut to at most `max` bytes at a character boundary, marked when cut.

@@ -142,6 +142,7 @@ async fn discussing_needs_drafting_and_a_failed_reply_keeps_the_message() {
 }
 
 #[tokio::test]
+#[allow(clippy::disallowed_methods)] // the test tears the journal as a crash would
 async fn a_torn_last_turn_is_left_out_and_a_bad_one_is_named_by_file_and_line() {
     let dir = repo().await;
     let agent = Arc::new(

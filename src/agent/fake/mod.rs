@@ -324,6 +324,7 @@ impl FakeAgent {
         Ok(entry.steps.clone())
     }
 
+    #[allow(clippy::disallowed_methods)] // the record of requests, a test aid, not a state file
     fn record_line(&self, request: &AgentRequest) {
         let Some(path) = &self.record_file else {
             return;
