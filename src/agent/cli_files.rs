@@ -8,7 +8,7 @@
 //! `env` first and ralph's environment after. The README's "Sandbox" section lists them.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::process::Sandbox;
 
@@ -46,6 +46,103 @@ struct Files {
     key: Vec<PathBuf>,
 }
 
+/// The variables a CLI's folders are found by.
+struct FilesEnv<'a> {
+    var: &'a dyn Fn(&str) -> Option<OsString>,
+    home: Option<PathBuf>,
+}
+
+impl FilesEnv<'_> {
+    /// `rel` under the home, if there is one.
+    fn under_home(&self, rel: &str) -> Option<PathBuf> {
+        self.home.as_ref().map(|h| h.join(rel))
+    }
+
+    /// The folder the variable `name` names, or else `rel` under the home.
+    fn named_or(&self, name: &str, rel: &str) -> Option<PathBuf> {
+        (self.var)(name)
+            .map(PathBuf::from)
+            .or_else(|| self.under_home(rel))
+    }
+}
+
+/// Each of `names` in `dir`.
+fn each_in(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
+    names.iter().map(|name| dir.join(name)).collect()
+}
+
+/// Claude's: its config folder (`CLAUDE_CONFIG_DIR`, or `~/.claude`), and without that
+/// variable the state file beside the folder.
+fn claude_files(env: &FilesEnv<'_>) -> Files {
+    let mut files = Files::default();
+    let set = (env.var)("CLAUDE_CONFIG_DIR").map(PathBuf::from);
+    if let Some(dir) = set.clone().or_else(|| env.under_home(".claude")) {
+        files.protect = each_in(
+            &dir,
+            &[
+                "settings.json",
+                "settings.local.json",
+                "CLAUDE.md",
+                "agents",
+                "commands",
+                "skills",
+            ],
+        );
+        files.key.push(dir.join(".credentials.json"));
+        files.write.push(dir);
+    }
+    // Without CLAUDE_CONFIG_DIR the CLI keeps its state file beside the folder.
+    if set.is_none() {
+        files.write.extend(env.under_home(".claude.json"));
+    }
+    files
+}
+
+/// Codex's: its home (`CODEX_HOME`, or `~/.codex`).
+fn codex_files(env: &FilesEnv<'_>) -> Files {
+    let mut files = Files::default();
+    if let Some(dir) = env.named_or("CODEX_HOME", ".codex") {
+        files.protect = each_in(
+            &dir,
+            &["config.toml", "AGENTS.md", "AGENTS.override.md", "rules"],
+        );
+        files.key.push(dir.join("auth.json"));
+        files.write.push(dir);
+    }
+    files
+}
+
+/// Gemini's: `~/.gemini`.
+fn gemini_files(env: &FilesEnv<'_>) -> Files {
+    let mut files = Files::default();
+    if let Some(dir) = env.under_home(".gemini") {
+        files.protect = each_in(&dir, &["settings.json", "GEMINI.md", "commands"]);
+        files.key = each_in(&dir, &["oauth_creds.json", "google_accounts.json"]);
+        files.write.push(dir);
+    }
+    files
+}
+
+/// opencode's: its `opencode` folder in each XDG base folder (data, state, cache, config).
+fn opencode_files(env: &FilesEnv<'_>) -> Files {
+    let mut files = Files::default();
+    let xdg = |name: &str, rel: &str| env.named_or(name, rel).map(|d| d.join("opencode"));
+    if let Some(data) = xdg("XDG_DATA_HOME", ".local/share") {
+        files.key.push(data.join("auth.json"));
+        files.write.push(data);
+    }
+    files.write.extend(xdg("XDG_STATE_HOME", ".local/state"));
+    files.write.extend(xdg("XDG_CACHE_HOME", ".cache"));
+    if let Some(config) = xdg("XDG_CONFIG_HOME", ".config") {
+        files.protect = each_in(
+            &config,
+            &["opencode.json", "opencode.jsonc", "AGENTS.md", "agent"],
+        );
+        files.write.push(config);
+    }
+    files
+}
+
 impl Cli {
     /// The CLI's name: its program and its section of `ralph.toml`.
     pub(crate) fn name(self) -> &'static str {
@@ -81,69 +178,16 @@ impl Cli {
 
     /// Where the CLI keeps its files, given how `var` reads a variable.
     fn files(self, var: &dyn Fn(&str) -> Option<OsString>) -> Files {
-        let home = var("HOME").map(PathBuf::from);
-        let under_home = |rel: &str| home.as_ref().map(|h| h.join(rel));
-        let named_or = |name: &str, rel: &str| var(name).map(PathBuf::from).or(under_home(rel));
-        let mut files = Files::default();
+        let env = FilesEnv {
+            home: var("HOME").map(PathBuf::from),
+            var,
+        };
         match self {
-            Cli::Claude => {
-                let set = var("CLAUDE_CONFIG_DIR").map(PathBuf::from);
-                let dir = set.clone().or(under_home(".claude"));
-                if let Some(dir) = dir {
-                    files.protect = ["settings.json", "settings.local.json", "CLAUDE.md"]
-                        .iter()
-                        .chain(&["agents", "commands", "skills"])
-                        .map(|f| dir.join(f))
-                        .collect();
-                    files.key.push(dir.join(".credentials.json"));
-                    files.write.push(dir);
-                }
-                // Without CLAUDE_CONFIG_DIR the CLI keeps its state file beside the folder.
-                if set.is_none() {
-                    files.write.extend(under_home(".claude.json"));
-                }
-            }
-            Cli::Codex => {
-                if let Some(dir) = named_or("CODEX_HOME", ".codex") {
-                    files.protect = ["config.toml", "AGENTS.md", "AGENTS.override.md", "rules"]
-                        .iter()
-                        .map(|f| dir.join(f))
-                        .collect();
-                    files.key.push(dir.join("auth.json"));
-                    files.write.push(dir);
-                }
-            }
-            Cli::Gemini => {
-                if let Some(dir) = under_home(".gemini") {
-                    files.protect = ["settings.json", "GEMINI.md", "commands"]
-                        .iter()
-                        .map(|f| dir.join(f))
-                        .collect();
-                    files.key = ["oauth_creds.json", "google_accounts.json"]
-                        .iter()
-                        .map(|f| dir.join(f))
-                        .collect();
-                    files.write.push(dir);
-                }
-            }
-            Cli::Opencode => {
-                let xdg = |name: &str, rel: &str| named_or(name, rel).map(|d| d.join("opencode"));
-                if let Some(data) = xdg("XDG_DATA_HOME", ".local/share") {
-                    files.key.push(data.join("auth.json"));
-                    files.write.push(data);
-                }
-                files.write.extend(xdg("XDG_STATE_HOME", ".local/state"));
-                files.write.extend(xdg("XDG_CACHE_HOME", ".cache"));
-                if let Some(config) = xdg("XDG_CONFIG_HOME", ".config") {
-                    files.protect = ["opencode.json", "opencode.jsonc", "AGENTS.md", "agent"]
-                        .iter()
-                        .map(|f| config.join(f))
-                        .collect();
-                    files.write.push(config);
-                }
-            }
+            Cli::Claude => claude_files(&env),
+            Cli::Codex => codex_files(&env),
+            Cli::Gemini => gemini_files(&env),
+            Cli::Opencode => opencode_files(&env),
         }
-        files
     }
 
     /// Every CLI's key file under `var`'s home: what the run's sandbox hides from the other

@@ -206,6 +206,80 @@ pub struct AgentChoice {
     pub reason: String,
 }
 
+impl Fallback {
+    /// The chain's run when no agent took it, with what those passed over spent: rate
+    /// limited until the earliest limit ends if one is; failed as unreachable if an agent
+    /// rests as unreachable and none ran; else the last agent's run, or an error when none
+    /// could run.
+    fn none_took(
+        &self,
+        passed: PassedOver,
+        last: Option<Result<AgentRun, AgentError>>,
+        spent: Carried,
+    ) -> Result<AgentRun, AgentError> {
+        if let Some(until) = passed.earliest {
+            let mut run = AgentRun::new(AgentExit::RateLimited { until });
+            spent.carry_into(&mut run);
+            return Ok(run);
+        }
+        if last.is_none() && passed.unreachable {
+            // Resting because unreachable, not unable to run: the run ends as unreachable.
+            let reason = format!(
+                "every agent of {} is unreachable; {}",
+                self.name,
+                passed.reasons.join("; ")
+            );
+            let mut run = AgentRun::new(AgentExit::Failed {
+                reason,
+                kind: FailureKind::Unreachable,
+            });
+            spent.carry_into(&mut run);
+            return Ok(run);
+        }
+        last.unwrap_or_else(|| {
+            Err(AgentError::NoAgentCanRun {
+                chain: self.name.clone(),
+                reasons: passed.reasons,
+            })
+        })
+    }
+}
+
+/// The agents a run of the chain passed over so far.
+#[derive(Default)]
+struct PassedOver {
+    /// Why each was, in words: `claude is rate limited until …`.
+    reasons: Vec<String>,
+    /// When the first rate limit among them ends.
+    earliest: Option<SystemTime>,
+    /// Whether one was passed over as unreachable, should every agent rest.
+    unreachable: bool,
+}
+
+impl PassedOver {
+    /// Agent `name`, passed over as it rests.
+    fn resting(&mut self, name: &str, rest: Rest) {
+        match rest {
+            Rest::Until(until) => self.rate_limited(name, until),
+            Rest::Unavailable(why) => self.reasons.push(format!("{name} is unavailable ({why})")),
+            Rest::Unreachable(until, why) => {
+                self.reasons.push(format!(
+                    "{name} is unreachable ({why}); tried again after {}",
+                    stamp(until)
+                ));
+                self.unreachable = true;
+            }
+        }
+    }
+
+    /// Agent `name`, passed over as rate limited `until` then.
+    fn rate_limited(&mut self, name: &str, until: SystemTime) {
+        self.earliest = Some(self.earliest.map_or(until, |e| e.min(until)));
+        self.reasons
+            .push(format!("{name} is rate limited until {}", stamp(until)));
+    }
+}
+
 /// Why [`Fallback::pass_over`] passed a run on.
 enum Passed {
     RateLimited(SystemTime),
@@ -225,47 +299,25 @@ impl Agent for Fallback {
     }
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
-        let mut passed_over: Vec<String> = Vec::new();
-        let mut earliest: Option<SystemTime> = None;
+        let mut passed = PassedOver::default();
         let mut last: Option<Result<AgentRun, AgentError>> = None;
         // What the agents passed over spent: the chain's run carries it, so no run's
         // tokens or dollars go uncounted.
         let mut spent = Carried::default();
-        // Whether an agent was passed over as unreachable, should every agent rest.
-        let mut unreachable = false;
         for (index, (name, agent)) in self.agents.iter().enumerate() {
-            match self.rest(index) {
-                Some(Rest::Until(until)) => {
-                    earliest = Some(earliest.map_or(until, |e| e.min(until)));
-                    passed_over.push(format!("{name} is rate limited until {}", stamp(until)));
-                    continue;
-                }
-                Some(Rest::Unavailable(why)) => {
-                    passed_over.push(format!("{name} is unavailable ({why})"));
-                    continue;
-                }
-                Some(Rest::Unreachable(until, why)) => {
-                    passed_over.push(format!(
-                        "{name} is unreachable ({why}); tried again after {}",
-                        stamp(until)
-                    ));
-                    unreachable = true;
-                    continue;
-                }
-                None => {}
+            if let Some(rest) = self.rest(index) {
+                passed.resting(name, rest);
+                continue;
             }
-            self.announce(&request, index, &passed_over);
+            self.announce(&request, index, &passed.reasons);
             let mut ran = agent.run(request.clone()).await;
             if let Ok(run) = &mut ran {
                 run.agent = Some(name.clone());
                 spent.carry_into(run);
             }
             match self.pass_over(index, &ran) {
-                Some(Passed::RateLimited(until)) => {
-                    earliest = Some(earliest.map_or(until, |e| e.min(until)));
-                    passed_over.push(format!("{name} is rate limited until {}", stamp(until)));
-                }
-                Some(Passed::Failed(why)) => passed_over.push(format!("{name} {why}")),
+                Some(Passed::RateLimited(until)) => passed.rate_limited(name, until),
+                Some(Passed::Failed(why)) => passed.reasons.push(format!("{name} {why}")),
                 None => return ran,
             }
             if let Ok(run) = &ran {
@@ -273,31 +325,7 @@ impl Agent for Fallback {
             }
             last = Some(ran);
         }
-        if let Some(until) = earliest {
-            let mut run = AgentRun::new(AgentExit::RateLimited { until });
-            spent.carry_into(&mut run);
-            return Ok(run);
-        }
-        if last.is_none() && unreachable {
-            // Resting because unreachable, not unable to run: the run ends as unreachable.
-            let reason = format!(
-                "every agent of {} is unreachable; {}",
-                self.name,
-                passed_over.join("; ")
-            );
-            let mut run = AgentRun::new(AgentExit::Failed {
-                reason,
-                kind: FailureKind::Unreachable,
-            });
-            spent.carry_into(&mut run);
-            return Ok(run);
-        }
-        last.unwrap_or_else(|| {
-            Err(AgentError::NoAgentCanRun {
-                chain: self.name.clone(),
-                reasons: passed_over,
-            })
-        })
+        self.none_took(passed, last, spent)
     }
 
     async fn check(&self) -> Result<(), AgentError> {

@@ -43,27 +43,37 @@ impl Config {
     ///
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // The order is the order keys are reported in when several are bad.
         self.check_paths()?;
         self.check_bounds()?;
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
-            key: key.to_owned(),
-            message,
-            source_name: None,
-        };
-        if self.max_iterations == 0 {
-            return Err(invalid("max_iterations", "must be at least 1".into()));
-        }
-        if self.decompose_after_rejections == 0 {
-            return Err(invalid(
+        self.check_minimums()?;
+        self.context
+            .validate()
+            .map_err(|m| invalid("context", format!("is out of order: {m}")))?;
+        self.check_planning()?;
+        self.check_prompts()?;
+        check_sandbox(&self.sandbox)
+            .map_err(|(key, why)| invalid(&format!("sandbox.{key}"), why))?;
+        check_claude(&self.claude).map_err(|(key, why)| invalid(&format!("claude.{key}"), why))?;
+        self.check_gates()?;
+        self.check_hooks()
+    }
+
+    /// The counts a run needs at least one of, the budgets positive, enough log files kept,
+    /// and no timeout of zero.
+    fn check_minimums(&self) -> Result<(), ConfigError> {
+        for (key, is_zero) in [
+            ("max_iterations", self.max_iterations == 0),
+            (
                 "decompose_after_rejections",
-                "must be at least 1".into(),
-            ));
-        }
-        if self.verify_concurrency == 0 {
-            return Err(invalid("verify_concurrency", "must be at least 1".into()));
-        }
-        if self.build_concurrency == 0 {
-            return Err(invalid("build_concurrency", "must be at least 1".into()));
+                self.decompose_after_rejections == 0,
+            ),
+            ("verify_concurrency", self.verify_concurrency == 0),
+            ("build_concurrency", self.build_concurrency == 0),
+        ] {
+            if is_zero {
+                return Err(invalid(key, "must be at least 1".into()));
+            }
         }
         if let Some(cost) = self.max_cost_usd
             && !(cost.is_finite() && cost > 0.0 && cost <= bounds::MAX_BUDGET_USD)
@@ -98,9 +108,11 @@ impl Config {
                 return Err(invalid(key, "must be longer than zero".into()));
             }
         }
-        self.context
-            .validate()
-            .map_err(|m| invalid("context", format!("is out of order: {m}")))?;
+        Ok(())
+    }
+
+    /// `[planning]` allows at least one attempt and has a phrase to end a session with.
+    fn check_planning(&self) -> Result<(), ConfigError> {
         if self.planning.max_attempts == 0 {
             return Err(invalid(
                 "planning.max_attempts",
@@ -110,10 +122,11 @@ impl Config {
         if self.planning.magic_phrase.trim().is_empty() {
             return Err(invalid("planning.magic_phrase", "is empty".into()));
         }
-        self.check_prompts()?;
-        check_sandbox(&self.sandbox)
-            .map_err(|(key, why)| invalid(&format!("sandbox.{key}"), why))?;
-        check_claude(&self.claude).map_err(|(key, why)| invalid(&format!("claude.{key}"), why))?;
+        Ok(())
+    }
+
+    /// Every `[[gates]]` entry has a name of its own, a command and a timeout.
+    fn check_gates(&self) -> Result<(), ConfigError> {
         let mut names = std::collections::HashSet::new();
         for (i, gate) in self.gates.iter().enumerate() {
             if gate.name.trim().is_empty() {
@@ -135,48 +148,22 @@ impl Config {
                 ));
             }
         }
-        self.check_hooks()
+        Ok(())
     }
 
     /// Every `[[hooks]]` entry runs something on events that exist, within its bounds, under
     /// a name of its own.
     fn check_hooks(&self) -> Result<(), ConfigError> {
-        let invalid = |i: usize, field: &str, message: String| ConfigError::Invalid {
+        let invalid_field = |i: usize, field: &str, message: String| ConfigError::Invalid {
             key: format!("hooks[{i}].{field}"),
             message,
             source_name: None,
         };
         let mut names = std::collections::HashSet::new();
         for (i, hook) in self.hooks.iter().enumerate() {
-            if hook.on.is_empty() {
-                return Err(invalid(
-                    i,
-                    "on",
-                    format!(
-                        "is empty: name the events that run the hook ({})",
-                        HOOK_EVENTS.join(", ")
-                    ),
-                ));
-            }
-            if let Some(name) = hook.on.iter().find(|n| !HOOK_EVENTS.contains(&n.as_str())) {
-                let closest = HOOK_EVENTS
-                    .iter()
-                    .map(|e| (super::load::edit_distance(e, name), *e))
-                    .filter(|(d, _)| *d <= 3)
-                    .min()
-                    .map(|(_, e)| format!(" (did you mean {e}?)"))
-                    .unwrap_or_default();
-                return Err(invalid(
-                    i,
-                    "on",
-                    format!(
-                        "names no event: {name:?}{closest}; the events: {}",
-                        HOOK_EVENTS.join(", ")
-                    ),
-                ));
-            }
+            check_hook_events(&hook.on).map_err(|why| invalid_field(i, "on", why))?;
             if hook.command.first().is_none_or(|p| p.trim().is_empty()) {
-                return Err(invalid(
+                return Err(invalid_field(
                     i,
                     "command",
                     "is empty: give the program and its arguments, as [\"notify-send\", \"ralph\"]"
@@ -184,14 +171,18 @@ impl Config {
                 ));
             }
             if hook.timeout.is_zero() {
-                return Err(invalid(i, "timeout", "must be longer than zero".into()));
+                return Err(invalid_field(
+                    i,
+                    "timeout",
+                    "must be longer than zero".into(),
+                ));
             }
             if let Some(name) = &hook.name {
                 if name.trim().is_empty() {
-                    return Err(invalid(i, "name", "is empty".into()));
+                    return Err(invalid_field(i, "name", "is empty".into()));
                 }
                 if !names.insert(name.as_str()) {
-                    return Err(invalid(
+                    return Err(invalid_field(
                         i,
                         "name",
                         format!("repeats the hook name {name:?}"),
@@ -204,12 +195,13 @@ impl Config {
 
     /// Every count and duration within its bound (see [`bounds`]).
     fn check_bounds(&self) -> Result<(), ConfigError> {
+        self.check_count_bounds()?;
+        self.check_duration_bounds()
+    }
+
+    /// The counts within theirs: iterations, retries, concurrency, attempts kept.
+    fn check_count_bounds(&self) -> Result<(), ConfigError> {
         use bounds::*;
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
-            key: key.to_owned(),
-            message,
-            source_name: None,
-        };
         let at_most = |key: &str, value: u64, max: u64| {
             if value > max {
                 Err(invalid(key, format!("must be at most {max}, got {value}")))
@@ -246,7 +238,12 @@ impl Config {
             MAX_CONCURRENCY,
         )?;
         usize_at_most("build_concurrency", self.build_concurrency, MAX_CONCURRENCY)?;
-        usize_at_most("recent_attempts", self.recent_attempts, MAX_RECENT_ATTEMPTS)?;
+        usize_at_most("recent_attempts", self.recent_attempts, MAX_RECENT_ATTEMPTS)
+    }
+
+    /// The timeouts and waits within theirs, the gates' and hooks' included.
+    fn check_duration_bounds(&self) -> Result<(), ConfigError> {
+        use bounds::{MAX_TIMEOUT, MAX_WAIT};
         let durations = [
             ("stage_timeout", self.stage_timeout, MAX_TIMEOUT),
             ("agent_timeout", self.agent_timeout, MAX_TIMEOUT),
@@ -263,14 +260,7 @@ impl Config {
             .chain(hooks.map(|(i, t)| (format!("hooks[{i}].timeout"), t, MAX_TIMEOUT)))
         {
             if value > max {
-                return Err(invalid(
-                    &key,
-                    format!(
-                        "must be at most {}, got {}",
-                        humantime::format_duration(max),
-                        humantime::format_duration(value)
-                    ),
-                ));
+                return Err(invalid(&key, too_long(value, max)));
             }
         }
         Ok(())
@@ -364,9 +354,14 @@ fn check_sandbox(sandbox: &super::SandboxConfig) -> Result<(), (String, String)>
 /// Checks `[claude]` values the CLI would reject or that would make every run fail: the
 /// offending key (relative to `[claude]`) and why.
 fn check_claude(claude: &ClaudeConfig) -> Result<(), (String, String)> {
-    use bounds::{
-        MAX_BUDGET_USD, MAX_CLI_RETRIES, MAX_CONTEXT_WINDOW, MAX_TIMEOUT, MAX_TURNS, MAX_WAIT,
-    };
+    check_claude_usable(claude)?;
+    check_context_windows(claude)?;
+    check_claude_bounds(claude)
+}
+
+/// The `[claude]` values no run could work with: no turns, no budget, no idle time, no
+/// program.
+fn check_claude_usable(claude: &ClaudeConfig) -> Result<(), (String, String)> {
     let invalid = |key: &str, why: &str| Err((key.to_owned(), why.to_owned()));
     if claude.max_turns == Some(0) {
         return invalid("max_turns", "must be at least 1");
@@ -386,6 +381,12 @@ fn check_claude(claude: &ClaudeConfig) -> Result<(), (String, String)> {
     {
         return invalid("bin", "is empty");
     }
+    Ok(())
+}
+
+/// Each of `claude.context_windows` between one token and [`bounds::MAX_CONTEXT_WINDOW`].
+fn check_context_windows(claude: &ClaudeConfig) -> Result<(), (String, String)> {
+    use bounds::MAX_CONTEXT_WINDOW;
     if let Some((model, _)) = claude.context_windows.iter().find(|(_, w)| **w == 0) {
         return Err((
             format!("context_windows.{model}"),
@@ -402,6 +403,12 @@ fn check_claude(claude: &ClaudeConfig) -> Result<(), (String, String)> {
             format!("must be at most {MAX_CONTEXT_WINDOW} tokens, got {w}"),
         ));
     }
+    Ok(())
+}
+
+/// The `[claude]` counts, budget and durations within their [`bounds`].
+fn check_claude_bounds(claude: &ClaudeConfig) -> Result<(), (String, String)> {
+    use bounds::{MAX_BUDGET_USD, MAX_CLI_RETRIES, MAX_TIMEOUT, MAX_TURNS, MAX_WAIT};
     let bounded = [
         (
             "max_turns",
@@ -433,17 +440,54 @@ fn check_claude(claude: &ClaudeConfig) -> Result<(), (String, String)> {
         ("result_grace", claude.result_grace, MAX_WAIT),
     ] {
         if value > max {
-            return Err((
-                key.to_owned(),
-                format!(
-                    "must be at most {}, got {}",
-                    humantime::format_duration(max),
-                    humantime::format_duration(value)
-                ),
-            ));
+            return Err((key.to_owned(), too_long(value, max)));
         }
     }
     Ok(())
+}
+
+/// A hook's `on`: at least one event, each one that exists (with the closest one when it is
+/// a typo). Why it is not, otherwise.
+fn check_hook_events(on: &[String]) -> Result<(), String> {
+    if on.is_empty() {
+        return Err(format!(
+            "is empty: name the events that run the hook ({})",
+            HOOK_EVENTS.join(", ")
+        ));
+    }
+    if let Some(name) = on.iter().find(|n| !HOOK_EVENTS.contains(&n.as_str())) {
+        let closest = HOOK_EVENTS
+            .iter()
+            .map(|e| (super::load::edit_distance(e, name), *e))
+            .filter(|(d, _)| *d <= 3)
+            .min()
+            .map(|(_, e)| format!(" (did you mean {e}?)"))
+            .unwrap_or_default();
+        return Err(format!(
+            "names no event: {name:?}{closest}; the events: {}",
+            HOOK_EVENTS.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The error for `key`, found in no file in particular (validation runs on the merged
+/// configuration).
+fn invalid(key: &str, message: String) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        message,
+        source_name: None,
+    }
+}
+
+/// Why a duration of `value` is refused when `max` is its bound.
+fn too_long(value: std::time::Duration, max: std::time::Duration) -> String {
+    format!(
+        "must be at most {}, got {}",
+        humantime::format_duration(max),
+        humantime::format_duration(value)
+    )
 }
 
 #[cfg(test)]

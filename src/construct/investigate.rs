@@ -7,7 +7,7 @@ use crate::agent::Role;
 use crate::answer::InvestigateAnswer;
 use crate::event::Event;
 use crate::model::{Change, Issue, IssueStatus, Task, TaskId};
-use crate::runtime::call::Structured;
+use crate::runtime::call::{Kill, Structured};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::spec::SpecDoc;
@@ -29,36 +29,14 @@ impl Engine {
         Ok(Flow::Continue)
     }
 
-    async fn investigate_issue(&mut self, issue: Issue) -> Result<Flow, Error> {
-        #[derive(Serialize)]
-        struct Planned<'a> {
-            id: &'a str,
-            name: &'a str,
-        }
-        #[derive(Serialize)]
-        struct InvestigatePrompt<'a> {
-            spec: &'a SpecDoc,
-            issue: &'a Issue,
-            tasks: Vec<Planned<'a>>,
-        }
-        let ctx = InvestigatePrompt {
-            spec: &self.spec,
-            issue: &issue,
-            tasks: self
-                .board
-                .remaining_tasks()
-                .take(PLANNED_IN_PROMPT)
-                .map(|t| Planned {
-                    id: t.id.as_str(),
-                    name: &t.name,
-                })
-                .collect(),
-        };
+    /// Asks what `issue` needs, and settles it: resolved by new or planned tasks, out of
+    /// scope, killed by a limit (for DECOMPOSE), or left open (blocked once out of retries).
+    async fn investigate_issue(&mut self, mut issue: Issue) -> Result<Flow, Error> {
         let call = self.call(
             Role::Investigate,
             issue.id.as_str(),
             issue.attempts.saturating_add(1),
-            self.ctx.prompts.render("investigate", &ctx)?,
+            self.investigate_prompt(&issue)?,
             deadline::after(self.config().stage_timeout),
         );
         let (result, runs) = self
@@ -77,7 +55,6 @@ impl Engine {
                 self.check_planned(&a.already_planned)
             })
             .await?;
-        let mut issue = issue;
         issue.attempts += runs;
         match result {
             Structured::Interrupted => return Ok(Flow::Interrupted),
@@ -86,39 +63,11 @@ impl Engine {
                 issue.reason = answer.reason;
                 self.settle_issue(issue, Vec::new(), Vec::new()).await?;
             }
-            Structured::Answer(answer) => {
-                let mut run = self.board.run.clone();
-                let mut tasks = self.materialize(&answer.tasks, None, &mut run, issue.id.as_str());
-                for task in &mut tasks {
-                    // Seed 000: tasks inherit the issue's priority.
-                    task.priority = task.priority.or(issue.priority);
-                }
-                issue.status = IssueStatus::Resolved;
-                issue.tasks = answer
-                    .already_planned
-                    .iter()
-                    .map(|id| TaskId::new(id.as_str()))
-                    .chain(tasks.iter().map(|t| t.id.clone()))
-                    .collect();
-                let mut changes = vec![Change::Run(run)];
-                changes.extend(tasks.iter().cloned().map(Change::Task));
-                self.settle_issue(issue, tasks, changes).await?;
-            }
+            Structured::Answer(answer) => self.resolve_issue(issue, answer).await?,
             // Killed by a limit: DECOMPOSE makes the issue's tasks from the run's log.
             Structured::Unusable {
                 kill: Some(kill), ..
-            } => {
-                let event = Event::IssueKilled {
-                    issue: issue.id.clone(),
-                    reason: kill.reason,
-                    log: kill.log.clone(),
-                };
-                issue.reason = Some(self.kill_note(kill.reason));
-                issue.kill_reason = Some(kill.reason);
-                issue.kill_log = kill.log;
-                self.commit(vec![Change::Issue(issue)]).await?;
-                self.emit(event);
-            }
+            } => self.record_issue_kill(issue, kill).await?,
             Structured::Unusable { reason, kill: None } => {
                 // Counted from the last unblock: a person who fixed the agent gets the
                 // whole budget again.
@@ -130,6 +79,76 @@ impl Engine {
             }
         }
         Ok(Flow::Continue)
+    }
+
+    /// The investigator's prompt: the spec, the issue, and the first planned tasks (so that
+    /// it can name those that already cover the issue).
+    fn investigate_prompt(&self, issue: &Issue) -> Result<String, Error> {
+        #[derive(Serialize)]
+        struct Planned<'a> {
+            id: &'a str,
+            name: &'a str,
+        }
+        #[derive(Serialize)]
+        struct InvestigatePrompt<'a> {
+            spec: &'a SpecDoc,
+            issue: &'a Issue,
+            tasks: Vec<Planned<'a>>,
+        }
+        let ctx = InvestigatePrompt {
+            spec: &self.spec,
+            issue,
+            tasks: self
+                .board
+                .remaining_tasks()
+                .take(PLANNED_IN_PROMPT)
+                .map(|t| Planned {
+                    id: t.id.as_str(),
+                    name: &t.name,
+                })
+                .collect(),
+        };
+        Ok(self.ctx.prompts.render("investigate", &ctx)?)
+    }
+
+    /// Resolves `issue` by the tasks `answer` makes (with the issue's priority unless they
+    /// have their own) and those it names as already planned.
+    async fn resolve_issue(
+        &mut self,
+        mut issue: Issue,
+        answer: InvestigateAnswer,
+    ) -> Result<(), Error> {
+        let mut run = self.board.run.clone();
+        let mut tasks = self.materialize(&answer.tasks, None, &mut run, issue.id.as_str());
+        for task in &mut tasks {
+            // Seed 000: tasks inherit the issue's priority.
+            task.priority = task.priority.or(issue.priority);
+        }
+        issue.status = IssueStatus::Resolved;
+        issue.tasks = answer
+            .already_planned
+            .iter()
+            .map(|id| TaskId::new(id.as_str()))
+            .chain(tasks.iter().map(|t| t.id.clone()))
+            .collect();
+        let mut changes = vec![Change::Run(run)];
+        changes.extend(tasks.iter().cloned().map(Change::Task));
+        self.settle_issue(issue, tasks, changes).await
+    }
+
+    /// Records that a limit killed the investigation of `issue`, with the run's log.
+    async fn record_issue_kill(&mut self, mut issue: Issue, kill: Kill) -> Result<(), Error> {
+        let event = Event::IssueKilled {
+            issue: issue.id.clone(),
+            reason: kill.reason,
+            log: kill.log.clone(),
+        };
+        issue.reason = Some(self.kill_note(kill.reason));
+        issue.kill_reason = Some(kill.reason);
+        issue.kill_log = kill.log;
+        self.commit(vec![Change::Issue(issue)]).await?;
+        self.emit(event);
+        Ok(())
     }
 
     /// Checks that every id the answer says is already planned names a task still to do.

@@ -136,6 +136,21 @@ pub(crate) struct Engine {
     plan_only: bool,
 }
 
+/// The names of the last [`RECENT_TASKS`] tasks `board` has finished, oldest first: the
+/// BUILD prompt's recent work, carried over from earlier runs.
+fn recently_finished(board: &Board) -> VecDeque<String> {
+    let finished = board
+        .tasks
+        .values()
+        .filter(|t| t.is_finished())
+        .map(|t| t.name.clone())
+        .collect::<Vec<_>>();
+    finished[finished.len().saturating_sub(RECENT_TASKS)..]
+        .iter()
+        .cloned()
+        .collect()
+}
+
 impl Engine {
     /// Starts the run (the workspace's lock, the sweep of a killed run's leftovers), loads
     /// the board, settles which spec is constructed, and seeds a fresh board with the spec
@@ -164,16 +179,7 @@ impl Engine {
         if let Some(budget) = caller.budget() {
             stamp(&mut board.run, &budget.ledger().spent());
         }
-        let recent = board
-            .tasks
-            .values()
-            .filter(|t| t.is_finished())
-            .map(|t| t.name.clone())
-            .collect::<Vec<_>>();
-        let recent = recent[recent.len().saturating_sub(RECENT_TASKS)..]
-            .iter()
-            .cloned()
-            .collect();
+        let recent = recently_finished(&board);
         let mut engine = Engine {
             ctx,
             board,
@@ -274,12 +280,7 @@ impl Engine {
             if let Some(message) = self.lock.check() {
                 self.emit(Event::Warning { message });
             }
-            if self.ctx.store.edited_externally() {
-                // Seed 003: a person may have ticked, added or removed tasks since the last
-                // stage; their file is the truth.
-                self.board = self.ctx.store.load().await?;
-                self.block_unsound().await?;
-            }
+            self.reload_if_edited().await?;
             let stage = self.board.stage();
             if stage == Stage::Complete && !self.board.declared_complete {
                 match self.gates_on_final_tree().await? {
@@ -289,56 +290,81 @@ impl Engine {
                     Some(Flow::Stop(outcome)) => return Ok(self.finish(outcome).await),
                 }
             }
-            if let Some(outcome) = self.outcome_at(stage) {
+            if let Some(outcome) = self
+                .outcome_at(stage)
+                .or_else(|| self.stop_asked_before(stage))
+            {
                 return Ok(self.finish(outcome).await);
             }
-            if self.plan_only && !matches!(stage, Stage::Investigate | Stage::Decompose) {
-                // Only the stages that make tasks ran: what is left is building them.
-                let planned = Outcome::Planned {
-                    tasks: self.board.remaining_tasks().count(),
-                };
-                return Ok(self.finish(planned).await);
-            }
-            if self.config().once && self.board.run.iteration > self.first_iteration {
-                let once = Outcome::Once {
-                    iteration: self.first_iteration,
-                    remaining: self.remaining(),
-                };
-                return Ok(self.finish(once).await);
-            }
-            let log = self.logs.enter(stage, &self.emitter)?;
-            self.emit(Event::StageEntered {
-                iteration: self.board.run.iteration,
-                stage,
-                log,
-            });
-            let span = tracing::info_span!(
-                target: "ralph",
-                "stage",
-                iteration = self.board.run.iteration,
-                stage = %stage,
-            );
-            let flow = match self.stage(stage).instrument(span).await {
-                Err(Error::BudgetExhausted {
-                    spent_usd,
-                    spent_tokens,
-                    max_cost_usd,
-                    max_tokens,
-                }) => Flow::Stop(Outcome::BudgetExhausted {
-                    spent_usd,
-                    spent_tokens,
-                    max_cost_usd,
-                    max_tokens,
-                }),
-                flow => flow?,
-            };
-            self.guard_home(stage).await?;
-            match flow {
+            match self.run_stage(stage).await? {
                 Flow::Continue => {}
                 Flow::Interrupted => return Ok(self.finish(Outcome::Interrupted).await),
                 Flow::Stop(outcome) => return Ok(self.finish(outcome).await),
             }
         }
+    }
+
+    /// Takes in the board's file if a person edited it since the last stage.
+    async fn reload_if_edited(&mut self) -> Result<(), Error> {
+        if self.ctx.store.edited_externally() {
+            // Seed 003: a person may have ticked, added or removed tasks since the last
+            // stage; their file is the truth.
+            self.board = self.ctx.store.load().await?;
+            self.block_unsound().await?;
+        }
+        Ok(())
+    }
+
+    /// The outcome if the run was asked to stop before `stage`: with `plan_only` once only
+    /// building is left, with `once` once its iteration is over.
+    fn stop_asked_before(&self, stage: Stage) -> Option<Outcome> {
+        if self.plan_only && !matches!(stage, Stage::Investigate | Stage::Decompose) {
+            // Only the stages that make tasks ran: what is left is building them.
+            return Some(Outcome::Planned {
+                tasks: self.board.remaining_tasks().count(),
+            });
+        }
+        if self.config().once && self.board.run.iteration > self.first_iteration {
+            return Some(Outcome::Once {
+                iteration: self.first_iteration,
+                remaining: self.remaining(),
+            });
+        }
+        None
+    }
+
+    /// Runs `stage` under its own log and tracing span; a budget exhausted during it stops
+    /// the run with that outcome. The user's branch is put back afterwards if an agent moved
+    /// it.
+    async fn run_stage(&mut self, stage: Stage) -> Result<Flow, Error> {
+        let log = self.logs.enter(stage, &self.emitter)?;
+        self.emit(Event::StageEntered {
+            iteration: self.board.run.iteration,
+            stage,
+            log,
+        });
+        let span = tracing::info_span!(
+            target: "ralph",
+            "stage",
+            iteration = self.board.run.iteration,
+            stage = %stage,
+        );
+        let flow = match self.stage(stage).instrument(span).await {
+            Err(Error::BudgetExhausted {
+                spent_usd,
+                spent_tokens,
+                max_cost_usd,
+                max_tokens,
+            }) => Flow::Stop(Outcome::BudgetExhausted {
+                spent_usd,
+                spent_tokens,
+                max_cost_usd,
+                max_tokens,
+            }),
+            flow => flow?,
+        };
+        self.guard_home(stage).await?;
+        Ok(flow)
     }
 
     /// Puts the user's branch back if an agent of `stage` moved it (the build attempts are
@@ -930,67 +956,25 @@ pub(crate) fn prioritize_changes(
     changes: &mut Vec<Change>,
     priorities: Priorities,
 ) -> Result<Event, Error> {
+    // Where each task of `changes` is, to update it in place.
     let mut index: HashMap<TaskId, usize> = HashMap::new();
     for (i, change) in changes.iter().enumerate() {
         if let Change::Task(task) = change {
             index.insert(task.id.clone(), i);
         }
     }
-    let (updates, event) = {
-        let current = |id: &TaskId| match index.get(id).map(|&i| &changes[i]) {
-            Some(Change::Task(task)) => Some(task),
-            _ => board.tasks.get(id),
-        };
-        // New tasks in the order they were made: the prioritizer sees creation order.
-        let new = changes.iter().filter_map(|c| match c {
-            Change::Task(task) if !board.tasks.contains_key(&task.id) => Some(&task.id),
-            _ => None,
-        });
-        let pending: Vec<Task> = board
-            .tasks
-            .keys()
-            .chain(new)
-            .filter_map(current)
-            .filter(|t| t.is_buildable())
-            .cloned()
-            .collect();
-        let order = match priorities {
-            Priorities::Assign => prioritizer.prioritize_on(&pending, board, spec)?,
-            Priorities::Inherit => prioritizer.prioritize_on(&fixed(&pending), board, spec)?,
-        };
-        let mut ranked: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
-        let mut labels = Vec::with_capacity(order.len());
-        for (rank, (id, priority)) in order.iter().enumerate() {
-            labels.push(format!("{id}:{priority}"));
-            ranked
-                .entry(id)
-                .or_insert((u32::try_from(rank).unwrap_or(u32::MAX), *priority));
-        }
-        let mut updates = Vec::new();
-        for before in &pending {
-            let mut task = before.clone();
-            match ranked.get(&task.id) {
-                Some(&(rank, priority)) => {
-                    task.rank = Some(rank);
-                    let keeps = match priorities {
-                        Priorities::Assign => task.priority.is_some(),
-                        Priorities::Inherit => task.priority.or(task.computed_priority).is_some(),
-                    };
-                    if !keeps {
-                        task.computed_priority = Some(priority);
-                    }
-                }
-                None => task.rank = None,
-            }
-            if task != *before {
-                updates.push(task);
-            }
-        }
-        let event = Event::Prioritized {
-            report: PriorityReport::of(&order),
-            order: labels,
-        };
-        (updates, event)
+    let pending = buildable_after(board, changes, &index);
+    let order = match priorities {
+        Priorities::Assign => prioritizer.prioritize_on(&pending, board, spec)?,
+        Priorities::Inherit => prioritizer.prioritize_on(&fixed(&pending), board, spec)?,
+    };
+    let updates = ranked(&pending, &order, priorities);
+    let event = Event::Prioritized {
+        report: PriorityReport::of(&order),
+        order: order
+            .iter()
+            .map(|(id, priority)| format!("{id}:{priority}"))
+            .collect(),
     };
     for task in updates {
         match index.get(&task.id) {
@@ -999,6 +983,61 @@ pub(crate) fn prioritize_changes(
         }
     }
     Ok(event)
+}
+
+/// The tasks that can be built once `changes` (whose tasks `index` finds) are applied to
+/// `board`: the board's in its order, then the new ones in the order they were made, so the
+/// prioritizer sees creation order.
+fn buildable_after(board: &Board, changes: &[Change], index: &HashMap<TaskId, usize>) -> Vec<Task> {
+    let current = |id: &TaskId| match index.get(id).map(|&i| &changes[i]) {
+        Some(Change::Task(task)) => Some(task),
+        _ => board.tasks.get(id),
+    };
+    let new = changes.iter().filter_map(|c| match c {
+        Change::Task(task) if !board.tasks.contains_key(&task.id) => Some(&task.id),
+        _ => None,
+    });
+    board
+        .tasks
+        .keys()
+        .chain(new)
+        .filter_map(current)
+        .filter(|t| t.is_buildable())
+        .cloned()
+        .collect()
+}
+
+/// The tasks of `pending` that the prioritizer's `order` changes: each ranked by its first
+/// place in it (unranked if left out) and given its priority as the computed one unless
+/// `priorities` keeps the one it has.
+fn ranked(pending: &[Task], order: &[(TaskId, Priority)], priorities: Priorities) -> Vec<Task> {
+    let mut places: HashMap<&TaskId, (u32, Priority)> = HashMap::new();
+    for (rank, (id, priority)) in order.iter().enumerate() {
+        places
+            .entry(id)
+            .or_insert((u32::try_from(rank).unwrap_or(u32::MAX), *priority));
+    }
+    let mut updates = Vec::new();
+    for before in pending {
+        let mut task = before.clone();
+        match places.get(&task.id) {
+            Some(&(rank, priority)) => {
+                task.rank = Some(rank);
+                let keeps = match priorities {
+                    Priorities::Assign => task.priority.is_some(),
+                    Priorities::Inherit => task.priority.or(task.computed_priority).is_some(),
+                };
+                if !keeps {
+                    task.computed_priority = Some(priority);
+                }
+            }
+            None => task.rank = None,
+        }
+        if task != *before {
+            updates.push(task);
+        }
+    }
+    updates
 }
 
 /// `tasks` as the prioritizer sees them when priorities are inherited: a computed (or

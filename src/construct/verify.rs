@@ -3,8 +3,6 @@
 //! verdicts are applied, new tasks and issues added, pending work re-prioritized, and the
 //! iteration ends.
 
-use std::collections::HashMap;
-
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -168,32 +166,8 @@ impl Engine {
     /// agent) is asked for once more; if that fails too the check has [`GapCheck::Failed`]:
     /// never "no gaps". `None` if interrupted.
     async fn gap_analysis(&mut self, deadline: Instant) -> Result<Option<GapCheck>, Error> {
-        #[derive(Serialize)]
-        struct GapPrompt<'a> {
-            spec: &'a SpecDoc,
-            done: Vec<String>,
-            remaining: Vec<String>,
-            gaps: Vec<&'a str>,
-        }
         let named = self.verifier_gaps();
-        let summary = |t: &Task| format!("{}: {}", t.id, t.name);
-        let tasks = self.board.tasks.values();
-        let ctx = GapPrompt {
-            spec: &self.spec,
-            done: tasks
-                .clone()
-                .filter(|t| t.is_finished())
-                .map(summary)
-                .take(200)
-                .collect(),
-            remaining: tasks
-                .filter(|t| t.is_remaining() && !t.is_finished())
-                .map(summary)
-                .take(200)
-                .collect(),
-            gaps: named.iter().map(|(_, gap)| gap.as_str()).collect(),
-        };
-        let prompt = self.ctx.prompts.render("gap_analysis", &ctx)?;
+        let prompt = self.gap_prompt(&named)?;
         let subject = format!("iteration-{}", self.board.run.iteration);
         let (mut attempt, mut deadline, mut failure) = (1, deadline, String::new());
         for round in 1..=2 {
@@ -229,6 +203,36 @@ impl Engine {
         Ok(Some(GapCheck::Failed(failure)))
     }
 
+    /// The gap analysis's prompt: the spec, the tasks finished and remaining (the first 200
+    /// of each), and the verifier gaps `named` to answer.
+    fn gap_prompt(&self, named: &[(TaskId, String)]) -> Result<String, Error> {
+        #[derive(Serialize)]
+        struct GapPrompt<'a> {
+            spec: &'a SpecDoc,
+            done: Vec<String>,
+            remaining: Vec<String>,
+            gaps: Vec<&'a str>,
+        }
+        let summary = |t: &Task| format!("{}: {}", t.id, t.name);
+        let tasks = self.board.tasks.values();
+        let ctx = GapPrompt {
+            spec: &self.spec,
+            done: tasks
+                .clone()
+                .filter(|t| t.is_finished())
+                .map(summary)
+                .take(200)
+                .collect(),
+            remaining: tasks
+                .filter(|t| t.is_remaining() && !t.is_finished())
+                .map(summary)
+                .take(200)
+                .collect(),
+            gaps: named.iter().map(|(_, gap)| gap.as_str()).collect(),
+        };
+        Ok(self.ctx.prompts.render("gap_analysis", &ctx)?)
+    }
+
     /// The gaps this round's verifiers named, with the task each came from, in the order the
     /// gap analysis numbers them. Accepted tasks keep their verdicts: only the done tasks'
     /// count, so the prompt does not grow with the board's history.
@@ -248,79 +252,20 @@ impl Engine {
     async fn apply_verification(&mut self, check: GapCheck) -> Result<(), Error> {
         // A verifier that moved the user's branch is caught before any acceptance rests on it.
         self.guard_home(crate::model::Stage::Verify).await?;
-        let mut changed: HashMap<TaskId, Task> = HashMap::new();
-        let mut order: Vec<TaskId> = Vec::new();
-        let judged: Vec<Task> = self
-            .board
-            .tasks
-            .values()
-            .filter(|t| t.status == TaskStatus::Done && t.verdict.is_some())
-            .cloned()
-            .collect();
-        for task in judged {
-            let Some(mut verdict) = task.verdict.clone() else {
-                continue;
-            };
-            let mut judged = is_judgement(&verdict);
-            if verdict.accepted
-                && let Some(reason) = self.off_the_branch(&task).await?
-            {
-                // Not a judgement of the work: it is built again, not counted against it.
-                judged = false;
-                verdict = Verdict {
-                    accepted: false,
-                    reason,
-                    gaps: verdict.gaps,
-                };
-            }
-            order.push(task.id.clone());
-            let limit = judged.then_some(self.config().decompose_after_rejections);
-            changed.insert(task.id.clone(), apply_verdict(task, &verdict, limit));
-        }
-        let accepted = order
+        let mut tasks = self.judge_done_tasks().await?;
+        let accepted = tasks
             .iter()
-            .filter(|id| changed[*id].status == TaskStatus::Accepted)
+            .filter(|t| t.status == TaskStatus::Accepted)
             .count();
-        let to_split: Vec<Event> = order
-            .iter()
-            .filter(|id| changed[*id].is_killed())
-            .map(|id| Event::Warning {
-                message: format!(
-                    "{id} was rejected {} times: DECOMPOSE splits it instead of building it again",
-                    changed[id].rejections
-                ),
-            })
-            .collect();
+        let rejected = tasks.len() - accepted;
+        let to_split = rejected_too_often(&tasks);
         let iteration = self.board.run.iteration;
-        let (gaps, named, spec_check) = match check {
-            GapCheck::Answer(gaps, named) => {
-                // Complete rests on a check that found nothing: one that found work is
-                // followed by another once that work is done.
-                let found_nothing = gaps.tasks.is_empty() && gaps.issues.is_empty();
-                let check = found_nothing.then(|| SpecCheck::answered(iteration));
-                (gaps, named, check)
-            }
-            GapCheck::Failed(reason) => {
-                self.check_failed = true;
-                let check = Some(SpecCheck::failed(iteration, reason));
-                (GapAnswer::default(), Vec::new(), check)
-            }
-        };
-        let note = match &spec_check {
-            Some(SpecCheck {
-                failed: Some(reason),
-                ..
-            }) => format!(
-                "{accepted} accepted, {} rejected, the gap analysis gave no answer: {reason}",
-                order.len() - accepted
-            ),
-            _ => format!(
-                "{accepted} accepted, {} rejected, {} new task(s), {} new issue(s)",
-                order.len() - accepted,
-                gaps.tasks.len(),
-                gaps.issues.len()
-            ),
-        };
+        let GapOutcome {
+            gaps,
+            named,
+            spec_check,
+        } = self.settle_gap_check(check);
+        let note = verification_note(accepted, rejected, &gaps, spec_check.as_ref());
         let mut run = self.next_iteration(accepted, &note);
         run.spec_check = spec_check;
         let new_tasks = self.materialize(&gaps.tasks, None, &mut run, "verify");
@@ -328,15 +273,8 @@ impl Engine {
         let task_ids: Vec<TaskId> = new_tasks.iter().map(|t| t.id.clone()).collect();
         let issue_ids: Vec<IssueId> = new_issues.iter().map(|i| i.id.clone()).collect();
         let replies = replies(&gaps, &named, &task_ids, &issue_ids);
-        for task in new_tasks {
-            order.push(task.id.clone());
-            changed.insert(task.id.clone(), task);
-        }
-        let mut changes: Vec<Change> = order
-            .iter()
-            .filter_map(|id| changed.remove(id))
-            .map(Change::Task)
-            .collect();
+        tasks.extend(new_tasks);
+        let mut changes: Vec<Change> = tasks.into_iter().map(Change::Task).collect();
         changes.extend(new_issues.into_iter().map(Change::Issue));
         changes.push(Change::Run(run));
         let prioritized = self.prioritize(&mut changes, Priorities::Assign)?;
@@ -354,6 +292,66 @@ impl Engine {
         self.emit(prioritized);
         self.emit(Event::IterationFinished { iteration });
         Ok(())
+    }
+
+    /// The done tasks that have a verdict, in board order, each with its verdict applied
+    /// (see [`apply_verdict`]).
+    async fn judge_done_tasks(&self) -> Result<Vec<Task>, Error> {
+        let judged: Vec<Task> = self
+            .board
+            .tasks
+            .values()
+            .filter(|t| t.status == TaskStatus::Done && t.verdict.is_some())
+            .cloned()
+            .collect();
+        let mut tasks = Vec::with_capacity(judged.len());
+        for task in judged {
+            let Some(mut verdict) = task.verdict.clone() else {
+                continue;
+            };
+            let mut judged = is_judgement(&verdict);
+            if verdict.accepted
+                && let Some(reason) = self.off_the_branch(&task).await?
+            {
+                // Not a judgement of the work: it is built again, not counted against it.
+                judged = false;
+                verdict = Verdict {
+                    accepted: false,
+                    reason,
+                    gaps: verdict.gaps,
+                };
+            }
+            let limit = judged.then_some(self.config().decompose_after_rejections);
+            tasks.push(apply_verdict(task, &verdict, limit));
+        }
+        Ok(tasks)
+    }
+
+    /// What the gap analysis leaves for the final batch. A failed one adds nothing and is
+    /// remembered in `check_failed`.
+    fn settle_gap_check(&mut self, check: GapCheck) -> GapOutcome {
+        let iteration = self.board.run.iteration;
+        match check {
+            GapCheck::Answer(gaps, named) => {
+                // Complete rests on a check that found nothing: one that found work is
+                // followed by another once that work is done.
+                let found_nothing = gaps.tasks.is_empty() && gaps.issues.is_empty();
+                let spec_check = found_nothing.then(|| SpecCheck::answered(iteration));
+                GapOutcome {
+                    gaps,
+                    named,
+                    spec_check,
+                }
+            }
+            GapCheck::Failed(reason) => {
+                self.check_failed = true;
+                GapOutcome {
+                    gaps: GapAnswer::default(),
+                    named: Vec::new(),
+                    spec_check: Some(SpecCheck::failed(iteration, reason)),
+                }
+            }
+        }
     }
 
     /// Why `task` cannot be accepted although its verifier accepts it, if it cannot: its
@@ -390,6 +388,53 @@ enum GapCheck {
     Answer(GapAnswer, Vec<(TaskId, String)>),
     /// No valid answer, even when asked once more: why.
     Failed(String),
+}
+
+/// What the final batch takes from the gap analysis.
+struct GapOutcome {
+    /// The tasks and issues to add (none when the analysis failed).
+    gaps: GapAnswer,
+    /// The verifier gaps `gaps` answers, numbered from 1.
+    named: Vec<(TaskId, String)>,
+    /// How the spec check ended: `None` when it found work, so another check follows it.
+    spec_check: Option<SpecCheck>,
+}
+
+/// A warning for each task rejected often enough to go to DECOMPOSE.
+fn rejected_too_often(tasks: &[Task]) -> Vec<Event> {
+    tasks
+        .iter()
+        .filter(|t| t.is_killed())
+        .map(|t| Event::Warning {
+            message: format!(
+                "{} was rejected {} times: DECOMPOSE splits it instead of building it again",
+                t.id, t.rejections
+            ),
+        })
+        .collect()
+}
+
+/// The iteration's note: the verdicts, and what the gap analysis added or why it gave
+/// nothing.
+fn verification_note(
+    accepted: usize,
+    rejected: usize,
+    gaps: &GapAnswer,
+    spec_check: Option<&SpecCheck>,
+) -> String {
+    match spec_check {
+        Some(SpecCheck {
+            failed: Some(reason),
+            ..
+        }) => format!(
+            "{accepted} accepted, {rejected} rejected, the gap analysis gave no answer: {reason}"
+        ),
+        _ => format!(
+            "{accepted} accepted, {rejected} rejected, {} new task(s), {} new issue(s)",
+            gaps.tasks.len(),
+            gaps.issues.len()
+        ),
+    }
 }
 
 /// One event per verifier gap, saying how the gap analysis answered it.

@@ -331,40 +331,40 @@ pub(crate) fn new_task_problem(board: &Board, task: &Task) -> Option<(String, St
         }
     }
     for (i, dep) in task.deps.iter().enumerate() {
-        let field = format!("deps[{i}]");
-        if *dep == task.id {
-            return problem(
-                &field,
-                format!("names the task itself ({dep}): a dependency cycle"),
-            );
+        if let Some(why) = new_dep_problem(board, task, dep) {
+            return problem(&format!("deps[{i}]"), why);
         }
-        let Some(found) = board.tasks.get(dep) else {
-            return problem(&field, format!("names {dep}, which is not on the board"));
-        };
-        if found.status == TaskStatus::Decomposed {
-            let subtasks: Vec<&str> = board
-                .tasks
-                .values()
-                .filter(|t| t.parent.as_ref() == Some(dep))
-                .map(|t| t.id.as_str())
-                .collect();
-            return problem(
-                &field,
-                format!(
-                    "names {dep}, which was decomposed: name its subtasks ({})",
-                    subtasks.join(", ")
-                ),
-            );
-        }
-        if waiting(found) && leads_to(board, found, &task.id) {
-            return problem(
-                &field,
-                format!(
-                    "names {dep}, which depends on {} in turn: a dependency cycle",
-                    task.id
-                ),
-            );
-        }
+    }
+    None
+}
+
+/// Why `task`, a person's new task for `board`, cannot depend on `dep`, if it cannot: it is
+/// the task itself, not on the board, decomposed (its subtasks are named instead), or
+/// waiting on the task in turn.
+fn new_dep_problem(board: &Board, task: &Task, dep: &TaskId) -> Option<String> {
+    if *dep == task.id {
+        return Some(format!("names the task itself ({dep}): a dependency cycle"));
+    }
+    let Some(found) = board.tasks.get(dep) else {
+        return Some(format!("names {dep}, which is not on the board"));
+    };
+    if found.status == TaskStatus::Decomposed {
+        let subtasks: Vec<&str> = board
+            .tasks
+            .values()
+            .filter(|t| t.parent.as_ref() == Some(dep))
+            .map(|t| t.id.as_str())
+            .collect();
+        return Some(format!(
+            "names {dep}, which was decomposed: name its subtasks ({})",
+            subtasks.join(", ")
+        ));
+    }
+    if waiting(found) && leads_to(board, found, &task.id) {
+        return Some(format!(
+            "names {dep}, which depends on {} in turn: a dependency cycle",
+            task.id
+        ));
     }
     None
 }

@@ -22,7 +22,7 @@ use crate::answer::{PlanAnswer, PlannedSpec};
 use crate::event::Event;
 use crate::git::Git;
 use crate::runtime::Context;
-use crate::runtime::call::{Call, Structured};
+use crate::runtime::call::{Call, Caller, Structured};
 use crate::runtime::deadline;
 use crate::runtime::error::{Error, SpecsError};
 use crate::runtime::logs::{Emitter, Logs};
@@ -84,14 +84,7 @@ async fn plan(
     }
     let store = ImplementationStore::new(ctx.workspace.join(&planning.implementation))
         .copies_in(crate::runtime::workspace::state_dir(&ctx.workspace));
-    let existing = match store.load()? {
-        Some(existing) => existing,
-        None => {
-            // A new plan: what an earlier one's run spent no longer counts.
-            ctx.budget(super::SPEND_SCOPE)?.ledger().reset()?;
-            Implementation::default()
-        }
-    };
+    let existing = existing_plan(ctx, &store)?;
     let prompt = prompt(ctx, &files, &existing)?;
 
     let run_dir = crate::specs::logs::run_folder(&ctx.workspace, &ctx.config.log_dir, "plan-mode")?;
@@ -104,24 +97,7 @@ async fn plan(
         deadline: deadline::after(ctx.config.stage_timeout),
         log: crate::specs::logs::folder_log(&run_dir, Role::Breakdown, 1),
     };
-    let (answer, _) = caller
-        .structured::<PlanAnswer>(call, |a| check_files(a, &files))
-        .await?;
-    let answer = match answer {
-        Structured::Answer(answer) => answer,
-        Structured::Unusable { reason, .. } => {
-            let implementation = store.path().to_path_buf();
-            return Err(SpecsError::NoUsablePlan {
-                reason,
-                implementation,
-            }
-            .into());
-        }
-        Structured::Interrupted => {
-            let implementation = store.path().to_path_buf();
-            return Err(SpecsError::Stopped { implementation }.into());
-        }
-    };
+    let answer = ask_for_plan(&caller, call, &files, &store).await?;
     let mut plan = merge(existing, answer);
     store.save(&mut plan, "plan-mode")?;
     let specs = plan.specs.len();
@@ -135,6 +111,41 @@ async fn plan(
         commit,
     });
     Ok(plan)
+}
+
+/// The plan on record, or an empty one when there is none yet (and then the spend of an
+/// earlier plan's run no longer counts).
+fn existing_plan(ctx: &Context, store: &ImplementationStore) -> Result<Implementation, Error> {
+    Ok(match store.load()? {
+        Some(existing) => existing,
+        None => {
+            ctx.budget(super::SPEND_SCOPE)?.ledger().reset()?;
+            Implementation::default()
+        }
+    })
+}
+
+/// Asks the breakdown agent, by `call`, for the plan of `files`: its answer, or an error
+/// naming `store`'s file when there is no usable one or the run was stopped.
+async fn ask_for_plan(
+    caller: &Caller,
+    call: Call,
+    files: &[String],
+    store: &ImplementationStore,
+) -> Result<PlanAnswer, Error> {
+    let (answer, _) = caller
+        .structured::<PlanAnswer>(call, |a| check_files(a, files))
+        .await?;
+    let implementation = store.path().to_path_buf();
+    match answer {
+        Structured::Answer(answer) => Ok(answer),
+        Structured::Unusable { reason, .. } => Err(SpecsError::NoUsablePlan {
+            reason,
+            implementation,
+        }
+        .into()),
+        Structured::Interrupted => Err(SpecsError::Stopped { implementation }.into()),
+    }
 }
 
 /// Commits the saved plan, and only it, in a git repository that has a commit: the plan is

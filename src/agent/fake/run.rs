@@ -89,38 +89,18 @@ impl FakeRun {
                 self.structured = Some(value.clone());
             }
             Step::Write { path, content } => {
-                let full = workspace_path(&request.workspace, path)?;
-                self.log(&format!(
-                    "[fake] write {} ({} bytes)",
-                    path.display(),
-                    content.len()
-                ));
-                write_file(&full, content, false)?;
+                self.write_step(&request.workspace, path, content, false)?
             }
             Step::Append { path, content } => {
-                let full = workspace_path(&request.workspace, path)?;
-                self.log(&format!(
-                    "[fake] append {} ({} bytes)",
-                    path.display(),
-                    content.len()
-                ));
-                write_file(&full, content, true)?;
+                self.write_step(&request.workspace, path, content, true)?
             }
-            Step::Remove(path) => {
-                let full = workspace_path(&request.workspace, path)?;
-                self.log(&format!("[fake] remove {}", path.display()));
-                std::fs::remove_file(&full)
-                    .map_err(|source| AgentError::Io { path: full, source })?;
-            }
+            Step::Remove(path) => self.remove_step(&request.workspace, path)?,
             Step::Print { line, times } => {
                 for _ in 0..*times {
                     self.log(line);
                 }
             }
-            Step::Hang {} => {
-                self.log("[fake] hanging until stopped");
-                return Ok(Some(self.interrupted_exit(self.wait(request, None).await)));
-            }
+            Step::Hang {} => return Ok(Some(self.hang(request).await)),
             Step::Delay(duration) => {
                 if let Some(why) = self.wait(request, Some(*duration)).await {
                     return Ok(Some(self.interrupted_exit(Some(why))));
@@ -135,22 +115,7 @@ impl FakeRun {
                 input_tokens,
                 output_tokens,
                 cost_usd,
-            } => {
-                self.usage.input_tokens += input_tokens;
-                self.usage.output_tokens += output_tokens;
-                if let Some(cost) = cost_usd {
-                    *self.cost_usd.get_or_insert(0.0) += cost;
-                }
-                self.log(&format!(
-                    "[fake] spent {input_tokens} in, {output_tokens} out{}",
-                    cost_usd.map(|c| format!(", ${c:.2}")).unwrap_or_default()
-                ));
-                // As a CLI reports usage while it runs: the run's spend so far.
-                request.events.emit(AgentEvent::Spend {
-                    usage: self.usage,
-                    cost_usd: self.cost_usd,
-                });
-            }
+            } => self.spend_step(request, *input_tokens, *output_tokens, *cost_usd),
             Step::Fail { reason, kind } => {
                 self.log(&format!("[fake] fail: {reason}"));
                 return Ok(Some(AgentExit::Failed {
@@ -166,6 +131,57 @@ impl FakeRun {
             }
         }
         Ok(None)
+    }
+
+    /// Writes `content` to `path` in `workspace`, or appends it (`append`), and says so in
+    /// the transcript.
+    fn write_step(
+        &mut self,
+        workspace: &Path,
+        path: &Path,
+        content: &str,
+        append: bool,
+    ) -> Result<(), AgentError> {
+        let full = workspace_path(workspace, path)?;
+        self.log(&format!(
+            "[fake] {} {} ({} bytes)",
+            if append { "append" } else { "write" },
+            path.display(),
+            content.len()
+        ));
+        write_file(&full, content, append)
+    }
+
+    /// Removes the file at `path` in `workspace`, and says so in the transcript.
+    fn remove_step(&mut self, workspace: &Path, path: &Path) -> Result<(), AgentError> {
+        let full = workspace_path(workspace, path)?;
+        self.log(&format!("[fake] remove {}", path.display()));
+        std::fs::remove_file(&full).map_err(|source| AgentError::Io { path: full, source })
+    }
+
+    /// Adds the tokens and dollars of a `spend` step to the run's usage, and reports the
+    /// run's spend so far.
+    fn spend_step(
+        &mut self,
+        request: &AgentRequest,
+        input_tokens: u64,
+        output_tokens: u64,
+        cost_usd: Option<f64>,
+    ) {
+        self.usage.input_tokens += input_tokens;
+        self.usage.output_tokens += output_tokens;
+        if let Some(cost) = cost_usd {
+            *self.cost_usd.get_or_insert(0.0) += cost;
+        }
+        self.log(&format!(
+            "[fake] spent {input_tokens} in, {output_tokens} out{}",
+            cost_usd.map(|c| format!(", ${c:.2}")).unwrap_or_default()
+        ));
+        // As a CLI reports usage while it runs: the run's spend so far.
+        request.events.emit(AgentEvent::Spend {
+            usage: self.usage,
+            cost_usd: self.cost_usd,
+        });
     }
 
     /// Waits for `duration` (forever if `None`); returns why it ended early, if it did.
@@ -191,6 +207,13 @@ impl FakeRun {
             () = request.stop.cancelled() => Some(Interrupted::Stopped),
             () = deadline => Some(Interrupted::TimedOut),
         }
+    }
+
+    /// A `hang` step: waits until the run is stopped or times out, and exits as it was.
+    async fn hang(&mut self, request: &AgentRequest) -> AgentExit {
+        self.log("[fake] hanging until stopped");
+        let why = self.wait(request, None).await;
+        self.interrupted_exit(why)
     }
 
     fn interrupted_exit(&mut self, why: Option<Interrupted>) -> AgentExit {

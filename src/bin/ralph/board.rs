@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use clap::{Subcommand, ValueEnum};
+use ralph::__internals::spend::Spent;
 use ralph::agent::FailureKind;
 use ralph::model::{
     Board, Issue, IssueId, IssueStatus, KillReason, Priority, Stage, Task, TaskId, TaskStatus,
@@ -249,33 +250,12 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
 /// What the agents spent, by scope (the board, build mode's run, each thread), with the
 /// agents and the subjects under it, beside the run-wide limits.
 fn spend_status(ralph: &Ralph) -> Result<()> {
-    use ralph::__internals::spend::{Spent, Totals};
+    use ralph::__internals::spend::Totals;
     let totals = Totals::read(ralph.workspace())?;
-    let config = ralph.config();
-    let limits: Vec<String> = [
-        config.max_cost_usd.map(|m| format!("max_cost_usd = {m}")),
-        config.max_tokens.map(|m| format!("max_tokens = {m}")),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let limit = match limits.is_empty() {
-        true => "no limit".to_owned(),
-        false => format!("limit {}", limits.join(", ")),
-    };
+    let limit = spend_limit(ralph.config());
     if let Some(notice) = &totals.notice {
         eprintln!("warning: {notice}");
     }
-    let money = |s: &Spent| {
-        let mut text = match s.unpriced_runs {
-            0 => format!("${:.2}", s.cost_usd),
-            n => format!("${:.2} (+{n} unpriced)", s.cost_usd),
-        };
-        if s.estimated_runs > 0 {
-            text.push_str(&format!(" (an estimate: {} cut short)", s.estimated_runs));
-        }
-        text
-    };
     for (scope, spent) in &totals.scopes {
         out!(
             "spend {scope}: {}, {} in / {} out tokens (cache {} read, {} written), {} {}; {limit}",
@@ -287,29 +267,63 @@ fn spend_status(ralph: &Ralph) -> Result<()> {
             spent.runs,
             crate::display::plural(spent.runs as usize, "run", "runs"),
         );
-        // The costliest first, at most SHOWN_SPEND of them: a 2,000-task board stays legible.
-        let under = |map: &std::collections::BTreeMap<(String, String), Spent>| {
-            let mut rows: Vec<(&String, &Spent)> = map
-                .iter()
-                .filter(|((s, _), _)| s == scope)
-                .map(|((_, name), spent)| (name, spent))
-                .collect();
-            rows.sort_by(|a, b| b.1.cost_usd.total_cmp(&a.1.cost_usd).then(a.0.cmp(b.0)));
-            let more = rows.len().saturating_sub(SHOWN_SPEND);
-            let mut shown: Vec<String> = rows
-                .iter()
-                .take(SHOWN_SPEND)
-                .map(|(name, spent)| format!("{name} {}", money(spent)))
-                .collect();
-            if more > 0 {
-                shown.push(format!("and {more} more"));
-            }
-            shown.join(", ")
-        };
-        out!("  by agent: {}", under(&totals.agents));
-        out!("  by subject: {}", under(&totals.subjects));
+        out!("  by agent: {}", costliest(&totals.agents, scope));
+        out!("  by subject: {}", costliest(&totals.subjects, scope));
     }
     Ok(())
+}
+
+/// The run-wide spend limits `config` sets, in its keys' words: `no limit` when it sets
+/// none.
+fn spend_limit(config: &ralph::Config) -> String {
+    let limits: Vec<String> = [
+        config.max_cost_usd.map(|m| format!("max_cost_usd = {m}")),
+        config.max_tokens.map(|m| format!("max_tokens = {m}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    match limits.is_empty() {
+        true => "no limit".to_owned(),
+        false => format!("limit {}", limits.join(", ")),
+    }
+}
+
+/// What `spent` cost in dollars, with the runs that had no price and those whose cost is
+/// an estimate.
+fn money(spent: &Spent) -> String {
+    let mut text = match spent.unpriced_runs {
+        0 => format!("${:.2}", spent.cost_usd),
+        n => format!("${:.2} (+{n} unpriced)", spent.cost_usd),
+    };
+    if spent.estimated_runs > 0 {
+        text.push_str(&format!(
+            " (an estimate: {} cut short)",
+            spent.estimated_runs
+        ));
+    }
+    text
+}
+
+/// The names under `scope` in `map` (its agents or its subjects) with what each cost: the
+/// costliest first, at most SHOWN_SPEND of them, so that a 2,000-task board stays legible.
+fn costliest(map: &std::collections::BTreeMap<(String, String), Spent>, scope: &str) -> String {
+    let mut rows: Vec<(&String, &Spent)> = map
+        .iter()
+        .filter(|((s, _), _)| s == scope)
+        .map(|((_, name), spent)| (name, spent))
+        .collect();
+    rows.sort_by(|a, b| b.1.cost_usd.total_cmp(&a.1.cost_usd).then(a.0.cmp(b.0)));
+    let more = rows.len().saturating_sub(SHOWN_SPEND);
+    let mut shown: Vec<String> = rows
+        .iter()
+        .take(SHOWN_SPEND)
+        .map(|(name, spent)| format!("{name} {}", money(spent)))
+        .collect();
+    if more > 0 {
+        shown.push(format!("and {more} more"));
+    }
+    shown.join(", ")
 }
 
 /// The construct board; its next step unless the spec is complete.
@@ -689,21 +703,7 @@ fn next_task(board: &Board) -> Option<&Task> {
 pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
     let ralph = open(workspace)?;
     match command {
-        TaskCommand::Add { json } => {
-            let new = NewTask::parse(&json)?;
-            let id = match new.id {
-                Some(id) => TaskId::from(id),
-                None => ralph.board().await?.next_task_id(),
-            };
-            let mut task = Task::new(id, new.name)
-                .with_acceptance(new.accept)
-                .with_notes(new.notes)
-                .with_deps(new.deps);
-            if let Some(priority) = new.priority {
-                task = task.with_priority(priority);
-            }
-            out!("{}", ralph.add_task(task).await?);
-        }
+        TaskCommand::Add { json } => out!("{}", task_add(&ralph, &json).await?),
         TaskCommand::Done { id } => {
             let id = match id {
                 Some(id) => TaskId::from(id),
@@ -734,49 +734,78 @@ pub(crate) async fn task(workspace: &Path, command: TaskCommand) -> Result<()> {
             out!("{id} rejected");
         }
         TaskCommand::Prioritize { spec } => {
-            if let Some(spec) = spec {
-                same_spec(&ralph.board().await?, &spec)?;
-            }
-            // Its warnings (a dependency rewired, a task blocked) are on stderr, as a run's.
-            let report = ralph.prioritize().await?;
-            out!("{}", serde_json::to_string(&report)?);
-            // The JSON names them too; a person reading the terminal needs the way on.
-            if !report.blocked.is_empty() {
-                let ids: Vec<&str> = report.blocked.iter().map(|b| b.id.as_str()).collect();
-                let unblock = crate::next::Again::new(workspace, "task unblock")
-                    .command(&crate::next::shell_words(&ids));
-                eprintln!(
-                    "next: fix what blocked {} (the {} above), then `{unblock}`",
-                    if ids.len() == 1 { "it" } else { "them" },
-                    if ids.len() == 1 { "reason" } else { "reasons" },
-                );
-            }
+            task_prioritize(&ralph, workspace, spec.as_deref()).await?
         }
-        TaskCommand::Unblock { ids, restore } => {
-            let board = ralph.board().await?;
-            for id in ids {
-                if let Some((spec, task)) = id.rsplit_once('/') {
-                    unblock_spec_task(&ralph, spec, task, restore).await?;
-                    continue;
-                }
-                if restore {
-                    return Err(format!(
-                        "--restore gives back what build mode set aside: name the task as \
-                         SPEC/TASK (`{id}` is the construct board's)"
-                    )
-                    .into());
-                }
-                match board.issue(id.as_str()).is_some() && board.task(id.as_str()).is_none() {
-                    true => unblock_issue(&ralph, IssueId::from(id)).await?,
-                    false => unblock_task(&ralph, TaskId::from(id)).await?,
-                }
-            }
-        }
+        TaskCommand::Unblock { ids, restore } => task_unblock(&ralph, ids, restore).await?,
         TaskCommand::List => {
             let board = ralph.board().await?;
             for task in board.tasks() {
                 out!("{}", task_line(&board, task));
             }
+        }
+    }
+    Ok(())
+}
+
+/// `ralph task add JSON`: the task added, as the board says it.
+async fn task_add(ralph: &Ralph, json: &str) -> Result<String> {
+    let new = NewTask::parse(json)?;
+    let id = match new.id {
+        Some(id) => TaskId::from(id),
+        None => ralph.board().await?.next_task_id(),
+    };
+    let mut task = Task::new(id, new.name)
+        .with_acceptance(new.accept)
+        .with_notes(new.notes)
+        .with_deps(new.deps);
+    if let Some(priority) = new.priority {
+        task = task.with_priority(priority);
+    }
+    Ok(ralph.add_task(task).await?.to_string())
+}
+
+/// `ralph task prioritize`: the prioritizer's report as JSON, and the way on for the tasks
+/// it blocked.
+async fn task_prioritize(ralph: &Ralph, workspace: &Path, spec: Option<&Path>) -> Result<()> {
+    if let Some(spec) = spec {
+        same_spec(&ralph.board().await?, spec)?;
+    }
+    // Its warnings (a dependency rewired, a task blocked) are on stderr, as a run's.
+    let report = ralph.prioritize().await?;
+    out!("{}", serde_json::to_string(&report)?);
+    // The JSON names them too; a person reading the terminal needs the way on.
+    if !report.blocked.is_empty() {
+        let ids: Vec<&str> = report.blocked.iter().map(|b| b.id.as_str()).collect();
+        let unblock = crate::next::Again::new(workspace, "task unblock")
+            .command(&crate::next::shell_words(&ids));
+        eprintln!(
+            "next: fix what blocked {} (the {} above), then `{unblock}`",
+            if ids.len() == 1 { "it" } else { "them" },
+            if ids.len() == 1 { "reason" } else { "reasons" },
+        );
+    }
+    Ok(())
+}
+
+/// `ralph task unblock IDS`: each a construct task, an issue of the board (the command
+/// takes those too), or build mode's `SPEC/TASK` (`restore`: with its set-aside work).
+async fn task_unblock(ralph: &Ralph, ids: Vec<String>, restore: bool) -> Result<()> {
+    let board = ralph.board().await?;
+    for id in ids {
+        if let Some((spec, task)) = id.rsplit_once('/') {
+            unblock_spec_task(ralph, spec, task, restore).await?;
+            continue;
+        }
+        if restore {
+            return Err(format!(
+                "--restore gives back what build mode set aside: name the task as \
+                 SPEC/TASK (`{id}` is the construct board's)"
+            )
+            .into());
+        }
+        match board.issue(id.as_str()).is_some() && board.task(id.as_str()).is_none() {
+            true => unblock_issue(ralph, IssueId::from(id)).await?,
+            false => unblock_task(ralph, TaskId::from(id)).await?,
         }
     }
     Ok(())

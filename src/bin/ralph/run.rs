@@ -116,39 +116,10 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
         if args.run.dry_run {
             return switch_dry_run(&ralph, spec).await;
         }
-        let from = ralph.board().await?.run.spec;
-        let archived = ralph.switch_spec(spec).await?;
-        if let (Some(from), Some(dir), false) = (from, archived, args.run.json) {
-            let back = match ralph.board().await?.run.spec.is_some() {
-                true => "its own board brought back from its archive",
-                false => "its board starts afresh",
-            };
-            out!(
-                "switched to {}: the board of {from} archived in {}; {back}",
-                spec.display(),
-                dir.display()
-            );
-        }
+        switch_to(&ralph, spec, args.run.json).await?;
     }
     if args.run.dry_run {
-        let spec = match args.spec {
-            Some(spec) => spec,
-            None => recorded_spec(&ralph).await?,
-        };
-        let dry = ralph.dry_run(spec).await?;
-        match (args.plan_only, args.run.json) {
-            (false, json) => display::report(&dry, json)?,
-            (true, true) => {
-                let mut value = serde_json::to_value(&dry)?;
-                value["plan_only"] = serde_json::Value::Bool(true);
-                out!("{value}");
-            }
-            (true, false) => {
-                display::report(&dry, false)?;
-                out!("  plan only: the run stops before the first BUILD, its tasks made");
-            }
-        }
-        return Ok(0);
+        return construct_dry_run(&ralph, args.spec, args.plan_only, args.run.json).await;
     }
     // A refused spec is said before anything else is: no header for a run that never starts.
     if let Some(spec) = &args.spec {
@@ -174,6 +145,53 @@ pub(crate) async fn construct(workspace: &Path, args: ConstructArgs) -> Result<u
         args.plan_only,
     )
     .await
+}
+
+/// `construct SPEC --switch`: the board of the spec on record archived, SPEC's brought back
+/// or started afresh, and (unless the output is `json`) what was done said.
+async fn switch_to(ralph: &Ralph, spec: &Path, json: bool) -> Result<()> {
+    let from = ralph.board().await?.run.spec;
+    let archived = ralph.switch_spec(spec).await?;
+    if let (Some(from), Some(dir), false) = (from, archived, json) {
+        let back = match ralph.board().await?.run.spec.is_some() {
+            true => "its own board brought back from its archive",
+            false => "its board starts afresh",
+        };
+        out!(
+            "switched to {}: the board of {from} archived in {}; {back}",
+            spec.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// `construct --dry-run`: the run `spec` (the spec on record when `None`) would make, and
+/// with `plan_only` that it stops before the first BUILD.
+async fn construct_dry_run(
+    ralph: &Ralph,
+    spec: Option<PathBuf>,
+    plan_only: bool,
+    json: bool,
+) -> Result<u8> {
+    let spec = match spec {
+        Some(spec) => spec,
+        None => recorded_spec(ralph).await?,
+    };
+    let dry = ralph.dry_run(spec).await?;
+    match (plan_only, json) {
+        (false, json) => display::report(&dry, json)?,
+        (true, true) => {
+            let mut value = serde_json::to_value(&dry)?;
+            value["plan_only"] = serde_json::Value::Bool(true);
+            out!("{value}");
+        }
+        (true, false) => {
+            display::report(&dry, false)?;
+            out!("  plan only: the run stops before the first BUILD, its tasks made");
+        }
+    }
+    Ok(0)
 }
 
 /// `construct SPEC --switch --dry-run`: what the switch would do, said from the board on

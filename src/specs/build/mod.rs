@@ -30,6 +30,7 @@ mod plan;
 pub(crate) mod tasks;
 mod verify;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use self::due::DueCommit;
@@ -175,7 +176,61 @@ struct SpecBuild {
     lock: RunLock,
 }
 
+/// Says that `build_concurrency` does not apply here, when it is set: a person who set it
+/// expects tasks at once, and is not ignored silently.
+fn warn_of_concurrency(ctx: &Context, emitter: &Emitter) {
+    if ctx.config.build_concurrency > 1 {
+        emitter.emit(&Event::Warning {
+            message: format!(
+                "build_concurrency = {} applies to the construct loop; build mode builds a spec's tasks one at a time, in order (they are the steps of one plan)",
+                ctx.config.build_concurrency
+            ),
+        });
+    }
+}
+
+/// Refuses a workspace that is no git repository (or where git cannot run), up front:
+/// finding out at the first commit would waste the spec's work.
+async fn require_repo(git: &Git, ctx: &Context) -> Result<(), Error> {
+    if git.is_repo().await {
+        return Ok(());
+    }
+    git.refuse_unrunnable().await?;
+    Err(GitError::NotARepo(ctx.workspace.clone()).into())
+}
+
+/// Refuses a spec file path of `plan` that leaves the specs folder, before any agent runs:
+/// a bad path found at its spec's turn would come after the work on the specs before it.
+/// The error names the file and the key, as a person edits implementation.json by hand.
+fn check_spec_files(
+    plan: &Implementation,
+    plans: &PlanFiles,
+    store: &ImplementationStore,
+) -> Result<(), Error> {
+    for &index in &plan.build_order() {
+        let entry = &plan.specs[index];
+        match plans.spec_rel(&entry.file) {
+            Ok(_) => {}
+            Err(Error::SpecPath { path, reason }) => {
+                return Err(SpecsError::SpecFile {
+                    implementation: store.path().to_path_buf(),
+                    index,
+                    spec: entry.id.clone(),
+                    file: path,
+                    reason,
+                }
+                .into());
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(())
+}
+
 impl SpecBuild {
+    /// Starts a build-mode run: the workspace's lock, the plan of implementation.json (with
+    /// the spec `force` names reset to be built again), the user's branch taken up, and
+    /// what an earlier run left due (a commit, a PROGRESS.md entry) finished.
     async fn start(
         ctx: Arc<Context>,
         emitter: Emitter,
@@ -184,15 +239,7 @@ impl SpecBuild {
         let lock = ctx.begin(&emitter).await?;
         ctx.sandbox.record([ctx.config.planning.specs_dir.clone()]);
         ctx.warn_without_gates(&emitter);
-        if ctx.config.build_concurrency > 1 {
-            // Said, not ignored silently: a person who set it expects tasks at once.
-            emitter.emit(&Event::Warning {
-                message: format!(
-                    "build_concurrency = {} applies to the construct loop; build mode builds a spec's tasks one at a time, in order (they are the steps of one plan)",
-                    ctx.config.build_concurrency
-                ),
-            });
-        }
+        warn_of_concurrency(&ctx, &emitter);
         let config = &ctx.config.planning;
         let store = ImplementationStore::new(ctx.workspace.join(&config.implementation))
             .copies_in(crate::runtime::workspace::state_dir(&ctx.workspace));
@@ -200,11 +247,7 @@ impl SpecBuild {
             path: store.path().to_path_buf(),
         })?;
         let git = ctx.git(&ctx.workspace);
-        if !git.is_repo().await {
-            git.refuse_unrunnable().await?;
-            // Checked up front: finding out at the first commit would waste the spec's work.
-            return Err(GitError::NotARepo(ctx.workspace.clone()).into());
-        }
+        require_repo(&git, &ctx).await?;
         let home = home(&ctx).await?;
         if let Some(home) = &home {
             // The specs' commits must hold their work only, never the user's own edits nor
@@ -220,26 +263,7 @@ impl SpecBuild {
             emitter.emit(&Event::Warning { message });
         }
         let plans = PlanFiles::new(&ctx.workspace, &config.specs_dir);
-        // Refused before any agent runs: a bad path found at its spec's turn would come
-        // after the work on the specs before it. The error names the file and the key, as a
-        // person edits implementation.json by hand.
-        for &index in &plan.build_order() {
-            let entry = &plan.specs[index];
-            match plans.spec_rel(&entry.file) {
-                Ok(_) => {}
-                Err(Error::SpecPath { path, reason }) => {
-                    return Err(SpecsError::SpecFile {
-                        implementation: store.path().to_path_buf(),
-                        index,
-                        spec: entry.id.clone(),
-                        file: path,
-                        reason,
-                    }
-                    .into());
-                }
-                Err(other) => return Err(other),
-            }
-        }
+        check_spec_files(&plan, &plans, &store)?;
         let mut build = SpecBuild {
             due: DueCommit::in_state_dir(crate::runtime::workspace::state_dir(&ctx.workspace)),
             caller: ctx.spending_caller(emitter.clone(), super::SPEND_SCOPE)?,
@@ -372,18 +396,8 @@ impl SpecBuild {
         let rel = self.plans.spec_rel(&entry.file)?;
         let dir =
             crate::specs::logs::run_folder(&self.ctx.workspace, &self.ctx.config.log_dir, id)?;
-        if entry.status == Status::Pending {
-            self.spec_mut(id)?.status = Status::InProgress;
-            self.save()?;
-        }
-        if entry.verified {
-            if entry.next_task().is_none() {
-                // Accepted by an earlier run that stopped before the spec was completed.
-                return self.complete_spec(id, true).await;
-            }
-            // A person added work after the acceptance: it needs a verdict of its own.
-            self.spec_mut(id)?.verified = false;
-            self.save()?;
+        if let Some(end) = self.open_spec(id, &entry).await? {
+            return Ok(end);
         }
         let mut planner_failures = 0;
         loop {
@@ -403,33 +417,18 @@ impl SpecBuild {
                 PlanStep::Ready(plan) => plan,
                 PlanStep::Interrupted => return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted)),
                 PlanStep::Failed(reason) => {
-                    self.count_attempt(id, &format!("the planner failed: {reason}"))?;
-                    let wait = time::backoff(self.ctx.config.transient_backoff, planner_failures);
-                    planner_failures += 1;
-                    self.emit(Event::Warning {
-                        message: format!(
-                            "planner of {id}: {reason}; retrying in {}",
-                            humantime::format_duration(wait)
-                        ),
-                    });
-                    if !self.caller.pause(wait).await {
+                    let waited = self
+                        .wait_after_planner_failure(id, &reason, planner_failures)
+                        .await?;
+                    if !waited {
                         return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
                     }
+                    planner_failures += 1;
                     continue;
                 }
             };
-            while let Some(index) = self.spec(id)?.next_task() {
-                if let Some(once) = self.once_over() {
-                    return Ok(SpecEnd::Stop(once));
-                }
-                match self.build_task(&dir, id, index, &plan).await? {
-                    tasks::TaskTurn::Completed => {}
-                    tasks::TaskTurn::Blocked => return Ok(SpecEnd::Stop(self.blocked(id)?)),
-                    tasks::TaskTurn::Interrupted => {
-                        return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
-                    }
-                    tasks::TaskTurn::Paused => continue,
-                }
+            if let Some(end) = self.build_tasks(&dir, id, &plan).await? {
+                return Ok(end);
             }
             if let Some(once) = self.once_over() {
                 return Ok(SpecEnd::Stop(once));
@@ -439,26 +438,104 @@ impl SpecBuild {
             // verdict it already acted on.
             let judgement = self.verify_spec(&dir, id, &plan).await?;
             self.guard(&format!("verifying {id}")).await?;
-            match judgement {
-                Judgement::Unverified(reason) => {
-                    self.save()?;
-                    return Ok(SpecEnd::Stop(SpecsOutcome::Unverified {
-                        spec: id.to_owned(),
-                        reason,
-                    }));
+            if let Some(end) = self.act_on_judgement(id, judgement).await? {
+                return Ok(end);
+            }
+        }
+    }
+
+    /// Marks spec `id` (as `entry` was before its turn) in progress. A spec an earlier run
+    /// accepted is completed now if nothing was added to it since, and its end returned;
+    /// work added after the acceptance needs a verdict of its own.
+    async fn open_spec(&mut self, id: &str, entry: &SpecEntry) -> Result<Option<SpecEnd>, Error> {
+        if entry.status == Status::Pending {
+            self.spec_mut(id)?.status = Status::InProgress;
+            self.save()?;
+        }
+        if entry.verified {
+            if entry.next_task().is_none() {
+                // Accepted by an earlier run that stopped before the spec was completed.
+                return self.complete_spec(id, true).await.map(Some);
+            }
+            self.spec_mut(id)?.verified = false;
+            self.save()?;
+        }
+        Ok(None)
+    }
+
+    /// Counts the planner's failure (the `failures`-th in a row, from 0) against spec `id`,
+    /// says so, and waits the backoff before the next planner. `false` if a stop came during
+    /// the wait.
+    async fn wait_after_planner_failure(
+        &mut self,
+        id: &str,
+        reason: &str,
+        failures: u32,
+    ) -> Result<bool, Error> {
+        self.count_attempt(id, &format!("the planner failed: {reason}"))?;
+        let wait = time::backoff(self.ctx.config.transient_backoff, failures);
+        self.emit(Event::Warning {
+            message: format!(
+                "planner of {id}: {reason}; retrying in {}",
+                humantime::format_duration(wait)
+            ),
+        });
+        Ok(self.caller.pause(wait).await)
+    }
+
+    /// Builds the pending tasks of spec `id` in order, under `plan`. `None` once none is
+    /// left; the spec's end if one blocked or the run stopped.
+    async fn build_tasks(
+        &mut self,
+        dir: &Path,
+        id: &str,
+        plan: &str,
+    ) -> Result<Option<SpecEnd>, Error> {
+        while let Some(index) = self.spec(id)?.next_task() {
+            if let Some(once) = self.once_over() {
+                return Ok(Some(SpecEnd::Stop(once)));
+            }
+            match self.build_task(dir, id, index, plan).await? {
+                tasks::TaskTurn::Completed => {}
+                tasks::TaskTurn::Blocked => return Ok(Some(SpecEnd::Stop(self.blocked(id)?))),
+                tasks::TaskTurn::Interrupted => {
+                    return Ok(Some(SpecEnd::Stop(SpecsOutcome::Interrupted)));
                 }
-                Judgement::Accept => {
-                    self.spec_mut(id)?.verified = true;
-                    self.save()?;
-                    return self.complete_spec(id, false).await;
-                }
-                Judgement::Interrupted => {
-                    self.save()?;
-                    return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
-                }
-                Judgement::Reject(reason) => self.rework(id, &reason, None)?,
-                // Applied to the plan files at the top of the loop (`apply_invalidation`).
-                Judgement::Invalidate { reason, full } => self.rework(id, &full, Some(&reason))?,
+                tasks::TaskTurn::Paused => continue,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Records the verifier's `judgement` of spec `id` and what follows it: the spec's end
+    /// (completed, unverified, interrupted), or `None` when a rejection or an invalidation
+    /// sends it round again with a rework task.
+    async fn act_on_judgement(
+        &mut self,
+        id: &str,
+        judgement: Judgement,
+    ) -> Result<Option<SpecEnd>, Error> {
+        match judgement {
+            Judgement::Unverified(reason) => {
+                self.save()?;
+                Ok(Some(SpecEnd::Stop(SpecsOutcome::Unverified {
+                    spec: id.to_owned(),
+                    reason,
+                })))
+            }
+            Judgement::Accept => {
+                self.spec_mut(id)?.verified = true;
+                self.save()?;
+                self.complete_spec(id, false).await.map(Some)
+            }
+            Judgement::Interrupted => {
+                self.save()?;
+                Ok(Some(SpecEnd::Stop(SpecsOutcome::Interrupted)))
+            }
+            Judgement::Reject(reason) => self.rework(id, &reason, None).map(|()| None),
+            // Applied to the plan files at the top of the loop (`apply_invalidation`).
+            Judgement::Invalidate { reason, full } => {
+                self.rework(id, &full, Some(&reason)).map(|()| None)
             }
         }
     }

@@ -56,6 +56,9 @@ impl SpecBuild {
         })
     }
 
+    /// Runs the read-only planner for spec `id` (its `attempt`-th plan, after the
+    /// `previous_plan` invalidated for `reason`), and writes the plan of a valid answer, with
+    /// the notes the answer keeps in the scratchpad.
     async fn run_planner(
         &mut self,
         dir: &Path,
@@ -65,6 +68,54 @@ impl SpecBuild {
         previous_plan: Option<String>,
         reason: Option<String>,
     ) -> Result<PlanStep, Error> {
+        let mut call = Call {
+            role: Role::Planner,
+            subject: Some(id.to_owned()),
+            attempt,
+            prompt: self.planner_prompt(dir, id, rel, previous_plan, reason)?,
+            deadline: deadline::after(self.ctx.config.stage_timeout),
+            log: folder_log(dir, Role::Planner, attempt),
+        };
+        let run = self.caller.call(&mut call).await?;
+        if let Some(short) = self.planner_cut_short(&call, &run.exit)? {
+            return Ok(short);
+        }
+        self.step = Some(format!("planned {id} (attempt {attempt})"));
+        let (answer, notes) = match scratchpad::split(&run.final_text) {
+            Ok(split) => split,
+            Err(why) => return Ok(PlanStep::Failed(why)),
+        };
+        let phrase = self.ctx.config.planning.magic_phrase.as_str();
+        let text = match plan_from_answer(&answer, phrase) {
+            Ok(text) => text,
+            Err(why) => return Ok(PlanStep::Failed(why)),
+        };
+        self.plans.write_plan(rel, id, &text, attempt)?;
+        // After the plan: notes of an answer that gave no plan are not kept either.
+        if let Some(notes) = notes {
+            scratchpad::save(&scratchpad::path(&state_dir(&self.ctx.workspace)), &notes)?;
+        }
+        self.emit(Event::PlanWritten {
+            spec: id.to_owned(),
+            attempt,
+            path: crate::runtime::workspace::relative(
+                &self.ctx.workspace,
+                &self.plans.plan_path(rel),
+            ),
+        });
+        Ok(PlanStep::Ready(text))
+    }
+
+    /// The planner's prompt: the spec, where its plan and the scratchpad go, the phrase that
+    /// ends the plan, and the previous plan with why it was invalidated when there is one.
+    fn planner_prompt(
+        &self,
+        dir: &Path,
+        id: &str,
+        rel: &str,
+        previous_plan: Option<String>,
+        reason: Option<String>,
+    ) -> Result<String, Error> {
         #[derive(Serialize)]
         struct PlannerPrompt<'a> {
             spec: &'a SpecEntry,
@@ -82,8 +133,6 @@ impl SpecBuild {
             reason: Option<String>,
         }
         let entry = self.spec(id)?;
-        let plan_path = self.plans.plan_path(rel);
-        let phrase = self.ctx.config.planning.magic_phrase.as_str();
         let workspace = &self.ctx.workspace;
         let shown = |p: &Path| p.display().to_string();
         let scratchpad_path = scratchpad::path(&state_dir(workspace));
@@ -94,60 +143,37 @@ impl SpecBuild {
             ralph_home: shown(&state_dir(workspace)),
             log_dir: shown(dir),
             spec_path: shown(&workspace.join(&entry.file)),
-            plan_path: shown(&plan_path),
+            plan_path: shown(&self.plans.plan_path(rel)),
             scratchpad_path: shown(&scratchpad_path),
-            phrase,
+            phrase: self.ctx.config.planning.magic_phrase.as_str(),
             scratchpad: scratchpad::read(&scratchpad_path),
             scratchpad_bytes: scratchpad::BYTES,
             previous_plan,
             reason,
         };
-        let mut call = Call {
-            role: Role::Planner,
-            subject: Some(id.to_owned()),
-            attempt,
-            prompt: self.ctx.prompts.render("planner", &ctx)?,
-            deadline: deadline::after(self.ctx.config.stage_timeout),
-            log: folder_log(dir, Role::Planner, attempt),
-        };
-        let run = self.caller.call(&mut call).await?;
-        match &run.exit {
-            AgentExit::Completed => {}
-            AgentExit::Stopped => return Ok(PlanStep::Interrupted),
+        Ok(self.ctx.prompts.render("planner", &ctx)?)
+    }
+
+    /// What a planner that did not complete gives (`None` if it completed); an error for a
+    /// failure that ends the run.
+    fn planner_cut_short(&self, call: &Call, exit: &AgentExit) -> Result<Option<PlanStep>, Error> {
+        Ok(Some(match exit {
+            AgentExit::Completed => return Ok(None),
+            AgentExit::Stopped => PlanStep::Interrupted,
             AgentExit::Failed { reason, kind } if kind.ends_the_run() => {
-                return Err(self.caller.fatal(&call, reason.clone(), *kind));
+                return Err(self.caller.fatal(call, reason.clone(), *kind));
             }
-            AgentExit::Failed { reason, .. } => return Ok(PlanStep::Failed(reason.clone())),
+            AgentExit::Failed { reason, .. } => PlanStep::Failed(reason.clone()),
             // Ridden out by build mode's caller; kept total.
             AgentExit::RateLimited { .. } => {
-                return Ok(PlanStep::Failed("the planner was rate limited".into()));
+                PlanStep::Failed("the planner was rate limited".into())
             }
             exit => {
                 let why = exit
                     .kill_reason()
                     .map_or_else(|| "stopped".into(), |r| r.to_string());
-                return Ok(PlanStep::Failed(format!("the planner was stopped ({why})")));
+                PlanStep::Failed(format!("the planner was stopped ({why})"))
             }
-        }
-        self.step = Some(format!("planned {id} (attempt {attempt})"));
-        let (answer, notes) = match scratchpad::split(&run.final_text) {
-            Ok(split) => split,
-            Err(why) => return Ok(PlanStep::Failed(why)),
-        };
-        let text = match plan_from_answer(&answer, phrase) {
-            Ok(text) => text,
-            Err(why) => return Ok(PlanStep::Failed(why)),
-        };
-        self.plans.write_plan(rel, id, &text, attempt)?;
-        // After the plan: notes of an answer that gave no plan are not kept either.
-        if let Some(notes) = notes {
-            scratchpad::save(&scratchpad_path, &notes)?;
-        }
-        self.emit(Event::PlanWritten {
-            spec: id.to_owned(),
-            attempt,
-            path: crate::runtime::workspace::relative(&self.ctx.workspace, &plan_path),
-        });
-        Ok(PlanStep::Ready(text))
+        }))
     }
 }

@@ -85,18 +85,38 @@ impl SpecBuild {
                 AttemptEnd::Failed(failure) => failure,
                 AttemptEnd::Killed(reason) => killed(reason, gate.as_deref()),
             };
-            self.spec_mut(id)?.tasks[index].last_failure = Some(bounded_failure(&failure));
-            // The last allowed session failed: blocked now, with no retry announced.
-            if session > self.ctx.config.retries {
-                return self.block_task(id, index, gave_up(session, Some(&failure)));
+            if let Some(blocked) = self.record_failure(id, index, session, &failure)? {
+                return Ok(blocked);
             }
-            self.save()?;
-            self.emit(Event::TaskRetry {
-                task: TaskId::new(task.id.as_str()),
-                attempt: session,
-                reason: first_line(&failure),
-            });
         }
+    }
+
+    /// Records why session `session` of task `index` failed. When it was the task's last
+    /// allowed session the task is blocked, and that turn returned; otherwise the retry is
+    /// announced and `None` returned.
+    fn record_failure(
+        &mut self,
+        id: &str,
+        index: usize,
+        session: u32,
+        failure: &str,
+    ) -> Result<Option<TaskTurn>, Error> {
+        let task = &mut self.spec_mut(id)?.tasks[index];
+        task.last_failure = Some(bounded_failure(failure));
+        let task_id = TaskId::new(task.id.as_str());
+        // The last allowed session failed: blocked now, with no retry announced.
+        if session > self.ctx.config.retries {
+            return self
+                .block_task(id, index, gave_up(session, Some(failure)))
+                .map(Some);
+        }
+        self.save()?;
+        self.emit(Event::TaskRetry {
+            task: task_id,
+            attempt: session,
+            reason: first_line(failure),
+        });
+        Ok(None)
     }
 
     fn task_prompt(

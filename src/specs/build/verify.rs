@@ -44,25 +44,7 @@ impl SpecBuild {
         id: &str,
         plan: &str,
     ) -> Result<Judgement, Error> {
-        #[derive(Serialize)]
-        struct SpecVerifyPrompt<'a> {
-            spec: &'a SpecEntry,
-            spec_text: String,
-            plan: &'a str,
-            changes: Vec<String>,
-        }
-        let kept_out = super::kept_out(&self.ctx);
-        let exclude: Vec<&str> = kept_out.iter().map(String::as_str).collect();
-        let mut changes = self.git.changes(&exclude).await?;
-        changes.truncate(CHANGES_SHOWN);
-        let entry = self.spec(id)?;
-        let ctx = SpecVerifyPrompt {
-            spec: entry,
-            spec_text: self.spec_text(entry)?,
-            plan,
-            changes,
-        };
-        let prompt = self.ctx.prompts.render("spec_verify", &ctx)?;
+        let prompt = self.spec_verify_prompt(id, plan).await?;
         // An unusable answer (prose, a failed or killed verifier) is asked for once more,
         // beyond the structured retry; then the spec is unverified, never accepted or
         // rejected on no verdict.
@@ -105,6 +87,30 @@ impl SpecBuild {
         }
         self.spec_mut(id)?.unverified = Some(first_line(&failure));
         Ok(Judgement::Unverified(failure))
+    }
+
+    /// The spec verifier's prompt: the spec, its `plan`, and the files changed in the work
+    /// tree (ralph's own left out, the first [`CHANGES_SHOWN`]).
+    async fn spec_verify_prompt(&self, id: &str, plan: &str) -> Result<String, Error> {
+        #[derive(Serialize)]
+        struct SpecVerifyPrompt<'a> {
+            spec: &'a SpecEntry,
+            spec_text: String,
+            plan: &'a str,
+            changes: Vec<String>,
+        }
+        let kept_out = super::kept_out(&self.ctx);
+        let exclude: Vec<&str> = kept_out.iter().map(String::as_str).collect();
+        let mut changes = self.git.changes(&exclude).await?;
+        changes.truncate(CHANGES_SHOWN);
+        let entry = self.spec(id)?;
+        let ctx = SpecVerifyPrompt {
+            spec: entry,
+            spec_text: self.spec_text(entry)?,
+            plan,
+            changes,
+        };
+        Ok(self.ctx.prompts.render("spec_verify", &ctx)?)
     }
 
     /// What the verifier's answer means for spec `id`.
