@@ -32,24 +32,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spec = std::fs::read_to_string(fixtures.join("spec.md"))?;
 
     let thread = threads.create("Greeter", &spec)?; // Drafting
-    threads.finalize(&thread.id)?; // checkpoint 1: the person approves the spec
-    let mut record = threads.start(&thread.id).await?; // preflight
+    threads.thread(&thread.id).finalize()?; // checkpoint 1: the person approves the spec
+    let mut record = threads.thread(&thread.id).start().await?; // preflight
     if matches!(record.phase, Phase::Configuring) {
-        threads.configure(&thread.id, RunConfig::default().max_iterations(5))?;
-        record = threads.run(&thread.id).await?; // the loop, until the promise holds
+        threads
+            .thread(&thread.id)
+            .configure(RunConfig::default().max_iterations(5))?;
+        record = threads.thread(&thread.id).run().await?; // the loop, until the promise holds
     }
     for attempt in &record.attempts {
         println!("iteration {}: {}", attempt.iteration, attempt.summary);
     }
     println!("phase: {}", record.phase);
 
-    threads.submit_for_review(&thread.id)?;
-    println!("\n{}", threads.diff(&thread.id).await?);
-    threads.approve(&thread.id).await?; // checkpoint 3: the person approves the changes
-    if let Phase::ReadyToCommit { message } = threads.prepare_commit(&thread.id, None)?.phase {
+    threads.thread(&thread.id).submit_for_review()?;
+    println!("\n{}", threads.thread(&thread.id).diff().await?);
+    threads.thread(&thread.id).approve().await?; // checkpoint 3: the person approves the changes
+    if let Phase::ReadyToCommit { message } = threads.thread(&thread.id).prepare_commit(None)?.phase
+    {
         println!("commit message:\n{message}\n");
     }
-    let done = threads.commit(&thread.id, None).await?; // checkpoint 4
+    let done = threads.thread(&thread.id).commit(None).await?; // checkpoint 4
     println!("phase: {}  branch: {:?}", done.phase, done.branch);
     println!("repository: {}", repo.display());
     Ok(())
