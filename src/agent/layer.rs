@@ -124,14 +124,14 @@ mod tests {
 
     /// What reached the recorder.
     #[derive(Debug, Default)]
-    struct Seen {
+    struct Reached {
         configured: Option<u32>,
         prompts: Vec<String>,
     }
 
     /// Records what reached it.
     #[derive(Default)]
-    struct Recorder(Arc<Mutex<Seen>>);
+    struct Recorder(Arc<Mutex<Reached>>);
 
     #[async_trait]
     impl Agent for Recorder {
