@@ -142,7 +142,6 @@ async fn discussing_needs_drafting_and_a_failed_reply_keeps_the_message() {
 }
 
 #[tokio::test]
-#[allow(clippy::disallowed_methods)] // the test tears the journal as a crash would
 async fn a_torn_last_turn_is_left_out_and_a_bad_one_is_named_by_file_and_line() {
     let dir = repo().await;
     let agent = Arc::new(
@@ -154,6 +153,7 @@ async fn a_torn_last_turn_is_left_out_and_a_bad_one_is_named_by_file_and_line() 
     let log = threads.thread(&id).conversation_path();
 
     // A crash mid-append leaves a line without its newline.
+    #[allow(clippy::disallowed_methods)] // the test tears the journal as a crash would
     let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
     file.write_all(br#"{"at":"2026-01-01T00:00:00Z","by":"per"#)
         .unwrap();
