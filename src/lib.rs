@@ -167,6 +167,7 @@ pub use outcome::Outcome;
 #[cfg(feature = "specs")]
 pub use outcome::SpecsOutcome;
 pub use prioritize::{CriticalPath, Prioritizer};
+pub use process::StopToken;
 pub use ralph::{Ralph, RalphBuilder, answer_schema};
 pub use runtime::error::{BuildError, EditError, Error};
 pub use runtime::interrupt::Interrupts;
@@ -175,10 +176,6 @@ pub use runtime::interrupt::Interrupts;
 #[doc(hidden)]
 pub use runtime::spend::Spent;
 pub use runtime::workspace::STATE_DIR;
-/// The stop token of a run ([`Ralph::stop_token`], [`RalphBuilder::stop_token`],
-/// [`AgentRequest`]'s `stop`): cancel it and the running agent or gate is stopped.
-#[doc(no_inline)]
-pub use tokio_util::sync::CancellationToken;
 
 /// Internals the crate's own benches and tests reach: not part of the API, no stability
 /// promise. Behind the `internals` feature.

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Role};
 use crate::config::{Config, ConfigError, Overrides, StoreConfig};
@@ -17,6 +16,7 @@ use crate::gate::{Gate, ShellGate};
 use crate::model::Board;
 use crate::outcome::Outcome;
 use crate::prioritize::{CriticalPath, Prioritizer};
+use crate::process::StopToken;
 use crate::prompt::Prompts;
 use crate::runtime::Context;
 use crate::runtime::error::{BuildError, Error};
@@ -76,10 +76,10 @@ impl Ralph {
         &self.inner.workspace
     }
 
-    /// The token that stops a run: cancel it (e.g. on Ctrl+C) and the running agent or gate is
+    /// The token that stops a run: stop it (e.g. on Ctrl+C) and the running agent or gate is
     /// stopped cleanly, the state saved, and [`construct`](Self::construct) returns
     /// [`Outcome::Interrupted`]. A stopped `Ralph` stays stopped; build a new one to resume.
-    pub fn stop_token(&self) -> CancellationToken {
+    pub fn stop_token(&self) -> StopToken {
         self.inner.stop.clone()
     }
 
@@ -556,7 +556,7 @@ pub struct RalphBuilder {
     observers: Vec<Arc<dyn Observer>>,
     overrides: Overrides,
     override_error: Option<ConfigError>,
-    stop: Option<CancellationToken>,
+    stop: Option<StopToken>,
 }
 
 impl fmt::Debug for RalphBuilder {
@@ -678,7 +678,7 @@ impl RalphBuilder {
     }
 
     /// Uses `token` as the stop token (see [`Ralph::stop_token`]).
-    pub fn stop_token(mut self, token: CancellationToken) -> Self {
+    pub fn stop_token(mut self, token: StopToken) -> Self {
         self.stop = Some(token);
         self
     }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use tokio_util::sync::CancellationToken;
+use crate::process::StopToken;
 
 /// The longest a rate limit is waited out: a reset time further ahead is taken as a wrong
 /// clock, not as a reason to sleep for days.
@@ -38,11 +38,11 @@ pub(crate) fn whole_secs(wait: Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
-/// Sleeps `wait` unless `stop` is cancelled first; returns whether the whole wait passed.
-pub(crate) async fn sleep(wait: Duration, stop: &CancellationToken) -> bool {
+/// Sleeps `wait` unless `stop` stops first; returns whether the whole wait passed.
+pub(crate) async fn sleep(wait: Duration, stop: &StopToken) -> bool {
     tokio::select! {
         () = tokio::time::sleep(wait) => true,
-        () = stop.cancelled() => false,
+        () = stop.stopped() => false,
     }
 }
 
@@ -96,10 +96,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_cancelled_token_ends_the_sleep() {
-        let stop = CancellationToken::new();
+    async fn a_stopped_token_ends_the_sleep() {
+        let stop = StopToken::new();
         assert!(sleep(Duration::ZERO, &stop).await);
-        stop.cancel();
+        stop.stop();
         assert!(!sleep(MAX_RATE_LIMIT_WAIT, &stop).await);
     }
 }

@@ -23,11 +23,11 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::config::ContextThresholds;
 use crate::model::KillReason;
+use crate::process::StopToken;
 
 #[cfg(feature = "internals")]
 pub(crate) use cli::{ANSWER_KEPT, EVENTS_KEPT};
@@ -283,9 +283,9 @@ pub struct AgentRequest {
     pub budget_usd: Option<f64>,
     /// Where live events go ([`on_event`](Self::on_event), [`emit`](Self::emit)).
     pub(crate) events: AgentEvents,
-    /// Cancelled when ralph wants the run stopped (interrupt, stage timeout). The agent then
+    /// Stopped when ralph wants the run stopped (interrupt, stage timeout). The agent then
     /// stops everything it started and returns [`AgentExit::Stopped`].
-    pub stop: CancellationToken,
+    pub stop: StopToken,
     /// How the processes of this run are confined: the run's sandbox, which the crate's
     /// process agents start their CLI in; unconfined in a request made with [`new`](Self::new).
     /// An agent that starts processes of its own runs them with [`command`](Self::command).
@@ -309,7 +309,7 @@ impl AgentRequest {
             unreachable_after: None,
             budget_usd: None,
             events: AgentEvents::none(),
-            stop: CancellationToken::new(),
+            stop: StopToken::new(),
             sandbox: crate::process::Sandbox::unconfined(),
         }
     }
@@ -420,7 +420,7 @@ impl AgentRequest {
 
     /// Sets the stop token.
     #[must_use]
-    pub fn stop(mut self, stop: CancellationToken) -> Self {
+    pub fn stop(mut self, stop: StopToken) -> Self {
         self.stop = stop;
         self
     }
@@ -518,7 +518,7 @@ pub enum AgentExit {
         /// How the engine should treat it.
         kind: FailureKind,
     },
-    /// Stopped because [`AgentRequest::stop`] was cancelled.
+    /// Stopped because [`AgentRequest::stop`] has stopped.
     Stopped,
     /// The agent's own wall-clock or idle timeout fired.
     TimedOut,
@@ -888,7 +888,7 @@ impl AgentError {
 ///     }
 ///
 ///     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
-///         if request.stop.is_cancelled() {
+///         if request.stop.is_stopped() {
 ///             return Ok(AgentRun::new(AgentExit::Stopped));
 ///         }
 ///         Ok(AgentRun::completed(format!(

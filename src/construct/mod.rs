@@ -274,7 +274,7 @@ impl Engine {
     /// Runs stages until an outcome.
     pub(crate) async fn run(&mut self) -> Result<Outcome, Error> {
         loop {
-            if self.ctx.stop.is_cancelled() {
+            if self.ctx.stop.is_stopped() {
                 return Ok(self.finish(Outcome::Interrupted).await);
             }
             if let Some(message) = self.lock.check() {
@@ -520,7 +520,7 @@ impl Engine {
     }
 
     fn stopped(&self) -> bool {
-        self.ctx.stop.is_cancelled()
+        self.ctx.stop.is_stopped()
     }
 
     /// The task `id`, which the engine took from the board itself.

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
 use crate::model::TaskId;
 use crate::output::BoundedOutput;
+use crate::process::StopToken;
 
 pub use shell::ShellGate;
 
@@ -25,8 +25,8 @@ pub use shell::ShellGate;
 pub struct GateContext {
     /// The directory to run in.
     pub workspace: PathBuf,
-    /// Cancelled when ralph is interrupted; the gate stops and reports [`GateStatus::Stopped`].
-    pub stop: CancellationToken,
+    /// Stopped when ralph is interrupted; the gate stops and reports [`GateStatus::Stopped`].
+    pub stop: StopToken,
     /// Where to write the full output, if anywhere.
     pub log_path: Option<PathBuf>,
     /// The task whose work is checked (in a thread: the thread), if any.
@@ -47,7 +47,7 @@ impl GateContext {
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         GateContext {
             workspace: workspace.into(),
-            stop: CancellationToken::new(),
+            stop: StopToken::new(),
             log_path: None,
             task: None,
             task_name: None,
@@ -81,7 +81,7 @@ impl GateContext {
 
     /// Sets the stop token.
     #[must_use]
-    pub fn stop(mut self, stop: CancellationToken) -> Self {
+    pub fn stop(mut self, stop: StopToken) -> Self {
         self.stop = stop;
         self
     }
@@ -114,7 +114,7 @@ pub enum GateStatus {
         #[serde(rename = "after_secs", serialize_with = "crate::time::secs")]
         after: Duration,
     },
-    /// Stopped because [`GateContext::stop`] was cancelled.
+    /// Stopped because [`GateContext::stop`] has stopped.
     Stopped,
 }
 

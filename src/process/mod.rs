@@ -51,6 +51,7 @@ pub(crate) mod lines;
 mod run;
 mod sandbox;
 mod spec;
+mod stop;
 mod supervise;
 mod sys;
 
@@ -70,6 +71,7 @@ pub use spec::ProcessSpec;
 /// embedder's code to start (`AgentRequest::command`): outside this module the crate only
 /// builds commands, it never starts one (the layering test looks for the standard name).
 pub use std::process::Command as StdCommand;
+pub use stop::StopToken;
 pub(crate) use supervise::{Clocks, LineListener, Lines, Listener, OwnClock, Streams};
 
 /// The environment variable carrying the run cookies of every supervised ancestor.

@@ -13,11 +13,11 @@ use crate::output::BoundedOutput;
 #[non_exhaustive]
 pub struct ProcessReport {
     /// How the main process ended; `None` if it was never started (the stop token was
-    /// already cancelled) or was not seen to die even after SIGKILL.
+    /// already stopped) or was not seen to die even after SIGKILL.
     pub exit: Option<Exit>,
     /// The timeout fired and the process was terminated.
     pub timed_out: bool,
-    /// The stop token was cancelled and the process was terminated.
+    /// The stop token has stopped and the process was terminated.
     pub stopped: bool,
     /// Wall time.
     pub duration: Duration,
@@ -48,11 +48,11 @@ impl ProcessSpec {
     /// Runs the process to completion and reports how it went.
     ///
     /// The run ends when the main process exits, the timeout fires, or the stop token
-    /// is cancelled; the latter two terminate the group (SIGTERM, grace, SIGKILL). Either
+    /// has stopped; the latter two terminate the group (SIGTERM, grace, SIGKILL). Either
     /// way every process left in the group or carrying the cookie is then killed and
     /// counted as leaked, and the output is drained for at most a short while, so a
     /// background job holding the pipe cannot make this hang. If the stop token is
-    /// already cancelled, nothing is started.
+    /// already stopped, nothing is started.
     ///
     /// Dropping the returned future kills everything the run started.
     ///
@@ -65,7 +65,7 @@ impl ProcessSpec {
     pub async fn run(&self) -> Result<ProcessReport, ProcessError> {
         let started = Instant::now();
         let mut output = Kept::new(BoundedOutput::new(self.head, self.tail));
-        if self.stop.is_cancelled() {
+        if self.stop.is_stopped() {
             return Ok(ProcessReport {
                 exit: None,
                 timed_out: false,

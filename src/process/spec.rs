@@ -4,7 +4,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
+use crate::process::StopToken;
 
 use super::{DEFAULT_GRACE, Sandbox};
 use crate::output::{DEFAULT_HEAD, DEFAULT_TAIL};
@@ -22,7 +22,7 @@ pub struct ProcessSpec {
     pub(super) stdin: Option<Vec<u8>>,
     pub(super) timeout: Option<Duration>,
     pub(super) grace: Duration,
-    pub(super) stop: CancellationToken,
+    pub(super) stop: StopToken,
     pub(super) log_path: Option<PathBuf>,
     pub(super) head: usize,
     pub(super) tail: usize,
@@ -42,7 +42,7 @@ impl ProcessSpec {
             stdin: None,
             timeout: None,
             grace: DEFAULT_GRACE,
-            stop: CancellationToken::new(),
+            stop: StopToken::new(),
             log_path: None,
             head: DEFAULT_HEAD,
             tail: DEFAULT_TAIL,
@@ -141,10 +141,10 @@ impl ProcessSpec {
         self
     }
 
-    /// A token that, once cancelled, makes [`run`](ProcessSpec::run) terminate the process
+    /// A token that, once stopped, makes [`run`](ProcessSpec::run) terminate the process
     /// and report `stopped`.
     #[must_use]
-    pub fn stop(mut self, stop: CancellationToken) -> Self {
+    pub fn stop(mut self, stop: StopToken) -> Self {
         self.stop = stop;
         self
     }

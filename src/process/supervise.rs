@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::{Instant, sleep, sleep_until};
-use tokio_util::sync::CancellationToken;
 
 use super::lines::{LineSplitter, Piece};
 use super::{Drain, Exit, ProcessError, ProcessSpec, SupervisedChild, Termination};
 use crate::files::capped::CappedLog;
+use crate::process::StopToken;
 
 /// The one read buffer of each stream: output is streamed through it, never collected whole.
 const READ_CHUNK: usize = 64 * 1024;
@@ -39,7 +39,7 @@ pub(crate) trait Listener {
     /// [`silent`](Self::silent)). A run that ended by itself has no cut.
     type Cut: Clone;
 
-    /// The stop token was cancelled: the cut that says so.
+    /// The stop token has stopped: the cut that says so.
     fn stopped(&mut self) -> Self::Cut;
 
     /// The deadline ([`Clocks::deadline`]) passed: the cut that says so.
@@ -287,11 +287,11 @@ impl ProcessSpec {
         let cut = run.watch(&mut child, &self.stop, clocks, listener).await;
         let interrupt = cut.as_ref().is_some_and(|cut| listener.interrupts(cut));
         listener.ending();
-        let done = CancellationToken::new();
+        let done = StopToken::new();
         let (ended, ()) = tokio::join!(
             async {
                 let ended = end(&mut child, interrupt, self.grace).await;
-                done.cancel();
+                done.stop();
                 ended
             },
             run.drain(listener, &done)
@@ -477,7 +477,7 @@ impl Running {
     async fn watch<L: Listener>(
         &mut self,
         child: &mut SupervisedChild,
-        stop: &CancellationToken,
+        stop: &StopToken,
         clocks: Clocks,
         listener: &mut L,
     ) -> Option<L::Cut> {
@@ -509,7 +509,7 @@ impl Running {
                 biased;
                 _ = child.wait(), if exit_watched => return None,
                 () = alarms.watch_exit.rings(), if !exit_watched && !clocks.read_to_close => continue,
-                () = stop.cancelled() => return Some(listener.stopped()),
+                () = stop.stopped() => return Some(listener.stopped()),
                 () = alarms.deadline.rings() => return Some(listener.past_deadline()),
                 () = alarms.own.rings() => {
                     if let Some((_, cut)) = own.cut_at {
@@ -580,7 +580,7 @@ impl Running {
 
     /// Reads what the streams still bring, to the listener (whose cuts no longer count),
     /// until they end or the drain after `done` is over (see [`Drain`]).
-    async fn drain<L: Listener>(&mut self, listener: &mut L, done: &CancellationToken) {
+    async fn drain<L: Listener>(&mut self, listener: &mut L, done: &StopToken) {
         let mut out = vec![0; READ_CHUNK];
         let mut err = vec![0; READ_CHUNK / 8];
         let mut drain: Option<Drain> = None;
@@ -590,7 +590,7 @@ impl Running {
             // cannot starve them.
             let (stream, read) = tokio::select! {
                 biased;
-                () = done.cancelled(), if drain.is_none() => {
+                () = done.stopped(), if drain.is_none() => {
                     drain = Some(Drain::begin());
                     continue;
                 }

@@ -223,7 +223,7 @@ pub(crate) async fn check_gates(
                 return Ok((AttemptEnd::Failed(gates::failure(&report)), name));
             }
             Some(_) => {}
-            None if run.stop.is_cancelled() => return Ok((AttemptEnd::Interrupted, None)),
+            None if run.stop.is_stopped() => return Ok((AttemptEnd::Interrupted, None)),
             None => return Ok((AttemptEnd::Killed(KillReason::Timeout), name)),
         }
     }

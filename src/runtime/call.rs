@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::deadline::until_deadline;
@@ -30,6 +29,7 @@ use crate::answer::{self, Answer};
 use crate::config::ContextThresholds;
 use crate::event::Event;
 use crate::model::KillReason;
+use crate::process::StopToken;
 use crate::time;
 
 /// What a caller is told around each wait of [`Caller::ride_out`]: a thread persists it
@@ -145,7 +145,7 @@ pub(crate) struct Caller {
     /// Where the agent works, when not in the workspace itself: a task's git work tree.
     work_tree: Option<PathBuf>,
     limits: CallLimits,
-    stop: CancellationToken,
+    stop: StopToken,
     pub(crate) emitter: Emitter,
     /// The last choice a [`Fallback`](crate::agent::Fallback) chain made in this caller's
     /// calls: which agent took the run, and why; `None` when it made no choice (one agent,
@@ -173,7 +173,7 @@ impl Caller {
         agent: Arc<dyn Agent>,
         workspace: impl Into<PathBuf>,
         limits: CallLimits,
-        stop: CancellationToken,
+        stop: StopToken,
         emitter: Emitter,
         sandbox: Arc<super::sandbox::RunSandbox>,
     ) -> Self {
@@ -453,7 +453,7 @@ impl Caller {
             }));
         }
         let log = unused(&call.log);
-        let token = self.stop.child_token();
+        let token = self.stop.child();
         let run_id = spend::run_id();
         let request = self.request(call, schema, &log, &token, &run_id);
         let span = tracing::info_span!(
@@ -489,7 +489,7 @@ impl Caller {
         call: &Call,
         schema: Option<serde_json::Value>,
         log: &Path,
-        token: &CancellationToken,
+        token: &StopToken,
         run_id: &str,
     ) -> AgentRequest {
         let remaining = call.deadline.saturating_duration_since(Instant::now());
@@ -649,7 +649,7 @@ impl Caller {
     /// `run` as the call ends with it: stopped only when the run is (the stop token), timed
     /// out when the deadline stopped it, and failed when it stopped on its own.
     fn classify(&self, run: AgentRun, deadline: Instant) -> AgentRun {
-        if self.stop.is_cancelled() {
+        if self.stop.is_stopped() {
             return AgentRun {
                 exit: AgentExit::Stopped,
                 ..run

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::deadline::until_deadline;
@@ -14,6 +13,7 @@ use super::logs::Emitter;
 use crate::event::Event;
 use crate::gate::{Gate, GateContext, GateError, GateReport, GateStatus};
 use crate::model::TaskId;
+use crate::process::StopToken;
 
 /// Where and under which limits gates run.
 #[derive(Clone, Copy)]
@@ -22,7 +22,7 @@ pub(crate) struct GateRun<'a> {
     /// How the gates are confined.
     pub(crate) sandbox: &'a super::sandbox::RunSandbox,
     /// The run's stop token; each gate gets a child of it.
-    pub(crate) stop: &'a CancellationToken,
+    pub(crate) stop: &'a StopToken,
     pub(crate) grace: Duration,
     /// The step's deadline.
     pub(crate) deadline: Instant,
@@ -37,7 +37,7 @@ pub(crate) struct GateRun<'a> {
 }
 
 /// Runs one gate, logging to `log`: its report (passed, failed, or its own timeout), or
-/// `None` when it did not finish: the run was stopped (`run.stop` is cancelled) or the
+/// `None` when it did not finish: the run was stopped (`run.stop` has stopped) or the
 /// step's deadline stopped it.
 ///
 /// # Errors
@@ -48,7 +48,7 @@ pub(crate) async fn check_one(
     run: GateRun<'_>,
     log: Option<PathBuf>,
 ) -> Result<Option<GateReport>, GateError> {
-    let token = run.stop.child_token();
+    let token = run.stop.child();
     let mut ctx = GateContext::new(run.workspace).stop(token.clone()).task(
         run.task.clone(),
         run.task_name,
@@ -77,8 +77,8 @@ pub(crate) async fn check_one(
         status: report.status.clone(),
         duration: report.duration,
     });
-    // Stopped, by the run's stop token or the deadline that cancelled its own.
-    if run.stop.is_cancelled() || report.status == GateStatus::Stopped {
+    // Stopped, by the run's stop token or the deadline that stopped its own.
+    if run.stop.is_stopped() || report.status == GateStatus::Stopped {
         return Ok(None);
     }
     Ok(Some(report))

@@ -4,7 +4,8 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio_util::sync::CancellationToken;
+
+use crate::process::StopToken;
 
 /// A signal that stops a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,7 +44,7 @@ impl Interrupt {
 /// Stopping a run from outside, the same way in every mode: SIGINT (Ctrl+C), SIGTERM (what
 /// CI runners, `timeout` and `kill` send) and SIGHUP (a closed terminal).
 ///
-/// The first signal cancels the run's stop token: the running agent or gate stops its
+/// The first signal stops the run's stop token: the running agent or gate stops its
 /// processes (SIGTERM, the grace, SIGKILL, then the sweep of everything they started), the
 /// state is saved, and the run returns its interrupted outcome (a thread is Paused). An
 /// attempt cut short this way is not counted against the task's retries. A second signal
@@ -69,7 +70,7 @@ pub struct Interrupts {
 }
 
 impl Interrupts {
-    /// Starts listening. The first signal cancels `stop` and calls `on_first` with its name
+    /// Starts listening. The first signal stops `stop` and calls `on_first` with its name
     /// (`SIGINT`, to tell the person what happens now); a second one kills every process
     /// that runs on `workspace` started, at once, and exits the process with the first
     /// signal's [`exit_code`](Self::exit_code). Call it inside a tokio runtime.
@@ -79,7 +80,7 @@ impl Interrupts {
     /// When a signal handler cannot be installed.
     pub fn listen(
         workspace: &Path,
-        stop: CancellationToken,
+        stop: StopToken,
         on_first: impl Fn(&'static str) + Send + 'static,
     ) -> std::io::Result<Interrupts> {
         let streams = [
@@ -95,7 +96,7 @@ impl Interrupts {
             let signal = next(&mut streams).await;
             let _ = seen.set(signal);
             on_first(signal.name());
-            stop.cancel();
+            stop.stop();
             next(&mut streams).await;
             // The person asked twice: no grace. Everything the runs started carries the
             // workspace's owner tag; kill it all now, then go.

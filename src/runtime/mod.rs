@@ -47,7 +47,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use self::call::{CallLimits, Caller};
 use self::error::Error;
@@ -62,6 +61,7 @@ use crate::event::{Event, Observer};
 use crate::gate::Gate;
 use crate::model::{Board, TaskId};
 use crate::prioritize::Prioritizer;
+use crate::process::StopToken;
 use crate::prompt::Prompts;
 use crate::store::Store;
 
@@ -84,7 +84,7 @@ pub(crate) struct Context {
     /// The `[[hooks]]` of the config; `None` when it sets none.
     pub(crate) hooks: Option<Hooks>,
     pub(crate) prompts: Prompts,
-    pub(crate) stop: CancellationToken,
+    pub(crate) stop: StopToken,
     /// How every agent run, gate and hook-running git command of its runs is confined.
     pub(crate) sandbox: Arc<RunSandbox>,
 }

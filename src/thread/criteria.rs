@@ -80,7 +80,7 @@ impl Threads {
             .ctx
             .gate_run(&self.emitter, deadline, (&task, &record.title, iteration));
         Some(match gates::check_one(&gate, run, None).await {
-            Ok(None) if self.ctx.stop.is_cancelled() => return None,
+            Ok(None) if self.ctx.stop.is_stopped() => return None,
             Ok(None) => Err(format!(
                 "timed out after {}",
                 humantime::format_duration(timeout)

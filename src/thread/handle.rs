@@ -190,7 +190,7 @@ impl<'a> Thread<'a> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel through [`stop_token`](Threads::stop_token), which saves the thread as Paused;
+    /// Stop it through [`stop_token`](Threads::stop_token), which saves the thread as Paused;
     /// dropping the future kills the agent but may leave the thread Running.
     pub async fn run(&self) -> Result<ThreadRecord, ThreadError> {
         self.threads.run(&self.id).await

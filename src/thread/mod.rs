@@ -149,7 +149,7 @@ pub(crate) mod spec;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
+use crate::process::StopToken;
 
 use crate::agent::{Agent, Fallback};
 use crate::event::Observer;
@@ -379,11 +379,11 @@ impl Threads {
             })
     }
 
-    /// The token that pauses a running loop: cancel it (on Ctrl+C, say) and the agent is
+    /// The token that pauses a running loop: stop it (on Ctrl+C, say) and the agent is
     /// stopped, the thread saved as Paused at the interrupted iteration, and the running
     /// call returns. It is the context's ([`RalphBuilder::stop_token`](crate::RalphBuilder::stop_token)
-    /// sets it); cancelled stays cancelled: make a new `Threads` to resume.
-    pub fn stop_token(&self) -> CancellationToken {
+    /// sets it); stopped stays stopped: make a new `Threads` to resume.
+    pub fn stop_token(&self) -> StopToken {
         self.ctx.stop.clone()
     }
 

@@ -64,7 +64,7 @@ impl Threads {
             let Phase::Running { iteration } = record.phase else {
                 return Ok(record);
             };
-            if self.ctx.stop.is_cancelled() {
+            if self.ctx.stop.is_stopped() {
                 self.pause(&mut record, iteration, &spec)?;
                 return Ok(record);
             }

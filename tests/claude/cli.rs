@@ -18,13 +18,13 @@ use crate::support::fake_claude;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use ralph::ClaudeCli;
+use ralph::StopToken;
 use ralph::agent::{
     Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Role,
 };
 use ralph::config::ContextThresholds;
 use rstest::rstest;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 /// Longer than any run here may take: a hung run fails its test instead of hanging it.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -222,18 +222,13 @@ async fn run(cli: &ClaudeCli, request: AgentRequest) -> AgentRun {
 }
 
 /// A token cancelled as soon as the run reports its session, i.e. mid-run.
-fn stop_on_session(
-    events: &Events,
-) -> (
-    CancellationToken,
-    impl Fn(AgentEvent) + Send + Sync + 'static,
-) {
-    let stop = CancellationToken::new();
+fn stop_on_session(events: &Events) -> (StopToken, impl Fn(AgentEvent) + Send + Sync + 'static) {
+    let stop = StopToken::new();
     let token = stop.clone();
     let events = events.clone();
     let sink = move |event: AgentEvent| {
         if matches!(event, AgentEvent::Session { .. }) {
-            token.cancel();
+            token.stop();
         }
         events.0.lock().unwrap().push(event);
     };
@@ -691,8 +686,8 @@ async fn a_stop_mid_run_ends_it_promptly() {
 #[tokio::test]
 async fn a_stop_before_the_run_starts_ends_it_at_once() {
     let f = Fixture::new();
-    let stop = CancellationToken::new();
-    stop.cancel();
+    let stop = StopToken::new();
+    stop.stop();
 
     let run = run(
         &f.fake(&[("FAKE_CLAUDE_HANG_AFTER", "1")]),
@@ -1223,11 +1218,11 @@ async fn a_stop_at_the_compact_tier_does_not_compact() {
     let first = f.transcript("first", &over_compact_tier("s-s"));
     let compact = f.transcript("compact", &compacted("s-s", 175_000, Some(20_000)));
     let cli = per_invocation(&f, &[&first, &compact]);
-    let stop = CancellationToken::new();
+    let stop = StopToken::new();
     let token = stop.clone();
     let events = move |event: AgentEvent| {
         if matches!(event, AgentEvent::ContextPressure { .. }) {
-            token.cancel();
+            token.stop();
         }
     };
 

@@ -316,7 +316,7 @@ async fn a_stop_during_a_long_tool_call_leaves_nothing() {
     else {
         return;
     };
-    let stop = tokio_util::sync::CancellationToken::new();
+    let stop = ralph::StopToken::new();
     let request = rig.request(Role::Build, "Sleep.").stop(stop.clone());
     let mark = rig.mark.clone();
     tokio::spawn(async move {
@@ -324,7 +324,7 @@ async fn a_stop_during_a_long_tool_call_leaves_nothing() {
         while alive_with_env("TEST_RUN_MARK", &mark).len() < 3 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        stop.cancel();
+        stop.stop();
     });
 
     let run = rig.run(request).await;

@@ -452,7 +452,7 @@ async fn a_turn_cut_short_is_taken_up_by_the_next_run_and_committed_whole() {
     });
     wait_for_request(&first, Role::Build).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    ralph.stop_token().cancel();
+    ralph.stop_token().stop();
     let outcome = running.await.unwrap().unwrap();
     assert_eq!(outcome, Outcome::Interrupted);
     drop(ralph);

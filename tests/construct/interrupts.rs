@@ -39,7 +39,7 @@ async fn an_interrupt_saves_the_state_and_a_new_ralph_resumes_the_same_attempt()
     });
     wait_for_request(&first, Role::Build).await;
 
-    ralph.stop_token().cancel();
+    ralph.stop_token().stop();
     let outcome = tokio::time::timeout(Duration::from_secs(5), running)
         .await
         .expect("the stop is prompt")
@@ -277,7 +277,7 @@ async fn an_interrupt_during_verify_keeps_the_verdicts_in_and_resumes_the_rest()
     })
     .await;
 
-    ralph.stop_token().cancel();
+    ralph.stop_token().stop();
     let outcome = tokio::time::timeout(Duration::from_secs(5), running)
         .await
         .expect("the stop is prompt")
@@ -330,7 +330,7 @@ async fn an_interrupt_during_a_gate_stops_it_and_the_attempt_runs_again() {
     })
     .await;
 
-    ralph.stop_token().cancel();
+    ralph.stop_token().stop();
     let outcome = tokio::time::timeout(Duration::from_secs(5), running)
         .await
         .expect("the stop is prompt")

@@ -84,7 +84,7 @@ async fn a_second_construct_while_one_runs_is_refused() {
     let err = ralph.resume().await.unwrap_err();
     assert!(matches!(err, Error::AlreadyRunning), "{err:?}");
 
-    ralph.stop_token().cancel();
+    ralph.stop_token().stop();
     let outcome = tokio::time::timeout(Duration::from_secs(5), running)
         .await
         .expect("the stop is prompt")
@@ -184,7 +184,7 @@ async fn two_ralphs_on_one_workspace_are_refused_while_one_runs() {
         "{message}"
     );
     assert!(message.contains("ralph.lock"), "{message}");
-    stop.cancel();
+    stop.stop();
     assert_eq!(running.await.unwrap().unwrap(), Outcome::Interrupted);
     assert!(second.dry_run("spec.md").await.is_ok());
 }
@@ -232,7 +232,7 @@ async fn a_deleted_lock_file_lets_no_second_ralph_in() {
         assert!(std::time::Instant::now() < deadline, "the note is put back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    stop.cancel();
+    stop.stop();
     assert_eq!(running.await.unwrap().unwrap(), Outcome::Interrupted);
     let said = events.warnings();
     assert!(

@@ -358,14 +358,14 @@ async fn a_persons_edits_between_iterations_are_honored() {
 }
 
 /// Cancels the stop token when `task` starts.
-struct StopWhen(&'static str, tokio_util::sync::CancellationToken);
+struct StopWhen(&'static str, ralph::StopToken);
 
 impl Observer for StopWhen {
     fn on_event(&self, event: &Event) {
         if let Event::TaskStarted { task, .. } = event
             && task == self.0
         {
-            self.1.cancel();
+            self.1.stop();
         }
     }
 }
@@ -375,7 +375,7 @@ impl Observer for StopWhen {
 #[tokio::test]
 async fn an_interrupt_mid_agent_loses_nothing_and_the_next_run_resumes() {
     let dir = workspace_with(PROGRESS);
-    let stop = tokio_util::sync::CancellationToken::new();
+    let stop = ralph::StopToken::new();
     let first = Arc::new(
         FakeAgent::new()
             .on(Role::Investigate, "i-1", planned(&["t-1", "t-2"]))
@@ -428,17 +428,17 @@ async fn an_interrupt_mid_agent_loses_nothing_and_the_next_run_resumes() {
 #[tokio::test]
 async fn a_hanging_agent_is_killed_at_the_timeout_and_remembered() {
     let dir = workspace_with("# Progress: x\n\n## Tasks\n\n- [ ] Hang\n");
-    let stop = tokio_util::sync::CancellationToken::new();
+    let stop = ralph::StopToken::new();
     let agent = Arc::new(
         FakeAgent::new()
             .on(Role::Investigate, "i-1", planned(&["t-1"]))
             .on(Role::Build, "t-1", Script::new().hang()),
     );
-    struct StopOnKill(tokio_util::sync::CancellationToken);
+    struct StopOnKill(ralph::StopToken);
     impl Observer for StopOnKill {
         fn on_event(&self, event: &Event) {
             if matches!(event, Event::TaskKilled { .. }) {
-                self.0.cancel();
+                self.0.stop();
             }
         }
     }

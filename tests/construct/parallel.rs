@@ -330,7 +330,7 @@ async fn a_stop_with_three_tasks_in_flight_ends_them_all_and_leaves_no_work_tree
     assert_eq!(agent.requests().len(), 3, "three tasks in flight");
     assert_eq!(ralph.tasks_in_flight().len(), 3);
 
-    ralph.stop_token().cancel();
+    ralph.stop_token().stop();
     let outcome = tokio::time::timeout(Duration::from_secs(10), running)
         .await
         .expect("the stop is prompt")

@@ -68,7 +68,7 @@ async fn after_a_stop_and_a_resume_the_ledger_the_board_and_the_events_agree() {
         async move { ralph.construct("spec.md").await }
     });
     wait_for_request(&first, Role::Build).await;
-    ralph.stop_token().cancel();
+    ralph.stop_token().stop();
     let outcome = running.await.unwrap().unwrap();
     assert_eq!(outcome, Outcome::Interrupted);
     drop(ralph);

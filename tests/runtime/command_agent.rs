@@ -178,12 +178,12 @@ async fn a_silent_command_is_cut_by_the_idle_timeout_and_a_stop_ends_it() {
     let run1 = run(&stalled, Role::Build, "p", dir.path()).await;
     assert_eq!(run1.exit, AgentExit::TimedOut);
 
-    let stop = tokio_util::sync::CancellationToken::new();
+    let stop = ralph::StopToken::new();
     let request = AgentRequest::new(Role::Build, "p", dir.path()).stop(stop.clone());
     let agent = sh("exec sleep 1000");
     let running = tokio::spawn(async move { agent.run(request).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.cancel();
+    stop.stop();
     let run2 = running.await.expect("joined").expect("ran");
     assert_eq!(run2.exit, AgentExit::Stopped);
 }

@@ -457,7 +457,7 @@ async fn every_mode_is_refused_while_another_run_holds_the_workspace() {
         PhaseKind::PreflightFailed,
         "{started:?}"
     );
-    stop.cancel();
+    stop.stop();
     assert_eq!(running.await.unwrap().unwrap(), Outcome::Interrupted);
 }
 
@@ -518,7 +518,7 @@ async fn a_torn_tail_dropped_at_load_is_an_event() {
         .observer(events.clone())
         .build()
         .unwrap();
-    ralph.stop_token().cancel();
+    ralph.stop_token().stop();
     let _ = ralph.construct("spec.md").await;
     let repaired = events.of_kind("state_repaired");
     assert_eq!(repaired.len(), 1, "{:?}", events.events());

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use ralph::__internals::process::{COOKIE_VAR, Exit, ProcessError, ProcessSpec};
+use ralph::StopToken;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio_util::sync::CancellationToken;
 
 const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
@@ -285,11 +285,11 @@ async fn a_log_failing_mid_run_is_an_error_naming_it() {
 
 #[tokio::test]
 async fn the_stop_token_stops_promptly() {
-    let stop = CancellationToken::new();
+    let stop = StopToken::new();
     let trigger = stop.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        trigger.cancel();
+        trigger.stop();
     });
     let report = sh("echo $$; sleep 30 & echo $!; wait")
         .stop(stop)
@@ -305,8 +305,8 @@ async fn the_stop_token_stops_promptly() {
 async fn a_cancelled_stop_token_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("ran");
-    let stop = CancellationToken::new();
-    stop.cancel();
+    let stop = StopToken::new();
+    stop.stop();
     let report = sh("touch \"$MARKER\"")
         .env("MARKER", &marker)
         .stop(stop)

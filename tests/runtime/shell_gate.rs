@@ -6,8 +6,8 @@ use std::fs;
 use std::time::Duration;
 
 use ralph::__internals::output::{DEFAULT_HEAD, DEFAULT_TAIL};
+use ralph::StopToken;
 use ralph::gate::{Gate, GateContext, GateError, GateStatus, ShellGate};
-use tokio_util::sync::CancellationToken;
 
 fn gate(command: &str) -> ShellGate {
     ShellGate::new("test", command)
@@ -95,11 +95,11 @@ async fn a_slow_command_times_out() {
 #[tokio::test]
 async fn the_stop_token_stops_it() {
     let (_dir, ctx) = ctx();
-    let stop = CancellationToken::new();
+    let stop = StopToken::new();
     let trigger = stop.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        trigger.cancel();
+        trigger.stop();
     });
     let report = gate("sleep 30").check(ctx.stop(stop)).await.unwrap();
     assert_eq!(report.status, GateStatus::Stopped);

@@ -279,14 +279,14 @@ async fn a_restart_mid_spec_resumes_at_the_next_task() {
             .on(Role::Planner, "a", planner("# Plan: a"))
             .on(Role::Build, "a-1", done()),
     );
-    let stop = tokio_util::sync::CancellationToken::new();
+    let stop = ralph::StopToken::new();
     let cancel = stop.clone();
     let ralph1 = ralph::Ralph::builder()
         .workspace(dir)
         .agent(first.clone())
         .observer(move |e: &Event| {
             if matches!(e, Event::TaskDone { .. }) {
-                cancel.cancel();
+                cancel.stop();
             }
         })
         .stop_token(stop)

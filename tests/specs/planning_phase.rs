@@ -339,7 +339,7 @@ async fn an_invalidation_survives_a_restart() {
     let ws = workspace(&[("specs/a.md", SPEC)]);
     let dir = ws.path();
     implementation(dir, &[("a", 1, &["One"])]);
-    let stop = tokio_util::sync::CancellationToken::new();
+    let stop = ralph::StopToken::new();
     let cancel = stop.clone();
     let first = Arc::new(
         FakeAgent::new()
@@ -356,7 +356,7 @@ async fn an_invalidation_survives_a_restart() {
         .agent(first)
         .observer(move |e: &ralph::Event| {
             if matches!(e, ralph::Event::PlanInvalidated { .. }) {
-                cancel.cancel();
+                cancel.stop();
             }
         })
         .stop_token(stop)

@@ -173,6 +173,6 @@ async fn threads_of_a_ralph_share_its_config_and_stop_token() {
     threads.thread(&id).start().await.unwrap();
     assert_eq!(agent.contexts.lock().unwrap()[0].warn, 0.4);
 
-    ralph.stop_token().cancel();
-    assert!(threads.stop_token().is_cancelled());
+    ralph.stop_token().stop();
+    assert!(threads.stop_token().is_stopped());
 }

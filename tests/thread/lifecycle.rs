@@ -513,7 +513,7 @@ async fn interrupt_pauses_and_resume_continues_from_the_same_iteration() {
         while !log.exists() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        stop.cancel();
+        stop.stop();
     };
     let handle = threads.thread(&id);
     let (thread, ()) = tokio::join!(handle.start(), interrupter);
@@ -556,7 +556,7 @@ async fn resume_runs_the_interrupted_iteration_again() {
         while !log.exists() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        stop.cancel();
+        stop.stop();
     };
     let handle = threads.thread(&id);
     let (paused, ()) = tokio::join!(handle.start(), interrupter);
@@ -615,7 +615,7 @@ async fn interrupt_during_verification_pauses_and_the_claim_is_checked_again() {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        stop.cancel();
+        stop.stop();
     };
     let started = std::time::Instant::now();
     let handle = threads.thread(&id);

@@ -146,7 +146,7 @@ async fn ctrl_c_during_a_rate_limit_wait_pauses_at_the_same_iteration_and_resume
     let interrupter = async {
         // The wait shows in the stored record while it lasts.
         wait_for(&threads, &id, |r| r.rate_limited_until.is_some()).await;
-        stop.cancel();
+        stop.stop();
     };
     // A hang guard (the wait is an hour), not a timing assertion.
     let (thread, ()) = tokio::time::timeout(Duration::from_secs(120), async {
@@ -222,7 +222,7 @@ async fn ctrl_c_during_a_backoff_pauses_at_the_same_iteration() {
         wait_for(&threads, &id, |r| r.transient_failures == 1).await;
         // Without a backoff the next try would start at once.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        stop.cancel();
+        stop.stop();
     };
     let (thread, ()) = tokio::time::timeout(Duration::from_secs(120), async {
         let handle = threads.thread(&id);

@@ -53,7 +53,7 @@ async fn a_second_handle_cannot_run_start_or_abandon_while_a_loop_runs() {
         let failed = second.thread(&c).start().await.unwrap();
         // Abandoning the running thread would be undone by its loop's next save.
         let abandon = second.thread(&a).abandon().await.unwrap_err();
-        stop.cancel();
+        stop.stop();
         (busy, failed, abandon)
     };
     let handle = first.thread(&a);

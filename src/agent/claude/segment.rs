@@ -39,7 +39,7 @@ pub(super) struct SegmentClocks {
 pub(super) enum Halt {
     /// It ended by itself.
     None,
-    /// The request's stop token was cancelled.
+    /// The request's stop token has stopped.
     Stopped,
     /// The wall-clock deadline passed.
     Deadline,

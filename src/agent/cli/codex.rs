@@ -123,7 +123,7 @@ impl Agent for CodexCli {
     }
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
-        if request.stop.is_cancelled() {
+        if request.stop.is_stopped() {
             return Ok(AgentRun::new(AgentExit::Stopped));
         }
         let schema_file = match &request.schema {

@@ -304,7 +304,7 @@ impl Agent for CommandAgent {
     }
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
-        if request.stop.is_cancelled() {
+        if request.stop.is_stopped() {
             return Ok(AgentRun::new(AgentExit::Stopped));
         }
         let (prompt_file, temporary) = Self::prompt_file(&request);

@@ -98,7 +98,7 @@ impl Agent for GeminiCli {
     }
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
-        if request.stop.is_cancelled() {
+        if request.stop.is_stopped() {
             return Ok(AgentRun::new(AgentExit::Stopped));
         }
         let argv = self.argv(&request);

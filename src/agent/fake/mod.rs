@@ -477,7 +477,7 @@ mod tests {
         let stop = req.stop.clone();
         let handle = tokio::spawn(async move { agent.run(req).await });
         tokio::time::sleep(Duration::from_millis(10)).await;
-        stop.cancel();
+        stop.stop();
         assert_eq!(handle.await.unwrap().unwrap().exit, AgentExit::Stopped);
     }
 

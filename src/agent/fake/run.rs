@@ -204,7 +204,7 @@ impl FakeRun {
         };
         tokio::select! {
             () = sleep => None,
-            () = request.stop.cancelled() => Some(Interrupted::Stopped),
+            () = request.stop.stopped() => Some(Interrupted::Stopped),
             () = deadline => Some(Interrupted::TimedOut),
         }
     }

@@ -679,7 +679,7 @@ impl SpecBuild {
     }
 
     fn stopped(&self) -> bool {
-        self.ctx.stop.is_cancelled()
+        self.ctx.stop.is_stopped()
     }
 
     /// With `once`, the outcome to stop with once this run made its agent session.
