@@ -698,3 +698,69 @@ fn no_process_is_spawned_outside_the_process_module() {
         wrong.join("\n")
     );
 }
+
+/// What opens a file for writing, replaces, renames or cuts one.
+const WRITES: [&str; 8] = [
+    "fs::write(",
+    "File::create(",
+    "OpenOptions::new(",
+    "fs::rename(",
+    "fs::copy(",
+    ".set_len(",
+    ".create_new(true)",
+    "write_all_at(",
+];
+
+/// Files outside `files/` that write, and why none of what they write is a state file:
+/// each is a log, a file handed to a child process, or the fake agent's own hands.
+const WRITES_ALLOWED: [(&str, &str); 7] = [
+    (
+        "runtime/logs.rs",
+        "a run's log files: cut and rotated, never state",
+    ),
+    ("process/supervise.rs", "a child's output log"),
+    (
+        "agent/fake/",
+        "the fake agent writes the work tree as an agent would",
+    ),
+    (
+        "agent/cli/command.rs",
+        "the prompt file and output file a command agent is given",
+    ),
+    (
+        "agent/cli/codex.rs",
+        "the answer schema handed to `codex --output-schema`",
+    ),
+    (
+        "git.rs",
+        "the path list handed to `git add --pathspec-from-file`",
+    ),
+    ("thread/call.rs", "the final answer kept in the call's log"),
+];
+
+/// State files (the board, journals, seals, locks, marks) are written by `files/` alone,
+/// where each way of writing one keeps its promise (atomic replace, append with fsync, a
+/// seal): a writer elsewhere would be one that skips the fsync or the temp file.
+#[test]
+fn no_state_file_is_written_outside_the_files_module() {
+    let mut wrong = Vec::new();
+    for source in sources(&LIBRARY) {
+        let allowed = WRITES_ALLOWED
+            .iter()
+            .any(|(file, _)| source.name.starts_with(file));
+        if source.top() == "files" || allowed {
+            continue;
+        }
+        for (n, line) in source.code.lines().enumerate() {
+            if WRITES.iter().any(|write| line.contains(write)) {
+                wrong.push(format!("{}:{}: {}", source.name, n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "files written outside src/files/ (write state through files::atomic, journal, \
+         seal or slot; or add a file that writes no state to WRITES_ALLOWED, with why):\n{}",
+        wrong.join("\n")
+    );
+}

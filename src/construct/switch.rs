@@ -276,8 +276,7 @@ fn read_manifest(dir: &Path) -> Result<Option<Manifest>, Error> {
 }
 
 fn move_file(from: &Path, to: &Path) -> Result<(), Error> {
-    std::fs::rename(from, to).map_err(|source| io(from, source))?;
-    sync(&atomic::dir_of(to))
+    atomic::rename(from, to).map_err(|source| io(from, source))
 }
 
 fn sync(dir: &Path) -> Result<(), Error> {

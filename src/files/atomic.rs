@@ -20,6 +20,27 @@ pub(crate) fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     sync_dir(&dir_of(path))
 }
 
+/// Durably writes `bytes` to `path`, which must not exist: for a record that is never
+/// rewritten (a thread's spec revision), so an existing one is refused, not replaced.
+#[cfg_attr(not(feature = "threads"), allow(dead_code))] // a thread's spec revisions
+pub(crate) fn create_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    sync_dir(&dir_of(path))
+}
+
+/// Durably renames `from` to `to` (to archive a state file, or move it into a work tree):
+/// both folders are synced, so a crash leaves the file at one place or the other.
+pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    fs::rename(from, to)?;
+    sync_dir(&dir_of(to))?;
+    if dir_of(from) != dir_of(to) {
+        sync_dir(&dir_of(from))?;
+    }
+    Ok(())
+}
+
 /// Makes a directory's entries (a created or renamed file) durable.
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -31,6 +31,13 @@ pub(crate) fn append(path: &Path, bytes: &[u8]) -> io::Result<()> {
     file.sync_all()
 }
 
+/// Cuts a journal opened by [`open`] back to its first `len` bytes (a torn last line, or
+/// lines a repair rolls back): the next append then starts a line of its own. The caller
+/// syncs, with the append that follows or at once.
+pub(crate) fn cut(file: &File, len: u64) -> io::Result<()> {
+    file.set_len(len)
+}
+
 fn open_with(path: &Path, options: &OpenOptions) -> io::Result<File> {
     match options.clone().create_new(true).open(path) {
         Ok(file) => {

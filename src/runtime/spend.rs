@@ -67,7 +67,6 @@
 //! of the budget. Deleting both files starts the spend afresh, as deleting `.ralph/` does.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -827,11 +826,12 @@ fn cut_torn_line(path: &Path, whole: u64) -> Result<(), Error> {
         source,
     };
     match std::fs::metadata(path) {
-        Ok(meta) if meta.len() > whole => OpenOptions::new()
-            .write(true)
-            .open(path)
-            .and_then(|f| f.set_len(whole))
-            .map_err(io),
+        Ok(meta) if meta.len() > whole => {
+            let file = crate::files::journal::open(path).map_err(io)?;
+            crate::files::journal::cut(&file, whole)
+                .and_then(|()| file.sync_all())
+                .map_err(io)
+        }
         _ => Ok(()),
     }
 }

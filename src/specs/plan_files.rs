@@ -308,11 +308,7 @@ impl PlanFiles {
         let plan = self.plan_path(rel);
         if plan.is_file() {
             let archive = self.archive_path(rel, info.attempt);
-            std::fs::rename(&plan, &archive).map_err(|source| Error::Io {
-                path: plan.clone(),
-                source,
-            })?;
-            atomic::sync_dir(&atomic::dir_of(&plan)).map_err(|source| Error::Io {
+            atomic::rename(&plan, &archive).map_err(|source| Error::Io {
                 path: plan.clone(),
                 source,
             })?;

@@ -659,7 +659,7 @@ impl PlanLog {
         match self.tail {
             Tail::Clean => {}
             Tail::Unterminated => bytes.insert(0, b'\n'),
-            Tail::Torn => file.set_len(self.end).map_err(io)?,
+            Tail::Torn => crate::files::journal::cut(file, self.end).map_err(io)?,
         }
         file.write_all(&bytes).map_err(io)?;
         file.sync_data().map_err(io)?;

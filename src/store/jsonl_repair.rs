@@ -2,7 +2,7 @@
 //! what is removed, or adopt the lines that follow it (see the module docs of `jsonl`,
 //! "Repair").
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::{
@@ -48,8 +48,8 @@ impl JsonlShared {
 fn roll_back(path: &Path, removed: &[u8], bad: Unverified) -> Result<Repair, StoreError> {
     let copy = keep_copy(path, removed)?;
     let io = |e| io_error(path, e);
-    let file = OpenOptions::new().write(true).open(path).map_err(io)?;
-    file.set_len(bad.cut.offset).map_err(io)?;
+    let file = crate::files::journal::open(path).map_err(io)?;
+    crate::files::journal::cut(&file, bad.cut.offset).map_err(io)?;
     file.sync_all().map_err(io)?;
     Ok(Repair::RolledBack {
         path: path.to_path_buf(),

@@ -170,13 +170,7 @@ impl Threads {
             crate::files::own::create_dir_all(dir).map_err(io)?;
         }
         // `create_new`: an existing revision is immutable, whatever the record says.
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io)?;
-        std::io::Write::write_all(&mut file, text.as_bytes()).map_err(io)?;
-        file.sync_all().map_err(io)?;
+        crate::files::atomic::create_new(&path, text.as_bytes()).map_err(io)?;
         record.spec_version = version;
         Ok(())
     }

@@ -126,7 +126,8 @@ fn move_to(from: &Path, to: &Path) -> bool {
     if let Some(parent) = to.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
-    std::fs::rename(from, to).is_ok()
+    // Durable: a person's file must be at one place or the other after a crash.
+    crate::files::atomic::rename(from, to).is_ok()
 }
 
 /// The files (and links) under `dir`, at any depth.

@@ -15,15 +15,14 @@
 //! and an agent's casual one, not a forger who rewrites both files.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::Spent;
+use crate::files::slot::Slot;
 
 /// What ralph last left in the ledger.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,26 +79,18 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The mark's file, kept open: it is rewritten after every line.
 #[derive(Debug)]
-pub(super) struct Writer {
-    file: File,
-}
+pub(super) struct Writer(Slot);
 
 impl Writer {
     pub(super) fn open(path: &Path) -> io::Result<Writer> {
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(false)
-            .open(path)?;
-        Ok(Writer { file })
+        Slot::open(path).map(Writer)
     }
 
-    /// Writes `mark` over the last one (two syscalls; not synced, see the module docs).
+    /// Writes `mark` over the last one (not synced, see the module docs).
     pub(super) fn write(&self, mark: &Mark) -> io::Result<()> {
         let mut bytes = serde_json::to_vec(mark).unwrap_or_default();
         bytes.push(b'\n');
-        self.file.write_all_at(&bytes, 0)?;
-        self.file.set_len(bytes.len() as u64)
+        self.0.write(&bytes)
     }
 }
 
