@@ -334,8 +334,9 @@ pub enum Event {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         spent_estimate: bool,
         /// The exit code the `ralph` command uses for this end: 0 done (or one step done),
-        /// 1 an error, 2 a limit, 3 a person must look, 130 interrupted (a thread: 2 Stuck,
-        /// 3 PreflightFailed, 130 Paused).
+        /// 1 an error, 2 a limit, 3 a person must look, 4 stopped on request (`ralph stop`),
+        /// 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP (a thread: 2 Stuck,
+        /// 3 PreflightFailed, 4 or a signal's code Paused).
         exit_code: i32,
         /// How the run's agents and gates were confined: `bubblewrap`, `unconfined (…)` and
         /// why, `off (unconfined)`, `machine (declared a sandbox)` (the README's "Sandbox").

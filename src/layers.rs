@@ -3,7 +3,7 @@
 //! however far round (the import graph between files has no cycle).
 //!
 //! ```text
-//! 5 facade      lib.rs (re-exports), ralph, board, mock
+//! 5 facade      lib.rs (re-exports), ralph, board, mock, steer
 //! 4 pipelines   construct | specs | thread
 //! 3 runtime     runtime
 //! 2 seams       agent, gate, store, prioritize, and the data they exchange
@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 /// The layer of a top-level module, by name; `None` for a name that is not a module.
 fn layer(module: &str) -> Option<u8> {
     Some(match module {
-        "" | "ralph" | "board" | "mock" => 5,
+        "" | "ralph" | "board" | "mock" | "steer" => 5,
         "construct" | "specs" | "thread" => 4,
         "runtime" => 3,
         "agent" | "gate" | "store" | "prioritize" | "model" | "answer" | "prompt" | "event"

@@ -138,6 +138,7 @@ mod runtime;
 mod signal;
 #[cfg(feature = "specs")]
 pub mod specs;
+pub mod steer;
 pub mod store;
 #[cfg(feature = "threads")]
 pub mod thread;
@@ -170,7 +171,6 @@ pub use prioritize::{CriticalPath, Prioritizer};
 pub use process::StopToken;
 pub use ralph::{Ralph, RalphBuilder, answer_schema};
 pub use runtime::error::{BuildError, EditError, Error};
-pub use runtime::interrupt::Interrupts;
 /// What [`Ralph::spent`] returns (its fields are listed there). Not a page of its own: the
 /// crate keeps to 100 public types (`.ci/public-types`), and this one is plain data.
 #[doc(hidden)]

@@ -143,6 +143,13 @@ pub enum Outcome {
     /// Stopped by [`Ralph::stop_token`](crate::Ralph::stop_token) (Ctrl+C); the state is saved and
     /// the same call resumes.
     Interrupted,
+    /// A person asked the run to stop ([`steer::stop`](crate::steer::stop), `ralph stop`):
+    /// the agent runs and gates in flight finished and their results were recorded; the
+    /// same call resumes.
+    Stopped {
+        /// Work not yet accepted, counted as for [`MaxIterations`](Self::MaxIterations).
+        remaining: usize,
+    },
     /// One required gate failed with the same output for several tasks in a row and no
     /// task passed it meanwhile: the gate itself is likely broken (a missing tool, a typo in
     /// its command), not the tasks. The last task stays pending (earlier ones may have used up
@@ -160,7 +167,7 @@ pub enum Outcome {
 impl Outcome {
     /// The exit code the `ralph` command uses: 0 complete or one iteration done
     /// (`--once`), 2 limit or a declared stop with work left, 3 blocked or unverified (a
-    /// person must look), 130 interrupted.
+    /// person must look), 4 stopped on request (`ralph stop`), 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
             Outcome::Complete { .. } | Outcome::Once { .. } | Outcome::Planned { .. } => 0,
@@ -168,6 +175,7 @@ impl Outcome {
             | Outcome::Declared { .. }
             | Outcome::BudgetExhausted { .. } => 2,
             Outcome::Blocked { .. } | Outcome::GateBroken { .. } | Outcome::Unverified { .. } => 3,
+            Outcome::Stopped { .. } => 4,
             Outcome::Interrupted => 130,
         }
     }
@@ -190,6 +198,7 @@ impl Outcome {
             | Outcome::Once { .. }
             | Outcome::Planned { .. }
             | Outcome::Declared { .. }
+            | Outcome::Stopped { .. }
             | Outcome::Interrupted => false,
         }
     }
@@ -233,6 +242,12 @@ impl fmt::Display for Outcome {
                 }
                 Ok(())
             }
+            Outcome::Stopped { remaining } => write!(
+                f,
+                "Stopped on request: what was in flight is recorded, {remaining} {} left; run \
+                 the same command to resume.",
+                if *remaining == 1 { "task" } else { "tasks" }
+            ),
             Outcome::Interrupted => {
                 f.write_str("Interrupted: state saved; run the same command to resume.")
             }
@@ -400,17 +415,24 @@ pub enum SpecsOutcome {
     },
     /// Stopped by the stop token; the state is saved and the same call resumes.
     Interrupted,
+    /// A person asked the run to stop ([`steer::stop`](crate::steer::stop), `ralph stop`):
+    /// the session in flight finished and was recorded; the same call resumes.
+    Stopped {
+        /// Specs not yet completed.
+        remaining: usize,
+    },
 }
 
 #[cfg(feature = "specs")]
 impl SpecsOutcome {
     /// The exit code the `ralph` command uses: 0 complete or once, 2 attempts exhausted, 3
-    /// blocked or unverified (a person must look), 130 interrupted.
+    /// blocked or unverified (a person must look), 4 stopped on request (`ralph stop`), 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
             SpecsOutcome::Complete { .. } | SpecsOutcome::Once { .. } => 0,
             SpecsOutcome::AttemptsExhausted { .. } | SpecsOutcome::BudgetExhausted { .. } => 2,
             SpecsOutcome::Blocked { .. } | SpecsOutcome::Unverified { .. } => 3,
+            SpecsOutcome::Stopped { .. } => 4,
             SpecsOutcome::Interrupted => 130,
         }
     }
@@ -429,6 +451,7 @@ impl SpecsOutcome {
             | SpecsOutcome::BudgetExhausted { .. } => true,
             SpecsOutcome::Complete { .. }
             | SpecsOutcome::Once { .. }
+            | SpecsOutcome::Stopped { .. }
             | SpecsOutcome::Interrupted => false,
         }
     }
@@ -479,6 +502,12 @@ impl fmt::Display for SpecsOutcome {
             SpecsOutcome::Once { step, remaining } => write!(
                 f,
                 "Stopped after one step (once): {step}. Specs remaining: {remaining}"
+            ),
+            SpecsOutcome::Stopped { remaining } => write!(
+                f,
+                "Stopped on request: the session in flight is recorded, {remaining} {} left; \
+                 run the same command to resume.",
+                if *remaining == 1 { "spec" } else { "specs" }
             ),
             SpecsOutcome::Interrupted => {
                 f.write_str("Interrupted: state saved; run the same command to resume.")

@@ -14,8 +14,8 @@ mod parts;
 
 use std::process::ExitCode;
 
+use ralph::Outcome;
 use ralph::agent::{FakeAgent, Role, Script};
-use ralph::{Interrupts, Outcome};
 use serde_json::json;
 
 /// The spec: a tool that needs a config file.
@@ -84,7 +84,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
     println!("workspace: {}", workspace.path().display());
     let ralph = parts::assemble(workspace.path(), scripted_agent(), std::io::stdout())?;
     // Ctrl+C stops the run cleanly; a second one kills what it started and exits.
-    let _interrupts = Interrupts::listen(ralph.workspace(), ralph.stop_token(), |signal| {
+    ralph::steer::listen_for_signals(ralph.workspace(), ralph.stop_token(), |signal| {
         eprintln!("{signal}: stopping; again to kill at once");
     })?;
     let outcome = ralph.construct("spec.md").await?;

@@ -94,6 +94,9 @@ impl Engine {
         }
         let mut queue = ReadyQueue::new(&self.board);
         while let Some(id) = queue.pop() {
+            if let Some(stop) = self.asked_to_stop() {
+                return Ok(stop);
+            }
             match self.build_task(&id).await? {
                 TaskEnd::Done => queue.finished(&id),
                 TaskEnd::Blocked => {}
@@ -151,6 +154,11 @@ impl Engine {
             let attempt = self.land_in_place(&task, attempt).await?;
             if let Some(end) = self.settle(&task, attempt).await? {
                 return Ok(end);
+            }
+            // Failed, with attempts left: the retry waits for the next run when a person
+            // asked this one to stop.
+            if let Some(Flow::Stop(outcome)) = self.asked_to_stop() {
+                return Ok(TaskEnd::Stop(outcome));
             }
         }
     }

@@ -34,6 +34,9 @@ impl Engine {
             if self.stopped() {
                 return Ok(Flow::Interrupted);
             }
+            if let Some(stop) = self.asked_to_stop() {
+                return Ok(stop);
+            }
             let decomposed = match subject {
                 Killed::Task(task) => self.decompose_task(*task).await?,
                 Killed::Issue(issue) => self.decompose_issue(issue).await?,

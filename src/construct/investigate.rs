@@ -22,6 +22,9 @@ impl Engine {
             if self.stopped() {
                 return Ok(Flow::Interrupted);
             }
+            if let Some(stop) = self.asked_to_stop() {
+                return Ok(stop);
+            }
             if self.investigate_issue(issue).await? == Flow::Interrupted {
                 return Ok(Flow::Interrupted);
             }

@@ -277,6 +277,9 @@ impl Engine {
             if self.ctx.stop.is_stopped() {
                 return Ok(self.finish(Outcome::Interrupted).await);
             }
+            if let Some(Flow::Stop(outcome)) = self.asked_to_stop() {
+                return Ok(self.finish(outcome).await);
+            }
             if let Some(message) = self.lock.check() {
                 self.emit(Event::Warning { message });
             }
@@ -521,6 +524,16 @@ impl Engine {
 
     fn stopped(&self) -> bool {
         self.ctx.stop.is_stopped()
+    }
+
+    /// The stage's end when a person asked the run to stop (`ralph stop`): checked between
+    /// steps, so what is in flight finishes and is recorded first.
+    fn asked_to_stop(&self) -> Option<Flow> {
+        self.lock.stop_asked().then(|| {
+            Flow::Stop(Outcome::Stopped {
+                remaining: self.remaining(),
+            })
+        })
     }
 
     /// The task `id`, which the engine took from the board itself.

@@ -108,6 +108,11 @@ impl Engine {
         };
         loop {
             while run.flow.is_none() && run.jobs.len() < at_once && !self.stopped() {
+                if let Some(stop) = self.asked_to_stop() {
+                    // The attempts in flight end and land; nothing new starts.
+                    run.flow = Some(stop);
+                    break;
+                }
                 let Some(id) = run.queue.pop() else { break };
                 let deadline = deadline::after(self.config().stage_timeout);
                 self.start_in_work_tree(&mut run, &id, deadline).await?;
@@ -137,7 +142,7 @@ impl Engine {
         let (id, deadline) = (built.task.id.clone(), built.attempt.deadline);
         match self.land(built).await? {
             // Failed, with attempts left: built again.
-            None if run.flow.is_none() && !self.stopped() => {
+            None if run.flow.is_none() && !self.stopped() && !self.lock.stop_asked() => {
                 self.start_in_work_tree(run, &id, deadline).await?;
             }
             None | Some(TaskEnd::Blocked) => {}

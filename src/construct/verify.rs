@@ -37,6 +37,10 @@ impl Engine {
         if self.verify_done_tasks().await? == Flow::Interrupted {
             return Ok(Flow::Interrupted);
         }
+        if let Some(stop) = self.asked_to_stop() {
+            // The verdicts in flight are recorded; the gap analysis waits for the next run.
+            return Ok(stop);
+        }
         // Gap analysis is a step of its own, with its own time: slow verifiers (or rate limits)
         // must not leave it none, which would skip it and could end the run without it.
         let gap_deadline = deadline::after(self.config().stage_timeout);
@@ -77,7 +81,7 @@ impl Engine {
                     None => interrupted = true,
                 }
             }
-            if !interrupted {
+            if !interrupted && !self.lock.stop_asked() {
                 let mut refilled = false;
                 for task in todo.by_ref().take(verdicts.len()) {
                     self.spawn_verifier(&mut jobs, task)?;

@@ -44,6 +44,8 @@ pub(crate) enum LockError {
 pub(crate) struct LockFile {
     file: File,
     path: PathBuf,
+    /// What it says about its holder: `pid N, since T`.
+    note: String,
 }
 
 /// A held lock on a folder; dropping it releases the lock.
@@ -95,8 +97,8 @@ impl LockFile {
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),
         }
-        stamp(&mut file).map_err(io)?;
-        Ok(LockFile { file, path })
+        let note = stamp(&mut file).map_err(io)?;
+        Ok(LockFile { file, path, note })
     }
 
     /// Whether the file at the lock's path is still the one this lock holds (not deleted
@@ -113,6 +115,12 @@ impl LockFile {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+
+    /// What it says about its holder (`pid N, since T`): which run holds it, for a message
+    /// meant for that run alone.
+    pub(crate) fn note(&self) -> &str {
+        &self.note
+    }
 }
 
 /// What the lock file at `path` says about its holder, if it is there and says anything.
@@ -128,15 +136,17 @@ impl Drop for LockFile {
     }
 }
 
-/// Writes who holds the lock into the lock file, for the error another process will show.
-fn stamp(file: &mut File) -> io::Result<()> {
+/// Writes who holds the lock into the lock file, for the error another process will show;
+/// returns the note, without its newline.
+fn stamp(file: &mut File) -> io::Result<String> {
     file.set_len(0)?;
     let note = format!(
-        "pid {}, since {}\n",
+        "pid {}, since {}",
         std::process::id(),
         jiff::Timestamp::now()
     );
-    file.write_all(note.as_bytes())
+    file.write_all(format!("{note}\n").as_bytes())?;
+    Ok(note)
 }
 
 /// The lock holder's note, if it wrote one.

@@ -1,5 +1,7 @@
 //! The stop token: how whoever started a run tells its processes to stop.
 
+use std::sync::{Arc, OnceLock};
+
 use tokio_util::sync::CancellationToken;
 
 /// A run's stop token: stop it and the running agent or gate stops its processes (SIGTERM,
@@ -23,8 +25,15 @@ use tokio_util::sync::CancellationToken;
 /// run.stopped().await; // returns at once: it has stopped
 /// # }
 /// ```
+///
+/// A token that a signal stopped ([`steer::listen_for_signals`](crate::steer::listen_for_signals))
+/// says which: [`signal`](Self::signal), and the exit code a shell gives a process it ends.
 #[derive(Clone, Debug, Default)]
-pub struct StopToken(CancellationToken);
+pub struct StopToken {
+    token: CancellationToken,
+    /// The signal that stopped it, with its exit code; shared by its clones and children.
+    signal: Arc<OnceLock<(&'static str, u8)>>,
+}
 
 impl StopToken {
     /// A token that has not stopped.
@@ -34,21 +43,42 @@ impl StopToken {
 
     /// Stops the token, its clones and its children. Stopping twice is stopping once.
     pub fn stop(&self) {
-        self.0.cancel();
+        self.token.cancel();
+    }
+
+    /// Stops it for the signal `name`, which ends a process with exit code `code`.
+    pub(crate) fn stop_by_signal(&self, name: &'static str, code: u8) {
+        let _ = self.signal.set((name, code));
+        self.stop();
     }
 
     /// Whether it has stopped.
     pub fn is_stopped(&self) -> bool {
-        self.0.is_cancelled()
+        self.token.is_cancelled()
     }
 
     /// Waits until it stops (at once when it has).
     pub async fn stopped(&self) {
-        self.0.cancelled().await;
+        self.token.cancelled().await;
     }
 
     /// A token that stops when this one does, and can be stopped alone.
     pub fn child(&self) -> Self {
-        Self(self.0.child_token())
+        Self {
+            token: self.token.child_token(),
+            signal: Arc::clone(&self.signal),
+        }
+    }
+
+    /// The signal that stopped the run (`SIGINT`, `SIGTERM`, `SIGHUP`), when one did.
+    pub fn signal(&self) -> Option<&'static str> {
+        self.signal.get().map(|(name, _)| *name)
+    }
+
+    /// The exit code a shell gives a process the signal that stopped the run ends: 128 +
+    /// its number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP); `None` when no signal
+    /// stopped it.
+    pub fn signal_exit_code(&self) -> Option<u8> {
+        self.signal.get().map(|(_, code)| *code)
     }
 }

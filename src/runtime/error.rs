@@ -264,6 +264,25 @@ pub enum Error {
     /// `construct` is already running on this `Ralph`.
     #[error("a construct run is already in progress on this Ralph")]
     AlreadyRunning,
+    /// `ralph stop` ([`steer::stop`](crate::steer::stop), [`steer::stop_now`](crate::steer::stop_now)) with no run holding the
+    /// workspace: a stop is for a run in progress, never queued for the next one.
+    #[error("no run in progress in {}: nothing to stop", .workspace.display())]
+    NoRunInProgress {
+        /// The workspace.
+        workspace: PathBuf,
+    },
+    /// A steering command was called from inside a run: by an agent, a gate or a hook, whose
+    /// processes carry the run's cookie. The run's verdict and its stopping are a person's.
+    #[error(
+        "`{command}` refused: this process is part of a ralph run (an agent, a gate or a \
+         hook carries {cookie}); only a person steers a run"
+    )]
+    InsideARun {
+        /// The command refused: `ralph stop`, `ralph stop --now`.
+        command: String,
+        /// The cookie's environment variable.
+        cookie: String,
+    },
     /// A git command failed (build mode commits each completed spec; tasks built at once
     /// work in git work trees).
     #[error(transparent)]

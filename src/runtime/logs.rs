@@ -20,6 +20,7 @@ use super::hooks::{HookFailed, Hooks};
 use crate::event::{Event, Observer};
 use crate::files::capped::CappedLog;
 use crate::model::Stage;
+use crate::process::StopToken;
 use crate::time::{file_stamp, now_rfc3339};
 
 /// Sends events to the observers, one JSON line each to the current stage log, and to the
@@ -31,6 +32,8 @@ pub(crate) struct Emitter {
     hooks: Option<Hooks>,
     /// How the run is confined, for its `finished` event.
     sandbox: Option<Arc<str>>,
+    /// The run's stop token: a signal that stopped it sets the `finished` event's exit code.
+    stop: Option<StopToken>,
 }
 
 impl Emitter {
@@ -41,7 +44,16 @@ impl Emitter {
             stage_log: Arc::new(Mutex::new(None)),
             hooks: None,
             sandbox: None,
+            stop: None,
         }
+    }
+
+    /// The same emitter, its `finished` event's exit code that of the signal that stopped
+    /// `stop`, when one did (143 for SIGTERM, not the 130 of every interrupt).
+    #[must_use]
+    pub(crate) fn with_stop(mut self, stop: StopToken) -> Self {
+        self.stop = Some(stop);
+        self
     }
 
     /// The same emitter, its `finished` event saying how the run was confined.
@@ -88,6 +100,12 @@ impl Emitter {
     pub(crate) async fn finish(&self, mut event: Event) -> Result<(), HookFailed> {
         if let (Some(label), Event::Finished { sandbox, .. }) = (&self.sandbox, &mut event) {
             *sandbox = label.to_string();
+        }
+        let signal = self.stop.as_ref().and_then(StopToken::signal_exit_code);
+        if let (Some(code), Event::Finished { exit_code, .. }) = (signal, &mut event)
+            && *exit_code == 130
+        {
+            *exit_code = i32::from(code);
         }
         let Some(hooks) = &self.hooks else {
             self.emit(&event);

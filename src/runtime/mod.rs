@@ -32,6 +32,7 @@ pub(crate) mod error;
 pub(crate) mod gates;
 pub(crate) mod home;
 pub(crate) mod hooks;
+pub(crate) mod inbox;
 pub(crate) mod interrupt;
 pub(crate) mod logs;
 pub(crate) mod read_only;
@@ -107,6 +108,7 @@ impl Context {
         Emitter::new(&observers)
             .with_hooks(self.hooks.clone())
             .with_sandbox(self.sandbox.label())
+            .with_stop(self.stop.clone())
     }
 
     /// Starts a run of any mode: takes the workspace's lock (refused while another run holds

@@ -9,8 +9,11 @@
 //! was SIGKILLed and could not clean up) are killed before the new run starts, and the task
 //! work trees it left are removed ([`worktrees`](super::worktrees)).
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::inbox::Inbox;
 use crate::files::{FolderLock, LockError, LockFile};
 
 /// The folder of ralph's own state, inside the workspace.
@@ -58,6 +61,33 @@ pub(crate) fn state_dir(workspace: &Path) -> PathBuf {
     workspace.join(STATE_DIR)
 }
 
+/// The lock note of the run holding `workspace` (`pid N, since T`), or `None` when no run
+/// holds it. `Err` when a run holds it but its note cannot be read.
+pub(crate) fn running(workspace: &Path) -> io::Result<Option<String>> {
+    if FolderLock::take(workspace)?.is_some() {
+        return Ok(None);
+    }
+    let path = state_dir(workspace).join(LOCK_FILE);
+    crate::files::lock::holder_of(&path)
+        .map(Some)
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "a run holds the workspace, but {} does not say which",
+                path.display()
+            ))
+        })
+}
+
+/// Whether a person asked the run that holds `workspace`'s lock in this process to stop
+/// (`ralph stop`), for a holder that keeps no [`RunLock`] at hand (a thread's loop). The
+/// stop is taken from the inbox: ask once.
+#[cfg_attr(not(feature = "threads"), allow(dead_code))] // a thread's loop
+pub(crate) fn stop_asked(workspace: &Path) -> bool {
+    let path = state_dir(workspace).join(LOCK_FILE);
+    crate::files::lock::holder_of(&path)
+        .is_some_and(|run| Inbox::in_state(&state_dir(workspace)).take_stop(&run))
+}
+
 /// The workspace's lock, held for a run; dropping it releases the lock.
 #[derive(Debug)]
 pub(crate) struct RunLock {
@@ -69,6 +99,10 @@ pub(crate) struct RunLock {
     pub(crate) swept: usize,
     /// What became of the task work trees an earlier, killed run left (`build_concurrency`).
     worktrees: Option<String>,
+    /// Where a person's messages to the run wait.
+    inbox: Inbox,
+    /// A `ralph stop` for this run was read: it ends at its next step.
+    stop_asked: AtomicBool,
 }
 
 impl RunLock {
@@ -116,7 +150,22 @@ impl RunLock {
             file,
             swept,
             worktrees,
+            inbox: Inbox::in_state(&state_dir(workspace)),
+            stop_asked: AtomicBool::new(false),
         })
+    }
+
+    /// Whether a person asked this run to stop once what is in flight is done and recorded
+    /// (`ralph stop`): read from the inbox between steps, and true from then on. A stop
+    /// meant for an earlier run (which ended before it read it) is deleted unread.
+    pub(crate) fn stop_asked(&self) -> bool {
+        if self.stop_asked.load(Ordering::Relaxed) {
+            return true;
+        }
+        if self.inbox.take_stop(self.file.note()) {
+            self.stop_asked.store(true, Ordering::Relaxed);
+        }
+        self.stop_asked.load(Ordering::Relaxed)
     }
 
     /// Puts the lock file back when it was deleted or replaced during the run (by a

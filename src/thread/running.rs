@@ -18,6 +18,7 @@ use super::record::{IterationRecord, RECENT_ATTEMPTS, StuckReport};
 use super::spec::ThreadSpec;
 use super::{ThreadError, ThreadRecord, Threads};
 use crate::output::truncate_middle;
+use crate::runtime::workspace::stop_asked;
 
 /// How much of a final answer an attempt keeps.
 const OUTPUT_KEPT: usize = 4000;
@@ -64,7 +65,8 @@ impl Threads {
             let Phase::Running { iteration } = record.phase else {
                 return Ok(record);
             };
-            if self.ctx.stop.is_stopped() {
+            // Ctrl+C, or a person's `ralph stop` between two iterations: Paused either way.
+            if self.ctx.stop.is_stopped() || stop_asked(&self.ctx.workspace) {
                 self.pause(&mut record, iteration, &spec)?;
                 return Ok(record);
             }

@@ -24,6 +24,7 @@ mod repair;
 mod sandbox;
 mod schema;
 mod seed_commands;
+mod steer;
 mod switch;
 mod thread_agents;
 mod thread_next;

@@ -82,6 +82,55 @@ async fn ctrl_c_pauses_with_130_and_resume_continues() {
     assert!(resumed.contains("phase: PendingReview"), "{resumed}");
 }
 
+/// `ralph stop` from another terminal lets the iteration in flight end and be recorded,
+/// then pauses the thread (exit 4); `resume` continues.
+#[tokio::test]
+async fn ralph_stop_pauses_a_running_thread_after_its_iteration_with_4() {
+    let dir = repo().await;
+    let ws = dir.path();
+    let scripts = tempfile::tempdir().unwrap();
+    let slow = scripts.path().join("slow.toml");
+    std::fs::write(
+        &slow,
+        "[[run]]\nrole = \"build\"\nrepeat = true\n[[run.steps]]\ndelay = \"1500ms\"\n[[run.steps]]\nanswer = \"Not yet.\"\n",
+    )
+    .unwrap();
+    let fix = scripts.path().join("fix.toml");
+    std::fs::write(
+        &fix,
+        "[[run]]\nrole = \"build\"\n[[run.steps]]\nwrite = { path = \"greet.sh\", content = \"echo \\\"Hello, ${1:-World}!\\\"\\n\" }\n[[run.steps]]\nanswer = \"GREETER_DONE\"\n",
+    )
+    .unwrap();
+    finalized(ws);
+    let child = thread(ws, &slow, &["--quick", "start"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = ws.join(".ralph/runs/1-greeter-r1/output.log");
+    for _ in 0..300 {
+        if log.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let asked = command(ws, &["stop"]).output().unwrap();
+    assert!(
+        asked.status.success(),
+        "{}{}",
+        stdout(&asked),
+        stderr(&asked)
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let paused = stdout(&out);
+    assert!(
+        paused.contains("phase: Paused") && paused.contains("paused at iteration 2"),
+        "the first iteration ended and was recorded: {paused}"
+    );
+    let resumed = ok(thread(ws, &fix, &["--quick", "resume"]).output().unwrap());
+    assert!(resumed.contains("phase: PendingReview"), "{resumed}");
+}
+
 #[tokio::test]
 async fn abandon_keeps_the_branch_and_says_so() {
     let dir = repo().await;

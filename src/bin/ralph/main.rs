@@ -1,7 +1,8 @@
 //! `ralph`: the construct loop, build mode and the board from the shell, built on the
 //! library's public API (`cargo install ralph-loop --features cli`).
 //!
-//! Exit codes: 0 complete, 1 error, 2 stopped at a limit, 3 blocked, 64 a usage error,
+//! Exit codes: 0 complete, 1 error, 2 stopped at a limit, 3 blocked, 4 stopped on request
+//! (`ralph stop`), 64 a usage error,
 //! 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a program that talks to a person
@@ -14,6 +15,7 @@ mod out;
 mod place;
 mod run;
 mod schema;
+mod steer;
 mod thread;
 
 use std::io::IsTerminal;
@@ -38,6 +40,7 @@ Exit codes:
   1    error (the message names the file, key or task)
   2    stopped at a limit (iterations, timeout, budget)
   3    blocked: every task left needs a person
+  4    stopped on request (`ralph stop`); the same command resumes
   64   usage error
   130  stopped by SIGINT (Ctrl+C); 143 SIGTERM; 129 SIGHUP";
 
@@ -120,6 +123,13 @@ enum Command {
     },
     /// Threads: one piece of work from draft to commit, with human checkpoints.
     Thread(thread::ThreadArgs),
+    /// Stop the run in progress here once its agent runs and gates in flight are done and
+    /// recorded (it exits 4; the same command resumes). Refused when no run is in progress.
+    Stop {
+        /// Stop at once instead, as SIGTERM does: the running agent or gate is stopped.
+        #[arg(long)]
+        now: bool,
+    },
     /// The JSON Schema of a structured role's answer, exactly as ralph sends it to the agent:
     /// investigate, verify, gap_analysis, decompose, plan, assess or draft. Without a role
     /// (or with another one) it names them and exits 2.
@@ -252,6 +262,7 @@ async fn dispatch(cli: CommandLine) -> Result<u8> {
         Command::Repair { adopt } => board::repair(workspace, adopt).await.map(|()| 0),
         Command::Schema { role } => Ok(schema::schema(role.as_deref())),
         Command::Thread(args) => thread::thread(workspace, args.resolved(&place)).await,
+        Command::Stop { now } => steer::stop(workspace, now),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use ralph::agent::{CodexCli, CommandAgent, Fallback, GeminiCli, OpencodeCli};
-use ralph::{Agent, ClaudeCli, FakeAgent, Interrupts, Ralph, RalphBuilder};
+use ralph::{Agent, ClaudeCli, FakeAgent, Ralph, RalphBuilder, StopToken};
 
 use std::sync::Arc;
 
@@ -257,7 +257,7 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
     let implementation = match ralph.plan(&specs).await {
         Ok(implementation) => implementation,
         // Plan mode stopped by a signal saves nothing; the exit code is the signal's.
-        Err(e) if interrupts.received().is_some() => {
+        Err(e) if interrupts.signal().is_some() => {
             eprintln!("{e}");
             return Ok(exit_code(&interrupts, 130));
         }
@@ -372,17 +372,19 @@ async fn builder(workspace: &Path, flags: &RunFlags, lines: &Arc<Console>) -> Re
 }
 
 /// Listens for SIGINT, SIGTERM and SIGHUP: the first stops the run cleanly, a second at once.
-fn interrupts(ralph: &Ralph) -> std::io::Result<Interrupts> {
-    Interrupts::listen(ralph.workspace(), ralph.stop_token(), |signal| {
+fn interrupts(ralph: &Ralph) -> std::io::Result<StopToken> {
+    let stop = ralph.stop_token();
+    ralph::steer::listen_for_signals(ralph.workspace(), stop.clone(), |signal| {
         eprintln!(
             "\n{signal}: stopping the running agent or gate and saving the state… (again to stop at once)"
         );
-    })
+    })?;
+    Ok(stop)
 }
 
 /// The outcome's exit code, or the signal's that interrupted the run.
-fn exit_code(interrupts: &Interrupts, code: i32) -> u8 {
-    let code = match interrupts.exit_code() {
+fn exit_code(interrupts: &StopToken, code: i32) -> u8 {
+    let code = match interrupts.signal_exit_code() {
         Some(signal) if code == 130 => i32::from(signal),
         _ => code,
     };

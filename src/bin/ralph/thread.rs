@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use ralph::__internals::thread_spec::ThreadSpec;
 use ralph::thread::{IterationRecord, Phase, PhaseKind, RunConfig, ThreadRecord, Threads};
-use ralph::{Agent, FakeAgent, Interrupts, Ralph};
+use ralph::{Agent, FakeAgent, Ralph};
 
 use crate::Result;
 use crate::out::out;
@@ -198,7 +198,8 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
     let configured = selected.as_deref().and_then(|id| threads.get(id).ok());
     check_agent_flags(&args, configured.as_ref())?;
     let threads = register(threads, workspace, &config, &settings, configured.as_ref())?;
-    let interrupts = Interrupts::listen(threads.workspace(), threads.stop_token(), |signal| {
+    let interrupts = threads.stop_token();
+    ralph::steer::listen_for_signals(threads.workspace(), interrupts.clone(), |signal| {
         eprintln!("\n{signal}: stopping the agent and pausing the thread… (again to stop at once)");
     })?;
     let id = || -> Result<String> {
@@ -216,6 +217,8 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         args.command,
         ThreadCommand::New { .. } | ThreadCommand::Edit { .. } | ThreadCommand::Finalize
     );
+    // Only these drive the loop, which a person's `ralph stop` pauses.
+    let loops = matches!(args.command, ThreadCommand::Start | ThreadCommand::Resume);
     let record = match args.command {
         ThreadCommand::New { title, spec } => threads.create(&title, &read_spec(&spec)?)?,
         ThreadCommand::List => {
@@ -321,8 +324,10 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         warn_if_start_refuses(&threads, &record);
     }
     show(&threads, &record, view);
-    Ok(match (interrupts.exit_code(), &record.phase) {
+    Ok(match (interrupts.signal_exit_code(), &record.phase) {
         (Some(code), Phase::Paused { .. }) => code,
+        // Paused with no signal: a person's `ralph stop` between two iterations.
+        (None, Phase::Paused { .. }) if loops => 4,
         (_, Phase::PreflightFailed { .. }) => 3,
         (_, Phase::Stuck { .. }) => 2,
         _ => 0,

@@ -300,8 +300,8 @@ impl SpecBuild {
             if self.stopped() {
                 return Ok(SpecsOutcome::Interrupted);
             }
-            if let Some(once) = self.once_over() {
-                return Ok(once);
+            if let Some(stop) = self.stop_between_sessions() {
+                return Ok(stop);
             }
             let Some(index) = self.plan.next_ready(&held) else {
                 return self.end(first_stuck);
@@ -405,8 +405,8 @@ impl SpecBuild {
             if self.stopped() {
                 return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted));
             }
-            if let Some(once) = self.once_over() {
-                return Ok(SpecEnd::Stop(once));
+            if let Some(stop) = self.stop_between_sessions() {
+                return Ok(SpecEnd::Stop(stop));
             }
             if let Some(end) = self.exhausted(id)? {
                 return Ok(end);
@@ -430,8 +430,8 @@ impl SpecBuild {
             if let Some(end) = self.build_tasks(&dir, id, &plan).await? {
                 return Ok(end);
             }
-            if let Some(once) = self.once_over() {
-                return Ok(SpecEnd::Stop(once));
+            if let Some(stop) = self.stop_between_sessions() {
+                return Ok(SpecEnd::Stop(stop));
             }
             // Each verdict and its consequences are one write of implementation.json, made
             // before any other side effect: a restart never asks the verifier again about a
@@ -492,8 +492,8 @@ impl SpecBuild {
         plan: &str,
     ) -> Result<Option<SpecEnd>, Error> {
         while let Some(index) = self.spec(id)?.next_task() {
-            if let Some(once) = self.once_over() {
-                return Ok(Some(SpecEnd::Stop(once)));
+            if let Some(stop) = self.stop_between_sessions() {
+                return Ok(Some(SpecEnd::Stop(stop)));
             }
             match self.build_task(dir, id, index, plan).await? {
                 tasks::TaskTurn::Completed => {}
@@ -682,8 +682,14 @@ impl SpecBuild {
         self.ctx.stop.is_stopped()
     }
 
-    /// With `once`, the outcome to stop with once this run made its agent session.
-    fn once_over(&self) -> Option<SpecsOutcome> {
+    /// The outcome to stop with between two agent sessions: a person asked the run to stop
+    /// (`ralph stop`), or, with `once`, this run made its session.
+    fn stop_between_sessions(&self) -> Option<SpecsOutcome> {
+        if self.lock.stop_asked() {
+            return Some(SpecsOutcome::Stopped {
+                remaining: self.plan.build_order().len(),
+            });
+        }
         let step = self.step.as_ref().filter(|_| self.ctx.config.once)?;
         Some(SpecsOutcome::Once {
             step: step.clone(),

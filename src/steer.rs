@@ -1,0 +1,151 @@
+//! Steering a run in progress from outside it: `ralph stop` from another terminal, and the
+//! signals a terminal or a CI runner sends.
+//!
+//! A steering call never waits for the workspace's lock the run holds: it posts a message
+//! to the workspace's inbox (`.ralph/inbox/`), which the run reads between steps. Each call
+//! refuses to run inside a run (in an agent, a gate or a hook, which carry the run's cookie):
+//! steering a run is a person's, not the agent's.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), ralph::Error> {
+//! // In another process than the run's, while it runs on `.`:
+//! let run = ralph::steer::stop(".")?;
+//! println!("asked {run} to stop once its agents and gates are done");
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::Path;
+
+use crate::process::StopToken;
+use crate::runtime::error::Error;
+use crate::runtime::inbox::{Inbox, Message};
+use crate::runtime::workspace;
+
+/// Asks the run in progress on `workspace` to stop gently: the agent runs and gates in
+/// flight finish and their results are recorded, then the run ends with its stopped outcome
+/// ([`Outcome::Stopped`](crate::Outcome::Stopped), exit 4 from the `ralph` command), its
+/// state saved for the next run to resume. A thread's loop ends Paused. Returns the run's
+/// lock note (`pid N, since T`).
+///
+/// To stop at once instead: [`stop_now`], or a signal ([`listen_for_signals`]).
+///
+/// # Errors
+///
+/// [`Error::NoRunInProgress`] when no run holds the workspace (a stop is never queued);
+/// [`Error::InsideARun`] when called from an agent's, a gate's or a hook's process;
+/// [`Error::Io`] when the inbox cannot be written.
+pub fn stop(workspace: impl AsRef<Path>) -> Result<String, Error> {
+    let workspace = workspace.as_ref();
+    refuse_inside_a_run("ralph stop")?;
+    let run = in_progress(workspace)?;
+    let message = Message::Stop {
+        run: run.clone(),
+        at: jiff::Timestamp::now().to_string(),
+    };
+    Inbox::in_state(&workspace::state_dir(workspace))
+        .post(&message)
+        .map_err(|source| Error::Io {
+            path: workspace.join(workspace::STATE_DIR),
+            source,
+        })?;
+    Ok(run)
+}
+
+/// Stops the run in progress on `workspace` at once, as SIGTERM does (`ralph stop
+/// --now`): the running agent or gate is stopped (the grace, then SIGKILL and the sweep),
+/// the state is saved, and the run returns its interrupted outcome (a thread is Paused).
+/// Returns the run's lock note.
+///
+/// # Errors
+///
+/// As [`stop`]; [`Error::Io`] when the run's process cannot be signalled.
+pub fn stop_now(workspace: impl AsRef<Path>) -> Result<String, Error> {
+    let workspace = workspace.as_ref();
+    refuse_inside_a_run("ralph stop --now")?;
+    let run = in_progress(workspace)?;
+    let io = |source| Error::Io {
+        path: workspace.to_path_buf(),
+        source,
+    };
+    // The note is `pid N, since T`, written by the process that holds the lock.
+    let pid = run
+        .strip_prefix("pid ")
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|pid| pid.parse::<i32>().ok())
+        .ok_or_else(|| {
+            io(std::io::Error::other(format!(
+                "no pid in the lock note {run:?}"
+            )))
+        })?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .map_err(|errno| io(std::io::Error::from(errno)))?;
+    Ok(run)
+}
+
+/// Stops a run by a signal, the same way in every mode: SIGINT (Ctrl+C), SIGTERM (what CI
+/// runners, `timeout` and `kill` send) and SIGHUP (a closed terminal).
+///
+/// The first signal stops `stop` (the run's [`StopToken`], which then names the signal):
+/// the running agent or gate stops its processes (SIGTERM, the grace, SIGKILL, then the
+/// sweep of everything they started), the state is saved, and the run returns its
+/// interrupted outcome (a thread is Paused); `on_first` gets the signal's name, to tell the
+/// person what happens now. An attempt cut short this way is not counted against the task's
+/// retries. A second signal does not wait out the grace: it kills at once every process
+/// the runs on `workspace` started, and exits the process with the first signal's exit code.
+/// Call it inside a tokio runtime.
+///
+/// ```no_run
+/// use ralph::{FakeAgent, Ralph};
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ralph = Ralph::builder().workspace(".").agent(FakeAgent::new()).build()?;
+/// ralph::steer::listen_for_signals(ralph.workspace(), ralph.stop_token(), |signal| {
+///     eprintln!("{signal}: stopping the running agent or gate and saving the state…");
+/// })?;
+/// let outcome = ralph.resume().await?;
+/// let code = ralph.stop_token().signal_exit_code().map_or(outcome.exit_code(), i32::from);
+/// std::process::exit(code);
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// When a signal handler cannot be installed.
+pub fn listen_for_signals(
+    workspace: &Path,
+    stop: StopToken,
+    on_first: impl Fn(&'static str) + Send + 'static,
+) -> std::io::Result<()> {
+    crate::runtime::interrupt::listen(workspace, stop, on_first)
+}
+
+/// The lock note of the run holding `workspace`.
+pub(crate) fn in_progress(workspace: &Path) -> Result<String, Error> {
+    match workspace::running(workspace) {
+        Ok(Some(run)) => Ok(run),
+        Ok(None) => Err(Error::NoRunInProgress {
+            workspace: workspace.to_path_buf(),
+        }),
+        Err(source) => Err(Error::Io {
+            path: workspace.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Refuses `command` in a process of a run: every agent, gate and hook a run starts carries
+/// its cookie, and so does everything they start.
+fn refuse_inside_a_run(command: &str) -> Result<(), Error> {
+    let cookie = crate::process::COOKIE_VAR;
+    match std::env::var_os(cookie) {
+        Some(_) => Err(Error::InsideARun {
+            command: command.into(),
+            cookie: cookie.into(),
+        }),
+        None => Ok(()),
+    }
+}

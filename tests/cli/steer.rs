@@ -1,0 +1,314 @@
+//! `ralph stop` from another terminal, while `ralph construct` runs: what is in flight
+//! finishes and is recorded, the run exits 4, and the same command resumes. A stop with no
+//! run is refused, and so is one an agent sends from inside a run.
+
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use crate::{command, stderr, stdout};
+
+/// `tasks` tasks, each built in about a second; every verifier accepts.
+fn script(tasks: usize) -> String {
+    let names: Vec<String> = (1..=tasks)
+        .map(|n| format!("{{ name = \"Write f{n}\", accept = \"f{n}.txt exists\" }}"))
+        .collect();
+    let mut script = format!(
+        "[[run]]\nrole = \"investigate\"\nsubject = \"i-1\"\nsteps = [{{ json = {{ tasks = [{}] }} }}]\n",
+        names.join(", ")
+    );
+    for n in 1..=tasks {
+        script.push_str(&format!(
+            "[[run]]\nrole = \"build\"\nsubject = \"t-{n}\"\nrepeat = true\n\
+             steps = [{{ delay = \"1s\" }}, {{ write = {{ path = \"f{n}.txt\", content = \"{n}\\n\" }} }}, \
+             {{ answer = \"Done.\\n<TASK_DONE>\" }}]\n"
+        ));
+    }
+    script.push_str(
+        "[[run]]\nrole = \"verify\"\nrepeat = true\nsteps = [{ json = { verdict = \"accept\", reason = \"it is there\" } }]\n\
+         [[run]]\nrole = \"gap_analysis\"\nrepeat = true\nsteps = [{ json = { tasks = [], issues = [] } }]\n",
+    );
+    script
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A git repository with a spec, `script.toml` for `tasks` tasks and `config` as ralph.toml.
+fn repo(tasks: usize, config: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("spec.md"), "# Files\nWrite the files.\n").unwrap();
+    std::fs::write(
+        dir.join(".gitignore"),
+        ".ralph/\nbuild/\nscript.toml\nralph.toml\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("script.toml"), script(tasks)).unwrap();
+    std::fs::write(dir.join("ralph.toml"), config).unwrap();
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "base"]);
+    tmp
+}
+
+/// `ralph construct --json` running in `dir`, its events read until `started` tasks have
+/// started; returns the child and the events read so far.
+fn construct_until_started(
+    dir: &Path,
+    started: usize,
+) -> (Child, BufReader<std::process::ChildStdout>, Vec<Value>) {
+    let mut child = command(
+        dir,
+        &["construct", "spec.md", "--script", "script.toml", "--json"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap());
+    let mut events = Vec::new();
+    let mut line = String::new();
+    while events
+        .iter()
+        .filter(|e: &&Value| e["event"] == "task_started")
+        .count()
+        < started
+    {
+        line.clear();
+        assert!(
+            lines.read_line(&mut line).unwrap() > 0,
+            "the run ended early: {events:?}"
+        );
+        events.push(serde_json::from_str(&line).unwrap());
+    }
+    (child, lines, events)
+}
+
+/// The rest of the run's events, and its exit code.
+fn finish(
+    mut child: Child,
+    lines: BufReader<std::process::ChildStdout>,
+    mut events: Vec<Value>,
+) -> (Option<i32>, Vec<Value>) {
+    for line in lines.lines() {
+        events.push(serde_json::from_str(&line.unwrap()).unwrap());
+    }
+    (child.wait().unwrap().code(), events)
+}
+
+fn tasks_with(events: &[Value], event: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["event"] == event)
+        .map(|e| e["task"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn stop(dir: &Path) -> std::process::Output {
+    command(dir, &["stop"]).output().unwrap()
+}
+
+#[test]
+fn ralph_stop_lets_the_task_in_flight_finish_exits_4_and_the_same_command_resumes() {
+    let tmp = repo(2, "");
+    let dir = tmp.path();
+    let (child, lines, events) = construct_until_started(dir, 1);
+
+    let asked = stop(dir);
+    assert_eq!(
+        asked.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&asked),
+        stderr(&asked)
+    );
+    assert!(stdout(&asked).contains("exits 4"), "{}", stdout(&asked));
+
+    let (code, events) = finish(child, lines, events);
+    assert_eq!(code, Some(4), "{events:#?}");
+    assert_eq!(
+        tasks_with(&events, "task_done"),
+        ["t-1"],
+        "the task in flight is recorded"
+    );
+    assert_eq!(
+        tasks_with(&events, "task_started"),
+        ["t-1"],
+        "nothing new started"
+    );
+    let finished = events.iter().find(|e| e["event"] == "finished").unwrap();
+    assert_eq!(finished["outcome"]["outcome"], "stopped", "{finished}");
+    assert_eq!(finished["exit_code"], 4, "{finished}");
+    assert!(
+        std::fs::read_dir(dir.join(".ralph/inbox"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "the stop was taken from the inbox"
+    );
+
+    let resumed = command(dir, &["construct", "--script", "script.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&resumed),
+        stderr(&resumed)
+    );
+    let log = git(dir, &["log", "--format=%s"]);
+    assert!(
+        log.contains("t-1: Write f1") && log.contains("t-2: Write f2"),
+        "{log}"
+    );
+}
+
+#[test]
+fn ralph_stop_with_two_tasks_in_flight_records_both() {
+    let tmp = repo(3, "build_concurrency = 2\n");
+    let dir = tmp.path();
+    let (child, lines, events) = construct_until_started(dir, 2);
+
+    let asked = stop(dir);
+    assert_eq!(
+        asked.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&asked),
+        stderr(&asked)
+    );
+
+    let (code, events) = finish(child, lines, events);
+    assert_eq!(code, Some(4), "{events:#?}");
+    let mut done = tasks_with(&events, "task_done");
+    done.sort();
+    assert_eq!(
+        done,
+        ["t-1", "t-2"],
+        "both tasks in flight are recorded: {events:#?}"
+    );
+    assert!(!tasks_with(&events, "task_started").contains(&"t-3".to_owned()));
+    let log = git(dir, &["log", "--format=%s"]);
+    assert!(
+        log.contains("t-1: Write f1") && log.contains("t-2: Write f2"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_stop_with_no_run_in_progress_is_refused_never_queued() {
+    let tmp = repo(1, "");
+    let dir = tmp.path();
+    let refused = stop(dir);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("no run in progress"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        !dir.join(".ralph/inbox").exists()
+            || std::fs::read_dir(dir.join(".ralph/inbox"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "nothing was left for the next run"
+    );
+    let run = command(dir, &["construct", "spec.md", "--script", "script.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&run),
+        stderr(&run)
+    );
+}
+
+#[test]
+fn an_agent_that_runs_ralph_stop_itself_is_refused() {
+    let tmp = repo(0, "");
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("agent.sh"),
+        r#"cat > /dev/null
+case "$1" in
+  investigate) echo '{"tasks":[{"name":"Write f","accept":"f.txt says what stop said"}]}' ;;
+  build) "$3" stop > f.txt 2>&1; echo "exit $?" >> f.txt; printf 'Done.\n<TASK_DONE>\n' ;;
+  verify) echo '{"task_id":"'"$2"'","verdict":"accept","reason":"it is there"}' ;;
+  gap_analysis) echo '{"tasks":[],"issues":[]}' ;;
+esac
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ralph.toml"),
+        format!(
+            "[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{{role}}\", \"{{subject}}\", {:?}]\n",
+            crate::support::ralph_bin().display().to_string()
+        ),
+    )
+    .unwrap();
+    git(dir, &["add", "agent.sh"]);
+    git(dir, &["commit", "-q", "-m", "agent"]);
+
+    let run = command(dir, &["construct", "spec.md", "--agent", "mine"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&run),
+        stderr(&run)
+    );
+    let said = std::fs::read_to_string(dir.join("f.txt")).unwrap();
+    assert!(
+        said.contains("refused")
+            && said.contains("part of a ralph run")
+            && said.ends_with("exit 1\n"),
+        "{said}"
+    );
+}
+
+/// `ralph stop --now` is SIGTERM: the agent is stopped mid-task, the run exits 143, and its
+/// `finished` event says 143 too (not the 130 of every interrupt).
+#[test]
+fn ralph_stop_now_is_sigterm_and_the_finished_event_says_143() {
+    let tmp = repo(2, "");
+    let dir = tmp.path();
+    let (child, lines, events) = construct_until_started(dir, 1);
+
+    let asked = command(dir, &["stop", "--now"]).output().unwrap();
+    assert_eq!(
+        asked.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&asked),
+        stderr(&asked)
+    );
+
+    let (code, events) = finish(child, lines, events);
+    assert_eq!(code, Some(143), "{events:#?}");
+    assert!(
+        tasks_with(&events, "task_done").is_empty(),
+        "stopped mid-task: {events:#?}"
+    );
+    let finished = events.iter().find(|e| e["event"] == "finished").unwrap();
+    assert_eq!(finished["exit_code"], 143, "{finished}");
+}
