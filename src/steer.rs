@@ -52,6 +52,25 @@ pub fn stop(workspace: impl AsRef<Path>) -> Result<String, Error> {
     Ok(run)
 }
 
+/// The run in progress on `workspace` (its lock note, `pid N, since T`) and whether a person
+/// asked it to stop ([`stop`]); `None` when no run holds the workspace. What `ralph status`
+/// shows.
+///
+/// # Errors
+///
+/// [`Error::Io`] when a run holds the workspace but its lock note cannot be read.
+pub fn in_progress_run(workspace: impl AsRef<Path>) -> Result<Option<(String, bool)>, Error> {
+    let workspace = workspace.as_ref();
+    match in_progress(workspace) {
+        Ok(run) => {
+            let asked = Inbox::in_state(&workspace::state_dir(workspace)).has_stop(&run);
+            Ok(Some((run, asked)))
+        }
+        Err(Error::NoRunInProgress { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Stops the run in progress on `workspace` at once, as SIGTERM does (`ralph stop
 /// --now`): the running agent or gate is stopped (the grace, then SIGKILL and the sweep),
 /// the state is saved, and the run returns its interrupted outcome (a thread is Paused).

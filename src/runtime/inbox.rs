@@ -88,8 +88,9 @@ impl Inbox {
             .collect()
     }
 
-    /// Whether a stop for `run` (its lock note) is waiting; takes it, and deletes the stops
-    /// meant for other runs: only the run holding the workspace reads its inbox, so those
+    /// Whether a stop for `run` (its lock note) is waiting. It stays in the inbox, for
+    /// `ralph status` to show while the run finishes what is in flight; the stops meant for
+    /// other runs are deleted: only the run holding the workspace reads its inbox, so those
     /// runs are over.
     pub(crate) fn take_stop(&self, run: &str) -> bool {
         let mut asked = false;
@@ -97,10 +98,19 @@ impl Inbox {
             let Ok(Message::Stop { run: to, .. }) = &found.message else {
                 continue;
             };
-            asked |= to == run;
-            self.remove(&found);
+            match to == run {
+                true => asked = true,
+                false => self.remove(&found),
+            }
         }
         asked
+    }
+
+    /// Whether a stop for `run` is waiting, read only.
+    pub(crate) fn has_stop(&self, run: &str) -> bool {
+        self.read()
+            .iter()
+            .any(|found| matches!(&found.message, Ok(Message::Stop { run: to, .. }) if to == run))
     }
 
     /// Deletes a message acted on (or meant for a run that is gone).

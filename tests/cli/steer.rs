@@ -136,6 +136,12 @@ fn ralph_stop_lets_the_task_in_flight_finish_exits_4_and_the_same_command_resume
         stderr(&asked)
     );
     assert!(stdout(&asked).contains("exits 4"), "{}", stdout(&asked));
+    let status = command(dir, &["status"]).output().unwrap();
+    assert!(
+        stdout(&status).contains("a stop is requested"),
+        "ralph status shows the requested stop: {}",
+        stdout(&status)
+    );
 
     let (code, events) = finish(child, lines, events);
     assert_eq!(code, Some(4), "{events:#?}");
@@ -152,12 +158,11 @@ fn ralph_stop_lets_the_task_in_flight_finish_exits_4_and_the_same_command_resume
     let finished = events.iter().find(|e| e["event"] == "finished").unwrap();
     assert_eq!(finished["outcome"]["outcome"], "stopped", "{finished}");
     assert_eq!(finished["exit_code"], 4, "{finished}");
+    let status = command(dir, &["status"]).output().unwrap();
     assert!(
-        std::fs::read_dir(dir.join(".ralph/inbox"))
-            .unwrap()
-            .next()
-            .is_none(),
-        "the stop was taken from the inbox"
+        !stdout(&status).contains("run in progress"),
+        "{}",
+        stdout(&status)
     );
 
     let resumed = command(dir, &["construct", "--script", "script.toml"])
@@ -169,6 +174,13 @@ fn ralph_stop_lets_the_task_in_flight_finish_exits_4_and_the_same_command_resume
         "{}{}",
         stdout(&resumed),
         stderr(&resumed)
+    );
+    assert!(
+        std::fs::read_dir(dir.join(".ralph/inbox"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "the next run never read the ended run's stop as its own, and removed it"
     );
     let log = git(dir, &["log", "--format=%s"]);
     assert!(

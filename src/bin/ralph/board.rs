@@ -229,6 +229,13 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
         out!("thread {}  {}  {}", thread.id, thread.phase, thread.title);
     }
     spend_status(&ralph)?;
+    match ralph::steer::in_progress_run(workspace)? {
+        Some((run, true)) => out!(
+            "run in progress ({run}): a stop is requested; it ends once its agent runs and gates in flight are recorded"
+        ),
+        Some((run, false)) => out!("run in progress ({run}); `ralph stop` ends it gently"),
+        None => {}
+    }
     if let Some(thread) = threads.iter().find(|t| crate::thread::has_a_next_step(t)) {
         next.push(format!(
             "thread {}: {}",
