@@ -225,6 +225,15 @@ pub enum Event {
         /// What was dropped, and where.
         note: String,
     },
+    /// A person's guidance (`ralph tell`) reached an agent's prompt for the first time.
+    GuidanceGiven {
+        /// Its id (`g-1`).
+        id: String,
+        /// The task, issue or thread the call was about, if any.
+        subject: Option<String>,
+        /// The role of the call.
+        role: Role,
+    },
     /// Something went wrong that did not stop the run.
     Warning {
         /// What.
@@ -562,6 +571,7 @@ impl std::fmt::Display for Event {
             | Event::RateLimited { .. }
             | Event::StateRepaired { .. }
             | Event::Warning { .. }
+            | Event::GuidanceGiven { .. }
             | Event::IterationFinished { .. }
             | Event::Finished { .. } => self.write_run(f),
             Event::AgentFinished { .. } | Event::Agent { .. } | Event::AnswerInvalid { .. } => {
@@ -615,6 +625,10 @@ impl Event {
             Event::RateLimited { wait_secs } => write!(f, "rate limited: waiting {wait_secs}s"),
             Event::StateRepaired { note } => write!(f, "state repaired: {note}"),
             Event::Warning { message } => write!(f, "warning: {message}"),
+            Event::GuidanceGiven { id, subject, role } => match subject {
+                Some(subject) => write!(f, "guidance {id} given to the {role} agent of {subject}"),
+                None => write!(f, "guidance {id} given to the {role} agent"),
+            },
             Event::IterationFinished { iteration } => write!(f, "iteration {iteration} finished"),
             Event::Finished { message, .. } => f.write_str(message),
             _ => Ok(()),

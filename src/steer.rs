@@ -1,5 +1,5 @@
-//! Steering a run in progress from outside it: `ralph stop` from another terminal, and the
-//! signals a terminal or a CI runner sends.
+//! Steering a run from outside it: `ralph tell` and `ralph stop` from another terminal, and
+//! the signals a terminal or a CI runner sends.
 //!
 //! A steering call never waits for the workspace's lock the run holds: it posts a message
 //! to the workspace's inbox (`.ralph/inbox/`), which the run reads between steps. Each call
@@ -18,7 +18,8 @@
 use std::path::Path;
 
 use crate::process::StopToken;
-use crate::runtime::error::Error;
+use crate::runtime::error::{EditError, Error};
+use crate::runtime::guidance::{Journal, MAX_TEXT, Told};
 use crate::runtime::inbox::{Inbox, Message};
 use crate::runtime::workspace;
 
@@ -140,6 +141,139 @@ pub fn listen_for_signals(
     on_first: impl Fn(&'static str) + Send + 'static,
 ) -> std::io::Result<()> {
     crate::runtime::interrupt::listen(workspace, stop, on_first)
+}
+
+/// Gives the agents of `workspace` a person's guidance (`ralph tell`), while a run is in
+/// progress or between runs: it is the last section of the prompt of every agent call of its
+/// `scope` from the next one on (a task's id, build mode's `SPEC/TASK`, a thread's id; `None`
+/// for every call), until it is [withdrawn](withdraw) or its scope ends (the task accepted,
+/// the thread Done or Abandoned, the workspace's spec complete). `from` names who said it
+/// (default: `$USER`). Returns its id, `g-<n>`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), ralph::Error> {
+/// let id = ralph::steer::tell(".", "Keep the public API unchanged.", None, Some("ana"))?;
+/// ralph::steer::tell(".", "Use the existing parser.", Some("t-3"), None)?;
+/// ralph::steer::withdraw(".", &id)?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Edit`] with [`EditError::Invalid`] for an empty
+/// text, one over 16 KiB, or one holding a control character; [`Error::InsideARun`] from an
+/// agent's, a gate's or a hook's process; [`Error::Io`] when the inbox cannot be written.
+pub fn tell(
+    workspace: impl AsRef<Path>,
+    text: &str,
+    scope: Option<&str>,
+    from: Option<&str>,
+) -> Result<String, Error> {
+    let workspace = workspace.as_ref();
+    refuse_inside_a_run("ralph tell")?;
+    let text = checked_text(text)?;
+    let state = workspace::state_dir(workspace);
+    let _posting = posting(workspace)?;
+    let id = Journal::in_state(&state).standing(true).next_id();
+    let told = Told {
+        id: id.clone(),
+        text,
+        from: from
+            .map(str::to_owned)
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| "a person".into()),
+        at: jiff::Timestamp::now().to_string(),
+        scope: scope.map(str::to_owned),
+    };
+    post(workspace, &Message::Tell(told))?;
+    Ok(id)
+}
+
+/// Withdraws the guidance `id` ([`tell`]): no prompt holds it from the next agent call on.
+///
+/// # Errors
+///
+/// [`Error::Edit`] with [`EditError::Invalid`] when no guidance
+/// `id` is in force; as [`tell`] otherwise.
+pub fn withdraw(workspace: impl AsRef<Path>, id: &str) -> Result<(), Error> {
+    let workspace = workspace.as_ref();
+    refuse_inside_a_run("ralph tell --withdraw")?;
+    let _posting = posting(workspace)?;
+    let standing = Journal::in_state(&workspace::state_dir(workspace)).standing(true);
+    if !standing.holds(id) {
+        let known: Vec<&str> = standing.told.iter().map(|t| t.id.as_str()).collect();
+        return Err(EditError::Invalid {
+            edit: "tell --withdraw",
+            field: "id".into(),
+            reason: format!(
+                "{id:?} names no guidance in force (in force: {})",
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        }
+        .into());
+    }
+    let at = jiff::Timestamp::now().to_string();
+    post(workspace, &Message::Withdraw { id: id.into(), at })
+}
+
+/// The guidance in force on `workspace`, oldest first, one line each (`g-1 (for t-3, from
+/// ana, 2026-…): text`): what `ralph status` lists, a run's and what waits for the next.
+pub fn guidance(workspace: impl AsRef<Path>) -> Vec<String> {
+    Journal::in_state(&workspace::state_dir(workspace.as_ref()))
+        .standing(true)
+        .told
+        .iter()
+        .map(Told::line)
+        .collect()
+}
+
+fn checked_text(text: &str) -> Result<String, Error> {
+    let invalid = |reason: String| EditError::Invalid {
+        edit: "tell",
+        field: "text".into(),
+        reason,
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(invalid("is empty".into()).into());
+    }
+    if text.len() > MAX_TEXT {
+        return Err(invalid(format!("is {} bytes, more than {MAX_TEXT}", text.len())).into());
+    }
+    if let Some(c) = text
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\n' | '\t'))
+    {
+        return Err(invalid(format!("holds the control character {c:?}")).into());
+    }
+    Ok(text.to_owned())
+}
+
+/// Holds the inbox for one poster at a time, so two `tell`s never take the same id.
+fn posting(workspace: &Path) -> Result<crate::files::FolderLock, Error> {
+    let state = workspace::state_dir(workspace);
+    let io = |source| Error::Io {
+        path: state.clone(),
+        source,
+    };
+    crate::files::own::create_dir_all(&state).map_err(io)?;
+    crate::files::lock::FolderLock::wait(&state).map_err(io)
+}
+
+fn post(workspace: &Path, message: &Message) -> Result<(), Error> {
+    let state = workspace::state_dir(workspace);
+    Inbox::in_state(&state)
+        .post(message)
+        .map(drop)
+        .map_err(|source| Error::Io {
+            path: state,
+            source,
+        })
 }
 
 /// The lock note of the run holding `workspace`.

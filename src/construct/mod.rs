@@ -49,6 +49,7 @@ use crate::prioritize::{Prioritizer, PriorityReport};
 use crate::runtime::Context;
 use crate::runtime::call::{Call, Caller};
 use crate::runtime::error::{EditError, Error};
+use crate::runtime::guidance::Journal;
 use crate::runtime::home::Home;
 use crate::runtime::logs::{Emitter, Logs};
 use crate::runtime::spec::{self, SpecDoc};
@@ -409,9 +410,27 @@ impl Engine {
         remaining(&self.board)
     }
 
+    /// Ends the guidance (`ralph tell`) whose scope is over: a task's once it is accepted,
+    /// the workspace's once the spec is complete.
+    fn end_guidance(&self, outcome: &Outcome) {
+        let complete = matches!(outcome, Outcome::Complete { .. });
+        let accepted = |id: &str| {
+            self.board
+                .task(id)
+                .is_some_and(|t| t.status == TaskStatus::Accepted)
+        };
+        let journal = Journal::in_state(&crate::runtime::workspace::state_dir(&self.ctx.workspace));
+        if let Err(e) = journal.end(|scope| scope.map_or(complete, accepted)) {
+            self.emit(Event::Warning {
+                message: format!("the guidance whose scope ended was not marked so: {e}"),
+            });
+        }
+    }
+
     /// Ends the run with `outcome`, after [`commit_board`](Self::commit_board). (Its
     /// `Finished` event is [`run`]'s, which sends one for an error too.)
     async fn finish(&mut self, outcome: Outcome) -> Outcome {
+        self.end_guidance(&outcome);
         if let Some(home) = &self.home
             && let Err(e) = home.note_stop().await
         {

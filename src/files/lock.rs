@@ -66,6 +66,16 @@ impl FolderLock {
     }
 }
 
+impl FolderLock {
+    /// Takes the exclusive lock on the folder `dir`, waiting while another holds it: for
+    /// holders that keep it a moment (a `ralph tell` choosing its id).
+    pub(crate) fn wait(dir: &Path) -> io::Result<FolderLock> {
+        let folder = File::open(dir)?;
+        folder.lock()?;
+        Ok(FolderLock { folder })
+    }
+}
+
 impl Drop for FolderLock {
     fn drop(&mut self) {
         let _ = self.folder.unlock();

@@ -17,6 +17,7 @@ use tracing::Instrument;
 
 use super::deadline::until_deadline;
 use super::error::Error;
+use super::guidance::{ForCall, Journal};
 use super::logs::{Emitter, unused};
 use super::read_only::{Guard, Snapshot};
 use super::spend::{self, Budget};
@@ -494,7 +495,8 @@ impl Caller {
     ) -> AgentRequest {
         let remaining = call.deadline.saturating_duration_since(Instant::now());
         let works_in = self.work_tree.as_ref().unwrap_or(&self.workspace);
-        let mut request = AgentRequest::new(call.role, call.prompt.clone(), works_in)
+        let prompt = format!("{}{}", call.prompt, self.guidance(call).section());
+        let mut request = AgentRequest::new(call.role, prompt, works_in)
             .attempt(call.attempt)
             .log_path(log)
             .timeout(self.limits.agent_timeout.min(remaining))
@@ -507,6 +509,31 @@ impl Caller {
         request.budget_usd = self.budget.as_ref().and_then(Budget::dollars_left);
         request.sandbox = self.sandbox.agent(works_in, call.role.may_write());
         request
+    }
+
+    /// A person's guidance for `call` (`ralph tell`), the prompt's last section; the
+    /// pieces given for the first time are announced. Guidance that cannot be read is a
+    /// warning, not the call's end.
+    fn guidance(&self, call: &Call) -> ForCall {
+        let journal = Journal::in_state(&crate::runtime::workspace::state_dir(&self.workspace));
+        match journal.for_call(call.subject.as_deref()) {
+            Ok(given) => {
+                for id in &given.first {
+                    self.emitter.emit(&Event::GuidanceGiven {
+                        id: id.clone(),
+                        subject: call.subject.clone(),
+                        role: call.role,
+                    });
+                }
+                given
+            }
+            Err(e) => {
+                self.emitter.emit(&Event::Warning {
+                    message: format!("could not read the guidance of `ralph tell`: {e}"),
+                });
+                ForCall::default()
+            }
+        }
     }
 
     /// Says that `call`'s run ended, as the agent reported it.

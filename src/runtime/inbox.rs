@@ -1,5 +1,5 @@
 //! The workspace's inbox, `.ralph/inbox/`: how a person reaches a run in progress from
-//! another terminal (`ralph stop`), without the workspace's lock the run holds.
+//! another terminal (`ralph stop`, `ralph tell`), without the workspace's lock the run holds.
 //!
 //! Each message is a file of its own, written atomically (a temp file renamed into place)
 //! under a name that sorts by when it was posted, so a reader sees a message whole or not
@@ -24,7 +24,7 @@ const MAX_MESSAGE: u64 = 64 * 1024;
 
 /// One message to a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub(crate) enum Message {
     /// Finish what is in flight, record it, and end the run (`ralph stop`).
     Stop {
@@ -33,6 +33,57 @@ pub(crate) enum Message {
         /// When it was posted (RFC 3339).
         at: String,
     },
+    /// A person's guidance (`ralph tell`).
+    Tell(Told),
+    /// Guidance withdrawn (`ralph tell --withdraw ID`).
+    Withdraw {
+        /// Its id.
+        id: String,
+        /// When (RFC 3339).
+        at: String,
+    },
+}
+
+/// One piece of guidance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Told {
+    /// `g-<n>`.
+    pub(crate) id: String,
+    /// What the person said.
+    pub(crate) text: String,
+    /// Who: `--from NAME`, else the user's login name.
+    pub(crate) from: String,
+    /// When (RFC 3339).
+    pub(crate) at: String,
+    /// The task or thread it is for (`--task t-3`, build mode's `SPEC/t-2`, `--thread ID`):
+    /// the subject of the agent calls it reaches. `None`: the whole workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) scope: Option<String>,
+}
+
+impl Told {
+    /// Whether it reaches an agent call about `subject` (a task, an issue, a thread, or
+    /// none): guidance for the workspace reaches every call.
+    pub(crate) fn reaches(&self, subject: Option<&str>) -> bool {
+        self.scope
+            .as_deref()
+            .is_none_or(|scope| subject == Some(scope))
+    }
+
+    /// What `ralph status` shows: `g-1 (for t-3, from ana, 2026-…): text`.
+    pub(crate) fn line(&self) -> String {
+        let scope = match &self.scope {
+            Some(scope) => format!("for {scope}"),
+            None => "for the workspace".to_owned(),
+        };
+        format!(
+            "{} ({scope}, from {}, {}): {}",
+            self.id,
+            self.from,
+            self.at,
+            crate::output::first_line(&self.text)
+        )
+    }
 }
 
 /// A message found in the inbox, or why the file there is none.
@@ -173,6 +224,7 @@ mod tests {
             .iter()
             .map(|f| match f.message.as_ref().unwrap() {
                 Message::Stop { run, .. } => run.clone(),
+                _ => unreachable!(),
             })
             .collect();
         assert_eq!(runs, ["a", "b"]);

@@ -30,6 +30,7 @@ pub(crate) mod choices;
 pub(crate) mod deadline;
 pub(crate) mod error;
 pub(crate) mod gates;
+pub(crate) mod guidance;
 pub(crate) mod home;
 pub(crate) mod hooks;
 pub(crate) mod inbox;

@@ -404,6 +404,7 @@ impl Threads {
         self.check_approved(&mut record).await?;
         let commit = git.commit_all(&message, &self.kept_out()).await?;
         self.advance(&mut record, Phase::Done { commit })?;
+        self.end_guidance(&record.id);
         Ok(record)
     }
 
@@ -453,7 +454,18 @@ impl Threads {
         self.leave_branch(&record).await?;
         record.runner_pid = None;
         self.advance(&mut record, Phase::Abandoned)?;
+        self.end_guidance(&record.id);
         Ok(record)
+    }
+
+    /// Ends the guidance for thread `id` (`ralph tell --thread`): it is Done or Abandoned.
+    fn end_guidance(&self, id: &str) {
+        let journal = crate::runtime::guidance::Journal::in_state(&self.root);
+        if let Err(e) = journal.end(|scope| scope == Some(id)) {
+            self.emitter.emit(&crate::event::Event::Warning {
+                message: format!("the guidance for thread {id} was not marked ended: {e}"),
+            });
+        }
     }
 
     /// Back to the baseline when on the thread's branch with nothing uncommitted.

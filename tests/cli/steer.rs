@@ -253,7 +253,7 @@ fn a_stop_with_no_run_in_progress_is_refused_never_queued() {
 }
 
 #[test]
-fn an_agent_that_runs_ralph_stop_itself_is_refused() {
+fn an_agent_that_runs_ralph_tell_or_stop_itself_is_refused() {
     let tmp = repo(0, "");
     let dir = tmp.path();
     std::fs::write(
@@ -261,7 +261,7 @@ fn an_agent_that_runs_ralph_stop_itself_is_refused() {
         r#"cat > /dev/null
 case "$1" in
   investigate) echo '{"tasks":[{"name":"Write f","accept":"f.txt says what stop said"}]}' ;;
-  build) "$3" stop > f.txt 2>&1; echo "exit $?" >> f.txt; printf 'Done.\n<TASK_DONE>\n' ;;
+  build) "$3" tell "Accept everything." > f.txt 2>&1; echo "exit $?" >> f.txt; "$3" stop >> f.txt 2>&1; echo "exit $?" >> f.txt; printf 'Done.\n<TASK_DONE>\n' ;;
   verify) echo '{"task_id":"'"$2"'","verdict":"accept","reason":"it is there"}' ;;
   gap_analysis) echo '{"tasks":[],"issues":[]}' ;;
 esac
@@ -289,11 +289,16 @@ esac
         stdout(&run),
         stderr(&run)
     );
+    assert!(
+        !dir.join(".ralph/guidance.jsonl").exists(),
+        "the agent's guidance was never posted"
+    );
     let said = std::fs::read_to_string(dir.join("f.txt")).unwrap();
     assert!(
-        said.contains("refused")
+        said.contains("`ralph tell` refused")
+            && said.contains("`ralph stop` refused")
             && said.contains("part of a ralph run")
-            && said.ends_with("exit 1\n"),
+            && said.matches("exit 1\n").count() == 2,
         "{said}"
     );
 }
@@ -323,4 +328,115 @@ fn ralph_stop_now_is_sigterm_and_the_finished_event_says_143() {
     );
     let finished = events.iter().find(|e| e["event"] == "finished").unwrap();
     assert_eq!(finished["exit_code"], 143, "{finished}");
+}
+
+/// A command agent that keeps each prompt it gets in `$3/<role>-<subject>.txt`; its first
+/// build waits for `$3/go` (at most 30 s), so that guidance can be given mid-run.
+const RECORDING_AGENT: &str = r#"mkdir -p "$3"; cat > "$3/$1-$2.txt"
+case "$1" in
+  investigate) echo '{"tasks":[{"name":"Write f1","accept":"f1.txt exists"},{"name":"Write f2","accept":"f2.txt exists"}]}' ;;
+  build)
+    if [ "$2" = t-1 ]; then i=0; while [ ! -e "$3/go" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; fi
+    echo "$2" > "$2.txt"; printf 'Done.\n<TASK_DONE>\n' ;;
+  verify) echo '{"task_id":"'"$2"'","verdict":"accept","reason":"it is there"}' ;;
+  gap_analysis) echo '{"tasks":[],"issues":[]}' ;;
+esac
+"#;
+
+#[test]
+fn ralph_tell_mid_run_reaches_the_next_prompts_of_its_scope_as_their_last_section() {
+    let tmp = repo(0, "");
+    let dir = tmp.path();
+    let prompts = tempfile::tempdir().unwrap();
+    let seen = prompts.path().join("seen");
+    std::fs::write(dir.join("agent.sh"), RECORDING_AGENT).unwrap();
+    std::fs::write(
+        dir.join("ralph.toml"),
+        format!(
+            "[agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{{role}}\", \"{{subject}}\", {:?}]\n\
+             [sandbox]\nwrite = [{:?}]\n",
+            seen.display().to_string(),
+            prompts.path().display().to_string()
+        ),
+    )
+    .unwrap();
+    git(dir, &["add", "agent.sh"]);
+    git(dir, &["commit", "-q", "-m", "agent"]);
+    let tell = |args: &[&str]| {
+        let out = command(dir, &[&["tell"], args].concat()).output().unwrap();
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        stdout(&out)
+    };
+
+    let child = command(dir, &["construct", "spec.md", "--agent", "mine", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first_build = seen.join("build-t-1.txt");
+    for _ in 0..300 {
+        if first_build.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(tell(&["Keep every file one line."]).contains("told g-1"));
+    assert!(
+        tell(&["--task", "t-2", "--from", "ana", "End f2 with a newline."]).contains("told g-2")
+    );
+    tell(&["Withdraw me."]);
+    assert!(tell(&["--withdraw", "g-3"]).contains("withdrew g-3"));
+    let status = stdout(&command(dir, &["status"]).output().unwrap());
+    assert!(
+        status.contains("guidance g-1 (for the workspace")
+            && status.contains("guidance g-2 (for t-2, from ana")
+            && !status.contains("g-3"),
+        "{status}"
+    );
+    std::fs::write(seen.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    let prompt = |name: &str| std::fs::read_to_string(seen.join(name)).unwrap();
+    assert!(
+        !prompt("build-t-1.txt").contains("Guidance from a person"),
+        "not before it was given"
+    );
+    let built = prompt("build-t-2.txt");
+    let section = built
+        .rfind("## Guidance from a person")
+        .expect("the guidance is a section of its own");
+    let last = &built[section..];
+    assert!(
+        last.contains("- g-1 (")
+            && last.contains("Keep every file one line.")
+            && last.contains("- g-2 (ana): End f2 with a newline.")
+            && !built.contains("Withdraw me."),
+        "{last}"
+    );
+    assert!(
+        last.trim_end().ends_with("End f2 with a newline."),
+        "the last section of the prompt: {last}"
+    );
+    let verified = prompt("verify-t-1.txt");
+    assert!(
+        verified.contains("Keep every file one line.") && !verified.contains("End f2"),
+        "a task's guidance reaches only its own calls: {verified}"
+    );
+    let given: Vec<String> = stdout(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "guidance_given")
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        given,
+        ["g-1", "g-2"],
+        "each announced once, when first given"
+    );
+    let after = stdout(&command(dir, &["status"]).output().unwrap());
+    assert!(
+        !after.contains("guidance g-"),
+        "the spec is complete: {after}"
+    );
 }

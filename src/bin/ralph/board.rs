@@ -229,6 +229,9 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
         out!("thread {}  {}  {}", thread.id, thread.phase, thread.title);
     }
     spend_status(&ralph)?;
+    for told in ralph::steer::guidance(workspace) {
+        out!("guidance {told}");
+    }
     match ralph::steer::in_progress_run(workspace)? {
         Some((run, true)) => out!(
             "run in progress ({run}): a stop is requested; it ends once its agent runs and gates in flight are recorded"

@@ -123,6 +123,26 @@ enum Command {
     },
     /// Threads: one piece of work from draft to commit, with human checkpoints.
     Thread(thread::ThreadArgs),
+    /// Guidance for the agents, while a run is in progress or between runs: the last section
+    /// of the prompt of every agent call of its scope from the next one on, until withdrawn
+    /// or its scope ends (the task accepted, the thread Done or Abandoned, the spec complete).
+    Tell {
+        /// What to tell them.
+        #[arg(required_unless_present = "withdraw", conflicts_with = "withdraw")]
+        text: Option<String>,
+        /// For one task only (`t-3`; build mode's `SPEC/t-2`).
+        #[arg(long, value_name = "ID", conflicts_with = "thread")]
+        task: Option<String>,
+        /// For one thread only.
+        #[arg(long, value_name = "ID")]
+        thread: Option<String>,
+        /// Who says it (default: $USER).
+        #[arg(long, value_name = "NAME")]
+        from: Option<String>,
+        /// Withdraw the guidance ID instead (`g-1`; `ralph status` lists them).
+        #[arg(long, value_name = "ID")]
+        withdraw: Option<String>,
+    },
     /// Stop the run in progress here once its agent runs and gates in flight are done and
     /// recorded (it exits 4; the same command resumes). Refused when no run is in progress.
     Stop {
@@ -263,6 +283,13 @@ async fn dispatch(cli: CommandLine) -> Result<u8> {
         Command::Schema { role } => Ok(schema::schema(role.as_deref())),
         Command::Thread(args) => thread::thread(workspace, args.resolved(&place)).await,
         Command::Stop { now } => steer::stop(workspace, now),
+        Command::Tell {
+            text,
+            task,
+            thread,
+            from,
+            withdraw,
+        } => steer::tell(workspace, text, task.or(thread), from, withdraw),
     }
 }
 

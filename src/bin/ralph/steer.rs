@@ -1,4 +1,4 @@
-//! `ralph stop`: steering a run in progress from another terminal.
+//! `ralph tell` and `ralph stop`: steering a run from another terminal.
 
 use std::path::Path;
 
@@ -25,5 +25,30 @@ pub(crate) fn stop(workspace: &Path, now: bool) -> Result<u8> {
         }
         Err(e) => return Err(e.into()),
     }
+    Ok(0)
+}
+
+/// `ralph tell TEXT [--task ID | --thread ID] [--from NAME]`, `ralph tell --withdraw ID`.
+pub(crate) fn tell(
+    workspace: &Path,
+    text: Option<String>,
+    scope: Option<String>,
+    from: Option<String>,
+    withdraw: Option<String>,
+) -> Result<u8> {
+    if let Some(id) = withdraw {
+        ralph::steer::withdraw(workspace, &id)?;
+        println!("withdrew {id}: no agent call gets it from the next one on");
+        return Ok(0);
+    }
+    let text = text.unwrap_or_default();
+    let id = ralph::steer::tell(workspace, &text, scope.as_deref(), from.as_deref())?;
+    let whom = scope.map_or("every agent call".to_owned(), |s| {
+        format!("the agent calls for {s}")
+    });
+    println!("told {id}: the last section of the prompt of {whom}, from the next one on");
+    println!(
+        "next: `ralph tell --withdraw {id}` withdraws it; `ralph status` lists what is in force"
+    );
     Ok(0)
 }

@@ -122,6 +122,17 @@ pub(crate) async fn run(ctx: Arc<Context>, force: Option<String>) -> Result<Spec
         }),
         other => other,
     };
+    if let Ok(SpecsOutcome::Complete { .. }) = &result {
+        // Every spec is complete: every scope of `ralph tell` guidance has ended.
+        let journal = crate::runtime::guidance::Journal::in_state(
+            &crate::runtime::workspace::state_dir(&workspace),
+        );
+        if let Err(e) = journal.end(|_| true) {
+            emitter.emit(&Event::Warning {
+                message: format!("the guidance of the complete specs was not marked ended: {e}"),
+            });
+        }
+    }
     let event = match &result {
         Ok(outcome) => {
             emitter.emit(&Event::SpecsFinished {
