@@ -95,6 +95,9 @@ impl FakeRun {
                 self.write_step(&request.workspace, path, content, true)?
             }
             Step::Remove(path) => self.remove_step(&request.workspace, path)?,
+            Step::Prompt(path) => {
+                self.write_step(&request.workspace, path, &request.prompt, false)?
+            }
             Step::Print { line, times } => {
                 for _ in 0..*times {
                     self.log(line);

@@ -34,6 +34,9 @@ pub(super) enum Step {
     },
     /// Removes a file in the workspace.
     Remove(PathBuf),
+    /// Writes the prompt the run was given to a file in the workspace: what a test of the
+    /// prompts reads.
+    Prompt(PathBuf),
     /// Prints a line to the run's log, `times` times (for log-excerpt tests).
     Print {
         /// The line.
@@ -191,6 +194,12 @@ impl Script {
         self.step(Step::Remove(path.into()))
     }
 
+    /// Writes the prompt the run was given to `path` in the workspace, for a test to read.
+    #[must_use]
+    pub fn prompt(self, path: impl Into<PathBuf>) -> Self {
+        self.step(Step::Prompt(path.into()))
+    }
+
     /// Prints `line` to the run's log, `times` times.
     #[must_use]
     pub fn print(self, line: impl Into<String>, times: usize) -> Self {
@@ -342,6 +351,7 @@ mod tests {
             Step::Write { .. } => "write",
             Step::Append { .. } => "append",
             Step::Remove(_) => "remove",
+            Step::Prompt(_) => "prompt",
             Step::Print { .. } => "print",
             Step::Hang {} => "hang",
             Step::Delay(_) => "delay",
@@ -361,6 +371,7 @@ mod tests {
             .write("p", "c")
             .append("p", "c")
             .remove("p")
+            .prompt("p")
             .print("l", 1)
             .delay(Duration::ZERO)
             .spend(1, 2, Some(0.5))
@@ -368,7 +379,7 @@ mod tests {
             .usage(1, 2, None)
             .fail("r")
             .rate_limit(1);
-        assert_eq!(every.steps.len(), 12, "one of each step");
+        assert_eq!(every.steps.len(), 13, "one of each step");
         for step in &every.steps {
             let written = serde_json::to_value(step).unwrap();
             let key = written.as_object().unwrap().keys().next().unwrap().clone();
