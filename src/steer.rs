@@ -145,7 +145,9 @@ pub fn listen_for_signals(
 
 /// Gives the agents of `workspace` a person's guidance (`ralph tell`), while a run is in
 /// progress or between runs: it is the last section of the prompt of every agent call of its
-/// `scope` from the next one on (a task's id, build mode's `SPEC/TASK`, a thread's id; `None`
+/// `scope` from the next one on (the subject of the calls: a task's id, `t-3`; in build mode
+/// a spec's id, for its planner and verifier, or a task's, for that task of any spec; a
+/// thread's id; `None`
 /// for every call), until it is [withdrawn](withdraw) or its scope ends (the task accepted,
 /// the thread Done or Abandoned, the workspace's spec complete). `from` names who said it
 /// (default: `$USER`). Returns its id, `g-<n>`.

@@ -55,7 +55,7 @@ pub(crate) struct Told {
     pub(crate) from: String,
     /// When (RFC 3339).
     pub(crate) at: String,
-    /// The task or thread it is for (`--task t-3`, build mode's `SPEC/t-2`, `--thread ID`):
+    /// The task, spec or thread it is for (`--task t-3`, `--task SPEC`, `--thread ID`):
     /// the subject of the agent calls it reaches. `None`: the whole workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) scope: Option<String>,

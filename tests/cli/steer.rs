@@ -440,3 +440,135 @@ fn ralph_tell_mid_run_reaches_the_next_prompts_of_its_scope_as_their_last_sectio
         "the spec is complete: {after}"
     );
 }
+
+/// Plan mode's one spec of two tasks, built by build mode; the first task's session takes
+/// two seconds, and each session keeps its prompt in `prompts/`.
+const PLAN_SCRIPT: &str = r##"
+[[run]]
+role = "plan"
+subject = "plan-mode"
+[[run.steps]]
+json = { specs = [
+  { id = "hello", name = "Hello", file = "specs/hello.md", priority = 1, context = "sh",
+    tasks = [
+      { description = "Write a.txt", acceptanceCriteria = ["a.txt exists"] },
+      { description = "Write b.txt", acceptanceCriteria = ["b.txt exists"] },
+    ],
+    acceptanceCriteria = ["a.txt and b.txt exist"] },
+] }
+
+[[run]]
+role = "planner"
+subject = "hello"
+repeat = true
+steps = [{ answer = "# Plan: hello\n\n## Steps\n1. a.txt\n2. b.txt\n\nPLAN_COMPLETE" }]
+
+[[run]]
+role = "build"
+subject = "hello-1"
+steps = [{ prompt = "prompts/hello-1.txt" }, { delay = "2s" }, { write = { path = "a.txt", content = "a\n" } }, { answer = "Done.\n<TASK_DONE>" }]
+
+[[run]]
+role = "build"
+subject = "hello-2"
+steps = [{ prompt = "prompts/hello-2.txt" }, { write = { path = "b.txt", content = "b\n" } }, { answer = "Done.\n<TASK_DONE>" }]
+
+[[run]]
+role = "verify"
+subject = "hello"
+repeat = true
+steps = [{ json = { verdict = "accept", reason = "both are there" } }]
+"##;
+
+#[test]
+fn tell_and_stop_reach_build_mode_between_its_sessions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("specs")).unwrap();
+    std::fs::write(
+        dir.join("specs/hello.md"),
+        "# Hello\nWrite a.txt and b.txt.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join(".gitignore"),
+        ".ralph/\nbuild/\nprompts/\nscript.toml\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("script.toml"), PLAN_SCRIPT).unwrap();
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "spec"]);
+    let ralph = |args: &[&str]| command(dir, args).output().unwrap();
+    let planned = ralph(&["plan", "--script", "script.toml"]);
+    assert_eq!(
+        planned.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&planned),
+        stderr(&planned)
+    );
+
+    let child = command(dir, &["build", "--script", "script.toml"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = dir.join("prompts/hello-1.txt");
+    for _ in 0..300 {
+        if first.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for args in [
+        &["tell", "Keep every file one line."][..],
+        &["tell", "--task", "hello-2", "End b.txt with a newline."],
+        &["stop"],
+    ] {
+        let out = ralph(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("Stopped on request"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(dir.join("a.txt").exists() && !dir.join("prompts/hello-2.txt").exists());
+    assert!(
+        !std::fs::read_to_string(&first)
+            .unwrap()
+            .contains("Guidance from a person")
+    );
+
+    let resumed = ralph(&["build", "--script", "script.toml"]);
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&resumed),
+        stderr(&resumed)
+    );
+    let second = std::fs::read_to_string(dir.join("prompts/hello-2.txt")).unwrap();
+    let last = &second[second
+        .rfind("## Guidance from a person")
+        .expect("a section")..];
+    assert!(
+        last.contains("Keep every file one line.")
+            && last.trim_end().ends_with("End b.txt with a newline."),
+        "{last}"
+    );
+}

@@ -1,5 +1,5 @@
-//! `ralph thread` as a person runs it, one process per command: Ctrl+C pauses and `resume`
-//! continues; `abandon` deletes nothing.
+//! `ralph thread` as a person runs it, one process per command: Ctrl+C and `ralph stop`
+//! pause and `resume` continues; `abandon` deletes nothing.
 
 #![cfg(unix)]
 
@@ -83,7 +83,8 @@ async fn ctrl_c_pauses_with_130_and_resume_continues() {
 }
 
 /// `ralph stop` from another terminal lets the iteration in flight end and be recorded,
-/// then pauses the thread (exit 4); `resume` continues.
+/// then pauses the thread (exit 4); `resume` continues, and a `ralph tell --thread` given
+/// meanwhile is the last section of the next iteration's prompt.
 #[tokio::test]
 async fn ralph_stop_pauses_a_running_thread_after_its_iteration_with_4() {
     let dir = repo().await;
@@ -98,7 +99,7 @@ async fn ralph_stop_pauses_a_running_thread_after_its_iteration_with_4() {
     let fix = scripts.path().join("fix.toml");
     std::fs::write(
         &fix,
-        "[[run]]\nrole = \"build\"\n[[run.steps]]\nwrite = { path = \"greet.sh\", content = \"echo \\\"Hello, ${1:-World}!\\\"\\n\" }\n[[run.steps]]\nanswer = \"GREETER_DONE\"\n",
+        "[[run]]\nrole = \"build\"\n[[run.steps]]\nwrite = { path = \"greet.sh\", content = \"echo \\\"Hello, ${1:-World}!\\\"\\n\" }\n[[run.steps]]\nprompt = \".ralph/seen-prompt.txt\"\n[[run.steps]]\nanswer = \"GREETER_DONE\"\n",
     )
     .unwrap();
     finalized(ws);
@@ -113,6 +114,10 @@ async fn ralph_stop_pauses_a_running_thread_after_its_iteration_with_4() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let told = command(ws, &["tell", "--thread", "1-greeter", "Greet in English."])
+        .output()
+        .unwrap();
+    assert!(told.status.success(), "{}{}", stdout(&told), stderr(&told));
     let asked = command(ws, &["stop"]).output().unwrap();
     assert!(
         asked.status.success(),
@@ -129,6 +134,11 @@ async fn ralph_stop_pauses_a_running_thread_after_its_iteration_with_4() {
     );
     let resumed = ok(thread(ws, &fix, &["--quick", "resume"]).output().unwrap());
     assert!(resumed.contains("phase: PendingReview"), "{resumed}");
+    let prompt = std::fs::read_to_string(ws.join(".ralph/seen-prompt.txt")).unwrap();
+    let last = &prompt[prompt
+        .rfind("## Guidance from a person")
+        .expect("a section")..];
+    assert!(last.trim_end().ends_with("Greet in English."), "{last}");
 }
 
 #[tokio::test]

@@ -130,7 +130,8 @@ enum Command {
         /// What to tell them.
         #[arg(required_unless_present = "withdraw", conflicts_with = "withdraw")]
         text: Option<String>,
-        /// For one task only (`t-3`; build mode's `SPEC/t-2`).
+        /// For one task only (`t-3`); in build mode a spec's id (its planner and verifier)
+        /// or a task's (that task, in any spec).
         #[arg(long, value_name = "ID", conflicts_with = "thread")]
         task: Option<String>,
         /// For one thread only.
