@@ -24,7 +24,7 @@ fn script(tasks: usize) -> String {
     for n in 1..=tasks {
         script.push_str(&format!(
             "[[run]]\nrole = \"build\"\nsubject = \"t-{n}\"\nrepeat = true\n\
-             steps = [{{ delay = \"1s\" }}, {{ write = {{ path = \"f{n}.txt\", content = \"{n}\\n\" }} }}, \
+             steps = [{{ prompt = \"prompts/t-{n}.txt\" }}, {{ delay = \"1s\" }}, {{ write = {{ path = \"f{n}.txt\", content = \"{n}\\n\" }} }}, \
              {{ answer = \"Done.\\n<TASK_DONE>\" }}]\n"
         ));
     }
@@ -53,7 +53,7 @@ fn repo(tasks: usize, config: &str) -> tempfile::TempDir {
     std::fs::write(dir.join("spec.md"), "# Files\nWrite the files.\n").unwrap();
     std::fs::write(
         dir.join(".gitignore"),
-        ".ralph/\nbuild/\nscript.toml\nralph.toml\n",
+        ".ralph/\nbuild/\nprompts/\nscript.toml\nralph.toml\n",
     )
     .unwrap();
     std::fs::write(dir.join("script.toml"), script(tasks)).unwrap();
@@ -571,4 +571,41 @@ fn tell_and_stop_reach_build_mode_between_its_sessions() {
             && last.trim_end().ends_with("End b.txt with a newline."),
         "{last}"
     );
+}
+
+/// A tell and a stop posted while a run is SIGKILLed: the next run applies the tell once
+/// and is not stopped by a stop that was meant for the killed run.
+#[test]
+fn messages_posted_while_a_run_is_killed_reach_the_next_run_once() {
+    let tmp = repo(2, "");
+    let dir = tmp.path();
+    let (mut child, _lines, _events) = construct_until_started(dir, 1);
+    let told = command(dir, &["tell", "Keep every file one line."])
+        .output()
+        .unwrap();
+    assert!(told.status.success(), "{}", stderr(&told));
+    assert!(stop(dir).status.success());
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let resumed = command(dir, &["construct", "--script", "script.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "the killed run's stop does not stop this one: {}{}",
+        stdout(&resumed),
+        stderr(&resumed)
+    );
+    for task in ["t-1", "t-2"] {
+        let prompt = std::fs::read_to_string(dir.join(format!("prompts/{task}.txt"))).unwrap();
+        assert_eq!(
+            prompt.matches("Keep every file one line.").count(),
+            1,
+            "{task}: {prompt}"
+        );
+    }
+    let journal = std::fs::read_to_string(dir.join(".ralph/guidance.jsonl")).unwrap();
+    assert_eq!(journal.matches("\"kind\":\"told\"").count(), 1, "{journal}");
 }
