@@ -225,6 +225,9 @@ pub enum Event {
         /// What was dropped, and where.
         note: String,
     },
+    /// A person asked the run to stop (`ralph stop`): what is in flight finishes and is
+    /// recorded, then the run ends (exit 4).
+    StopRequested {},
     /// A person's guidance (`ralph tell`) reached an agent's prompt for the first time.
     GuidanceGiven {
         /// Its id (`g-1`).
@@ -572,6 +575,7 @@ impl std::fmt::Display for Event {
             | Event::StateRepaired { .. }
             | Event::Warning { .. }
             | Event::GuidanceGiven { .. }
+            | Event::StopRequested {}
             | Event::IterationFinished { .. }
             | Event::Finished { .. } => self.write_run(f),
             Event::AgentFinished { .. } | Event::Agent { .. } | Event::AnswerInvalid { .. } => {
@@ -625,6 +629,9 @@ impl Event {
             Event::RateLimited { wait_secs } => write!(f, "rate limited: waiting {wait_secs}s"),
             Event::StateRepaired { note } => write!(f, "state repaired: {note}"),
             Event::Warning { message } => write!(f, "warning: {message}"),
+            Event::StopRequested {} => f.write_str(
+                "stop requested: finishing the agent runs and gates in flight, then stopping",
+            ),
             Event::GuidanceGiven { id, subject, role } => match subject {
                 Some(subject) => write!(f, "guidance {id} given to the {role} agent of {subject}"),
                 None => write!(f, "guidance {id} given to the {role} agent"),

@@ -20,7 +20,7 @@ use std::path::Path;
 use crate::process::StopToken;
 use crate::runtime::error::{EditError, Error};
 use crate::runtime::guidance::{Journal, MAX_TEXT, Told};
-use crate::runtime::inbox::{Inbox, Message};
+use crate::runtime::inbox::{Inbox, InboxMessage};
 use crate::runtime::workspace;
 
 /// Asks the run in progress on `workspace` to stop gently: the agent runs and gates in
@@ -40,7 +40,7 @@ pub fn stop(workspace: impl AsRef<Path>) -> Result<String, Error> {
     let workspace = workspace.as_ref();
     refuse_inside_a_run("ralph stop")?;
     let run = in_progress(workspace)?;
-    let message = Message::Stop {
+    let message = InboxMessage::Stop {
         run: run.clone(),
         at: jiff::Timestamp::now().to_string(),
     };
@@ -188,7 +188,7 @@ pub fn tell(
         at: jiff::Timestamp::now().to_string(),
         scope: scope.map(str::to_owned),
     };
-    post(workspace, &Message::Tell(told))?;
+    post(workspace, &InboxMessage::Tell(told))?;
     Ok(id)
 }
 
@@ -220,7 +220,7 @@ pub fn withdraw(workspace: impl AsRef<Path>, id: &str) -> Result<(), Error> {
         .into());
     }
     let at = jiff::Timestamp::now().to_string();
-    post(workspace, &Message::Withdraw { id: id.into(), at })
+    post(workspace, &InboxMessage::Withdraw { id: id.into(), at })
 }
 
 /// The guidance in force on `workspace`, oldest first, one line each (`g-1 (for t-3, from
@@ -267,7 +267,7 @@ fn posting(workspace: &Path) -> Result<crate::files::FolderLock, Error> {
     crate::files::lock::FolderLock::wait(&state).map_err(io)
 }
 
-fn post(workspace: &Path, message: &Message) -> Result<(), Error> {
+fn post(workspace: &Path, message: &InboxMessage) -> Result<(), Error> {
     let state = workspace::state_dir(workspace);
     Inbox::in_state(&state)
         .post(message)

@@ -548,6 +548,9 @@ impl Engine {
     /// The stage's end when a person asked the run to stop (`ralph stop`): checked between
     /// steps, so what is in flight finishes and is recorded first.
     fn asked_to_stop(&self) -> Option<Flow> {
+        if self.lock.stop_news() {
+            self.emit(Event::StopRequested {});
+        }
         self.lock.stop_asked().then(|| {
             Flow::Stop(Outcome::Stopped {
                 remaining: self.remaining(),

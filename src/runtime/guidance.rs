@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use super::inbox::Told;
-use super::inbox::{Inbox, Message};
+use super::inbox::{Inbox, InboxMessage};
 
 /// The journal's file, in the state folder.
 const JOURNAL: &str = "guidance.jsonl";
@@ -27,7 +27,7 @@ pub(crate) const MAX_TEXT: usize = 16 * 1024;
 /// A line of the journal.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-enum Line {
+enum GuidanceLine {
     /// Guidance given.
     Told(Told),
     /// Withdrawn by a person.
@@ -134,7 +134,7 @@ impl Journal {
         let mut first = Vec::new();
         for t in &told {
             if !standing.given.contains(&t.id) {
-                self.append(&Line::Given { id: t.id.clone() })?;
+                self.append(&GuidanceLine::Given { id: t.id.clone() })?;
                 first.push(t.id.clone());
             }
         }
@@ -148,20 +148,20 @@ impl Journal {
         self.take_in()?;
         for told in self.standing(false).told {
             if ended(told.scope.as_deref()) {
-                self.append(&Line::Ended { id: told.id })?;
+                self.append(&GuidanceLine::Ended { id: told.id })?;
             }
         }
         Ok(())
     }
 
-    fn append(&self, line: &Line) -> io::Result<()> {
+    fn append(&self, line: &GuidanceLine) -> io::Result<()> {
         let mut bytes = serde_json::to_vec(line).map_err(io::Error::other)?;
         bytes.push(b'\n');
         crate::files::journal::append(&self.path(), &bytes)
     }
 
     /// The journal's lines; a torn or foreign line is skipped (it holds no guidance).
-    fn lines(&self) -> Vec<Line> {
+    fn lines(&self) -> Vec<GuidanceLine> {
         let Ok(text) = std::fs::read_to_string(self.path()) else {
             return Vec::new();
         };
@@ -198,29 +198,29 @@ impl ForCall {
     }
 }
 
-fn from_message(message: Message) -> Option<Line> {
+fn from_message(message: InboxMessage) -> Option<GuidanceLine> {
     match message {
-        Message::Tell(told) => Some(Line::Told(told)),
-        Message::Withdraw { id, .. } => Some(Line::Withdrawn { id }),
-        Message::Stop { .. } => None,
+        InboxMessage::Tell(told) => Some(GuidanceLine::Told(told)),
+        InboxMessage::Withdraw { id, .. } => Some(GuidanceLine::Withdrawn { id }),
+        InboxMessage::Stop { .. } => None,
     }
 }
 
 /// The guidance in force after `lines`: a piece told twice (taken in twice) is one.
-fn fold(lines: Vec<Line>) -> Standing {
+fn fold(lines: Vec<GuidanceLine>) -> Standing {
     let mut standing = Standing::default();
     let mut gone = BTreeSet::new();
     for line in lines {
         match line {
-            Line::Told(told) => {
+            GuidanceLine::Told(told) => {
                 if standing.ids.insert(told.id.clone()) {
                     standing.told.push(told);
                 }
             }
-            Line::Withdrawn { id } | Line::Ended { id } => {
+            GuidanceLine::Withdrawn { id } | GuidanceLine::Ended { id } => {
                 gone.insert(id);
             }
-            Line::Given { id } => {
+            GuidanceLine::Given { id } => {
                 standing.given.insert(id);
             }
         }
@@ -248,9 +248,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::in_state(dir.path());
         let inbox = Inbox::in_state(dir.path());
-        inbox.post(&Message::Tell(told("g-1", None))).unwrap();
+        inbox.post(&InboxMessage::Tell(told("g-1", None))).unwrap();
         inbox
-            .post(&Message::Tell(told("g-2", Some("t-3"))))
+            .post(&InboxMessage::Tell(told("g-2", Some("t-3"))))
             .unwrap();
         assert_eq!(
             journal.standing(true).told.len(),
@@ -271,7 +271,7 @@ mod tests {
         assert!(inbox.read().is_empty(), "taken in");
 
         inbox
-            .post(&Message::Withdraw {
+            .post(&InboxMessage::Withdraw {
                 id: "g-1".into(),
                 at: "2026-12-02T00:00:01Z".into(),
             })
@@ -291,7 +291,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::in_state(dir.path());
         let inbox = Inbox::in_state(dir.path());
-        let message = Message::Tell(told("g-1", None));
+        let message = InboxMessage::Tell(told("g-1", None));
         inbox.post(&message).unwrap();
         journal.take_in().unwrap();
         // As if the run died after the journal's append, before the inbox's delete.

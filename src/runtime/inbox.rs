@@ -25,7 +25,7 @@ const MAX_MESSAGE: u64 = 64 * 1024;
 /// One message to a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub(crate) enum Message {
+pub(crate) enum InboxMessage {
     /// Finish what is in flight, record it, and end the run (`ralph stop`).
     Stop {
         /// The run it is for: its lock note.
@@ -92,7 +92,7 @@ pub(crate) struct Found {
     /// Its file.
     pub(crate) path: PathBuf,
     /// The message, or what is wrong with the file.
-    pub(crate) message: Result<Message, String>,
+    pub(crate) message: Result<InboxMessage, String>,
 }
 
 /// `.ralph/inbox/` of a workspace.
@@ -110,7 +110,7 @@ impl Inbox {
     }
 
     /// Posts `message`, durably: it is there, whole, when this returns.
-    pub(crate) fn post(&self, message: &Message) -> io::Result<PathBuf> {
+    pub(crate) fn post(&self, message: &InboxMessage) -> io::Result<PathBuf> {
         crate::files::own::create_dir_all(&self.dir)?;
         let path = self.dir.join(next_name());
         let mut bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
@@ -146,7 +146,7 @@ impl Inbox {
     pub(crate) fn take_stop(&self, run: &str) -> bool {
         let mut asked = false;
         for found in self.read() {
-            let Ok(Message::Stop { run: to, .. }) = &found.message else {
+            let Ok(InboxMessage::Stop { run: to, .. }) = &found.message else {
                 continue;
             };
             match to == run {
@@ -159,9 +159,9 @@ impl Inbox {
 
     /// Whether a stop for `run` is waiting, read only.
     pub(crate) fn has_stop(&self, run: &str) -> bool {
-        self.read()
-            .iter()
-            .any(|found| matches!(&found.message, Ok(Message::Stop { run: to, .. }) if to == run))
+        self.read().iter().any(
+            |found| matches!(&found.message, Ok(InboxMessage::Stop { run: to, .. }) if to == run),
+        )
     }
 
     /// Deletes a message acted on (or meant for a run that is gone).
@@ -190,7 +190,7 @@ fn is_message(path: &Path) -> bool {
     !name.starts_with('.') && name.ends_with(".json")
 }
 
-fn read_message(path: &Path) -> Result<Message, String> {
+fn read_message(path: &Path) -> Result<InboxMessage, String> {
     let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
     if len > MAX_MESSAGE {
         return Err(format!(
@@ -205,8 +205,8 @@ fn read_message(path: &Path) -> Result<Message, String> {
 mod tests {
     use super::*;
 
-    fn stop(run: &str) -> Message {
-        Message::Stop {
+    fn stop(run: &str) -> InboxMessage {
+        InboxMessage::Stop {
             run: run.into(),
             at: "2026-12-02T00:00:00Z".into(),
         }
@@ -223,7 +223,7 @@ mod tests {
         let runs: Vec<_> = found
             .iter()
             .map(|f| match f.message.as_ref().unwrap() {
-                Message::Stop { run, .. } => run.clone(),
+                InboxMessage::Stop { run, .. } => run.clone(),
                 _ => unreachable!(),
             })
             .collect();

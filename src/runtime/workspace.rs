@@ -103,6 +103,8 @@ pub(crate) struct RunLock {
     inbox: Inbox,
     /// A `ralph stop` for this run was read: it ends at its next step.
     stop_asked: AtomicBool,
+    /// The stop was announced (its event sent).
+    stop_announced: AtomicBool,
 }
 
 impl RunLock {
@@ -152,6 +154,7 @@ impl RunLock {
             worktrees,
             inbox: Inbox::in_state(&state_dir(workspace)),
             stop_asked: AtomicBool::new(false),
+            stop_announced: AtomicBool::new(false),
         })
     }
 
@@ -166,6 +169,11 @@ impl RunLock {
             self.stop_asked.store(true, Ordering::Relaxed);
         }
         self.stop_asked.load(Ordering::Relaxed)
+    }
+
+    /// Whether the stop was asked and not yet announced: true once, for its event.
+    pub(crate) fn stop_news(&self) -> bool {
+        self.stop_asked() && !self.stop_announced.swap(true, Ordering::Relaxed)
     }
 
     /// Puts the lock file back when it was deleted or replaced during the run (by a

@@ -66,7 +66,11 @@ impl Threads {
                 return Ok(record);
             };
             // Ctrl+C, or a person's `ralph stop` between two iterations: Paused either way.
-            if self.ctx.stop.is_stopped() || stop_asked(&self.ctx.workspace) {
+            let asked = !self.ctx.stop.is_stopped() && stop_asked(&self.ctx.workspace);
+            if asked {
+                self.emitter.emit(&crate::event::Event::StopRequested {});
+            }
+            if self.ctx.stop.is_stopped() || asked {
                 self.pause(&mut record, iteration, &spec)?;
                 return Ok(record);
             }

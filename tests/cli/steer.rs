@@ -157,6 +157,14 @@ fn ralph_stop_lets_the_task_in_flight_finish_exits_4_and_the_same_command_resume
     );
     let finished = events.iter().find(|e| e["event"] == "finished").unwrap();
     assert_eq!(finished["outcome"]["outcome"], "stopped", "{finished}");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "stop_requested")
+            .count(),
+        1,
+        "the stop is announced once"
+    );
     assert_eq!(finished["exit_code"], 4, "{finished}");
     let status = command(dir, &["status"]).output().unwrap();
     assert!(

@@ -696,6 +696,9 @@ impl SpecBuild {
     /// The outcome to stop with between two agent sessions: a person asked the run to stop
     /// (`ralph stop`), or, with `once`, this run made its session.
     fn stop_between_sessions(&self) -> Option<SpecsOutcome> {
+        if self.lock.stop_news() {
+            self.emit(Event::StopRequested {});
+        }
         if self.lock.stop_asked() {
             return Some(SpecsOutcome::Stopped {
                 remaining: self.plan.build_order().len(),
