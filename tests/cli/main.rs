@@ -125,6 +125,30 @@ fn init_guesses_the_gates_ignores_the_state_and_never_overwrites() {
 
 /// Audit rows 004-R28, 004-R33: init writes build mode's `implementation.json` where a
 /// `specs/` folder exists, and never replaces one.
+/// `ralph init`'s `next:` names what is there: a spec at the top, a `specs/` folder for plan
+/// mode, or nothing yet.
+#[test]
+fn init_names_the_next_step_from_what_is_there() {
+    let next = |setup: &dyn Fn(&Path)| {
+        let dir = tempfile::tempdir().unwrap();
+        setup(dir.path());
+        let out = ralph(dir.path(), &["init"], &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix("next: ").map(str::to_owned))
+            .unwrap()
+    };
+    assert!(next(&|_| {}).contains("write a spec (spec.md)"));
+    let spec = next(&|dir| std::fs::write(dir.join("SPEC.md"), "# S\n").unwrap());
+    assert!(spec.contains("`ralph construct SPEC.md`"), "{spec}");
+    let specs = next(&|dir| std::fs::create_dir(dir.join("specs")).unwrap());
+    assert!(
+        specs.contains("`ralph plan`") && specs.contains("`ralph build`"),
+        "{specs}"
+    );
+}
+
 #[test]
 fn init_writes_an_empty_implementation_json_beside_a_specs_folder_and_keeps_an_existing_one() {
     let dir = project();

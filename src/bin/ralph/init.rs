@@ -66,8 +66,25 @@ pub(crate) fn init(workspace: &Path) -> Result<(), Box<dyn std::error::Error>> {
             path.display()
         );
     }
-    out!("next: write a spec (spec.md), then `ralph construct spec.md`");
+    out!("next: {}", next_step(workspace));
     Ok(())
+}
+
+/// What to run after `init`, from what is there: the specs folder (plan mode), a spec file
+/// at the top (the construct loop), or neither.
+fn next_step(workspace: &Path) -> String {
+    if workspace.join("specs").is_dir() {
+        return "`ralph plan` breaks the specs in specs/ down into implementation.json, then \
+                `ralph build` builds them"
+            .into();
+    }
+    let spec = ["SPEC.md", "spec.md", "Spec.md"]
+        .into_iter()
+        .find(|name| workspace.join(name).is_file());
+    match spec {
+        Some(spec) => format!("`ralph construct {spec}` builds it"),
+        None => "write a spec (spec.md), then `ralph construct spec.md`".into(),
+    }
 }
 
 /// Writes an empty `implementation.json` when the repository has a `specs/` folder (build
