@@ -1,6 +1,6 @@
 //! `ralph schema ROLE` (issue 26 item 8): each structured role's JSON Schema parses, and the
 //! answers the bundled FakeAgent scripts give for that role validate against it; without a
-//! role, or with one that has no schema, the command names the roles and exits 2.
+//! role, or with one that has no schema, the command names the roles and exits 64.
 
 use std::collections::BTreeMap;
 
@@ -225,6 +225,18 @@ fn without_a_known_role_schema_names_the_roles_and_exits_64() {
         }
         assert_eq!(stdout(&out), "", "{args:?}");
     }
+    // What the docs say of it: the page of answers and `ralph schema --help`.
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/answers.md"))
+            .unwrap();
+    assert!(
+        page.contains("names the\nroles (and exits 64"),
+        "docs/answers.md"
+    );
+    let help = crate::command(Path::new("."), &["schema", "--help"])
+        .output()
+        .unwrap();
+    assert!(stdout(&help).contains("exits 64"), "{}", stdout(&help));
 }
 
 /// `docs/answers.md`: the example under each role's heading (`` ## `role` ``) validates

@@ -153,7 +153,7 @@ enum Command {
     },
     /// The JSON Schema of a structured role's answer, exactly as ralph sends it to the agent:
     /// investigate, verify, gap_analysis, decompose, plan, assess or draft. Without a role
-    /// (or with another one) it names them and exits 2.
+    /// (or with another one) it names them and exits 64 (a usage error).
     Schema {
         /// The role.
         role: Option<String>,
