@@ -359,14 +359,8 @@ fn construct_status(ralph: &Ralph, board: &Board, workspace: &Path) -> Result<Op
             out!("{line}");
         }
     }
-    // The board's figures are the ledger's construct scope (`Ralph::board` reads them
-    // from it): the same as the `spend construct` line.
-    out!(
-        "spent {} tokens in, {} out, ${:.4}",
-        board.run.tokens_in,
-        board.run.tokens_out,
-        board.run.cost_usd
-    );
+    // What the board's run spent is the ledger's construct scope: the `spend construct`
+    // line says it, once, with the limit beside it.
     if let Some(last) = board.run.log.last() {
         out!("last iteration {}: {}", last.iteration, inert(&last.note));
     }
