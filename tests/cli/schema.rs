@@ -14,7 +14,7 @@ const ROLES: [&str; 7] = [
     "verify",
     "gap_analysis",
     "decompose",
-    "plan",
+    "breakdown",
     "assess",
     "draft",
 ];
@@ -184,6 +184,12 @@ fn every_roles_schema_parses_and_the_fixture_answers_validate_against_it() {
             assert!(found.is_empty(), "{role}: {answer}\n{}", found.join("\n"));
         }
     }
+}
+
+/// Plan mode's role is `breakdown`; `plan`, its name before, is the same schema.
+#[test]
+fn plan_is_an_alias_of_breakdown() {
+    assert_eq!(schema("plan"), schema("breakdown"));
 }
 
 #[test]

@@ -453,7 +453,7 @@ fn ralph_tell_mid_run_reaches_the_next_prompts_of_its_scope_as_their_last_sectio
 /// two seconds, and each session keeps its prompt in `prompts/`.
 const PLAN_SCRIPT: &str = r##"
 [[run]]
-role = "plan"
+role = "breakdown"
 subject = "plan-mode"
 [[run.steps]]
 json = { specs = [

@@ -152,7 +152,8 @@ enum Command {
         now: bool,
     },
     /// The JSON Schema of a structured role's answer, exactly as ralph sends it to the agent:
-    /// investigate, verify, gap_analysis, decompose, plan, assess or draft. Without a role
+    /// investigate, verify, gap_analysis, decompose, breakdown (plan mode; `plan` is accepted too),
+    /// assess or draft. Without a role
     /// (or with another one) it names them and exits 64 (a usage error).
     Schema {
         /// The role.

@@ -13,7 +13,8 @@ const ROLES: [(&[&str], Role); 7] = [
     (&["verify"], Role::Verify),
     (&["gap_analysis", "gap-analysis"], Role::GapAnalysis),
     (&["decompose"], Role::Decompose),
-    (&["plan", "breakdown"], Role::Breakdown),
+    // Plan mode's role is `breakdown` everywhere; `plan` stays accepted (older scripts).
+    (&["breakdown", "plan"], Role::Breakdown),
     (&["assess"], Role::Assess),
     (&["draft"], Role::Draft),
 ];
