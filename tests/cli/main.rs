@@ -986,6 +986,15 @@ fn query_lists_the_open_issues_and_the_tasks() {
     };
     assert_eq!(ids(run(&["query", "tasks"])), ["\"t-1\"", "\"t-2\""]);
     assert_eq!(ids(run(&["query", "tasks", "--done"])), ["\"t-1\""]);
+    // An accepted task is listed too, with its status (newcomer audit, part 1 row 5).
+    run(&["task", "accept", "t-1"]);
+    let tasks: Vec<serde_json::Value> = run(&["query", "tasks"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(tasks.len(), 2);
+    assert_eq!(tasks[0]["status"], "accepted", "{}", tasks[0]);
+    assert!(run(&["query", "tasks", "--done"]).is_empty());
     assert_eq!(
         ralph(dir.path(), &["query", "stage", "--done"], &[])
             .status

@@ -589,6 +589,8 @@ fn task_line(board: &Board, task: &Task) -> String {
 /// (as the next run rewrites it).
 fn task_json(board: &Board, task: &Task) -> Result<String> {
     let mut value = serde_json::to_value(task)?;
+    // The record's one-letter code (`s`) spelled out, for scripts: `pending`, `accepted`, …
+    value["status"] = task.status.as_str().into();
     if matches!(task.status, TaskStatus::Pending | TaskStatus::Blocked) && !task.deps.is_empty() {
         value["deps"] = serde_json::to_value(board.waits_on(task))?;
     }
@@ -616,10 +618,11 @@ pub(crate) async fn query(workspace: &Path, what: Query, done: bool) -> Result<(
             }
         }
         Query::Tasks => {
-            let tasks = board.tasks().filter(|t| match done {
-                true => t.status == TaskStatus::Done,
-                false => t.is_remaining(),
-            });
+            // Every task with its status (accepted ones too: a script lists what was
+            // accepted here); `--done` the done ones, which VERIFY takes next.
+            let tasks = board
+                .tasks()
+                .filter(|t| !done || t.status == TaskStatus::Done);
             for task in tasks {
                 out!("{}", task_json(&board, task)?);
             }
