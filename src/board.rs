@@ -12,7 +12,8 @@
 use crate::event::Event;
 use crate::model::rules;
 use crate::model::{
-    AcceptedBy, Board, Change, Issue, IssueId, IssueStatus, Task, TaskId, TaskStatus, Unblocked,
+    AcceptedBy, Board, Change, Issue, IssueId, IssueStatus, Priority, Task, TaskId, TaskStatus,
+    Unblocked,
 };
 use crate::outcome::BlockedItem;
 use crate::prioritize::PriorityReport;
@@ -31,6 +32,20 @@ impl Ralph {
     /// another ralph holds the workspace; [`Error::Store`] when the board cannot be loaded
     /// or saved.
     pub async fn add_issue(&self, text: impl Into<String>) -> Result<IssueId, Error> {
+        self.add_issue_with_priority(text, None).await
+    }
+
+    /// As [`add_issue`](Self::add_issue), with an explicit priority that the tasks made from
+    /// the issue inherit (`ralph issue add --priority high`).
+    ///
+    /// # Errors
+    ///
+    /// As [`add_issue`](Self::add_issue).
+    pub async fn add_issue_with_priority(
+        &self,
+        text: impl Into<String>,
+        priority: Option<Priority>,
+    ) -> Result<IssueId, Error> {
         let text = text.into();
         let problem = match text.trim().is_empty() {
             true => Some("is empty: say what is wrong or missing".to_owned()),
@@ -45,7 +60,8 @@ impl Ralph {
         }
         self.edit(|board| {
             let id = board.next_issue_id();
-            let issue = Issue::new(id.clone(), text).with_origin("user");
+            let mut issue = Issue::new(id.clone(), text).with_origin("user");
+            issue.priority = priority;
             Ok((
                 id,
                 vec![Change::Issue(issue), Change::Run(board.run.clone())],

@@ -572,8 +572,9 @@ pub struct Issue {
     /// Lifecycle state.
     #[serde(rename = "s")]
     pub status: IssueStatus,
-    /// An explicit priority, inherited by the tasks made from it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// An explicit priority, inherited by the tasks made from it. A hand-written record may
+    /// spell it `prio`, as a task's record does.
+    #[serde(default, alias = "prio", skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
     /// Where it came from (`spec`, `verify`, `user`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1196,6 +1197,13 @@ fn alpha_suffix(mut n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_issue_record_reads_prio_as_its_priority() {
+        let issue: Issue =
+            serde_json::from_str(r#"{"id":"i-1","text":"x","s":"o","prio":"high"}"#).unwrap();
+        assert_eq!(issue.priority, Some(Priority::High));
+    }
 
     fn board(tasks: Vec<Task>, issues: Vec<Issue>) -> Board {
         let mut b = Board::new();

@@ -972,13 +972,26 @@ fn query_lists_the_open_issues_and_the_tasks() {
     run(&["task", "add", r#"{"name":"b","accept":"b"}"#]);
     run(&["task", "done", "t-1"]);
 
+    run(&["issue", "add", "the docs are thin", "--priority", "high"]);
     let issues: Vec<serde_json::Value> = run(&["query", "issues"])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(issues.len(), 1);
+    assert_eq!(issues.len(), 2);
     assert_eq!(issues[0]["text"], "the greeting is rude");
     assert_eq!(issues[0]["status"], "open");
+    assert_eq!(issues[1]["priority"], "high", "ralph issue add --priority");
+    let wrong = ralph(
+        dir.path(),
+        &["issue", "add", "x", "--priority", "urgent"],
+        &[],
+    );
+    assert_eq!(wrong.status.code(), Some(64));
+    assert!(
+        stderr(&wrong).contains("low, medium or high"),
+        "{}",
+        stderr(&wrong)
+    );
     let ids = |text: String| -> Vec<String> {
         text.lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())

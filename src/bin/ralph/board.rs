@@ -96,6 +96,9 @@ pub(crate) enum IssueCommand {
     Add {
         /// What is wrong or missing.
         text: String,
+        /// Its priority (low, medium, high), which the tasks made from it inherit.
+        #[arg(long, value_parser = priority)]
+        priority: Option<Priority>,
     },
     /// Open blocked issues again with a fresh retry budget (after what blocked them, an
     /// agent that was down or answered prose, is fixed).
@@ -104,6 +107,16 @@ pub(crate) enum IssueCommand {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+}
+
+/// `--priority`'s value: `low`, `medium` or `high`.
+fn priority(text: &str) -> std::result::Result<Priority, String> {
+    match text {
+        "low" => Ok(Priority::Low),
+        "medium" => Ok(Priority::Medium),
+        "high" => Ok(Priority::High),
+        _ => Err(format!("{text:?} is no priority: low, medium or high")),
+    }
 }
 
 /// Whether `spec` names the spec the board holds the tasks of (`./spec.md` is `spec.md`).
@@ -889,7 +902,9 @@ async fn unblock_issue(ralph: &Ralph, id: IssueId) -> Result<()> {
 pub(crate) async fn issue(workspace: &Path, command: IssueCommand) -> Result<()> {
     let ralph = open(workspace)?;
     match command {
-        IssueCommand::Add { text } => out!("{}", ralph.add_issue(text).await?),
+        IssueCommand::Add { text, priority } => {
+            out!("{}", ralph.add_issue_with_priority(text, priority).await?)
+        }
         IssueCommand::Unblock { ids } => {
             for id in ids {
                 unblock_issue(&ralph, IssueId::from(id)).await?;
