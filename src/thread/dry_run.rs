@@ -116,7 +116,12 @@ impl Threads {
                 agents.first().map_or("the agent", String::as_str)
             )
         };
-        let (next, waits_for) = next_step(&record.phase, self.quick, next_iteration, round);
+        let (next, waits_for) = next_step(
+            &record.phase,
+            self.quick_for(&record),
+            next_iteration,
+            round,
+        );
         Ok(ThreadDryRun {
             id: record.id.clone(),
             phase: record.phase.kind(),

@@ -90,7 +90,7 @@ impl Threads {
             return Ok(record);
         }
         self.advance(&mut record, Phase::Configuring)?;
-        if self.quick {
+        if self.quick_for(&record) {
             return self.run_thread(record).await;
         }
         Ok(record)
@@ -360,7 +360,7 @@ impl Threads {
         let mut record = self.load_for(id, PhaseKind::Approved)?;
         record.approved_tree = Some(self.git().work_tree_id(&self.kept_out()).await?);
         self.advance(&mut record, Phase::Approved)?;
-        if self.quick {
+        if self.quick_for(&record) {
             return self.prepare_commit(id, None);
         }
         Ok(record)

@@ -259,11 +259,18 @@ impl Threads {
     }
 
     /// Quick mode: skip assessment, configuration and polish, advancing to the next human
-    /// checkpoint (never past it). Default off (methodical).
+    /// checkpoint (never past it). Default off (methodical). A thread made in quick mode
+    /// ([`create`](Self::create)) keeps it: its later calls are quick whatever this says.
     #[must_use]
     pub fn quick(mut self, quick: bool) -> Self {
         self.quick = quick;
         self
+    }
+
+    /// Whether `record`'s calls run in quick mode: these `Threads` ask for it, or the thread
+    /// was made in it.
+    pub(crate) fn quick_for(&self, record: &ThreadRecord) -> bool {
+        self.quick || record.quick
     }
 
     /// The loop's settings a thread takes when it starts (Configuring may change them), and

@@ -99,6 +99,10 @@ pub struct ThreadRecord {
     /// RFC 3339 time of the last write.
     #[serde(default)]
     pub updated_at: String,
+    /// Made in quick mode (`thread new --quick`): every later call of the thread advances
+    /// through the checkpoints as quick mode does, whether or not it asks for quick mode.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quick: bool,
 }
 
 /// The loop's settings, chosen in Configuring (quick mode takes the defaults).

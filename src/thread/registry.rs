@@ -41,6 +41,7 @@ impl Threads {
             transient_failures: 0,
             rate_limited_until: None,
             updated_at: String::new(),
+            quick: self.quick,
         };
         self.write_spec(&mut record, spec)?;
         self.save(&mut record)?;

@@ -192,7 +192,7 @@ impl Threads {
         self.remember(record, attempt);
         if all_passed {
             self.advance(record, Phase::Implemented)?;
-            if self.quick {
+            if self.quick_for(record) {
                 self.advance(
                     record,
                     Phase::PendingReview {

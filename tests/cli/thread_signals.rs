@@ -156,3 +156,29 @@ async fn abandon_keeps_the_branch_and_says_so() {
     );
     assert!(ws.join("greet.sh").exists());
 }
+
+/// A thread made with `--quick` stays quick: a later plain `start` runs on to review, as
+/// `thread --quick start` does (before, it stopped at Configuring).
+#[tokio::test]
+async fn a_thread_made_in_quick_mode_stays_quick() {
+    let dir = repo().await;
+    let ws = dir.path();
+    let script = Path::new(THREAD_SCRIPT);
+    ok(thread(
+        ws,
+        script,
+        &[
+            "--quick",
+            "new",
+            "--title",
+            "Greeter",
+            "--spec",
+            THREAD_SPEC,
+        ],
+    )
+    .output()
+    .unwrap());
+    ok(thread(ws, script, &["finalize"]).output().unwrap());
+    let started = ok(thread(ws, script, &["start"]).output().unwrap());
+    assert!(started.contains("phase: PendingReview"), "{started}");
+}
