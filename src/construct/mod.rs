@@ -836,10 +836,18 @@ fn config_line(config: &Config) -> serde_json::Map<String, serde_json::Value> {
         "context_compact": config.context.compact,
         "context_kill": config.context.kill,
     });
-    match value {
+    let mut map = match value {
         serde_json::Value::Object(map) => map,
         _ => serde_json::Map::new(),
+    };
+    // The run-wide limits the run had, flags included: what `ralph status` shows after it.
+    if let Some(usd) = config.max_cost_usd {
+        map.insert("max_cost_usd".into(), json!(usd));
     }
+    if let Some(tokens) = config.max_tokens {
+        map.insert("max_tokens".into(), json!(tokens));
+    }
+    map
 }
 
 /// The changes that block each task of `board` that cannot be built as it stands (a

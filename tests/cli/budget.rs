@@ -146,6 +146,33 @@ fn assert_three_runs(ws: &Path, scope: &str) {
     assert!((total - 1.2).abs() < 1e-9, "{runs:?}");
 }
 
+/// A limit given by a flag is the run's: `ralph status` after the run shows it (before, it
+/// read ralph.toml alone and said `no limit`).
+#[tokio::test]
+async fn a_limit_given_by_a_flag_is_shown_as_the_runs() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    std::fs::write(ws.join("ralph.toml"), "").unwrap();
+    git(ws, &["commit", "-qam", "no limit in ralph.toml"]);
+    let out = ralph(
+        ws,
+        &[
+            "construct",
+            "spec.md",
+            "--script",
+            "script.toml",
+            "--max-cost",
+            "1",
+        ],
+    );
+    assert_stopped_at_the_budget(&out);
+    let status = stdout(&ralph(ws, &["status"]));
+    assert!(
+        status.contains("limit max_cost_usd = 1.0 (the last run's)"),
+        "{status}"
+    );
+}
+
 #[tokio::test]
 async fn construct_stops_at_the_budget_after_three_runs() {
     let dir = workspace("").await;

@@ -241,7 +241,7 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     for thread in &threads {
         out!("thread {}  {}  {}", thread.id, thread.phase, thread.title);
     }
-    spend_status(&ralph)?;
+    spend_status(&ralph, &board)?;
     for told in ralph::steer::guidance(workspace) {
         out!("guidance {told}");
     }
@@ -272,10 +272,10 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
 
 /// What the agents spent, by scope (the board, build mode's run, each thread), with the
 /// agents and the subjects under it, beside the run-wide limits.
-fn spend_status(ralph: &Ralph) -> Result<()> {
+fn spend_status(ralph: &Ralph, board: &Board) -> Result<()> {
     use ralph::__internals::spend::Totals;
     let totals = Totals::read(ralph.workspace())?;
-    let limit = spend_limit(ralph.config());
+    let limit = spend_limit(ralph.config(), board);
     if let Some(notice) = &totals.notice {
         eprintln!("warning: {notice}");
     }
@@ -298,7 +298,7 @@ fn spend_status(ralph: &Ralph) -> Result<()> {
 
 /// The run-wide spend limits `config` sets, in its keys' words: `no limit` when it sets
 /// none.
-fn spend_limit(config: &ralph::Config) -> String {
+fn spend_limit(config: &ralph::Config, board: &Board) -> String {
     let limits: Vec<String> = [
         config.max_cost_usd.map(|m| format!("max_cost_usd = {m}")),
         config.max_tokens.map(|m| format!("max_tokens = {m}")),
@@ -306,9 +306,21 @@ fn spend_limit(config: &ralph::Config) -> String {
     .into_iter()
     .flatten()
     .collect();
-    match limits.is_empty() {
-        true => "no limit".to_owned(),
-        false => format!("limit {}", limits.join(", ")),
+    if !limits.is_empty() {
+        return format!("limit {}", limits.join(", "));
+    }
+    // None in ralph.toml: the last construct run's, which a flag may have set.
+    let recorded = board.config.as_ref().map(|line| {
+        ["max_cost_usd", "max_tokens"]
+            .into_iter()
+            .filter_map(|key| line.get(key).map(|value| format!("{key} = {value}")))
+            .collect::<Vec<_>>()
+    });
+    match recorded {
+        Some(limits) if !limits.is_empty() => {
+            format!("limit {} (the last run's)", limits.join(", "))
+        }
+        _ => "no limit".to_owned(),
     }
 }
 
