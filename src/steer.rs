@@ -40,16 +40,14 @@ pub fn stop(workspace: impl AsRef<Path>) -> Result<String, Error> {
     let workspace = workspace.as_ref();
     refuse_inside_a_run("ralph stop")?;
     let run = in_progress(workspace)?;
-    let message = InboxMessage::Stop {
-        run: run.clone(),
-        at: jiff::Timestamp::now().to_string(),
-    };
-    Inbox::in_state(&workspace::state_dir(workspace))
-        .post(&message)
-        .map_err(|source| Error::Io {
-            path: workspace.join(workspace::STATE_DIR),
-            source,
-        })?;
+    let at = jiff::Timestamp::now().to_string();
+    post(
+        workspace,
+        &InboxMessage::Stop {
+            run: run.clone(),
+            at,
+        },
+    )?;
     Ok(run)
 }
 

@@ -35,6 +35,17 @@ fn script(tasks: usize) -> String {
     script
 }
 
+/// Asserts that `out` exited with `code`, showing all it printed otherwise.
+fn exited(out: &std::process::Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}{}",
+        stdout(out),
+        stderr(out)
+    );
+}
+
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@t"])
@@ -128,13 +139,7 @@ fn ralph_stop_lets_the_task_in_flight_finish_exits_4_and_the_same_command_resume
     let (child, lines, events) = construct_until_started(dir, 1);
 
     let asked = stop(dir);
-    assert_eq!(
-        asked.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&asked),
-        stderr(&asked)
-    );
+    exited(&asked, 0);
     assert!(stdout(&asked).contains("exits 4"), "{}", stdout(&asked));
     let status = command(dir, &["status"]).output().unwrap();
     assert!(
@@ -176,13 +181,7 @@ fn ralph_stop_lets_the_task_in_flight_finish_exits_4_and_the_same_command_resume
     let resumed = command(dir, &["construct", "--script", "script.toml"])
         .output()
         .unwrap();
-    assert_eq!(
-        resumed.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&resumed),
-        stderr(&resumed)
-    );
+    exited(&resumed, 0);
     assert!(
         std::fs::read_dir(dir.join(".ralph/inbox"))
             .unwrap()
@@ -204,13 +203,7 @@ fn ralph_stop_with_two_tasks_in_flight_records_both() {
     let (child, lines, events) = construct_until_started(dir, 2);
 
     let asked = stop(dir);
-    assert_eq!(
-        asked.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&asked),
-        stderr(&asked)
-    );
+    exited(&asked, 0);
 
     let (code, events) = finish(child, lines, events);
     assert_eq!(code, Some(4), "{events:#?}");
@@ -251,13 +244,7 @@ fn a_stop_with_no_run_in_progress_is_refused_never_queued() {
     let run = command(dir, &["construct", "spec.md", "--script", "script.toml"])
         .output()
         .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&run),
-        stderr(&run)
-    );
+    exited(&run, 0);
 }
 
 #[test]
@@ -290,13 +277,7 @@ esac
     let run = command(dir, &["construct", "spec.md", "--agent", "mine"])
         .output()
         .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&run),
-        stderr(&run)
-    );
+    exited(&run, 0);
     assert!(
         !dir.join(".ralph/guidance.jsonl").exists(),
         "the agent's guidance was never posted"
@@ -320,13 +301,7 @@ fn ralph_stop_now_is_sigterm_and_the_finished_event_says_143() {
     let (child, lines, events) = construct_until_started(dir, 1);
 
     let asked = command(dir, &["stop", "--now"]).output().unwrap();
-    assert_eq!(
-        asked.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&asked),
-        stderr(&asked)
-    );
+    exited(&asked, 0);
 
     let (code, events) = finish(child, lines, events);
     assert_eq!(code, Some(143), "{events:#?}");
@@ -509,13 +484,7 @@ fn tell_and_stop_reach_build_mode_between_its_sessions() {
     git(dir, &["commit", "-q", "-m", "spec"]);
     let ralph = |args: &[&str]| command(dir, args).output().unwrap();
     let planned = ralph(&["plan", "--script", "script.toml"]);
-    assert_eq!(
-        planned.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&planned),
-        stderr(&planned)
-    );
+    exited(&planned, 0);
 
     let child = command(dir, &["build", "--script", "script.toml"])
         .stdout(Stdio::piped())
@@ -543,13 +512,7 @@ fn tell_and_stop_reach_build_mode_between_its_sessions() {
         );
     }
     let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(4),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    exited(&out, 4);
     assert!(
         stdout(&out).contains("Stopped on request"),
         "{}",
@@ -563,13 +526,7 @@ fn tell_and_stop_reach_build_mode_between_its_sessions() {
     );
 
     let resumed = ralph(&["build", "--script", "script.toml"]);
-    assert_eq!(
-        resumed.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&resumed),
-        stderr(&resumed)
-    );
+    exited(&resumed, 0);
     let second = std::fs::read_to_string(dir.join("prompts/hello-2.txt")).unwrap();
     let last = &second[second
         .rfind("## Guidance from a person")

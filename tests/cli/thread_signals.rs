@@ -38,6 +38,17 @@ fn finalized(ws: &Path) {
     ok(thread(ws, script, &["finalize"]).output().unwrap());
 }
 
+/// Waits (at most 15 s) until the thread's first agent run has its log: the loop runs.
+async fn first_run_started(ws: &Path) {
+    let log = ws.join(".ralph/runs/1-greeter-r1/output.log");
+    for _ in 0..300 {
+        if log.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn ctrl_c_pauses_with_130_and_resume_continues() {
     let dir = repo().await;
@@ -60,13 +71,7 @@ async fn ctrl_c_pauses_with_130_and_resume_continues() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let log = ws.join(".ralph/runs/1-greeter-r1/output.log");
-    for _ in 0..300 {
-        if log.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    first_run_started(ws).await;
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
     // Paused by SIGINT: the exit code says so (130), as in every mode.
@@ -107,13 +112,7 @@ async fn ralph_stop_pauses_a_running_thread_after_its_iteration_with_4() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let log = ws.join(".ralph/runs/1-greeter-r1/output.log");
-    for _ in 0..300 {
-        if log.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    first_run_started(ws).await;
     let told = command(ws, &["tell", "--thread", "1-greeter", "Greet in English."])
         .output()
         .unwrap();
