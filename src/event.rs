@@ -237,6 +237,27 @@ pub enum Event {
         /// The role of the call.
         role: Role,
     },
+    /// An agent asked a person a question (`<TASK_QUESTION question="…">`): its task, spec,
+    /// issue or thread waits for the answer (`ralph answer SUBJECT "…"`) while the run goes
+    /// on with what does not depend on it. `[[hooks]]` on `needs_person` run on it too.
+    QuestionAsked {
+        /// The question's id (`q-1`).
+        id: String,
+        /// What waits for the answer: a task (`t-3`), a spec, an issue or a thread.
+        subject: String,
+        /// The role of the agent that asked.
+        role: Role,
+        /// The question.
+        question: String,
+    },
+    /// A person answered an agent's question (`ralph answer`): what asked it goes on, and
+    /// its next agent call gets the question and the answer.
+    QuestionAnswered {
+        /// The question's id.
+        id: String,
+        /// What asked it.
+        subject: String,
+    },
     /// Something went wrong that did not stop the run.
     Warning {
         /// What.
@@ -575,6 +596,8 @@ impl std::fmt::Display for Event {
             | Event::StateRepaired { .. }
             | Event::Warning { .. }
             | Event::GuidanceGiven { .. }
+            | Event::QuestionAsked { .. }
+            | Event::QuestionAnswered { .. }
             | Event::StopRequested {}
             | Event::IterationFinished { .. }
             | Event::Finished { .. } => self.write_run(f),
@@ -636,6 +659,18 @@ impl Event {
                 Some(subject) => write!(f, "guidance {id} given to the {role} agent of {subject}"),
                 None => write!(f, "guidance {id} given to the {role} agent"),
             },
+            Event::QuestionAsked {
+                id,
+                subject,
+                question,
+                ..
+            } => write!(
+                f,
+                "? {subject} asks a person ({id}): {question} — answer with: ralph answer {subject} \"…\""
+            ),
+            Event::QuestionAnswered { id, subject } => {
+                write!(f, "{subject}'s question {id} answered; it goes on")
+            }
             Event::IterationFinished { iteration } => write!(f, "iteration {iteration} finished"),
             Event::Finished { message, .. } => f.write_str(message),
             _ => Ok(()),

@@ -334,6 +334,12 @@ pub struct Task {
     /// Why the task is blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
+    /// The question its agent asked a person (`<TASK_QUESTION question="…">`): a pending
+    /// task with one waits for the answer (`ralph answer`), is not built meanwhile, and
+    /// its attempt that asked did not count against its retries. Cleared when the answer
+    /// comes, which its next attempt gets with the question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
     /// The verifier's verdict, recorded before VERIFY applies it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
@@ -423,6 +429,7 @@ impl Task {
             accepted_by: None,
             commit: None,
             kept: None,
+            question: None,
         }
     }
 
@@ -479,9 +486,9 @@ impl Task {
             .unwrap_or(Priority::Medium)
     }
 
-    /// Pending and not waiting for DECOMPOSE.
+    /// Pending, not waiting for DECOMPOSE nor for a person's answer to its question.
     pub fn is_buildable(&self) -> bool {
-        self.status == TaskStatus::Pending && self.kill_reason.is_none()
+        self.status == TaskStatus::Pending && self.kill_reason.is_none() && self.question.is_none()
     }
 
     /// Pending with a `kill_reason`: seed 000's "rejected task with kill_reason".

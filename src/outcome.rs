@@ -102,6 +102,14 @@ pub enum Outcome {
         /// What is blocked and why.
         items: Vec<BlockedItem>,
     },
+    /// An agent asked a person a question (`<TASK_QUESTION question="…">`) and nothing else
+    /// could go on while it waited for the answer ([`Config::question_wait`](crate::Config::question_wait)).
+    /// Answer with [`steer::answer`](crate::steer::answer) (`ralph answer t-3 "…"`); the same
+    /// call resumes, and the asking task's next attempt gets the question and the answer.
+    AwaitingAnswer {
+        /// Each question: what asked it (a task, an issue) as `id`, the question as `reason`.
+        questions: Vec<BlockedItem>,
+    },
     /// One iteration ran and [`Config::once`](crate::Config::once) asked for no more
     /// (seed 003's `--once`); the same call runs the next one.
     Once {
@@ -166,15 +174,18 @@ pub enum Outcome {
 
 impl Outcome {
     /// The exit code the `ralph` command uses: 0 complete or one iteration done
-    /// (`--once`), 2 limit or a declared stop with work left, 3 blocked or unverified (a
-    /// person must look), 4 stopped on request (`ralph stop`), 130 interrupted.
+    /// (`--once`), 2 limit or a declared stop with work left, 3 blocked, waiting for an
+    /// answer or unverified (a person must look), 4 stopped on request (`ralph stop`), 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
             Outcome::Complete { .. } | Outcome::Once { .. } | Outcome::Planned { .. } => 0,
             Outcome::MaxIterations { .. }
             | Outcome::Declared { .. }
             | Outcome::BudgetExhausted { .. } => 2,
-            Outcome::Blocked { .. } | Outcome::GateBroken { .. } | Outcome::Unverified { .. } => 3,
+            Outcome::Blocked { .. }
+            | Outcome::AwaitingAnswer { .. }
+            | Outcome::GateBroken { .. }
+            | Outcome::Unverified { .. } => 3,
             Outcome::Stopped { .. } => 4,
             Outcome::Interrupted => 130,
         }
@@ -190,6 +201,7 @@ impl Outcome {
         // No wildcard: a new outcome must be placed here.
         match self {
             Outcome::Blocked { .. }
+            | Outcome::AwaitingAnswer { .. }
             | Outcome::Unverified { .. }
             | Outcome::GateBroken { .. }
             | Outcome::BudgetExhausted { .. } => true,
@@ -242,6 +254,7 @@ impl fmt::Display for Outcome {
                 }
                 Ok(())
             }
+            Outcome::AwaitingAnswer { questions } => awaiting(f, questions),
             Outcome::Stopped { remaining } => write!(
                 f,
                 "Stopped on request: what was in flight is recorded, {remaining} {} left; run \
@@ -290,6 +303,24 @@ impl Outcome {
         evidence(f, gates, verifier, people, *gap_analysis)?;
         f.write_str(".")
     }
+}
+
+/// "Waiting for an answer: 1 question of an agent waits for a person", then each question.
+fn awaiting(f: &mut fmt::Formatter<'_>, questions: &[BlockedItem]) -> fmt::Result {
+    write!(
+        f,
+        "Waiting for an answer: {} {} for a person (ralph answer ID \"…\"), the state saved",
+        questions.len(),
+        plural(
+            questions.len(),
+            "agent's question waits",
+            "agents' questions wait"
+        ),
+    )?;
+    for item in questions {
+        write!(f, "\n  {} asks: {}", item.id, item.reason)?;
+    }
+    Ok(())
 }
 
 /// "Stopped: gate test failed the same way for 3 tasks in a row (…)", with the first line of

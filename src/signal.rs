@@ -1,5 +1,5 @@
-//! The one marker parser: `<TASK_DONE>`, `<TASK_BLOCKED reason="…">`, `RALPH_DONE`,
-//! `PLAN_INVALIDATION: <reason>`.
+//! The one marker parser: `<TASK_DONE>`, `<TASK_BLOCKED reason="…">`,
+//! `<TASK_QUESTION question="…">`, `RALPH_DONE`, `PLAN_INVALIDATION: <reason>`.
 //!
 //! Other Ralph loops ended early because the model echoed its instructions (which contain the
 //! promise tag), mentioned the tag in prose, or because a regex ran on raw JSON lines. Here a
@@ -12,7 +12,9 @@
 //!   leading and trailing spaces and the `\r` of CRLF are ignored. Nothing else may share the
 //!   line: a marker in a sentence, after a `> ` quote prefix, in a list item or in backticks
 //!   is text.
-//! * `<TASK_DONE>` and `RALPH_DONE` count only as the **last non-empty line**.
+//! * `<TASK_DONE>`, `<TASK_QUESTION question="…">` and `RALPH_DONE` count only as the
+//!   **last non-empty line**. A question's text is read as a blocked line's reason is
+//!   (`question='…'` too, the same entities); a question with no text is no marker.
 //! * `<TASK_BLOCKED reason="…">` counts as any line. The reason is everything between
 //!   `reason="` and the final `">`, so quotes inside it survive; `reason='…'` works the same
 //!   way. The entities `&quot; &amp; &lt; &gt; &#39;` are decoded, in one pass.
@@ -22,7 +24,8 @@
 //! * Lines in a fenced code block (```` ``` ```` or `~~~`, at most three spaces of indent, an
 //!   optional info string; an unclosed fence runs to the end) never count. A fence line is
 //!   not a marker either, so an answer that ends inside or with a fence is never done.
-//! * `<TASK_DONE>` with any `<TASK_BLOCKED …>` line is [`TaskSignal::Conflict`]. Of several
+//! * `<TASK_DONE>` or a question with any `<TASK_BLOCKED …>` line is
+//!   [`TaskSignal::Conflict`]. Of several
 //!   blocked lines the last one's reason wins; of several plan invalidations the first.
 //! * Markers are case-sensitive and exact: `<task_done>`, `<TASK_DONE/>`, `</TASK_DONE>` and
 //!   `<TASK_DONE>.` are text.
@@ -60,6 +63,12 @@ pub enum TaskSignal {
         /// The reason, unescaped. Empty for a bare `<TASK_BLOCKED>` (or `reason=""`); the
         /// engine substitutes a default reason then.
         reason: String,
+    },
+    /// `<TASK_QUESTION question="…">` as the last non-empty line: the agent needs a
+    /// person's answer to go on.
+    Question {
+        /// The question, unescaped; never empty.
+        question: String,
     },
     /// Markers that contradict each other; counts as neither.
     Conflict,
@@ -115,6 +124,7 @@ pub struct Markers {
 const TASK_DONE: &str = "<TASK_DONE>";
 const RALPH_DONE: &str = "RALPH_DONE";
 const TASK_BLOCKED: &str = "<TASK_BLOCKED";
+const TASK_QUESTION: &str = "<TASK_QUESTION";
 const PLAN_INVALIDATION: &str = "PLAN_INVALIDATION:";
 
 /// Parses the markers of an agent's final answer; see the module docs for the rules.
@@ -140,13 +150,20 @@ const PLAN_INVALIDATION: &str = "PLAN_INVALIDATION:";
 pub fn parse(final_answer: &str) -> Markers {
     let scan = AnswerScan::of(final_answer);
     let done = scan.last == Some(TASK_DONE);
-    let task = match (done, scan.blocked) {
-        (true, Some(_)) => TaskSignal::Conflict,
-        (true, None) => TaskSignal::Done,
-        (false, Some(raw)) => TaskSignal::Blocked {
+    let question = scan
+        .last
+        .and_then(|line| quoted_attribute(line, TASK_QUESTION, "question"))
+        .filter(|raw| !raw.trim().is_empty());
+    let task = match (done, question, scan.blocked) {
+        (true, _, Some(_)) | (_, Some(_), Some(_)) => TaskSignal::Conflict,
+        (true, _, None) => TaskSignal::Done,
+        (false, Some(raw), None) => TaskSignal::Question {
+            question: decode_entities(raw).trim().to_owned(),
+        },
+        (false, None, Some(raw)) => TaskSignal::Blocked {
             reason: decode_entities(raw),
         },
-        (false, None) => TaskSignal::None,
+        (false, None, None) => TaskSignal::None,
     };
     Markers {
         task,
@@ -222,11 +239,21 @@ impl<'a> AnswerScan<'a> {
 /// The raw reason of a `<TASK_BLOCKED …>` line: `""` for a bare tag, otherwise what lies
 /// between `reason="` and the final `">` (or the same with single quotes).
 fn blocked_reason(line: &str) -> Option<&str> {
-    let rest = line.strip_prefix(TASK_BLOCKED)?;
-    if rest == ">" {
+    if line.strip_prefix(TASK_BLOCKED) == Some(">") {
         return Some("");
     }
-    let quoted = rest.strip_prefix(" reason=")?;
+    quoted_attribute(line, TASK_BLOCKED, "reason")
+}
+
+/// The raw value of a tag's one attribute, `<TAG name="value">` (or with single quotes):
+/// what lies between the opening quote and the final quote and `>`, so quotes inside it
+/// survive.
+fn quoted_attribute<'a>(line: &'a str, tag: &str, name: &str) -> Option<&'a str> {
+    let quoted = line
+        .strip_prefix(tag)?
+        .strip_prefix(' ')?
+        .strip_prefix(name)?
+        .strip_prefix('=')?;
     let inner = |open: &str, close: &str| quoted.strip_prefix(open)?.strip_suffix(close);
     inner("\"", "\">").or_else(|| inner("'", "'>"))
 }
@@ -382,6 +409,12 @@ mod tests {
         })
     }
 
+    fn question(text: &str) -> Markers {
+        markers(TaskSignal::Question {
+            question: text.to_owned(),
+        })
+    }
+
     fn ralph_done() -> Markers {
         Markers {
             ralph_done: true,
@@ -487,6 +520,27 @@ mod tests {
         "<TASK_DONE>\n<TASK_BLOCKED reason=\"no db\">",
         blocked("no db")
     )]
+    // Questions.
+    #[case::question(
+        "I need a decision.\n<TASK_QUESTION question=\"Postgres or SQLite?\">\n",
+        question("Postgres or SQLite?")
+    )]
+    #[case::question_single_quoted(
+        "<TASK_QUESTION question='the \"v2\" API?'>",
+        question("the \"v2\" API?")
+    )]
+    #[case::question_entities("<TASK_QUESTION question=\"a &amp; b?\">", question("a & b?"))]
+    #[case::question_not_last("<TASK_QUESTION question=\"x?\">\nI went on anyway.", none())]
+    #[case::question_empty("<TASK_QUESTION question=\"  \">", none())]
+    #[case::question_bare("<TASK_QUESTION>", none())]
+    #[case::question_quoted("> <TASK_QUESTION question=\"x?\">", none())]
+    #[case::question_in_fence("```\n<TASK_QUESTION question=\"x?\">\n```", none())]
+    #[case::question_in_sentence("Ask: <TASK_QUESTION question=\"x?\">", none())]
+    #[case::question_and_blocked_conflict(
+        "<TASK_BLOCKED reason=\"no db\">\n<TASK_QUESTION question=\"x?\">",
+        conflict()
+    )]
+    #[case::question_after_done("<TASK_DONE>\n<TASK_QUESTION question=\"x?\">", question("x?"))]
     // Plan invalidation.
     #[case::plan_invalidation(
         "Verdict: fail.\nPLAN_INVALIDATION: wrong crate\nMore.",

@@ -1,5 +1,5 @@
-//! Steering a run from outside it: `ralph tell` and `ralph stop` from another terminal, and
-//! the signals a terminal or a CI runner sends.
+//! Steering a run from outside it: `ralph tell`, `ralph answer` and `ralph stop` from
+//! another terminal, and the signals a terminal or a CI runner sends.
 //!
 //! A steering call never waits for the workspace's lock the run holds: it posts a message
 //! to the workspace's inbox (`.ralph/inbox/`), which the run reads between steps. Each call
@@ -21,6 +21,7 @@ use crate::process::StopToken;
 use crate::runtime::error::{EditError, Error};
 use crate::runtime::guidance::{Journal, MAX_TEXT, Told};
 use crate::runtime::inbox::{Inbox, InboxMessage};
+use crate::runtime::questions::{Answered, Questions};
 use crate::runtime::workspace;
 
 /// Asks the run in progress on `workspace` to stop gently: the agent runs and gates in
@@ -172,17 +173,14 @@ pub fn tell(
 ) -> Result<String, Error> {
     let workspace = workspace.as_ref();
     refuse_inside_a_run("ralph tell")?;
-    let text = checked_text(text)?;
+    let text = checked_text("tell", text)?;
     let state = workspace::state_dir(workspace);
     let _posting = posting(workspace)?;
     let id = Journal::in_state(&state).standing(true).next_id();
     let told = Told {
         id: id.clone(),
         text,
-        from: from
-            .map(str::to_owned)
-            .or_else(|| std::env::var("USER").ok())
-            .unwrap_or_else(|| "a person".into()),
+        from: who(from),
         at: jiff::Timestamp::now().to_string(),
         scope: scope.map(str::to_owned),
     };
@@ -221,6 +219,81 @@ pub fn withdraw(workspace: impl AsRef<Path>, id: &str) -> Result<(), Error> {
     post(workspace, &InboxMessage::Withdraw { id: id.into(), at })
 }
 
+/// Answers the question an agent asked about `subject` (`ralph answer t-3 "TEXT"`): a task
+/// (`t-3`; in build mode `SPEC/t-3`, or a spec's id for its planner), an issue or a thread.
+/// The answer reaches the next agent call of that subject, in a run in progress (without a
+/// restart) or the next one, as a section of its prompt with the question; where the
+/// asking attempt's changes were set aside, they are given back to it. `from` names who
+/// answered (default: `$USER`). Returns the question's id, `q-<n>`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), ralph::Error> {
+/// for (subject, question, _age) in ralph::steer::questions(".") {
+///     println!("{subject} asks: {question}");
+/// }
+/// ralph::steer::answer(".", "t-3", "Use SQLite; we ship one binary.", Some("ana"))?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Edit`] with [`EditError::Invalid`] when no question of `subject` waits for an
+/// answer (naming those that do), or for an empty text, one over 16 KiB, or one holding a
+/// control character; [`Error::InsideARun`] from an agent's, a gate's or a hook's process;
+/// [`Error::Io`] when the inbox cannot be written.
+pub fn answer(
+    workspace: impl AsRef<Path>,
+    subject: &str,
+    text: &str,
+    from: Option<&str>,
+) -> Result<String, Error> {
+    let workspace = workspace.as_ref();
+    refuse_inside_a_run("ralph answer")?;
+    let text = checked_text("answer", text)?;
+    let _posting = posting(workspace)?;
+    let open = Questions::in_state(&workspace::state_dir(workspace)).open(true);
+    let Some(question) = open.waiting_on(subject) else {
+        let waiting: Vec<&str> = open
+            .unanswered()
+            .map(|q| q.asked.subject.as_str())
+            .collect();
+        return Err(EditError::Invalid {
+            edit: "answer",
+            field: "subject".into(),
+            reason: format!(
+                "no question of {subject:?} waits for an answer (waiting: {})",
+                if waiting.is_empty() {
+                    "none".into()
+                } else {
+                    waiting.join(", ")
+                }
+            ),
+        }
+        .into());
+    };
+    let id = question.asked.id.clone();
+    let answered = Answered {
+        id: id.clone(),
+        subject: subject.to_owned(),
+        text,
+        from: who(from),
+        at: jiff::Timestamp::now().to_string(),
+    };
+    post(workspace, &InboxMessage::Answer(answered))?;
+    Ok(id)
+}
+
+/// The questions on `workspace` that wait for a person's answer, oldest first: the subject,
+/// the question, and how long it has waited (`12m`). What `ralph status` lists.
+pub fn questions(workspace: impl AsRef<Path>) -> Vec<(String, String, String)> {
+    Questions::in_state(&workspace::state_dir(workspace.as_ref()))
+        .open(true)
+        .unanswered()
+        .map(|q| (q.asked.subject.clone(), q.asked.question.clone(), q.age()))
+        .collect()
+}
+
 /// The guidance in force on `workspace`, oldest first, one line each (`g-1 (for t-3, from
 /// ana, 2026-…): text`): what `ralph status` lists, a run's and what waits for the next.
 pub fn guidance(workspace: impl AsRef<Path>) -> Vec<String> {
@@ -232,9 +305,18 @@ pub fn guidance(workspace: impl AsRef<Path>) -> Vec<String> {
         .collect()
 }
 
-fn checked_text(text: &str) -> Result<String, Error> {
+/// Who said it: `from`, else the user's login name.
+fn who(from: Option<&str>) -> String {
+    from.map(str::to_owned)
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "a person".into())
+}
+
+/// A person's `text` for `edit` (`tell`, `answer`), trimmed; refused when empty, too long,
+/// or holding a control character.
+fn checked_text(edit: &'static str, text: &str) -> Result<String, Error> {
     let invalid = |reason: String| EditError::Invalid {
-        edit: "tell",
+        edit,
         field: "text".into(),
         reason,
     };

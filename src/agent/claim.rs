@@ -13,6 +13,10 @@ pub enum Claim {
     Done,
     /// `<TASK_BLOCKED reason="…">`: the task waits for a person, for this reason.
     Blocked(String),
+    /// `<TASK_QUESTION question="…">` as the last line: the agent needs a person's answer
+    /// to go on (`ralph answer`); the task waits for it, without counting the attempt as a
+    /// failure.
+    Question(String),
     /// No valid claim: the attempt failed; this goes into the next attempt's prompt.
     NotDone(String),
 }
@@ -25,8 +29,9 @@ pub(crate) fn of(final_text: &str) -> Claim {
             Claim::Blocked("the agent gave no reason".into())
         }
         TaskSignal::Blocked { reason } => Claim::Blocked(reason),
+        TaskSignal::Question { question } => Claim::Question(question),
         TaskSignal::Conflict => Claim::NotDone(
-            "Your final answer contained both <TASK_DONE> and <TASK_BLOCKED …>; end it with exactly one of them.".into(),
+            "Your final answer contained more than one of <TASK_DONE>, <TASK_BLOCKED …> and <TASK_QUESTION …>; end it with exactly one of them.".into(),
         ),
         _ if fenced_marker(final_text) => Claim::NotDone(
             "Your final answer had <TASK_DONE> on a line of its own but inside a code fence (```), where a marker does not count, so the task was not counted as done; end the answer with <TASK_DONE> as its last line, outside any fence.".into(),
@@ -59,6 +64,10 @@ mod tests {
         assert_eq!(
             of("<TASK_BLOCKED>"),
             Claim::Blocked("the agent gave no reason".into())
+        );
+        assert_eq!(
+            of("Which one?\n<TASK_QUESTION question=\"Postgres or SQLite?\">"),
+            Claim::Question("Postgres or SQLite?".into())
         );
         assert!(matches!(
             of("I will print <TASK_DONE> later."),

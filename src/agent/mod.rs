@@ -77,6 +77,17 @@ impl Role {
         !matches!(self, Role::Build | Role::Planner)
     }
 
+    /// Whether this role may end its answer with a question for a person
+    /// (`<TASK_QUESTION question="…">`, or a structured role's `question` field): the roles
+    /// that make the work. A verifier, the gap analysis and the decomposer give a verdict;
+    /// a question from one of them is an invalid answer.
+    pub fn may_ask(self) -> bool {
+        matches!(
+            self,
+            Role::Build | Role::Investigate | Role::Breakdown | Role::Planner
+        )
+    }
+
     /// Whether this role may change files (planner-like roles must not).
     pub fn may_write(self) -> bool {
         matches!(self, Role::Build)

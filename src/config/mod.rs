@@ -13,6 +13,7 @@
 //! transient_retries = 4
 //! transient_backoff = "2s"
 //! unreachable_after = "60s" # an agent printing only connection errors this long is stopped
+//! question_wait = "30m"     # how long a run waits for `ralph answer` (default 0s under CI)
 //! log_dir = "build/ralph-logs"
 //! log_files_kept = 1000   # the oldest logs beyond it are deleted
 //! once = false            # stop after one iteration (seed 003's --once)
@@ -188,6 +189,13 @@ pub struct Config {
     /// the agent announced for a rate limit is no connection error. Default 60s.
     #[serde(with = "duration")]
     pub unreachable_after: Duration,
+    /// How long a run waits for a person's answer (`ralph answer`) once an agent's question
+    /// is all that keeps it from going on (every other task done or waiting on it); then it
+    /// ends waiting for the answer (exit 3), its state saved. `ralph stop` and a signal end
+    /// the wait. Default: none set, which is 0s under `CI=true` or without a terminal, 30m
+    /// otherwise ([`question_wait_or_default`](Self::question_wait_or_default)).
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
+    pub question_wait: Option<Duration>,
     /// Context-pressure tiers.
     pub context: ContextThresholds,
     /// Quality gates, run in order after an agent claims a task done.
@@ -268,6 +276,22 @@ pub struct Config {
     pub max_tokens: Option<u64>,
 }
 
+impl Config {
+    /// [`question_wait`](Self::question_wait), or its default where none is set: 0s under
+    /// `CI=true` or without a terminal on standard input (nobody is there to answer), 30m
+    /// otherwise.
+    pub fn question_wait_or_default(&self) -> Duration {
+        use std::io::IsTerminal;
+        self.question_wait.unwrap_or_else(|| {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            match ci || !std::io::stdin().is_terminal() {
+                true => Duration::ZERO,
+                false => Duration::from_secs(30 * 60),
+            }
+        })
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -282,6 +306,7 @@ impl Default for Config {
             transient_retries: 4,
             transient_backoff: Duration::from_secs(2),
             unreachable_after: Duration::from_secs(60),
+            question_wait: None,
             context: ContextThresholds::default(),
             gates: Vec::new(),
             hooks: Vec::new(),

@@ -184,7 +184,7 @@ pub(crate) const NEEDS_PERSON: &str = "needs_person";
 /// [`Event`](crate::Event) (as `--json` prints it), then the hook-level [`NEEDS_PERSON`].
 /// `budget_exhausted` is the event of a run refused at the run-wide budget. A test in `runtime::hooks` checks that every event's tag is
 /// here.
-pub(crate) const HOOK_EVENTS: [&str; 33] = [
+pub(crate) const HOOK_EVENTS: [&str; 35] = [
     "stage_entered",
     "issue_investigated",
     "task_started",
@@ -207,6 +207,8 @@ pub(crate) const HOOK_EVENTS: [&str; 33] = [
     "rate_limited",
     "state_repaired",
     "guidance_given",
+    "question_asked",
+    "question_answered",
     "stop_requested",
     "warning",
     "iteration_finished",

@@ -250,6 +250,11 @@ impl Config {
             ("unreachable_after", self.unreachable_after, MAX_TIMEOUT),
             ("grace", self.grace, MAX_WAIT),
             ("transient_backoff", self.transient_backoff, MAX_WAIT),
+            (
+                "question_wait",
+                self.question_wait.unwrap_or_default(),
+                MAX_TIMEOUT,
+            ),
         ];
         let gates = self.gates.iter().enumerate().map(|(i, g)| (i, g.timeout));
         let hooks = self.hooks.iter().enumerate().map(|(i, h)| (i, h.timeout));

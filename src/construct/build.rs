@@ -29,6 +29,8 @@ use crate::time::now_rfc3339;
 pub(super) enum TaskEnd {
     Done,
     Blocked,
+    /// Its agent asked a person a question: the task waits for the answer.
+    Asked,
     Killed,
     Interrupted,
     /// The run stops with this outcome.
@@ -99,7 +101,7 @@ impl Engine {
             }
             match self.build_task(&id).await? {
                 TaskEnd::Done => queue.finished(&id),
-                TaskEnd::Blocked => {}
+                TaskEnd::Blocked | TaskEnd::Asked => {}
                 TaskEnd::Killed => break,
                 TaskEnd::Interrupted => return Ok(Flow::Interrupted),
                 TaskEnd::Stop(outcome) => return Ok(Flow::Stop(outcome)),
@@ -118,6 +120,7 @@ impl Engine {
         // Nothing kept, or the kept work conflicts with what was merged since: built anew.
         let task = self.task(id)?;
         self.begin_turn(&task).await?;
+        self.give_back_asked(&task).await?;
         let end = self.attempts(id).await?;
         self.end_turn(&task, &end).await?;
         Ok(end)
@@ -208,6 +211,7 @@ impl Engine {
                 self.finish_task(after, memo).await?
             }
             AttemptEnd::Blocked(reason) => self.block_task(after, reason, memo).await?,
+            AttemptEnd::Question(question) => self.ask_task(after, question, memo).await?,
             AttemptEnd::Killed(reason) => self.kill_task(after, reason, attempt.log, memo).await?,
             AttemptEnd::Interrupted => TaskEnd::Interrupted,
             // The last allowed attempt failed: blocked now, with no retry announced.
@@ -258,6 +262,10 @@ impl Engine {
             (AttemptEnd::Blocked(reason), _) => {
                 (format!("blocked: {reason}"), "a person decides".to_owned())
             }
+            (AttemptEnd::Question(question), _) => (
+                format!("asked a person: {}", first_line(question)),
+                "the same attempt again, with the answer".to_owned(),
+            ),
             (AttemptEnd::Failed(_), Some(gate)) => {
                 (format!("gates failed: {gate}"), retry_or_block())
             }
@@ -368,6 +376,29 @@ impl Engine {
         self.commit(with_memo(task, memo)).await?;
         self.emit(Event::TaskBlocked { task: id, reason });
         Ok(TaskEnd::Blocked)
+    }
+
+    /// Records the question `task`'s agent asked: the task waits for a person's answer,
+    /// and the attempt that asked does not count against its retries.
+    async fn ask_task(
+        &mut self,
+        mut task: Task,
+        question: String,
+        memo: Option<Change>,
+    ) -> Result<TaskEnd, Error> {
+        // The journal first: a question whose task a crash left unmarked is answered, harmlessly.
+        crate::runtime::questions::record(
+            &self.ctx.workspace,
+            &self.emitter,
+            task.id.as_str(),
+            Role::Build,
+            &question,
+        )?;
+        task.retry_base = task.retry_base.saturating_add(1);
+        task.last_failure = None;
+        task.question = Some(question);
+        self.commit(with_memo(task, memo)).await?;
+        Ok(TaskEnd::Asked)
     }
 
     async fn retry_task(

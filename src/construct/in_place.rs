@@ -19,6 +19,10 @@ use crate::runtime::attempt::{Attempt, AttemptEnd};
 use crate::runtime::error::Error;
 use crate::runtime::home::TurnNote;
 
+/// Why a task's work is set aside while its agent's question waits: the stash entry's
+/// suffix, by which it is found again.
+const WAITS_FOR_AN_ANSWER: &str = "waits for a person's answer";
+
 impl Engine {
     /// Begins `task`'s turn in place: takes up its own interrupted turn, or first sets aside
     /// another task's leftovers.
@@ -100,6 +104,7 @@ impl Engine {
         let why = match end {
             TaskEnd::Done => None,
             TaskEnd::Blocked => Some("blocked"),
+            TaskEnd::Asked => Some(WAITS_FOR_AN_ANSWER),
             TaskEnd::Killed => Some("killed by a limit; its subtasks start afresh"),
             TaskEnd::Interrupted | TaskEnd::Stop(_) => return Ok(()),
         };
@@ -109,6 +114,40 @@ impl Engine {
             }
             _ => Ok(home.end_turn()?),
         }
+    }
+
+    /// Gives back what `task`'s attempt that asked a person a question left (its stash
+    /// entry), now that the answer is there: its next attempt goes on from it. A pop that
+    /// conflicts leaves the entry, and says so.
+    pub(super) async fn give_back_asked(&mut self, task: &Task) -> Result<(), Error> {
+        let Some(home) = &self.home else {
+            return Ok(());
+        };
+        let state = crate::runtime::workspace::state_dir(&self.ctx.workspace);
+        let questions = crate::runtime::questions::Questions::in_state(&state);
+        if questions
+            .open(false)
+            .answered_for(task.id.as_str())
+            .is_none()
+        {
+            return Ok(());
+        }
+        let label = format!(
+            "ralph: {}'s unfinished work ({WAITS_FOR_AN_ANSWER})",
+            task.id
+        );
+        let Some((entry, _)) = home.git().stash_named(&label).await? else {
+            return Ok(());
+        };
+        if let Err(e) = home.git().stash_pop(&entry).await {
+            self.emit(Event::Warning {
+                message: format!(
+                    "{}'s unfinished work from before its question did not apply ({e}); it                      stays in `git stash list` as \"{label}\"",
+                    task.id
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Moves what `turn` changed into a stash entry, and says so.

@@ -110,6 +110,9 @@ pub(crate) async fn run(
     crate::runtime::error::after_hooks(result, hooks)
 }
 
+/// How often a run waiting for an answer looks at its inbox.
+const ANSWER_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// One construct run.
 pub(crate) struct Engine {
     ctx: Arc<Context>,
@@ -285,7 +288,14 @@ impl Engine {
                 self.emit(Event::Warning { message });
             }
             self.reload_if_edited().await?;
+            self.take_answers().await?;
             let stage = self.board.stage();
+            if stage == Stage::Blocked && self.questions_waiting().next().is_some() {
+                match self.wait_for_answers().await? {
+                    None => continue,
+                    Some(outcome) => return Ok(self.finish(outcome).await),
+                }
+            }
             if stage == Stage::Complete && !self.board.declared_complete {
                 match self.gates_on_final_tree().await? {
                     None => {}
@@ -304,6 +314,82 @@ impl Engine {
                 Flow::Continue => {}
                 Flow::Interrupted => return Ok(self.finish(Outcome::Interrupted).await),
                 Flow::Stop(outcome) => return Ok(self.finish(outcome).await),
+            }
+        }
+    }
+
+    /// The tasks waiting for a person's answer to their agent's question.
+    fn questions_waiting(&self) -> impl Iterator<Item = &Task> {
+        self.board
+            .tasks
+            .values()
+            .filter(|t| t.question.is_some() && t.status == TaskStatus::Pending)
+    }
+
+    /// Takes in the answers a person posted (`ralph answer`): a task whose question is
+    /// answered is built again, and its next attempt gets the question and the answer.
+    /// Returns whether one was.
+    async fn take_answers(&mut self) -> Result<bool, Error> {
+        let waiting: Vec<String> = self.questions_waiting().map(|t| t.id.to_string()).collect();
+        if waiting.is_empty() {
+            return Ok(false);
+        }
+        let answered = crate::runtime::questions::answered(
+            &self.ctx.workspace,
+            &self.emitter,
+            waiting.iter().map(String::as_str),
+        );
+        let mut changes = Vec::new();
+        for id in answered {
+            let mut task = self.task(&TaskId::new(id))?;
+            task.question = None;
+            changes.push(Change::Task(task));
+        }
+        let any = !changes.is_empty();
+        if any {
+            self.commit(changes).await?;
+        }
+        Ok(any)
+    }
+
+    /// Nothing can go on but what waits for a person's answer: waits for one up to
+    /// `question_wait`, then ends the run waiting for it. `None` when an answer came; a stop
+    /// or a signal ends the wait with its own outcome.
+    async fn wait_for_answers(&mut self) -> Result<Option<Outcome>, Error> {
+        let wait = self.config().question_wait_or_default();
+        let until = tokio::time::Instant::now() + wait;
+        if !wait.is_zero() {
+            self.emit(Event::Warning {
+                message: format!(
+                    "nothing else can go on: waiting up to {} for an answer (ralph answer ID \"…\")",
+                    humantime::format_duration(wait)
+                ),
+            });
+        }
+        loop {
+            if self.take_answers().await? {
+                return Ok(None);
+            }
+            if self.stopped() {
+                return Ok(Some(Outcome::Interrupted));
+            }
+            if let Some(Flow::Stop(outcome)) = self.asked_to_stop() {
+                return Ok(Some(outcome));
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                let questions = self
+                    .questions_waiting()
+                    .map(|t| {
+                        BlockedItem::new(t.id.as_str(), t.question.clone().unwrap_or_default())
+                    })
+                    .collect();
+                return Ok(Some(Outcome::AwaitingAnswer { questions }));
+            }
+            let stop = self.ctx.stop.clone();
+            tokio::select! {
+                () = tokio::time::sleep(left.min(ANSWER_POLL)) => {}
+                () = stop.stopped() => {}
             }
         }
     }
@@ -934,6 +1020,12 @@ fn blocked_items(board: &Board) -> Vec<BlockedItem> {
     for task in board.remaining_tasks() {
         let reason = match task.status {
             TaskStatus::Blocked => task.blocked_reason.clone().unwrap_or_default(),
+            TaskStatus::Pending if task.question.is_some() => {
+                format!(
+                    "asks a person: {}",
+                    task.question.as_deref().unwrap_or_default()
+                )
+            }
             TaskStatus::Pending => {
                 let waiting: Vec<&str> = task
                     .deps

@@ -9,8 +9,9 @@
 //! waits for that one to end (see [`MergeOrder`]). When the rebase conflicts with work
 //! merged meanwhile, the attempt fails with the conflicting paths as its retry reason, and
 //! the next attempt starts from the new head. Every other ending is the same as
-//! one task at a time. The work tree and branch are removed when the attempt ends; those of
-//! a killed run are removed at the next start (see `runtime::worktrees`).
+//! one task at a time. The work tree and branch are removed when the attempt ends (kept
+//! while the task's agent waits for the answer to its question); those of a killed run are
+//! removed at the next start (see `runtime::worktrees`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -145,7 +146,7 @@ impl Engine {
             None if run.flow.is_none() && !self.stopped() && !self.lock.stop_asked() => {
                 self.start_in_work_tree(run, &id, deadline).await?;
             }
-            None | Some(TaskEnd::Blocked) => {}
+            None | Some(TaskEnd::Blocked | TaskEnd::Asked) => {}
             Some(TaskEnd::Done) => run.queue.finished(&id),
             Some(TaskEnd::Killed) => {
                 run.flow.get_or_insert(Flow::Continue);
@@ -232,13 +233,16 @@ impl Engine {
         self.settle(&task, attempt).await
     }
 
-    /// Removes `task`'s work tree, and its branch unless `attempt` keeps work on it.
+    /// Removes `task`'s work tree, and its branch unless `attempt` keeps work on it. The
+    /// work tree of an attempt that asked a person a question is kept, with its branch,
+    /// for the attempt after the answer.
     async fn remove_work_tree(&self, task: &Task, attempt: &Attempt) -> Result<(), Error> {
         let workspace = self.ctx.workspace.clone();
         let git = self.ctx.git(&workspace);
-        match attempt.kept {
-            Some(_) => worktrees::remove_keeping_branch(&git, &workspace, &task.id).await?,
-            None => worktrees::remove(&git, &workspace, &task.id).await?,
+        match (&attempt.end, &attempt.kept) {
+            (AttemptEnd::Question(_), _) => worktrees::keep_for_answer(&workspace, &task.id)?,
+            (_, Some(_)) => worktrees::remove_keeping_branch(&git, &workspace, &task.id).await?,
+            (_, None) => worktrees::remove(&git, &workspace, &task.id).await?,
         }
         Ok(())
     }
@@ -365,7 +369,18 @@ async fn attempt_in_work_tree(
         deadline,
     } = start;
     let git = worker.ctx.git(workspace);
-    let path = worktrees::add(&git, workspace, &task.id, base).await?;
+    // The work tree kept while the task's question waited goes on from where it was.
+    let (path, base) = match worktrees::take_kept(workspace, &task.id) {
+        Some(path) => {
+            let head = worker.ctx.git(&path).head().await?;
+            (path, head.unwrap_or_else(|| base.to_owned()))
+        }
+        None => (
+            worktrees::add(&git, workspace, &task.id, base).await?,
+            base.to_owned(),
+        ),
+    };
+    let base = base.as_str();
     let tree = worker.ctx.git(&path);
     let attempt = worker
         .in_work_tree(path.clone())

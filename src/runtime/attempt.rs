@@ -29,6 +29,9 @@ pub(crate) enum AttemptEnd {
     Blocked(String),
     /// The attempt did not pass: the failure for the next attempt's prompt.
     Failed(String),
+    /// The agent asked a person this question (`<TASK_QUESTION question="…">`): the task
+    /// waits for the answer; the attempt is no failure.
+    Question(String),
     /// A limit stopped the agent, or the step's deadline stopped a gate.
     Killed(KillReason),
     /// The run was stopped.
@@ -140,6 +143,7 @@ pub(crate) async fn run(
             end
         }
         Claim::Blocked(reason) => AttemptEnd::Blocked(reason),
+        Claim::Question(question) => AttemptEnd::Question(question),
         Claim::NotDone(why) => AttemptEnd::Failed(why),
     };
     Ok(attempt)

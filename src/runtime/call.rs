@@ -19,6 +19,7 @@ use super::deadline::until_deadline;
 use super::error::Error;
 use super::guidance::{ForCall, Journal};
 use super::logs::{Emitter, unused};
+use super::questions::{Question, Questions};
 use super::read_only::{Guard, Snapshot};
 use super::spend::{self, Budget};
 use crate::agent::is_connection_error;
@@ -456,7 +457,8 @@ impl Caller {
         let log = unused(&call.log);
         let token = self.stop.child();
         let run_id = spend::run_id();
-        let request = self.request(call, schema, &log, &token, &run_id);
+        let answered = self.answered(call);
+        let request = self.request(call, schema, &log, &token, &run_id, answered.as_ref());
         let span = tracing::info_span!(
             target: "ralph",
             "agent",
@@ -480,7 +482,38 @@ impl Caller {
         };
         self.say_finished(call, &run);
         self.record_spend(call, &run, run_id);
-        Ok(self.judged(self.classify(run, call.deadline), breach))
+        let run = self.judged(self.classify(run, call.deadline), breach);
+        if let (Some(question), AgentExit::Completed) = (&answered, &run.exit) {
+            self.close_question(question);
+        }
+        Ok(run)
+    }
+
+    /// The question `call`'s subject asked and a person answered (`ralph answer`), which
+    /// its next call of a role that may ask gets in its prompt. One that cannot be read
+    /// is a warning, not the call's end.
+    fn answered(&self, call: &Call) -> Option<Question> {
+        let subject = call.subject.as_deref().filter(|_| call.role.may_ask())?;
+        let questions = Questions::in_state(&super::workspace::state_dir(&self.workspace));
+        questions.for_call(subject).unwrap_or_else(|e| {
+            self.emitter.emit(&Event::Warning {
+                message: format!("could not read the answers of `ralph answer`: {e}"),
+            });
+            None
+        })
+    }
+
+    /// Closes `question`: its answer reached an agent that gave a final answer.
+    fn close_question(&self, question: &Question) {
+        let questions = Questions::in_state(&super::workspace::state_dir(&self.workspace));
+        if let Err(e) = questions.given(&question.asked.id) {
+            self.emitter.emit(&Event::Warning {
+                message: format!(
+                    "the answer to {} was given but not marked so; the next call gets it again: {e}",
+                    question.asked.id
+                ),
+            });
+        }
     }
 
     /// The request of one run of `call`, logging to `log`, stopped by `token`, its spend
@@ -492,10 +525,17 @@ impl Caller {
         log: &Path,
         token: &StopToken,
         run_id: &str,
+        answered: Option<&Question>,
     ) -> AgentRequest {
         let remaining = call.deadline.saturating_duration_since(Instant::now());
         let works_in = self.work_tree.as_ref().unwrap_or(&self.workspace);
-        let prompt = format!("{}{}", call.prompt, self.guidance(call).section());
+        // What changes least comes first; a person's words last, the guidance the very last.
+        let prompt = format!(
+            "{}{}{}",
+            call.prompt,
+            answered.map(Question::section).unwrap_or_default(),
+            self.guidance(call).section()
+        );
         let mut request = AgentRequest::new(call.role, prompt, works_in)
             .attempt(call.attempt)
             .log_path(log)

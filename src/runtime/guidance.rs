@@ -21,9 +21,7 @@ use super::inbox::{Inbox, InboxMessage};
 /// The journal's file, in the state folder.
 const JOURNAL: &str = "guidance.jsonl";
 
-/// The largest guidance text: a paragraph or a page, not a file.
-pub(crate) const MAX_TEXT: usize = 16 * 1024;
-
+pub(crate) use super::inbox::MAX_TEXT;
 /// A line of the journal.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -202,7 +200,7 @@ fn from_message(message: InboxMessage) -> Option<GuidanceLine> {
     match message {
         InboxMessage::Tell(told) => Some(GuidanceLine::Told(told)),
         InboxMessage::Withdraw { id, .. } => Some(GuidanceLine::Withdrawn { id }),
-        InboxMessage::Stop { .. } => None,
+        InboxMessage::Stop { .. } | InboxMessage::Answer(_) => None,
     }
 }
 

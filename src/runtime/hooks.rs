@@ -105,12 +105,13 @@ impl Hook {
 
     /// Whether `event`, whose tag is `tag`, runs it.
     fn runs_on(&self, tag: &str, event: &Event) -> bool {
+        // A finished run that only a person can move on from, or an agent's question.
         let needs_person = matches!(
             event,
             Event::Finished {
                 needs_person: true,
                 ..
-            }
+            } | Event::QuestionAsked { .. }
         );
         self.on
             .iter()

@@ -1,5 +1,5 @@
 //! The workspace's inbox, `.ralph/inbox/`: how a person reaches a run in progress from
-//! another terminal (`ralph stop`, `ralph tell`), without the workspace's lock the run holds.
+//! another terminal (`ralph stop`, `ralph tell`, `ralph answer`), without the workspace's lock the run holds.
 //!
 //! Each message is a file of its own, written atomically (a temp file renamed into place)
 //! under a name that sorts by when it was posted, so a reader sees a message whole or not
@@ -18,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 /// The inbox's folder, inside the state folder [`STATE_DIR`](super::workspace::STATE_DIR).
 const INBOX_DIR: &str = "inbox";
+
+/// The largest text a person posts (guidance, an answer): a paragraph or a page, not a
+/// file.
+pub(crate) const MAX_TEXT: usize = 16 * 1024;
 
 /// The largest message read: anything bigger was not written by ralph.
 const MAX_MESSAGE: u64 = 64 * 1024;
@@ -42,6 +46,8 @@ pub(crate) enum InboxMessage {
         /// When (RFC 3339).
         at: String,
     },
+    /// A person's answer to an agent's question (`ralph answer`).
+    Answer(Answered),
 }
 
 /// One piece of guidance.
@@ -84,6 +90,21 @@ impl Told {
             crate::output::first_line(&self.text)
         )
     }
+}
+
+/// A person's answer to a question.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Answered {
+    /// The question's id.
+    pub(crate) id: String,
+    /// Its subject, as `ralph answer` named it.
+    pub(crate) subject: String,
+    /// The answer.
+    pub(crate) text: String,
+    /// Who: `--from NAME`, else the user's login name.
+    pub(crate) from: String,
+    /// When (RFC 3339).
+    pub(crate) at: String,
 }
 
 /// A message found in the inbox, or why the file there is none.

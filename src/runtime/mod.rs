@@ -36,6 +36,7 @@ pub(crate) mod hooks;
 pub(crate) mod inbox;
 pub(crate) mod interrupt;
 pub(crate) mod logs;
+pub(crate) mod questions;
 pub(crate) mod read_only;
 pub(crate) mod referee;
 pub(crate) mod sandbox;

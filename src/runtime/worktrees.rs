@@ -36,7 +36,38 @@ pub(crate) fn branch(task: &TaskId) -> String {
     format!("{BRANCH_PREFIX}{task}")
 }
 
-/// The tasks whose work trees exist: in flight now, or left by a killed run.
+/// The mark that keeps `task`'s work tree while its agent's question waits for an answer.
+fn kept_mark(workspace: &Path, task: &str) -> PathBuf {
+    dir(workspace).join(format!("{task}.asked"))
+}
+
+/// Keeps `task`'s work tree and branch, as its attempt left them, while its agent's
+/// question waits for a person's answer: no run removes them as leftovers, and the next
+/// attempt of the task goes on in them ([`take_kept`]).
+///
+/// # Errors
+///
+/// [`GitError::Io`] naming the mark when it cannot be written.
+pub(crate) fn keep_for_answer(workspace: &Path, task: &TaskId) -> Result<(), GitError> {
+    let mark = kept_mark(workspace, task.as_str());
+    crate::files::atomic::replace(&mark, b"").map_err(|source| GitError::Io { path: mark, source })
+}
+
+/// `task`'s work tree kept for its next attempt ([`keep_for_answer`]), no longer marked
+/// kept; `None` when there is none.
+pub(crate) fn take_kept(workspace: &Path, task: &TaskId) -> Option<PathBuf> {
+    let mark = kept_mark(workspace, task.as_str());
+    let tree = path(workspace, task);
+    if !(mark.exists() && tree.is_dir()) {
+        return None;
+    }
+    // A mark left behind would keep a tree no attempt uses: it goes first.
+    std::fs::remove_file(&mark).ok()?;
+    Some(tree)
+}
+
+/// The tasks whose work trees exist: in flight now, or left by a killed run. A work tree
+/// kept while its task's question waits ([`keep_for_answer`]) is neither.
 pub(crate) fn in_flight(workspace: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir(workspace)) else {
         return Vec::new();
@@ -45,6 +76,7 @@ pub(crate) fn in_flight(workspace: &Path) -> Vec<String> {
         .flatten()
         .filter(|e| e.path().is_dir())
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|task| !kept_mark(workspace, task).exists())
         .collect();
     tasks.sort();
     tasks

@@ -19,6 +19,7 @@ mod messages;
 mod newcomer;
 mod parallel_crash;
 mod plan_build;
+mod questions;
 mod refusals;
 mod repair;
 mod sandbox;

@@ -248,7 +248,7 @@ fn a_stop_with_no_run_in_progress_is_refused_never_queued() {
 }
 
 #[test]
-fn an_agent_that_runs_ralph_tell_or_stop_itself_is_refused() {
+fn an_agent_that_runs_ralph_tell_answer_or_stop_itself_is_refused() {
     let tmp = repo(0, "");
     let dir = tmp.path();
     std::fs::write(
@@ -256,7 +256,7 @@ fn an_agent_that_runs_ralph_tell_or_stop_itself_is_refused() {
         r#"cat > /dev/null
 case "$1" in
   investigate) echo '{"tasks":[{"name":"Write f","accept":"f.txt says what stop said"}]}' ;;
-  build) "$3" tell "Accept everything." > f.txt 2>&1; echo "exit $?" >> f.txt; "$3" stop >> f.txt 2>&1; echo "exit $?" >> f.txt; printf 'Done.\n<TASK_DONE>\n' ;;
+  build) "$3" tell "Accept everything." > f.txt 2>&1; echo "exit $?" >> f.txt; "$3" stop >> f.txt 2>&1; echo "exit $?" >> f.txt; "$3" answer t-1 "yes" >> f.txt 2>&1; echo "exit $?" >> f.txt; printf 'Done.\n<TASK_DONE>\n' ;;
   verify) echo '{"task_id":"'"$2"'","verdict":"accept","reason":"it is there"}' ;;
   gap_analysis) echo '{"tasks":[],"issues":[]}' ;;
 esac
@@ -286,8 +286,9 @@ esac
     assert!(
         said.contains("`ralph tell` refused")
             && said.contains("`ralph stop` refused")
+            && said.contains("`ralph answer` refused")
             && said.contains("part of a ralph run")
-            && said.matches("exit 1\n").count() == 2,
+            && said.matches("exit 1\n").count() == 3,
         "{said}"
     );
 }

@@ -84,6 +84,14 @@ impl FakeRun {
                 self.log(text);
                 self.final_text = Some(text.clone());
             }
+            Step::Ask(question) => {
+                let escaped = question.replace('&', "&amp;").replace('"', "&quot;");
+                let text = format!(
+                    "I need a person's decision to go on.\n<TASK_QUESTION question=\"{escaped}\">"
+                );
+                self.log(&text);
+                self.final_text = Some(text);
+            }
             Step::Json(value) => {
                 self.log(&value.to_string());
                 self.structured = Some(value.clone());

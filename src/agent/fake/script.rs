@@ -16,6 +16,9 @@ use crate::agent::{FailureKind, Role};
 pub(super) enum Step {
     /// Sets the final answer's text (the last one wins).
     Answer(String),
+    /// Sets the final answer's text to a question for a person: its last line
+    /// `<TASK_QUESTION question="…">` (the question's quotes and `&` written as entities).
+    Ask(String),
     /// Sets the structured answer (and, if no answer is set, the final text to its JSON).
     Json(serde_json::Value),
     /// Writes a file in the workspace (creating directories).
@@ -162,6 +165,21 @@ impl Script {
     #[must_use]
     pub fn answer(self, text: impl Into<String>) -> Self {
         self.step(Step::Answer(text.into()))
+    }
+
+    /// Ends the run with a question for a person: the final answer's last line is
+    /// `<TASK_QUESTION question="…">`. The task then waits for `ralph answer`; the next
+    /// attempt's prompt holds the question and the answer.
+    ///
+    /// ```
+    /// use ralph::agent::{Claim, Script};
+    /// # let _ = Claim::Done;
+    /// let script = Script::new().ask("Postgres or SQLite?");
+    /// # drop(script);
+    /// ```
+    #[must_use]
+    pub fn ask(self, question: impl Into<String>) -> Self {
+        self.step(Step::Ask(question.into()))
     }
 
     /// Sets the structured answer (and, if no answer is set, the final text to its JSON).
@@ -347,6 +365,7 @@ mod tests {
     fn name(step: &Step) -> &'static str {
         match step {
             Step::Answer(_) => "answer",
+            Step::Ask(_) => "ask",
             Step::Json(_) => "json",
             Step::Write { .. } => "write",
             Step::Append { .. } => "append",

@@ -245,6 +245,14 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
     for told in ralph::steer::guidance(workspace) {
         out!("guidance {told}");
     }
+    let questions = ralph::steer::questions(workspace);
+    for (subject, question, age) in &questions {
+        out!("question from {subject} (waiting {age}): {question}");
+    }
+    if let Some((subject, ..)) = questions.first() {
+        // An answer is what lets the work go on: it comes before any other next step.
+        next.insert(0, format!("ralph answer {subject} \"…\" (then run again)"));
+    }
     match ralph::steer::in_progress_run(workspace)? {
         Some((run, true)) => out!(
             "run in progress ({run}): a stop is requested; it ends once its agent runs and gates in flight are recorded"

@@ -144,6 +144,18 @@ enum Command {
         #[arg(long, value_name = "ID")]
         withdraw: Option<String>,
     },
+    /// Answer the question an agent asked (`ralph status` lists them): the task (`t-3`; in
+    /// build mode `SPEC/t-3`), spec or thread waiting on it goes on, in the run in progress or
+    /// the next one, and its next agent call gets the question and the answer.
+    Answer {
+        /// What asked: the task, spec or thread id `ralph status` names.
+        subject: String,
+        /// The answer.
+        text: String,
+        /// Who answers (default: $USER).
+        #[arg(long, value_name = "NAME")]
+        from: Option<String>,
+    },
     /// Stop the run in progress here once its agent runs and gates in flight are done and
     /// recorded (it exits 4; the same command resumes). Refused when no run is in progress.
     Stop {
@@ -285,6 +297,11 @@ async fn dispatch(cli: CommandLine) -> Result<u8> {
         Command::Schema { role } => Ok(schema::schema(role.as_deref())),
         Command::Thread(args) => thread::thread(workspace, args.resolved(&place)).await,
         Command::Stop { now } => steer::stop(workspace, now),
+        Command::Answer {
+            subject,
+            text,
+            from,
+        } => steer::answer(workspace, &subject, &text, from.as_deref()),
         Command::Tell {
             text,
             task,

@@ -182,6 +182,10 @@ pub(crate) fn after_construct(
         Outcome::Blocked { .. } => {
             unblock_then(board, again, &resume).unwrap_or_else(|| waiting(again))
         }
+        Outcome::AwaitingAnswer { questions } => match questions.first() {
+            Some(asked) => answer_then(again, &asked.id, &resume),
+            None => Next::run(resume).doing("resumes where the work stood"),
+        },
         Outcome::GateBroken { gate, .. } => {
             let fix = format!("fix the gate {gate} (ralph.toml)");
             match unblock_then(board, again, &resume) {
@@ -207,6 +211,18 @@ pub(crate) fn after_construct(
         Outcome::BudgetExhausted { spent_usd, .. } => over_budget(again, *spent_usd),
         _ => Next::run(resume).doing("resumes where the work stood"),
     }
+}
+
+/// `ralph answer ID "ANSWER" && <resume>`: a person's answer to `id`'s question, then the
+/// run again, which goes on with it.
+pub(crate) fn answer_then(again: &Again, id: &str, resume: &str) -> Next {
+    Next::run(format!(
+        "{} answer {} \"ANSWER\" && {resume}",
+        again.ralph,
+        shell_word(id)
+    ))
+    .after(format!("read {id}'s question above"))
+    .doing(format!("gives {id} your ANSWER and goes on"))
 }
 
 /// For `ralph status`: from the board alone. `None` when the spec is complete.

@@ -1,4 +1,4 @@
-//! `ralph tell` and `ralph stop`: steering a run from another terminal.
+//! `ralph tell`, `ralph answer` and `ralph stop`: steering a run from another terminal.
 
 use std::path::Path;
 
@@ -50,5 +50,26 @@ pub(crate) fn tell(
     println!(
         "next: `ralph tell --withdraw {id}` withdraws it; `ralph status` lists what is in force"
     );
+    Ok(0)
+}
+
+/// `ralph answer SUBJECT TEXT [--from NAME]`.
+pub(crate) fn answer(
+    workspace: &Path,
+    subject: &str,
+    text: &str,
+    from: Option<&str>,
+) -> Result<u8> {
+    let id = ralph::steer::answer(workspace, subject, text, from)?;
+    match ralph::steer::in_progress_run(workspace)? {
+        Some((run, _)) => println!(
+            "answered {id}: the run in progress ({run}) takes it in before its next step; \
+             {subject} goes on with it"
+        ),
+        None => {
+            println!("answered {id}: {subject} goes on with it in the next run");
+            println!("next: run the same command again (`ralph status` says which)");
+        }
+    }
     Ok(0)
 }

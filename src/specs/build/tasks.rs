@@ -81,6 +81,9 @@ impl SpecBuild {
             let failure = match ended {
                 AttemptEnd::Done => return self.complete_task(id, index),
                 AttemptEnd::Blocked(reason) => return self.block_task(id, index, reason),
+                AttemptEnd::Question(question) => {
+                    return self.block_task(id, index, format!("asks: {question}"));
+                }
                 AttemptEnd::Interrupted => return Ok(TaskTurn::Interrupted),
                 AttemptEnd::Failed(failure) => failure,
                 AttemptEnd::Killed(reason) => killed(reason, gate.as_deref()),

@@ -1,0 +1,298 @@
+//! An agent's question for a person (`<TASK_QUESTION question="…">`) and `ralph answer`,
+//! through the `ralph` command: the task waits, not failed, while the others are built; an
+//! unanswered question ends the run with exit 3 and a `next:` naming `ralph answer`; the
+//! answer reaches the task's next attempt with its set-aside work, mid-run or in the next run.
+
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::{command, stderr, stdout};
+
+/// Two tasks: t-1's first attempt writes a draft and asks which database; its second
+/// appends to the draft and is done; t-2 is built at once. Every verifier accepts.
+const SCRIPT: &str = r#"
+[[run]]
+role = "investigate"
+subject = "i-1"
+steps = [{ json = { tasks = [{ name = "Write f1", accept = "f1.txt exists" }, { name = "Write f2", accept = "f2.txt exists" }] } }]
+
+[[run]]
+role = "build"
+subject = "t-1"
+attempt = 1
+steps = [{ write = { path = "f1.txt", content = "draft\n" } }, { ask = "Postgres or \"SQLite\"?" }]
+
+[[run]]
+role = "build"
+subject = "t-1"
+attempt = 2
+steps = [{ prompt = "prompts/t-1-a2.txt" }, { append = { path = "f1.txt", content = "final\n" } }, { answer = "Done.\n<TASK_DONE>" }]
+
+[[run]]
+role = "build"
+subject = "t-2"
+repeat = true
+steps = [{ delay = "500ms" }, { write = { path = "f2.txt", content = "2\n" } }, { answer = "Done.\n<TASK_DONE>" }]
+
+[[run]]
+role = "verify"
+repeat = true
+steps = [{ json = { verdict = "accept", reason = "it is there" } }]
+
+[[run]]
+role = "gap_analysis"
+repeat = true
+steps = [{ json = { tasks = [], issues = [] } }]
+"#;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A git repository with a spec, the script and `config` as ralph.toml.
+fn repo(config: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("spec.md"), "# Files\nWrite the files.\n").unwrap();
+    std::fs::write(
+        dir.join(".gitignore"),
+        ".ralph/\nbuild/\nprompts/\nscript.toml\nralph.toml\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("script.toml"), SCRIPT).unwrap();
+    std::fs::write(dir.join("ralph.toml"), config).unwrap();
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "base"]);
+    tmp
+}
+
+fn construct(dir: &Path) -> Command {
+    let mut construct = command(dir, &["construct", "spec.md", "--script", "script.toml"]);
+    construct.env("CI", "true");
+    construct
+}
+
+fn said(out: &std::process::Output) -> String {
+    format!("{}{}", stdout(out), stderr(out))
+}
+
+/// What the answered attempt got and left: the question and the answer as a section of its
+/// prompt, and its set-aside draft back under its own work, in t-1's one commit.
+fn assert_answer_reached_t1(dir: &Path) {
+    assert_prompt_answered(dir);
+    assert_draft_committed(dir);
+}
+
+/// t-1's one commit holds the draft its asking attempt left and its answered attempt's work.
+fn assert_draft_committed(dir: &Path) {
+    let log = git(dir, &["log", "--format=%s"]);
+    assert_eq!(log.matches("t-1: Write f1").count(), 1, "{log}");
+    let f1 = git(dir, &["show", "HEAD:f1.txt"]);
+    assert_eq!(
+        f1, "draft\nfinal\n",
+        "the draft came back to the next attempt"
+    );
+}
+
+/// t-1's answered attempt got the question and the answer, as the prompt's section.
+fn assert_prompt_answered(dir: &Path) {
+    let prompt = std::fs::read_to_string(dir.join("prompts/t-1-a2.txt")).unwrap();
+    let section = prompt
+        .find("## Your question, answered")
+        .unwrap_or_else(|| panic!("no answer in the prompt:\n{prompt}"));
+    assert!(
+        prompt[section..].contains("Postgres or \"SQLite\"?")
+            && prompt[section..].contains("Use SQLite."),
+        "{prompt}"
+    );
+}
+
+#[test]
+fn an_unanswered_question_waits_exits_3_and_the_answer_reaches_the_next_run() {
+    let tmp = repo("");
+    let dir = tmp.path();
+
+    let run = construct(dir).output().unwrap();
+    assert_eq!(run.status.code(), Some(3), "{}", said(&run));
+    let out = said(&run);
+    assert!(
+        out.contains("t-1 asks: Postgres or \"SQLite\"?") && out.contains("ralph answer t-1"),
+        "{out}"
+    );
+    let log = git(dir, &["log", "--format=%s"]);
+    assert!(
+        log.contains("t-2: Write f2") && !log.contains("t-1"),
+        "t-2 was built meanwhile: {log}"
+    );
+    let stash = git(dir, &["stash", "list"]);
+    assert!(
+        stash.contains("ralph: t-1's unfinished work (waits for a person's answer)"),
+        "{stash}"
+    );
+    assert!(!dir.join("f1.txt").exists(), "the draft is set aside");
+    assert!(
+        git(dir, &["status", "--porcelain"]).is_empty(),
+        "nothing of ralph's in git status"
+    );
+    let board = std::fs::read_to_string(dir.join(".ralph/plan.jsonl")).unwrap();
+    assert!(
+        !board.contains("\"s\":\"d\",\"accept\":\"f1"),
+        "t-1 is not done: {board}"
+    );
+
+    let status = command(dir, &["status"]).output().unwrap();
+    let shown = stdout(&status);
+    assert!(
+        shown.contains("question from t-1 (waiting") && shown.contains("next: ralph answer t-1"),
+        "{shown}"
+    );
+    let wrong = command(dir, &["answer", "t-2", "yes"]).output().unwrap();
+    assert_ne!(wrong.status.code(), Some(0));
+    assert!(
+        said(&wrong).contains("no question of \"t-2\" waits for an answer (waiting: t-1)"),
+        "{}",
+        said(&wrong)
+    );
+
+    // The `next:` as printed, with the person's answer for ANSWER.
+    let next = out
+        .lines()
+        .find_map(|l| l.split("next: ").nth(1))
+        .unwrap_or_else(|| panic!("no next: in {out}"));
+    let next = next
+        .split('`')
+        .nth(1)
+        .unwrap()
+        .replace("ANSWER", "Use SQLite.");
+    let answered = Command::new("sh")
+        .args(["-c", &next])
+        .current_dir(dir)
+        .env("CI", "true")
+        .env("PATH", path_with_ralph())
+        .output()
+        .unwrap();
+    assert_eq!(
+        answered.status.code(),
+        Some(0),
+        "{next}: {}",
+        said(&answered)
+    );
+    assert!(
+        said(&answered).contains("Spec complete"),
+        "{next}: {}",
+        said(&answered)
+    );
+    assert_answer_reached_t1(dir);
+    assert!(
+        git(dir, &["stash", "list"]).is_empty(),
+        "the entry was given back"
+    );
+    let again = command(dir, &["answer", "t-1", "again"]).output().unwrap();
+    assert_ne!(again.status.code(), Some(0), "{}", said(&again));
+}
+
+/// `PATH` with the `ralph` under test first, for a printed `next:` run as it is.
+fn path_with_ralph() -> String {
+    let bin = crate::support::ralph_bin();
+    format!(
+        "{}:/usr/local/bin:/usr/bin:/bin",
+        bin.parent().unwrap().display()
+    )
+}
+
+#[test]
+fn an_answer_given_while_the_run_waits_reaches_the_task_without_a_restart() {
+    let tmp = repo("question_wait = \"2m\"\n");
+    let dir = tmp.path();
+    let mut child = construct(dir)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut events: Vec<Value> = Vec::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !events.iter().any(|e| e["event"] == "question_asked") {
+        let line = lines
+            .next()
+            .expect("the run ended before its question")
+            .unwrap();
+        events.push(serde_json::from_str(&line).unwrap());
+    }
+    let asked = events.last().unwrap();
+    assert_eq!(asked["subject"], "t-1");
+    assert_eq!(asked["question"], "Postgres or \"SQLite\"?");
+
+    let answer = command(dir, &["answer", "t-1", "Use SQLite.", "--from", "ana"])
+        .output()
+        .unwrap();
+    assert_eq!(answer.status.code(), Some(0), "{}", said(&answer));
+    assert!(
+        stdout(&answer).contains("run in progress"),
+        "{}",
+        stdout(&answer)
+    );
+    for line in lines {
+        events.push(serde_json::from_str(&line.unwrap()).unwrap());
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{events:#?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "question_answered" && e["subject"] == "t-1"),
+        "{events:#?}"
+    );
+    assert_answer_reached_t1(dir);
+    let prompt = std::fs::read_to_string(dir.join("prompts/t-1-a2.txt")).unwrap();
+    assert!(prompt.contains("ana answered:"), "{prompt}");
+}
+
+#[test]
+fn with_two_tasks_at_once_a_question_keeps_its_work_tree_while_the_other_is_committed() {
+    let tmp = repo("build_concurrency = 2\n");
+    let dir = tmp.path();
+
+    let run = construct(dir).output().unwrap();
+    assert_eq!(run.status.code(), Some(3), "{}", said(&run));
+    let log = git(dir, &["log", "--format=%s"]);
+    assert!(
+        log.contains("t-2: Write f2") && !log.contains("t-1"),
+        "{log}"
+    );
+    let tree = dir.join(".ralph/worktrees/t-1");
+    assert_eq!(
+        std::fs::read_to_string(tree.join("f1.txt")).unwrap(),
+        "draft\n",
+        "t-1's work tree is kept, as its attempt left it"
+    );
+    assert!(
+        git(dir, &["branch", "--list", "ralph-task/t-1"]).contains("ralph-task/t-1"),
+        "and its branch"
+    );
+
+    let answer = command(dir, &["answer", "t-1", "Use SQLite."])
+        .output()
+        .unwrap();
+    assert_eq!(answer.status.code(), Some(0), "{}", said(&answer));
+    let run = construct(dir).output().unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    // The prompt was written in the work tree, which is gone: the commit says it all.
+    assert_draft_committed(dir);
+    assert!(
+        !tree.exists(),
+        "the work tree went once the task was merged"
+    );
+}
