@@ -44,7 +44,6 @@ pub(crate) struct Asked {
     pub(crate) at: String,
 }
 
-
 /// A line of the journal.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

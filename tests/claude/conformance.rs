@@ -10,10 +10,10 @@ use crate::support::messages_api::{
     ClaudeHome, MessagesApi, Reply, alive_with_env, claude_or_skip, git_repo,
 };
 use ralph::__internals::signal::{self, TaskSignal};
-use ralph::agent::{AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Role};
+use ralph::agent::{AgentEvent, AgentExit, AgentRequest, AgentRun, Claim, FailureKind, Role};
 use ralph::config::ContextThresholds;
 use ralph::{Agent, ClaudeCli};
-use serde_json::json;
+use serde_json::{Value, json};
 use tempfile::TempDir;
 
 /// Generous: a run against the local API takes about a second.
@@ -155,6 +155,85 @@ async fn blocked_marker_is_a_completed_run_that_says_blocked() {
             reason: "no database configured".into()
         }
     );
+}
+
+#[tokio::test]
+async fn a_question_marker_is_a_completed_run_that_asks_not_one_that_is_done() {
+    let Some(rig) = Rig::new([Reply::text(
+        "Done with the schema.\n<TASK_DONE>\nBut which database?\n<TASK_QUESTION question=\"Postgres or SQLite?\">",
+    )])
+    .await
+    else {
+        return;
+    };
+
+    let run = rig.build("Add the storage layer.").await;
+
+    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+    assert_eq!(
+        run.claim(),
+        Claim::Question("Postgres or SQLite?".into()),
+        "{}",
+        run.final_text
+    );
+}
+
+/// Claude Code's own question tool resolves with empty answers when nobody is at the
+/// terminal, and the agent goes on as if told: ralph's runs never offer it, and a model that
+/// calls it anyway gets an error, never an answer that lets it end the task done.
+#[tokio::test]
+async fn the_cli_s_ask_user_question_tool_is_never_offered_nor_answered() {
+    let Some(rig) = Rig::new([
+        Reply::tool_use(
+            "ToolSearch",
+            json!({"query": "select:AskUserQuestion", "max_results": 1}),
+        ),
+        Reply::tool_use(
+            "AskUserQuestion",
+            json!({"questions": [{"question": "Postgres or SQLite?", "header": "Database",
+                "multiSelect": false, "options": [{"label": "Postgres", "description": "a server"},
+                {"label": "SQLite", "description": "a file"}]}]}),
+        ),
+        Reply::text("Nobody answered.\n<TASK_QUESTION question=\"Postgres or SQLite?\">"),
+    ])
+    .await
+    else {
+        return;
+    };
+
+    // Not `--bare`, where the CLI offers only Bash, Edit and Read anyway.
+    let claude = rig.claude.clone().bare(false);
+    let run = claude
+        .run(rig.request(Role::Build, "Add the storage layer."))
+        .await
+        .unwrap();
+
+    assert_eq!(run.exit, AgentExit::Completed, "{run:?}");
+    assert_ne!(run.claim(), Claim::Done, "{}", run.final_text);
+    let requests = rig.api.requests().await;
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(!offered.contains(&"AskUserQuestion"), "{offered:?}");
+    // The search for it finds nothing, and the call the model made anyway came back as an
+    // error, with no answer in it.
+    let last = requests.last().unwrap()["messages"].as_array().unwrap();
+    let results: Vec<Value> = last
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|block| block["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results[0]
+            .to_string()
+            .contains("No matching deferred tools"),
+        "{results:?}"
+    );
+    assert_eq!(results[1]["is_error"], true, "{results:?}");
 }
 
 #[tokio::test]

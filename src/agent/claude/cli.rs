@@ -70,7 +70,7 @@ const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task fro
 /// permission_mode = "bypassPermissions"   # of BUILD runs
 /// read_only_mode = "plan"                 # of the roles that must not write
 /// allowed_tools = ["Bash(cargo *)", "Edit", "Read"]
-/// disallowed_tools = ["WebFetch"]
+/// disallowed_tools = ["WebFetch"]     # AskUserQuestion is always added (see below)
 /// append_system_prompt = "Never push to a remote."
 /// bare = true
 /// session_persistence = false
@@ -246,7 +246,10 @@ impl ClaudeCli {
         self
     }
 
-    /// Adds a `--disallowedTools` entry.
+    /// Adds a `--disallowedTools` entry. The CLI's own `AskUserQuestion` is always
+    /// disallowed: headless, nobody answers it, and it resolves with empty answers. An agent
+    /// asks a person by ending its answer with `<TASK_QUESTION question="…">`, which waits
+    /// for `ralph answer`.
     #[must_use]
     pub fn disallowed_tool(mut self, tool: impl Into<String>) -> Self {
         self.config.disallowed_tools.push(tool.into());

@@ -85,18 +85,29 @@ pub(super) fn args(config: &ClaudeConfig, invocation: Invocation<'_>) -> Vec<Str
     );
     option("--json-schema", invocation.schema.map(str::to_owned));
     option("--resume", invocation.resume.map(str::to_owned));
-    // Variadic flags: the values run up to the next `--flag`.
-    for (flag, tools) in [
-        ("--allowedTools", &config.allowed_tools),
-        ("--disallowedTools", &config.disallowed_tools),
-    ] {
-        if !tools.is_empty() {
-            args.push(flag.to_owned());
-            args.extend(tools.iter().cloned());
-        }
+    if !config.allowed_tools.is_empty() {
+        // Variadic flags: the values run up to the next `--flag`.
+        args.push("--allowedTools".to_owned());
+        args.extend(config.allowed_tools.iter().cloned());
     }
+    args.push("--disallowedTools".to_owned());
+    args.extend(disallowed(config));
     args.extend(config.args.iter().cloned());
     args
+}
+
+/// The CLI's own question tool: headless, nobody answers it (it resolves with empty
+/// answers and the agent goes on as if told), so ralph's runs never offer it. An agent asks
+/// a person with `<TASK_QUESTION question="…">` instead, which waits for `ralph answer`.
+pub(crate) const ASK_USER_QUESTION: &str = "AskUserQuestion";
+
+/// The tools no run may use: the config's `disallowed_tools`, and the CLI's question tool.
+fn disallowed(config: &ClaudeConfig) -> Vec<String> {
+    let mut tools = config.disallowed_tools.clone();
+    if !tools.iter().any(|t| t == ASK_USER_QUESTION) {
+        tools.push(ASK_USER_QUESTION.to_owned());
+    }
+    tools
 }
 
 /// The permission mode of `role`: roles that must not write get the read-only mode.
@@ -153,7 +164,7 @@ mod tests {
         assert_eq!(
             args(&ClaudeConfig::default(), build()).join(" "),
             "-p --output-format stream-json --verbose --bare --dangerously-skip-permissions \
-             --no-session-persistence"
+             --no-session-persistence --disallowedTools AskUserQuestion"
         );
     }
 
@@ -238,6 +249,7 @@ mod tests {
                 "Read",
                 "--disallowedTools",
                 "WebFetch",
+                "AskUserQuestion",
                 "--effort",
                 "high",
             ]
