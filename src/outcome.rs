@@ -414,6 +414,16 @@ pub enum SpecsOutcome {
         /// The blocked tasks and why.
         items: Vec<BlockedItem>,
     },
+    /// A task's agent asked a person a question, and nothing else could go on while it waited
+    /// for the answer ([`Config::question_wait`](crate::Config::question_wait)). Answer with
+    /// [`steer::answer`](crate::steer::answer) (`ralph answer <task id> "…"`); the same call
+    /// resumes.
+    AwaitingAnswer {
+        /// The spec.
+        spec: String,
+        /// Each question: the task that asked it as `id`, the question as `reason`.
+        questions: Vec<BlockedItem>,
+    },
     /// A spec used up `[planning] max_attempts` (planner failures, verifier rejections).
     AttemptsExhausted {
         /// The spec.
@@ -462,7 +472,9 @@ impl SpecsOutcome {
         match self {
             SpecsOutcome::Complete { .. } | SpecsOutcome::Once { .. } => 0,
             SpecsOutcome::AttemptsExhausted { .. } | SpecsOutcome::BudgetExhausted { .. } => 2,
-            SpecsOutcome::Blocked { .. } | SpecsOutcome::Unverified { .. } => 3,
+            SpecsOutcome::Blocked { .. }
+            | SpecsOutcome::AwaitingAnswer { .. }
+            | SpecsOutcome::Unverified { .. } => 3,
             SpecsOutcome::Stopped { .. } => 4,
             SpecsOutcome::Interrupted => 130,
         }
@@ -477,6 +489,7 @@ impl SpecsOutcome {
         // No wildcard: a new outcome must be placed here.
         match self {
             SpecsOutcome::Blocked { .. }
+            | SpecsOutcome::AwaitingAnswer { .. }
             | SpecsOutcome::Unverified { .. }
             | SpecsOutcome::AttemptsExhausted { .. }
             | SpecsOutcome::BudgetExhausted { .. } => true,
@@ -521,6 +534,10 @@ impl fmt::Display for SpecsOutcome {
                     write!(f, "\n  {}: {}", item.id, item.reason)?;
                 }
                 Ok(())
+            }
+            SpecsOutcome::AwaitingAnswer { spec, questions } => {
+                write!(f, "spec {spec}: ")?;
+                awaiting(f, questions)
             }
             SpecsOutcome::AttemptsExhausted {
                 spec,

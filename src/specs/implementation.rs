@@ -332,6 +332,14 @@ pub struct TaskEntry {
     /// Why the task is blocked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
+    /// The question its agent asked a person (`<TASK_QUESTION question="…">`): the task,
+    /// and so its spec, waits for the answer (`ralph answer <task id> "…"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+    /// Sessions that ended with a question: counted in `attempts` (each session has its own
+    /// number), not against the retries.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub asked: u32,
     /// RFC 3339 time the task was completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<String>,
@@ -351,9 +359,16 @@ impl TaskEntry {
             attempts: 0,
             last_failure: None,
             blocked_reason: None,
+            question: None,
+            asked: 0,
             completed_at: None,
             extra: Map::new(),
         }
+    }
+
+    /// Sessions counted against the retries: those that did not end with a question.
+    pub(crate) fn tries(&self) -> u32 {
+        self.attempts.saturating_sub(self.asked)
     }
 
     /// Sets the acceptance criteria.

@@ -141,6 +141,13 @@ impl Threads {
                 self.verify_claim(record, attempt, (spec, spec_text), agents)
                     .await
             }
+            Ran::Answer(run) if question_of(&run.final_text).is_some() => {
+                self.close(&called, "completed: asked a person")?;
+                let question = question_of(&run.final_text).unwrap_or_default();
+                self.wait_for_answer(record, iteration, spec, &question)
+                    .await?;
+                Ok(IterationEnd::Moved)
+            }
             Ran::Answer(run) => {
                 self.close(&called, "completed: no claim")?;
                 let summary = no_claim(&run.final_text, &spec.promise);
@@ -282,6 +289,49 @@ impl Threads {
         record.attempts.drain(..excess);
     }
 
+    /// The iteration's agent asked a person `question`: recorded (the `needs_person` hooks
+    /// run), then the loop waits up to `question_wait` for the answer. Answered, the same
+    /// iteration runs again, its prompt with the question and the answer; otherwise (or on
+    /// a stop) the thread is Paused at it, and `ralph answer` then `ralph thread resume` go
+    /// on.
+    async fn wait_for_answer(
+        &self,
+        record: &mut ThreadRecord,
+        iteration: u32,
+        spec: &ThreadSpec,
+        question: &str,
+    ) -> Result<(), ThreadError> {
+        let workspace = &self.ctx.workspace;
+        crate::runtime::questions::record(
+            workspace,
+            &self.emitter,
+            &record.id,
+            crate::agent::Role::Build,
+            question,
+        )
+        .map_err(|e| ThreadError::Io {
+            path: crate::runtime::workspace::state_dir(workspace),
+            error: std::io::Error::other(e.to_string()),
+        })?;
+        let until = tokio::time::Instant::now() + self.ctx.config.question_wait_or_default();
+        loop {
+            let answered =
+                crate::runtime::questions::answered(workspace, &self.emitter, [record.id.as_str()]);
+            if !answered.is_empty() {
+                return Ok(());
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() || self.ctx.stop.is_stopped() || stop_asked(workspace) {
+                return self.pause(record, iteration, spec);
+            }
+            let stop = self.ctx.stop.clone();
+            tokio::select! {
+                () = tokio::time::sleep(left.min(std::time::Duration::from_millis(250))) => {}
+                () = stop.stopped() => {}
+            }
+        }
+    }
+
     /// Running → Paused at `iteration`, saved.
     fn pause(
         &self,
@@ -342,6 +392,14 @@ fn max_reason(record: &ThreadRecord, total: usize) -> String {
         record.config.max_iterations,
         total.saturating_sub(passed)
     )
+}
+
+/// The question a final answer ends with (`<TASK_QUESTION question="…">`), if it does.
+fn question_of(final_text: &str) -> Option<String> {
+    match crate::signal::parse(final_text).task {
+        crate::signal::TaskSignal::Question { question } => Some(question),
+        _ => None,
+    }
 }
 
 /// Why an answer is no claim of done: its last line was not the bare promise tag. The

@@ -296,3 +296,169 @@ fn with_two_tasks_at_once_a_question_keeps_its_work_tree_while_the_other_is_comm
         "the work tree went once the task was merged"
     );
 }
+
+/// Build mode: spec a's task asks, spec b is built and committed meanwhile, and the answer
+/// reaches a's task in the next run with its set-aside work.
+const SPECS_SCRIPT: &str = r##"
+[[run]]
+role = "planner"
+repeat = true
+steps = [{ answer = "# Plan\n1. Do it.\n\nPLAN_COMPLETE" }]
+
+[[run]]
+role = "build"
+subject = "a-1"
+attempt = 1
+steps = [{ write = { path = "a.txt", content = "half of a\n" } }, { ask = "Which greeting should a.txt hold?" }]
+
+[[run]]
+role = "build"
+subject = "a-1"
+attempt = 2
+steps = [{ prompt = "prompts/a-1.txt" }, { append = { path = "a.txt", content = "hello\n" } }, { answer = "ok\n<TASK_DONE>" }]
+
+[[run]]
+role = "build"
+subject = "b-1"
+steps = [{ write = { path = "b.txt", content = "b\n" } }, { answer = "ok\n<TASK_DONE>" }]
+
+[[run]]
+role = "verify"
+repeat = true
+steps = [{ json = { verdict = "accept", reason = "it is there" } }]
+"##;
+
+#[test]
+fn in_build_mode_a_task_that_asks_holds_its_spec_while_the_others_are_built() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::create_dir(ws.join("specs")).unwrap();
+    std::fs::write(ws.join("specs/a.md"), "# A\nWrite a.txt.\n").unwrap();
+    std::fs::write(ws.join("specs/b.md"), "# B\nWrite b.txt.\n").unwrap();
+    std::fs::write(
+        ws.join(".gitignore"),
+        ".ralph/\nbuild/\nprompts/\nscript.toml\n",
+    )
+    .unwrap();
+    let plan = serde_json::json!({"specs": [
+        {"id": "a", "file": "specs/a.md", "name": "A", "priority": 1,
+         "tasks": [{"id": "a-1", "description": "Write a.txt"}]},
+        {"id": "b", "file": "specs/b.md", "name": "B", "priority": 2,
+         "tasks": [{"id": "b-1", "description": "Write b.txt"}]},
+    ]});
+    std::fs::write(ws.join("implementation.json"), plan.to_string()).unwrap();
+    std::fs::write(ws.join("script.toml"), SPECS_SCRIPT).unwrap();
+    git(ws, &["init", "-q", "-b", "main"]);
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "specs"]);
+    let build = || {
+        let mut build = command(ws, &["build", "--script", "script.toml"]);
+        build.env("CI", "true");
+        build.output().unwrap()
+    };
+
+    let out = build();
+    let text = said(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        git(ws, &["log", "--format=%s"]).starts_with("B\n"),
+        "b was built: {text}"
+    );
+    assert!(text.contains("a-1 asks: Which greeting"), "{text}");
+    assert!(!ws.join("a.txt").exists(), "set aside: {text}");
+    let status = stdout(&command(ws, &["status"]).output().unwrap());
+    assert!(status.contains("question from a-1"), "{status}");
+    let implementation = std::fs::read_to_string(ws.join("implementation.json")).unwrap();
+    assert!(
+        implementation.contains("\"question\"") && !implementation.contains("blocked"),
+        "{implementation}"
+    );
+
+    let answer = command(ws, &["answer", "a-1", "Use SQLite."])
+        .output()
+        .unwrap();
+    assert_eq!(answer.status.code(), Some(0), "{}", said(&answer));
+    let again = build();
+    assert_eq!(again.status.code(), Some(0), "{}", said(&again));
+    let prompt = std::fs::read_to_string(ws.join("prompts/a-1.txt")).unwrap();
+    assert!(
+        prompt.contains("## Your question, answered") && prompt.contains("Use SQLite."),
+        "{prompt}"
+    );
+    assert_eq!(git(ws, &["show", "HEAD:a.txt"]), "half of a\nhello\n");
+    assert_eq!(git(ws, &["stash", "list"]), "");
+    assert_eq!(git(ws, &["status", "--porcelain"]), "");
+}
+
+/// A thread's iteration asks: under CI the thread pauses at once (exit 3, a `next:` naming
+/// `ralph answer`), and once answered, `resume` runs the same iteration again with the
+/// question and the answer in its prompt.
+#[tokio::test]
+async fn a_thread_whose_agent_asks_pauses_and_resumes_with_the_answer() {
+    let dir = crate::support::threads::repo().await;
+    let ws = dir.path();
+    let scripts = tempfile::tempdir().unwrap();
+    let asks = scripts.path().join("asks.toml");
+    std::fs::write(
+        &asks,
+        "[[run]]\nrole = \"build\"\nattempt = 1\nsteps = [{ ask = \"Greet the World by default?\" }]\n",
+    )
+    .unwrap();
+    let fix = scripts.path().join("fix.toml");
+    std::fs::write(
+        &fix,
+        "[[run]]\nrole = \"build\"\nattempt = 1\nsteps = [{ prompt = \"prompt.txt\" }, \
+         { write = { path = \"greet.sh\", content = \"echo \\\"Hello, ${1:-World}!\\\"\\n\" } }, \
+         { answer = \"GREETER_DONE\" }]\n",
+    )
+    .unwrap();
+    let thread = |script: &Path, args: &[&str]| {
+        let mut cmd = command(ws, &["thread", "--script"]);
+        cmd.arg(script).args(args).env("CI", "true");
+        cmd.output().unwrap()
+    };
+    let made = thread(
+        &asks,
+        &["new", "--title", "Greeter", "--spec", crate::THREAD_SPEC],
+    );
+    assert!(made.status.success(), "{}", said(&made));
+    let finalized = thread(&asks, &["finalize"]);
+    assert!(finalized.status.success(), "{}", said(&finalized));
+
+    let started = thread(&asks, &["--quick", "start"]);
+    let out = said(&started);
+    assert_eq!(started.status.code(), Some(3), "{out}");
+    assert!(
+        out.contains("1-greeter asks: Greet the World by default?")
+            && out.contains(
+                "ralph answer 1-greeter \"ANSWER\" && ralph thread --id 1-greeter resume"
+            ),
+        "{out}"
+    );
+    let answered = command(ws, &["answer", "1-greeter", "Yes, World."])
+        .output()
+        .unwrap();
+    assert_eq!(answered.status.code(), Some(0), "{}", said(&answered));
+
+    let resumed = thread(&fix, &["--id", "1-greeter", "resume"]);
+    assert!(resumed.status.success(), "{}", said(&resumed));
+    let prompt = std::fs::read_to_string(ws.join("prompt.txt")).unwrap();
+    assert!(
+        prompt.contains("## Your question, answered") && prompt.contains("Yes, World."),
+        "{prompt}"
+    );
+    assert!(
+        ralph_questions(ws).is_empty(),
+        "the question is closed once its answer was given"
+    );
+}
+
+/// The questions `ralph status` lists.
+fn ralph_questions(ws: &Path) -> Vec<String> {
+    let status = stdout(&command(ws, &["status"]).output().unwrap());
+    status
+        .lines()
+        .filter(|l| l.starts_with("question from"))
+        .map(str::to_owned)
+        .collect()
+}

@@ -62,7 +62,7 @@ async fn a_blocked_marker_blocks_the_task_with_its_reason_and_runs_no_gate() {
 // 4. Markers that must not complete a task.
 // ---------------------------------------------------------------------------------------
 
-const CONFLICT: &str = "contained both <TASK_DONE> and <TASK_BLOCKED";
+const CONFLICT: &str = "contained more than one of <TASK_DONE>, <TASK_BLOCKED";
 /// A marker on its own line but in fenced code: the retry says the fence was why.
 const IN_A_FENCE: &str = "on a line of its own but inside a code fence";
 

@@ -271,6 +271,10 @@ pub(crate) fn after_build(outcome: &SpecsOutcome, again: &Again) -> Next {
             }
             None => Next::run(resume).after("fix what blocked the spec (see implementation.json)"),
         },
+        SpecsOutcome::AwaitingAnswer { questions, .. } => match questions.first() {
+            Some(asked) => answer_then(again, &asked.id, &resume),
+            None => Next::run(resume).doing("resumes where the work stood"),
+        },
         SpecsOutcome::AttemptsExhausted { .. } => Next::run(resume).after(
             "read the task's feedback in implementation.json and adjust the spec or the gates",
         ),

@@ -324,8 +324,24 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         warn_if_start_refuses(&threads, &record);
     }
     show(&threads, &record, view);
+    let asked = ralph::steer::questions(workspace)
+        .into_iter()
+        .find(|(subject, ..)| *subject == record.id);
     Ok(match (interrupts.signal_exit_code(), &record.phase) {
         (Some(code), Phase::Paused { .. }) => code,
+        // Paused waiting for a person's answer to the agent's question.
+        (None, Phase::Paused { .. }) if asked.is_some() => {
+            if let Some((id, question, _)) = asked {
+                out!("{id} asks: {question}");
+                let again = crate::next::Again::new(workspace, "thread");
+                out!(
+                    "next: read the question above, then `{} answer {id} \"ANSWER\" && {}` gives the thread your ANSWER and goes on",
+                    again.command("").trim_end_matches(" thread"),
+                    again.command(&format!(" --id {id} resume"))
+                );
+            }
+            3
+        }
         // Paused with no signal: a person's `ralph stop` between two iterations.
         (None, Phase::Paused { .. }) if loops => 4,
         (_, Phase::PreflightFailed { .. }) => 3,

@@ -305,8 +305,8 @@ impl SpecBuild {
     /// the specs that depend on it (`dependsOn`); the rest are built, and the first such
     /// stop is the outcome once nothing else can go on.
     async fn run(&mut self) -> Result<SpecsOutcome, Error> {
-        let mut held: Vec<String> = Vec::new();
-        let mut first_stuck: Option<SpecsOutcome> = None;
+        // The specs that cannot go on, with how each stopped, in the order they did.
+        let mut stuck: Vec<(String, SpecsOutcome)> = Vec::new();
         loop {
             if self.stopped() {
                 return Ok(SpecsOutcome::Interrupted);
@@ -314,8 +314,21 @@ impl SpecBuild {
             if let Some(stop) = self.stop_between_sessions() {
                 return Ok(stop);
             }
+            // A spec whose question was answered goes on.
+            let answered = self.take_answers()?;
+            stuck.retain(|(spec, _)| !answered.contains(spec));
+            let held: Vec<String> = stuck.iter().map(|(spec, _)| spec.clone()).collect();
             let Some(index) = self.plan.next_ready(&held) else {
-                return self.end(first_stuck);
+                if stuck
+                    .iter()
+                    .any(|(_, o)| matches!(o, SpecsOutcome::AwaitingAnswer { .. }))
+                {
+                    match self.wait_for_answers().await? {
+                        None => continue,
+                        Some(outcome) => return Ok(outcome),
+                    }
+                }
+                return self.end(stuck.into_iter().next().map(|(_, outcome)| outcome));
             };
             if let Some(message) = self.lock.check() {
                 self.emit(Event::Warning { message });
@@ -325,6 +338,7 @@ impl SpecBuild {
                 SpecEnd::Completed => {}
                 SpecEnd::Stop(
                     outcome @ (SpecsOutcome::Blocked { .. }
+                    | SpecsOutcome::AwaitingAnswer { .. }
                     | SpecsOutcome::AttemptsExhausted { .. }
                     | SpecsOutcome::Unverified { .. }),
                 ) => {
@@ -333,12 +347,116 @@ impl SpecBuild {
                             "{outcome}; going on with the specs that do not depend on {id}"
                         ),
                     });
-                    held.push(id);
-                    first_stuck.get_or_insert(outcome);
+                    stuck.push((id, outcome));
                 }
                 SpecEnd::Stop(outcome) => return Ok(outcome),
             }
         }
+    }
+
+    /// Takes in the answers a person posted (`ralph answer`): each task whose question is
+    /// answered is built again, its next session given the question and the answer.
+    /// Returns the specs of those tasks.
+    fn take_answers(&mut self) -> Result<Vec<String>, Error> {
+        let waiting: Vec<(String, String)> = self
+            .plan
+            .specs
+            .iter()
+            .flat_map(|s| {
+                s.tasks
+                    .iter()
+                    .filter(|t| t.question.is_some())
+                    .map(|t| (s.id.clone(), t.id.clone()))
+            })
+            .collect();
+        if waiting.is_empty() {
+            return Ok(Vec::new());
+        }
+        let answered = crate::runtime::questions::answered(
+            &self.ctx.workspace,
+            &self.emitter,
+            waiting.iter().map(|(_, task)| task.as_str()),
+        );
+        let mut specs = Vec::new();
+        for (spec, task) in waiting.iter().filter(|(_, t)| answered.contains(t)) {
+            if let Some(entry) = self
+                .spec_mut(spec)?
+                .tasks
+                .iter_mut()
+                .find(|t| &t.id == task)
+            {
+                entry.question = None;
+            }
+            specs.push(spec.clone());
+        }
+        if !specs.is_empty() {
+            self.save()?;
+        }
+        Ok(specs)
+    }
+
+    /// Nothing can go on but what waits for a person's answer: waits for one up to
+    /// `question_wait`. `None` when one came; the outcome otherwise (the first spec waiting,
+    /// a stop, a signal).
+    async fn wait_for_answers(&mut self) -> Result<Option<SpecsOutcome>, Error> {
+        let wait = self.ctx.config.question_wait_or_default();
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            if !self.take_answers()?.is_empty() {
+                return Ok(None);
+            }
+            if self.stopped() {
+                return Ok(Some(SpecsOutcome::Interrupted));
+            }
+            if let Some(stop) = self.stop_between_sessions() {
+                return Ok(Some(stop));
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(self.plan.specs.iter().find_map(|s| match stuck(s) {
+                    Some(outcome @ SpecsOutcome::AwaitingAnswer { .. }) => Some(outcome),
+                    _ => None,
+                }));
+            }
+            let stop = self.ctx.stop.clone();
+            tokio::select! {
+                () = tokio::time::sleep(left.min(std::time::Duration::from_millis(250))) => {}
+                () = stop.stopped() => {}
+            }
+        }
+    }
+
+    /// Gives back what spec `id`'s task that asked a question left, set aside while another
+    /// spec had its turn, now that the answer is there. A pop that conflicts leaves the
+    /// entry, and says so.
+    async fn give_back_asked(&mut self, id: &str) -> Result<(), Error> {
+        let Some(home) = &self.home else {
+            return Ok(());
+        };
+        let state = crate::runtime::workspace::state_dir(&self.ctx.workspace);
+        let open = crate::runtime::questions::Questions::in_state(&state).open(false);
+        let entry = self.spec(id)?;
+        let Some(task) = entry
+            .tasks
+            .iter()
+            .find(|t| open.answered_for(&t.id).is_some())
+        else {
+            return Ok(());
+        };
+        let label = set_aside_label(id, Some(&task.id));
+        let Some((stash, _)) = home.git().stash_named(&label).await? else {
+            return Ok(());
+        };
+        if let Err(e) = home.git().stash_pop(&stash).await {
+            self.emit(Event::Warning {
+                message: format!(
+                    "{id}'s work set aside while {} waited for an answer did not apply ({e}); \
+                     it stays in `git stash list` as \"{label}\"",
+                    task.id
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The outcome when no spec is left to build: the first stuck spec's stop, or complete
@@ -403,6 +521,7 @@ impl SpecBuild {
             return Ok(end);
         }
         self.take_turn(id).await?;
+        self.give_back_asked(id).await?;
         let entry = self.spec(id)?.clone();
         let rel = self.plans.spec_rel(&entry.file)?;
         let dir =
@@ -509,6 +628,9 @@ impl SpecBuild {
             match self.build_task(dir, id, index, plan).await? {
                 tasks::TaskTurn::Completed => {}
                 tasks::TaskTurn::Blocked => return Ok(Some(SpecEnd::Stop(self.blocked(id)?))),
+                tasks::TaskTurn::Asked => {
+                    return Ok(Some(SpecEnd::Stop(awaiting(self.spec(id)?))));
+                }
                 tasks::TaskTurn::Interrupted => {
                     return Ok(Some(SpecEnd::Stop(SpecsOutcome::Interrupted)));
                 }
@@ -564,18 +686,27 @@ impl SpecBuild {
             return Ok(());
         };
         let stuck = self.plan.spec(&left.subject).filter(|e| stuck(e).is_some());
-        let task = stuck.and_then(|e| e.tasks.iter().find(|t| t.status == Status::Blocked));
+        let task = stuck.and_then(|e| {
+            e.tasks
+                .iter()
+                .find(|t| t.status == Status::Blocked || t.question.is_some())
+        });
         let label = set_aside_label(&left.subject, task.map(|t| t.id.as_str()));
-        let why = match stuck {
+        let why = match task {
+            Some(t) if t.question.is_some() => {
+                format!("set aside while {} waits for an answer", left.subject)
+            }
             Some(_) => format!("set aside while {} is blocked", left.subject),
             None => "left by an interrupted run".to_owned(),
         };
-        let back = task.map_or(String::new(), |task| {
-            format!(
-                "; `ralph task unblock {}/{} --restore` gives it back",
-                left.subject, task.id
-            )
-        });
+        let back = task
+            .filter(|t| t.question.is_none())
+            .map_or(String::new(), |task| {
+                format!(
+                    "; `ralph task unblock {}/{} --restore` gives it back",
+                    left.subject, task.id
+                )
+            });
         let Some(home) = &mut self.home else {
             return Ok(());
         };
@@ -720,6 +851,9 @@ impl SpecBuild {
 /// How build mode stops at `entry`, if a task of it is blocked or it was given up (its
 /// status blocked) by an earlier run: what the loop and the dry run both say.
 pub(crate) fn stuck(entry: &SpecEntry) -> Option<SpecsOutcome> {
+    if entry.tasks.iter().any(|t| t.question.is_some()) {
+        return Some(awaiting(entry));
+    }
     if entry.tasks.iter().any(|t| t.status == Status::Blocked) {
         return Some(blocked(entry));
     }
@@ -765,6 +899,19 @@ fn gone(store: &ImplementationStore, id: &str) -> Error {
 }
 
 /// `entry` blocked by its blocked tasks.
+/// How build mode stops at `entry` while a task's question waits for a person's answer.
+fn awaiting(entry: &SpecEntry) -> SpecsOutcome {
+    let questions = entry
+        .tasks
+        .iter()
+        .filter_map(|t| Some(BlockedItem::new(&t.id, t.question.clone()?)))
+        .collect();
+    SpecsOutcome::AwaitingAnswer {
+        spec: entry.id.clone(),
+        questions,
+    }
+}
+
 fn blocked(entry: &SpecEntry) -> SpecsOutcome {
     let items = entry
         .tasks

@@ -25,6 +25,8 @@ use crate::time::now_rfc3339;
 pub(super) enum TaskTurn {
     Completed,
     Blocked,
+    /// Its agent asked a person a question: the task waits for the answer.
+    Asked,
     /// `once`: the run's one session is made; the task goes on next time.
     Paused,
     Interrupted,
@@ -46,8 +48,8 @@ impl SpecBuild {
                 return Ok(TaskTurn::Interrupted);
             }
             let task = self.spec(id)?.tasks[index].clone();
-            if task.attempts > self.ctx.config.retries {
-                let reason = gave_up(task.attempts, task.last_failure.as_deref());
+            if task.tries() > self.ctx.config.retries {
+                let reason = gave_up(task.tries(), task.last_failure.as_deref());
                 return self.block_task(id, index, reason);
             }
             let session = task.attempts.saturating_add(1);
@@ -81,9 +83,7 @@ impl SpecBuild {
             let failure = match ended {
                 AttemptEnd::Done => return self.complete_task(id, index),
                 AttemptEnd::Blocked(reason) => return self.block_task(id, index, reason),
-                AttemptEnd::Question(question) => {
-                    return self.block_task(id, index, format!("asks: {question}"));
-                }
+                AttemptEnd::Question(question) => return self.ask_task(id, index, question),
                 AttemptEnd::Interrupted => return Ok(TaskTurn::Interrupted),
                 AttemptEnd::Failed(failure) => failure,
                 AttemptEnd::Killed(reason) => killed(reason, gate.as_deref()),
@@ -107,10 +107,11 @@ impl SpecBuild {
         let task = &mut self.spec_mut(id)?.tasks[index];
         task.last_failure = Some(bounded_failure(failure));
         let task_id = TaskId::new(task.id.as_str());
+        let tries = session.saturating_sub(task.asked);
         // The last allowed session failed: blocked now, with no retry announced.
-        if session > self.ctx.config.retries {
+        if tries > self.ctx.config.retries {
             return self
-                .block_task(id, index, gave_up(session, Some(failure)))
+                .block_task(id, index, gave_up(tries, Some(failure)))
                 .map(Some);
         }
         self.save()?;
@@ -218,6 +219,26 @@ impl SpecBuild {
         self.tasks_done += 1;
         self.emit(Event::TaskDone { task });
         Ok(TaskTurn::Completed)
+    }
+
+    /// Records the question task `index`'s agent asked: the task waits for a person's
+    /// answer, and its session does not count against its retries.
+    fn ask_task(&mut self, id: &str, index: usize, question: String) -> Result<TaskTurn, Error> {
+        let task = self.spec(id)?.tasks[index].id.clone();
+        // The journal first: a question whose task a crash left unmarked is answered, harmlessly.
+        crate::runtime::questions::record(
+            &self.ctx.workspace,
+            &self.emitter,
+            &task,
+            Role::Build,
+            &question,
+        )?;
+        let entry = &mut self.spec_mut(id)?.tasks[index];
+        entry.question = Some(question);
+        entry.asked = entry.asked.saturating_add(1);
+        entry.last_failure = None;
+        self.save()?;
+        Ok(TaskTurn::Asked)
     }
 
     fn block_task(&mut self, id: &str, index: usize, reason: String) -> Result<TaskTurn, Error> {
