@@ -65,6 +65,16 @@ pub(crate) struct InvestigateAnswer {
     /// run, is often covered this way.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub already_planned: Vec<String>,
+    /// A question for a person, when the issue cannot be turned into tasks without their
+    /// decision: the issue then waits for the answer (`ralph answer`), which its next
+    /// investigation gets; the other fields may be left empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+}
+
+/// The question of a structured answer that may ask one, when it holds a real one.
+pub(crate) fn asked(question: Option<&String>) -> Option<&str> {
+    question.map(|q| q.trim()).filter(|q| !q.is_empty())
 }
 
 /// `accept` or `reject`.
@@ -192,7 +202,13 @@ pub(crate) struct DecomposeAnswer {
 #[serde(deny_unknown_fields)]
 pub(crate) struct PlanAnswer {
     /// One entry per spec.
+    #[serde(default)]
     pub specs: Vec<PlannedSpec>,
+    /// A question for a person, when the specs cannot be broken down without their
+    /// decision: plan mode then waits for the answer (`ralph answer plan-mode "…"`), which
+    /// the next breakdown gets; `specs` may be left empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
 }
 
 #[cfg(feature = "specs")]
@@ -233,6 +249,9 @@ pub(crate) struct PlannedTask {
 #[cfg(feature = "specs")]
 impl Answer for PlanAnswer {
     fn check(&self) -> Result<(), String> {
+        if asked(self.question.as_ref()).is_some() {
+            return Ok(());
+        }
         let mut ids = std::collections::HashSet::new();
         for (i, spec) in self.specs.iter().enumerate() {
             let id = spec.id.trim();
@@ -286,6 +305,9 @@ pub(crate) trait Answer: DeserializeOwned + JsonSchema + 'static {
 
 impl Answer for InvestigateAnswer {
     fn check(&self) -> Result<(), String> {
+        if asked(self.question.as_ref()).is_some() {
+            return Ok(());
+        }
         if self.out_of_scope {
             return match self.reason.as_deref().map(str::trim) {
                 Some(r) if !r.is_empty() => Ok(()),

@@ -607,6 +607,11 @@ pub struct Issue {
     /// The killed investigator's log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kill_log: Option<PathBuf>,
+    /// The question its investigator asked a person (the answer's `question` field): an
+    /// open issue with one waits for the answer (`ralph answer i-1 "…"`), which its next
+    /// investigation gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
 }
 
 impl Issue {
@@ -624,7 +629,13 @@ impl Issue {
             reason: None,
             kill_reason: None,
             kill_log: None,
+            question: None,
         }
+    }
+
+    /// Open, waiting for a person's answer to its investigator's question.
+    pub fn is_asking(&self) -> bool {
+        self.status == IssueStatus::Open && self.question.is_some()
     }
 
     /// Open, with its investigator killed: DECOMPOSE takes it, not INVESTIGATE.
@@ -1075,7 +1086,7 @@ impl Board {
     pub fn open_issues(&self) -> impl Iterator<Item = &Issue> {
         self.issues
             .values()
-            .filter(|i| i.status == IssueStatus::Open && !i.is_killed())
+            .filter(|i| i.status == IssueStatus::Open && !i.is_killed() && !i.is_asking())
     }
 
     /// Tasks that are not accepted and not decomposed.
@@ -1146,7 +1157,7 @@ impl Board {
             || self
                 .issues
                 .values()
-                .any(|i| i.status == IssueStatus::Blocked)
+                .any(|i| i.status == IssueStatus::Blocked || i.is_asking())
         {
             Stage::Blocked
         } else {

@@ -61,6 +61,22 @@ impl Engine {
         issue.attempts += runs;
         match result {
             Structured::Interrupted => return Ok(Flow::Interrupted),
+            Structured::Answer(answer)
+                if crate::answer::asked(answer.question.as_ref()).is_some() =>
+            {
+                let question = answer.question.unwrap_or_default().trim().to_owned();
+                crate::runtime::questions::record(
+                    &self.ctx.workspace,
+                    &self.emitter,
+                    issue.id.as_str(),
+                    Role::Investigate,
+                    &question,
+                )?;
+                // Not a failure: the investigation that asked does not count.
+                issue.retry_base = issue.attempts;
+                issue.question = Some(question);
+                self.settle_issue(issue, Vec::new(), Vec::new()).await?;
+            }
             Structured::Answer(answer) if answer.out_of_scope => {
                 issue.status = IssueStatus::OutOfScope;
                 issue.reason = answer.reason;

@@ -110,9 +110,6 @@ pub(crate) async fn run(
     crate::runtime::error::after_hooks(result, hooks)
 }
 
-/// How often a run waiting for an answer looks at its inbox.
-const ANSWER_POLL: std::time::Duration = std::time::Duration::from_millis(250);
-
 /// One construct run.
 pub(crate) struct Engine {
     ctx: Arc<Context>,
@@ -318,19 +315,32 @@ impl Engine {
         }
     }
 
-    /// The tasks waiting for a person's answer to their agent's question.
-    fn questions_waiting(&self) -> impl Iterator<Item = &Task> {
-        self.board
+    /// The tasks and issues waiting for a person's answer to their agent's question: each
+    /// id and question.
+    fn questions_waiting(&self) -> impl Iterator<Item = (&str, &str)> {
+        let tasks = self
+            .board
             .tasks
             .values()
-            .filter(|t| t.question.is_some() && t.status == TaskStatus::Pending)
+            .filter(|t| t.status == TaskStatus::Pending)
+            .filter_map(|t| Some((t.id.as_str(), t.question.as_deref()?)));
+        let issues = self
+            .board
+            .issues
+            .values()
+            .filter(|i| i.is_asking())
+            .filter_map(|i| Some((i.id.as_str(), i.question.as_deref()?)));
+        tasks.chain(issues)
     }
 
     /// Takes in the answers a person posted (`ralph answer`): a task whose question is
     /// answered is built again, and its next attempt gets the question and the answer.
     /// Returns whether one was.
     async fn take_answers(&mut self) -> Result<bool, Error> {
-        let waiting: Vec<String> = self.questions_waiting().map(|t| t.id.to_string()).collect();
+        let waiting: Vec<String> = self
+            .questions_waiting()
+            .map(|(id, _)| id.to_owned())
+            .collect();
         if waiting.is_empty() {
             return Ok(false);
         }
@@ -341,6 +351,16 @@ impl Engine {
         );
         let mut changes = Vec::new();
         for id in answered {
+            if let Some(issue) = self
+                .board
+                .issues
+                .get(&crate::model::IssueId::new(id.as_str()))
+            {
+                let mut issue = issue.clone();
+                issue.question = None;
+                changes.push(Change::Issue(issue));
+                continue;
+            }
             let mut task = self.task(&TaskId::new(id))?;
             task.question = None;
             changes.push(Change::Task(task));
@@ -380,15 +400,13 @@ impl Engine {
             if left.is_zero() {
                 let questions = self
                     .questions_waiting()
-                    .map(|t| {
-                        BlockedItem::new(t.id.as_str(), t.question.clone().unwrap_or_default())
-                    })
+                    .map(|(id, question)| BlockedItem::new(id, question))
                     .collect();
                 return Ok(Some(Outcome::AwaitingAnswer { questions }));
             }
             let stop = self.ctx.stop.clone();
             tokio::select! {
-                () = tokio::time::sleep(left.min(ANSWER_POLL)) => {}
+                () = tokio::time::sleep(left.min(crate::runtime::questions::POLL)) => {}
                 () = stop.stopped() => {}
             }
         }
@@ -1010,12 +1028,13 @@ fn blocked_items(board: &Board) -> Vec<BlockedItem> {
     for issue in board
         .issues
         .values()
-        .filter(|i| i.status == IssueStatus::Blocked)
+        .filter(|i| i.status == IssueStatus::Blocked || i.is_asking())
     {
-        items.push(BlockedItem::new(
-            issue.id.as_str(),
-            issue.reason.clone().unwrap_or_default(),
-        ));
+        let reason = match &issue.question {
+            Some(question) if issue.is_asking() => format!("asks a person: {question}"),
+            _ => issue.reason.clone().unwrap_or_default(),
+        };
+        items.push(BlockedItem::new(issue.id.as_str(), reason));
     }
     for task in board.remaining_tasks() {
         let reason = match task.status {

@@ -86,7 +86,7 @@ pub(crate) struct CallLimits {
 }
 
 /// One agent call.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Call {
     pub(crate) role: Role,
     pub(crate) subject: Option<String>,
@@ -805,7 +805,11 @@ impl Caller {
             if let Some(ended) = self.unanswered(&call, &run)? {
                 return Ok((ended, runs));
             }
-            match answer::parse::<T>(&run).and_then(|a| extra(&a).map(|()| a)) {
+            let parsed = match refused_question(call.role, &run) {
+                Some(refused) => Err(refused),
+                None => answer::parse::<T>(&run).and_then(|a| extra(&a).map(|()| a)),
+            };
+            match parsed {
                 Ok(answer) => return Ok((Structured::Answer(answer), runs)),
                 Err(e) => {
                     // Said where an observer sees it, not only in the retry's prompt.
@@ -871,6 +875,29 @@ impl Caller {
     pub(crate) fn relative(&self, path: &std::path::Path) -> PathBuf {
         super::workspace::relative(&self.workspace, path)
     }
+}
+
+/// Why `run`'s answer is invalid when its `role` gives a verdict and asked a person a
+/// question instead (a question marker, or a `question` field): only the roles that make
+/// the work may ask ([`Role::may_ask`]).
+fn refused_question(role: Role, run: &AgentRun) -> Option<String> {
+    if role.may_ask() {
+        return None;
+    }
+    let marker = matches!(
+        crate::signal::parse(&run.final_text).task,
+        crate::signal::TaskSignal::Question { .. }
+    );
+    let field = run
+        .structured
+        .as_ref()
+        .is_some_and(|value| value.get("question").is_some());
+    (marker || field).then(|| {
+        format!(
+            "a {role} answer is a verdict and may not ask a person a question: decide from the \
+             code and the spec, and answer with the JSON object the schema describes"
+        )
+    })
 }
 
 /// `run` ended by ralph's runtime rather than the agent: failed for `reason`, of `kind`.

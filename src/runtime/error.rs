@@ -97,6 +97,16 @@ pub enum SpecsError {
         /// `implementation.json`, left as it was.
         implementation: PathBuf,
     },
+    /// Plan mode's agent asked a person a question, and no answer came within
+    /// `question_wait`: answer it (`ralph answer plan-mode "…"`), then run plan mode again,
+    /// whose agent gets the question and the answer.
+    #[error("plan mode: the agent asks a person: {question}; {} was not changed", .implementation.display())]
+    AwaitingAnswer {
+        /// The question.
+        question: String,
+        /// `implementation.json`, left as it was.
+        implementation: PathBuf,
+    },
     /// Plan mode was stopped (an interrupt, the stop token) before its agent answered.
     #[error("plan mode: stopped before the agent answered; {} was not changed", .implementation.display())]
     Stopped {

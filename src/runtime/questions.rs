@@ -295,6 +295,29 @@ pub(crate) fn answered<'a>(
     answered
 }
 
+/// Waits up to `question_wait` for the answer to `subject`'s question, taking in what the
+/// inbox gets; whether it came. A stop (`ralph stop`, a signal) ends the wait unanswered.
+#[cfg(any(feature = "specs", feature = "threads"))]
+pub(crate) async fn wait(ctx: &super::Context, emitter: &Emitter, subject: &str) -> bool {
+    let until = tokio::time::Instant::now() + ctx.config.question_wait_or_default();
+    loop {
+        if !answered(&ctx.workspace, emitter, [subject]).is_empty() {
+            return true;
+        }
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() || ctx.stop.is_stopped() || super::workspace::stop_asked(&ctx.workspace) {
+            return false;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(left.min(POLL)) => {}
+            () = ctx.stop.stopped() => {}
+        }
+    }
+}
+
+/// How often a run waiting for an answer looks at its inbox.
+pub(crate) const POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// `text`, cut to [`MAX_TEXT`] bytes on a character boundary.
 fn bounded(text: &str) -> String {
     let mut end = text.len().min(MAX_TEXT);

@@ -97,7 +97,7 @@ async fn plan(
         deadline: deadline::after(ctx.config.stage_timeout),
         log: crate::specs::logs::folder_log(&run_dir, Role::Breakdown, 1),
     };
-    let answer = ask_for_plan(&caller, call, &files, &store).await?;
+    let answer = ask_for_plan(ctx, &caller, call, &files, &store).await?;
     let mut plan = merge(existing, answer);
     store.save(&mut plan, "plan-mode")?;
     let specs = plan.specs.len();
@@ -126,17 +126,49 @@ fn existing_plan(ctx: &Context, store: &ImplementationStore) -> Result<Implement
 }
 
 /// Asks the breakdown agent, by `call`, for the plan of `files`: its answer, or an error
-/// naming `store`'s file when there is no usable one or the run was stopped.
+/// naming `store`'s file when there is no usable one or the run was stopped. A question it
+/// asks a person waits for the answer up to `question_wait`, then is asked again with it.
 async fn ask_for_plan(
+    ctx: &Context,
     caller: &Caller,
-    call: Call,
+    mut call: Call,
     files: &[String],
     store: &ImplementationStore,
 ) -> Result<PlanAnswer, Error> {
-    let (answer, _) = caller
-        .structured::<PlanAnswer>(call, |a| check_files(a, files))
-        .await?;
     let implementation = store.path().to_path_buf();
+    let answer = loop {
+        let (answer, runs) = caller
+            .structured::<PlanAnswer>(call.clone(), |a| {
+                match crate::answer::asked(a.question.as_ref()) {
+                    Some(_) => Ok(()),
+                    None => check_files(a, files),
+                }
+            })
+            .await?;
+        let question = match &answer {
+            Structured::Answer(a) => crate::answer::asked(a.question.as_ref()).map(str::to_owned),
+            _ => None,
+        };
+        let Some(question) = question else {
+            break answer;
+        };
+        let subject = call.subject.clone().unwrap_or_default();
+        crate::runtime::questions::record(
+            &ctx.workspace,
+            &caller.emitter,
+            &subject,
+            Role::Breakdown,
+            &question,
+        )?;
+        if !crate::runtime::questions::wait(ctx, &caller.emitter, &subject).await {
+            return Err(SpecsError::AwaitingAnswer {
+                question,
+                implementation,
+            }
+            .into());
+        }
+        call.attempt += runs;
+    };
     match answer {
         Structured::Answer(answer) => Ok(answer),
         Structured::Unusable { reason, .. } => Err(SpecsError::NoUsablePlan {
@@ -386,6 +418,7 @@ mod tests {
             Implementation::default(),
             PlanAnswer {
                 specs: vec![planned("a", &["one", "two", "three"])],
+                question: None,
             },
         );
         let ids: Vec<&str> = first.specs[0].tasks.iter().map(|t| t.id.as_str()).collect();
@@ -400,6 +433,7 @@ mod tests {
             done,
             PlanAnswer {
                 specs: vec![planned("a", &["One", "two", "four", "three"])],
+                question: None,
             },
         );
         let tasks: Vec<(&str, &str, Status, u32)> = again.specs[0]
@@ -424,12 +458,19 @@ mod tests {
             Implementation::default(),
             PlanAnswer {
                 specs: vec![planned("a", &["one"])],
+                question: None,
             },
         );
         plan.specs[0].status = Status::Completed;
         let mut later = planned("a", &["something else"]);
         later.priority = 5;
-        let plan = merge(plan, PlanAnswer { specs: vec![later] });
+        let plan = merge(
+            plan,
+            PlanAnswer {
+                specs: vec![later],
+                question: None,
+            },
+        );
         assert_eq!(plan.specs[0].tasks.len(), 1);
         assert_eq!(plan.specs[0].priority, 5);
     }

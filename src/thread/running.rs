@@ -313,22 +313,9 @@ impl Threads {
             path: crate::runtime::workspace::state_dir(workspace),
             error: std::io::Error::other(e.to_string()),
         })?;
-        let until = tokio::time::Instant::now() + self.ctx.config.question_wait_or_default();
-        loop {
-            let answered =
-                crate::runtime::questions::answered(workspace, &self.emitter, [record.id.as_str()]);
-            if !answered.is_empty() {
-                return Ok(());
-            }
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() || self.ctx.stop.is_stopped() || stop_asked(workspace) {
-                return self.pause(record, iteration, spec);
-            }
-            let stop = self.ctx.stop.clone();
-            tokio::select! {
-                () = tokio::time::sleep(left.min(std::time::Duration::from_millis(250))) => {}
-                () = stop.stopped() => {}
-            }
+        match crate::runtime::questions::wait(&self.ctx, &self.emitter, &record.id).await {
+            true => Ok(()),
+            false => self.pause(record, iteration, spec),
         }
     }
 

@@ -462,3 +462,151 @@ fn ralph_questions(ws: &Path) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// The investigator asks through its answer's `question` field: the issue waits (exit 3);
+/// answered, the next investigation gets it. A verifier may not ask: its question is an
+/// invalid answer, asked once more.
+const INVESTIGATOR_ASKS: &str = r#"
+[[run]]
+role = "investigate"
+subject = "i-1"
+attempt = 1
+steps = [{ json = { question = "One file or two?" } }]
+
+[[run]]
+role = "investigate"
+subject = "i-1"
+attempt = 2
+steps = [{ prompt = "prompts/i-1.txt" }, { json = { tasks = [{ name = "Write f1", accept = "f1.txt exists" }] } }]
+
+[[run]]
+role = "build"
+subject = "t-1"
+steps = [{ write = { path = "f1.txt", content = "1\n" } }, { answer = "Done.\n<TASK_DONE>" }]
+
+[[run]]
+role = "verify"
+subject = "t-1"
+attempt = 1
+steps = [{ ask = "Is one file enough?" }]
+
+[[run]]
+role = "verify"
+subject = "t-1"
+attempt = 2
+steps = [{ json = { verdict = "accept", reason = "it is there" } }]
+
+[[run]]
+role = "gap_analysis"
+repeat = true
+steps = [{ json = { tasks = [], issues = [] } }]
+"#;
+
+#[test]
+fn an_investigator_asks_through_its_answer_and_a_verifier_may_not_ask() {
+    let tmp = repo("");
+    let dir = tmp.path();
+    std::fs::write(dir.join("script.toml"), INVESTIGATOR_ASKS).unwrap();
+
+    let run = construct(dir).output().unwrap();
+    assert_eq!(run.status.code(), Some(3), "{}", said(&run));
+    assert!(
+        said(&run).contains("i-1 asks: One file or two?"),
+        "{}",
+        said(&run)
+    );
+    let answer = command(dir, &["answer", "i-1", "One."]).output().unwrap();
+    assert_eq!(answer.status.code(), Some(0), "{}", said(&answer));
+
+    let run = construct(dir).arg("--json").output().unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    let prompt = std::fs::read_to_string(dir.join("prompts/i-1.txt")).unwrap();
+    assert!(
+        prompt.contains("One file or two?") && prompt.contains("One."),
+        "{prompt}"
+    );
+    let refused = stdout(&run)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "answer_invalid" && e["role"] == "verify")
+        .unwrap_or_else(|| panic!("no invalid verifier answer: {}", stdout(&run)));
+    assert!(
+        refused["cause"]
+            .as_str()
+            .unwrap()
+            .contains("may not ask a person"),
+        "{refused}"
+    );
+}
+
+/// Plan mode's breakdown and build mode's planner ask too: each run that waits ends with
+/// exit 3 and `next:` naming `ralph answer`; the next run's agent gets the answer.
+#[test]
+fn the_breakdown_and_the_planner_ask_and_get_their_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::create_dir(ws.join("specs")).unwrap();
+    std::fs::write(ws.join("specs/a.md"), "# A\nWrite a.txt.\n").unwrap();
+    std::fs::write(
+        ws.join(".gitignore"),
+        ".ralph/\nbuild/\nprompts/\nscript.toml\n",
+    )
+    .unwrap();
+    git(ws, &["init", "-q", "-b", "main"]);
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "specs"]);
+    let run = |mode: &str, script: &str| {
+        std::fs::write(ws.join("script.toml"), script).unwrap();
+        let mut run = command(ws, &[mode, "--script", "script.toml"]);
+        run.env("CI", "true");
+        run.output().unwrap()
+    };
+
+    let asked = run(
+        "plan",
+        "[[run]]\nrole = \"breakdown\"\nsteps = [{ json = { question = \"One task or two?\" } }]\n",
+    );
+    assert_eq!(asked.status.code(), Some(3), "{}", said(&asked));
+    assert!(
+        said(&asked).contains("next: ") && said(&asked).contains("ralph answer plan-mode"),
+        "{}",
+        said(&asked)
+    );
+    let answer = command(ws, &["answer", "plan-mode", "One."])
+        .output()
+        .unwrap();
+    assert_eq!(answer.status.code(), Some(0), "{}", said(&answer));
+    let planned = run(
+        "plan",
+        "[[run]]\nrole = \"breakdown\"\nsteps = [{ prompt = \"prompts/plan.txt\" }, { json = { specs = [{ id = \"a\", name = \"A\", file = \"specs/a.md\", priority = 1, tasks = [{ description = \"Write a.txt\" }] }] } }]\n",
+    );
+    assert_eq!(planned.status.code(), Some(0), "{}", said(&planned));
+    let prompt = std::fs::read_to_string(ws.join("prompts/plan.txt")).unwrap();
+    assert!(
+        prompt.contains("One task or two?") && prompt.contains("One."),
+        "{prompt}"
+    );
+
+    let asked = run(
+        "build",
+        "[[run]]\nrole = \"planner\"\nsteps = [{ ask = \"Greet whom?\" }]\n",
+    );
+    assert_eq!(asked.status.code(), Some(3), "{}", said(&asked));
+    assert!(said(&asked).contains("ralph answer a "), "{}", said(&asked));
+    let answer = command(ws, &["answer", "a", "The World."])
+        .output()
+        .unwrap();
+    assert_eq!(answer.status.code(), Some(0), "{}", said(&answer));
+    let built = run(
+        "build",
+        "[[run]]\nrole = \"planner\"\nsteps = [{ prompt = \"prompts/planner.txt\" }, { answer = \"# Plan\\n1. Do it.\\n\\nPLAN_COMPLETE\" }]\n\
+         [[run]]\nrole = \"build\"\nsteps = [{ write = { path = \"a.txt\", content = \"a\\n\" } }, { answer = \"ok\\n<TASK_DONE>\" }]\n\
+         [[run]]\nrole = \"verify\"\nsteps = [{ json = { verdict = \"accept\", reason = \"ok\" } }]\n",
+    );
+    assert_eq!(built.status.code(), Some(0), "{}", said(&built));
+    let prompt = std::fs::read_to_string(ws.join("prompts/planner.txt")).unwrap();
+    assert!(
+        prompt.contains("Greet whom?") && prompt.contains("The World."),
+        "{prompt}"
+    );
+}

@@ -273,6 +273,17 @@ pub(crate) async fn plan(workspace: &Path, specs: Vec<PathBuf>, flags: RunFlags)
             }
             return Ok(2);
         }
+        // The agent asked a person: as every mode that waits for an answer, exit 3.
+        Err(e @ ralph::Error::Specs(ralph::specs::SpecsError::AwaitingAnswer { .. })) => {
+            display::after_hook_failure(&lines, &e);
+            eprintln!("ralph: {e}");
+            let next = crate::next::answer_then(&again, "plan-mode", &again.command(""));
+            match flags.json {
+                true => display::json_next(&next),
+                false => out!("next: {next}"),
+            }
+            return Ok(3);
+        }
         Err(e) => {
             display::after_hook_failure(&lines, &e);
             return ended_by(e, flags.json, &again);

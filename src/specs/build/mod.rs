@@ -319,11 +319,11 @@ impl SpecBuild {
             stuck.retain(|(spec, _)| !answered.contains(spec));
             let held: Vec<String> = stuck.iter().map(|(spec, _)| spec.clone()).collect();
             let Some(index) = self.plan.next_ready(&held) else {
-                if stuck
+                let awaiting = stuck
                     .iter()
-                    .any(|(_, o)| matches!(o, SpecsOutcome::AwaitingAnswer { .. }))
-                {
-                    match self.wait_for_answers().await? {
+                    .find(|(_, o)| matches!(o, SpecsOutcome::AwaitingAnswer { .. }));
+                if let Some((_, awaiting)) = awaiting {
+                    match self.wait_for_answers(awaiting.clone()).await? {
                         None => continue,
                         Some(outcome) => return Ok(outcome),
                     }
@@ -358,15 +358,20 @@ impl SpecBuild {
     /// answered is built again, its next session given the question and the answer.
     /// Returns the specs of those tasks.
     fn take_answers(&mut self) -> Result<Vec<String>, Error> {
+        let state = crate::runtime::workspace::state_dir(&self.ctx.workspace);
+        let open = crate::runtime::questions::Questions::in_state(&state).open(false);
+        // A task's question, or a spec's planner's (its subject the spec's id).
         let waiting: Vec<(String, String)> = self
             .plan
             .specs
             .iter()
             .flat_map(|s| {
+                let planner = open.waiting_on(&s.id).map(|_| (s.id.clone(), s.id.clone()));
                 s.tasks
                     .iter()
                     .filter(|t| t.question.is_some())
                     .map(|t| (s.id.clone(), t.id.clone()))
+                    .chain(planner)
             })
             .collect();
         if waiting.is_empty() {
@@ -396,9 +401,12 @@ impl SpecBuild {
     }
 
     /// Nothing can go on but what waits for a person's answer: waits for one up to
-    /// `question_wait`. `None` when one came; the outcome otherwise (the first spec waiting,
-    /// a stop, a signal).
-    async fn wait_for_answers(&mut self) -> Result<Option<SpecsOutcome>, Error> {
+    /// `question_wait`. `None` when one came; the outcome otherwise (`awaiting`, the first
+    /// spec waiting, or a stop, a signal).
+    async fn wait_for_answers(
+        &mut self,
+        awaiting: SpecsOutcome,
+    ) -> Result<Option<SpecsOutcome>, Error> {
         let wait = self.ctx.config.question_wait_or_default();
         let until = tokio::time::Instant::now() + wait;
         loop {
@@ -413,14 +421,11 @@ impl SpecBuild {
             }
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                return Ok(self.plan.specs.iter().find_map(|s| match stuck(s) {
-                    Some(outcome @ SpecsOutcome::AwaitingAnswer { .. }) => Some(outcome),
-                    _ => None,
-                }));
+                return Ok(Some(awaiting));
             }
             let stop = self.ctx.stop.clone();
             tokio::select! {
-                () = tokio::time::sleep(left.min(std::time::Duration::from_millis(250))) => {}
+                () = tokio::time::sleep(left.min(crate::runtime::questions::POLL)) => {}
                 () = stop.stopped() => {}
             }
         }
@@ -546,6 +551,12 @@ impl SpecBuild {
             let plan = match planned {
                 PlanStep::Ready(plan) => plan,
                 PlanStep::Interrupted => return Ok(SpecEnd::Stop(SpecsOutcome::Interrupted)),
+                PlanStep::Asked(question) => {
+                    return Ok(SpecEnd::Stop(SpecsOutcome::AwaitingAnswer {
+                        spec: id.to_owned(),
+                        questions: vec![BlockedItem::new(id, question)],
+                    }));
+                }
                 PlanStep::Failed(reason) => {
                     let waited = self
                         .wait_after_planner_failure(id, &reason, planner_failures)
@@ -725,6 +736,15 @@ impl SpecBuild {
     /// A spec left blocked or out of attempts by an earlier run stays so until a person
     /// changes `implementation.json` (resets the status or the task).
     fn already_stuck(&self, id: &str) -> Option<SpecEnd> {
+        let state = crate::runtime::workspace::state_dir(&self.ctx.workspace);
+        let open = crate::runtime::questions::Questions::in_state(&state).open(false);
+        if let Some(asked) = open.waiting_on(id) {
+            // Its planner asked a person: asking it again would answer nothing.
+            return Some(SpecEnd::Stop(SpecsOutcome::AwaitingAnswer {
+                spec: id.to_owned(),
+                questions: vec![BlockedItem::new(id, asked.asked.question.clone())],
+            }));
+        }
         stuck(self.plan.spec(id)?).map(SpecEnd::Stop)
     }
 

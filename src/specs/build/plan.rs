@@ -21,6 +21,9 @@ use crate::specs::scratchpad;
 pub(super) enum PlanStep {
     Ready(String),
     Failed(String),
+    /// The planner asked a person this question, and no answer came within
+    /// `question_wait`: the spec waits for it.
+    Asked(String),
     Interrupted,
 }
 
@@ -76,10 +79,31 @@ impl SpecBuild {
             deadline: deadline::after(self.ctx.config.stage_timeout),
             log: folder_log(dir, Role::Planner, attempt),
         };
-        let run = self.caller.call(&mut call).await?;
-        if let Some(short) = self.planner_cut_short(&call, &run.exit)? {
-            return Ok(short);
-        }
+        let run = loop {
+            let run = self.caller.call(&mut call).await?;
+            if let Some(short) = self.planner_cut_short(&call, &run.exit)? {
+                return Ok(short);
+            }
+            let crate::signal::TaskSignal::Question { question } =
+                crate::signal::parse(&run.final_text).task
+            else {
+                break run;
+            };
+            let workspace = &self.ctx.workspace;
+            crate::runtime::questions::record(
+                workspace,
+                &self.emitter,
+                id,
+                Role::Planner,
+                &question,
+            )?;
+            if !crate::runtime::questions::wait(&self.ctx, &self.emitter, id).await {
+                return Ok(PlanStep::Asked(question));
+            }
+            // Answered: the planner runs again, with the question and the answer.
+            call.attempt += 1;
+            call.log = folder_log(dir, Role::Planner, call.attempt);
+        };
         self.step = Some(format!("planned {id} (attempt {attempt})"));
         let (answer, notes) = match scratchpad::split(&run.final_text) {
             Ok(split) => split,
