@@ -246,6 +246,7 @@ impl Engine {
         }
         run.seeded = true;
         run.spec = Some(rel);
+        run.spec_title = Some(self.spec.name.clone());
         run.iteration = run.iteration.max(1);
         if run != self.board.run {
             changes.push(Change::Run(run));
