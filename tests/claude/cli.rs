@@ -648,7 +648,12 @@ async fn a_silent_cli_times_out_and_is_gone() {
 
     let run = run(&cli, f.request("x")).await;
 
-    assert_eq!(run.exit, AgentExit::TimedOut);
+    assert_eq!(
+        run.exit,
+        AgentExit::Silent {
+            after: Duration::from_millis(300)
+        }
+    );
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
     assert_eq!(run.session_id.as_deref(), Some("fake-session"));
     f.assert_nothing_left();
@@ -713,7 +718,12 @@ async fn a_cli_ignoring_sigterm_is_killed_after_the_grace() {
 
     let run = run(&cli, f.request("x")).await;
 
-    assert_eq!(run.exit, AgentExit::TimedOut);
+    assert_eq!(
+        run.exit,
+        AgentExit::Silent {
+            after: Duration::from_millis(300)
+        }
+    );
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
     f.assert_nothing_left();
 }
@@ -783,7 +793,9 @@ async fn grandchildren_in_sessions_of_their_own_die_with_the_run(
 
     let expected = match ending {
         Ending::Completes => AgentExit::Completed,
-        Ending::IdleTimeout => AgentExit::TimedOut,
+        Ending::IdleTimeout => AgentExit::Silent {
+            after: Duration::from_millis(300),
+        },
         Ending::Stop => AgentExit::Stopped,
     };
     assert_eq!(run.exit, expected);

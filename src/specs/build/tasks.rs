@@ -83,7 +83,7 @@ impl SpecBuild {
                 AttemptEnd::Blocked(reason) => return self.block_task(id, index, reason),
                 AttemptEnd::Interrupted => return Ok(TaskTurn::Interrupted),
                 AttemptEnd::Failed(failure) => failure,
-                AttemptEnd::Killed(reason) => killed(reason, gate.as_deref()),
+                AttemptEnd::Killed(limit) => killed(limit.reason(), gate.as_deref()),
             };
             if let Some(blocked) = self.record_failure(id, index, session, &failure)? {
                 return Ok(blocked);
