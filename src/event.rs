@@ -885,6 +885,10 @@ fn exit_word(exit: &AgentExit) -> String {
         AgentExit::Failed { reason, .. } => format!("failed ({reason})"),
         AgentExit::Stopped => "stopped".into(),
         AgentExit::TimedOut => "timed out".into(),
+        AgentExit::Silent { after } => format!(
+            "silent for {} (idle timeout)",
+            humantime::format_duration(*after)
+        ),
         AgentExit::ContextLimit => "context limit".into(),
         AgentExit::RateLimited { .. } => "rate limited".into(),
     }

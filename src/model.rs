@@ -683,6 +683,10 @@ pub struct RunState {
     /// The spec being constructed, relative to the workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
+    /// The spec's title, its first `# ` heading (else its file stem): the title of a
+    /// progress file ralph writes for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_title: Option<String>,
     /// Whether the spec was turned into the board's first issue.
     #[serde(default)]
     pub seeded: bool,

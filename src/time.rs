@@ -32,6 +32,14 @@ pub(crate) fn secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Resul
     s.serialize_f64(d.as_secs_f64())
 }
 
+/// Reads a duration [`secs`] wrote.
+pub(crate) fn from_secs<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::time::Duration, D::Error> {
+    let secs = <f64 as serde::Deserialize>::deserialize(d)?;
+    std::time::Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+}
+
 /// Whole seconds of `wait`, rounded up: a wait of 0.9 s is reported as 1 s, never as
 /// "0 seconds".
 pub(crate) fn whole_secs(wait: Duration) -> u64 {

@@ -531,8 +531,21 @@ pub enum AgentExit {
     },
     /// Stopped because [`AgentRequest::stop`] has stopped.
     Stopped,
-    /// The agent's own wall-clock or idle timeout fired.
+    /// The agent's wall-clock timeout ([`AgentRequest::timeout`]) fired, or the step's
+    /// deadline stopped it.
     TimedOut,
+    /// The agent printed nothing for `after`, its own idle timeout, and was stopped: a
+    /// limit, as [`TimedOut`](Self::TimedOut) is, told apart so that a kill's message names
+    /// the clock that fired.
+    Silent {
+        /// The idle timeout that fired.
+        #[serde(
+            rename = "after_secs",
+            serialize_with = "crate::time::secs",
+            deserialize_with = "crate::time::from_secs"
+        )]
+        after: Duration,
+    },
     /// Stopped at the context kill tier (or after a failed compaction).
     ContextLimit,
     /// Rejected by a rate limit until the given time; not the task's fault.
@@ -552,11 +565,13 @@ impl AgentExit {
     /// use ralph::model::KillReason;
     ///
     /// assert_eq!(AgentExit::TimedOut.kill_reason(), Some(KillReason::Timeout));
+    /// let idle = AgentExit::Silent { after: std::time::Duration::from_secs(15) };
+    /// assert_eq!(idle.kill_reason(), Some(KillReason::Timeout));
     /// assert_eq!(AgentExit::Completed.kill_reason(), None);
     /// ```
     pub fn kill_reason(&self) -> Option<KillReason> {
         match self {
-            AgentExit::TimedOut => Some(KillReason::Timeout),
+            AgentExit::TimedOut | AgentExit::Silent { .. } => Some(KillReason::Timeout),
             AgentExit::ContextLimit => Some(KillReason::ContextLimit),
             _ => None,
         }

@@ -12,11 +12,11 @@ use super::ready::ReadyQueue;
 use super::{Engine, Flow, bounded_failure, first_line};
 use crate::agent::Role;
 use crate::event::Event;
-use crate::model::{Change, KillReason, RecentAttempt, Task, TaskId, TaskStatus};
+use crate::model::{Change, RecentAttempt, Task, TaskId, TaskStatus};
 use crate::outcome::Outcome;
 use crate::runtime::Context;
 use crate::runtime::attempt::{self, Attempt, AttemptEnd, gate_log_name};
-use crate::runtime::call::{Call, Caller};
+use crate::runtime::call::{Call, Caller, Limit};
 use crate::runtime::deadline;
 use crate::runtime::error::Error;
 use crate::runtime::gates::GateRun;
@@ -212,7 +212,7 @@ impl Engine {
             }
             AttemptEnd::Blocked(reason) => self.block_task(after, reason, memo).await?,
             AttemptEnd::Question(question) => self.ask_task(after, question, memo).await?,
-            AttemptEnd::Killed(reason) => self.kill_task(after, reason, attempt.log, memo).await?,
+            AttemptEnd::Killed(limit) => self.kill_task(after, limit, attempt.log, memo).await?,
             AttemptEnd::Interrupted => TaskEnd::Interrupted,
             // The last allowed attempt failed: blocked now, with no retry announced.
             AttemptEnd::Failed(failure) if round > self.config().retries => {
@@ -272,9 +272,10 @@ impl Engine {
             (AttemptEnd::Failed(failure), None) => {
                 (format!("failed: {}", first_line(failure)), retry_or_block())
             }
-            (AttemptEnd::Killed(reason), _) => {
-                (format!("killed: {reason}"), "decompose".to_owned())
-            }
+            (AttemptEnd::Killed(limit), _) => (
+                format!("killed: {}", limit.reason()),
+                "decompose".to_owned(),
+            ),
             (AttemptEnd::Interrupted, _) => return None,
         };
         let tried = attempt
@@ -424,11 +425,12 @@ impl Engine {
     async fn kill_task(
         &mut self,
         mut task: Task,
-        reason: KillReason,
+        limit: Limit,
         log: Option<PathBuf>,
         memo: Option<Change>,
     ) -> Result<TaskEnd, Error> {
-        task.record_kill(reason, log.clone(), &self.kill_note(reason));
+        let reason = limit.reason();
+        task.record_kill(reason, log.clone(), &self.kill_note(limit, Role::Build));
         let id = task.id.clone();
         self.commit(with_memo(task, memo)).await?;
         self.emit(Event::TaskKilled {

@@ -89,11 +89,15 @@ impl Engine {
             .as_ref()
             .map(|path| format!(" (its log: {})", path.display()))
             .unwrap_or_default();
+        // The kill's own note names the agent stopped and the setting whose clock fired.
+        let note = task
+            .tombstones
+            .last()
+            .map_or("stopped by a timeout", |t| t.reason.as_str());
         Some(format!(
-            "{}, as {} was before it was decomposed: smaller parts did not help, so the \
-             agent or the limit needs a look{log}; raise agent_timeout or stage_timeout, then \
-             unblock it to build it again",
-            self.kill_note(KillReason::Timeout),
+            "{note}, as {} was before it was decomposed: smaller parts did not help, so the \
+             agent or the limit needs a look{log}; raise the setting named, then unblock it \
+             to build it again",
             parent.id
         ))
     }

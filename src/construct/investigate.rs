@@ -162,7 +162,7 @@ impl Engine {
             reason: kill.reason,
             log: kill.log.clone(),
         };
-        issue.reason = Some(self.kill_note(kill.reason));
+        issue.reason = Some(self.kill_note(kill.limit, Role::Investigate));
         issue.kill_reason = Some(kill.reason);
         issue.kill_log = kill.log;
         self.commit(vec![Change::Issue(issue)]).await?;

@@ -40,14 +40,14 @@ use crate::config::Config;
 use crate::event::Event;
 use crate::model::rules;
 use crate::model::{
-    AcceptedBy, Board, Change, Issue, IssueStatus, IterationEntry, KillReason, Priority, RunState,
-    Stage, Task, TaskId, TaskStatus,
+    AcceptedBy, Board, Change, Issue, IssueStatus, IterationEntry, Priority, RunState, Stage, Task,
+    TaskId, TaskStatus,
 };
 use crate::outcome::{BlockedItem, Outcome};
 use crate::output::{bounded_failure, first_line};
 use crate::prioritize::{Prioritizer, PriorityReport};
 use crate::runtime::Context;
-use crate::runtime::call::{Call, Caller};
+use crate::runtime::call::{Call, Caller, Limit};
 use crate::runtime::error::{EditError, Error};
 use crate::runtime::guidance::Journal;
 use crate::runtime::home::Home;
@@ -246,6 +246,7 @@ impl Engine {
         }
         run.seeded = true;
         run.spec = Some(rel);
+        run.spec_title = Some(self.spec.name.clone());
         run.iteration = run.iteration.max(1);
         if run != self.board.run {
             changes.push(Change::Run(run));
@@ -1062,24 +1063,27 @@ fn blocked_items(board: &Board) -> Vec<BlockedItem> {
 }
 
 impl Engine {
-    /// What a kill by `reason` means, with the limit that fired: a tombstone's text.
-    pub(super) fn kill_note(&self, reason: KillReason) -> String {
-        match reason {
-            KillReason::Timeout => format!(
-                "stopped by the timeout ({})",
-                humantime::format_duration(
-                    self.config().stage_timeout.min(self.config().agent_timeout)
-                )
-            ),
-            KillReason::ContextLimit => format!(
-                "stopped at the context limit ({:.0}%)",
-                self.config().context.kill * 100.0
-            ),
-            KillReason::Rejected => format!(
-                "rejected by verifiers {} times",
-                self.config().decompose_after_rejections
-            ),
-        }
+    /// What a kill means, naming the agent it stopped (its `role`) and the limit that
+    /// fired, with its setting: a tombstone's text, an issue's reason. A person reading it
+    /// knows which setting to raise, and a killed verifier is not taken for a killed build.
+    pub(super) fn kill_note(&self, limit: Limit, role: Role) -> String {
+        let who = match role {
+            Role::Verify => "the verifier",
+            Role::Investigate => "the investigator",
+            Role::Decompose => "the decomposer",
+            _ => "the build agent",
+        };
+        let config = self.config();
+        let shown = |d| humantime::format_duration(d);
+        let what = match limit {
+            Limit::Idle(after) => {
+                format!("by its idle timeout ({} without output)", shown(after))
+            }
+            Limit::Agent => format!("by agent_timeout ({})", shown(config.agent_timeout)),
+            Limit::Stage => format!("by stage_timeout ({})", shown(config.stage_timeout)),
+            Limit::Context => format!("at the context limit ({:.0}%)", config.context.kill * 100.0),
+        };
+        format!("{who} was stopped {what}")
     }
 }
 

@@ -140,7 +140,7 @@ impl Engine {
                 match checked {
                     VerifierEnd::Verdict(verdict) => task.verdict = Some(verdict.clone()),
                     VerifierEnd::Killed(kill) => {
-                        let note = format!("verification {}", self.kill_note(kill.reason));
+                        let note = self.kill_note(kill.limit, Role::Verify);
                         task.record_kill(kill.reason, kill.log.clone(), &note);
                     }
                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::call::{Call, Caller};
+use super::call::{Call, Caller, Limit};
 use super::error::Error;
 use super::gates::{self, GateRun};
 use super::home::GatesWatch;
@@ -16,7 +16,6 @@ use super::referee::Referee;
 use super::sandbox::RunSandbox;
 use crate::agent::{AgentExit, AgentRun, Claim, FailureKind};
 use crate::gate::{Gate, GateError};
-use crate::model::KillReason;
 use crate::output::first_line;
 
 /// How one attempt ended: the verdict on it, in every mode that builds tasks.
@@ -33,7 +32,7 @@ pub(crate) enum AttemptEnd {
     /// waits for the answer; the attempt is no failure.
     Question(String),
     /// A limit stopped the agent, or the step's deadline stopped a gate.
-    Killed(KillReason),
+    Killed(Limit),
     /// The run was stopped.
     Interrupted,
 }
@@ -170,7 +169,7 @@ fn unanswered(caller: &Caller, call: &Call, run: &AgentRun) -> Result<Option<Att
         }
         // Ridden out by the callers of the pipelines that build tasks; kept total.
         AgentExit::RateLimited { .. } => AttemptEnd::Failed("The agent was rate limited.".into()),
-        exit => AttemptEnd::Killed(exit.kill_reason().unwrap_or(KillReason::Timeout)),
+        exit => AttemptEnd::Killed(Limit::of(exit, call.deadline).unwrap_or(Limit::Stage)),
     }))
 }
 
@@ -228,7 +227,7 @@ pub(crate) async fn check_gates(
             }
             Some(_) => {}
             None if run.stop.is_stopped() => return Ok((AttemptEnd::Interrupted, None)),
-            None => return Ok((AttemptEnd::Killed(KillReason::Timeout), name)),
+            None => return Ok((AttemptEnd::Killed(Limit::Stage), name)),
         }
     }
     Ok((AttemptEnd::Done, None))

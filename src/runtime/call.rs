@@ -117,17 +117,58 @@ pub(crate) enum Structured<T> {
 #[derive(Debug)]
 pub(crate) struct Kill {
     pub(crate) reason: KillReason,
+    /// The clock or the tier that fired, which the kill's note names.
+    pub(crate) limit: Limit,
     pub(crate) log: Option<PathBuf>,
 }
 
 impl Kill {
-    /// The limit that stopped `run`, with its log as `caller` names it; `None` when no
-    /// limit did.
-    pub(crate) fn of(run: &AgentRun, caller: &Caller) -> Option<Kill> {
+    /// The limit that stopped `call`'s `run`, with its log as `caller` names it; `None`
+    /// when no limit did.
+    pub(crate) fn of(run: &AgentRun, call: &Call, caller: &Caller) -> Option<Kill> {
+        let limit = Limit::of(&run.exit, call.deadline)?;
         Some(Kill {
-            reason: run.exit.kill_reason()?,
+            reason: limit.reason(),
+            limit,
             log: run.log_path.as_deref().map(|p| caller.relative(p)),
         })
+    }
+}
+
+/// Which limit stopped an agent (or a gate): [`KillReason`] as the board records it, with
+/// the clock that fired, so that a kill's message names the setting to change.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Limit {
+    /// The agent's idle timeout: it printed nothing for this long.
+    Idle(Duration),
+    /// `agent_timeout`, the wall clock of one agent run.
+    Agent,
+    /// The step's deadline, `stage_timeout`.
+    Stage,
+    /// The context kill tier (or a compaction that did not free enough).
+    Context,
+}
+
+impl Limit {
+    /// The limit that ended a run with `exit` under the step's `deadline`; `None` when no
+    /// limit did. A wall-clock stop past the deadline is the step's (the agent's timeout
+    /// is the smaller of `agent_timeout` and the time left), one before it `agent_timeout`.
+    pub(crate) fn of(exit: &AgentExit, deadline: Instant) -> Option<Limit> {
+        Some(match exit {
+            AgentExit::Silent { after } => Limit::Idle(*after),
+            AgentExit::TimedOut if Instant::now() >= deadline => Limit::Stage,
+            AgentExit::TimedOut => Limit::Agent,
+            AgentExit::ContextLimit => Limit::Context,
+            _ => return None,
+        })
+    }
+
+    /// The kill reason the board records for it.
+    pub(crate) fn reason(self) -> KillReason {
+        match self {
+            Limit::Context => KillReason::ContextLimit,
+            Limit::Idle(_) | Limit::Agent | Limit::Stage => KillReason::Timeout,
+        }
     }
 }
 
@@ -846,7 +887,7 @@ impl Caller {
             AgentExit::Failed { reason, .. } => format!("the agent failed: {reason}"),
             AgentExit::RateLimited { .. } => "the agent is rate limited".into(),
             exit => {
-                let kill = Kill::of(run, self);
+                let kill = Kill::of(run, call, self);
                 let why = exit
                     .kill_reason()
                     .map_or_else(|| "stopped".into(), |r| r.to_string());

@@ -25,6 +25,10 @@
 //! | missing | present | [`Resume::Adopt`]: a hand-written plan; create the json |
 //! | `active` | missing | [`Resume::Replan`] (the plan file is gone; no reason) |
 //!
+//! A `<rel>.md` still in place beside an `invalidated` json (a person invalidated the plan
+//! by hand) is first kept as `<rel>.attempt-N.md`, where ralph's own invalidation puts it
+//! ([`PlanFiles::keep_invalidated`]), so the re-planner is shown it.
+//!
 //! ```
 //! use ralph::__internals::plan_files::{PlanFiles, Resume};
 //!
@@ -319,6 +323,32 @@ impl PlanFiles {
         self.save_info(&info)?;
         Ok(info)
     }
+
+    /// Keeps a plan a person invalidated by hand: when `<rel>.json` says `invalidated` while
+    /// `<rel>.md` is still in place, renames the plan to `<rel>.attempt-N.md` (N the
+    /// metadata's attempt), as [`invalidate`](Self::invalidate) does, so the re-planner is
+    /// shown it and the new plan does not write over it. Returns where it went. An archive
+    /// already there is never written over: it is the invalidated plan, and the `<rel>.md`
+    /// beside it a new plan whose metadata a crash cut off.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] or [`Error::Store`].
+    pub fn keep_invalidated(&self, rel: &str) -> Result<Option<PathBuf>, Error> {
+        let Some(info) = self.load_info(rel)? else {
+            return Ok(None);
+        };
+        let plan = self.plan_path(rel);
+        let archive = self.archive_path(rel, info.attempt);
+        if info.status != PlanStatus::Invalidated || !plan.is_file() || archive.exists() {
+            return Ok(None);
+        }
+        atomic::rename(&plan, &archive).map_err(|source| Error::Io {
+            path: plan.clone(),
+            source,
+        })?;
+        Ok(Some(archive))
+    }
 }
 
 /// serde_json's message without its trailing " at line L column C" (said once, up front).
@@ -488,6 +518,32 @@ mod tests {
         for (info, exists, want) in cases {
             assert_eq!(decide(info, exists), want, "{info:?} md={exists}");
         }
+    }
+
+    /// A plan invalidated by hand is moved to its archive once; an archive already there
+    /// (the invalidated plan, beside a new plan whose metadata a crash cut off) is kept.
+    #[test]
+    fn a_plan_invalidated_by_hand_is_kept_and_an_archive_never_written_over() {
+        let ws = tempfile::tempdir().unwrap();
+        let plans = PlanFiles::new(ws.path(), "specs");
+        let mut info = plans.write_plan("x", "x", "old plan", 1).unwrap();
+        assert_eq!(plans.keep_invalidated("x").unwrap(), None, "active");
+        info.status = PlanStatus::Invalidated;
+        plans.save_info(&info).unwrap();
+        let kept = plans.keep_invalidated("x").unwrap();
+        assert_eq!(kept, Some(plans.archive_path("x", 1)));
+        assert_eq!(
+            plans.archived("x", 1).unwrap().as_deref(),
+            Some("old plan\n")
+        );
+        assert!(!plans.plan_path("x").exists());
+
+        std::fs::write(plans.plan_path("x"), "a new plan\n").unwrap();
+        assert_eq!(plans.keep_invalidated("x").unwrap(), None);
+        assert_eq!(
+            plans.archived("x", 1).unwrap().as_deref(),
+            Some("old plan\n")
+        );
     }
 
     #[test]

@@ -46,6 +46,11 @@ pub(super) const RALPH_DONE: &str = "RALPH_DONE";
 /// | 1 | 2026-01-18T10:00:00Z | 4m 2s | 1 | 1 accepted, 0 rejected, 0 new task(s), 0 new issue(s) |
 /// ```
 ///
+/// A file ralph starts itself has this layout, titled with the spec's title (its first
+/// `# ` heading) and one `## Tasks` section in place of the phases; a file an earlier ralph
+/// wrote, with an empty `## Tasks` section and the boxes in a second one at the end, takes
+/// it at its next write.
+///
 /// Sections start at `#` and `##` headings (outside fenced code). Who owns what:
 ///
 /// * **Status** (`## Status`) belongs to people; ralph keeps it as written. `RALPH_DONE` on
@@ -244,6 +249,7 @@ impl ProgressShared {
             return Ok((None, sidecar.unwrap_or_default().into_board()));
         };
         let mut doc = Doc::parse(&text, &self.path)?;
+        doc.fold_old_layout();
         let hand_edited = sidecar
             .as_ref()
             .is_none_or(|s| s.written.as_deref() != Some(&fingerprint(&text)));
@@ -384,6 +390,9 @@ struct Checkbox {
 struct Doc {
     lines: Vec<(MarkdownLine, Kind)>,
     done: bool,
+    /// Written by an earlier ralph, whose layout [`fold_old_layout`](Doc::fold_old_layout)
+    /// mended: its title, the spec's file stem, becomes the spec's title at the next write.
+    old_layout: bool,
 }
 
 impl Doc {
@@ -439,7 +448,59 @@ impl Doc {
         Ok(Doc {
             lines,
             done: is_marker_line(&status, RALPH_DONE),
+            old_layout: false,
         })
+    }
+
+    /// An earlier ralph wrote an empty `## Tasks` section above its own sections and put the
+    /// boxes in a second `## Tasks` section at the end, below the Iteration Log. Moves that
+    /// section's lines up into the empty one, so the file takes seed 003's order at its next
+    /// write; any other file is left as it is.
+    fn fold_old_layout(&mut self) {
+        let headings: Vec<usize> = (0..self.lines.len())
+            .filter(|&i| matches!(self.lines[i].0, MarkdownLine::Heading(..)))
+            .collect();
+        let section_end = |h: usize| {
+            headings
+                .iter()
+                .copied()
+                .find(|&j| j > h)
+                .unwrap_or(self.lines.len())
+        };
+        let tasks_heading = |i: usize| matches!(&self.lines[i].0, MarkdownLine::Heading(t, _) if is_tasks_heading(t));
+        let blank =
+            |i: usize| matches!(&self.lines[i].0, MarkdownLine::Text(t) if t.trim().is_empty());
+        let Some(empty) = headings
+            .iter()
+            .copied()
+            .find(|&h| tasks_heading(h) && (h + 1..section_end(h)).all(blank))
+        else {
+            return;
+        };
+        let ralphs = |i: usize| matches!(self.lines[i].1, Kind::Attempts | Kind::Log);
+        let Some(late) = headings
+            .iter()
+            .copied()
+            .find(|&h| h > empty && tasks_heading(h) && (empty..h).any(ralphs))
+        else {
+            return;
+        };
+        let end = section_end(late);
+        let mut body: Vec<_> = self.lines.drain(late..end).skip(1).collect();
+        while body
+            .last()
+            .is_some_and(|(l, _)| matches!(l, MarkdownLine::Text(t) if t.trim().is_empty()))
+        {
+            body.pop();
+        }
+        let start = body
+            .iter()
+            .position(|(l, _)| !matches!(l, MarkdownLine::Text(t) if t.trim().is_empty()))
+            .unwrap_or(body.len());
+        let blank_line = (MarkdownLine::Text(String::new()), Kind::Tasks);
+        let moved = std::iter::once(blank_line).chain(body.into_iter().skip(start));
+        self.lines.splice(empty + 1..empty + 1, moved);
+        self.old_layout = true;
     }
 
     /// The board this file and `sidecar` describe; gives ids to lines without a trailer.
@@ -692,7 +753,7 @@ fn rewrite<'a>(
     for (line, kind) in &doc.lines {
         match line {
             MarkdownLine::Heading(text, kind) => {
-                out.push(text.clone());
+                out.push(heading(doc, board, text));
                 match kind {
                     Kind::Status => has_status = true,
                     Kind::Attempts => {
@@ -731,20 +792,76 @@ fn rewrite<'a>(
     }
 }
 
-/// Puts the task lines of `orphans` after the last task line, or in a new `## Tasks`
-/// section at the end when the file has none.
+/// A heading as it is written back: as it stands, but for the title an earlier ralph gave
+/// its own file (`# Progress: <file stem>`), which becomes the spec's title.
+fn heading(doc: &Doc, board: &Board, text: &str) -> String {
+    let stem = board
+        .run
+        .spec
+        .as_deref()
+        .and_then(|s| Path::new(s).file_stem())
+        .map(|s| s.to_string_lossy().into_owned());
+    match stem {
+        Some(stem) if doc.old_layout && text == format!("# Progress: {stem}") => {
+            format!("# Progress: {}", inline(&title(board)))
+        }
+        _ => text.to_owned(),
+    }
+}
+
+/// Puts the task lines of `orphans` after the last task line. A file with no task line
+/// gets them under its `## Tasks` heading, or in a new `## Tasks` section before ralph's
+/// own sections: seed 003's order, tasks above Recent Attempts and the Iteration Log.
 fn insert_orphans(
     out: &mut Vec<String>,
     after_last_task: Option<(usize, String)>,
     orphans: &[&Task],
 ) {
-    let (at, indent) = after_last_task.unwrap_or_else(|| {
-        let at = out.len();
-        out.extend(["## Tasks".to_owned(), String::new()]);
-        (at + 2, String::new())
-    });
-    let lines: Vec<String> = orphans.iter().map(|t| task_line(&indent, '-', t)).collect();
+    let mut lines: Vec<String> = Vec::new();
+    let at = match after_last_task {
+        Some((at, indent)) => {
+            lines.extend(orphans.iter().map(|t| task_line(&indent, '-', t)));
+            at
+        }
+        None => {
+            let at = tasks_heading(out, &mut lines);
+            lines.extend(orphans.iter().map(|t| task_line("", '-', t)));
+            // A blank line between the last task and the next heading.
+            if out.get(at).is_some_and(|l| !l.trim().is_empty()) {
+                lines.push(String::new());
+            }
+            at
+        }
+    };
     out.splice(at..at, lines);
+}
+
+/// Where the first task lines of a file go: after its `## Tasks` heading and the blank line
+/// under it; else after a new heading pushed onto `lines`, placed before ralph's sections
+/// (or at the end of a file without them).
+fn tasks_heading(out: &[String], lines: &mut Vec<String>) -> usize {
+    if let Some(at) = out.iter().position(|l| is_tasks_heading(l)) {
+        let blank = out.get(at + 1).is_some_and(|l| l.trim().is_empty());
+        if !blank {
+            lines.push(String::new());
+        }
+        return at + 1 + usize::from(blank);
+    }
+    let at = out
+        .iter()
+        .position(|l| matches!(section_of(l), Some(Kind::Attempts | Kind::Log)))
+        .unwrap_or(out.len());
+    if at > 0 && !out[at - 1].trim().is_empty() {
+        lines.push(String::new());
+    }
+    lines.extend(["## Tasks".to_owned(), String::new()]);
+    at
+}
+
+/// Whether `line` is a `## Tasks` heading.
+fn is_tasks_heading(line: &str) -> bool {
+    line.strip_prefix("## ")
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("tasks"))
 }
 
 /// Adds the `## Status` section below the title (or at the top).
@@ -780,12 +897,7 @@ fn append_section(out: &mut Vec<String>, heading: &str, body: Vec<String>) {
 
 /// The document of a board that has no file yet.
 fn skeleton(board: &Board) -> Doc {
-    let name = board
-        .run
-        .spec
-        .as_deref()
-        .and_then(|s| Path::new(s).file_stem())
-        .map_or_else(|| "work".to_owned(), |s| s.to_string_lossy().into_owned());
+    let name = inline(&title(board));
     let text = format!(
         "# Progress: {name}\n\n## Status\n\nIn progress\n\n## Tasks\n\n## Recent Attempts\n\n## Iteration Log\n"
     );
@@ -793,7 +905,27 @@ fn skeleton(board: &Board) -> Doc {
     Doc::parse(&text, Path::new("<skeleton>")).unwrap_or(Doc {
         lines: Vec::new(),
         done: false,
+        old_layout: false,
     })
+}
+
+/// The title of a progress file ralph writes: the spec's title, else its file stem.
+fn title(board: &Board) -> String {
+    let stem = || {
+        board
+            .run
+            .spec
+            .as_deref()
+            .and_then(|s| Path::new(s).file_stem())
+            .map(|s| s.to_string_lossy().into_owned())
+    };
+    board
+        .run
+        .spec_title
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .or_else(stem)
+        .unwrap_or_else(|| "work".to_owned())
 }
 
 fn task_line(indent: &str, bullet: char, task: &Task) -> String {

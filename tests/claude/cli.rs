@@ -648,7 +648,12 @@ async fn a_silent_cli_times_out_and_is_gone() {
 
     let run = run(&cli, f.request("x")).await;
 
-    assert_eq!(run.exit, AgentExit::TimedOut);
+    assert_eq!(
+        run.exit,
+        AgentExit::Silent {
+            after: Duration::from_millis(300)
+        }
+    );
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
     assert_eq!(run.session_id.as_deref(), Some("fake-session"));
     f.assert_nothing_left();
@@ -713,7 +718,12 @@ async fn a_cli_ignoring_sigterm_is_killed_after_the_grace() {
 
     let run = run(&cli, f.request("x")).await;
 
-    assert_eq!(run.exit, AgentExit::TimedOut);
+    assert_eq!(
+        run.exit,
+        AgentExit::Silent {
+            after: Duration::from_millis(300)
+        }
+    );
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
     f.assert_nothing_left();
 }
@@ -783,7 +793,9 @@ async fn grandchildren_in_sessions_of_their_own_die_with_the_run(
 
     let expected = match ending {
         Ending::Completes => AgentExit::Completed,
-        Ending::IdleTimeout => AgentExit::TimedOut,
+        Ending::IdleTimeout => AgentExit::Silent {
+            after: Duration::from_millis(300),
+        },
         Ending::Stop => AgentExit::Stopped,
     };
     assert_eq!(run.exit, expected);
@@ -1160,6 +1172,53 @@ async fn the_compact_tier_compacts_the_session_and_continues_it() {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
     assert_eq!(log, expected);
+    f.assert_nothing_left();
+}
+
+/// Audit row 000-R53 (gap 8): a CLI whose `/compact` boundary gives no `post_tokens` and
+/// reports the size in the result's usage (40,000 of 200,000) is shown as compacted to 20 %,
+/// the figure it reported, not to 0 %; the task goes on.
+#[tokio::test]
+async fn a_compaction_is_shown_with_the_size_the_cli_reports_after_it() {
+    let f = Fixture::new();
+    let first = f.transcript("first", &over_compact_tier("s-r"));
+    let mut sized = result("s-r", "", 1, 0.05);
+    sized["usage"] = json!({"input_tokens": 40_000, "output_tokens": 300});
+    let compact = f.transcript(
+        "compact",
+        &[
+            init("s-r"),
+            json!({"type": "system", "subtype": "compact_boundary", "session_id": "s-r",
+                "compact_metadata": {"trigger": "manual", "pre_tokens": 175_000}}),
+            sized,
+        ],
+    );
+    let cont = f.transcript(
+        "continue",
+        &[
+            init("s-r"),
+            assistant("s-r", "m3", 45_000, "Finished.\n<TASK_DONE>"),
+            result("s-r", "Finished.\n<TASK_DONE>", 2, 0.4),
+        ],
+    );
+    let cli = per_invocation(&f, &[&first, &compact, &cont]);
+    let events = Events::default();
+
+    let run = run(&cli, f.request("Build it.").on_event(events.sink())).await;
+
+    assert_eq!(run.exit, AgentExit::Completed, "{:?}", events.notes());
+    let compacted: Vec<AgentEvent> = events
+        .all()
+        .into_iter()
+        .filter(|e| matches!(e, AgentEvent::Compacted { .. }))
+        .collect();
+    assert_eq!(
+        compacted,
+        [AgentEvent::Compacted {
+            before: 0.875,
+            after: 0.2
+        }]
+    );
     f.assert_nothing_left();
 }
 

@@ -325,6 +325,56 @@ async fn autocompact_is_seen_and_the_context_drops() {
     assert_eq!(summary.usage.context_tokens, 12_126);
 }
 
+/// Audit row 000-R53: a boundary without `post_tokens` is shown with the next size the CLI
+/// reports (a message's usage, else the result's), never as compacted to 0 %; a stream that
+/// reports no size after it says so in a note.
+#[tokio::test]
+async fn a_boundary_without_its_size_takes_the_next_size_the_cli_reports() {
+    let lines = |after: &[serde_json::Value]| {
+        let mut lines = vec![
+            json!({"type": "system", "subtype": "init", "session_id": "s", "model": "claude-sonnet-4-5"}),
+            json!({"type": "system", "subtype": "compact_boundary", "session_id": "s",
+                "compact_metadata": {"trigger": "manual", "pre_tokens": 180_000}}),
+        ];
+        lines.extend_from_slice(after);
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>()
+    };
+    let message = json!({"type": "assistant", "session_id": "s", "parent_tool_use_id": null,
+        "message": {"id": "m1", "model": "claude-sonnet-4-5", "content": [],
+            "usage": {"input_tokens": 40_000, "output_tokens": 5}}});
+    let result = |usage: serde_json::Value| {
+        json!({"type": "result", "subtype": "success", "is_error": false, "result": "",
+            "session_id": "s", "usage": usage})
+    };
+    let compacted = |events: &[AgentEvent]| -> Vec<(f64, f64)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Compacted { before, after } => Some((*before, *after)),
+                _ => None,
+            })
+            .collect()
+    };
+
+    let (summary, events) = parse(lines(&[message, result(json!({}))]).as_bytes()).await;
+    assert_eq!(compacted(&events), [(0.9, 0.2)]);
+    assert_eq!(summary.usage.context_tokens, 40_000);
+
+    let usage = json!({"input_tokens": 40_000, "output_tokens": 5});
+    let (summary, events) = parse(lines(&[result(usage)]).as_bytes()).await;
+    assert_eq!(compacted(&events), [(0.9, 0.2)], "the result's usage");
+    assert_eq!(summary.usage.context_tokens, 40_000);
+
+    let (_, events) = parse(lines(&[result(json!({}))]).as_bytes()).await;
+    assert_eq!(compacted(&events), []);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Note { message }
+        if message.contains("compacted the session at 90% and reported no context size")))
+    );
+}
+
 #[tokio::test]
 async fn partial_messages_stream_events_are_ignored() {
     let (summary, events) = fixture("partial-messages").await;

@@ -57,15 +57,15 @@ async fn a_gate_past_its_timeout_fails_the_attempt_and_leaves_no_process() {
 #[rstest]
 #[case::stage_timeout(
     Script::new().print("compiling the world", 20).hang(),
-    Some((KillReason::Timeout, "stopped by the timeout (400ms)"))
+    Some((KillReason::Timeout, "the build agent was stopped by stage_timeout (400ms)"))
 )]
 #[case::context_limit(
     Script::new().print("compiling the world", 20).usage(96, 100, None),
-    Some((KillReason::ContextLimit, "stopped at the context limit (95%)"))
+    Some((KillReason::ContextLimit, "the build agent was stopped at the context limit (95%)"))
 )]
 #[case::failed_compaction(
     Script::new().print("compiling the world", 20).usage(90, 100, Some(85)),
-    Some((KillReason::ContextLimit, "stopped at the context limit (95%)"))
+    Some((KillReason::ContextLimit, "the build agent was stopped at the context limit (95%)"))
 )]
 #[case::compaction_succeeds(
     Script::new().usage(90, 100, Some(40)).write("done.txt", "hi\n").answer("Done.\n<TASK_DONE>"),
@@ -190,8 +190,8 @@ async fn a_subtask_that_times_out_like_its_parent_is_blocked_not_decomposed_agai
     assert_eq!(t1a.status, TaskStatus::Blocked);
     let reason = t1a.blocked_reason.clone().unwrap();
     for part in [
-        "stopped by the timeout (400ms), as t-1 was",
-        "raise agent_timeout or stage_timeout",
+        "the build agent was stopped by stage_timeout (400ms), as t-1 was",
+        "raise the setting named",
         "its log: build/ralph-logs/",
     ] {
         assert!(reason.contains(part), "{part:?} not in {reason:?}");
@@ -258,12 +258,12 @@ fn two_parts() -> Script {
 #[case::timeout(
     Script::new().print("reading every file", 20).hang(),
     KillReason::Timeout,
-    "verification stopped by the timeout (400ms)"
+    "the verifier was stopped by stage_timeout (400ms)"
 )]
 #[case::context_limit(
     Script::new().print("reading every file", 20).usage(96, 100, None),
     KillReason::ContextLimit,
-    "verification stopped at the context limit (95%)"
+    "the verifier was stopped at the context limit (95%)"
 )]
 #[tokio::test]
 async fn a_killed_verifier_sends_its_task_to_decompose_not_to_a_rejection(
@@ -390,4 +390,82 @@ fn stage_logs(workspace: &Path) -> String {
         }
     }
     text
+}
+
+/// The tombstone of task `id`'s kill, from every record of it a store kept.
+fn kill_tombstone(store: &MemoryStore, id: &str) -> String {
+    store
+        .persisted()
+        .into_iter()
+        .find_map(|c| match c {
+            Change::Task(t) if t.id == id && t.kill_reason.is_some() => {
+                t.tombstones.last().map(|tomb| tomb.reason.clone())
+            }
+            _ => None,
+        })
+        .expect("a kill was recorded")
+}
+
+/// Issue 39: a kill names the clock that fired. With `agent_timeout` shorter than the stage,
+/// a hanging build is stopped by `agent_timeout`, and its tombstone says so, not the stage's.
+#[tokio::test]
+async fn a_build_stopped_by_agent_timeout_names_agent_timeout() {
+    let h = Harness::new(
+        one_task()
+            .on(Role::Build, "t-1", Script::new().print("working", 3).hang())
+            .on(Role::Decompose, "t-1", two_parts())
+            .always(Role::Build, writes_done()),
+    );
+
+    h.run(|b| {
+        b.gate(done_gate())
+            .agent_timeout(Duration::from_millis(300))
+    })
+    .await;
+
+    assert_eq!(
+        kill_tombstone(&h.store, "t-1"),
+        "the build agent was stopped by agent_timeout (300ms)"
+    );
+}
+
+/// Issue 39: a verifier cut by its agent's idle timeout (a command agent, silent after one
+/// line) is named as the verifier, stopped by the idle timeout, not by `agent_timeout` or
+/// `stage_timeout`; its built task waits for DECOMPOSE.
+#[tokio::test]
+async fn a_verifier_cut_by_the_idle_timeout_is_named_with_that_clock() {
+    let dir = workspace(SPEC);
+    let script = r#"cat > /dev/null
+case "$1" in
+  investigate) echo '{"tasks":[{"name":"Write done.txt","accept":"done.txt exists"}]}' ;;
+  build) echo hello > done.txt; echo 'Wrote done.txt.'; echo '<TASK_DONE>' ;;
+  verify) echo 'reading every file'; exec sleep 1000 ;;
+  decompose) echo '{"subtasks":[{"name":"a","accept":"a"},{"name":"b","accept":"b"}]}' ;;
+  *) echo '{"tasks":[],"issues":[]}' ;;
+esac"#;
+    let agent = ralph::agent::CommandAgent::new("sh", ["sh", "-c", script, "agent", "{role}"])
+        .idle_timeout(Duration::from_millis(500))
+        .grace(Duration::from_millis(200));
+    let store = MemoryStore::new();
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(store.clone())
+        .max_iterations(1)
+        .stage_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+
+    ralph.construct("spec.md").await.unwrap();
+
+    assert_eq!(
+        kill_tombstone(&store, "t-1"),
+        "the verifier was stopped by its idle timeout (500ms without output)"
+    );
+    let t1 = store.board().task("t-1").unwrap().clone();
+    assert_eq!(
+        (t1.status, t1.kill_reason),
+        (TaskStatus::Pending, Some(KillReason::Timeout)),
+        "waiting for DECOMPOSE"
+    );
 }

@@ -784,3 +784,41 @@ async fn a_verifier_that_writes_gives_no_verdict_and_its_writes_are_set_aside() 
         "{messages:?}"
     );
 }
+
+/// Audit row 003-R35: the progress file a run writes from nothing is laid out as seed 003's,
+/// the boxes in one Tasks section above Recent Attempts and the Iteration Log, titled with
+/// the spec's first heading, and a second run keeps that layout.
+#[tokio::test]
+async fn a_progress_file_ralph_starts_has_the_seeds_layout_and_the_specs_title() {
+    let dir = workspace(SPEC);
+    let agent = Arc::new(builds_both().on(
+        Role::Investigate,
+        "i-1",
+        tasks(&[("Write a.txt", "a.txt"), ("Write b.txt", "b.txt")]),
+    ));
+    let run = || async {
+        builder(dir.path(), agent.clone())
+            .build()
+            .unwrap()
+            .construct("spec.md")
+            .await
+            .unwrap()
+    };
+    assert_eq!(complete(&run().await), (1, 2));
+    let text = text(dir.path());
+    let headings: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
+    let expected = [
+        "# Progress: Greeter",
+        "## Status",
+        "## Tasks",
+        "## Recent Attempts",
+        "## Iteration Log",
+    ];
+    assert_eq!(headings, expected, "{text}");
+    assert!(
+        text.contains("## Tasks\n\n- [x] Write a.txt <!-- id:t-1 -->\n- [x] Write b.txt <!-- id:t-2 -->\n\n## Recent Attempts"),
+        "{text}"
+    );
+    run().await;
+    assert_eq!(self::text(dir.path()), text, "stable over runs");
+}

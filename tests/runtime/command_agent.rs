@@ -176,7 +176,10 @@ async fn a_silent_command_is_cut_by_the_idle_timeout_and_a_stop_ends_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let stalled = sh("echo started; exec sleep 1000").idle_timeout(Duration::from_millis(300));
     let run1 = run(&stalled, Role::Build, "p", dir.path()).await;
-    assert_eq!(run1.exit, AgentExit::TimedOut);
+    let idle = AgentExit::Silent {
+        after: Duration::from_millis(300),
+    };
+    assert_eq!(run1.exit, idle, "the idle clock, named");
 
     let stop = ralph::StopToken::new();
     let request = AgentRequest::new(Role::Build, "p", dir.path()).stop(stop.clone());

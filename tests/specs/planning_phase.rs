@@ -271,6 +271,47 @@ async fn an_invalidated_plan_is_replanned_with_the_old_plan_and_the_reason() {
     assert!(dir.join("specs/plans/a.attempt-1.md").exists());
 }
 
+/// Audit row 002-R12: a person invalidates the plan by hand (the json's `status` set to
+/// `invalidated`, the plan left in `<rel>.md`): the plan is kept as `<rel>.attempt-1.md`, as
+/// ralph's own invalidation keeps it, and the re-planner gets it with the reason.
+#[tokio::test]
+async fn a_plan_invalidated_by_hand_is_kept_and_shown_to_the_replanner() {
+    let ws = workspace(&[("specs/a.md", SPEC)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["One"])]);
+    let plans = PlanFiles::new(dir, "specs");
+    plans
+        .write_plan("a", "a", "# Plan: a\nuse bash arrays", 1)
+        .unwrap();
+    let mut info = meta(dir, "a");
+    info["status"] = "invalidated".into();
+    info["invalidation_reason"] = "bash is not available".into();
+    std::fs::write(
+        dir.join("specs/plans/a.json"),
+        serde_json::to_string_pretty(&info).unwrap(),
+    )
+    .unwrap();
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on_attempt(Role::Planner, "a", 2, planner("# Plan: a\nuse POSIX sh"))
+            .on(Role::Build, "a-1", done())
+            .on(Role::Verify, "a", accept()),
+    );
+    let recorder = Recorder::default();
+    let ralph = ralph(dir, agent.clone(), recorder.clone(), vec![]);
+    ralph.build_specs().await.unwrap();
+    let prompt = &prompts(&agent, Role::Planner)[0].1;
+    assert!(prompt.contains("bash is not available"), "{prompt}");
+    assert!(prompt.contains("use bash arrays"), "the old plan: {prompt}");
+    let kept = std::fs::read_to_string(dir.join("specs/plans/a.attempt-1.md")).unwrap();
+    assert_eq!(kept, "# Plan: a\nuse bash arrays\n");
+    assert_eq!(plan_md(dir, "a"), "# Plan: a\nuse POSIX sh\n");
+    assert_eq!(meta(dir, "a")["attempt"], 2);
+    let invalidated = recorder.of_kind("plan_invalidated");
+    assert_eq!(invalidated[0]["archived"], "specs/plans/a.attempt-1.md");
+    assert_eq!(invalidated[0]["reason"], "bash is not available");
+}
+
 /// The verifier answers `PLAN_INVALIDATION: <reason>` → the plan is archived as
 /// `<rel>.attempt-1.md`, the json records the reason, the planner re-plans with both, and a
 /// rework task is implemented with the new plan before the verifier accepts.

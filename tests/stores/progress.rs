@@ -473,3 +473,103 @@ async fn a_crash_between_the_two_writes_loses_no_acceptance() {
     assert_eq!(board.task("t-1").unwrap().status, TaskStatus::Accepted);
     assert_eq!(board.task("t-2").unwrap().status, TaskStatus::Pending);
 }
+
+/// The `#` and `##` headings of a markdown text, in order.
+fn headings(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.starts_with('#')).collect()
+}
+
+/// Audit row 003-R35: a file ralph writes from nothing has seed 003's layout, one Tasks
+/// section holding the boxes above Recent Attempts and the Iteration Log, titled with the
+/// spec's title, and keeps it as tasks, attempts and log rows come.
+#[tokio::test]
+async fn a_file_ralph_writes_has_one_tasks_section_above_its_own_and_the_specs_title() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("PROGRESS.md");
+    let store = ProgressStore::open(&path).unwrap();
+    let mut run = RunState::default();
+    run.spec = Some("spec.md".into());
+    run.spec_title = Some("Greeter".into());
+    store.persist(&[Change::Run(run.clone())]).await.unwrap();
+    store
+        .persist(&[Change::Task(Task::new("t-1", "Say hello"))])
+        .await
+        .unwrap();
+    run.attempts.push(RecentAttempt::new(
+        1,
+        TaskId::new("t-1"),
+        "wrote it",
+        "done",
+        "2026-01-18T10:00:00Z",
+    ));
+    store
+        .persist(&[
+            Change::Run(run),
+            Change::Task(Task::new("t-2", "Say goodbye")),
+        ])
+        .await
+        .unwrap();
+    let text = read(&path);
+    let expected = [
+        "# Progress: Greeter",
+        "## Status",
+        "## Tasks",
+        "## Recent Attempts",
+        "## Iteration Log",
+    ];
+    assert_eq!(headings(&text), expected, "{text}");
+    assert!(
+        text.contains(
+            "## Tasks\n\n- [ ] Say hello <!-- id:t-1 -->\n- [ ] Say goodbye <!-- id:t-2 -->\n\n## Recent Attempts"
+        ),
+        "{text}"
+    );
+    store.persist(&[]).await.unwrap();
+    assert_eq!(
+        read(&path),
+        text,
+        "a write with nothing new changes nothing"
+    );
+    assert_eq!(tasks(&store).await.len(), 2);
+}
+
+/// A file an earlier ralph wrote (an empty Tasks section, the boxes in a second one at the
+/// end, the file stem as title) still loads as it did, and takes seed 003's layout and the
+/// spec's title at the next write.
+#[tokio::test]
+async fn a_file_in_the_old_layout_loads_and_takes_the_seeds_layout() {
+    let old = "# Progress: spec\n\n## Status\n\nIn progress\n\n## Tasks\n\n## Recent Attempts\n\n\
+        _None yet._\n\n## Iteration Log\n\n| Iteration | Started | Duration | Tasks Completed | Notes |\n\
+        |---|---|---|---|---|\n\n## Tasks\n\n- [x] Say hello <!-- id:t-1 -->\n\
+        - [ ] Say goodbye <!-- id:t-2 -->\n";
+    let (_dir, path) = progress_file(old);
+    let store = ProgressStore::open(&path).unwrap();
+    let before = tasks(&store).await;
+    assert_eq!(
+        before,
+        [
+            ("t-1".into(), "Say hello".into(), TaskStatus::Accepted),
+            ("t-2".into(), "Say goodbye".into(), TaskStatus::Pending),
+        ]
+    );
+    let mut run = RunState::default();
+    run.spec = Some("spec.md".into());
+    run.spec_title = Some("Greeter".into());
+    store.persist(&[Change::Run(run)]).await.unwrap();
+    let text = read(&path);
+    let expected = [
+        "# Progress: Greeter",
+        "## Status",
+        "## Tasks",
+        "## Recent Attempts",
+        "## Iteration Log",
+    ];
+    assert_eq!(headings(&text), expected, "{text}");
+    assert!(
+        text.contains(
+            "## Tasks\n\n- [x] Say hello <!-- id:t-1 -->\n- [ ] Say goodbye <!-- id:t-2 -->\n\n## Recent"
+        ),
+        "{text}"
+    );
+    assert_eq!(tasks(&store).await, before);
+}

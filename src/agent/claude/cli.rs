@@ -617,7 +617,8 @@ fn schema_arg(schema: &serde_json::Value) -> String {
 fn cut_exit(segment: &Segment) -> Option<AgentExit> {
     match segment.cut {
         Halt::Stopped => Some(AgentExit::Stopped),
-        Halt::Deadline | Halt::Idle => Some(AgentExit::TimedOut),
+        Halt::Deadline => Some(AgentExit::TimedOut),
+        Halt::Idle(after) => Some(AgentExit::Silent { after }),
         Halt::ContextLimit(_) => Some(AgentExit::ContextLimit),
         Halt::Unreachable => Some(crate::agent::reach::unreachable(
             segment.unreachable.clone().unwrap_or_default(),

@@ -43,8 +43,8 @@ pub(super) enum Halt {
     Stopped,
     /// The wall-clock deadline passed.
     Deadline,
-    /// No stdout line for the idle timeout.
-    Idle,
+    /// No stdout line for the idle timeout, this long.
+    Idle(Duration),
     /// It kept running after its `result` line.
     Lingered,
     /// The context reached the compact tier (at this ratio): interrupted for a compaction.
@@ -124,6 +124,7 @@ pub(super) async fn run(spec: &ProcessSpec, watch: Inputs<'_>) -> Result<Segment
         stderr: BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2),
         result_at: None,
         result_grace: clocks.result_grace,
+        idle: clocks.idle,
         reach: Reach::new("claude", clocks.unreachable_after, watch.events.clone()),
     };
     let mut lines = Lines::new(watch.max_line, stream);
@@ -172,6 +173,8 @@ struct CliOutput<'a> {
     /// When the `result` line came.
     result_at: Option<Instant>,
     result_grace: Duration,
+    /// The idle timeout, which a cut for silence names.
+    idle: Duration,
     /// Whether the API answers: the unreachable clock.
     reach: Reach,
 }
@@ -188,7 +191,7 @@ impl LineListener for CliOutput<'_> {
     }
 
     fn silent(&mut self) -> Halt {
-        Halt::Idle
+        Halt::Idle(self.idle)
     }
 
     /// Parses the line; returns the cut the context calls for, unless the answer is in.

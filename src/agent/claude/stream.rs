@@ -306,7 +306,9 @@ struct ResultLine {
 ///   window of its model from [`StreamOptions::windows`];
 /// * [`ApiRetry`](AgentEvent::ApiRetry), [`PermissionDenied`](AgentEvent::PermissionDenied),
 ///   [`Compacted`](AgentEvent::Compacted) (ratios from the boundary's `pre_tokens` and
-///   `post_tokens`; `after` is 0 when the CLI did not report it), and
+///   `post_tokens`; without `post_tokens`, the event waits for the next size the CLI
+///   reports, a message's usage or else the result's, and a stream that reports none gives
+///   a [`Note`](AgentEvent::Note) instead, never a made-up 0 %), and
 ///   [`RateLimited`](AgentEvent::RateLimited) for a rejected `rate_limit_event`;
 /// * [`Note`](AgentEvent::Note)s: compaction started or failed, an oversized line, the first
 ///   few bad lines.
@@ -328,6 +330,9 @@ pub struct StreamParser {
     denials: Vec<PermissionDenial>,
     api_retries: u32,
     compactions: u32,
+    /// The ratio before a compaction whose boundary gave no size after it: its
+    /// [`Compacted`](AgentEvent::Compacted) waits for the next usage the CLI reports.
+    unsized_compaction: Option<f64>,
     rate_limited_until: Option<SystemTime>,
     lines: u64,
     oversized_lines: u64,
@@ -353,6 +358,7 @@ impl StreamParser {
             denials: Vec::new(),
             api_retries: 0,
             compactions: 0,
+            unsized_compaction: None,
             rate_limited_until: None,
             lines: 0,
             oversized_lines: 0,
@@ -589,7 +595,10 @@ impl StreamParser {
         }
         match (line.kind.get(), line.subtype.get()) {
             (Some("assistant"), _) => self.assistant(line, emit),
-            (Some("result"), _) => self.result(line, cuts),
+            (Some("result"), _) => {
+                self.result(line, cuts);
+                self.size_compaction_at_result(emit);
+            }
             (Some("rate_limit_event"), _) => self.rate_limit(&line, emit),
             (Some("system"), Some("init")) => self.init(&line),
             (Some("system"), Some("api_retry")) => self.api_retry(&line, emit),
@@ -660,6 +669,7 @@ impl StreamParser {
         true
     }
 
+    #[allow(clippy::cast_precision_loss)] // Token counts far below 2^52.
     fn count(&mut self, usage: TokenCounts, main: bool, emit: &mut dyn FnMut(AgentEvent)) {
         self.totals.add(usage);
         // Every message is paid for, a subagent's too: the ledger keeps the run's so far.
@@ -676,6 +686,13 @@ impl StreamParser {
         if main {
             let context = usage.context();
             self.context_tokens = Some(context);
+            if let Some(before) = self.unsized_compaction.take() {
+                // The first size the CLI reports after a boundary that gave none.
+                emit(AgentEvent::Compacted {
+                    before,
+                    after: context as f64 / self.live_window().max(1) as f64,
+                });
+            }
             emit(AgentEvent::Usage {
                 context_tokens: context,
                 window: Some(self.live_window()),
@@ -742,13 +759,50 @@ impl StreamParser {
             .or(self.context_tokens);
         let post = metadata.and_then(|m| m.post_tokens.0);
         let window = self.live_window().max(1) as f64;
-        emit(AgentEvent::Compacted {
-            before: pre.unwrap_or(0) as f64 / window,
-            after: post.unwrap_or(0) as f64 / window,
-        });
-        if post.is_some() {
-            self.context_tokens = post;
+        let before = pre.unwrap_or(0) as f64 / window;
+        match post {
+            Some(post) => {
+                emit(AgentEvent::Compacted {
+                    before,
+                    after: post as f64 / window,
+                });
+                self.context_tokens = Some(post);
+            }
+            // The size after it comes with the next message's usage, if the CLI reports one.
+            None => self.unsized_compaction = Some(before),
         }
+    }
+
+    /// At the result, a compaction still waiting for its size: a `/compact` run has no
+    /// message of the session after its boundary, so the result's usage is the one size the
+    /// CLI reports after it (the CLI's own boundary carries `post_tokens`; this is for one
+    /// that does not). It becomes the context, so the figure shown and the one ralph decides
+    /// on agree. Without it the compaction is noted as unsized, never shown as 0 %.
+    #[allow(clippy::cast_precision_loss)] // Token counts far below 2^52.
+    fn size_compaction_at_result(&mut self, emit: &mut dyn FnMut(AgentEvent)) {
+        let Some(before) = self.unsized_compaction.take() else {
+            return;
+        };
+        let reported = self
+            .result
+            .as_ref()
+            .and_then(|r| r.totals)
+            .map(TokenCounts::context)
+            .filter(|&tokens| tokens > 0);
+        let Some(after) = reported else {
+            emit(AgentEvent::Note {
+                message: format!(
+                    "the CLI compacted the session at {:.0}% and reported no context size after it",
+                    before * 100.0
+                ),
+            });
+            return;
+        };
+        self.context_tokens = Some(after);
+        emit(AgentEvent::Compacted {
+            before,
+            after: after as f64 / self.live_window().max(1) as f64,
+        });
     }
 
     fn rate_limit(&mut self, line: &StdoutLine<'_>, emit: &mut dyn FnMut(AgentEvent)) {

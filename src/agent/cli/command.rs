@@ -457,6 +457,7 @@ impl CommandAgent {
                 LiveLines::new(map, request.events.clone(), reach)
             }),
             stderr: BoundedOutput::new(STDERR_KEPT / 2, STDERR_KEPT / 2),
+            idle: self.config.idle_timeout,
         };
         let stdout_file = self.stdout_file.then(|| stdout_file(request));
         let streams = match &stdout_file {
@@ -573,6 +574,8 @@ struct Heard {
     stdout: KeptStdout,
     live: Option<LiveLines>,
     stderr: BoundedOutput,
+    /// The idle timeout, which a cut for silence names.
+    idle: Option<Duration>,
 }
 
 /// A command's run is cut by the stop token, its timeouts, and when it printed only
@@ -590,7 +593,9 @@ impl Listener for Heard {
     }
 
     fn silent(&mut self) -> AgentExit {
-        AgentExit::TimedOut
+        AgentExit::Silent {
+            after: self.idle.unwrap_or_default(),
+        }
     }
 
     fn stdout(&mut self, bytes: &[u8]) -> Option<Self::Cut> {

@@ -41,7 +41,10 @@ impl SpecBuild {
                 self.plans.adopt(rel, id)?;
                 return self.active_plan(rel);
             }
-            Resume::Replan { attempt, reason } => (attempt, reason),
+            Resume::Replan { attempt, reason } => {
+                self.keep_invalidated(id, rel, reason.as_deref())?;
+                (attempt, reason)
+            }
             _ => (1, None),
         };
         let previous = match attempt {
@@ -50,6 +53,20 @@ impl SpecBuild {
         };
         self.run_planner(dir, id, rel, attempt, previous, reason)
             .await
+    }
+
+    /// A plan invalidated by hand (its metadata's status set to `invalidated`, the plan
+    /// left in place) goes where ralph's own invalidation puts one, `<rel>.attempt-N.md`,
+    /// and is announced the same way: the re-planner is then shown it, and it survives.
+    fn keep_invalidated(&self, id: &str, rel: &str, reason: Option<&str>) -> Result<(), Error> {
+        if let Some(archived) = self.plans.keep_invalidated(rel)? {
+            self.emit(Event::PlanInvalidated {
+                spec: id.to_owned(),
+                reason: reason.unwrap_or("by hand, no reason given").to_owned(),
+                archived: crate::runtime::workspace::relative(&self.ctx.workspace, &archived),
+            });
+        }
+        Ok(())
     }
 
     fn active_plan(&self, rel: &str) -> Result<PlanStep, Error> {

@@ -86,7 +86,7 @@ impl SpecBuild {
                 AttemptEnd::Question(question) => return self.ask_task(id, index, question),
                 AttemptEnd::Interrupted => return Ok(TaskTurn::Interrupted),
                 AttemptEnd::Failed(failure) => failure,
-                AttemptEnd::Killed(reason) => killed(reason, gate.as_deref()),
+                AttemptEnd::Killed(limit) => killed(limit.reason(), gate.as_deref()),
             };
             if let Some(blocked) = self.record_failure(id, index, session, &failure)? {
                 return Ok(blocked);
