@@ -121,7 +121,9 @@ pub(crate) use validate::bounds;
 ///   `budget_exhausted` outcome, once it lands); a thread's loop leaving it at a checkpoint
 ///   or waiting ([`PhaseKind::needs_person`](crate::thread::PhaseKind::needs_person):
 ///   PreflightFailed, Paused, Stuck, PendingReview, …); and any run that failed with an
-///   error. Not a complete run, a `--once` step, the iteration limit or an interrupt.
+///   error. Not a complete run, a `--once` step, the iteration limit or an interrupt. It is
+///   also an agent's question for a person ([`Event::QuestionAsked`](crate::Event::QuestionAsked)),
+///   when it is asked: the run goes on meanwhile with what does not depend on it.
 /// * The command runs in the workspace with the event's JSON on stdin (the line `--json`
 ///   prints, `ts` included) and `RALPH_EVENT` set to the event's name, supervised as a gate
 ///   is: killed with its process group at its `timeout` (and everything it started when it

@@ -74,6 +74,10 @@ pub struct DryRun {
     /// `unreachable_after`.
     #[serde(serialize_with = "crate::time::secs")]
     pub unreachable_after: Duration,
+    /// How long the run would wait for an answer to an agent's question
+    /// ([`Config::question_wait_or_default`](crate::Config::question_wait_or_default)).
+    #[serde(serialize_with = "crate::time::secs")]
+    pub question_wait: Duration,
     /// The run-wide limits (`max_cost_usd`, `max_tokens`) and what the board's runs spent
     /// against them; `None` without limits.
     pub budget: Option<String>,
@@ -164,7 +168,7 @@ impl DryRun {
             f,
             "  limits:    max iterations {}, stage timeout {}, agent timeout {}, retries {}, \
              decompose after {} rejections, once {}, recent attempts {}, build concurrency {}, \
-             unreachable after {}",
+             unreachable after {}, question wait {}",
             self.max_iterations,
             humantime::format_duration(self.stage_timeout),
             humantime::format_duration(self.agent_timeout),
@@ -174,6 +178,7 @@ impl DryRun {
             self.recent_attempts,
             self.build_concurrency,
             humantime::format_duration(self.unreachable_after),
+            humantime::format_duration(self.question_wait),
         )
     }
 }
@@ -228,6 +233,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         recent_attempts: config.recent_attempts,
         build_concurrency: config.build_concurrency,
         unreachable_after: config.unreachable_after,
+        question_wait: config.question_wait_or_default(),
         budget: ctx.budget(SPEND_SCOPE)?.describe(),
         agent: ctx.agent.name().to_owned(),
         spec_cut,

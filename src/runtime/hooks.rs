@@ -1,7 +1,8 @@
 //! `[[hooks]]`: a command run on an event, in every mode, under a gate's supervision.
 //!
 //! The [`Emitter`] offers each event it sends to the run's [`Hooks`]; each hook `on` that
-//! event (or `on = ["needs_person"]` and a [`Finished`](Event::Finished) that needs one) is
+//! event (or `on = ["needs_person"]` and a [`Finished`](Event::Finished) that needs one, or
+//! an agent's [`QuestionAsked`](Event::QuestionAsked)) is
 //! queued with the event's JSON, as `--json` prints it, for its stdin.
 
 //!
@@ -415,6 +416,13 @@ mod tests {
         assert!(!hook.runs_on(&complete.tag(), &complete));
         let failed = Event::failed("plan", "plan mode", &crate::Error::NoSpec);
         assert!(hook.runs_on(&failed.tag(), &failed));
+        let asked = Event::QuestionAsked {
+            id: "q-1".into(),
+            subject: "t-3".into(),
+            role: crate::agent::Role::Build,
+            question: "Postgres or SQLite?".into(),
+        };
+        assert!(hook.runs_on(&asked.tag(), &asked), "an agent's question");
     }
 
     #[test]

@@ -104,6 +104,10 @@ pub struct BuildDryRun {
     pub agent_timeout: Duration,
     /// `once`.
     pub once: bool,
+    /// How long the run would wait for an answer to an agent's question
+    /// ([`Config::question_wait_or_default`](crate::Config::question_wait_or_default)).
+    #[serde(serialize_with = "crate::time::secs")]
+    pub question_wait: Duration,
     /// The run-wide limits (`max_cost_usd`, `max_tokens`) and what the run over
     /// `implementation.json` spent against them; `None` without limits.
     pub budget: Option<String>,
@@ -148,12 +152,14 @@ impl fmt::Display for BuildDryRun {
         }
         write!(
             f,
-            "  limits:    retries {}, max attempts {}, stage timeout {}, agent timeout {}, once {}",
+            "  limits:    retries {}, max attempts {}, stage timeout {}, agent timeout {}, once {}, \
+             question wait {}",
             self.retries,
             self.max_attempts,
             humantime::format_duration(self.stage_timeout),
             humantime::format_duration(self.agent_timeout),
             if self.once { "yes" } else { "no" },
+            humantime::format_duration(self.question_wait),
         )?;
         if let Some(budget) = &self.budget {
             write!(f, "\n  budget:    {budget}")?;
@@ -218,6 +224,7 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         stage_timeout: config.stage_timeout,
         agent_timeout: config.agent_timeout,
         once: config.once,
+        question_wait: config.question_wait_or_default(),
         budget: ctx.budget(super::SPEND_SCOPE)?.describe(),
         spec_cut: None,
     };

@@ -336,6 +336,8 @@ async fn a_build_run_gets_the_prompt_on_stdin_and_ralph_s_flags() {
             "sonnet",
             "--max-turns",
             "7",
+            "--disallowedTools",
+            "AskUserQuestion",
             "--effort",
             "high",
         ]

@@ -610,3 +610,16 @@ fn the_breakdown_and_the_planner_ask_and_get_their_answers() {
         "{prompt}"
     );
 }
+
+/// The dry run says how long a run would wait for an answer: 0s under CI by default, the
+/// setting otherwise.
+#[test]
+fn the_dry_run_shows_the_question_wait() {
+    let tmp = repo("");
+    let dir = tmp.path();
+    let dry = construct(dir).arg("--dry-run").output().unwrap();
+    assert!(stdout(&dry).contains("question wait 0s"), "{}", said(&dry));
+    std::fs::write(dir.join("ralph.toml"), "question_wait = \"5m\"\n").unwrap();
+    let dry = construct(dir).arg("--dry-run").output().unwrap();
+    assert!(stdout(&dry).contains("question wait 5m"), "{}", said(&dry));
+}

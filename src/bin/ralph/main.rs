@@ -1,7 +1,8 @@
 //! `ralph`: the construct loop, build mode and the board from the shell, built on the
 //! library's public API (`cargo install ralph-loop --features cli`).
 //!
-//! Exit codes: 0 complete, 1 error, 2 stopped at a limit, 3 blocked, 4 stopped on request
+//! Exit codes: 0 complete, 1 error, 2 stopped at a limit, 3 blocked or waiting for an
+//! answer (`ralph answer`), 4 stopped on request
 //! (`ralph stop`), 64 a usage error,
 //! 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
 
@@ -39,7 +40,7 @@ Exit codes:
   0    complete, one iteration done with --once, or the command did what it says
   1    error (the message names the file, key or task)
   2    stopped at a limit (iterations, timeout, budget)
-  3    blocked: every task left needs a person
+  3    blocked, or an agent's question waits for `ralph answer`: a person must act
   4    stopped on request (`ralph stop`); the same command resumes
   64   usage error
   130  stopped by SIGINT (Ctrl+C); 143 SIGTERM; 129 SIGHUP";
