@@ -388,9 +388,8 @@ impl Engine {
         memo: Option<Change>,
     ) -> Result<TaskEnd, Error> {
         // The journal first: a question whose task a crash left unmarked is answered, harmlessly.
-        crate::runtime::questions::record(
+        let asked = crate::runtime::questions::record(
             &self.ctx.workspace,
-            &self.emitter,
             task.id.as_str(),
             Role::Build,
             &question,
@@ -399,6 +398,7 @@ impl Engine {
         task.last_failure = None;
         task.question = Some(question);
         self.commit(with_memo(task, memo)).await?;
+        self.emit(asked);
         Ok(TaskEnd::Asked)
     }
 

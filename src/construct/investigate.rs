@@ -65,9 +65,8 @@ impl Engine {
                 if crate::answer::asked(answer.question.as_ref()).is_some() =>
             {
                 let question = answer.question.unwrap_or_default().trim().to_owned();
-                crate::runtime::questions::record(
+                let asked = crate::runtime::questions::record(
                     &self.ctx.workspace,
-                    &self.emitter,
                     issue.id.as_str(),
                     Role::Investigate,
                     &question,
@@ -76,6 +75,7 @@ impl Engine {
                 issue.retry_base = issue.attempts;
                 issue.question = Some(question);
                 self.settle_issue(issue, Vec::new(), Vec::new()).await?;
+                self.emit(asked);
             }
             Structured::Answer(answer) if answer.out_of_scope => {
                 issue.status = IssueStatus::OutOfScope;

@@ -227,20 +227,20 @@ impl Questions {
 }
 
 /// Records `question`, asked by `role`'s agent about `subject`, in the journal of
-/// `workspace`, and announces it ([`Event::QuestionAsked`], which runs the `needs_person`
-/// hooks); returns its id. The pipelines call it before they record the subject as waiting:
-/// a question a crash left without a waiting subject is answered harmlessly.
+/// `workspace`; returns the event that announces it ([`Event::QuestionAsked`], which runs
+/// the `needs_person` hooks), for the pipeline to emit once it has saved the subject as
+/// waiting. The journal comes first: a question a crash left without a waiting subject is
+/// answered harmlessly.
 ///
 /// # Errors
 ///
 /// [`Error::Io`] naming the journal when it cannot be written.
 pub(crate) fn record(
     workspace: &Path,
-    emitter: &Emitter,
     subject: &str,
     role: Role,
     question: &str,
-) -> Result<String, Error> {
+) -> Result<Event, Error> {
     let questions = Questions::in_state(&super::workspace::state_dir(workspace));
     let asked = Asked {
         id: String::new(),
@@ -253,13 +253,12 @@ pub(crate) fn record(
         path: questions.path(),
         source,
     })?;
-    emitter.emit(&Event::QuestionAsked {
-        id: id.clone(),
+    Ok(Event::QuestionAsked {
+        id,
         subject: subject.to_owned(),
         role,
         question: question.to_owned(),
-    });
-    Ok(id)
+    })
 }
 
 /// Takes in the answers posted to `workspace`'s inbox; of `waiting` (the subjects its

@@ -153,13 +153,13 @@ async fn ask_for_plan(
             break answer;
         };
         let subject = call.subject.clone().unwrap_or_default();
-        crate::runtime::questions::record(
+        let asked = crate::runtime::questions::record(
             &ctx.workspace,
-            &caller.emitter,
             &subject,
             Role::Breakdown,
             &question,
         )?;
+        caller.emitter.emit(&asked);
         if !crate::runtime::questions::wait(ctx, &caller.emitter, &subject).await {
             return Err(SpecsError::AwaitingAnswer {
                 question,

@@ -302,17 +302,13 @@ impl Threads {
         question: &str,
     ) -> Result<(), ThreadError> {
         let workspace = &self.ctx.workspace;
-        crate::runtime::questions::record(
-            workspace,
-            &self.emitter,
-            &record.id,
-            crate::agent::Role::Build,
-            question,
-        )
-        .map_err(|e| ThreadError::Io {
-            path: crate::runtime::workspace::state_dir(workspace),
-            error: std::io::Error::other(e.to_string()),
-        })?;
+        let role = crate::agent::Role::Build;
+        let asked = crate::runtime::questions::record(workspace, &record.id, role, question)
+            .map_err(|e| ThreadError::Io {
+                path: crate::runtime::workspace::state_dir(workspace),
+                error: std::io::Error::other(e.to_string()),
+            })?;
+        self.emitter.emit(&asked);
         match crate::runtime::questions::wait(&self.ctx, &self.emitter, &record.id).await {
             true => Ok(()),
             false => self.pause(record, iteration, spec),

@@ -623,3 +623,47 @@ fn the_dry_run_shows_the_question_wait() {
     let dry = construct(dir).arg("--dry-run").output().unwrap();
     assert!(stdout(&dry).contains("question wait 5m"), "{}", said(&dry));
 }
+
+/// An answer posted just as the waiting run is SIGKILLed reaches the next run exactly once,
+/// whether the killed run took it in or not.
+#[test]
+fn an_answer_posted_while_the_run_is_killed_reaches_the_next_run_once() {
+    let tmp = repo("question_wait = \"2m\"\n");
+    let dir = tmp.path();
+    let mut child = command(
+        dir,
+        &["construct", "spec.md", "--script", "script.toml", "--json"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let waiting = |e: &Value| {
+        e["event"] == "warning"
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("waiting up to"))
+    };
+    loop {
+        let line = lines
+            .next()
+            .expect("the run ended before it waited")
+            .unwrap();
+        if waiting(&serde_json::from_str(&line).unwrap()) {
+            break;
+        }
+    }
+    let answer = command(dir, &["answer", "t-1", "Use SQLite."])
+        .output()
+        .unwrap();
+    assert_eq!(answer.status.code(), Some(0), "{}", said(&answer));
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let resumed = construct(dir).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", said(&resumed));
+    let prompt = std::fs::read_to_string(dir.join("prompts/t-1-a2.txt")).unwrap();
+    assert_eq!(prompt.matches("Use SQLite.").count(), 1, "{prompt}");
+    assert_draft_committed(dir);
+}

@@ -107,13 +107,8 @@ impl SpecBuild {
                 break run;
             };
             let workspace = &self.ctx.workspace;
-            crate::runtime::questions::record(
-                workspace,
-                &self.emitter,
-                id,
-                Role::Planner,
-                &question,
-            )?;
+            let asked = crate::runtime::questions::record(workspace, id, Role::Planner, &question)?;
+            self.emit(asked);
             if !crate::runtime::questions::wait(&self.ctx, &self.emitter, id).await {
                 return Ok(PlanStep::Asked(question));
             }

@@ -226,18 +226,14 @@ impl SpecBuild {
     fn ask_task(&mut self, id: &str, index: usize, question: String) -> Result<TaskTurn, Error> {
         let task = self.spec(id)?.tasks[index].id.clone();
         // The journal first: a question whose task a crash left unmarked is answered, harmlessly.
-        crate::runtime::questions::record(
-            &self.ctx.workspace,
-            &self.emitter,
-            &task,
-            Role::Build,
-            &question,
-        )?;
+        let asked =
+            crate::runtime::questions::record(&self.ctx.workspace, &task, Role::Build, &question)?;
         let entry = &mut self.spec_mut(id)?.tasks[index];
         entry.question = Some(question);
         entry.asked = entry.asked.saturating_add(1);
         entry.last_failure = None;
         self.save()?;
+        self.emit(asked);
         Ok(TaskTurn::Asked)
     }
 
