@@ -667,3 +667,36 @@ fn an_answer_posted_while_the_run_is_killed_reaches_the_next_run_once() {
     assert_eq!(prompt.matches("Use SQLite.").count(), 1, "{prompt}");
     assert_draft_committed(dir);
 }
+
+/// `ralph stop` ends a run that waits for an answer: exit 4, the question still open.
+#[test]
+fn ralph_stop_ends_the_wait_for_an_answer() {
+    let tmp = repo("question_wait = \"2m\"\n");
+    let dir = tmp.path();
+    let mut child = command(
+        dir,
+        &["construct", "spec.md", "--script", "script.toml", "--json"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the run ended before it waited")
+            .unwrap();
+        let event: Value = serde_json::from_str(&line).unwrap();
+        if event["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("waiting up to 2m"))
+        {
+            break;
+        }
+    }
+    let stop = command(dir, &["stop"]).output().unwrap();
+    assert_eq!(stop.status.code(), Some(0), "{}", said(&stop));
+    assert_eq!(child.wait().unwrap().code(), Some(4));
+    assert_eq!(ralph_questions(dir).len(), 1, "the question still waits");
+}
