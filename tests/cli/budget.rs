@@ -534,3 +534,97 @@ async fn an_emptied_ledger_is_found_at_the_next_load_and_the_limit_holds() {
     assert!(restored.contains("\"restored\":true"), "{restored}");
     assert!(stdout(&ralph(ws, &["status"])).contains("spend construct: $1.20"));
 }
+
+/// The subjects of the build runs on the ledger (each run once, by its final line), sorted.
+fn built(ws: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(ws.join(".ralph/spend.jsonl")).unwrap_or_default();
+    let mut subjects: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["role"] == "build" && v["estimate"] != true)
+        .map(|v| v["subject"].as_str().unwrap().to_owned())
+        .collect();
+    subjects.sort();
+    subjects
+}
+
+/// The `▸ ID … (attempt N)` lines of a run's output: the tasks whose attempt was announced.
+fn announced(text: &str) -> Vec<String> {
+    let mut ids: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("▸ "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// newcomer Part 1 step 7: a construct run stopped at its budget with tasks built and not
+/// yet verified counts them in its summary (before: `0 accepted, 1 pending` beside two
+/// done tasks), and announces no attempt of the task whose agent the budget refused, one
+/// task at a time and two at once. Investigate, t-1 and t-2 spend $0.40 each: t-3 never
+/// runs.
+#[tokio::test]
+async fn a_budget_stop_counts_the_tasks_awaiting_verify_and_announces_no_refused_attempt() {
+    for extra in ["", "build_concurrency = 2\n"] {
+        let dir = workspace(extra).await;
+        let ws = dir.path();
+        let out = ralph(ws, &["construct", "spec.md", "--script", "script.toml"]);
+        assert_stopped_at_the_budget(&out);
+        let text = stdout(&out);
+        assert!(
+            text.contains("tasks: 0 accepted, 2 done (awaiting verify), 1 pending, 0 blocked"),
+            "{extra}: {text}"
+        );
+        assert_eq!(announced(&text), ["t-1", "t-2"], "{extra}: {text}");
+        assert_eq!(built(ws), ["t-1", "t-2"], "{extra}: {text}");
+    }
+}
+
+/// Build mode stopped at its budget announces no attempt whose agent did not run: each
+/// task announced is a task built.
+#[tokio::test]
+async fn build_mode_at_its_budget_announces_no_refused_attempt() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    let planned = ralph(ws, &["plan", "--script", "script.toml"]);
+    assert_eq!(planned.status.code(), Some(0), "{}", stderr(&planned));
+    let out = ralph(ws, &["build", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&out);
+    let text = stdout(&out);
+    assert_eq!(announced(&text), built(ws), "{text}");
+    assert_eq!(built(ws), ["s-1"], "{text}");
+}
+
+/// Two tasks at once: t-3 starts when t-1 lands, at $0.80 of the $1.00, and while its work
+/// tree is made (a `post-checkout` hook holds it 3 s) t-2's agent spends the rest. Its
+/// agent is then refused at the limit, and its attempt is never announced: before, the
+/// announcement was made when t-3 was scheduled, before the limit was reached.
+#[tokio::test]
+async fn a_task_refused_at_the_budget_after_its_work_tree_was_made_is_not_announced() {
+    let dir = workspace("build_concurrency = 2\n").await;
+    let ws = dir.path();
+    let slow_t2 = "[[run]]\nrole = \"build\"\nsubject = \"t-2\"\nrepeat = true\nsteps = [\n  \
+                   { delay = \"1500ms\" },\n  \
+                   { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },\n  \
+                   { answer = \"Done.\\n<TASK_DONE>\" },\n]\n";
+    std::fs::write(ws.join("slow.toml"), format!("{slow_t2}{SCRIPT}")).unwrap();
+    let marker = ws.join(".git/t-3-checked-out");
+    let hook = ws.join(".git/hooks/post-checkout");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ncase \"$PWD\" in *t-3) : > '{}'; sleep 3 ;; esac\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = ralph(ws, &["construct", "spec.md", "--script", "slow.toml"]);
+    assert_stopped_at_the_budget(&out);
+    let text = stdout(&out);
+    assert!(marker.exists(), "t-3 was never started: {text}");
+    assert_eq!(built(ws), ["t-1", "t-2"], "{text}");
+    assert_eq!(announced(&text), ["t-1", "t-2"], "{text}");
+}
