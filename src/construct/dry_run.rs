@@ -228,7 +228,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         recent_attempts: config.recent_attempts,
         build_concurrency: config.build_concurrency,
         unreachable_after: config.unreachable_after,
-        budget: ctx.budget(SPEND_SCOPE)?.describe(),
+        budget: ctx.budget_line(SPEND_SCOPE)?,
         agent: ctx.agent.name().to_owned(),
         spec_cut,
         spec_changed,

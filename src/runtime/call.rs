@@ -813,6 +813,11 @@ impl Caller {
                     emitter.emit(&Event::Warning { message });
                 }
             }
+            // A warning is the person's, not a live detail of the run.
+            if let AgentEvent::Warning { message } = detail {
+                emitter.emit(&Event::Warning { message });
+                return;
+            }
             if let AgentEvent::AgentChosen { agent, reason } = &detail {
                 let choice = AgentChoice {
                     at: time::now_rfc3339(),

@@ -218,7 +218,7 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         stage_timeout: config.stage_timeout,
         agent_timeout: config.agent_timeout,
         once: config.once,
-        budget: ctx.budget(super::SPEND_SCOPE)?.describe(),
+        budget: ctx.budget_line(super::SPEND_SCOPE)?,
         spec_cut: None,
     };
     let Some(&first) = order.first() else {

@@ -628,3 +628,105 @@ async fn a_task_refused_at_the_budget_after_its_work_tree_was_made_is_not_announ
     assert_eq!(built(ws), ["t-1", "t-2"], "{text}");
     assert_eq!(announced(&text), ["t-1", "t-2"], "{text}");
 }
+
+/// A command agent (`[agent.mine]`, a shell script) that builds three tasks; each run
+/// writes `usage` to the file `RALPH_USAGE_FILE` names, when `usage` is not empty.
+fn reporting_agent(usage: &str) -> String {
+    format!(
+        r#"cat > /dev/null
+if [ -n '{usage}' ]; then printf '%s' '{usage}' > "$RALPH_USAGE_FILE"; fi
+case "$1" in
+  investigate) echo '{{"tasks":[{{"name":"A","accept":"a"}},{{"name":"B","accept":"b"}},{{"name":"C","accept":"c"}}]}}' ;;
+  build) echo "$2" > "$2.txt"; printf 'Done.\n<TASK_DONE>\n' ;;
+  verify) echo '{{"task_id":"'"$2"'","verdict":"accept","reason":"ok"}}' ;;
+  gap_analysis) echo '{{"tasks":[],"issues":[]}}' ;;
+  *) echo "unexpected role $1" >&2; exit 1 ;;
+esac
+"#
+    )
+}
+
+/// A workspace whose agent is `mine`, running [`reporting_agent`] with `usage`, under
+/// `max_tokens = 3000`.
+async fn command_agent_workspace(usage: &str) -> tempfile::TempDir {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    std::fs::write(ws.join("agent.sh"), reporting_agent(usage)).unwrap();
+    std::fs::write(
+        ws.join("ralph.toml"),
+        "agents = [\"mine\"]\nmax_tokens = 3000\n\n\
+         [agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
+    )
+    .unwrap();
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "a command agent"]);
+    dir
+}
+
+/// The warning a run with a limit gives when its agent is a command agent.
+const UNMETERED: &str = "max_tokens = 3000 may not act: agent mine runs a command, which \
+                         reports no tokens or cost unless it writes them to the file \
+                         $RALPH_USAGE_FILE names";
+
+/// newcomer Part 1 step 6: a command agent that writes its usage to `RALPH_USAGE_FILE`
+/// is counted like any other agent, and `max_tokens` stops it (exit 2): investigate and
+/// two builds report 1200 tokens each. The same agent writing nothing is never stopped;
+/// either way the run, its dry run and `--json` say at the start that the limit may not
+/// act. Before, a command agent's runs counted 0 tokens, and nothing said so.
+#[tokio::test]
+async fn a_command_agent_that_reports_its_usage_stops_at_max_tokens() {
+    let dir = command_agent_workspace(r#"{"input_tokens": 1000, "output_tokens": 200}"#).await;
+    let ws = dir.path();
+    let dry = ralph(ws, &["construct", "spec.md", "--dry-run"]);
+    assert!(
+        stdout(&dry).contains(&format!(
+            "budget:    spent 0 of max_tokens = 3000 (construct); {UNMETERED}"
+        )),
+        "{}",
+        stdout(&dry)
+    );
+    let out = ralph(ws, &["construct", "spec.md"]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{text}\n{err}");
+    assert!(
+        text.contains("budget exhausted: spent $0.00 and 3600 tokens"),
+        "{text}"
+    );
+    assert!(text.contains(UNMETERED), "{text}");
+    assert!(text.contains("tokens: 3000 in, 600 out"), "{text}");
+    let runs = ledger(ws);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let status = stdout(&ralph(ws, &["status"]));
+    assert!(status.contains("3000 in / 600 out tokens"), "{status}");
+
+    let silent = command_agent_workspace("").await;
+    let json = ralph(silent.path(), &["construct", "spec.md", "--json"]);
+    let text = stdout(&json);
+    assert_eq!(json.status.code(), Some(0), "{text}\n{}", stderr(&json));
+    let warned = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .any(|e| e["event"] == "warning" && e["message"].as_str().unwrap().contains(UNMETERED));
+    assert!(warned, "{text}");
+}
+
+/// A usage file the agent wrote wrong is a warning naming the file and what is wrong; the
+/// run's answers stand and the run goes on to its end.
+#[tokio::test]
+async fn a_malformed_usage_file_is_a_warning_and_the_run_goes_on() {
+    let dir = command_agent_workspace("tokens: lots").await;
+    let ws = dir.path();
+    let out = ralph(ws, &["construct", "spec.md"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(text.contains("Spec complete"), "{text}");
+    let warning = text
+        .lines()
+        .find(|l| l.starts_with("warning: the usage file "))
+        .unwrap_or_else(|| panic!("no warning: {text}"));
+    assert!(
+        warning.contains("/usage.json (RALPH_USAGE_FILE) is not a usage object")
+            && warning.contains("its answer stands"),
+        "{warning}"
+    );
+}
