@@ -298,6 +298,14 @@ impl Agent for Fallback {
         &self.name
     }
 
+    /// Every agent of the chain that may report no usage.
+    fn unmetered(&self) -> Vec<String> {
+        self.agents
+            .iter()
+            .flat_map(|(_, agent)| agent.unmetered())
+            .collect()
+    }
+
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
         let mut passed = PassedOver::default();
         let mut last: Option<Result<AgentRun, AgentError>> = None;

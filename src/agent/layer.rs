@@ -113,6 +113,10 @@ impl<A: Agent, L: AgentLayer> Agent for Layered<A, L> {
     fn in_process(&self) -> bool {
         self.agent.in_process()
     }
+
+    fn unmetered(&self) -> Vec<String> {
+        self.agent.unmetered()
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use crate::config::ContextThresholds;
 use crate::model::KillReason;
 use crate::process::StopToken;
 
+pub(crate) use cli::USAGE_FILE_VAR;
 #[cfg(feature = "internals")]
 pub(crate) use cli::{ANSWER_KEPT, EVENTS_KEPT};
 pub use cli::{CodexCli, CommandAgent, GeminiCli, OpencodeCli};
@@ -255,6 +256,13 @@ pub enum AgentEvent {
     },
     /// Something worth a line in the log.
     Note {
+        /// The message.
+        message: String,
+    },
+    /// Something the person must hear about the run, not only its log: a runtime sends it
+    /// on as a warning ([`Event::Warning`](crate::Event::Warning)). A [`CommandAgent`]
+    /// says so when the usage file its command wrote cannot be read.
+    Warning {
         /// The message.
         message: String,
     },
@@ -977,6 +985,16 @@ pub trait Agent: Send + Sync {
         true
     }
 
+    /// The agents (by name) whose runs may report no usage, tokens or dollars, so that the
+    /// run-wide limits (`max_cost_usd`, `max_tokens`) cannot count what they spend: a
+    /// [`CommandAgent`] names itself (it reports only what its command writes to the file
+    /// `RALPH_USAGE_FILE` names), a [`Fallback`] chain each such agent in it. A run with a
+    /// limit says so at its start. The default is none: an agent that reports its usage
+    /// ([`AgentRun::usage`], [`AgentRun::cost_usd`]).
+    fn unmetered(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// This agent inside `layer`, which then runs each request; the agent's other methods
     /// reach this agent unchanged (see [`AgentLayer`]).
     fn layer<L: AgentLayer>(self, layer: L) -> impl Agent
@@ -1008,6 +1026,10 @@ impl<T: Agent + ?Sized> Agent for Box<T> {
     fn in_process(&self) -> bool {
         (**self).in_process()
     }
+
+    fn unmetered(&self) -> Vec<String> {
+        (**self).unmetered()
+    }
 }
 
 #[async_trait]
@@ -1032,6 +1054,10 @@ impl<T: Agent + ?Sized> Agent for Arc<T> {
         if let Some(agent) = Arc::get_mut(self) {
             agent.configure(config);
         }
+    }
+
+    fn unmetered(&self) -> Vec<String> {
+        (**self).unmetered()
     }
 }
 

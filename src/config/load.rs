@@ -297,7 +297,8 @@ fn misplaced_setting(error: &figment::Error) -> Option<String> {
 
 /// `RALPH_…` variables that are not settings but that ralph (or its tests and CI) reads, and
 /// so are not refused as typos: the Claude CLI's path, the run cookie ralph gives the
-/// processes it starts, the event it gives a hook, the `ralph` command's log filter, and the
+/// processes it starts, the event it gives a hook, the usage file it names to a command
+/// agent (which may itself run `ralph status`), the `ralph` command's log filter, and the
 /// switches of ralph's own test suite.
 pub(crate) const ENV_ALLOWED: &[&str] = &[
     "RALPH_CLAUDE_BIN",
@@ -306,6 +307,7 @@ pub(crate) const ENV_ALLOWED: &[&str] = &[
     "RALPH_SKIP_REAL_CLAUDE",
     "RALPH_CLAUDE_CACHE",
     HOOK_EVENT_VAR,
+    crate::agent::USAGE_FILE_VAR,
 ];
 
 /// The variable a `[[hooks]]` command is given: the name of the event it runs on. Allowed

@@ -138,14 +138,6 @@ impl Engine {
             if let Some(end) = self.give_up_if_out_of_retries(&task).await? {
                 return Ok(end);
             }
-            // Announced only for an attempt whose agent runs: past the budget none does.
-            if !self.caller.spent_out() {
-                self.emit(Event::TaskStarted {
-                    task: id.clone(),
-                    name: task.name.clone(),
-                    attempt: task.attempts.saturating_add(1),
-                });
-            }
             let span = tracing::info_span!(target: "ralph", "task", task = %id, attempt = round);
             let prompt = self.build_prompt(&task, round)?;
             let attempt = self
@@ -485,6 +477,12 @@ impl Worker {
                 .run_log(task.id.as_str(), Role::Build.as_str(), attempt),
             prompt,
             deadline,
+            // Announced as its agent starts: past the budget none does.
+            announce: Some(Event::TaskStarted {
+                task: task.id.clone(),
+                name: task.name.clone(),
+                attempt,
+            }),
         };
         let gate_run = GateRun {
             workspace: &self.work_dir,

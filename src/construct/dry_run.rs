@@ -234,7 +234,7 @@ pub(crate) async fn dry_run(ctx: &Context, spec: Option<&Path>) -> Result<DryRun
         build_concurrency: config.build_concurrency,
         unreachable_after: config.unreachable_after,
         question_wait: config.question_wait_or_default(),
-        budget: ctx.budget(SPEND_SCOPE)?.describe(),
+        budget: ctx.budget_line(SPEND_SCOPE)?,
         agent: ctx.agent.name().to_owned(),
         spec_cut,
         spec_changed,

@@ -633,6 +633,7 @@ impl Engine {
         deadline: Instant,
     ) -> Call {
         Call {
+            announce: None,
             role,
             subject: Some(subject.to_owned()),
             attempt,

@@ -183,14 +183,6 @@ impl Engine {
         let round = task.round_attempts() + 1;
         let prompt = self.build_prompt(&task, round)?;
         let base = self.home()?.head().to_owned();
-        // Announced only for an attempt whose agent runs: past the budget none does.
-        if !self.caller.spent_out() {
-            self.emit(Event::TaskStarted {
-                task: id.clone(),
-                name: task.name.clone(),
-                attempt: task.attempts.saturating_add(1),
-            });
-        }
         let worker = self.worker();
         let workspace = self.ctx.workspace.clone();
         let started = run.order.start();

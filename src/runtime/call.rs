@@ -97,6 +97,10 @@ pub(crate) struct Call {
     /// Where the agent writes its transcript; a run made again (after a wait) writes beside
     /// it ([`unused`]).
     pub(crate) log: PathBuf,
+    /// The event that announces the call (a task's attempt), sent once, as its first run
+    /// starts: after the budget let it, so a run refused at the limit is never announced,
+    /// even when another agent's spend reached the limit while this call was prepared.
+    pub(crate) announce: Option<Event>,
 }
 
 /// The result of a structured call (one retry on an invalid answer already made).
@@ -274,7 +278,9 @@ impl Caller {
     }
 
     /// Whether the run-wide budget is spent: the next agent run would not start (it ends
-    /// in [`FailureKind::BudgetExhausted`]), so no attempt of a task is announced.
+    /// in [`FailureKind::BudgetExhausted`]), so build mode announces no attempt of a task
+    /// (the construct loop's call carries its announcement: [`Call::announce`]).
+    #[cfg(feature = "specs")]
     pub(crate) fn spent_out(&self) -> bool {
         self.budget.as_ref().is_some_and(Budget::exhausted)
     }
@@ -484,7 +490,7 @@ impl Caller {
     /// One agent run under the deadline.
     async fn run_once(
         &self,
-        call: &Call,
+        call: &mut Call,
         schema: Option<serde_json::Value>,
     ) -> Result<AgentRun, AgentError> {
         if let Some(budget) = self.budget.as_ref().filter(|b| b.exhausted()) {
@@ -494,6 +500,9 @@ impl Caller {
                 reason: budget.exhausted_error().to_string(),
                 kind: FailureKind::BudgetExhausted,
             }));
+        }
+        if let Some(announce) = call.announce.take() {
+            self.emitter.emit(&announce);
         }
         let log = unused(&call.log);
         let token = self.stop.child();
@@ -803,6 +812,11 @@ impl Caller {
                 if let Some(message) = ledger.take_notice() {
                     emitter.emit(&Event::Warning { message });
                 }
+            }
+            // A warning is the person's, not a live detail of the run.
+            if let AgentEvent::Warning { message } = detail {
+                emitter.emit(&Event::Warning { message });
+                return;
             }
             if let AgentEvent::AgentChosen { agent, reason } = &detail {
                 let choice = AgentChoice {

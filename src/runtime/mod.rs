@@ -114,15 +114,23 @@ impl Context {
     }
 
     /// Starts a run of any mode: takes the workspace's lock (refused while another run holds
-    /// it) and kills what an earlier, killed run left running, saying so on `emitter`. Hold
-    /// the returned lock for the whole run.
+    /// it) and kills what an earlier, killed run left running, saying so on `emitter`, as
+    /// it says that a limit may not act on the run's agent. Hold the returned lock for the
+    /// whole run.
     ///
     /// # Errors
     ///
     /// [`Error::Busy`] while another ralph runs on the workspace; [`Error::Io`] when
     /// `.ralph/` cannot be created.
     pub(crate) async fn begin(&self, emitter: &Emitter) -> Result<RunLock, Error> {
-        self.begin_starting(emitter, self.starts_processes()).await
+        let lock = self
+            .begin_starting(emitter, self.starts_processes())
+            .await?;
+        // A thread runs agents of its own, and begins with `begin_starting`.
+        if let Some(message) = self.unmetered_note() {
+            emitter.emit(&Event::Warning { message });
+        }
+        Ok(lock)
     }
 
     /// [`begin`](Self::begin), saying that the run goes unconfined when `processes`: when
@@ -141,6 +149,52 @@ impl Context {
             emitter.emit(&Event::Warning { message });
         }
         Ok(lock)
+    }
+
+    /// When a run-wide limit is set and the run's agent (or one of its chain) may report no
+    /// usage: that the limit may not act on it, and how the agent can report. A limit that
+    /// silently never stops a command agent is what a person must hear before the run.
+    pub(crate) fn unmetered_note(&self) -> Option<String> {
+        let config = &self.config;
+        let limits: Vec<String> = [
+            config
+                .max_cost_usd
+                .map(|max| format!("max_cost_usd = {max}")),
+            config.max_tokens.map(|max| format!("max_tokens = {max}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let agents = self.agent.unmetered();
+        if limits.is_empty() || agents.is_empty() {
+            return None;
+        }
+        let runs = match agents.len() {
+            1 => "runs a command, which reports",
+            _ => "run commands, which report",
+        };
+        Some(format!(
+            "{} may not act: agent {} {runs} no tokens or cost unless it writes them to the \
+             file ${} names (see the README's \"Any other CLI\")",
+            limits.join(" and "),
+            agents.join(", "),
+            crate::agent::USAGE_FILE_VAR,
+        ))
+    }
+
+    /// The dry run's budget line: the limits and what `scope` spent against them, and
+    /// whether they can act on the agent ([`unmetered_note`](Self::unmetered_note));
+    /// `None` without limits.
+    ///
+    /// # Errors
+    ///
+    /// As [`budget`](Self::budget).
+    pub(crate) fn budget_line(&self, scope: &str) -> Result<Option<String>, Error> {
+        let line = self.budget(scope)?.describe();
+        Ok(line.map(|line| match self.unmetered_note() {
+            Some(note) => format!("{line}; {note}"),
+            None => line,
+        }))
     }
 
     /// Whether the run's agent or a gate starts processes (is no code in ralph's own

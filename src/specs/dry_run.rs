@@ -225,7 +225,7 @@ pub(crate) fn build(ctx: &Context) -> Result<BuildDryRun, Error> {
         agent_timeout: config.agent_timeout,
         once: config.once,
         question_wait: config.question_wait_or_default(),
-        budget: ctx.budget(super::SPEND_SCOPE)?.describe(),
+        budget: ctx.budget_line(super::SPEND_SCOPE)?,
         spec_cut: None,
     };
     let Some(&first) = order.first() else {

@@ -90,6 +90,7 @@ async fn plan(
     let run_dir = crate::specs::logs::run_folder(&ctx.workspace, &ctx.config.log_dir, "plan-mode")?;
     let caller = ctx.spending_caller(emitter, super::SPEND_SCOPE)?;
     let call = Call {
+        announce: None,
         role: Role::Breakdown,
         subject: Some("plan-mode".into()),
         attempt: 1,

@@ -233,6 +233,7 @@ impl Threads {
         .keeping_out(self.ctx.own_paths())
         .spending(budget.clone());
         let mut call = Call {
+            announce: None,
             role: request.role,
             subject: Some(record.id.clone()),
             attempt: request.attempt,

@@ -534,3 +534,199 @@ async fn an_emptied_ledger_is_found_at_the_next_load_and_the_limit_holds() {
     assert!(restored.contains("\"restored\":true"), "{restored}");
     assert!(stdout(&ralph(ws, &["status"])).contains("spend construct: $1.20"));
 }
+
+/// The subjects of the build runs on the ledger (each run once, by its final line), sorted.
+fn built(ws: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(ws.join(".ralph/spend.jsonl")).unwrap_or_default();
+    let mut subjects: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["role"] == "build" && v["estimate"] != true)
+        .map(|v| v["subject"].as_str().unwrap().to_owned())
+        .collect();
+    subjects.sort();
+    subjects
+}
+
+/// The `▸ ID … (attempt N)` lines of a run's output: the tasks whose attempt was announced.
+fn announced(text: &str) -> Vec<String> {
+    let mut ids: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("▸ "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// newcomer Part 1 step 7: a construct run stopped at its budget with tasks built and not
+/// yet verified counts them in its summary (before: `0 accepted, 1 pending` beside two
+/// done tasks), and announces no attempt of the task whose agent the budget refused, one
+/// task at a time and two at once. Investigate, t-1 and t-2 spend $0.40 each: t-3 never
+/// runs.
+#[tokio::test]
+async fn a_budget_stop_counts_the_tasks_awaiting_verify_and_announces_no_refused_attempt() {
+    for extra in ["", "build_concurrency = 2\n"] {
+        let dir = workspace(extra).await;
+        let ws = dir.path();
+        let out = ralph(ws, &["construct", "spec.md", "--script", "script.toml"]);
+        assert_stopped_at_the_budget(&out);
+        let text = stdout(&out);
+        assert!(
+            text.contains("tasks: 0 accepted, 2 done (awaiting verify), 1 pending, 0 blocked"),
+            "{extra}: {text}"
+        );
+        assert_eq!(announced(&text), ["t-1", "t-2"], "{extra}: {text}");
+        assert_eq!(built(ws), ["t-1", "t-2"], "{extra}: {text}");
+    }
+}
+
+/// Build mode stopped at its budget announces no attempt whose agent did not run: each
+/// task announced is a task built.
+#[tokio::test]
+async fn build_mode_at_its_budget_announces_no_refused_attempt() {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    let planned = ralph(ws, &["plan", "--script", "script.toml"]);
+    assert_eq!(planned.status.code(), Some(0), "{}", stderr(&planned));
+    let out = ralph(ws, &["build", "--script", "script.toml"]);
+    assert_stopped_at_the_budget(&out);
+    let text = stdout(&out);
+    assert_eq!(announced(&text), built(ws), "{text}");
+    assert_eq!(built(ws), ["s-1"], "{text}");
+}
+
+/// Two tasks at once: t-3 starts when t-1 lands, at $0.80 of the $1.00, and while its work
+/// tree is made (a `post-checkout` hook holds it 3 s) t-2's agent spends the rest. Its
+/// agent is then refused at the limit, and its attempt is never announced: before, the
+/// announcement was made when t-3 was scheduled, before the limit was reached.
+#[tokio::test]
+async fn a_task_refused_at_the_budget_after_its_work_tree_was_made_is_not_announced() {
+    let dir = workspace("build_concurrency = 2\n").await;
+    let ws = dir.path();
+    let slow_t2 = "[[run]]\nrole = \"build\"\nsubject = \"t-2\"\nrepeat = true\nsteps = [\n  \
+                   { delay = \"1500ms\" },\n  \
+                   { spend = { input_tokens = 1000, output_tokens = 200, cost_usd = 0.40 } },\n  \
+                   { answer = \"Done.\\n<TASK_DONE>\" },\n]\n";
+    std::fs::write(ws.join("slow.toml"), format!("{slow_t2}{SCRIPT}")).unwrap();
+    let marker = ws.join(".git/t-3-checked-out");
+    let hook = ws.join(".git/hooks/post-checkout");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ncase \"$PWD\" in *t-3) : > '{}'; sleep 3 ;; esac\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = ralph(ws, &["construct", "spec.md", "--script", "slow.toml"]);
+    assert_stopped_at_the_budget(&out);
+    let text = stdout(&out);
+    assert!(marker.exists(), "t-3 was never started: {text}");
+    assert_eq!(built(ws), ["t-1", "t-2"], "{text}");
+    assert_eq!(announced(&text), ["t-1", "t-2"], "{text}");
+}
+
+/// A command agent (`[agent.mine]`, a shell script) that builds three tasks; each run
+/// writes `usage` to the file `RALPH_USAGE_FILE` names, when `usage` is not empty.
+fn reporting_agent(usage: &str) -> String {
+    format!(
+        r#"cat > /dev/null
+if [ -n '{usage}' ]; then printf '%s' '{usage}' > "$RALPH_USAGE_FILE"; fi
+case "$1" in
+  investigate) echo '{{"tasks":[{{"name":"A","accept":"a"}},{{"name":"B","accept":"b"}},{{"name":"C","accept":"c"}}]}}' ;;
+  build) echo "$2" > "$2.txt"; printf 'Done.\n<TASK_DONE>\n' ;;
+  verify) echo '{{"task_id":"'"$2"'","verdict":"accept","reason":"ok"}}' ;;
+  gap_analysis) echo '{{"tasks":[],"issues":[]}}' ;;
+  *) echo "unexpected role $1" >&2; exit 1 ;;
+esac
+"#
+    )
+}
+
+/// A workspace whose agent is `mine`, running [`reporting_agent`] with `usage`, under
+/// `max_tokens = 3000`.
+async fn command_agent_workspace(usage: &str) -> tempfile::TempDir {
+    let dir = workspace("").await;
+    let ws = dir.path();
+    std::fs::write(ws.join("agent.sh"), reporting_agent(usage)).unwrap();
+    std::fs::write(
+        ws.join("ralph.toml"),
+        "agents = [\"mine\"]\nmax_tokens = 3000\n\n\
+         [agent.mine]\ncommand = [\"sh\", \"agent.sh\", \"{role}\", \"{subject}\"]\n",
+    )
+    .unwrap();
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "a command agent"]);
+    dir
+}
+
+/// The warning a run with a limit gives when its agent is a command agent.
+const UNMETERED: &str = "max_tokens = 3000 may not act: agent mine runs a command, which \
+                         reports no tokens or cost unless it writes them to the file \
+                         $RALPH_USAGE_FILE names";
+
+/// newcomer Part 1 step 6: a command agent that writes its usage to `RALPH_USAGE_FILE`
+/// is counted like any other agent, and `max_tokens` stops it (exit 2): investigate and
+/// two builds report 1200 tokens each. The same agent writing nothing is never stopped;
+/// either way the run, its dry run and `--json` say at the start that the limit may not
+/// act. Before, a command agent's runs counted 0 tokens, and nothing said so.
+#[tokio::test]
+async fn a_command_agent_that_reports_its_usage_stops_at_max_tokens() {
+    let dir = command_agent_workspace(r#"{"input_tokens": 1000, "output_tokens": 200}"#).await;
+    let ws = dir.path();
+    let dry = ralph(ws, &["construct", "spec.md", "--dry-run"]);
+    assert!(
+        stdout(&dry).contains(&format!(
+            "budget:    spent 0 of max_tokens = 3000 (construct); {UNMETERED}"
+        )),
+        "{}",
+        stdout(&dry)
+    );
+    let out = ralph(ws, &["construct", "spec.md"]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{text}\n{err}");
+    assert!(
+        text.contains("budget exhausted: spent $0.00 and 3600 tokens"),
+        "{text}"
+    );
+    assert!(text.contains(UNMETERED), "{text}");
+    assert!(text.contains("tokens: 3000 in, 600 out"), "{text}");
+    let runs = ledger(ws);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let status = stdout(&ralph(ws, &["status"]));
+    assert!(status.contains("3000 in / 600 out tokens"), "{status}");
+
+    let silent = command_agent_workspace("").await;
+    let json = ralph(silent.path(), &["construct", "spec.md", "--json"]);
+    let text = stdout(&json);
+    assert_eq!(json.status.code(), Some(0), "{text}\n{}", stderr(&json));
+    let warned = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .any(|e| e["event"] == "warning" && e["message"].as_str().unwrap().contains(UNMETERED));
+    assert!(warned, "{text}");
+}
+
+/// A usage file the agent wrote wrong is a warning naming the file and what is wrong; the
+/// run's answers stand and the run goes on to its end.
+#[tokio::test]
+async fn a_malformed_usage_file_is_a_warning_and_the_run_goes_on() {
+    let dir = command_agent_workspace("tokens: lots").await;
+    let ws = dir.path();
+    let out = ralph(ws, &["construct", "spec.md"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(text.contains("Spec complete"), "{text}");
+    let warning = text
+        .lines()
+        .find(|l| l.starts_with("warning: the usage file "))
+        .unwrap_or_else(|| panic!("no warning: {text}"));
+    assert!(
+        warning.contains("/usage.json (RALPH_USAGE_FILE) is not a usage object")
+            && warning.contains("its answer stands"),
+        "{warning}"
+    );
+}

@@ -372,6 +372,7 @@ fn the_readme_names_every_agent_key_and_its_variable() {
         "RALPH_LOG",
         "RALPH_RUN_COOKIE",
         "RALPH_EVENT",
+        "RALPH_USAGE_FILE",
         "RALPH_SKIP_REAL_CLAUDE",
         "RALPH_CLAUDE_CACHE",
     ] {

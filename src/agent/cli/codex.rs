@@ -143,6 +143,7 @@ impl Agent for CodexCli {
                     .iter()
                     .map(|(p, _)| p.as_path())
                     .collect::<Vec<_>>(),
+                None,
             )
             .await;
         if let Some((path, true)) = &schema_file {

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::kept::KeptStdout;
 use super::live::{LiveLines, LiveMap};
+use super::usage::{USAGE_FILE_VAR, UsageFile};
 use crate::agent::cli_files::Cli;
 use crate::agent::reach::Reach;
 use crate::agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, FailureKind};
@@ -42,6 +43,16 @@ const STDERR_KEPT: usize = 2048;
 /// marker is). The run is judged on how the command exited: an error it printed before its
 /// answer line does not count. stdout and stderr go to the run's log in full; memory holds
 /// only the bounded tail.
+///
+/// A command reports its usage by writing one JSON object to the file the variable
+/// `RALPH_USAGE_FILE` names (a fresh one per run, writable in the sandbox, removed after
+/// the run): `{"input_tokens": 1200, "output_tokens": 300, "cost_usd": 0.05}`, with
+/// `cache_read_tokens` and `cache_creation_tokens` too, every field optional. Read when the
+/// run has ended, it becomes the run's [`usage`](AgentRun::usage) and
+/// [`cost_usd`](AgentRun::cost_usd), which the spend ledger and the run-wide limits count. A
+/// file that cannot be used is an [`AgentEvent::Warning`](crate::agent::AgentEvent::Warning)
+/// naming it, and the run stands. A command that writes nothing reports nothing, which
+/// [`Agent::unmetered`] says.
 ///
 /// Read-only roles (verify, investigate, plan…) get [`read_only_args`](CommandAgent::read_only_args)
 /// appended: the CLI's own sandbox or approval flags. A command without such flags is trusted
@@ -195,6 +206,7 @@ impl CommandAgent {
         request: &AgentRequest,
         argv: &[String],
         reads: &[&Path],
+        usage: Option<&UsageFile>,
     ) -> crate::process::Sandbox {
         let sandbox = request.sandbox.clone();
         if !sandbox.confines() {
@@ -203,6 +215,11 @@ impl CommandAgent {
         let sandbox = match self.cli {
             Some(cli) => cli.sandbox(sandbox, |k| self.config.env.get(k).cloned()),
             None => sandbox.network(self.config.network),
+        };
+        // Even a read-only role may report what it spent.
+        let sandbox = match usage {
+            Some(usage) => sandbox.write(usage.dir()),
+            None => sandbox,
         };
         let program = argv
             .first()
@@ -317,12 +334,22 @@ impl Agent for CommandAgent {
         } else {
             vec![prompt_file.as_path()]
         };
-        let ran = self.supervise(&request, &argv, on_stdin, &reads).await;
+        let usage = UsageFile::create()?;
+        let ran = self
+            .supervise(&request, &argv, on_stdin, &reads, Some(&usage))
+            .await;
         if temporary && !on_stdin {
             let _ = tokio::fs::remove_file(&prompt_file).await;
         }
         let raw = ran?;
-        Ok(raw.finish(self.judge(&raw), &request))
+        let mut run = raw.finish(self.judge(&raw), &request);
+        // Read whatever way the run ended: a run cut short spent what it reported.
+        if let Err(message) = usage.apply(&mut run) {
+            request
+                .events
+                .emit(crate::agent::AgentEvent::Warning { message });
+        }
+        Ok(run)
     }
 
     async fn check(&self) -> Result<(), AgentError> {
@@ -353,6 +380,11 @@ impl Agent for CommandAgent {
 
     fn configure(&mut self, config: &Config) {
         self.grace = config.grace;
+    }
+
+    /// A command reports its usage only by writing the file `RALPH_USAGE_FILE` names.
+    fn unmetered(&self) -> Vec<String> {
+        vec![self.name.clone()]
     }
 }
 
@@ -416,16 +448,18 @@ impl Raw {
 
 impl CommandAgent {
     /// Runs the command to its end under supervision and returns what it did, for
-    /// [`judge`](Self::judge) or another agent's parser of the output.
+    /// [`judge`](Self::judge) or another agent's parser of the output. With `usage`, the
+    /// command is told where it may report its usage, and may write there.
     pub(super) async fn supervise(
         &self,
         request: &AgentRequest,
         argv: &[String],
         on_stdin: bool,
         reads: &[&Path],
+        usage: Option<&UsageFile>,
     ) -> Result<Raw, AgentError> {
         let mut spec = ProcessSpec::new(&argv[0])
-            .sandbox(self.sandbox(request, argv, reads))
+            .sandbox(self.sandbox(request, argv, reads, usage))
             .args(&argv[1..])
             .owner(crate::process::owner_of(&request.workspace))
             .cwd(&request.workspace)
@@ -435,6 +469,9 @@ impl CommandAgent {
             .envs(self.config.env.iter())
             .stop(request.stop.clone())
             .grace(self.grace);
+        if let Some(usage) = usage {
+            spec = spec.env(USAGE_FILE_VAR, usage.path());
+        }
         if on_stdin {
             spec = spec.stdin(request.prompt.as_bytes().to_vec());
         }

@@ -108,7 +108,7 @@ impl Agent for GeminiCli {
             // The CLI exits before a pipe takes a long answer; a file keeps it whole.
             .stdout_to_file()
             .live(LIVE)
-            .supervise(&request, &argv, true, &[])
+            .supervise(&request, &argv, true, &[], None)
             .await?;
         let events = read_events(&raw.stdout, GeminiEvents::take);
         Ok(raw.finish(judge(&raw, events), &request))

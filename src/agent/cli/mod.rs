@@ -13,6 +13,7 @@ mod kept;
 mod live;
 mod opencode;
 mod strict_schema;
+mod usage;
 
 pub use codex::CodexCli;
 #[cfg(feature = "internals")]
@@ -20,6 +21,7 @@ pub(crate) use command::ANSWER_KEPT;
 pub use command::CommandAgent;
 pub use gemini::GeminiCli;
 pub use opencode::OpencodeCli;
+pub(crate) use usage::USAGE_FILE_VAR;
 
 use crate::agent::cli_files::Cli;
 use crate::agent::reach::has_code;

@@ -117,7 +117,7 @@ impl Agent for OpencodeCli {
         }
         let raw = supervisor
             .live(LIVE)
-            .supervise(&request, &argv, true, &[])
+            .supervise(&request, &argv, true, &[], None)
             .await?;
         let events = read_events(&raw.stdout, OpencodeEvents::take);
         Ok(raw.finish(judge(&raw, events), &request))

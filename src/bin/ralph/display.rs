@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ralph::agent::AgentEvent;
-use ralph::model::TaskStatus;
+use ralph::model::{Board, TaskStatus};
 use ralph::{Event, Observer, Outcome, Ralph};
 
 use crate::next::{Again, Next};
@@ -289,16 +289,9 @@ pub(crate) async fn summary(
 ) -> Result<(), ralph::Error> {
     let board = ralph.board().await?;
     let next = construct_next(ralph, outcome, again).await?;
-    let count = |s: TaskStatus| board.tasks().filter(|t| t.status == s).count();
     out!("\n── summary ──");
     out!("  {outcome}");
-    out!(
-        "  tasks: {} accepted, {} pending, {} blocked, {} decomposed",
-        count(TaskStatus::Accepted),
-        count(TaskStatus::Pending),
-        count(TaskStatus::Blocked),
-        count(TaskStatus::Decomposed),
-    );
+    out!("  tasks: {}", tasks_line(&board));
     spend_summary(ralph)?;
     if let Some(sandbox) = lines
         .sandbox
@@ -310,6 +303,25 @@ pub(crate) async fn summary(
     }
     out!("  next: {next}");
     Ok(())
+}
+
+/// The summary's count of the board's tasks by status: `1 accepted, 2 done (awaiting
+/// verify), 1 pending, 0 blocked, 0 decomposed`. Tasks that passed their gates but were not
+/// verified yet (a stop at the budget, an interrupt) are named, so every task is counted;
+/// the `done` count is left out when there is none, as on a run that reached its end.
+fn tasks_line(board: &Board) -> String {
+    let count = |s: TaskStatus| board.tasks().filter(|t| t.status == s).count();
+    let done = match count(TaskStatus::Done) {
+        0 => String::new(),
+        n => format!("{n} done (awaiting verify), "),
+    };
+    format!(
+        "{} accepted, {done}{} pending, {} blocked, {} decomposed",
+        count(TaskStatus::Accepted),
+        count(TaskStatus::Pending),
+        count(TaskStatus::Blocked),
+        count(TaskStatus::Decomposed),
+    )
 }
 
 /// The board's spend, as the ledger has it (the figure of the budget, `ralph status` and

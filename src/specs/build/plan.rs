@@ -89,6 +89,7 @@ impl SpecBuild {
         reason: Option<String>,
     ) -> Result<PlanStep, Error> {
         let mut call = Call {
+            announce: None,
             role: Role::Planner,
             subject: Some(id.to_owned()),
             attempt,

@@ -186,6 +186,7 @@ impl SpecBuild {
         prompt: String,
     ) -> Result<Attempt, Error> {
         let call = Call {
+            announce: None,
             role: Role::Build,
             subject: Some(task.id.clone()),
             attempt: session,

@@ -52,6 +52,7 @@ impl SpecBuild {
         for round in 1..=2 {
             let attempt = self.spec(id)?.verifications.saturating_add(1);
             let call = Call {
+                announce: None,
                 role: Role::Verify,
                 subject: Some(id.to_owned()),
                 attempt,
