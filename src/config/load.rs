@@ -307,8 +307,13 @@ pub(crate) const ENV_ALLOWED: &[&str] = &[
     "RALPH_SKIP_REAL_CLAUDE",
     "RALPH_CLAUDE_CACHE",
     HOOK_EVENT_VAR,
-    crate::agent::USAGE_FILE_VAR,
+    USAGE_FILE_VAR,
 ];
+
+/// The variable that names to a command agent the file it may write its usage to (see
+/// [`CommandAgent`](crate::agent::CommandAgent)). Allowed in ralph's own environment, so
+/// that the agent may run `ralph status`.
+pub(crate) const USAGE_FILE_VAR: &str = "RALPH_USAGE_FILE";
 
 /// The variable a `[[hooks]]` command is given: the name of the event it runs on. Allowed
 /// in ralph's own environment, so that a hook may run `ralph status`.

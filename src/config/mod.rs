@@ -85,7 +85,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) use agents::BIN_ENV;
 pub(crate) use agents::{ClaudeConfig, CliConfig};
 pub use agents::{CommandConfig, PermissionMode};
-pub(crate) use load::{CONFIG_FILE, GatesOrigin, HOOK_EVENT_VAR, Overrides};
+pub(crate) use load::{CONFIG_FILE, GatesOrigin, HOOK_EVENT_VAR, Overrides, USAGE_FILE_VAR};
 pub use sections::{ContextThresholds, GateConfig, PlanningConfig, StoreConfig};
 pub(crate) use sections::{HOOK_EVENTS, HookConfig, NEEDS_PERSON, TEMPLATES};
 pub(crate) use sections::{SandboxConfig, SandboxMode};

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::agent::{AgentError, AgentRun};
 
 /// The variable that names the file, in the command's environment.
-pub(crate) const USAGE_FILE_VAR: &str = "RALPH_USAGE_FILE";
+pub(crate) use crate::config::USAGE_FILE_VAR;
 
 /// The most of the file ralph reads: a usage object is a few dozen bytes, and a command
 /// that writes more must not make ralph hold it.
