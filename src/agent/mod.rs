@@ -280,6 +280,12 @@ pub struct AgentRequest {
     pub attempt: u32,
     /// The prompt.
     pub prompt: String,
+    /// How many bytes at the start of [`prompt`](Self::prompt) are its stable part: the
+    /// role's instructions and the spec (and its plan), the same in every call of this role
+    /// in a run, where the providers' prompt caches can reuse them. What follows (the task,
+    /// its failure feedback, a person's answer and guidance) is this call's own. 0 when the
+    /// template marks no stable part (a user's template without the marker line).
+    pub stable_prefix: usize,
     /// The directory the agent works in.
     pub workspace: PathBuf,
     /// JSON Schema the answer must satisfy, for structured roles.
@@ -320,6 +326,7 @@ impl AgentRequest {
             subject: None,
             attempt: 1,
             prompt: prompt.into(),
+            stable_prefix: 0,
             workspace: workspace.into(),
             schema: None,
             log_path: None,

@@ -239,6 +239,12 @@ pub struct Config {
     /// | `thread_assess` | a thread's AI review of its spec (Assessing) |
     /// | `thread_draft` | a thread's Drafting conversation |
     /// | `thread_polish` | a thread's Polishing run (docs, tests, cleanup) |
+    ///
+    /// A template stays cache-friendly when what every call of its role shares (the
+    /// instructions, the spec) comes first and the line
+    /// `<!-- ralph: what follows is this call's own -->` then starts what changes (the task,
+    /// the feedback): the built-in ones are written so. Without that line it works the same,
+    /// its prompt only counts as changing from its first byte.
     pub prompts: BTreeMap<String, PathBuf>,
     /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
     pub(crate) claude: ClaudeConfig,

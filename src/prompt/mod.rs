@@ -37,6 +37,39 @@ use serde::Serialize;
 
 use crate::config::TEMPLATES;
 
+/// The line a template writes where the stable part of its prompt ends: above it what every
+/// call of the role in a run shares (the instructions, the spec, its plan), below it this
+/// call's own (the task, its feedback). The runtime takes the line out before the agent
+/// sees the prompt ([`split_stable`]) and tells the agent where the stable part ends, so that
+/// a provider's prompt cache can reuse it. A template without it has no stable part.
+pub const STABLE_END: &str = "<!-- ralph: what follows is this call's own -->";
+
+/// `prompt` without its [`STABLE_END`] line, and the length in bytes of what came before
+/// that line (0 when there is none): the stable part.
+///
+/// ```
+/// use ralph::__internals::prompt::{STABLE_END, split_stable};
+///
+/// let (text, stable) = split_stable(&format!("# Rules\nspec\n{STABLE_END}\n# Task: t-1\n"));
+/// assert_eq!(text, "# Rules\nspec\n# Task: t-1\n");
+/// assert_eq!(&text[..stable], "# Rules\nspec\n");
+/// assert_eq!(split_stable("no marker"), ("no marker".to_owned(), 0));
+/// ```
+pub fn split_stable(prompt: &str) -> (String, usize) {
+    let at = match prompt.strip_prefix(STABLE_END) {
+        Some(_) => Some(0),
+        None => prompt
+            .find(&format!("\n{STABLE_END}"))
+            .map(|newline| newline + 1),
+    };
+    let Some(at) = at else {
+        return (prompt.to_owned(), 0);
+    };
+    let after = &prompt[at + STABLE_END.len()..];
+    let after = after.strip_prefix('\n').unwrap_or(after);
+    (format!("{}{after}", &prompt[..at]), at)
+}
+
 /// How many recently finished tasks a build prompt names (`completed`); the earlier ones
 /// are a count (`completed_earlier`), so the prompt stays the same size however long the
 /// board grows.

@@ -580,9 +580,9 @@ impl Caller {
         let remaining = call.deadline.saturating_duration_since(Instant::now());
         let works_in = self.work_tree.as_ref().unwrap_or(&self.workspace);
         // What changes least comes first; a person's words last, the guidance the very last.
+        let (text, stable_prefix) = crate::prompt::split_stable(&call.prompt);
         let prompt = format!(
-            "{}{}{}",
-            call.prompt,
+            "{text}{}{}",
             answered.map(Question::section).unwrap_or_default(),
             self.guidance(call).section()
         );
@@ -595,6 +595,7 @@ impl Caller {
             .stop(token.clone());
         request.events = self.forward_events(call.subject.clone(), self.provisional(call, run_id));
         request.subject = call.subject.clone();
+        request.stable_prefix = stable_prefix;
         request.schema = schema;
         request.budget_usd = self.budget.as_ref().and_then(Budget::dollars_left);
         request.sandbox = self.sandbox.agent(works_in, call.role.may_write());

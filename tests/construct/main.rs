@@ -24,6 +24,7 @@ mod markers;
 mod misuse;
 mod once_dry_run_progress;
 mod parallel;
+mod prompt_cache;
 mod referee;
 mod retries;
 mod seams;

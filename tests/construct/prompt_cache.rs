@@ -77,7 +77,10 @@ async fn the_prompts_of_a_role_share_their_stable_part_and_end_with_the_call_s_o
         let first = &requests[0];
         assert!(first.stable_prefix > 0, "{role}: no stable part");
         let stable = &first.prompt[..first.stable_prefix];
-        assert!(stable.contains("Write done.txt"), "{role}: the spec: {stable}");
+        assert!(
+            stable.contains("Write done.txt"),
+            "{role}: the spec: {stable}"
+        );
         for request in requests {
             assert_eq!(
                 &request.prompt[..request.stable_prefix],

@@ -10,7 +10,7 @@ use crate::support::specs::*;
 use crate::support::{Recorder, specs_complete};
 use ralph::agent::Script;
 use ralph::specs::Status;
-use ralph::{Event, FakeAgent, Role, ShellGate, SpecsOutcome};
+use ralph::{AgentRequest, Event, FakeAgent, Role, ShellGate, SpecsOutcome};
 
 const SPEC_A: &str = "# Greeter\n\nWrite greet.sh, its test and its docs.\n";
 const SPEC_B: &str = "# Farewell\n\nWrite bye.sh.\n";
@@ -468,7 +468,7 @@ fn task_and_retry_prompts_follow_seed_004() {
 /// spec's paths and context, before the rest of the prompt; everything else stays the same.
 #[test]
 fn the_plan_sits_between_the_paths_and_the_mission() {
-    use ralph::__internals::prompt::Prompts;
+    use ralph::__internals::prompt::{Prompts, STABLE_END};
     use serde_json::json;
     let mut ctx = json!({
         "spec": {"id": "a", "name": "Avatars", "file": "specs/a.md", "context": "Use src/aws.ts."},
@@ -493,11 +493,14 @@ fn the_plan_sits_between_the_paths_and_the_mission() {
         at("Use src/aws.ts."),
         at("## Implementation Plan"),
         at("1. endpoint in src/upload.ts"),
-        at("## Completed Tasks"),
+        at(STABLE_END),
         at("## Your Assignment"),
+        at("## Completed Tasks"),
     ];
     assert!(order.is_sorted(), "{order:?} in\n{with_plan}");
-    let section = &with_plan[at("## Implementation Plan")..at("## Completed Tasks")];
+    // The plan ends the stable part, which every task of the spec shares (issue 38); the
+    // task and the tasks completed so far come after it.
+    let section = &with_plan[at("## Implementation Plan")..at(STABLE_END)];
     assert_eq!(with_plan.replacen(section, "", 1), without);
     assert!(!without.contains("## Implementation Plan"), "{without}");
 }
@@ -792,4 +795,46 @@ async fn a_done_spec_is_skipped_unless_forced_and_then_rebuilt_task_by_task() {
         e,
         Event::Warning { message } if message.contains("spec a (Completed, forced)")
     )));
+}
+
+/// Issue 38: the prompts of a role in build mode share their stable part (the role's
+/// instructions, the spec, its plan) up to the task: a spec's tasks, its retry and a
+/// person's guidance all come after it; the verifier's repeat shares it too.
+#[tokio::test]
+async fn a_spec_s_task_prompts_share_their_stable_part() {
+    use ralph::__internals::prompt::STABLE_END;
+    let ws = workspace(&[("specs/a.md", SPEC_A)]);
+    let dir = ws.path();
+    implementation(dir, &[("a", 1, &["One", "Two"])]);
+    ralph::steer::tell(dir, "Keep it short.", None, Some("ana")).unwrap();
+    let agent = Arc::new(
+        FakeAgent::new()
+            .on(Role::Planner, "a", planner("# Plan: a"))
+            .on_attempt(Role::Build, "a-1", 1, Script::new().answer("Not yet."))
+            .on_attempt(Role::Build, "a-1", 2, done())
+            .on(Role::Build, "a-2", done())
+            .on(Role::Verify, "a", accept()),
+    );
+    let ralph = ralph(dir, agent.clone(), Recorder::default(), vec![]);
+    ralph.build_specs().await.unwrap();
+
+    let builds: Vec<AgentRequest> = agent
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == Role::Build)
+        .collect();
+    assert_eq!(builds.len(), 3, "two tasks and a retry");
+    let stable = &builds[0].prompt[..builds[0].stable_prefix];
+    assert!(
+        stable.contains("# Plan: a") && !stable.contains("a-1"),
+        "{stable}"
+    );
+    assert!(!stable.contains(STABLE_END), "the marker is taken out");
+    for build in &builds {
+        assert_eq!(&build.prompt[..build.stable_prefix], stable);
+        let own = &build.prompt[build.stable_prefix..];
+        let task = own.find("# Task:").expect("the task");
+        let guidance = own.find("## Guidance from a person").expect("the guidance");
+        assert!(task < guidance, "the task, then the guidance:\n{own}");
+    }
 }

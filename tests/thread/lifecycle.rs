@@ -796,3 +796,42 @@ async fn the_promise_line_written_back_is_no_claim_and_the_summary_names_the_bar
         ]
     );
 }
+
+/// Issue 38: a thread's iterations share their prompt's stable part (the instructions, the
+/// spec); the iteration, the criteria that failed and a person's guidance come after it.
+#[tokio::test]
+async fn the_iterations_of_a_thread_share_their_stable_part() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(writes("goodbye\n"))
+            .then(no_claim())
+            .then(writes("hello\n")),
+    );
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    ralph::steer::tell(dir.path(), "Keep it short.", Some(&id), Some("ana")).unwrap();
+    threads.thread(&id).start().await.unwrap();
+
+    let iterations: Vec<_> = agent
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == ralph::Role::Build)
+        .collect();
+    assert_eq!(iterations.len(), 3);
+    let stable = &iterations[0].prompt[..iterations[0].stable_prefix];
+    assert!(stable.contains("Write hello.txt saying hello."), "{stable}");
+    assert!(!stable.contains("Iteration"), "{stable}");
+    for request in &iterations {
+        assert_eq!(&request.prompt[..request.stable_prefix], stable);
+        let own = &request.prompt[request.stable_prefix..];
+        let iteration = own.find("# Iteration").expect("the iteration");
+        let guidance = own.find("## Guidance from a person").expect("the guidance");
+        assert!(iteration < guidance, "{own}");
+    }
+    let second = &iterations[1].prompt[iterations[1].stable_prefix..];
+    assert!(
+        second.contains("## Criteria That Failed Last Time"),
+        "{second}"
+    );
+}
