@@ -236,6 +236,39 @@ async fn the_cli_s_ask_user_question_tool_is_never_offered_nor_answered() {
     assert_eq!(results[1]["is_error"], true, "{results:?}");
 }
 
+/// Issue 38: the prompt's stable part goes to the CLI's system prompt, which the CLI sends
+/// with a cache breakpoint at its end; the call's own part is the user's message after it.
+#[tokio::test]
+async fn the_stable_part_is_cached_before_a_breakpoint_of_its_own() {
+    let Some(rig) = Rig::new([Reply::text("Done.\n<TASK_DONE>")]).await else {
+        return;
+    };
+    let stable = "# Build One Task of a Spec\n\nThe spec: greet the World.\n";
+    let own = "# Task: t-7\n\nWrite hello.txt.\n";
+    let mut request = rig.request(Role::Build, &format!("{stable}{own}"));
+    request.stable_prefix = stable.len();
+
+    let run = rig.run(request).await;
+
+    assert_eq!(run.claim(), Claim::Done, "{run:?}");
+    let sent = &rig.api.requests().await[0];
+    let system = sent["system"].as_array().unwrap();
+    let last = system.last().unwrap();
+    assert!(
+        last["text"].as_str().unwrap().ends_with(stable),
+        "the stable part ends the system prompt: {system:?}"
+    );
+    assert_eq!(
+        last["cache_control"]["type"], "ephemeral",
+        "a breakpoint after it"
+    );
+    let user = sent["messages"][0]["content"].to_string();
+    assert!(
+        user.contains("# Task: t-7") && !user.contains("greet the World"),
+        "{user}"
+    );
+}
+
 #[tokio::test]
 async fn a_500_then_success_is_ridden_out_by_the_cli_retry() {
     let Some(rig) = Rig::new([

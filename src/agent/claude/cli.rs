@@ -352,7 +352,7 @@ impl ClaudeCli {
 
     fn invocation<'a>(
         &self,
-        request: &AgentRequest,
+        request: &'a AgentRequest,
         schema: Option<&'a str>,
         resume: Option<&'a str>,
     ) -> Invocation<'a> {
@@ -363,6 +363,7 @@ impl ClaudeCli {
             // A session that may need compacting must stay resumable.
             persist: self.config.session_persistence || request.context.compact < 1.0,
             budget_usd: request.budget_usd,
+            stable: split(request).0,
         }
     }
 
@@ -526,7 +527,7 @@ impl ClaudeCli {
         let schema = request.schema.as_ref().map(schema_arg);
         let mut pressure = Pressure::new(request.context);
         let mut totals = RunTotals::default();
-        let mut prompt = request.prompt.clone();
+        let mut prompt = split(request).1.to_owned();
         let mut session: Option<String> = None;
         let mut compactions = 0;
         loop {
@@ -751,4 +752,14 @@ fn find_program(program: &std::ffi::OsStr) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|p| executable(p))
+}
+
+/// The request's prompt as the CLI gets it: its stable part for the system prompt, when it
+/// has one and something follows it, and the rest for stdin.
+fn split(request: &AgentRequest) -> (Option<&str>, &str) {
+    let at = request.stable_prefix;
+    match request.prompt.get(..at).zip(request.prompt.get(at..)) {
+        Some((stable, rest)) if at > 0 && !rest.trim().is_empty() => (Some(stable), rest),
+        _ => (None, &request.prompt),
+    }
 }

@@ -49,6 +49,10 @@ pub(super) struct Invocation<'a> {
     pub(super) persist: bool,
     /// What is left of the run-wide budget (`AgentRequest::budget_usd`).
     pub(super) budget_usd: Option<f64>,
+    /// The prompt's stable part (`AgentRequest::stable_prefix`), appended to the CLI's
+    /// system prompt: the CLI sends its system prompt with a cache breakpoint at its end, so
+    /// the provider's cache reuses ralph's stable part from the second call of a role on.
+    pub(super) stable: Option<&'a str>,
 }
 
 /// The arguments: ralph's own, then the config's extra ones.
@@ -79,9 +83,13 @@ pub(super) fn args(config: &ClaudeConfig, invocation: Invocation<'_>) -> Vec<Str
         (own, left) => own.or(left),
     };
     option("--max-budget-usd", cap.map(|b| b.to_string()));
+    let system = [config.append_system_prompt.as_deref(), invocation.stable]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>();
     option(
         "--append-system-prompt",
-        config.append_system_prompt.clone(),
+        (!system.is_empty()).then(|| system.join("\n\n")),
     );
     option("--json-schema", invocation.schema.map(str::to_owned));
     option("--resume", invocation.resume.map(str::to_owned));
@@ -156,7 +164,29 @@ mod tests {
             resume: None,
             persist: false,
             budget_usd: None,
+            stable: None,
         }
+    }
+
+    #[test]
+    fn the_stable_part_follows_the_config_s_system_prompt() {
+        let config = ClaudeConfig {
+            append_system_prompt: Some("Be brief.".into()),
+            ..ClaudeConfig::default()
+        };
+        let invocation = Invocation {
+            stable: Some("# Rules\nthe spec\n"),
+            ..build()
+        };
+        let given = args(&config, invocation);
+        let at = given
+            .iter()
+            .position(|a| a == "--append-system-prompt")
+            .unwrap();
+        assert_eq!(given[at + 1], "Be brief.\n\n# Rules\nthe spec\n");
+        assert!(
+            !args(&ClaudeConfig::default(), build()).contains(&"--append-system-prompt".into())
+        );
     }
 
     #[test]
