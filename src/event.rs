@@ -362,6 +362,13 @@ pub enum Event {
         /// The same scope's input and output tokens (what `max_tokens` counts).
         #[serde(skip_serializing_if = "Option::is_none")]
         spent_tokens: Option<u64>,
+        /// The same scope's input read from the providers' prompt caches, apart from
+        /// `spent_tokens` (as the ledger keeps it, and not counted by `max_tokens`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        spent_cache_read_tokens: Option<u64>,
+        /// The same scope's input written to the providers' prompt caches, apart too.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        spent_cache_creation_tokens: Option<u64>,
         /// Whether that figure is an estimate: it counts a run cut short (ralph killed
         /// while it ran) by what its agent had reported.
         #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -404,6 +411,8 @@ impl Event {
             message,
             spent_usd: None,
             spent_tokens: None,
+            spent_cache_read_tokens: None,
+            spent_cache_creation_tokens: None,
             spent_estimate: false,
             exit_code,
             sandbox: String::new(),
@@ -413,15 +422,28 @@ impl Event {
 
     /// This [`Finished`](Self::Finished) with what the run's scope spent.
     #[must_use]
-    pub(crate) fn with_spent(mut self, usd: f64, tokens: u64, estimate: bool) -> Event {
+    /// `tokens` are the input and output ones, `cached` the cache reads and writes apart.
+    pub(crate) fn with_spent(
+        mut self,
+        usd: f64,
+        tokens: u64,
+        cached: (u64, u64),
+        estimate: bool,
+    ) -> Event {
         if let Event::Finished {
             spent_usd,
             spent_tokens,
+            spent_cache_read_tokens,
+            spent_cache_creation_tokens,
             spent_estimate,
             ..
         } = &mut self
         {
-            (*spent_usd, *spent_tokens, *spent_estimate) = (Some(usd), Some(tokens), estimate);
+            *spent_usd = Some(usd);
+            *spent_tokens = Some(tokens);
+            *spent_cache_read_tokens = Some(cached.0);
+            *spent_cache_creation_tokens = Some(cached.1);
+            *spent_estimate = estimate;
         }
         self
     }
@@ -699,6 +721,16 @@ impl Event {
                     ", {} in / {} out tokens",
                     usage.input_tokens, usage.output_tokens
                 )?;
+                let cached = usage
+                    .cache_read_tokens
+                    .saturating_add(usage.cache_creation_tokens);
+                if cached > 0 {
+                    write!(
+                        f,
+                        " (cache {} read, {} written)",
+                        usage.cache_read_tokens, usage.cache_creation_tokens
+                    )?;
+                }
                 match cost_usd {
                     Some(cost) => write!(f, ", ${cost:.4}"),
                     None => Ok(()),

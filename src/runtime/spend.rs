@@ -129,6 +129,17 @@ impl Spent {
         self.input_tokens.saturating_add(self.output_tokens)
     }
 
+    /// The share of all input (uncached, read from the caches, written to them) that was
+    /// read from the providers' prompt caches, in percent; `None` with no input at all.
+    ///
+    pub fn cached_percent(&self) -> Option<f64> {
+        let all = self
+            .input_tokens
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_creation_tokens);
+        (all > 0).then(|| self.cache_read_tokens as f64 * 100.0 / all as f64)
+    }
+
     /// Whether the figure is an estimate: it counts a run cut short by what it had
     /// reported ([`estimated_runs`](Self::estimated_runs) is not 0).
     pub fn is_estimate(&self) -> bool {
@@ -394,7 +405,8 @@ pub(crate) fn stamped(
     match Ledger::open(workspace, scope) {
         Ok(ledger) => {
             let spent = ledger.spent();
-            event.with_spent(spent.cost_usd, spent.tokens(), spent.is_estimate())
+            let cached = (spent.cache_read_tokens, spent.cache_creation_tokens);
+            event.with_spent(spent.cost_usd, spent.tokens(), cached, spent.is_estimate())
         }
         Err(_) => event,
     }
@@ -851,6 +863,17 @@ mod tests {
             cost_usd: cost,
             ..Line::default()
         }
+    }
+
+    #[test]
+    fn the_cached_share_is_of_all_input() {
+        let spent = Spent {
+            input_tokens: 100,
+            cache_read_tokens: 300,
+            ..Spent::default()
+        };
+        assert_eq!(spent.cached_percent(), Some(75.0));
+        assert_eq!(Spent::default().cached_percent(), None);
     }
 
     #[test]

@@ -580,6 +580,102 @@ async fn construct_with_the_real_claude_cli() {
     assert!(stdout(&status).contains("accepted"), "{}", stdout(&status));
 }
 
+/// Issue 38: the cache tokens the Messages API reports (`cache_read_input_tokens`,
+/// `cache_creation_input_tokens`) reach, through the real Claude CLI, the ledger and every
+/// view the same way, apart from the input: each agent's line, the `finished` event, the
+/// summary and `ralph status`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cache_tokens_agree_in_every_view() {
+    let Some(bin) = claude_or_skip() else {
+        return;
+    };
+    let api = MessagesApi::with_script(
+        [
+            Reply::tool_use(
+                "StructuredOutput",
+                json!({"tasks": [{"name": "Create hello.txt", "accept": "hello.txt says hello"}]}),
+            ),
+            Reply::text_then_tool(
+                "Creating it.",
+                "Bash",
+                json!({"command": "echo hello > hello.txt"}),
+            ),
+            Reply::text("Created.\n<TASK_DONE>"),
+            Reply::tool_use(
+                "StructuredOutput",
+                json!({"verdict": "accept", "reason": "says hello"}),
+            ),
+            Reply::tool_use("StructuredOutput", json!({"tasks": [], "issues": []})),
+        ]
+        .map(|reply| reply.usage(100, 1000, 40)),
+    )
+    .await;
+    let home = ClaudeHome::new();
+    let dir = project();
+    let env: Vec<String> = api
+        .env()
+        .into_iter()
+        .chain(home.env())
+        .map(|(k, v)| format!("{k} = {v:?}"))
+        .collect();
+    std::fs::write(
+        dir.path().join("ralph.toml"),
+        format!(
+            "[claude]\nbin = {bin:?}\nmax_retries = 0\nenv = {{ {} }}\n",
+            env.join(", ")
+        ),
+    )
+    .unwrap();
+    let workspace = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        ralph(&workspace, &["construct", "spec.md", "--json"], &[])
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+
+    let events: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let runs: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "agent_finished")
+        .collect();
+    let sum = |key: &str| -> u64 { runs.iter().map(|e| e["usage"][key].as_u64().unwrap()).sum() };
+    let (input, read, written) = (
+        sum("input_tokens"),
+        sum("cache_read_tokens"),
+        sum("cache_creation_tokens"),
+    );
+    // Five API calls, each reporting 100 uncached, 1000 read and 40 written.
+    assert_eq!((input, read, written), (500, 5000, 200), "{runs:#?}");
+    let finished = events.iter().rfind(|e| e["event"] == "finished").unwrap();
+    assert_eq!(finished["spent_cache_read_tokens"], read, "{finished}");
+    assert_eq!(finished["spent_cache_creation_tokens"], written);
+    let output = sum("output_tokens");
+    assert_eq!(
+        finished["spent_tokens"],
+        input + output,
+        "the cache is not counted in"
+    );
+
+    let status = stdout(&ralph(dir.path(), &["status"], &[]));
+    let line = format!("{input} in / {output} out tokens (cache {read} read, {written} written)");
+    assert!(status.contains(&line), "{line:?} not in\n{status}");
+    let again = stdout(&ralph(dir.path(), &["construct", "spec.md"], &[]));
+    let summary = format!(
+        "tokens: {input} in, {output} out; cache {read} read, {written} written (88% of the input read from the cache)"
+    );
+    assert!(again.contains(&summary), "{summary:?} not in\n{again}");
+}
+
 /// In a real terminal (tmux) the demo shows a line that moves while an agent runs, then the
 /// summary; through a pipe it prints plain lines with no escape codes.
 #[test]

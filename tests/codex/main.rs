@@ -46,9 +46,15 @@ impl CliUnderTest for Codex {
     }
 
     fn assert_usage(usage: &Usage) {
+        // OpenAI counts the cached input in its input: 2 × (100 − 40) uncached, and
+        // 2 × 40 read from the cache, kept apart.
         assert_eq!(
-            (usage.input_tokens, usage.output_tokens),
-            (200, 20),
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens
+            ),
+            (120, 20, 80),
             "{usage:?}"
         );
     }

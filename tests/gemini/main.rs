@@ -41,7 +41,13 @@ impl CliUnderTest for Gemini {
     }
 
     fn assert_usage(usage: &Usage) {
-        assert_eq!(usage.input_tokens, 200, "{usage:?}");
+        // Gemini counts the cached content in its prompt: 2 × (100 − 40) uncached, and
+        // 2 × 40 read from the cache, kept apart.
+        assert_eq!(
+            (usage.input_tokens, usage.cache_read_tokens),
+            (120, 80),
+            "{usage:?}"
+        );
     }
 }
 

@@ -142,7 +142,7 @@ impl Respond for Script {
                 let chunk = json!({"candidates": [{"content": {"role": "model", "parts": parts},
                     "finishReason": "STOP", "index": 0}],
                     "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 10,
-                        "totalTokenCount": 110}});
+                        "cachedContentTokenCount": 40, "totalTokenCount": 110}});
                 let template = ResponseTemplate::new(200)
                     .set_body_raw(format!("data: {chunk}\r\n\r\n"), "text/event-stream");
                 match delay {

@@ -226,9 +226,11 @@ impl CodexEvents {
                 self.last.turn_completed(self.answer.is_some());
                 let Some(u) = event.get("usage") else { return };
                 let n = |key: &str| u.get(key).and_then(Value::as_u64).unwrap_or(0);
-                self.usage.input_tokens += n("input_tokens");
+                // OpenAI's input counts the cached part in; ralph keeps it apart.
+                let cached = n("cached_input_tokens");
+                self.usage.input_tokens += n("input_tokens").saturating_sub(cached);
                 self.usage.output_tokens += n("output_tokens");
-                self.usage.cache_read_tokens += n("cached_input_tokens");
+                self.usage.cache_read_tokens += cached;
                 self.usage.cache_creation_tokens += n("cache_write_input_tokens");
             }
             "turn.failed" => self.last.error(

@@ -156,9 +156,11 @@ impl GeminiEvents {
             "result" => {
                 if let Some(stats) = event.get("stats") {
                     let n = |key: &str| stats.get(key).and_then(Value::as_u64).unwrap_or(0);
-                    self.usage.input_tokens = n("input_tokens");
+                    // Gemini's prompt count holds the cached part; ralph keeps it apart.
+                    let cached = n("cached");
+                    self.usage.input_tokens = n("input_tokens").saturating_sub(cached);
                     self.usage.output_tokens = n("output_tokens");
-                    self.usage.cache_read_tokens = n("cached");
+                    self.usage.cache_read_tokens = cached;
                 }
                 match text("status").as_deref() {
                     Some("success") => {

@@ -91,8 +91,11 @@ struct Live {
 struct LiveState {
     /// `build t-1 Write the parser`, `investigate`, …
     doing: String,
-    /// The running agent's input and output tokens.
+    /// The running agent's input (uncached) and output tokens, and its input read from or
+    /// written to the providers' caches: as the ledger counts them.
     tokens: (u64, u64),
+    /// Its cache tokens, read and written.
+    cached: u64,
     /// Its context in use ÷ window.
     context: Option<f64>,
     /// The agent's latest status line (`codex: Reconnecting... waiting for network (…)`),
@@ -132,8 +135,12 @@ impl LiveState {
             .as_ref()
             .map(|s| format!(" · {s}"))
             .unwrap_or_default();
+        let cached = match self.cached {
+            0 => String::new(),
+            n => format!(" (+{n} cached)"),
+        };
         format!(
-            "{} · {} in / {} out{context} · ${cost:.4}{status}",
+            "{} · {} in{cached} / {} out{context} · ${cost:.4}{status}",
             self.doing, self.tokens.0, self.tokens.1
         )
     }
@@ -169,6 +176,7 @@ impl Live {
                 state.building.push((task.to_string(), name.clone()));
                 state.doing = state.building_line();
                 state.tokens = (0, 0);
+                state.cached = 0;
                 state.context = None;
                 state.status = None;
                 self.restart();
@@ -184,17 +192,26 @@ impl Live {
                 };
                 self.restart();
             }
+            // The tokens as the ledger counts them, cache reads and writes apart; a usage
+            // report's input counts them in, so it gives the context only.
+            Event::Agent {
+                detail: AgentEvent::Spend { usage, .. },
+                ..
+            } => {
+                state.tokens = (usage.input_tokens, usage.output_tokens);
+                state.cached = usage
+                    .cache_read_tokens
+                    .saturating_add(usage.cache_creation_tokens);
+            }
             Event::Agent {
                 detail:
                     AgentEvent::Usage {
                         context_tokens,
                         window,
-                        input_tokens,
-                        output_tokens,
+                        ..
                     },
                 ..
             } => {
-                state.tokens = (*input_tokens, *output_tokens);
                 state.context = window
                     .filter(|w| *w > 0)
                     .map(|w| *context_tokens as f64 / w as f64);
@@ -353,11 +370,26 @@ fn spend_summary(ralph: &Ralph) -> Result<(), ralph::Error> {
         );
     }
     out!(
-        "  tokens: {} in, {} out",
+        "  tokens: {} in, {} out{}",
         spent.input_tokens,
-        spent.output_tokens
+        spent.output_tokens,
+        cache_note(&spent)
     );
     Ok(())
+}
+
+/// `; cache 900 read, 40 written (86% of the input read from the cache)`, or nothing when
+/// no run reported cache tokens: the ledger's figures, which keep them apart from the input.
+pub(crate) fn cache_note(spent: &ralph::__internals::spend::Spent) -> String {
+    if spent.cache_read_tokens == 0 && spent.cache_creation_tokens == 0 {
+        return String::new();
+    }
+    format!(
+        "; cache {} read, {} written ({:.0}% of the input read from the cache)",
+        spent.cache_read_tokens,
+        spent.cache_creation_tokens,
+        spent.cached_percent().unwrap_or_default()
+    )
 }
 
 /// What to do after a construct run that ended with `outcome`.
