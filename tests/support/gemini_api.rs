@@ -31,6 +31,10 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 /// The pinned CLI version the harness was measured against.
 pub const GEMINI_VERSION: &str = "0.61.0";
 
+/// `~/.gemini/settings.json`: API-key authentication, without which the CLI exits 41
+/// (`docs/agents.md` shows the same to users).
+pub const SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#;
+
 /// One scripted model turn.
 #[derive(Debug, Clone)]
 pub enum Reply {
@@ -204,11 +208,7 @@ impl GeminiApi {
     pub fn env(&self, home: &std::path::Path) -> Vec<(String, String)> {
         let settings = home.join(".gemini");
         std::fs::create_dir_all(&settings).expect("the settings folder");
-        std::fs::write(
-            settings.join("settings.json"),
-            r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
-        )
-        .expect("the settings");
+        std::fs::write(settings.join("settings.json"), SETTINGS).expect("the settings");
         vec![
             ("HOME".into(), home.display().to_string()),
             ("GEMINI_API_KEY".into(), "fake-key".into()),
