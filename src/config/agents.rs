@@ -182,7 +182,8 @@ pub(crate) struct CliConfig {
     pub(crate) args: Vec<String>,
     /// Environment variables for the CLI.
     pub(crate) env: BTreeMap<String, String>,
-    /// Longest silence on the CLI's output before the run is cut as timed out. Default 5m.
+    /// Longest silence on the CLI's output before the run is cut as timed out. Default 5m;
+    /// opencode's is at least 30s, as it is silent from its start to its first answer.
     #[serde(with = "duration")]
     pub(crate) idle_timeout: Duration,
 }

@@ -397,3 +397,125 @@ fn the_readme_names_every_agent_key_and_its_variable() {
         missing.join("\n")
     );
 }
+
+/// The contents of the fenced blocks of `page` in `lang` (```` ```toml ````), in order.
+fn fenced<'a>(page: &'a str, lang: &str) -> Vec<&'a str> {
+    let open = format!("```{lang}\n");
+    page.split(open.as_str())
+        .skip(1)
+        .filter_map(|block| block.find("```").map(|end| &block[..end]))
+        .collect()
+}
+
+/// The page of worked examples, one per agent CLI.
+fn agents_page() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(root.join("docs/agents.md")).expect("docs/agents.md")
+}
+
+/// `config` as ralph's loader reads it from a workspace holding it as `ralph.toml`: the
+/// error, naming the key, when ralph would refuse it.
+fn loaded(config: &str) -> Result<serde_json::Value, String> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ralph.toml"), config).unwrap();
+    let config = ralph::config::Config::load(dir.path()).map_err(|e| e.to_string())?;
+    Ok(serde_json::to_value(config).unwrap())
+}
+
+/// Every `ralph.toml` of the agents page loads with ralph's own config loader, and there is
+/// one for each agent: a key ralph does not know, or a value it refuses, fails here first.
+#[test]
+fn every_ralph_toml_of_the_agents_page_loads() {
+    let page = agents_page();
+    let examples: Vec<&str> = fenced(&page, "toml")
+        .into_iter()
+        .filter(|block| block.starts_with("# ralph.toml\n"))
+        .collect();
+    let mut agents = BTreeSet::new();
+    for example in &examples {
+        let config = loaded(example).unwrap_or_else(|e| panic!("{e}\n{example}"));
+        let named = config["agents"].as_array().unwrap().iter();
+        agents.extend(named.filter_map(|a| a.as_str().map(str::to_owned)));
+    }
+    let expected = ["aider", "claude", "codex", "gemini", "opencode"];
+    assert_eq!(agents, expected.map(str::to_owned).into());
+    assert!(
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap()
+            .contains("](docs/agents.md)"),
+        "the README links docs/agents.md"
+    );
+}
+
+/// The check itself: a key ralph does not know is refused, naming it.
+#[test]
+fn the_loader_refuses_an_example_with_an_unknown_key() {
+    let error = loaded("[gemini]\nbase_url = \"https://x\"\n").unwrap_err();
+    assert!(error.contains("base_url"), "{error}");
+}
+
+/// Codex's `-c key=value` overrides as the table they set.
+fn overrides(args: &[String]) -> toml::Table {
+    let pairs: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "-c")
+        .collect();
+    toml::from_str(&pairs.join("\n")).unwrap()
+}
+
+/// What the agents page tells users to write in the CLIs' own configuration is what the
+/// test harnesses write, which the real CLIs are tested with: Gemini's settings, Codex's
+/// model provider, opencode's provider with its `baseURL`.
+#[tokio::test]
+async fn the_agents_page_sets_up_each_cli_as_the_test_harnesses_do() {
+    use crate::support::{gemini_api, responses_api::ResponsesApi};
+    let page = agents_page();
+
+    let settings: serde_json::Value = serde_json::from_str(fenced(&page, "json")[0]).unwrap();
+    let tested: serde_json::Value = serde_json::from_str(gemini_api::SETTINGS).unwrap();
+    assert_eq!(settings, tested, "Gemini's settings.json");
+
+    let api = ResponsesApi::with_script([]).await;
+    let provider = |config: &toml::Table| {
+        let name = config["model_provider"].as_str().unwrap().to_owned();
+        config["model_providers"][&name].as_table().unwrap().clone()
+    };
+    let tested = provider(&overrides(&api.args()));
+    let codex_file = fenced(&page, "toml")
+        .into_iter()
+        .find(|block| block.starts_with("# $CODEX_HOME/config.toml"))
+        .unwrap();
+    let shown = provider(&toml::from_str(codex_file).unwrap());
+    assert!(shown.keys().all(|k| tested.contains_key(k)), "{shown:?}");
+    assert_eq!(shown["wire_api"], tested["wire_api"]);
+    let codex_args = fenced(&page, "toml")
+        .into_iter()
+        .find(|block| block.contains("args = [\n    \"-c\""))
+        .unwrap();
+    let args = loaded(codex_args).unwrap()["codex"]["args"].clone();
+    let args: Vec<String> = serde_json::from_value(args).unwrap();
+    assert_eq!(
+        provider(&overrides(&args)),
+        shown,
+        "args and config.toml agree"
+    );
+
+    let home = tempfile::tempdir().unwrap();
+    let tested = api.opencode_env(home.path());
+    let tested = &tested
+        .iter()
+        .find(|(k, _)| k == "OPENCODE_CONFIG_CONTENT")
+        .unwrap()
+        .1;
+    let opencode = fenced(&page, "toml")
+        .into_iter()
+        .find(|block| block.contains("[opencode.env]"))
+        .unwrap();
+    let shown = loaded(opencode).unwrap()["opencode"]["env"]["OPENCODE_CONFIG_CONTENT"].clone();
+    let shown: serde_json::Value = serde_json::from_str(shown.as_str().unwrap()).unwrap();
+    let tested: serde_json::Value = serde_json::from_str(tested).unwrap();
+    let options = |config: &serde_json::Value| keys(&config["provider"]["openai"]["options"]);
+    assert_eq!(options(&shown), options(&tested));
+    assert_eq!(keys(&shown), keys(&tested));
+}

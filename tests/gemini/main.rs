@@ -115,3 +115,47 @@ async fn a_loop_the_cli_detects_is_a_failed_attempt_saying_so() {
         "{run:?}"
     );
 }
+
+/// With no model set, the CLI asks its router model which model a write run needs before
+/// calling it: the scripted API answers the router apart from the script, so the run
+/// completes on the model the router chose, after one router call (an unanswered router is
+/// asked 5 times over ~93 s, then the CLI falls back to pro).
+#[tokio::test]
+async fn with_no_model_the_router_chooses_one_and_the_task_completes() {
+    let Some(bin) = gemini_or_skip() else { return };
+    let api = GeminiApi::with_script([
+        Reply::shell("echo hello > hello.txt"),
+        Reply::text("Wrote hello.txt.\n<TASK_DONE>"),
+    ])
+    .await;
+    let home = tempfile::tempdir().unwrap();
+    let ws = support::messages_api::git_repo();
+    let gemini = api
+        .env(home.path())
+        .into_iter()
+        .fold(GeminiCli::new().bin(bin), |g, (k, v)| g.env(k, v));
+    let request = AgentRequest::new(Role::Build, "Write hello.txt", ws.path())
+        .sandbox(support::sandbox(ws.path()))
+        .timeout(std::time::Duration::from_secs(120));
+
+    let started = std::time::Instant::now();
+    let run = gemini.run(request).await.unwrap();
+
+    assert_eq!(run.claim(), Claim::Done, "{run:?}");
+    assert!(ws.path().join("hello.txt").exists());
+    let routed = api.router_requests().await;
+    assert_eq!(
+        routed.len(),
+        1,
+        "the router was asked again: its answer was not read"
+    );
+    let models = api.models().await;
+    assert_eq!(models.len(), 2, "{models:?}");
+    assert!(
+        models
+            .iter()
+            .all(|m| m.contains("flash") && !m.contains("lite")),
+        "not the flash model the router chose: {models:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}

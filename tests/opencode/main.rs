@@ -24,6 +24,8 @@ impl CliUnderTest for Opencode {
     const NAME: &'static str = "opencode";
     const MODEL: &'static str = "openai/gpt-5-codex";
     const PRINTS_RECOVERED_ERRORS: bool = false;
+    // `OpencodeCli` never waits less: opencode is silent from its start to its first answer.
+    const IDLE_FLOOR: std::time::Duration = std::time::Duration::from_secs(30);
 
     async fn serve(replies: Vec<Reply>) -> ResponsesApi {
         ResponsesApi::with_script(replies).await

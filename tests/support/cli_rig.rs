@@ -38,6 +38,8 @@ pub trait CliUnderTest {
     const MODEL: &'static str;
     /// Whether the CLI prints an `error` event for an API error it then recovers from.
     const PRINTS_RECOVERED_ERRORS: bool;
+    /// The least idle timeout the agent gives a run, whatever it is set to.
+    const IDLE_FLOOR: Duration = Duration::ZERO;
 
     /// Serves `replies`, in order.
     async fn serve(replies: Vec<Self::Reply>) -> Self::Api;
@@ -64,6 +66,11 @@ impl<C: CliUnderTest> Rig<C> {
 
     /// See [`CliUnderTest::PRINTS_RECOVERED_ERRORS`].
     pub const PRINTS_RECOVERED_ERRORS: bool = C::PRINTS_RECOVERED_ERRORS;
+
+    /// The idle timeout a run gets when `idle` is set: see [`CliUnderTest::IDLE_FLOOR`].
+    pub fn idle_after(idle: Duration) -> Duration {
+        idle.max(C::IDLE_FLOOR)
+    }
 
     /// See [`CliUnderTest::assert_usage`].
     pub fn assert_usage(usage: &ralph::agent::Usage) {
@@ -251,10 +258,13 @@ macro_rules! cli_agent_suite {
 
             let run = agent.run(request).await.unwrap();
 
+            // opencode's floor raises the 5 s: its silent start is not a stall.
             let idle = AgentExit::Silent {
-                after: std::time::Duration::from_secs(5),
+                after: Rig::idle_after(std::time::Duration::from_secs(5)),
             };
             assert_eq!(run.exit, idle, "{run:?}");
+            // Cut on the stalled reply, not before the CLI had asked for it.
+            assert_eq!(rig.api.requests().await.len(), 1, "{run:?}");
         }
 
         #[tokio::test]

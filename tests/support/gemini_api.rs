@@ -2,8 +2,9 @@
 //!
 //! [`GeminiApi::with_script`] serves `POST /v1beta/models/{model}:streamGenerateContent` as
 //! SSE on 127.0.0.1, answering each request with the next [`Reply`] (`script exhausted` once
-//! it runs out); every other endpoint gets `200 {}`. [`GeminiApi::env`] gives the CLI a
-//! throw-away `HOME` whose settings select API-key authentication, the key, and
+//! it runs out); the router's `POST …:generateContent` gets its own answer, apart from the
+//! script (see [`Router`]); every other endpoint gets `200 {}`. [`GeminiApi::env`] gives the
+//! CLI a throw-away `HOME` whose settings select API-key authentication, the key, and
 //! `GOOGLE_GEMINI_BASE_URL` pointing here.
 //!
 //! Facts measured against the real CLI 0.61.0 (`--prompt "" --output-format stream-json`,
@@ -16,6 +17,13 @@
 //! - A 5xx is retried by the CLI after about 9 s; a 429 with a per-day `QuotaFailure` ends
 //!   at once: "You have exhausted your daily quota on this model."; a 401 ends at once with
 //!   the API's error in the message.
+//! - Without `--model` the model is `auto`: before the first model call of a write run
+//!   (`--approval-mode yolo`) the CLI asks a router model to choose one, in a
+//!   `POST /v1beta/models/gemini-3.5-flash-lite:generateContent` whose
+//!   `generationConfig.responseJsonSchema` wants `{complexity_reasoning, complexity_score}`
+//!   (1–100; below the threshold of 90 the run takes the flash model, `gemini-3.8-flash`,
+//!   else pro). An answer it cannot read as that JSON (`{}`) is asked for 5 times, with
+//!   backoff, ~93 s in all, before it falls back to pro, `gemini-3.1-pro-preview`.
 
 #![allow(dead_code)]
 
@@ -30,6 +38,10 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 /// The pinned CLI version the harness was measured against.
 pub const GEMINI_VERSION: &str = "0.61.0";
+
+/// `~/.gemini/settings.json`: API-key authentication, without which the CLI exits 41
+/// (`docs/agents.md` shows the same to users).
+pub const SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#;
 
 /// One scripted model turn.
 #[derive(Debug, Clone)]
@@ -164,6 +176,34 @@ impl Respond for Script {
     }
 }
 
+/// The router's answer. With no model set the CLI asks a router model which model a
+/// request needs, in a `:generateContent` call (not streamed) whose
+/// `generationConfig.responseJsonSchema` names the fields it wants: a complexity score
+/// (Gemini 3's numerical router) or a model choice (the older classifier). It answers
+/// "simple", so the run takes the flash model; being apart from the script, it leaves the
+/// scripted replies to the model calls whether or not the CLI routes.
+struct Router;
+
+impl Respond for Router {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let wants = &body["generationConfig"]["responseJsonSchema"]["properties"];
+        let choice = if wants.get("complexity_score").is_some() {
+            json!({"complexity_reasoning": "one file to write", "complexity_score": 10})
+        } else if wants.get("model_choice").is_some() {
+            json!({"reasoning": "one file to write", "model_choice": "flash"})
+        } else {
+            // Not the router: what every other endpoint gets.
+            return ResponseTemplate::new(200).set_body_json(json!({}));
+        };
+        ResponseTemplate::new(200).set_body_json(json!({"candidates": [{"content":
+            {"role": "model", "parts": [{"text": choice.to_string()}]},
+            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 5,
+                "totalTokenCount": 10}}))
+    }
+}
+
 /// The fake API and its script.
 pub struct GeminiApi {
     server: MockServer,
@@ -178,6 +218,12 @@ impl GeminiApi {
             .and(path_regex(r":streamGenerateContent$"))
             .respond_with(script)
             .with_priority(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(path_regex(r":generateContent$"))
+            .respond_with(Router)
+            .with_priority(2)
             .mount(&server)
             .await;
         Mock::given(any())
@@ -200,15 +246,35 @@ impl GeminiApi {
             .collect()
     }
 
+    /// The model of each model request (not the router's), in order: `gemini-2.5-pro`.
+    pub async fn models(&self) -> Vec<String> {
+        self.server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| r.url.path().strip_suffix(":streamGenerateContent"))
+            .filter_map(|path| path.rsplit('/').next().map(str::to_owned))
+            .collect()
+    }
+
+    /// The bodies of the router's requests (see [`Router`]), in order.
+    pub async fn router_requests(&self) -> Vec<Value> {
+        self.server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.url.path().ends_with(":generateContent"))
+            .filter_map(|r| serde_json::from_slice(&r.body).ok())
+            .collect()
+    }
+
     /// The environment: a `HOME` whose settings select API-key auth, the key, the URL.
     pub fn env(&self, home: &std::path::Path) -> Vec<(String, String)> {
         let settings = home.join(".gemini");
         std::fs::create_dir_all(&settings).expect("the settings folder");
-        std::fs::write(
-            settings.join("settings.json"),
-            r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
-        )
-        .expect("the settings");
+        std::fs::write(settings.join("settings.json"), SETTINGS).expect("the settings");
         vec![
             ("HOME".into(), home.display().to_string()),
             ("GEMINI_API_KEY".into(), "fake-key".into()),

@@ -1,5 +1,7 @@
 //! `OpencodeCli`: opencode (`opencode run --format json`) as an agent.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::command::Raw;
@@ -12,6 +14,17 @@ use crate::config::Config;
 
 /// The permissions of a read-only role, merged over opencode's own (`OPENCODE_PERMISSION`).
 const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
+
+/// The least idle timeout of a run. opencode prints nothing until its first model call has
+/// answered, and it starts slowly: 3.5–6 s here to its first request (1.18.33, a 2-core
+/// machine under load), 8–10 s measured elsewhere. A smaller idle timeout would cut runs
+/// that never reached the API, as stalled; this one leaves three times that start.
+pub(crate) const IDLE_FLOOR: Duration = Duration::from_secs(30);
+
+/// The idle timeout a run gets for a `configured` one: never below [`IDLE_FLOOR`].
+fn idle_timeout(configured: Duration) -> Duration {
+    configured.max(IDLE_FLOOR)
+}
 
 /// [`OpencodeCli`]: opencode's headless run (`opencode run --format json`), one fresh process
 /// per run.
@@ -42,7 +55,9 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 /// supervised as every process agent's is (see [`CommandAgent`](crate::agent::CommandAgent)).
 ///
 /// Its settings are `[opencode]` in `ralph.toml`: `bin`, `model`, `args`, `env` and
-/// `idle_timeout`, each also the builder method of the same name, which wins over it.
+/// `idle_timeout`, each also the builder method of the same name, which wins over it. The
+/// idle timeout is at least 30 s: opencode is silent from its start until its first model
+/// call answers, and its start alone takes several seconds.
 ///
 /// ```no_run
 /// use ralph::agent::{Agent, AgentRequest, OpencodeCli, Role};
@@ -57,7 +72,7 @@ const READ_ONLY: &str = r#"{"edit":"deny","bash":"deny","webfetch":"deny"}"#;
 #[derive(Clone, Debug)]
 pub struct OpencodeCli {
     config: CliConfig,
-    grace: std::time::Duration,
+    grace: Duration,
     /// Set in code: the workspace's `[opencode]` does not replace it.
     explicit: bool,
 }
@@ -110,6 +125,7 @@ impl Agent for OpencodeCli {
         let mut supervisor = self
             .config
             .supervisor(crate::agent::cli_files::Cli::Opencode, self.grace)
+            .idle_timeout(idle_timeout(self.config.idle_timeout))
             .stdout_to_file();
         if !request.role.may_write() {
             // The plan agent alone still runs shell commands that write: deny them.
@@ -251,6 +267,18 @@ fn judge(raw: &Raw, events: OpencodeEvents) -> AgentRun {
 mod tests {
     use super::*;
     use crate::agent::cli::recorded;
+
+    #[test]
+    fn an_idle_timeout_below_opencode_s_start_is_raised_to_the_floor() {
+        let secs = |s| Duration::from_secs(s);
+        assert_eq!(idle_timeout(secs(5)), IDLE_FLOOR);
+        assert_eq!(idle_timeout(Duration::ZERO), IDLE_FLOOR);
+        assert_eq!(idle_timeout(secs(30)), secs(30));
+        // The default (5m) and anything above the floor is kept.
+        let default = crate::config::CliConfig::default().idle_timeout;
+        assert_eq!(idle_timeout(default), default);
+        assert_eq!(idle_timeout(secs(31)), secs(31));
+    }
 
     /// A transcript the pinned CLI printed (`fixtures/opencode/`), read as a run that exited
     /// with `code`.
