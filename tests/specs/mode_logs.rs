@@ -92,7 +92,8 @@ async fn build_mode_writes_one_event_log_per_call() {
         &finished,
         &json!({"event": "finished", "mode": "build", "specs_outcome": outcome,
                 "message": "All specs complete: 1 spec committed, 1 task completed in this run. Evidence: no required gates; each spec accepted by its verifier.",
-                "spent_usd": 0.0, "spent_tokens": 0, "exit_code": 0, "needs_person": false})
+                "spent_usd": 0.0, "spent_tokens": 0, "spent_cache_read_tokens": 0,
+                "spent_cache_creation_tokens": 0, "exit_code": 0, "needs_person": false})
     );
     // The log holds what the observers saw, in the same order.
     let seen: Vec<Value> = recorder
@@ -118,7 +119,8 @@ async fn build_mode_writes_one_event_log_per_call() {
             json!({"event": "specs_finished", "outcome": {"outcome": "complete", "specs": 0, "tasks": 0, "gates": []}}),
             json!({"event": "finished", "mode": "build", "specs_outcome": {"outcome": "complete", "specs": 0, "tasks": 0, "gates": []},
                    "message": "All specs complete: 0 specs committed, 0 tasks completed in this run. Evidence: no required gates; each spec accepted by its verifier.",
-                   "spent_usd": 0.0, "spent_tokens": 0, "exit_code": 0, "needs_person": false})
+                   "spent_usd": 0.0, "spent_tokens": 0, "spent_cache_read_tokens": 0,
+                "spent_cache_creation_tokens": 0, "exit_code": 0, "needs_person": false})
         ]
     );
 }
