@@ -65,17 +65,7 @@ impl Engine {
                 if crate::answer::asked(answer.question.as_ref()).is_some() =>
             {
                 let question = answer.question.unwrap_or_default().trim().to_owned();
-                let asked = crate::runtime::questions::record(
-                    &self.ctx.workspace,
-                    issue.id.as_str(),
-                    Role::Investigate,
-                    &question,
-                )?;
-                // Not a failure: the investigation that asked does not count.
-                issue.retry_base = issue.attempts;
-                issue.question = Some(question);
-                self.settle_issue(issue, Vec::new(), Vec::new()).await?;
-                self.emit(asked);
+                self.ask_about_issue(issue, question).await?;
             }
             Structured::Answer(answer) if answer.out_of_scope => {
                 issue.status = IssueStatus::OutOfScope;
@@ -98,6 +88,22 @@ impl Engine {
             }
         }
         Ok(Flow::Continue)
+    }
+
+    /// Records the question `issue`'s investigator asked a person: the issue waits for the
+    /// answer, and the investigation that asked does not count against its retries.
+    async fn ask_about_issue(&mut self, mut issue: Issue, question: String) -> Result<(), Error> {
+        let asked = crate::runtime::questions::record(
+            &self.ctx.workspace,
+            issue.id.as_str(),
+            Role::Investigate,
+            &question,
+        )?;
+        issue.retry_base = issue.attempts;
+        issue.question = Some(question);
+        self.settle_issue(issue, Vec::new(), Vec::new()).await?;
+        self.emit(asked);
+        Ok(())
     }
 
     /// The investigator's prompt: the spec, the issue, and the first planned tasks (so that

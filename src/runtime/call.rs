@@ -280,7 +280,7 @@ impl Caller {
     /// Whether the run-wide budget is spent: the next agent run would not start (it ends
     /// in [`FailureKind::BudgetExhausted`]), so build mode announces no attempt of a task
     /// (the construct loop's call carries its announcement: [`Call::announce`]).
-    #[cfg(feature = "specs")]
+    #[cfg_attr(not(feature = "specs"), allow(dead_code))]
     pub(crate) fn spent_out(&self) -> bool {
         self.budget.as_ref().is_some_and(Budget::exhausted)
     }

@@ -324,12 +324,20 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         warn_if_start_refuses(&threads, &record);
     }
     show(&threads, &record, view);
+    let signal = interrupts.signal_exit_code();
+    Ok(exit_code(workspace, &record, signal, loops))
+}
+
+/// The exit code of a thread command that left `record`: the signal's for a pause by one,
+/// 3 for a pause waiting for a person's answer (which is then said, with its `next:`), 4 for
+/// a pause by `ralph stop` (`loops`: the command drove the loop), 3 a failed preflight, 2
+/// stuck.
+fn exit_code(workspace: &Path, record: &ThreadRecord, signal: Option<u8>, loops: bool) -> u8 {
     let asked = ralph::steer::questions(workspace)
         .into_iter()
         .find(|(subject, ..)| *subject == record.id);
-    Ok(match (interrupts.signal_exit_code(), &record.phase) {
+    match (signal, &record.phase) {
         (Some(code), Phase::Paused { .. }) => code,
-        // Paused waiting for a person's answer to the agent's question.
         (None, Phase::Paused { .. }) if asked.is_some() => {
             if let Some((id, question, _)) = asked {
                 out!("{id} asks: {question}");
@@ -347,7 +355,7 @@ pub(crate) async fn thread(workspace: &Path, args: ThreadArgs) -> Result<u8> {
         (_, Phase::PreflightFailed { .. }) => 3,
         (_, Phase::Stuck { .. }) => 2,
         _ => 0,
-    })
+    }
 }
 
 /// The spec file a command line names, read; an error names the file.

@@ -107,10 +107,7 @@ impl SpecBuild {
             else {
                 break run;
             };
-            let workspace = &self.ctx.workspace;
-            let asked = crate::runtime::questions::record(workspace, id, Role::Planner, &question)?;
-            self.emit(asked);
-            if !crate::runtime::questions::wait(&self.ctx, &self.emitter, id).await {
+            if !self.answered(id, &question).await? {
                 return Ok(PlanStep::Asked(question));
             }
             // Answered: the planner runs again, with the question and the answer.
@@ -141,6 +138,15 @@ impl SpecBuild {
             ),
         });
         Ok(PlanStep::Ready(text))
+    }
+
+    /// Records the question spec `id`'s planner asked a person, and waits `question_wait`
+    /// for the answer: whether it came.
+    async fn answered(&self, id: &str, question: &str) -> Result<bool, Error> {
+        let workspace = &self.ctx.workspace;
+        let asked = crate::runtime::questions::record(workspace, id, Role::Planner, question)?;
+        self.emit(asked);
+        Ok(crate::runtime::questions::wait(&self.ctx, &self.emitter, id).await)
     }
 
     /// The planner's prompt: the spec, where its plan and the scratchpad go, the phrase that
