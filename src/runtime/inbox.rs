@@ -193,6 +193,25 @@ impl Inbox {
     }
 }
 
+/// Appends `line` as one JSON line to the journal at `path` (`guidance.jsonl`,
+/// `questions.jsonl`: where a run keeps what its inbox brought), durably.
+pub(crate) fn append_line(path: &Path, line: &impl Serialize) -> io::Result<()> {
+    let mut bytes = serde_json::to_vec(line).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    crate::files::journal::append(path, &bytes)
+}
+
+/// The lines of the journal at `path`, none when it is missing; a torn or foreign line is
+/// skipped: ralph acted on none of it.
+pub(crate) fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
 /// `<nanoseconds since the epoch>-<pid>-<n>.json`: sorts by when it was posted.
 fn next_name() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);

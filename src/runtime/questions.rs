@@ -210,19 +210,12 @@ impl Questions {
     }
 
     fn append(&self, line: &QuestionLine) -> io::Result<()> {
-        let mut bytes = serde_json::to_vec(line).map_err(io::Error::other)?;
-        bytes.push(b'\n');
-        crate::files::journal::append(&self.path(), &bytes)
+        super::inbox::append_line(&self.path(), line)
     }
 
     /// The journal's lines; a torn or foreign line is skipped (it holds no question).
     fn lines(&self) -> Vec<QuestionLine> {
-        let Ok(text) = std::fs::read_to_string(self.path()) else {
-            return Vec::new();
-        };
-        text.lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect()
+        super::inbox::read_lines(&self.path())
     }
 }
 

@@ -85,6 +85,38 @@ fn construct(dir: &Path) -> Command {
     construct
 }
 
+/// `ralph construct --json` running in `dir`, its events read until one that `until` holds:
+/// the child, the lines still to read, and the events read.
+fn construct_until(
+    dir: &Path,
+    until: impl Fn(&Value) -> bool,
+) -> (
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+    Vec<Value>,
+) {
+    let mut child = construct(dir)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events: Vec<Value> = Vec::new();
+    while !events.last().is_some_and(&until) {
+        let line = lines.next().expect("the run ended early").unwrap();
+        events.push(serde_json::from_str(&line).unwrap());
+    }
+    (child, lines, events)
+}
+
+/// Whether `event` says the run waits for an answer (`question_wait` of 2m).
+fn waits(event: &Value) -> bool {
+    event["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("waiting up to 2m"))
+}
+
 fn said(out: &std::process::Output) -> String {
     format!("{}{}", stdout(out), stderr(out))
 }
@@ -217,21 +249,7 @@ fn path_with_ralph() -> String {
 fn an_answer_given_while_the_run_waits_reaches_the_task_without_a_restart() {
     let tmp = repo("question_wait = \"2m\"\n");
     let dir = tmp.path();
-    let mut child = construct(dir)
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut events: Vec<Value> = Vec::new();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    while !events.iter().any(|e| e["event"] == "question_asked") {
-        let line = lines
-            .next()
-            .expect("the run ended before its question")
-            .unwrap();
-        events.push(serde_json::from_str(&line).unwrap());
-    }
+    let (mut child, lines, mut events) = construct_until(dir, |e| e["event"] == "question_asked");
     let asked = events.last().unwrap();
     assert_eq!(asked["subject"], "t-1");
     assert_eq!(asked["question"], "Postgres or \"SQLite\"?");
@@ -630,30 +648,7 @@ fn the_dry_run_shows_the_question_wait() {
 fn an_answer_posted_while_the_run_is_killed_reaches_the_next_run_once() {
     let tmp = repo("question_wait = \"2m\"\n");
     let dir = tmp.path();
-    let mut child = command(
-        dir,
-        &["construct", "spec.md", "--script", "script.toml", "--json"],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let waiting = |e: &Value| {
-        e["event"] == "warning"
-            && e["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("waiting up to"))
-    };
-    loop {
-        let line = lines
-            .next()
-            .expect("the run ended before it waited")
-            .unwrap();
-        if waiting(&serde_json::from_str(&line).unwrap()) {
-            break;
-        }
-    }
+    let (mut child, _lines, _events) = construct_until(dir, waits);
     let answer = command(dir, &["answer", "t-1", "Use SQLite."])
         .output()
         .unwrap();
@@ -673,28 +668,7 @@ fn an_answer_posted_while_the_run_is_killed_reaches_the_next_run_once() {
 fn ralph_stop_ends_the_wait_for_an_answer() {
     let tmp = repo("question_wait = \"2m\"\n");
     let dir = tmp.path();
-    let mut child = command(
-        dir,
-        &["construct", "spec.md", "--script", "script.toml", "--json"],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    loop {
-        let line = lines
-            .next()
-            .expect("the run ended before it waited")
-            .unwrap();
-        let event: Value = serde_json::from_str(&line).unwrap();
-        if event["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("waiting up to 2m"))
-        {
-            break;
-        }
-    }
+    let (mut child, _lines, _events) = construct_until(dir, waits);
     let stop = command(dir, &["stop"]).output().unwrap();
     assert_eq!(stop.status.code(), Some(0), "{}", said(&stop));
     assert_eq!(child.wait().unwrap().code(), Some(4));
