@@ -286,6 +286,12 @@ pub struct AgentRequest {
     /// its failure feedback, a person's answer and guidance) is this call's own. 0 when the
     /// template marks no stable part (a user's template without the marker line).
     pub stable_prefix: usize,
+    /// The session of an earlier run of this subject that asked a person a question
+    /// ([`AgentRun::session_id`]), to go on with now that the answer came: an agent whose
+    /// CLI resumes a session by id ([`ClaudeCli`](claude::ClaudeCli)) continues that session
+    /// with this prompt; any other ignores it. The prompt holds the question and the answer
+    /// either way.
+    pub resume: Option<String>,
     /// The directory the agent works in.
     pub workspace: PathBuf,
     /// JSON Schema the answer must satisfy, for structured roles.
@@ -327,6 +333,7 @@ impl AgentRequest {
             attempt: 1,
             prompt: prompt.into(),
             stable_prefix: 0,
+            resume: None,
             workspace: workspace.into(),
             schema: None,
             log_path: None,

@@ -536,7 +536,26 @@ impl Caller {
         if let (Some(question), AgentExit::Completed) = (&answered, &run.exit) {
             self.close_question(question);
         }
+        self.note_asking_session(call, &run);
         Ok(run)
+    }
+
+    /// Notes the CLI session of a run that ended asking a person a question, so that the
+    /// answer's call resumes it. A note that cannot be written is a warning: the answer
+    /// then goes to a fresh session, with the question and the answer in its prompt.
+    fn note_asking_session(&self, call: &Call, run: &AgentRun) {
+        let (Some(subject), Some(session)) = (&call.subject, &run.session_id) else {
+            return;
+        };
+        if !call.role.may_ask() || !matches!(run.claim(), crate::agent::Claim::Question(_)) {
+            return;
+        }
+        let questions = Questions::in_state(&super::workspace::state_dir(&self.workspace));
+        if let Err(e) = questions.session(subject, session) {
+            self.emitter.emit(&Event::Warning {
+                message: format!("could not note the session that asked about {subject}: {e}"),
+            });
+        }
     }
 
     /// The question `call`'s subject asked and a person answered (`ralph answer`), which
@@ -596,6 +615,7 @@ impl Caller {
         request.events = self.forward_events(call.subject.clone(), self.provisional(call, run_id));
         request.subject = call.subject.clone();
         request.stable_prefix = stable_prefix;
+        request.resume = answered.and_then(|q| q.session.clone());
         request.schema = schema;
         request.budget_usd = self.budget.as_ref().and_then(Budget::dollars_left);
         request.sandbox = self.sandbox.agent(works_in, call.role.may_write());

@@ -51,6 +51,13 @@ enum QuestionLine {
     Asked(Asked),
     Answered(Answered),
     /// The answer reached an agent call that gave a final answer: closed.
+    /// The CLI session of the run that asked the next question of `subject`, which the
+    /// answer's call resumes (an agent that can resume sessions: Claude). Written by the
+    /// call, before the pipeline records the question.
+    Session {
+        subject: String,
+        session: String,
+    },
     Given {
         id: String,
     },
@@ -61,6 +68,8 @@ enum QuestionLine {
 pub(crate) struct Question {
     pub(crate) asked: Asked,
     pub(crate) answer: Option<Answered>,
+    /// The CLI session of the run that asked, when its agent reported one.
+    pub(crate) session: Option<String>,
 }
 
 impl Question {
@@ -204,6 +213,16 @@ impl Questions {
         Ok(self.open(false).answered_for(subject).cloned())
     }
 
+    /// Notes `session`, the CLI session of a run about `subject` that ended with a
+    /// question: the question recorded next for `subject` carries it, for the answer's call
+    /// to resume.
+    pub(crate) fn session(&self, subject: &str, session: &str) -> io::Result<()> {
+        self.append(&QuestionLine::Session {
+            subject: subject.to_owned(),
+            session: session.to_owned(),
+        })
+    }
+
     /// Closes question `id`: its answer reached an agent that gave a final answer.
     pub(crate) fn given(&self, id: &str) -> io::Result<()> {
         self.append(&QuestionLine::Given { id: id.to_owned() })
@@ -324,6 +343,8 @@ fn fold(lines: Vec<QuestionLine>) -> Open {
     let mut open = Open::default();
     let mut by_id: BTreeMap<String, usize> = BTreeMap::new();
     let mut closed = Vec::new();
+    // A session noted for a subject belongs to the question it asks next.
+    let mut sessions: BTreeMap<String, String> = BTreeMap::new();
     for line in lines {
         match line {
             QuestionLine::Asked(asked) => {
@@ -337,6 +358,7 @@ fn fold(lines: Vec<QuestionLine>) -> Open {
                 }
                 by_id.insert(asked.id.clone(), open.questions.len());
                 open.questions.push(Question {
+                    session: sessions.remove(&asked.subject),
                     asked,
                     answer: None,
                 });
@@ -346,6 +368,9 @@ fn fold(lines: Vec<QuestionLine>) -> Open {
                     let question = &mut open.questions[at];
                     question.answer.get_or_insert(answered);
                 }
+            }
+            QuestionLine::Session { subject, session } => {
+                sessions.insert(subject, session);
             }
             QuestionLine::Given { id } => closed.push(id),
         }

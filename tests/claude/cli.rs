@@ -390,13 +390,20 @@ async fn a_verify_run_is_read_only_and_passes_its_schema() {
 }
 
 #[tokio::test]
-async fn without_a_reachable_compact_tier_the_session_is_not_persisted() {
+async fn a_session_that_can_neither_compact_nor_ask_is_not_persisted() {
     let f = Fixture::new();
     let cli = f.recorded(f.cli());
     // compact = kill = 1.0: the kill tier comes first, compaction can never start.
-    let request = f
+    let mut request = f
         .request("x")
         .context(ContextThresholds::new(0.7, 1.0, 1.0));
+    // A BUILD run may ask a person a question: its session stays for the answer to resume.
+    assert!(
+        !cli.command_line(&request)
+            .contains(&"--no-session-persistence".to_owned())
+    );
+    // A verifier may not.
+    request.role = Role::Verify;
     assert!(
         cli.command_line(&request)
             .contains(&"--no-session-persistence".to_owned())

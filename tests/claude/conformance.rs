@@ -895,3 +895,56 @@ async fn a_run_stopped_by_its_budget_cap_is_not_retried() {
     );
     assert!(rig.leftovers().is_empty(), "{:?}", rig.leftovers());
 }
+
+/// Issue 37: a run that asks a person keeps the CLI's session, and the answer's run resumes
+/// it: the CLI sends the asking conversation again, with the answer after it. A run that
+/// ends otherwise leaves no session behind.
+#[tokio::test]
+async fn the_answer_resumes_the_session_that_asked() {
+    let Some(rig) = Rig::new([
+        Reply::text("Which database?\n<TASK_QUESTION question=\"Postgres or SQLite?\">"),
+        Reply::text("Using SQLite.\n<TASK_DONE>"),
+    ])
+    .await
+    else {
+        return;
+    };
+    let transcripts = || -> Vec<String> {
+        walkdir(&rig.home.path().join("projects"))
+            .into_iter()
+            .filter(|p| p.ends_with(".jsonl"))
+            .collect()
+    };
+
+    let asked = rig.build("Add the storage layer.").await;
+    assert_eq!(asked.claim(), Claim::Question("Postgres or SQLite?".into()));
+    let session = asked.session_id.clone().expect("a session id");
+    assert_eq!(transcripts().len(), 1, "the asking session is kept");
+
+    let mut request = rig.request(Role::Build, "Add the storage layer.\n\nAnswer: SQLite.");
+    request.resume = Some(session.clone());
+    let answered = rig.run(request).await;
+
+    assert_eq!(answered.claim(), Claim::Done, "{}", answered.final_text);
+    let requests = rig.api.requests().await;
+    let conversation = requests.last().unwrap()["messages"].to_string();
+    assert!(
+        conversation.contains("Postgres or SQLite?") && conversation.contains("Answer: SQLite."),
+        "{conversation}"
+    );
+    assert!(transcripts().is_empty(), "{:?}", transcripts());
+}
+
+/// Every file under `dir`, as strings.
+fn walkdir(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walkdir(&path));
+        } else {
+            found.push(path.to_string_lossy().into_owned());
+        }
+    }
+    found
+}

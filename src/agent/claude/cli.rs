@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::agent::cli_files::Cli;
 use crate::agent::{
-    Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, FailureKind, Usage,
+    Agent, AgentError, AgentEvent, AgentExit, AgentRequest, AgentRun, Claim, FailureKind, Usage,
 };
 use crate::config::{Config, ConfigError};
 use crate::context::ContextAction;
@@ -57,6 +57,10 @@ const CONTINUE_PROMPT: &str = "Your context was compacted. Continue the task fro
 ///   not help, ends the run with [`AgentExit::ContextLimit`] and its log, so the engine
 ///   decomposes the task. Compaction resumes the session, so those runs keep their session
 ///   file even when [`session_persistence`](Self::session_persistence) is off.
+/// * **Questions.** A run of a role that may ask a person ([`Role::may_ask`](crate::agent::Role::may_ask)) keeps its
+///   session when it ends with a question, and a request whose
+///   [`resume`](AgentRequest::resume) names that session, the answer's, continues it
+///   (`--resume`) while the CLI still has it; the session is removed once that run ends.
 ///
 /// Every key of `[claude]`, each the builder method of the same name (a key is also set
 /// from the environment: `RALPH_CLAUDE__MODEL=sonnet`):
@@ -360,8 +364,11 @@ impl ClaudeCli {
             role: request.role,
             schema,
             resume,
-            // A session that may need compacting must stay resumable.
-            persist: self.config.session_persistence || request.context.compact < 1.0,
+            // A session that may need compacting, or that may ask a person a question,
+            // must stay resumable.
+            persist: self.config.session_persistence
+                || request.context.compact < 1.0
+                || request.role.may_ask(),
             budget_usd: request.budget_usd,
             stable: split(request).0,
         }
@@ -506,13 +513,18 @@ impl Agent for ClaudeCli {
 
     async fn run(&self, request: AgentRequest) -> Result<AgentRun, AgentError> {
         let run = self.run_to_end(&request).await?;
-        if !self.config.session_persistence
-            && let Some(id) = &run.session_id
-            && let Err(e) = session::forget(&self.config, id)
-        {
-            request.events.emit(AgentEvent::Note {
-                message: format!("could not remove the CLI's session {id}: {e}"),
-            });
+        // A run that asked a person keeps its session: the answer's run resumes it.
+        let asked = request.role.may_ask() && matches!(run.claim(), Claim::Question(_));
+        if self.config.session_persistence || asked {
+            return Ok(run);
+        }
+        let sessions = run.session_id.iter().chain(&request.resume);
+        for id in sessions {
+            if let Err(e) = session::forget(&self.config, id) {
+                request.events.emit(AgentEvent::Note {
+                    message: format!("could not remove the CLI's session {id}: {e}"),
+                });
+            }
         }
         Ok(run)
     }
@@ -528,7 +540,12 @@ impl ClaudeCli {
         let mut pressure = Pressure::new(request.context);
         let mut totals = RunTotals::default();
         let mut prompt = split(request).1.to_owned();
-        let mut session: Option<String> = None;
+        // The session that asked the question this run brings the answer to, while the
+        // CLI still has it; else a fresh one, the prompt holding the question and answer.
+        let mut session = request
+            .resume
+            .clone()
+            .filter(|id| session::exists(&self.config, id));
         let mut compactions = 0;
         loop {
             let invocation = self.invocation(request, schema.as_deref(), session.as_deref());

@@ -3,6 +3,8 @@
 //! A run that may need compacting must leave its session resumable, so ralph lets the CLI write
 //! it (`<config dir>/projects/<cwd slug>/<session>.jsonl`, plus `<session>/` for large tool
 //! outputs) and removes it when the run is over, unless `claude.session_persistence` is set.
+//! So must a run that may ask a person a question: one that asked keeps its session until
+//! the answer's run, which resumes it, is over.
 
 use std::ffi::OsString;
 use std::io;
@@ -52,6 +54,18 @@ pub(super) fn forget(config: &ClaudeConfig, id: &str) -> io::Result<usize> {
     Ok(removed)
 }
 
+/// Whether session `id`'s transcript is on disk, in any project folder: a session the CLI
+/// can resume.
+pub(super) fn exists(config: &ClaudeConfig, id: &str) -> bool {
+    let safe = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    let Some(projects) = config_dir(config).map(|dir| dir.join("projects")) else {
+        return false;
+    };
+    safe && std::fs::read_dir(&projects).is_ok_and(|mut entries| {
+        entries.any(|project| project.is_ok_and(|p| p.path().join(format!("{id}.jsonl")).is_file()))
+    })
+}
+
 /// `Ok(true)` when removed, `Ok(false)` when there was nothing to remove.
 fn ignore_missing(result: io::Result<()>) -> io::Result<bool> {
     match result {
@@ -77,6 +91,8 @@ mod tests {
         std::fs::create_dir_all(project.join("s-1/tool-results")).unwrap();
         std::fs::write(project.join("s-1.jsonl"), "{}").unwrap();
         std::fs::write(project.join("s-2.jsonl"), "{}").unwrap();
+        assert!(exists(&config, "s-1") && !exists(&config, "s-3"));
+        assert!(!exists(&config, "../s-1"));
 
         assert_eq!(forget(&config, "s-1").unwrap(), 2);
         assert!(!project.join("s-1.jsonl").exists());
