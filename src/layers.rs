@@ -3,9 +3,10 @@
 //! however far round (the import graph between files has no cycle).
 //!
 //! ```text
-//! 5 facade      lib.rs (re-exports), ralph, board, mock, steer
+//! 5 facade      lib.rs (re-exports), ralph, board, mock
 //! 4 pipelines   construct | specs | thread
-//! 3 runtime     runtime
+//! 3 runtime     runtime, steer (what writes the inbox a run reads: every pipeline
+//!               hands out its handle)
 //! 2 seams       agent, gate, store, prioritize, and the data they exchange
 //! 1 foundation  config, process, files, time, git, signal (the marker parser), output,
 //!               logfile
@@ -30,9 +31,9 @@ use std::path::{Path, PathBuf};
 /// The layer of a top-level module, by name; `None` for a name that is not a module.
 fn layer(module: &str) -> Option<u8> {
     Some(match module {
-        "" | "ralph" | "board" | "mock" | "steer" => 5,
+        "" | "ralph" | "board" | "mock" => 5,
         "construct" | "specs" | "thread" => 4,
-        "runtime" => 3,
+        "runtime" | "steer" => 3,
         "agent" | "gate" | "store" | "prioritize" | "model" | "answer" | "prompt" | "event"
         | "outcome" | "context" => 2,
         "config" | "process" | "files" | "time" | "git" | "signal" | "output" | "logfile" => 1,

@@ -172,10 +172,11 @@ pub use process::StopToken;
 pub use ralph::{Ralph, RalphBuilder, answer_schema};
 pub use runtime::error::{BuildError, EditError, Error};
 /// What [`Ralph::spent`] returns (its fields are listed there). Not a page of its own: the
-/// crate keeps to 100 public types (`.ci/public-types`), and this one is plain data.
+/// crate keeps to 101 public types (`.ci/public-types`), and this one is plain data.
 #[doc(hidden)]
 pub use runtime::spend::Spent;
 pub use runtime::workspace::STATE_DIR;
+pub use steer::Steering;
 
 /// Internals the crate's own benches and tests reach: not part of the API, no stability
 /// promise. Behind the `internals` feature.

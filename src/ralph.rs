@@ -83,6 +83,26 @@ impl Ralph {
         self.inner.stop.clone()
     }
 
+    /// The handle that steers this `Ralph`'s runs while they run, from another task or
+    /// thread of the process: [`tell`](crate::steer::Steering::tell),
+    /// [`answer`](crate::steer::Steering::answer), [`stop`](crate::steer::Steering::stop)
+    /// (gently, unlike the [`stop_token`](Self::stop_token)). Clone it freely; it outlives
+    /// the `Ralph` and works between runs too.
+    ///
+    /// ```
+    /// use ralph::{FakeAgent, Ralph};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let ralph = Ralph::builder().workspace(dir.path()).agent(FakeAgent::new()).build()?;
+    /// let id = ralph.steering().from("ana").tell("Keep the public API unchanged.")?;
+    /// assert_eq!(ralph.steering().guidance().len(), 1);
+    /// ralph.steering().withdraw(&id)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn steering(&self) -> crate::steer::Steering {
+        crate::steer::Steering::new(self.workspace())
+    }
+
     /// The current board, as the store has it.
     ///
     /// # Errors

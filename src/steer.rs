@@ -305,6 +305,178 @@ pub fn guidance(workspace: impl AsRef<Path>) -> Vec<String> {
         .collect()
 }
 
+/// A handle that steers the run on one workspace, or one subject of it, from anywhere:
+/// another task of the process that runs it, another process, between runs. What
+/// [`Ralph::steering`](crate::Ralph::steering) hands out for its workspace and
+/// [`Thread::steering`](crate::thread::Thread::steering) for one thread; [`about`](Self::about)
+/// narrows it to a task, an issue or a spec. Each call is the free function of this module
+/// of the same name, with the handle's workspace, subject and author: it posts to the
+/// workspace's inbox, which the run reads between steps, and never waits for the run's lock.
+///
+/// ```no_run
+/// use ralph::{FakeAgent, Ralph};
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ralph = Ralph::builder().workspace(".").agent(FakeAgent::new()).build()?;
+/// let steering = ralph.steering().from("ana");
+/// let person = tokio::spawn(async move {
+///     steering.tell("Keep the public API unchanged.")?;
+///     for (subject, question, _age) in steering.questions() {
+///         println!("{subject} asks: {question}");
+///         steering.about(&subject).answer("Use SQLite; we ship one binary.")?;
+///     }
+///     steering.stop()
+/// });
+/// let outcome = ralph.resume().await?;
+/// person.await??;
+/// println!("{outcome}");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Steering {
+    workspace: std::path::PathBuf,
+    subject: Option<String>,
+    from: Option<String>,
+}
+
+impl Steering {
+    /// A handle on the runs of `workspace`, for every subject.
+    pub fn new(workspace: impl Into<std::path::PathBuf>) -> Self {
+        Steering {
+            workspace: workspace.into(),
+            subject: None,
+            from: None,
+        }
+    }
+
+    /// The same handle narrowed to one subject: a task (`t-3`; in build mode `SPEC/t-3`), an
+    /// issue, a spec's id (its planner and verifier) or a thread's id.
+    #[must_use]
+    pub fn about(&self, subject: &str) -> Self {
+        Steering {
+            subject: Some(subject.to_owned()),
+            ..self.clone()
+        }
+    }
+
+    /// The same handle, saying who speaks (default: `$USER`).
+    #[must_use]
+    pub fn from(mut self, name: &str) -> Self {
+        self.from = Some(name.to_owned());
+        self
+    }
+
+    /// The workspace it steers.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The subject it is narrowed to, if any.
+    pub fn subject(&self) -> Option<&str> {
+        self.subject.as_deref()
+    }
+
+    /// Gives guidance to the agent calls of the handle's subject (every call without one);
+    /// returns its id. As [`tell`].
+    ///
+    /// # Errors
+    ///
+    /// As [`tell`].
+    pub fn tell(&self, text: &str) -> Result<String, Error> {
+        tell(
+            &self.workspace,
+            text,
+            self.subject.as_deref(),
+            self.from.as_deref(),
+        )
+    }
+
+    /// Withdraws the guidance `id`. As [`withdraw`].
+    ///
+    /// # Errors
+    ///
+    /// As [`withdraw`].
+    pub fn withdraw(&self, id: &str) -> Result<(), Error> {
+        withdraw(&self.workspace, id)
+    }
+
+    /// Answers the question of the handle's subject; returns the question's id. A handle
+    /// without a subject answers the one question that waits, and is refused when none or
+    /// several do. As [`answer`].
+    ///
+    /// # Errors
+    ///
+    /// As [`answer`]; [`Error::Edit`] with [`EditError::Invalid`] for a handle without a
+    /// subject when not exactly one question waits.
+    pub fn answer(&self, text: &str) -> Result<String, Error> {
+        let subject = match &self.subject {
+            Some(subject) => subject.clone(),
+            None => {
+                let mut waiting: Vec<String> = questions(&self.workspace)
+                    .into_iter()
+                    .map(|(subject, _, _)| subject)
+                    .collect();
+                waiting.dedup();
+                match waiting.as_slice() {
+                    [one] => one.clone(),
+                    _ => {
+                        return Err(EditError::Invalid {
+                            edit: "answer",
+                            field: "subject".into(),
+                            reason: format!(
+                                "{} questions wait: name the one to answer with `about` (waiting: {})",
+                                waiting.len(),
+                                if waiting.is_empty() {
+                                    "none".into()
+                                } else {
+                                    waiting.join(", ")
+                                }
+                            ),
+                        }
+                        .into());
+                    }
+                }
+            }
+        };
+        answer(&self.workspace, &subject, text, self.from.as_deref())
+    }
+
+    /// The questions that wait for an answer: the handle's subject's, or every one. As
+    /// [`questions`].
+    pub fn questions(&self) -> Vec<(String, String, String)> {
+        let mut all = questions(&self.workspace);
+        if let Some(subject) = &self.subject {
+            all.retain(|(of, _, _)| of == subject);
+        }
+        all
+    }
+
+    /// The guidance in force on the workspace, one line each. As [`guidance`].
+    pub fn guidance(&self) -> Vec<String> {
+        guidance(&self.workspace)
+    }
+
+    /// Asks the run in progress on the workspace to stop gently (a thread's loop ends
+    /// Paused). As [`stop`].
+    ///
+    /// # Errors
+    ///
+    /// As [`stop`].
+    pub fn stop(&self) -> Result<String, Error> {
+        stop(&self.workspace)
+    }
+
+    /// Stops the run in progress on the workspace at once. As [`stop_now`].
+    ///
+    /// # Errors
+    ///
+    /// As [`stop_now`].
+    pub fn stop_now(&self) -> Result<String, Error> {
+        stop_now(&self.workspace)
+    }
+}
+
 /// Who said it: `from`, else the user's login name.
 fn who(from: Option<&str>) -> String {
     from.map(str::to_owned)

@@ -54,6 +54,26 @@ impl<'a> Thread<'a> {
         self.threads.get(&self.id)
     }
 
+    /// The handle that steers this thread's loop while it runs (and between runs): its
+    /// guidance, its question's answer, a gentle stop. [`Steering`](crate::steer::Steering)
+    /// narrowed to the thread's id.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ralph = ralph::Ralph::builder().workspace(".").agent(ralph::FakeAgent::new()).build()?;
+    /// let threads = ralph.threads();
+    /// let steering = threads.thread("greeter").steering().from("ana");
+    /// steering.tell("Print the greeting in lower case.")?;
+    /// if !steering.questions().is_empty() {
+    ///     steering.answer("Yes, a trailing newline.")?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn steering(&self) -> crate::steer::Steering {
+        crate::steer::Steering::new(self.threads.workspace()).about(&self.id)
+    }
+
     // ---- The spec, while Drafting and Assessing (checkpoint 1) --------------
 
     /// Replaces the spec while Drafting: writes the next revision `spec/v<N+1>.md`.

@@ -29,6 +29,7 @@ mod referee;
 mod retries;
 mod seams;
 mod spend;
+mod steering;
 mod structured;
 mod verify;
 

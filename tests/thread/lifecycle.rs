@@ -835,3 +835,42 @@ async fn the_iterations_of_a_thread_share_their_stable_part() {
         "{second}"
     );
 }
+
+/// Issue 37: a thread hands out the same steering handle as a `Ralph`, narrowed to its id:
+/// its question waits (Paused under CI), the handle's answer and guidance reach the next
+/// iteration, and another thread's handle sees no question of its own.
+#[tokio::test]
+async fn a_thread_s_steering_handle_answers_its_question() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(ralph::agent::Script::new().ask("A trailing newline?"))
+            .then(writes("hello\n")),
+    );
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    let thread = threads.thread(&id);
+    let steering = thread.steering().from("ana");
+    assert_eq!(steering.subject(), Some(id.as_str()));
+    steering.tell("Keep it short.").unwrap();
+
+    let record = thread.start().await.unwrap();
+    assert_eq!(record.phase.to_string(), "Paused", "{record:?}");
+    let waiting = steering.questions();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(waiting[0].1, "A trailing newline?");
+    assert!(steering.about("other").questions().is_empty());
+    steering.answer("Yes, one.").unwrap();
+    thread.resume().await.unwrap();
+
+    let iterations: Vec<_> = agent
+        .requests()
+        .into_iter()
+        .filter(|r| r.role == ralph::Role::Build)
+        .collect();
+    assert_eq!(iterations.len(), 2);
+    let answered = &iterations[1].prompt;
+    for part in ["A trailing newline?", "Yes, one.", "Keep it short."] {
+        assert!(answered.contains(part), "{part:?}:\n{answered}");
+    }
+}
