@@ -619,6 +619,10 @@ pub struct AgentRun {
     pub usage: Usage,
     /// The session id, when the agent has sessions.
     pub session_id: Option<String>,
+    /// The model that ran, when the agent knows it (the `model` its section sets): what a
+    /// price of `[prices]` is looked up by when the agent reports no cost.
+    #[serde(default)]
+    pub model: Option<String>,
     /// The run's transcript.
     pub log_path: Option<PathBuf>,
     /// Wall time of the run.
@@ -653,6 +657,7 @@ impl AgentRun {
             structured: None,
             usage: Usage::default(),
             session_id: None,
+            model: None,
             log_path: None,
             duration: Duration::ZERO,
             cost_usd: None,

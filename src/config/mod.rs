@@ -21,6 +21,11 @@
 //! max_cost_usd = 20.0     # dollars over the board, a build-mode run or a thread
 //! max_tokens = 5000000    # input + output tokens over the same
 //!
+//! [prices."gpt-5-codex"]  # dollars per million tokens, for agents that report none
+//! input = 1.25
+//! cached_input = 0.125
+//! output = 10.0
+//!
 //! [context]
 //! warn = 0.70
 //! compact = 0.85
@@ -282,6 +287,24 @@ pub struct Config {
     /// Input and output tokens the agents may use over the same scope (cache reads and
     /// writes are shown apart and not counted). Default: none.
     pub max_tokens: Option<u64>,
+    /// What a run costs where its agent reports no dollars (Codex, Gemini, opencode): per
+    /// model (the agent's `model`, as its section sets it), dollars per million tokens of
+    /// `input` (uncached), `cached_input` (read from the provider's cache; default: `input`),
+    /// `cache_write` (written to it; default: `input`) and `output`. Such a run's cost counts
+    /// against `max_cost_usd` and shows as the agents' own do; ralph keeps no price table of
+    /// its own, so a run of a model without a price stays "unpriced" (its dollars unknown,
+    /// its tokens counted). A cost the agent reports always wins. Default: none.
+    ///
+    /// ```toml
+    /// [codex]
+    /// model = "gpt-5-codex"
+    ///
+    /// [prices."gpt-5-codex"]
+    /// input = 1.25
+    /// cached_input = 0.125
+    /// output = 10.0
+    /// ```
+    pub prices: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl Config {
@@ -334,6 +357,7 @@ impl Default for Config {
             recent_attempts: 5,
             max_cost_usd: None,
             max_tokens: None,
+            prices: BTreeMap::new(),
         }
     }
 }

@@ -32,6 +32,9 @@ pub(crate) mod bounds {
     pub(crate) const MAX_CLI_RETRIES: u64 = 100;
     /// `claude.max_budget_usd`: a typo guard, not a policy.
     pub(crate) const MAX_BUDGET_USD: f64 = 1_000_000.0;
+    /// A rate of `[prices]`, in dollars per million tokens: a typo guard (the dearest
+    /// models cost well under a thousand).
+    pub(crate) const MAX_PRICE_USD: f64 = 100_000.0;
     /// A context window of `claude.context_windows`, in tokens.
     pub(crate) const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 }
@@ -56,7 +59,44 @@ impl Config {
             .map_err(|(key, why)| invalid(&format!("sandbox.{key}"), why))?;
         check_claude(&self.claude).map_err(|(key, why)| invalid(&format!("claude.{key}"), why))?;
         self.check_gates()?;
-        self.check_hooks()
+        self.check_hooks()?;
+        self.check_prices()
+    }
+
+    /// Each price a known rate, `input` and `output` given, every rate a number of dollars.
+    fn check_prices(&self) -> Result<(), ConfigError> {
+        const RATES: [&str; 4] = ["input", "cached_input", "cache_write", "output"];
+        for (model, rates) in &self.prices {
+            // `prices["gemini-2.5-pro"].input`: a model's name may hold dots.
+            let key = |rate: &str| format!("prices[{model:?}].{rate}");
+            if model.trim().is_empty() {
+                return Err(invalid("prices", "names a model with no name".into()));
+            }
+            if let Some(unknown) = rates.keys().find(|r| !RATES.contains(&r.as_str())) {
+                return Err(invalid(
+                    &key(unknown),
+                    format!("is no rate (the rates: {})", RATES.join(", ")),
+                ));
+            }
+            if let Some(missing) = ["input", "output"]
+                .iter()
+                .find(|r| !rates.contains_key(**r))
+            {
+                return Err(invalid(&key(missing), "is missing".into()));
+            }
+            for (rate, dollars) in rates {
+                if !(dollars.is_finite() && (0.0..=bounds::MAX_PRICE_USD).contains(dollars)) {
+                    return Err(invalid(
+                        &key(rate),
+                        format!(
+                            "must be dollars per million tokens, from 0 to {}, got {dollars}",
+                            bounds::MAX_PRICE_USD
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The counts a run needs at least one of, the budgets positive, enough log files kept,
@@ -559,6 +599,37 @@ mod tests {
             let msg = load_in(jail).unwrap_err().to_string();
             assert!(msg.contains("verify_concurrency"), "{msg}");
             assert!(msg.contains("ralph.toml"), "{msg}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_price_names_its_model_and_rate() {
+        Jail::expect_with(|jail| {
+            for (toml, says) in [
+                (
+                    "input = 1.0\noutptu = 2.0\n",
+                    "prices[\"gpt-5\"].outptu is no rate",
+                ),
+                ("input = 1.0\n", "prices[\"gpt-5\"].output is missing"),
+                (
+                    "input = -1.0\noutput = 2.0\n",
+                    "prices[\"gpt-5\"].input must be dollars",
+                ),
+            ] {
+                jail.create_file("ralph.toml", &format!("[prices.\"gpt-5\"]\n{toml}"))?;
+                let msg = load_in(jail).unwrap_err().to_string();
+                assert!(
+                    msg.contains(says) && msg.contains("ralph.toml"),
+                    "{toml}: {msg}"
+                );
+            }
+            jail.create_file(
+                "ralph.toml",
+                "[prices.\"gpt-5\"]\ninput = 1.25\noutput = 10.0\n",
+            )?;
+            let config = load_in(jail).unwrap();
+            assert_eq!(config.prices["gpt-5"]["output"], 10.0);
             Ok(())
         });
     }

@@ -530,8 +530,9 @@ impl Caller {
             Some(result) => result?,
             None => AgentRun::new(AgentExit::Stopped).with_log_path(&log),
         };
+        let (run, priced) = self.priced(run);
         self.say_finished(call, &run);
-        self.record_spend(call, &run, run_id);
+        self.record_spend(call, &run, run_id, priced);
         let run = self.judged(self.classify(run, call.deadline), breach);
         if let (Some(question), AgentExit::Completed) = (&answered, &run.exit) {
             self.close_question(question);
@@ -747,7 +748,19 @@ impl Caller {
     /// Appends the run's spend to the ledger, whatever its end. A ledger that cannot be
     /// written is a warning: the run's work counts more than its accounting.
     /// The final line closes the provisional lines of run `run_id`.
-    fn record_spend(&self, call: &Call, run: &AgentRun, run_id: String) {
+    /// `run` with its cost by the user's `[prices]`, where its agent reported none and
+    /// the prices name its model; and whether it was priced so.
+    fn priced(&self, mut run: AgentRun) -> (AgentRun, bool) {
+        if run.cost_usd.is_some() {
+            return (run, false);
+        }
+        let budget = self.budget.as_ref();
+        run.cost_usd = budget.and_then(|b| b.price(run.model.as_deref(), &run.usage));
+        let priced = run.cost_usd.is_some();
+        (run, priced)
+    }
+
+    fn record_spend(&self, call: &Call, run: &AgentRun, run_id: String, priced: bool) {
         let Some(budget) = &self.budget else {
             return;
         };
@@ -757,6 +770,7 @@ impl Caller {
             role: Some(call.role.as_str().to_owned()),
             subject: call.subject.clone(),
             agent: Some(agent.to_owned()),
+            priced,
             ..spend::Line::default()
         };
         let recorded = budget

@@ -328,11 +328,10 @@ impl Context {
     /// As [`spending_caller`](Self::spending_caller).
     pub(crate) fn budget(&self, scope: &str) -> Result<spend::Budget, Error> {
         let ledger = spend::Ledger::open(&self.workspace, scope)?;
-        Ok(spend::Budget::new(
-            ledger,
-            self.config.max_cost_usd,
-            self.config.max_tokens,
-        ))
+        Ok(
+            spend::Budget::new(ledger, self.config.max_cost_usd, self.config.max_tokens)
+                .with_prices(spend::Prices::new(&self.config.prices)),
+        )
     }
 
     /// How this run's gates check `attempt` of `task` (named `name`) until `deadline`.

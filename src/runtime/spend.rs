@@ -41,11 +41,12 @@
 //! | `run` | the agent run's id (`<pid>-<hex start>-<n>`): its provisional lines and its final line share it |
 //! | `estimate` | `true` on a provisional line: the run's spend so far, as its agent had reported it; the run's next line replaces it, and it counts only when the run has no final line |
 //! | `restored` | `true` on a line ralph wrote after finding the ledger edited: the spend the edit took away (see [Edits](#edits)); or, after a `reset`, the spend of an archived board switched back to (`ralph construct SPEC --switch`); it carries no role, subject or agent |
-//! | `runs`, `unpriced_runs`, `estimated_runs` | on a `restored` line: how many runs, runs without a cost, and estimated runs it stands for |
+//! | `runs`, `unpriced_runs`, `priced_runs`, `estimated_runs` | on a `restored` line: how many runs, runs without a cost, runs priced by `[prices]`, and estimated runs it stands for |
 //! | `role`, `subject`, `agent` | what the run was for (`build`, `verify`, …), its task, issue, spec or thread, and the agent that ran it |
 //! | `input_tokens`, `output_tokens` | tokens, counted against `max_tokens`; absent when 0 |
 //! | `cache_read_tokens`, `cache_creation_tokens` | cache reads and writes, shown apart and not counted against `max_tokens`; absent when 0 |
-//! | `cost_usd` | dollars, as the agent reported them; absent when it reported none (an unpriced run: its dollars count as $0 against `max_cost_usd`) |
+//! | `cost_usd` | dollars, as the agent reported them, or by the user's `[prices]` for its model where it reported none; absent when neither gives a figure (an unpriced run: its dollars count as $0 against `max_cost_usd`) |
+//! | `priced` | `true` when `cost_usd` comes from `[prices]`, not from the agent |
 //!
 //! A torn last line (a crash mid-write) is skipped, and cut before the next append: its
 //! run was never acted on. Any other line that is not a ledger line is an error naming the
@@ -81,6 +82,9 @@ use crate::store::StoreError;
 
 mod book;
 mod mark;
+mod price;
+
+pub(crate) use price::Prices;
 
 use book::Tally;
 
@@ -117,6 +121,9 @@ pub struct Spent {
     /// report): their tokens count, their dollars are unknown.
     #[serde(default)]
     pub unpriced_runs: u64,
+    /// Runs whose agent reported no cost, priced by the user's `[prices]` instead.
+    #[serde(default)]
+    pub priced_runs: u64,
     /// Runs cut short (ralph killed while they ran) that count by what they had reported
     /// so far: when not 0 the figure is an estimate, and may be below what was spent.
     #[serde(default)]
@@ -159,6 +166,7 @@ impl Spent {
             self.cost_usd += line.cost_usd.unwrap_or(0.0);
             self.runs = self.runs.saturating_add(line.runs);
             self.unpriced_runs = self.unpriced_runs.saturating_add(line.unpriced_runs);
+            self.priced_runs = self.priced_runs.saturating_add(line.priced_runs);
             self.estimated_runs = self.estimated_runs.saturating_add(line.estimated_runs);
             return;
         }
@@ -167,6 +175,7 @@ impl Spent {
             None => self.unpriced_runs += 1,
         }
         self.estimated_runs += u64::from(line.estimate);
+        self.priced_runs += u64::from(line.priced);
         self.runs += 1;
     }
 
@@ -187,6 +196,7 @@ impl Spent {
                 .unwrap_or(0.0),
             runs: self.runs.saturating_sub(other.runs),
             unpriced_runs: self.unpriced_runs.saturating_sub(other.unpriced_runs),
+            priced_runs: self.priced_runs.saturating_sub(other.priced_runs),
             estimated_runs: self.estimated_runs.saturating_sub(other.estimated_runs),
         }
     }
@@ -215,6 +225,8 @@ pub(crate) struct Line {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) unpriced_runs: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) priced_runs: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) estimated_runs: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) role: Option<String>,
@@ -232,6 +244,8 @@ pub(crate) struct Line {
     pub(crate) cache_creation_tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) priced: bool,
 }
 
 impl Line {
@@ -243,6 +257,7 @@ impl Line {
             restored: true,
             runs: spent.runs,
             unpriced_runs: spent.unpriced_runs,
+            priced_runs: spent.priced_runs,
             estimated_runs: spent.estimated_runs,
             input_tokens: spent.input_tokens,
             output_tokens: spent.output_tokens,
@@ -646,6 +661,7 @@ pub(crate) struct Budget {
     ledger: Ledger,
     max_cost_usd: Option<f64>,
     max_tokens: Option<u64>,
+    prices: Prices,
 }
 
 impl Budget {
@@ -654,7 +670,18 @@ impl Budget {
             ledger,
             max_cost_usd,
             max_tokens,
+            prices: Prices::default(),
         }
+    }
+
+    /// The budget, pricing the runs whose agent reports no cost by `prices`.
+    pub(crate) fn with_prices(self, prices: Prices) -> Self {
+        Budget { prices, ..self }
+    }
+
+    /// What `usage` of `model` cost by the user's `[prices]`, when they price the model.
+    pub(crate) fn price(&self, model: Option<&str>, usage: &crate::agent::Usage) -> Option<f64> {
+        self.prices.cost(model, usage)
     }
 
     /// The ledger it counts on.

@@ -64,6 +64,9 @@ impl<C: CliUnderTest> Rig<C> {
     /// The agent's name: its `ralph.toml` section and `--agent` value.
     pub const NAME: &'static str = C::NAME;
 
+    /// The model its `ralph.toml` section names.
+    pub const MODEL: &'static str = C::MODEL;
+
     /// See [`CliUnderTest::PRINTS_RECOVERED_ERRORS`].
     pub const PRINTS_RECOVERED_ERRORS: bool = C::PRINTS_RECOVERED_ERRORS;
 
@@ -381,6 +384,53 @@ macro_rules! cli_agent_suite {
                 std::fs::read_to_string(rig.path().join("hello.txt")).unwrap(),
                 "hello\n"
             );
+        }
+
+        /// Issue 38: the CLI reports no dollars, so a price in `ralph.toml` for its model
+        /// prices each run (marked `priced` in the ledger), `max_cost_usd` counts it, and
+        /// `ralph status` says where the figure comes from.
+        #[tokio::test]
+        async fn a_price_for_the_cli_s_model_prices_its_runs_against_the_budget() {
+            let Some(bin) = $skip else { return };
+            let rig = Rig::new(bin.clone(), construct_script()).await;
+            std::fs::write(rig.path().join("spec.md"), "# Hello\nWrite hello.txt.\n").unwrap();
+            // 10 cents an uncached input token: the investigation alone is over the budget.
+            let toml = format!(
+                "max_cost_usd = 1.0\n{}\n[prices.{:?}]\ninput = 100000.0\ncached_input = 0.0\noutput = 0.0\n",
+                rig.toml(&bin),
+                Rig::MODEL
+            );
+            std::fs::write(rig.path().join("ralph.toml"), toml).unwrap();
+            let ralph = |args: &[&str]| {
+                std::process::Command::new(support::ralph_bin())
+                    .args(args)
+                    .current_dir(rig.path())
+                    .output()
+                    .unwrap()
+            };
+
+            let out = ralph(&["construct", "spec.md", "--agent", Rig::NAME]);
+
+            let said = format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(2), "budget exhausted: {said}");
+            let ledger = std::fs::read_to_string(rig.path().join(".ralph/spend.jsonl")).unwrap();
+            let run: serde_json::Value = ledger
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .find(|l| l["role"] == "investigate" && l.get("estimate").is_none())
+                .expect(&ledger);
+            let input = run["input_tokens"].as_f64().unwrap();
+            assert!(input > 10.0, "{run}");
+            assert_eq!(run["priced"], true, "{run}");
+            let cost = run["cost_usd"].as_f64().unwrap();
+            assert!((cost - input * 0.1).abs() < 1e-6, "{run}");
+            let status = ralph(&["status"]);
+            let status = String::from_utf8_lossy(&status.stdout);
+            assert!(status.contains("priced by [prices]"), "{status}");
         }
 
         /// The hostile suite through the CLI's shell tool (issue 34): in `ralph construct`,

@@ -151,7 +151,9 @@ impl Agent for CodexCli {
         }
         let raw = ran?;
         let events = read_events(&raw.stdout, CodexEvents::take);
-        Ok(raw.finish(judge(&raw, events, &request), &request))
+        let mut run = raw.finish(judge(&raw, events, &request), &request);
+        run.model = self.config.model.clone();
+        Ok(run)
     }
 
     async fn check(&self) -> Result<(), AgentError> {

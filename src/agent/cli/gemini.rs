@@ -111,7 +111,9 @@ impl Agent for GeminiCli {
             .supervise(&request, &argv, true, &[], None)
             .await?;
         let events = read_events(&raw.stdout, GeminiEvents::take);
-        Ok(raw.finish(judge(&raw, events), &request))
+        let mut run = raw.finish(judge(&raw, events), &request);
+        run.model = self.config.model.clone();
+        Ok(run)
     }
 
     async fn check(&self) -> Result<(), AgentError> {

@@ -339,6 +339,9 @@ fn money(spent: &Spent) -> String {
         0 => format!("${:.2}", spent.cost_usd),
         n => format!("${:.2} (+{n} unpriced)", spent.cost_usd),
     };
+    if spent.priced_runs > 0 {
+        text.push_str(&format!(" ({} priced by [prices])", spent.priced_runs));
+    }
     if spent.estimated_runs > 0 {
         text.push_str(&format!(
             " (an estimate: {} cut short)",

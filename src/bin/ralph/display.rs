@@ -362,9 +362,16 @@ fn spend_summary(ralph: &Ralph) -> Result<(), ralph::Error> {
         .filter(|((scope, _), s)| scope == "construct" && s.cost_usd > 0.0)
         .map(|((_, subject), s)| format!("{subject} ${:.4}", s.cost_usd))
         .collect();
+    let priced = match spent.priced_runs {
+        0 => String::new(),
+        n => format!(
+            " — {n} {} priced by [prices]",
+            plural(n as usize, "run", "runs")
+        ),
+    };
     if spent.cost_usd > 0.0 || spent.runs > 0 {
         out!(
-            "  cost: ${:.4} ({}){estimate}",
+            "  cost: ${:.4} ({}){priced}{estimate}",
             spent.cost_usd,
             per_subject.join(", ")
         );
