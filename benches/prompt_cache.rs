@@ -22,8 +22,9 @@
 //! another task's never matches. Calls started at once all miss: each writes, none reads (the
 //! first two builds, `build_concurrency`, and the first four verifiers, `verify_concurrency`,
 //! of the one VERIFY stage). The CLIs' own system
-//! prompt and tools, which come before ralph's text, are left out: the same for both
-//! template sets, measured end to end with the real CLIs is left to a later bench.
+//! prompt and tools, which come before ralph's text, are left out here: the same for both
+//! template sets. (c), the requests the real Claude and Codex CLIs send, measured end to end
+//! against the scripted APIs, is `benches/prompt_cache_cli.rs`.
 //!
 //! A count, not a time: `cargo bench --bench prompt_cache`. Results: `benches/RESULTS.md`.
 
