@@ -93,18 +93,23 @@
 // checks it):
 //   facade      ralph, mock, the re-exports below
 //   pipelines   construct, specs, thread
-//   runtime     runtime
+//   runtime     runtime, steer
 //   seams       agent, gate, store, prioritize, and the data they exchange: model, answer,
 //               prompt, event, outcome, context
-//   foundation  config, process, files, time, git, signal (the marker parser), output,
-//               logfile
+//   foundation  config, git, signal (the marker parser); below them the crate
+//               ralph-loop-process (process, files, time, output, logfile), which cargo
+//               keeps from using anything of this crate
 //
 // The modules `__internals` re-exports keep their items `pub` for it (the crate's own tests
 // and benches reach them there); without the `internals` feature nothing reaches them, and
-// `unreachable_pub` is allowed on those modules alone. git.rs and process/ are being
-// reworked separately: until their items get a cfg of their own, what only the optional
-// pipelines or `__internals` use is allowed dead there too. Everything else that only an
+// `unreachable_pub` is allowed on those modules alone. git.rs is being reworked
+// separately: until its items get a cfg of their own, what only the optional pipelines or
+// `__internals` use is allowed dead there too. Everything else that only an
 // optional pipeline uses carries its `#[cfg]`.
+// The foundation is a crate of its own (`crates/process`): cargo keeps it free of ralph's
+// types. Its modules are used here under their own names (`crate::process::…`).
+use ralph_loop_process::{files, logfile, output, process, time};
+
 pub mod agent;
 mod answer;
 mod board;
@@ -113,23 +118,16 @@ mod construct;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 mod context;
 mod event;
-mod files;
 pub mod gate;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))] // see above
 mod git;
 #[cfg(test)]
 mod layers;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-mod logfile;
 #[cfg(feature = "test-util")]
 pub mod mock;
 pub mod model;
 mod outcome;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-mod output;
 pub mod prioritize;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))] // see above
-mod process;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 mod prompt;
 mod ralph;
@@ -142,7 +140,6 @@ pub mod steer;
 pub mod store;
 #[cfg(feature = "threads")]
 pub mod thread;
-mod time;
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::{Piece, StreamOptions, StreamParser};
 use crate::process::lines::LineSplitter;
-use crate::process::lines::props::{reads, stream_bytes};
+use crate::process::lines::strategies::{reads, stream_bytes};
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]

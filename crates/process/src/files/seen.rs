@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// A file's identity, length and modification time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Seen {
+pub struct Seen {
     dev: u64,
     ino: u64,
     len: u64,
@@ -24,7 +24,8 @@ pub(crate) struct Seen {
 }
 
 impl Seen {
-    pub(crate) fn of(meta: &fs::Metadata) -> Seen {
+    /// What `meta` says of the file.
+    pub fn of(meta: &fs::Metadata) -> Seen {
         Seen {
             dev: meta.dev(),
             ino: meta.ino(),
@@ -34,7 +35,7 @@ impl Seen {
     }
 
     /// The file at `path` now; `None` when there is none.
-    pub(crate) fn at(path: &Path) -> io::Result<Option<Seen>> {
+    pub fn at(path: &Path) -> io::Result<Option<Seen>> {
         match fs::metadata(path) {
             Ok(meta) => Ok(Some(Seen::of(&meta))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -46,7 +47,7 @@ impl Seen {
 /// What happened to a file between `before` and `now`, or `None` if nothing did:
 /// `was deleted`, `was created`, `was replaced`, `was truncated (…)`, `grew (…)`,
 /// `was modified (…)`.
-pub(crate) fn change(before: Option<Seen>, now: Option<Seen>) -> Option<String> {
+pub fn change(before: Option<Seen>, now: Option<Seen>) -> Option<String> {
     Some(match (before, now) {
         (before, now) if before == now => return None,
         (Some(_), None) => "was deleted".to_owned(),

@@ -16,7 +16,7 @@ pub const DEFAULT_TAIL: usize = 24 * 1024;
 /// The first `head` and last `tail` bytes of a stream, and how many bytes were dropped between.
 ///
 /// ```
-/// use ralph::__internals::output::BoundedOutput;
+/// use ralph_loop_process::output::BoundedOutput;
 ///
 /// let mut out = BoundedOutput::new(4, 4);
 /// out.push(b"0123456789");
@@ -78,7 +78,6 @@ impl BoundedOutput {
     }
 
     /// Total bytes pushed.
-    #[cfg(any(test, feature = "internals"))]
     pub fn total(&self) -> u64 {
         self.total
     }
@@ -89,7 +88,6 @@ impl BoundedOutput {
     }
 
     /// Whether nothing was pushed.
-    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }
@@ -152,7 +150,7 @@ const FAILURE_PROMPT_BYTES: usize = 8 * 1024;
 
 /// `error` and its causes, each said once: a cause whose text the error already shows is
 /// left out (an error whose message names its source, as io errors wrapped by hand do).
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -167,12 +165,12 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The first line of `text`, at most 300 bytes: a one-line reason for events and records.
-pub(crate) fn first_line(text: &str) -> String {
+pub fn first_line(text: &str) -> String {
     truncate_middle(text.lines().next().unwrap_or(""), 300)
 }
 
 /// The first `shown` items joined by commas, and how many more: `a.rs, b.rs and 3 more`.
-pub(crate) fn list_some(items: &[String], shown: usize) -> String {
+pub fn list_some(items: &[String], shown: usize) -> String {
     let head = items[..items.len().min(shown)].join(", ");
     match items.len().saturating_sub(shown) {
         0 => head,
@@ -181,7 +179,7 @@ pub(crate) fn list_some(items: &[String], shown: usize) -> String {
 }
 
 /// A failure bounded for a retry prompt.
-pub(crate) fn bounded_failure(text: &str) -> String {
+pub fn bounded_failure(text: &str) -> String {
     truncate_middle(text, FAILURE_PROMPT_BYTES)
 }
 

@@ -32,7 +32,7 @@ const EXIT_WATCHED_AFTER: Duration = Duration::from_millis(200);
 const FILE_POLL: Duration = Duration::from_millis(200);
 
 /// What a supervised process's output is for: the consumer's side of [`ProcessSpec::supervise`].
-pub(crate) trait Listener {
+pub trait Listener {
     /// How the listener says a run ralph ended came to its end: the listener's own reasons
     /// (the context is full, the process lingers after its answer) and its words for the
     /// supervisor's clocks ([`stopped`](Self::stopped), [`past_deadline`](Self::past_deadline),
@@ -76,7 +76,7 @@ pub(crate) trait Listener {
 
 /// A [`Listener`] of stdout's lines: the supervisor splits them, in memory bounded by the
 /// line cap ([`LineSplitter`]), and hands over each line, or each piece of a longer one.
-pub(crate) trait LineListener {
+pub trait LineListener {
     /// As [`Listener::Cut`].
     type Cut: Clone;
 
@@ -111,15 +111,17 @@ pub(crate) trait LineListener {
 }
 
 /// A [`LineListener`] with the splitter that feeds it: a [`Listener`].
-pub(crate) struct Lines<L> {
+#[allow(missing_debug_implementations)] // the splitter holds buffers, the listener anything
+pub struct Lines<L> {
     splitter: LineSplitter,
     bytes: u64,
-    pub(crate) listener: L,
+    /// What gets the lines.
+    pub listener: L,
 }
 
 impl<L> Lines<L> {
     /// Lines of at most `max_line` bytes for `listener`; a longer one comes in pieces.
-    pub(crate) fn new(max_line: usize, listener: L) -> Self {
+    pub fn new(max_line: usize, listener: L) -> Self {
         Lines {
             splitter: LineSplitter::new(max_line),
             bytes: 0,
@@ -128,7 +130,7 @@ impl<L> Lines<L> {
     }
 
     /// The bytes of stdout split so far.
-    pub(crate) fn bytes_read(&self) -> u64 {
+    pub fn bytes_read(&self) -> u64 {
         self.bytes
     }
 }
@@ -184,11 +186,11 @@ impl<L: LineListener> Listener for Lines<L> {
 
 /// A listener's own clock: when it cuts the run, and whether silence is being timed.
 #[derive(Clone, Debug)]
-pub(crate) struct OwnClock<C> {
+pub struct OwnClock<C> {
     /// The run is cut at this time, for this reason.
-    pub(crate) cut_at: Option<(Instant, C)>,
+    pub cut_at: Option<(Instant, C)>,
     /// Silence counts against [`Clocks::idle`] (it does not once an agent has answered).
-    pub(crate) idle_counts: bool,
+    pub idle_counts: bool,
 }
 
 impl<C> Default for OwnClock<C> {
@@ -202,23 +204,23 @@ impl<C> Default for OwnClock<C> {
 
 /// The clocks of one run besides the spec's stop token.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Clocks {
+pub struct Clocks {
     /// The run is cut at this time.
-    pub(crate) deadline: Option<Instant>,
+    pub deadline: Option<Instant>,
     /// The run is cut after this long without output.
-    pub(crate) idle: Option<Duration>,
+    pub idle: Option<Duration>,
     /// Once all output has closed, how long the process may take to exit before it is
     /// terminated; `None`: as long as the other clocks allow.
-    pub(crate) exit_after_close: Option<Duration>,
+    pub exit_after_close: Option<Duration>,
     /// The run goes on until stdout closes, whenever the process exits: every line of it
     /// may cut the run (an exit seen first would leave the last lines to the drain, where
     /// cuts no longer count).
-    pub(crate) read_to_close: bool,
+    pub read_to_close: bool,
 }
 
 /// Where the process's stdout and stderr go.
 #[derive(Debug)]
-pub(crate) enum Streams {
+pub enum Streams {
     /// Both on one pipe, which keeps their interleaving as written; all of it is stdout to
     /// the listener.
     Merged,
@@ -232,20 +234,20 @@ pub(crate) enum Streams {
 
 /// What [`ProcessSpec::supervise`] observed.
 #[derive(Debug)]
-pub(crate) struct Supervised<C> {
+pub struct Supervised<C> {
     /// How ralph ended the run, in the listener's words; `None`: it ended by itself (the
     /// main process exited, or closed its output and was then given
     /// [`Clocks::exit_after_close`] to exit).
-    pub(crate) cut: Option<C>,
+    pub cut: Option<C>,
     /// How the main process ended, if it was seen to.
-    pub(crate) exit: Option<Exit>,
+    pub exit: Option<Exit>,
     /// Processes left behind by the main one, killed after it ended.
-    pub(crate) leaked: usize,
-    pub(crate) duration: Duration,
+    pub leaked: usize,
+    pub duration: Duration,
     /// The first error writing the log, after which the log was dropped.
-    pub(crate) log_error: Option<io::Error>,
+    pub log_error: Option<io::Error>,
     /// The first error reading the output, after which that stream counted as closed.
-    pub(crate) read_error: Option<io::Error>,
+    pub read_error: Option<io::Error>,
 }
 
 impl ProcessSpec {
@@ -259,7 +261,7 @@ impl ProcessSpec {
     /// [`ProcessError::Cwd`] or [`ProcessError::Spawn`] when the process cannot be started,
     /// [`ProcessError::Log`] when the log cannot be opened, [`ProcessError::Io`] when its
     /// exit cannot be read (processes are killed before the error is returned).
-    pub(crate) async fn supervise<L: Listener>(
+    pub async fn supervise<L: Listener>(
         &self,
         streams: Streams,
         clocks: Clocks,

@@ -28,7 +28,7 @@ const END: &[u8] = b"\"\n}";
 
 /// How a sealed file reads.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Read {
+pub enum Read {
     /// Its seal matches: the record ralph last wrote. The JSON still holds the `seal`
     /// member, which readers ignore.
     Sealed(String),
@@ -40,7 +40,7 @@ pub(crate) enum Read {
 }
 
 /// `json` (an object, as `serde_json::to_vec_pretty` writes it) sealed, with a final newline.
-pub(crate) fn seal(json: &[u8]) -> Vec<u8> {
+pub fn seal(json: &[u8]) -> Vec<u8> {
     let body = json.strip_suffix(b"\n}").unwrap_or(json);
     let mut out = Vec::with_capacity(json.len() + KEY.len() + HEX + END.len() + 1);
     out.extend_from_slice(body);
@@ -56,7 +56,7 @@ pub(crate) fn seal(json: &[u8]) -> Vec<u8> {
 /// # Errors
 ///
 /// The I/O error, and the file it was about.
-pub(crate) fn write(path: &Path, json: &[u8]) -> Result<(), (PathBuf, io::Error)> {
+pub fn write(path: &Path, json: &[u8]) -> Result<(), (PathBuf, io::Error)> {
     let bytes = seal(json);
     atomic::replace(path, &bytes).map_err(|e| (path.to_path_buf(), e))?;
     let last = last(path);
@@ -68,7 +68,7 @@ pub(crate) fn write(path: &Path, json: &[u8]) -> Result<(), (PathBuf, io::Error)
 /// # Errors
 ///
 /// The I/O error of reading it.
-pub(crate) fn read(path: &Path) -> io::Result<Read> {
+pub fn read(path: &Path) -> io::Result<Read> {
     let bytes = std::fs::read(path)?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
@@ -89,7 +89,7 @@ pub(crate) fn read(path: &Path) -> io::Result<Read> {
 /// # Errors
 ///
 /// The I/O error of reading it (a missing copy is `None`).
-pub(crate) fn last_written(path: &Path) -> io::Result<Option<Vec<u8>>> {
+pub fn last_written(path: &Path) -> io::Result<Option<Vec<u8>>> {
     match std::fs::read(last(path)) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -98,7 +98,7 @@ pub(crate) fn last_written(path: &Path) -> io::Result<Option<Vec<u8>>> {
 }
 
 /// Where the last version ralph wrote of `path` is kept.
-pub(crate) fn last(path: &Path) -> PathBuf {
+pub fn last(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".last");
     PathBuf::from(name)

@@ -9,11 +9,11 @@ use tokio_util::sync::CancellationToken;
 ///
 /// Clones share one state. A [`child`](Self::child) stops with its parent and can also be
 /// stopped alone, which is how a run stops one attempt without stopping itself. An agent or
-/// gate adapter watches the token it is given ([`AgentRequest`](crate::agent::AgentRequest)'s
-/// and [`GateContext`](crate::gate::GateContext)'s `stop`) and ends promptly once it stops.
+/// gate adapter watches the token it is given ([`AgentRequest`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.AgentRequest.html)'s
+/// and [`GateContext`](https://docs.rs/ralph-loop/latest/ralph/gate/struct.GateContext.html)'s `stop`) and ends promptly once it stops.
 ///
 /// ```
-/// use ralph::StopToken;
+/// # use ralph_loop_process::process::StopToken;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let run = StopToken::new();
@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 /// # }
 /// ```
 ///
-/// A token that a signal stopped ([`steer::listen_for_signals`](crate::steer::listen_for_signals))
+/// A token that a signal stopped ([`steer::listen_for_signals`](https://docs.rs/ralph-loop/latest/ralph/steer/fn.listen_for_signals.html))
 /// says which: [`signal`](Self::signal), and the exit code a shell gives a process it ends.
 #[derive(Clone, Debug, Default)]
 pub struct StopToken {
@@ -47,7 +47,7 @@ impl StopToken {
     }
 
     /// Stops it for the signal `name`, which ends a process with exit code `code`.
-    pub(crate) fn stop_by_signal(&self, name: &'static str, code: u8) {
+    pub fn stop_by_signal(&self, name: &'static str, code: u8) {
         let _ = self.signal.set((name, code));
         self.stop();
     }

@@ -23,7 +23,7 @@ use super::{CHUNK, DEFAULT_MAX_LINE, LineSplitter, Piece};
 /// timer) loses no byte and tees none twice; the next call resumes where it stopped.
 ///
 /// ```
-/// use ralph::__internals::stream::{LineReader, Piece};
+/// use ralph_loop_process::process::lines::{LineReader, Piece};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> std::io::Result<()> {

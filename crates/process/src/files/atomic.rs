@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Atomically and durably replaces `path` with `bytes`, keeping its permissions.
-pub(crate) fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let temp = temp_path(path);
     let written = write_new(&temp, bytes, path).and_then(|()| fs::rename(&temp, path));
     if written.is_err() {
@@ -22,8 +22,7 @@ pub(crate) fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Durably writes `bytes` to `path`, which must not exist: for a record that is never
 /// rewritten (a thread's spec revision), so an existing one is refused, not replaced.
-#[cfg_attr(not(feature = "threads"), allow(dead_code))] // a thread's spec revisions
-pub(crate) fn create_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn create_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
     file.write_all(bytes)?;
     file.sync_all()?;
@@ -32,7 +31,7 @@ pub(crate) fn create_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Durably renames `from` to `to` (to archive a state file, or move it into a work tree):
 /// both folders are synced, so a crash leaves the file at one place or the other.
-pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
+pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
     fs::rename(from, to)?;
     sync_dir(&dir_of(to))?;
     if dir_of(from) != dir_of(to) {
@@ -42,12 +41,12 @@ pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
 }
 
 /// Makes a directory's entries (a created or renamed file) durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 /// The directory holding `path` (`.` for a bare file name).
-pub(crate) fn dir_of(path: &Path) -> PathBuf {
+pub fn dir_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
@@ -58,7 +57,7 @@ pub(crate) fn dir_of(path: &Path) -> PathBuf {
 ///
 /// Call it only while holding the lock that serializes writers of `path`, so no temp file
 /// being written right now can match. Best effort: a leftover costs disk space, not state.
-pub(crate) fn remove_stale_temps(path: &Path) {
+pub fn remove_stale_temps(path: &Path) {
     let Ok(entries) = fs::read_dir(dir_of(path)) else {
         return;
     };
@@ -108,7 +107,7 @@ fn temp_prefix(path: &Path) -> OsString {
 
 /// A pathspec (git's wildcard) of every temp file a [`replace`] of `path` makes, beside it:
 /// what to leave out when looking for files someone else wrote while ralph writes `path`.
-pub(crate) fn temp_pattern(path: &Path) -> PathBuf {
+pub fn temp_pattern(path: &Path) -> PathBuf {
     let mut name = temp_prefix(path);
     name.push("*.tmp");
     dir_of(path).join(name)
@@ -130,7 +129,7 @@ fn temp_path(path: &Path) -> PathBuf {
 /// # Errors
 ///
 /// The file it tried to write, and why.
-pub(crate) fn keep_copy(
+pub fn keep_copy(
     path: &Path,
     label: &str,
     bytes: &[u8],

@@ -39,7 +39,7 @@ const CHUNK: usize = 64 << 10;
 /// omitted. Lines are decoded as lossy UTF-8, without their `\n` or `\r\n`.
 ///
 /// ```
-/// use ralph::__internals::logfile::excerpt;
+/// use ralph_loop_process::logfile::excerpt;
 ///
 /// # fn main() -> std::io::Result<()> {
 /// let dir = tempfile::tempdir()?;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// The lock could not be taken.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LockError {
+pub enum LockError {
     /// Another process (or another handle in this one) holds it.
     #[error(
         "{path} is locked by another ralph process{holder}",
@@ -41,7 +41,7 @@ pub(crate) enum LockError {
 
 /// A held lock; dropping it releases the lock.
 #[derive(Debug)]
-pub(crate) struct LockFile {
+pub struct LockFile {
     file: File,
     path: PathBuf,
     /// What it says about its holder: `pid N, since T`.
@@ -50,13 +50,13 @@ pub(crate) struct LockFile {
 
 /// A held lock on a folder; dropping it releases the lock.
 #[derive(Debug)]
-pub(crate) struct FolderLock {
+pub struct FolderLock {
     folder: File,
 }
 
 impl FolderLock {
     /// Takes the exclusive lock on the folder `dir`; `None` while another holds it.
-    pub(crate) fn take(dir: &Path) -> io::Result<Option<FolderLock>> {
+    pub fn take(dir: &Path) -> io::Result<Option<FolderLock>> {
         let folder = File::open(dir)?;
         match folder.try_lock() {
             Ok(()) => Ok(Some(FolderLock { folder })),
@@ -69,7 +69,7 @@ impl FolderLock {
 impl FolderLock {
     /// Takes the exclusive lock on the folder `dir`, waiting while another holds it: for
     /// holders that keep it a moment (a `ralph tell` choosing its id).
-    pub(crate) fn wait(dir: &Path) -> io::Result<FolderLock> {
+    pub fn wait(dir: &Path) -> io::Result<FolderLock> {
         let folder = File::open(dir)?;
         folder.lock()?;
         Ok(FolderLock { folder })
@@ -85,7 +85,7 @@ impl Drop for FolderLock {
 impl LockFile {
     /// Takes the exclusive lock on `path` (creating the file, not its directory) and records
     /// the holder in it.
-    pub(crate) fn take(path: impl Into<PathBuf>) -> Result<LockFile, LockError> {
+    pub fn take(path: impl Into<PathBuf>) -> Result<LockFile, LockError> {
         let path = path.into();
         let io = |source| LockError::Io {
             path: path.clone(),
@@ -113,7 +113,7 @@ impl LockFile {
 
     /// Whether the file at the lock's path is still the one this lock holds (not deleted
     /// or replaced since).
-    pub(crate) fn in_place(&self) -> bool {
+    pub fn in_place(&self) -> bool {
         use std::os::unix::fs::MetadataExt as _;
         match (self.file.metadata(), std::fs::metadata(&self.path)) {
             (Ok(held), Ok(there)) => held.dev() == there.dev() && held.ino() == there.ino(),
@@ -122,19 +122,19 @@ impl LockFile {
     }
 
     /// The lock file's path.
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// What it says about its holder (`pid N, since T`): which run holds it, for a message
     /// meant for that run alone.
-    pub(crate) fn note(&self) -> &str {
+    pub fn note(&self) -> &str {
         &self.note
     }
 }
 
 /// What the lock file at `path` says about its holder, if it is there and says anything.
-pub(crate) fn holder_of(path: &Path) -> Option<String> {
+pub fn holder_of(path: &Path) -> Option<String> {
     holder(&mut File::open(path).ok()?)
 }
 

@@ -17,13 +17,13 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::FileExt as _;
 
 /// Bytes kept from the start of a log.
-pub(crate) const HEAD: u64 = 1 << 20;
+pub const HEAD: u64 = 1 << 20;
 /// Bytes kept from the end of a log.
-pub(crate) const TAIL: u64 = 4 << 20;
+pub const TAIL: u64 = 4 << 20;
 
 /// An append-only file that keeps its head and its tail (see the module docs).
 #[derive(Debug)]
-pub(crate) struct CappedLog {
+pub struct CappedLog {
     file: File,
     head: u64,
     tail: u64,
@@ -38,11 +38,12 @@ pub(crate) struct CappedLog {
 impl CappedLog {
     /// Appends to `file` (opened for reading and appending), which may already hold bytes:
     /// they count toward its head.
-    pub(crate) fn new(file: File) -> io::Result<Self> {
+    pub fn new(file: File) -> io::Result<Self> {
         Self::with_limits(file, HEAD, TAIL)
     }
 
-    pub(crate) fn with_limits(file: File, head: u64, tail: u64) -> io::Result<Self> {
+    /// A log of `file` that keeps its first `head` and its last `tail` bytes.
+    pub fn with_limits(file: File, head: u64, tail: u64) -> io::Result<Self> {
         let len = file.metadata()?.len();
         Ok(CappedLog {
             file,
@@ -55,7 +56,7 @@ impl CappedLog {
     }
 
     /// Appends `bytes`, dropping the older half of the tail when it grew to twice its size.
-    pub(crate) fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.file.write_all(bytes)?;
         self.len += bytes.len() as u64;
         if self.len > self.head + self.marker + 2 * self.tail {
@@ -65,7 +66,7 @@ impl CappedLog {
     }
 
     /// Leaves the file at head + marker + tail at most.
-    pub(crate) fn finish(&mut self) -> io::Result<()> {
+    pub fn finish(&mut self) -> io::Result<()> {
         if self.len > self.head + self.marker + self.tail {
             self.cut()?;
         }

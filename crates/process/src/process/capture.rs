@@ -6,10 +6,13 @@ use super::{Exit, ProcessError, ProcessSpec};
 
 /// What [`ProcessSpec::capture`] returns: the exit and all of stdout and stderr.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Captured {
-    pub(crate) exit: Exit,
-    pub(crate) stdout: Vec<u8>,
-    pub(crate) stderr: Vec<u8>,
+pub struct Captured {
+    /// How it ended.
+    pub exit: Exit,
+    /// All it printed on stdout.
+    pub stdout: Vec<u8>,
+    /// All it printed on stderr.
+    pub stderr: Vec<u8>,
 }
 
 impl ProcessSpec {
@@ -19,7 +22,7 @@ impl ProcessSpec {
     /// Unbounded: for ralph's own calls of a trusted tool whose output it parses (git),
     /// never for an agent or a gate. The spec's timeout, stop token and log do not apply;
     /// dropping the future kills the process.
-    pub(crate) async fn capture(&self) -> Result<Captured, ProcessError> {
+    pub async fn capture(&self) -> Result<Captured, ProcessError> {
         let mut all = All::default();
         let run = self
             .supervise(Streams::Separate, Clocks::default(), &mut all)

@@ -12,19 +12,18 @@ use super::atomic::{dir_of, sync_dir};
 /// Opens `path` for appending, creating it (durably) if missing; its folder must exist.
 /// Whoever writes through it syncs what it wrote.
 #[allow(clippy::disallowed_methods)] // the one place a journal is opened for appending
-pub(crate) fn open(path: &Path) -> io::Result<File> {
+pub fn open(path: &Path) -> io::Result<File> {
     open_with(path, OpenOptions::new().append(true))
 }
 
 /// As [`open`], and readable: for a journal that verifies what is already in it.
 #[allow(clippy::disallowed_methods)] // the one place a journal is opened for appending
-pub(crate) fn open_readable(path: &Path) -> io::Result<File> {
+pub fn open_readable(path: &Path) -> io::Result<File> {
     open_with(path, OpenOptions::new().read(true).append(true))
 }
 
 /// Appends `bytes` in one write and syncs the file, creating it and its folders if missing.
-#[cfg_attr(not(any(feature = "specs", feature = "threads")), allow(dead_code))] // their journals
-pub(crate) fn append(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn append(path: &Path, bytes: &[u8]) -> io::Result<()> {
     std::fs::create_dir_all(dir_of(path))?;
     let mut file = open(path)?;
     file.write_all(bytes)?;
@@ -34,7 +33,7 @@ pub(crate) fn append(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// Cuts a journal opened by [`open`] back to its first `len` bytes (a torn last line, or
 /// lines a repair rolls back): the next append then starts a line of its own. The caller
 /// syncs, with the append that follows or at once.
-pub(crate) fn cut(file: &File, len: u64) -> io::Result<()> {
+pub fn cut(file: &File, len: u64) -> io::Result<()> {
     file.set_len(len)
 }
 

@@ -7,19 +7,19 @@ use crate::process::StopToken;
 
 /// The longest a rate limit is waited out: a reset time further ahead is taken as a wrong
 /// clock, not as a reason to sleep for days.
-pub(crate) const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(24 * 3600);
+pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 /// The longest one transient backoff lasts, however often it doubled.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// `base` doubled `n` times, at most a minute.
-pub(crate) fn backoff(base: Duration, n: u32) -> Duration {
+pub fn backoff(base: Duration, n: u32) -> Duration {
     base.saturating_mul(1 << n.min(16)).min(MAX_BACKOFF)
 }
 
 /// How long from now until `until` (zero when it has passed), at most
 /// [`MAX_RATE_LIMIT_WAIT`].
-pub(crate) fn wait_until(until: SystemTime) -> Duration {
+pub fn wait_until(until: SystemTime) -> Duration {
     until
         .duration_since(SystemTime::now())
         .unwrap_or(Duration::ZERO)
@@ -28,26 +28,24 @@ pub(crate) fn wait_until(until: SystemTime) -> Duration {
 
 /// A duration as JSON shows it: seconds, as a number (`1.5`), not serde's `{"secs", "nanos"}`,
 /// so a script reads it as it is (`#[serde(serialize_with = "crate::time::secs")]`).
-pub(crate) fn secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+pub fn secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
 /// Reads a duration [`secs`] wrote.
-pub(crate) fn from_secs<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<std::time::Duration, D::Error> {
+pub fn from_secs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
     let secs = <f64 as serde::Deserialize>::deserialize(d)?;
     std::time::Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
 }
 
 /// Whole seconds of `wait`, rounded up: a wait of 0.9 s is reported as 1 s, never as
 /// "0 seconds".
-pub(crate) fn whole_secs(wait: Duration) -> u64 {
+pub fn whole_secs(wait: Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
 /// Sleeps `wait` unless `stop` stops first; returns whether the whole wait passed.
-pub(crate) async fn sleep(wait: Duration, stop: &StopToken) -> bool {
+pub async fn sleep(wait: Duration, stop: &StopToken) -> bool {
     tokio::select! {
         () = tokio::time::sleep(wait) => true,
         () = stop.stopped() => false,
@@ -55,7 +53,7 @@ pub(crate) async fn sleep(wait: Duration, stop: &StopToken) -> bool {
 }
 
 /// The current time as RFC 3339 (`2026-01-19T10:30:00.123Z`).
-pub(crate) fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     jiff::Timestamp::now()
         .round(jiff::Unit::Millisecond)
         .map(|t| t.to_string())
@@ -63,7 +61,7 @@ pub(crate) fn now_rfc3339() -> String {
 }
 
 /// `20260119T103000.123Z`: sortable, no colons (valid on every file system).
-pub(crate) fn file_stamp() -> String {
+pub fn file_stamp() -> String {
     let now = jiff::Timestamp::now();
     format!(
         "{}.{:03}Z",

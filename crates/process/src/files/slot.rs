@@ -9,13 +9,13 @@ use std::path::Path;
 
 /// The file, kept open between writes.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub struct Slot {
     file: File,
 }
 
 impl Slot {
     /// Opens `path`, creating it when missing; what it holds stays until the first write.
-    pub(crate) fn open(path: &Path) -> io::Result<Slot> {
+    pub fn open(path: &Path) -> io::Result<Slot> {
         let file = OpenOptions::new()
             .create(true)
             .write(true)
@@ -25,7 +25,7 @@ impl Slot {
     }
 
     /// Writes `bytes` over what the file held (two syscalls, not synced).
-    pub(crate) fn write(&self, bytes: &[u8]) -> io::Result<()> {
+    pub fn write(&self, bytes: &[u8]) -> io::Result<()> {
         self.file.write_all_at(bytes, 0)?;
         self.file.set_len(bytes.len() as u64)
     }

@@ -11,18 +11,18 @@ use super::seen::{Seen, change};
 /// What a writer of whole files (replaced atomically) last read or wrote of each: a file
 /// it has not read is not checked, one it has must still be as it was.
 #[derive(Debug, Default)]
-pub(crate) struct Watch(Mutex<HashMap<PathBuf, Option<Seen>>>);
+pub struct Watch(Mutex<HashMap<PathBuf, Option<Seen>>>);
 
 impl Watch {
     /// Remembers `path` as it is now (after reading or writing it).
-    pub(crate) fn saw(&self, path: &Path) -> io::Result<()> {
+    pub fn saw(&self, path: &Path) -> io::Result<()> {
         let now = Seen::at(path)?;
         self.files().insert(path.to_path_buf(), now);
         Ok(())
     }
 
     /// What happened to `path` since it was last seen, if it was and anything did.
-    pub(crate) fn change(&self, path: &Path) -> io::Result<Option<String>> {
+    pub fn change(&self, path: &Path) -> io::Result<Option<String>> {
         let Some(before) = self.files().get(path).copied() else {
             return Ok(None);
         };

@@ -2,10 +2,8 @@
 //! supervisor's [line listeners](super::LineListener) get) or read ([`LineReader`], with an
 //! optional tee).
 
-#[cfg(any(test, feature = "internals"))]
 mod reader;
 
-#[cfg(any(test, feature = "internals"))]
 pub use reader::LineReader;
 
 /// The default line cap: 8 MiB.
@@ -40,7 +38,7 @@ pub enum Piece<'a> {
 /// Its memory is bounded as the reader's is, as long as each push is at most a read chunk
 /// (64 KiB) and its pieces are taken before the next push.
 #[derive(Debug)]
-pub(crate) struct LineSplitter {
+pub struct LineSplitter {
     /// `buf[start..]` is unconsumed.
     buf: Vec<u8>,
     start: usize,
@@ -55,7 +53,7 @@ pub(crate) struct LineSplitter {
 
 impl LineSplitter {
     /// A splitter whose whole lines are at most `max_line` bytes (at least 1).
-    pub(crate) fn new(max_line: usize) -> Self {
+    pub fn new(max_line: usize) -> Self {
         LineSplitter {
             buf: Vec::new(),
             start: 0,
@@ -67,7 +65,7 @@ impl LineSplitter {
     }
 
     /// Adds the bytes of one read.
-    pub(crate) fn push(&mut self, bytes: &[u8]) {
+    pub fn push(&mut self, bytes: &[u8]) {
         self.start = self.consumed;
         self.compact();
         self.grow(bytes.len());
@@ -75,14 +73,15 @@ impl LineSplitter {
     }
 
     /// The next line or piece in what was pushed, if there is one yet.
-    pub(crate) fn next(&mut self) -> Option<Piece<'_>> {
+    #[allow(clippy::should_implement_trait)] // each piece borrows the buffer: no `Iterator`
+    pub fn next(&mut self) -> Option<Piece<'_>> {
         self.start = self.consumed;
         let (end, newline) = self.find_piece()?;
         Some(self.take_piece(end, newline))
     }
 
     /// At the end of the stream: the unterminated last line, or the end of an oversized one.
-    pub(crate) fn rest(&mut self) -> Option<Piece<'_>> {
+    pub fn rest(&mut self) -> Option<Piece<'_>> {
         self.start = self.consumed;
         self.take_rest()
     }
@@ -251,4 +250,7 @@ mod tests {
 }
 
 #[cfg(test)]
-pub(crate) mod props;
+mod props;
+#[cfg(any(test, feature = "proptest"))]
+#[doc(hidden)]
+pub mod strategies;

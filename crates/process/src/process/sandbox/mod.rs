@@ -103,7 +103,7 @@ pub enum Access {
 /// processes runs them under it with [`command`](Self::command).
 ///
 /// ```no_run
-/// use ralph::__internals::process::Sandbox;
+/// use ralph_loop_process::process::Sandbox;
 ///
 /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let sandbox = Sandbox::bubblewrap()?
@@ -157,7 +157,7 @@ impl Sandbox {
     }
 
     /// Confinement by bubblewrap, found on `PATH` and tried once per process: nothing
-    /// writable, the [`BASE_ENV`] variables, and the network.
+    /// writable, the `BASE_ENV` variables, and the network.
     ///
     /// # Errors
     ///

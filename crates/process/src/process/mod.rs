@@ -25,10 +25,10 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ralph::__internals::process::ProcessSpec;
+//! use ralph_loop_process::process::ProcessSpec;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), ralph::__internals::process::ProcessError> {
+//! # async fn main() -> Result<(), ralph_loop_process::process::ProcessError> {
 //! let report = ProcessSpec::new("sh")
 //!     .args(["-c", "echo hello; echo oops >&2; exit 3"])
 //!     .timeout(Duration::from_secs(10))
@@ -47,7 +47,7 @@ compile_error!("ralph::process supports unix systems only");
 mod capture;
 mod child;
 mod drain;
-pub(crate) mod lines;
+pub mod lines;
 mod run;
 mod sandbox;
 mod spec;
@@ -61,7 +61,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-pub(crate) use capture::Captured;
+pub use capture::Captured;
 pub use child::{SupervisedChild, Termination};
 use drain::Drain;
 pub use run::ProcessReport;
@@ -72,7 +72,7 @@ pub use spec::ProcessSpec;
 /// builds commands, it never starts one (the layering test looks for the standard name).
 pub use std::process::Command as StdCommand;
 pub use stop::StopToken;
-pub(crate) use supervise::{Clocks, LineListener, Lines, Listener, OwnClock, Streams};
+pub use supervise::{Clocks, LineListener, Lines, Listener, OwnClock, Streams};
 
 /// The environment variable carrying the run cookies of every supervised ancestor.
 ///
@@ -88,7 +88,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// Where, inside a workspace, ralph keeps the git work trees of tasks built at once
 /// (`build_concurrency`): `.ralph/worktrees/<task>`.
-pub(crate) const WORKTREES: [&str; 2] = [".ralph", "worktrees"];
+pub const WORKTREES: [&str; 2] = [".ralph", "worktrees"];
 
 /// The owner tag of the processes ralph runs for `workspace` (see [`ProcessSpec::owner`]):
 /// `ws-` and a hash of its canonical path, the same in every ralph process. A task's work
@@ -188,7 +188,7 @@ impl Exit {
     /// with the code of the process it ran, or with 128 + N when a signal N killed it, as
     /// a shell reports it (so a process that itself exits with 130 reads as killed by
     /// SIGINT).
-    pub(crate) fn through_sandbox(self) -> Exit {
+    pub fn through_sandbox(self) -> Exit {
         match self {
             Exit::Code(code @ 129..=192) => Exit::Signal(code - 128),
             other => other,
@@ -208,9 +208,9 @@ impl From<ExitStatus> for Exit {
     }
 }
 
-/// A supervised process could not be started or watched.
+/// A supervised process could not be started or watched. Exhaustive on purpose: ralph's
+/// agents and gates handle each case, and a new one must reach them.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum ProcessError {
     /// The program could not be started.
     #[error("could not start `{program}`")]

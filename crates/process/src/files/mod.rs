@@ -4,16 +4,14 @@
 //! written here (`src/layers.rs` checks it); used by every store, the spend ledger, the
 //! threads and the runtime's workspace lock.
 
-pub(crate) mod atomic;
-pub(crate) mod capped;
-pub(crate) mod journal;
-pub(crate) mod lock;
-pub(crate) mod own;
-#[cfg(feature = "threads")]
-pub(crate) mod seal;
-pub(crate) mod seen;
-pub(crate) mod slot;
-#[cfg(any(feature = "specs", feature = "threads"))]
-pub(crate) mod watch;
+pub mod atomic;
+pub mod capped;
+pub mod journal;
+pub mod lock;
+pub mod own;
+pub mod seal;
+pub mod seen;
+pub mod slot;
+pub mod watch;
 
-pub(crate) use lock::{FolderLock, LockError, LockFile};
+pub use lock::{FolderLock, LockError, LockFile};

@@ -12,20 +12,20 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 
 /// Silence on the pipes, after the end, that ends the reading.
-pub(crate) const DRAIN_QUIET: Duration = Duration::from_millis(500);
+pub(super) const DRAIN_QUIET: Duration = Duration::from_millis(500);
 /// The longest the reading goes on after the end, however much keeps coming.
-pub(crate) const DRAIN_CAP: Duration = Duration::from_secs(10);
+pub(super) const DRAIN_CAP: Duration = Duration::from_secs(10);
 
 /// The drain of one run, from the moment it ended.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Drain {
+pub(super) struct Drain {
     quiet_by: Instant,
     cap: Instant,
 }
 
 impl Drain {
     /// The run has ended now.
-    pub(crate) fn begin() -> Self {
+    pub(super) fn begin() -> Self {
         Drain::from(Instant::now())
     }
 
@@ -37,7 +37,7 @@ impl Drain {
     }
 
     /// Bytes came: the silence starts again.
-    pub(crate) fn heard(&mut self) {
+    pub(super) fn heard(&mut self) {
         self.heard_at(Instant::now());
     }
 
@@ -51,7 +51,7 @@ impl Drain {
     }
 
     /// Resolves when the reading should end (never, for a drain not begun).
-    pub(crate) async fn over(drain: Option<&Drain>) {
+    pub(super) async fn over(drain: Option<&Drain>) {
         match drain {
             Some(drain) => sleep_until(drain.until()).await,
             None => std::future::pending().await,

@@ -31,7 +31,7 @@ const EXIT_POLL: Duration = Duration::from_millis(100);
 ///
 /// ```
 /// use tokio::io::{AsyncBufReadExt, BufReader};
-/// use ralph::__internals::process::ProcessSpec;
+/// use ralph_loop_process::process::ProcessSpec;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -93,10 +93,7 @@ impl ProcessSpec {
     /// # Errors
     ///
     /// As [`spawn`](Self::spawn).
-    pub(crate) fn spawn_stdout_to(
-        &self,
-        file: std::fs::File,
-    ) -> Result<SupervisedChild, ProcessError> {
+    pub fn spawn_stdout_to(&self, file: std::fs::File) -> Result<SupervisedChild, ProcessError> {
         SupervisedChild::launch(self, Stdio::from(file), Stdio::piped())
     }
 }
@@ -200,7 +197,7 @@ impl SupervisedChild {
     }
 
     /// The main process's exit, once [`wait`](Self::wait) has seen it.
-    pub(crate) fn exited(&self) -> Option<Exit> {
+    pub fn exited(&self) -> Option<Exit> {
         self.exit
     }
 

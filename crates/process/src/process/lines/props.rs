@@ -2,61 +2,10 @@
 //! never panic either; the memory stays within the cap; the lines handed out, put back
 //! together, are the input, whether read or pushed.
 
-use std::collections::VecDeque;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use proptest::prelude::*;
-use tokio::io::{AsyncRead, ReadBuf};
 
+use super::strategies::{reads, stream_bytes};
 use super::{CHUNK, LineReader, LineSplitter, Piece};
-
-/// An `AsyncRead` that hands out its bytes in the reads given, each at most the buffer.
-pub(crate) struct Reads(pub(crate) VecDeque<Vec<u8>>);
-
-impl AsyncRead for Reads {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if let Some(mut front) = self.0.pop_front() {
-            let n = front.len().min(buf.remaining());
-            buf.put_slice(&front[..n]);
-            if n < front.len() {
-                self.0.push_front(front.split_off(n));
-            }
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-/// `bytes` cut at `cuts` (offsets, in any order).
-pub(crate) fn reads(bytes: &[u8], cuts: &[usize]) -> Reads {
-    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
-    cuts.sort_unstable();
-    let mut out = VecDeque::new();
-    let mut at = 0;
-    for cut in cuts.into_iter().chain([bytes.len()]) {
-        if cut > at {
-            out.push_back(bytes[at..cut].to_vec());
-            at = cut;
-        }
-    }
-    Reads(out)
-}
-
-/// Bytes rich in newlines, long runs and JSON-ish text.
-pub(crate) fn stream_bytes() -> impl Strategy<Value = Vec<u8>> {
-    let piece = prop_oneof![
-        Just(b"\n".to_vec()),
-        Just(b"{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"x\"}\n".to_vec()),
-        Just(b"{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n".to_vec()),
-        (1usize..300).prop_map(|n| vec![b'a'; n]),
-        proptest::collection::vec(any::<u8>(), 0..64),
-    ];
-    proptest::collection::vec(piece, 0..40).prop_map(|p| p.concat())
-}
 
 fn run<T>(fut: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()

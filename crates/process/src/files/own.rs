@@ -19,7 +19,7 @@ use std::io;
 use std::path::Path;
 
 /// The name of ralph's state folder inside a workspace.
-pub(crate) const STATE_DIR_NAME: &str = ".ralph";
+pub const STATE_DIR_NAME: &str = ".ralph";
 
 /// What the `.gitignore` of one of ralph's folders says.
 const IGNORE_ALL: &str = "# ralph's own files: kept out of git by ralph\n*\n";
@@ -27,7 +27,7 @@ const IGNORE_ALL: &str = "# ralph's own files: kept out of git by ralph\n*\n";
 /// Creates `dir` and its parents, as [`std::fs::create_dir_all`] does; when `dir` is in a
 /// state folder, that folder ignores itself. Any other path, a user's file's folder, is
 /// only created.
-pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
+pub fn create_dir_all(dir: &Path) -> io::Result<()> {
     // Asked first: the folder is nearly always there (every agent run logs into it), and
     // `create_dir_all` would try `mkdir` and then ask anyway.
     if !dir.is_dir() {
@@ -49,7 +49,7 @@ fn within_state_dir(dir: &Path) -> io::Result<()> {
 
 /// Creates `dir`, a folder for ralph's own files (its logs), and its parents: a folder
 /// ralph makes ignores itself; one that was there already is left as it is.
-pub(crate) fn create_own_dir(dir: &Path) -> io::Result<()> {
+pub fn create_own_dir(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         return within_state_dir(dir);
     }
