@@ -1,6 +1,7 @@
 //! The docs stay true: every test `docs/conformance.md` cites exists where it says, every row
 //! is shown by a test or is a difference explained in `docs/seed-differences.md`; the README
-//! links the format pages, and the FakeAgent page's example script runs.
+//! links the format pages; the configuration page names every key and variable; and the
+//! FakeAgent page's example script runs.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -273,7 +274,9 @@ fn the_check_wants_a_difference_named_by_its_whole_id() {
     }
 }
 
-/// The README links the pages of the formats a command-agent author needs.
+/// The README links the pages of the formats a command-agent author needs, and both
+/// command tables (the README's short one, the whole one of `docs/running.md`) name
+/// `ralph schema`.
 #[test]
 fn the_readme_links_the_format_pages() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -285,10 +288,13 @@ fn the_readme_links_the_format_pages() {
         );
         assert!(root.join(page).is_file(), "{page}");
     }
-    assert!(
-        readme.contains("| `ralph schema [ROLE]` |"),
-        "README's command table"
-    );
+    let running = std::fs::read_to_string(root.join("docs/running.md")).unwrap();
+    for (name, text) in [("README", &readme), ("docs/running.md", &running)] {
+        assert!(
+            text.contains("| `ralph schema [ROLE]` |"),
+            "{name}'s command table"
+        );
+    }
 }
 
 /// The whole script at the end of `docs/fake-agent.md` runs `ralph construct` to a
@@ -327,14 +333,15 @@ fn keys(table: impl serde::Serialize) -> Vec<String> {
 }
 
 /// Every key of each agent's table (`[claude]`, `[codex]`, `[gemini]`, `[opencode]`,
-/// `[agent.NAME]`) is in the README with its `RALPH_…` variable, and so is every
-/// top-level setting and every variable ralph reads besides the settings.
+/// `[agent.NAME]`) is on the configuration page (`docs/configuration.md`) with its
+/// `RALPH_…` variable, and so is every top-level setting and every variable ralph reads
+/// besides the settings.
 #[test]
-fn the_readme_names_every_agent_key_and_its_variable() {
+fn the_configuration_page_names_every_key_and_its_variable() {
     use ralph::config::{CommandConfig, Config};
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let page = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
     // The CLIs' tables as a workspace's config holds them, their optional keys set.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -358,11 +365,11 @@ fn the_readme_names_every_agent_key_and_its_variable() {
     for (table, keys) in &tables {
         assert!(keys.len() >= 5, "{table}: {keys:?}");
         for key in keys {
-            if !readme.contains(&format!("| `{key}` |")) {
+            if !page.contains(&format!("| `{key}` |")) {
                 missing.push(format!("the key {key} of {table}"));
             }
             let var = format!("`RALPH_{table}__{}`", key.to_ascii_uppercase());
-            if !readme.contains(&var) {
+            if !page.contains(&var) {
                 missing.push(var);
             }
         }
@@ -376,7 +383,7 @@ fn the_readme_names_every_agent_key_and_its_variable() {
         "RALPH_SKIP_REAL_CLAUDE",
         "RALPH_CLAUDE_CACHE",
     ] {
-        if !readme.contains(&format!("`{var}`")) {
+        if !page.contains(&format!("`{var}`")) {
             missing.push(var.to_owned());
         }
     }
@@ -387,13 +394,13 @@ fn the_readme_names_every_agent_key_and_its_variable() {
             format!("[[{key}]]"),
             format!("[{key}."),
         ];
-        if !shown.iter().any(|s| readme.contains(s)) {
+        if !shown.iter().any(|s| page.contains(s)) {
             missing.push(format!("the setting {key}"));
         }
     }
     assert!(
         missing.is_empty(),
-        "not in README.md:\n{}",
+        "not in docs/configuration.md:\n{}",
         missing.join("\n")
     );
 }
