@@ -379,7 +379,7 @@ pub enum Event {
         /// 3 PreflightFailed, 4 or a signal's code Paused).
         exit_code: i32,
         /// How the run's agents and gates were confined: `bubblewrap`, `unconfined (…)` and
-        /// why, `off (unconfined)`, `machine (declared a sandbox)` (the README's "Sandbox").
+        /// why, `off (unconfined)`, `machine (declared a sandbox)` ("Sandbox" in docs/running.md).
         #[serde(skip_serializing_if = "String::is_empty")]
         sandbox: String,
         /// Whether the run ended in a state only a person can move on from: blocked,

@@ -146,6 +146,41 @@ pub mod thread;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The examples of `docs/running.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/running.md")]
+pub struct RunningDoctests;
+
+/// The examples of `docs/configuration.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/configuration.md")]
+pub struct ConfigurationDoctests;
+
+/// The examples of `docs/agent-clis.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/agent-clis.md")]
+pub struct AgentClisDoctests;
+
+/// The examples of `docs/library.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/library.md")]
+pub struct LibraryDoctests;
+
+/// The examples of `docs/adapters.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/adapters.md")]
+pub struct AdaptersDoctests;
+
+/// The examples of `docs/design.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/design.md")]
+pub struct DesignDoctests;
+
+/// The examples of `docs/benchmarks.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/benchmarks.md")]
+pub struct BenchmarksDoctests;
+
 #[cfg(feature = "fake")]
 pub use agent::FakeAgent;
 pub use agent::claude::ClaudeCli;

@@ -5,7 +5,7 @@
 //!
 //! The folders are each CLI's documented defaults, moved by the variables that move them
 //! (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, `HOME`, the XDG folders), read from the agent's own
-//! `env` first and ralph's environment after. The README's "Sandbox" section lists them.
+//! `env` first and ralph's environment after. `docs/sandbox.md` lists them.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

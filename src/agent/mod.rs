@@ -360,7 +360,7 @@ impl AgentRequest {
     /// set on `command`; killing the returned process kills everything in the sandbox.
     /// Unconfined, a copy of `command`. The way for an agent written in Rust to run a
     /// program under the run's policy: ralph confines the processes it starts, never code
-    /// in its own process (see the README's "Sandbox").
+    /// in its own process (see "Sandbox" in docs/running.md).
     ///
     /// ```
     /// use ralph::{AgentRequest, Role};

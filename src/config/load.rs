@@ -593,7 +593,7 @@ mod tests {
         });
     }
 
-    /// What the README says of the agents' variables: a list or a table is one variable
+    /// What docs/configuration.md says of the agents' variables: a list or a table is one variable
     /// holding it whole, its keys as written (a variable per key would arrive lower-cased).
     #[test]
     fn lists_and_tables_come_whole_from_one_variable() {

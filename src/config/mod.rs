@@ -268,7 +268,7 @@ pub struct Config {
     pub agents: Vec<String>,
     /// Plan mode and build mode over `implementation.json` (seeds 004 and 002).
     pub planning: PlanningConfig,
-    /// `[sandbox]`: how agents, gates and git hooks are confined (the README's "Sandbox").
+    /// `[sandbox]`: how agents, gates and git hooks are confined ("Sandbox" in docs/running.md).
     /// Not public: set in `ralph.toml`, `RALPH_SANDBOX__…`, or
     /// [`RalphBuilder::config`](crate::RalphBuilder::config) (`"sandbox.mode"`).
     pub(crate) sandbox: SandboxConfig,

@@ -83,8 +83,8 @@ impl GateConfig {
 }
 
 /// `[sandbox]`: how the processes ralph starts for work are confined (every agent run,
-/// every gate, the git hooks of ralph's commits), and what they may do. See the README's
-/// "Sandbox" section for what is confined and what is not.
+/// every gate, the git hooks of ralph's commits), and what they may do. See "Sandbox" in
+/// docs/running.md for what is confined and what is not.
 ///
 /// ```toml
 /// [sandbox]

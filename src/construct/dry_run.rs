@@ -95,7 +95,7 @@ pub struct DryRun {
     /// The gates a task's attempt must pass, by name, in order; optional ones are marked
     /// `(optional)`. Empty when there is none.
     pub gates: Vec<String>,
-    /// How the run's agent and gates would be confined (the README's "Sandbox").
+    /// How the run's agent and gates would be confined ("Sandbox" in docs/running.md).
     pub sandbox: String,
 }
 

@@ -175,7 +175,7 @@ impl Context {
         };
         Some(format!(
             "{} may not act: agent {} {runs} no tokens or cost unless it writes them to the \
-             file ${} names (see the README's \"Any other CLI\")",
+             file ${} names (see \"Any other CLI\" in docs/agent-clis.md)",
             limits.join(" and "),
             agents.join(", "),
             crate::agent::USAGE_FILE_VAR,

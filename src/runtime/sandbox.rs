@@ -81,8 +81,8 @@ const SOCKETS: &[&str] = &[
 const RESOLVER: &str = "/run/systemd/resolve";
 
 /// The caches of the usual toolchains under a home, writable so that a build can fetch
-/// and reuse what it depends on (they are shared with the user's own builds: see the
-/// README).
+/// and reuse what it depends on (they are shared with the user's own builds: see "Sandbox"
+/// in docs/running.md).
 const CACHES: &[&str] = &[
     ".cargo/registry",
     ".cargo/git",

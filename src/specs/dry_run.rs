@@ -38,7 +38,7 @@ pub struct PlanDryRun {
     /// The `.md` files of the specs folder plan mode leaves out, each with why (a link that
     /// leads outside the folder).
     pub skipped: Vec<String>,
-    /// How the planner would be confined (the README's "Sandbox").
+    /// How the planner would be confined ("Sandbox" in docs/running.md).
     pub sandbox: String,
 }
 
@@ -90,7 +90,7 @@ pub struct BuildDryRun {
     pub gates: Vec<String>,
     /// The agent that would run ([`Agent::name`](crate::Agent::name)).
     pub agent: String,
-    /// How the agent and gates would be confined (the README's "Sandbox").
+    /// How the agent and gates would be confined ("Sandbox" in docs/running.md).
     pub sandbox: String,
     /// `retries`.
     pub retries: u32,

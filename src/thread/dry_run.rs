@@ -30,7 +30,7 @@ pub struct ThreadDryRun {
     pub criteria: Vec<String>,
     /// The agents the loop would run with, in order (a fallback chain when several).
     pub agents: Vec<String>,
-    /// How its agents and checks would be confined (the README's "Sandbox").
+    /// How its agents and checks would be confined ("Sandbox" in docs/running.md).
     pub sandbox: String,
     /// The verifier of the criteria without a command: a registered name, or the agents
     /// above.

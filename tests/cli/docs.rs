@@ -1,6 +1,8 @@
 //! The docs stay true: every test `docs/conformance.md` cites exists where it says, every row
 //! is shown by a test or is a difference explained in `docs/seed-differences.md`; the README
-//! links the format pages, and the FakeAgent page's example script runs.
+//! links the format pages and reaches every page and section of `docs/`; every relative link
+//! of the README and of `docs/` leads to a file and a heading that exist; the configuration
+//! page names every key and variable; and the FakeAgent page's example script runs.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -273,7 +275,9 @@ fn the_check_wants_a_difference_named_by_its_whole_id() {
     }
 }
 
-/// The README links the pages of the formats a command-agent author needs.
+/// The README links the pages of the formats a command-agent author needs, and both
+/// command tables (the README's short one, the whole one of `docs/running.md`) name
+/// `ralph schema`.
 #[test]
 fn the_readme_links_the_format_pages() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -285,9 +289,147 @@ fn the_readme_links_the_format_pages() {
         );
         assert!(root.join(page).is_file(), "{page}");
     }
+    let running = std::fs::read_to_string(root.join("docs/running.md")).unwrap();
+    for (name, text) in [("README", &readme), ("docs/running.md", &running)] {
+        assert!(
+            text.contains("| `ralph schema [ROLE]` |"),
+            "{name}'s command table"
+        );
+    }
+}
+
+/// The pages the README's sections moved to: each of their sections is reached from the
+/// README by a link to its heading.
+const MOVED_TO: [&str; 7] = [
+    "running.md",
+    "configuration.md",
+    "agent-clis.md",
+    "library.md",
+    "adapters.md",
+    "design.md",
+    "benchmarks.md",
+];
+
+/// The `##` and `###` headings of a markdown page, outside its fenced blocks.
+fn headings(page: &str) -> Vec<&str> {
+    let mut fenced = false;
+    let mut found = Vec::new();
+    for line in page.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && (line.starts_with("## ") || line.starts_with("### ")) {
+            found.push(line.trim_start_matches('#').trim());
+        }
+    }
+    found
+}
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The targets of the markdown links of `text`: `](target)`.
+fn link_targets(text: &str) -> Vec<&str> {
+    text.match_indices("](")
+        .filter_map(|(at, _)| {
+            let rest = &text[at + 2..];
+            rest.find(')').map(|end| &rest[..end])
+        })
+        .collect()
+}
+
+/// Done when (issue 40): "`docs/` by audience; every moved section reachable from the
+/// README". The README links every page of `docs/`, and every section of the pages its
+/// sections moved to, by its heading's anchor.
+#[test]
+fn the_readme_reaches_every_page_and_section_of_docs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") && !readme.contains(&format!("](docs/{name}")) {
+            missing.push(format!("docs/{name}"));
+        }
+    }
+    for page in MOVED_TO {
+        let text = std::fs::read_to_string(root.join("docs").join(page)).unwrap();
+        for heading in headings(&text) {
+            let link = format!("](docs/{page}#{})", anchor(heading));
+            if !readme.contains(&link) {
+                missing.push(format!("{page}: {heading} ({link})"));
+            }
+        }
+    }
     assert!(
-        readme.contains("| `ralph schema [ROLE]` |"),
-        "README's command table"
+        missing.is_empty(),
+        "not reached from README.md:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// Every relative link of the README and of the pages of `docs/` leads to a file that
+/// exists, and a link to a heading of a markdown page (`page.md#anchor`) to a heading
+/// that page has.
+#[test]
+fn every_relative_link_of_the_docs_leads_somewhere() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let dir = page.parent().unwrap();
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, heading) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() {
+                page.clone()
+            } else {
+                dir.join(file)
+            };
+            let shown = format!("{}: ({target})", page.strip_prefix(root).unwrap().display());
+            if !path.exists() {
+                broken.push(shown);
+            } else if !heading.is_empty() && path.extension().is_some_and(|e| e == "md") {
+                let linked = std::fs::read_to_string(&path).unwrap();
+                if !headings(&linked).iter().any(|h| anchor(h) == heading) {
+                    broken.push(shown);
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The check itself: GitHub's anchors, as the README's links write them.
+#[test]
+fn anchors_are_githubs() {
+    assert_eq!(anchor("The `ralph` command"), "the-ralph-command");
+    assert_eq!(
+        anchor("Every agent's table, and its variables"),
+        "every-agents-table-and-its-variables"
+    );
+    assert_eq!(
+        anchor("Building tasks at once: `build_concurrency`"),
+        "building-tasks-at-once-build_concurrency"
+    );
+    assert_eq!(
+        anchor("Plan mode and build mode (`implementation.json`)"),
+        "plan-mode-and-build-mode-implementationjson"
     );
 }
 
@@ -327,14 +469,15 @@ fn keys(table: impl serde::Serialize) -> Vec<String> {
 }
 
 /// Every key of each agent's table (`[claude]`, `[codex]`, `[gemini]`, `[opencode]`,
-/// `[agent.NAME]`) is in the README with its `RALPH_…` variable, and so is every
-/// top-level setting and every variable ralph reads besides the settings.
+/// `[agent.NAME]`) is on the configuration page (`docs/configuration.md`) with its
+/// `RALPH_…` variable, and so is every top-level setting and every variable ralph reads
+/// besides the settings.
 #[test]
-fn the_readme_names_every_agent_key_and_its_variable() {
+fn the_configuration_page_names_every_key_and_its_variable() {
     use ralph::config::{CommandConfig, Config};
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let page = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
     // The CLIs' tables as a workspace's config holds them, their optional keys set.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -358,11 +501,11 @@ fn the_readme_names_every_agent_key_and_its_variable() {
     for (table, keys) in &tables {
         assert!(keys.len() >= 5, "{table}: {keys:?}");
         for key in keys {
-            if !readme.contains(&format!("| `{key}` |")) {
+            if !page.contains(&format!("| `{key}` |")) {
                 missing.push(format!("the key {key} of {table}"));
             }
             let var = format!("`RALPH_{table}__{}`", key.to_ascii_uppercase());
-            if !readme.contains(&var) {
+            if !page.contains(&var) {
                 missing.push(var);
             }
         }
@@ -376,7 +519,7 @@ fn the_readme_names_every_agent_key_and_its_variable() {
         "RALPH_SKIP_REAL_CLAUDE",
         "RALPH_CLAUDE_CACHE",
     ] {
-        if !readme.contains(&format!("`{var}`")) {
+        if !page.contains(&format!("`{var}`")) {
             missing.push(var.to_owned());
         }
     }
@@ -387,13 +530,13 @@ fn the_readme_names_every_agent_key_and_its_variable() {
             format!("[[{key}]]"),
             format!("[{key}."),
         ];
-        if !shown.iter().any(|s| readme.contains(s)) {
+        if !shown.iter().any(|s| page.contains(s)) {
             missing.push(format!("the setting {key}"));
         }
     }
     assert!(
         missing.is_empty(),
-        "not in README.md:\n{}",
+        "not in docs/configuration.md:\n{}",
         missing.join("\n")
     );
 }
