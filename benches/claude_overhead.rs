@@ -27,6 +27,9 @@
 //!
 //! Run with `cargo bench --bench claude_overhead`. Results: `benches/RESULTS.md`.
 
+// Benches and examples set up their workspaces with git and the programs they measure,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
 mod common;
 
 use std::path::PathBuf;

@@ -10,6 +10,9 @@
 //! pausing the loop.
 
 #![allow(clippy::print_stdout)]
+// Benches and examples set up their workspaces with git and the programs they measure,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
 
 use std::path::Path;
 use std::process::Command;

@@ -680,37 +680,6 @@ fn the_checker_names_a_cycle_edge_by_edge() {
     assert!(found[0].contains("c.rs:1: use a.rs"), "{}", found[0]);
 }
 
-/// Where the library may start a process: only `process/`, which puts every process in a
-/// group of its own with the run's cookie and sweeps what it leaves (`src/bin/` is a
-/// program on top of the library: its editor must own the terminal).
-const SPAWNS: [&str; 4] = [
-    "process::Command",
-    "Command::new(",
-    "std::process::Child",
-    "posix_spawn",
-];
-
-#[test]
-fn no_process_is_spawned_outside_the_process_module() {
-    let mut wrong = Vec::new();
-    for source in sources(&LIBRARY) {
-        let own = source.module.first().map_or("", String::as_str);
-        if own == "process" {
-            continue;
-        }
-        for (n, line) in source.code.lines().enumerate() {
-            if SPAWNS.iter().any(|spawn| line.contains(spawn)) {
-                wrong.push(format!("{}:{}: {}", source.name, n + 1, line.trim()));
-            }
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "processes started outside src/process/:\n{}",
-        wrong.join("\n")
-    );
-}
-
 /// What opens a file for writing, replaces, renames or cuts one.
 const WRITES: [&str; 8] = [
     "fs::write(",

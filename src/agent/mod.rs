@@ -372,6 +372,8 @@ impl AgentRequest {
     /// // A request made by hand is unconfined: the same command.
     /// assert_eq!(confined.get_program(), "make");
     /// ```
+    // Builds a command for an embedder's adapter to start; ralph starts none here.
+    #[allow(clippy::disallowed_types)]
     pub fn command(&self, command: &crate::process::StdCommand) -> crate::process::StdCommand {
         self.sandbox.command(command)
     }

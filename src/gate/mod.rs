@@ -66,6 +66,8 @@ impl GateContext {
 
     /// `command` as this check must start it: inside the run's sandbox for gates when the
     /// run is confined (no network), else a copy (see [`AgentRequest::command`](crate::AgentRequest::command)).
+    // Builds a command for an embedder's adapter to start; ralph starts none here.
+    #[allow(clippy::disallowed_types)]
     pub fn command(&self, command: &crate::process::StdCommand) -> crate::process::StdCommand {
         self.sandbox.command(command)
     }

@@ -218,6 +218,8 @@ fn content_hash(path: &Path) -> Option<u64> {
 mod tests {
     use super::*;
 
+    // Sets up the test's repository, outside any run.
+    #[allow(clippy::disallowed_types)]
     fn git(dir: &Path, args: &[&str]) {
         let out = std::process::Command::new("git")
             .args(["-c", "user.name=t", "-c", "user.email=t@t"])

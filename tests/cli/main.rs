@@ -3,6 +3,9 @@
 //! `cargo install --path . --features cli` installed), else the one this build made.
 
 #![allow(clippy::unwrap_used)]
+// Tests set up and look at their workspaces with git and the CLIs they start themselves,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -4,6 +4,9 @@
 //! except under `CI=true`.
 
 #![allow(clippy::unwrap_used)]
+// Tests set up and look at their workspaces with git and the CLIs they start themselves,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -3,6 +3,10 @@
 //! real limits. Every assertion is on counts, order, states, prompts and events — never on
 //! how long something took.
 
+// Tests set up and look at their workspaces with git and the CLIs they start themselves,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -5,6 +5,10 @@
 //! process-wide, and other tests running ralph on other threads at the same time made this
 //! one see nothing now and then.
 
+// Tests set up and look at their workspaces with git and the CLIs they start themselves,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -1,5 +1,9 @@
 //! What every mode goes through: process supervision, gates, signals (the matrix of every mode × signal), and the promises every mode keeps.
 
+// Tests set up and look at their workspaces with git and the CLIs they start themselves,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -1,5 +1,9 @@
 //! Plan mode and build mode over `implementation.json`: planning, building, verifying, committing, crash safety, logs.
 
+// Tests set up and look at their workspaces with git and the CLIs they start themselves,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -1,5 +1,9 @@
 //! The stores (`plan.jsonl`, the progress file) and real git.
 
+// Tests set up and look at their workspaces with git and the CLIs they start themselves,
+// outside any run: the rule that processes start in ralph-loop-process is the library's.
+#![allow(clippy::disallowed_types)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -62,6 +62,8 @@ pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
 /// commit, so the demo shows each task committed, and so that ralph, in a demo made inside
 /// someone's repository (`--in sub`), commits to the demo's repository, never theirs.
 /// Without git the demo runs all the same, committing nothing.
+// Sets up the demo's folder before any run: nothing to confine or sweep.
+#[allow(clippy::disallowed_types)]
 fn init_demo_repo(dir: &Path) {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
