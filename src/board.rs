@@ -442,7 +442,7 @@ fn unblocked(board: &mut Board, mut task: Task) -> (Unblocked, Vec<Change>) {
     task.deps.retain(|d| !dropped.contains(d));
     if rules::id_problem(task.id.as_str()).is_none() {
         let id = task.id.clone();
-        return (Unblocked { task: id, dropped }, vec![Change::Task(task)]);
+        return (Unblocked::new(id, dropped), vec![Change::Task(task)]);
     }
     let old = task.id.clone();
     let new = board.next_task_id();
@@ -463,7 +463,7 @@ fn unblocked(board: &mut Board, mut task: Task) -> (Unblocked, Vec<Change>) {
     changes.push(Change::Task(task));
     changes.push(Change::Task(replaced));
     changes.push(Change::Run(board.run.clone()));
-    (Unblocked { task: new, dropped }, changes)
+    (Unblocked::new(new, dropped), changes)
 }
 
 /// Task `id` of `board`, which a person's edit wants in status `from` (`wanted` says so).

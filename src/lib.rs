@@ -106,38 +106,26 @@
 // separately: until its items get a cfg of their own, what only the optional pipelines or
 // `__internals` use is allowed dead there too. Everything else that only an
 // optional pipeline uses carries its `#[cfg]`.
-// The foundation is a crate of its own (`crates/process`): cargo keeps it free of ralph's
-// types. Its modules are used here under their own names (`crate::process::…`).
+// The layers below the runtime are crates of their own: `crates/process` (the foundation,
+// no ralph types) and `crates/core` (the seams, the data, the configuration, the agents).
+// Cargo keeps them from using anything above them. Their modules are used here under their
+// own names (`crate::process::…`, `crate::agent::…`); the public ones are re-exported.
+use ralph_loop_core::{answer, event, git, outcome, prompt, signal};
 use ralph_loop_process::{files, logfile, output, process, time};
 
-pub mod agent;
-mod answer;
+pub use ralph_loop_core::{agent, config, gate, model, prioritize, store};
+
 mod board;
-pub mod config;
 mod construct;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-mod context;
-mod event;
-pub mod gate;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub, dead_code))] // see above
-mod git;
 #[cfg(test)]
 mod layers;
 #[cfg(feature = "test-util")]
 pub mod mock;
-pub mod model;
-mod outcome;
-pub mod prioritize;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-mod prompt;
 mod ralph;
 mod runtime;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-mod signal;
 #[cfg(feature = "specs")]
 pub mod specs;
 pub mod steer;
-pub mod store;
 #[cfg(feature = "threads")]
 pub mod thread;
 
@@ -182,12 +170,17 @@ pub struct DesignDoctests;
 pub struct BenchmarksDoctests;
 
 #[cfg(feature = "fake")]
+#[doc(no_inline)] // a page of its own in its module
 pub use agent::FakeAgent;
+#[doc(no_inline)] // a page of its own in its module
 pub use agent::claude::ClaudeCli;
+#[doc(no_inline)] // a page of its own in its module
 pub use agent::{Agent, AgentError, AgentExit, AgentRequest, AgentRun, Role};
+#[doc(no_inline)] // a page of its own in its module
 pub use config::Config;
 pub use construct::dry_run::DryRun;
 pub use event::{Event, Observer};
+#[doc(no_inline)] // a page of its own in its module
 pub use gate::{Gate, GateReport, GateStatus, ShellGate};
 #[cfg(any(feature = "specs", feature = "threads"))]
 pub use git::GitError;
@@ -199,6 +192,7 @@ pub use outcome::BlockedItem;
 pub use outcome::Outcome;
 #[cfg(feature = "specs")]
 pub use outcome::SpecsOutcome;
+#[doc(no_inline)] // a page of its own in its module
 pub use prioritize::{CriticalPath, Prioritizer};
 pub use process::StopToken;
 pub use ralph::{Ralph, RalphBuilder, answer_schema};
@@ -220,7 +214,7 @@ pub mod __internals {
         pub use crate::agent::claude::stream::*;
     }
     pub mod context {
-        pub use crate::context::*;
+        pub use ralph_loop_core::context::*;
     }
     pub mod git {
         pub use crate::git::*;
@@ -263,4 +257,5 @@ pub mod __internals {
         pub const EVENTS_KEPT: usize = crate::agent::EVENTS_KEPT;
     }
 }
+#[doc(no_inline)] // a page of its own in its module
 pub use store::{JsonlStore, MemoryStore, ProgressStore, Store};

@@ -842,8 +842,8 @@ fn collect_gates(
 
 fn open_store(workspace: &Path, config: &Config) -> Result<Arc<dyn Store>, BuildError> {
     Ok(match &config.store {
-        StoreConfig::Progress { path } => Arc::new(ProgressStore::open(workspace.join(path))?),
-        StoreConfig::Jsonl { path } => Arc::new(JsonlStore::open(workspace.join(path))?),
+        StoreConfig::Progress { path, .. } => Arc::new(ProgressStore::open(workspace.join(path))?),
+        StoreConfig::Jsonl { path, .. } => Arc::new(JsonlStore::open(workspace.join(path))?),
         StoreConfig::Memory {} => Arc::new(MemoryStore::new()),
     })
 }

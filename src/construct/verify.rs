@@ -563,10 +563,8 @@ mod tests {
         std::fs::write(dir.path().join("spec.md"), "# S\n").unwrap();
         let store = Batches::default();
         // A board whose spec was seeded and built: three tasks wait for VERIFY.
-        let run = RunState {
-            seeded: true,
-            ..RunState::default()
-        };
+        let mut run = RunState::default();
+        run.seeded = true;
         let done = (1..=3)
             .map(|i| Change::Task(Task::new(format!("t-{i}"), "x").with_status(TaskStatus::Done)));
         let board: Vec<Change> = std::iter::once(Change::Run(run)).chain(done).collect();

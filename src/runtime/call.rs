@@ -438,10 +438,7 @@ impl Caller {
             waits.before(call, &run, wait)?;
             let started = Instant::now();
             if !self.pause(wait).await {
-                return Ok(Ok(AgentRun {
-                    exit: AgentExit::Stopped,
-                    ..run
-                }));
+                return Ok(Ok(run.with_exit(AgentExit::Stopped)));
             }
             call.deadline += started.elapsed();
             waits.after(call)?;
@@ -802,16 +799,10 @@ impl Caller {
     /// out when the deadline stopped it, and failed when it stopped on its own.
     fn classify(&self, run: AgentRun, deadline: Instant) -> AgentRun {
         if self.stop.is_stopped() {
-            return AgentRun {
-                exit: AgentExit::Stopped,
-                ..run
-            };
+            return run.with_exit(AgentExit::Stopped);
         }
         match run.exit {
-            AgentExit::Stopped if Instant::now() >= deadline => AgentRun {
-                exit: AgentExit::TimedOut,
-                ..run
-            },
+            AgentExit::Stopped if Instant::now() >= deadline => run.with_exit(AgentExit::TimedOut),
             // Stopped while neither the user nor the deadline asked: the agent gave up on its
             // own; count it as a failed attempt.
             AgentExit::Stopped => ended(
@@ -854,12 +845,7 @@ impl Caller {
                 return;
             }
             if let AgentEvent::AgentChosen { agent, reason } = &detail {
-                let choice = AgentChoice {
-                    at: time::now_rfc3339(),
-                    agent: agent.clone(),
-                    subject: subject.clone(),
-                    reason: reason.clone(),
-                };
+                let choice = AgentChoice::new(agent, subject.clone(), reason);
                 *chosen.lock().unwrap_or_else(PoisonError::into_inner) = Some(choice.clone());
                 if let Err(e) = super::choices::record(&workspace, choice) {
                     emitter.emit(&Event::Warning {
@@ -992,10 +978,7 @@ fn refused_question(role: Role, run: &AgentRun) -> Option<String> {
 
 /// `run` ended by ralph's runtime rather than the agent: failed for `reason`, of `kind`.
 fn ended(run: AgentRun, reason: String, kind: FailureKind) -> AgentRun {
-    AgentRun {
-        exit: AgentExit::Failed { reason, kind },
-        ..run
-    }
+    run.with_exit(AgentExit::Failed { reason, kind })
 }
 
 /// `line` with the tokens of `usage` and `cost_usd`.

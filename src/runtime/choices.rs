@@ -68,12 +68,10 @@ mod tests {
     use super::*;
 
     fn choice(n: usize) -> AgentChoice {
-        AgentChoice {
-            at: format!("2026-11-25T00:00:{n:02}Z"),
-            agent: "codex".into(),
-            subject: Some(format!("t-{n}")),
-            reason: "claude is rate limited".into(),
-        }
+        let mut choice =
+            AgentChoice::new("codex", Some(format!("t-{n}")), "claude is rate limited");
+        choice.at = format!("2026-11-25T00:00:{n:02}Z");
+        choice
     }
 
     #[test]

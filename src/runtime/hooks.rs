@@ -349,7 +349,7 @@ mod tests {
     /// The names of `Event`'s variants, read from its source, in snake case: what their
     /// `event` tags are (`#[serde(tag = "event", rename_all = "snake_case")]`).
     fn event_tags() -> Vec<String> {
-        let source = include_str!("../event.rs");
+        let source = include_str!("../../crates/core/src/event.rs");
         let start = source
             .find("pub enum Event {")
             .expect("the Event enum is in event.rs");

@@ -43,13 +43,12 @@ mod tests {
     use super::*;
 
     fn usage(input: u64, cache_read: u64, cache_creation: u64, output: u64) -> Usage {
-        Usage {
-            input_tokens: input,
-            output_tokens: output,
-            cache_read_tokens: cache_read,
-            cache_creation_tokens: cache_creation,
-            ..Usage::default()
-        }
+        let mut usage = Usage::default();
+        usage.input_tokens = input;
+        usage.output_tokens = output;
+        usage.cache_read_tokens = cache_read;
+        usage.cache_creation_tokens = cache_creation;
+        usage
     }
 
     fn prices(rates: &[(&str, f64)]) -> Prices {
