@@ -37,9 +37,9 @@ use std::process::Stdio;
 use std::sync::LazyLock;
 
 use divan::{Bencher, black_box};
-use ralph::__internals::process::ProcessSpec;
 use ralph::ClaudeCli;
 use ralph::agent::{Agent, AgentExit, AgentRequest, Role};
+use ralph_loop_process::process::ProcessSpec;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;

@@ -71,7 +71,7 @@ fn main() {
     // mixes rounds.
     let mut overheads = Vec::new();
     let mut rests = Vec::new();
-    let sandbox = ralph::__internals::process::Sandbox::bubblewrap().is_ok();
+    let sandbox = ralph_loop_process::process::Sandbox::bubblewrap().is_ok();
     let mut sandbox_costs = Vec::new();
     for _ in 0..rounds() {
         let ws = workspace(n, false);

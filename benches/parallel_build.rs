@@ -21,10 +21,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ralph::__internals::git::Git;
 use ralph::agent::Script;
 use ralph::model::{Change, RunState, Stage, Task};
 use ralph::{Event, FakeAgent, MemoryStore, Observer, Ralph, Role, Store};
+use ralph_loop_core::git::Git;
 use serde_json::json;
 
 const TASKS: usize = 16;

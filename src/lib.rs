@@ -90,26 +90,20 @@
 
 // Layers, top to bottom (a module imports only from its own layer or those below; the
 // pipelines never import one another; no two files import each other; `src/layers.rs`
-// checks it):
-//   facade      ralph, mock, the re-exports below
+// checks it inside this crate, cargo across crates):
+//   facade      ralph, board, mock, the re-exports below
 //   pipelines   construct, specs, thread
 //   runtime     runtime, steer
-//   seams       agent, gate, store, prioritize, and the data they exchange: model, answer,
-//               prompt, event, outcome, context
-//   foundation  config, git, signal (the marker parser); below them the crate
-//               ralph-loop-process (process, files, time, output, logfile), which cargo
-//               keeps from using anything of this crate
+//   seams       the crate ralph-loop-core (crates/core): agent, gate, store, prioritize,
+//               the data they exchange (model, answer, prompt, event, outcome, context),
+//               config, git, signal (the marker parser), and the agents
+//   foundation  the crate ralph-loop-process (crates/process): process, files, time,
+//               output, logfile, with no ralph types
 //
-// The modules `__internals` re-exports keep their items `pub` for it (the crate's own tests
-// and benches reach them there); without the `internals` feature nothing reaches them, and
-// `unreachable_pub` is allowed on those modules alone. git.rs is being reworked
-// separately: until its items get a cfg of their own, what only the optional pipelines or
-// `__internals` use is allowed dead there too. Everything else that only an
-// optional pipeline uses carries its `#[cfg]`.
-// The layers below the runtime are crates of their own: `crates/process` (the foundation,
-// no ralph types) and `crates/core` (the seams, the data, the configuration, the agents).
-// Cargo keeps them from using anything above them. Their modules are used here under their
-// own names (`crate::process::…`, `crate::agent::…`); the public ones are re-exported.
+// The inner crates' modules are used here under their own names (`crate::process::…`,
+// `crate::agent::…`); the public ones are re-exported. What only an optional pipeline uses
+// carries its `#[cfg]`. The crate's own tests and benches reach the inner crates directly,
+// and the few items of this one they need are `#[doc(hidden)]`.
 use ralph_loop_core::{answer, event, git, outcome, prompt, signal};
 use ralph_loop_process::{files, logfile, output, process, time};
 
@@ -201,61 +195,12 @@ pub use runtime::error::{BuildError, EditError, Error};
 /// crate keeps to 101 public types (`.ci/public-types`), and this one is plain data.
 #[doc(hidden)]
 pub use runtime::spend::Spent;
+/// Every scope's spend by subject and by agent, as `ralph status` shows it: plain data, no
+/// page of its own for the same reason as [`Spent`].
+#[doc(hidden)]
+pub use runtime::spend::Totals;
 pub use runtime::workspace::STATE_DIR;
 pub use steer::Steering;
 
-/// Internals the crate's own benches and tests reach: not part of the API, no stability
-/// promise. Behind the `internals` feature.
-#[cfg(feature = "internals")]
-#[doc(hidden)]
-pub mod __internals {
-    #![allow(missing_docs)]
-    pub mod stream {
-        pub use crate::agent::claude::stream::*;
-    }
-    pub mod context {
-        pub use ralph_loop_core::context::*;
-    }
-    pub mod git {
-        pub use crate::git::*;
-    }
-    pub mod logfile {
-        pub use crate::logfile::*;
-    }
-    pub mod output {
-        pub use crate::output::*;
-    }
-    pub mod process {
-        pub use crate::process::*;
-    }
-    pub mod prompt {
-        pub use crate::prompt::*;
-    }
-    pub mod signal {
-        pub use crate::signal::*;
-    }
-    pub mod spend {
-        pub use crate::runtime::spend::{Spent, Totals};
-    }
-    pub mod plan_files {
-        pub use crate::specs::plan_files::*;
-    }
-    pub mod phase {
-        pub use crate::thread::phase::*;
-    }
-    pub mod record {
-        pub use crate::thread::record::*;
-    }
-    pub mod thread_spec {
-        pub use crate::thread::spec::*;
-    }
-    pub use crate::specs::implementation::ImplementationStore;
-    /// How much of an agent's stdout is kept in memory: the last bytes of a command
-    /// agent's answer, and of a vendor CLI's event lines.
-    pub mod kept {
-        pub const ANSWER_KEPT: usize = crate::agent::ANSWER_KEPT;
-        pub const EVENTS_KEPT: usize = crate::agent::EVENTS_KEPT;
-    }
-}
 #[doc(no_inline)] // a page of its own in its module
 pub use store::{JsonlStore, MemoryStore, ProgressStore, Store};

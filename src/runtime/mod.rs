@@ -41,7 +41,6 @@ pub(crate) mod read_only;
 pub(crate) mod referee;
 pub(crate) mod sandbox;
 pub(crate) mod spec;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
 pub(crate) mod spend;
 pub(crate) mod workspace;
 pub(crate) mod worktrees;

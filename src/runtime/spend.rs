@@ -762,9 +762,7 @@ pub(crate) fn estimate_note(spent: &Spent) -> String {
 }
 
 /// Every scope's spend since its last reset, split by subject and by agent: what `ralph
-/// status` shows (through `__internals`; without that feature nothing reads it, as for the
-/// other modules `__internals` re-exports).
-#[cfg_attr(not(feature = "internals"), allow(dead_code))]
+/// status` shows.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Totals {
     /// By scope.
@@ -778,7 +776,6 @@ pub struct Totals {
     pub notice: Option<String>,
 }
 
-#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 impl Totals {
     /// The totals of the ledger in `workspace` (empty when there is none), as a run would
     /// count them: an edit found by the mark is restored here too, and nothing is written.

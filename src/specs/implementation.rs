@@ -29,7 +29,7 @@
 //! `commit`…) is left out while it is empty. Writes are atomic (temp file, fsync, rename).
 //!
 //! ```
-//! use ralph::__internals::ImplementationStore;
+//! use ralph::specs::implementation::ImplementationStore;
 //! use ralph::specs::Status;
 //!
 //! let dir = tempfile::tempdir()?;

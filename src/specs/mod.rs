@@ -10,12 +10,12 @@
 pub(crate) mod build;
 pub(crate) mod dry_run;
 mod history;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-pub(crate) mod implementation;
+#[doc(hidden)] // ralph's own tests reach it: no promise
+pub mod implementation;
 mod json_locate;
 pub(crate) mod logs;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-pub(crate) mod plan_files;
+#[doc(hidden)] // ralph's own tests reach it: no promise
+pub mod plan_files;
 pub(crate) mod plan_mode;
 pub(crate) mod scratchpad;
 pub(crate) mod unblock;

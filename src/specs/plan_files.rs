@@ -30,7 +30,7 @@
 //! ([`PlanFiles::keep_invalidated`]), so the re-planner is shown it.
 //!
 //! ```
-//! use ralph::__internals::plan_files::{PlanFiles, Resume};
+//! use ralph::specs::plan_files::{PlanFiles, Resume};
 //!
 //! let ws = tempfile::tempdir()?;
 //! std::fs::create_dir_all(ws.path().join("specs/area"))?;
@@ -174,7 +174,7 @@ impl PlanFiles {
     }
 
     /// The folder of the plans (`specs/plans`), absolute.
-    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)] // ralph's own tests look
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -386,7 +386,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 /// above it, which must not be empty.
 ///
 /// ```
-/// use ralph::__internals::plan_files::plan_from_answer;
+/// use ralph::specs::plan_files::plan_from_answer;
 ///
 /// let plan = plan_from_answer("# Plan: x\n1. Edit lib.rs\n\nPLAN_COMPLETE\n", "PLAN_COMPLETE");
 /// assert_eq!(plan.unwrap(), "# Plan: x\n1. Edit lib.rs");

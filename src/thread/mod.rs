@@ -134,17 +134,17 @@ mod error;
 mod handle;
 mod lifecycle;
 mod lock;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-pub(crate) mod phase;
+#[doc(hidden)] // ralph's own tests reach it: no promise
+pub mod phase;
 mod polish;
 mod preflight;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-pub(crate) mod record;
+#[doc(hidden)] // ralph's own tests reach it: no promise
+pub mod record;
 mod registry;
 mod repair;
 mod running;
-#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))] // pub for `__internals`
-pub(crate) mod spec;
+#[doc(hidden)] // the `ralph` command checks a spec with it: no promise
+pub mod spec;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

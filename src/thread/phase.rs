@@ -6,7 +6,7 @@
 //! [`check`] refuses any other with both phases named.
 //!
 //! ```
-//! use ralph::__internals::phase::{check, PhaseKind};
+//! use ralph::thread::phase::{check, PhaseKind};
 //!
 //! assert!(check(PhaseKind::Drafting, PhaseKind::Finalized).is_ok());
 //! let refused = check(PhaseKind::Drafting, PhaseKind::Running).unwrap_err();

@@ -13,14 +13,14 @@
 //!   any other criterion is judged by a read-only verifier agent.
 //!
 //! ```
-//! use ralph::__internals::thread_spec::ThreadSpec;
+//! use ralph::thread::spec::ThreadSpec;
 //!
 //! let spec = ThreadSpec::parse("# Greeter\n<promise>DONE</promise>\n\n## Acceptance Criteria\n\
 //!     - [ ] greets: `grep -q hello hello.txt`\n- [ ] the greeting is friendly\n")?;
 //! assert_eq!(spec.promise, "DONE");
 //! assert_eq!(spec.criteria[0].command.as_deref(), Some("grep -q hello hello.txt"));
 //! assert_eq!(spec.criteria[1].command, None);
-//! # Ok::<(), ralph::__internals::thread_spec::SpecError>(())
+//! # Ok::<(), ralph::thread::spec::SpecError>(())
 //! ```
 
 use serde::{Deserialize, Serialize};

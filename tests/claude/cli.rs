@@ -349,7 +349,7 @@ async fn a_build_run_gets_the_prompt_on_stdin_and_ralph_s_flags() {
     assert_eq!(env["CLAUDE_CODE_MAX_RETRIES"], "2");
     assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:9");
     assert!(env["RALPH_RUN_COOKIE"].is_string(), "{env}");
-    let confined = ralph::__internals::process::Sandbox::bubblewrap().is_ok();
+    let confined = ralph_loop_process::process::Sandbox::bubblewrap().is_ok();
     if nix::unistd::geteuid().is_root() && confined {
         // As root the CLI refuses to bypass permissions without it, and it is told so only
         // when it does run in a sandbox.
@@ -814,7 +814,7 @@ async fn grandchildren_in_sessions_of_their_own_die_with_the_run(
         .parse()
         .unwrap();
     // In the sandbox the pid is one of its own PID namespace's: the test mark finds it.
-    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+    if ralph_loop_process::process::Sandbox::bubblewrap().is_err() {
         assert!(!alive(shell), "the grandchild's shell {shell} still runs");
     }
     f.assert_nothing_left(); // the shell, and its `sleep` too

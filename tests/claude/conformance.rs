@@ -9,10 +9,10 @@ use std::time::Duration;
 use crate::support::messages_api::{
     ClaudeHome, MessagesApi, Reply, alive_with_env, claude_or_skip, git_repo,
 };
-use ralph::__internals::signal::{self, TaskSignal};
 use ralph::agent::{AgentEvent, AgentExit, AgentRequest, AgentRun, Claim, FailureKind, Role};
 use ralph::config::ContextThresholds;
 use ralph::{Agent, ClaudeCli};
+use ralph_loop_core::signal::{self, TaskSignal};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -699,7 +699,7 @@ type Report = (Option<String>, Option<f64>, Option<u32>);
 /// writes `target/` in the work tree (issue 34).
 #[tokio::test]
 async fn the_bash_tool_runs_cargo_build_in_the_sandbox_and_it_writes_target() {
-    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+    if ralph_loop_process::process::Sandbox::bubblewrap().is_err() {
         eprintln!("skipped: no bubblewrap here");
         return;
     }
@@ -739,7 +739,7 @@ async fn the_bash_tool_runs_cargo_build_in_the_sandbox_and_it_writes_target() {
 /// none of the planted secrets: the command agent's suite checks the variables.)
 #[tokio::test]
 async fn every_attempt_of_the_cli_s_bash_tool_is_refused_and_the_construct_completes() {
-    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+    if ralph_loop_process::process::Sandbox::bubblewrap().is_err() {
         eprintln!("skipped: no bubblewrap here");
         return;
     }

@@ -7,11 +7,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use ralph::__internals::signal::{self, TaskSignal};
-use ralph::__internals::stream::{
+use ralph::agent::{AgentEvent, AgentExit, FailureKind};
+use ralph_loop_core::agent::claude::stream::{
     FailureCause, LineReader, Piece, RunOutcome, StreamOptions, StreamParser, StreamSummary,
 };
-use ralph::agent::{AgentEvent, AgentExit, FailureKind};
+use ralph_loop_core::signal::{self, TaskSignal};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -35,7 +35,11 @@ async fn parse_capped(stdout: &[u8], max_line: usize) -> (StreamSummary, Vec<Age
 }
 
 async fn parse(stdout: &[u8]) -> (StreamSummary, Vec<AgentEvent>) {
-    parse_capped(stdout, ralph::__internals::stream::DEFAULT_MAX_LINE).await
+    parse_capped(
+        stdout,
+        ralph_loop_core::agent::claude::stream::DEFAULT_MAX_LINE,
+    )
+    .await
 }
 
 async fn fixture(name: &str) -> (StreamSummary, Vec<AgentEvent>) {
@@ -72,7 +76,7 @@ fn tools(events: &[AgentEvent]) -> Vec<&str> {
         .collect()
 }
 
-fn failure(summary: &StreamSummary) -> &ralph::__internals::stream::Failure {
+fn failure(summary: &StreamSummary) -> &ralph_loop_core::agent::claude::stream::Failure {
     summary
         .outcome
         .failure()

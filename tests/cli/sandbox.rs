@@ -151,7 +151,7 @@ fn unconfined_and_declared_runs_say_so_and_in_process_agents_are_named() {
 
 #[test]
 fn with_bubblewrap_the_dry_run_and_the_summary_say_bubblewrap() {
-    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+    if ralph_loop_process::process::Sandbox::bubblewrap().is_err() {
         eprintln!("skipped: no bubblewrap here");
         return;
     }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Output;
 
 use super::{THREAD_SPEC, ralph, stderr, stdout};
-use ralph::__internals::git::Git;
+use ralph_loop_core::git::Git;
 
 /// A shell-script agent: keeps each prompt in `.ralph/prompts/` (ralph's state, never
 /// committed, which the sandbox lets it write: see [`repo_with`]), and as a builder writes

@@ -93,7 +93,7 @@ support::cli_rig::cli_agent_suite!(codex_or_skip());
 #[tokio::test]
 async fn a_read_only_role_runs_a_shell_command_inside_ralph_s_sandbox() {
     let Some(bin) = codex_or_skip() else { return };
-    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+    if ralph_loop_process::process::Sandbox::bubblewrap().is_err() {
         eprintln!("skipped: no bubblewrap here");
         return;
     }

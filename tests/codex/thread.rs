@@ -6,7 +6,7 @@ use std::path::Path;
 use super::Rig;
 use crate::support;
 use crate::support::responses_api::{Reply, codex_or_skip};
-use ralph::__internals::git::Git;
+use ralph_loop_core::git::Git;
 
 /// A spec whose criteria are commands, so the loop asks Codex only to build.
 const SPEC: &str = "# Greeter\n\nWrite greet.sh: `sh greet.sh` prints `Hello, World!`.\n\n<promise>GREETER_DONE</promise>\n\n## Acceptance Criteria\n\n- [ ] greets the world: `sh greet.sh | grep -qx 'Hello, World!'`\n";

@@ -108,7 +108,7 @@ fn write(dir: &Path, rel: &str, text: &str) {
 #[case::python(Ecosystem::Python)]
 #[case::node(Ecosystem::Node)]
 fn an_honest_agent_builds_each_ecosystem_to_complete_in_the_sandbox(#[case] eco: Ecosystem) {
-    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+    if ralph_loop_process::process::Sandbox::bubblewrap().is_err() {
         eprintln!("skipped: no bubblewrap here");
         return;
     }

@@ -351,14 +351,14 @@ async fn plan_mode_refuses_spec_paths_outside_the_specs_folder() {
 /// Starts `sleep <secs>` in a session of its own, tagged as a process of `workspace`'s
 /// runs: what a SIGKILLed ralph leaves behind.
 fn leftover(workspace: &Path, secs: u32) -> u32 {
-    let owner = ralph::__internals::process::owner_of(workspace);
+    let owner = ralph_loop_process::process::owner_of(workspace);
     let out = std::process::Command::new("sh")
         .args([
             "-c",
             &format!("setsid sleep {secs} >/dev/null 2>&1 & echo $!"),
         ])
         .env(
-            ralph::__internals::process::COOKIE_VAR,
+            ralph_loop_process::process::COOKIE_VAR,
             format!("dead-run:{owner}"),
         )
         .output()

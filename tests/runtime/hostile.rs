@@ -186,7 +186,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 #[case::plan_then_build(Mode::PlanThenBuild)]
 #[case::thread(Mode::Thread)]
 fn every_attempt_of_a_hostile_agent_is_refused_and_the_run_completes(#[case] mode: Mode) {
-    if let Err(why) = ralph::__internals::process::Sandbox::bubblewrap() {
+    if let Err(why) = ralph_loop_process::process::Sandbox::bubblewrap() {
         eprintln!("skipped: no sandbox here ({why})");
         return;
     }
@@ -258,7 +258,7 @@ async fn the_hooks_of_ralphs_commits_run_in_the_sandbox() {
     use ralph::agent::Script;
     use ralph::{FakeAgent, Ralph, Role};
 
-    if ralph::__internals::process::Sandbox::bubblewrap().is_err() {
+    if ralph_loop_process::process::Sandbox::bubblewrap().is_err() {
         eprintln!("skipped: no sandbox here");
         return;
     }

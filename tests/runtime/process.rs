@@ -5,8 +5,8 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use ralph::__internals::process::{COOKIE_VAR, Exit, ProcessError, ProcessSpec};
 use ralph::StopToken;
+use ralph_loop_process::process::{COOKIE_VAR, Exit, ProcessError, ProcessSpec};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const SIGTERM: i32 = 15;

@@ -5,9 +5,9 @@ use std::error::Error as _;
 use std::fs;
 use std::time::Duration;
 
-use ralph::__internals::output::{DEFAULT_HEAD, DEFAULT_TAIL};
 use ralph::StopToken;
 use ralph::gate::{Gate, GateContext, GateError, GateStatus, ShellGate};
+use ralph_loop_process::output::{DEFAULT_HEAD, DEFAULT_TAIL};
 
 fn gate(command: &str) -> ShellGate {
     ShellGate::new("test", command)

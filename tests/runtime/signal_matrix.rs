@@ -237,7 +237,7 @@ impl Cell {
     /// The processes this cell's run left alive: by the `sleep`s only it uses, and by the
     /// workspace's owner tag in their environment.
     fn survivors(&self) -> Vec<String> {
-        let owner = ralph::__internals::process::owner_of(self.ws());
+        let owner = ralph_loop_process::process::owner_of(self.ws());
         let sleeps: Vec<String> = self.sleeps.iter().map(|s| format!("sleep {s}")).collect();
         let mut found = Vec::new();
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {

@@ -412,7 +412,7 @@ async fn run_logs_go_to_the_specs_run_folder() {
 /// named in `[prompts]` replaces the built-in template.
 #[test]
 fn task_and_retry_prompts_follow_seed_004() {
-    use ralph::__internals::prompt::Prompts;
+    use ralph_loop_core::prompt::Prompts;
     use serde_json::json;
     let ctx = json!({
         "spec": {"id": "a", "name": "Avatars", "file": "specs/a.md", "context": "Use src/aws.ts."},
@@ -468,7 +468,7 @@ fn task_and_retry_prompts_follow_seed_004() {
 /// spec's paths and context, before the rest of the prompt; everything else stays the same.
 #[test]
 fn the_plan_sits_between_the_paths_and_the_mission() {
-    use ralph::__internals::prompt::{Prompts, STABLE_END};
+    use ralph_loop_core::prompt::{Prompts, STABLE_END};
     use serde_json::json;
     let mut ctx = json!({
         "spec": {"id": "a", "name": "Avatars", "file": "specs/a.md", "context": "Use src/aws.ts."},
@@ -802,7 +802,7 @@ async fn a_done_spec_is_skipped_unless_forced_and_then_rebuilt_task_by_task() {
 /// person's guidance all come after it; the verifier's repeat shares it too.
 #[tokio::test]
 async fn a_spec_s_task_prompts_share_their_stable_part() {
-    use ralph::__internals::prompt::STABLE_END;
+    use ralph_loop_core::prompt::STABLE_END;
     let ws = workspace(&[("specs/a.md", SPEC_A)]);
     let dir = ws.path();
     implementation(dir, &[("a", 1, &["One", "Two"])]);

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ralph::__internals::ImplementationStore;
+use ralph::specs::implementation::ImplementationStore;
 use ralph::specs::{Implementation, SpecEntry, Status, TaskEntry};
 use ralph::store::StoreError;
 use serde_json::Value;

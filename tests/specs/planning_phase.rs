@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use crate::support::specs::*;
 use crate::support::{Recorder, specs_complete};
-use ralph::__internals::plan_files::{PlanFiles, PlanStatus};
 use ralph::agent::Script;
 use ralph::specs::Status;
+use ralph::specs::plan_files::{PlanFiles, PlanStatus};
 use ralph::{FakeAgent, Ralph, Role, SpecsOutcome};
 use serde_json::Value;
 

@@ -1,9 +1,9 @@
-//! `ralph::__internals::git` against real git in temporary repositories.
+//! `ralph_loop_core::git` against real git in temporary repositories.
 
 use std::fs;
 use std::path::Path;
 
-use ralph::__internals::git::{Git, GitError};
+use ralph_loop_core::git::{Git, GitError};
 
 /// A repository with one commit on `main`, isolated from the machine's git configuration.
 async fn repo(dir: &Path) -> Git {

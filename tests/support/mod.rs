@@ -40,14 +40,14 @@ use serde_json::{Value, json};
 /// The sandbox a run in the default mode (`[sandbox] mode = "auto"`) gives an agent that
 /// works in `ws`: bubblewrap with `ws` writable where bubblewrap works here (CI installs it),
 /// else none. A test that watches the run from outside adds the paths it writes.
-pub fn sandbox(ws: &Path) -> ralph::__internals::process::Sandbox {
+pub fn sandbox(ws: &Path) -> ralph_loop_process::process::Sandbox {
     sandbox_for(ralph::Role::Build, ws)
 }
 
 /// [`sandbox`] for a run of `role`: the work tree read-only for a role that may not write,
 /// as a run gives it.
-pub fn sandbox_for(role: ralph::Role, ws: &Path) -> ralph::__internals::process::Sandbox {
-    ralph::__internals::process::Sandbox::bubblewrap()
+pub fn sandbox_for(role: ralph::Role, ws: &Path) -> ralph_loop_process::process::Sandbox {
+    ralph_loop_process::process::Sandbox::bubblewrap()
         .map(|sandbox| match role.may_write() {
             true => sandbox.write(ws),
             false => sandbox.protect(ws),

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use ralph::__internals::ImplementationStore;
 use ralph::agent::Script;
+use ralph::specs::implementation::ImplementationStore;
 use ralph::specs::{Implementation, SpecEntry, TaskEntry};
 use ralph::{FakeAgent, Observer, Ralph, ShellGate};
 use serde_json::json;

@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use ralph::__internals::git::Git;
 use ralph::agent::{FakeAgent, Script};
 use ralph::thread::{RunConfig, Threads};
+use ralph_loop_core::git::Git;
 
 /// A spec whose two criteria are shell commands about `hello.txt`.
 pub const SPEC: &str = "# Greeter\n\nWrite hello.txt saying hello.\n\n<promise>SHIPPED</promise>\n\n## Acceptance Criteria\n\n- [ ] hello.txt exists: `test -f hello.txt`\n- [ ] it says hello: `grep -q hello hello.txt`\n";

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::threads::{SPEC, finalized, repo, writes};
-use ralph::__internals::git::Git;
 use ralph::Ralph;
 use ralph::agent::{Agent, AgentError, AgentRequest, AgentRun, FakeAgent, Script};
 use ralph::config::{Config, ContextThresholds};
 use ralph::thread::{PhaseKind, Threads};
+use ralph_loop_core::git::Git;
 use serde_json::json;
 
 /// `inner`, keeping the context thresholds of every request and the `grace` of the config

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::threads::{SPEC, finalized, no_claim, repo, threads, writes};
-use ralph::__internals::git::Git;
 use ralph::agent::{FakeAgent, Role, Script};
 use ralph::thread::{Phase, PhaseKind};
 use ralph::thread::{RunConfig, ThreadError};
+use ralph_loop_core::git::Git;
 use serde_json::json;
 
 #[tokio::test]
@@ -691,7 +691,7 @@ async fn polish_runs_an_agent_under_the_loops_checks() {
          {% if failed %}Broken: {{ failed | join(\", \") }}{% endif %} End with {{ promise }}.\n",
     )
     .unwrap();
-    ralph::__internals::git::Git::new(ws)
+    ralph_loop_core::git::Git::new(ws)
         .commit_all("prompts", &[])
         .await
         .unwrap();

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use crate::support::threads::{SPEC, finalized, repo, threads};
 use async_trait::async_trait;
-use ralph::__internals::git::Git;
 use ralph::agent::{Agent, AgentError, AgentRequest, AgentRun, FakeAgent};
 use ralph::thread::Threads;
 use ralph::thread::{Phase, PhaseKind};
+use ralph_loop_core::git::Git;
 
 /// The failures of a thread that must be PreflightFailed.
 fn failures(phase: &Phase) -> Vec<String> {

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use crate::support::threads::{SPEC, as_an_earlier_ralph_wrote, finalized, repo, threads, writes};
-use ralph::__internals::record::{self, SCHEMA_VERSION};
 use ralph::agent::FakeAgent;
 use ralph::thread::Phase;
 use ralph::thread::ThreadError;
+use ralph::thread::record::{self, SCHEMA_VERSION};
 
 fn thread_json(threads: &ralph::thread::Threads, id: &str) -> std::path::PathBuf {
     threads

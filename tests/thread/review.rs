@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use crate::support::threads::{SPEC, finalized, repo, threads, writes};
-use ralph::__internals::git::Git;
 use ralph::agent::FakeAgent;
 use ralph::thread::{Phase, PhaseKind, ThreadError};
+use ralph_loop_core::git::Git;
 
 #[tokio::test]
 async fn an_edit_after_approval_is_not_committed_unreviewed() {

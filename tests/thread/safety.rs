@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::threads::{SPEC, finalized, repo, threads, writes};
-use ralph::__internals::git::Git;
 use ralph::agent::{FakeAgent, Script};
 use ralph::thread::{Phase, PhaseKind};
 use ralph::thread::{ThreadError, Threads};
+use ralph_loop_core::git::Git;
 use rstest::rstest;
 
 /// Waits until run `run_id` of `threads` has started (its log exists).

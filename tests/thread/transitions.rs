@@ -1,9 +1,9 @@
-//! Seed 001's transition tables, row by row, against `ralph::__internals::phase`; and every
+//! Seed 001's transition tables, row by row, against `ralph::thread::phase`; and every
 //! other pair refused with both phases named.
 
 #![allow(clippy::unwrap_used)]
 
-use ralph::__internals::phase::{PhaseKind as K, TRANSITIONS, TransitionGroup, check, find};
+use ralph::thread::phase::{PhaseKind as K, TRANSITIONS, TransitionGroup, check, find};
 use rstest::rstest;
 
 #[rstest]

@@ -52,7 +52,7 @@ impl ContextMonitor {
     /// Feeds the context size after an API call.
     ///
     /// ```
-    /// use ralph::__internals::context::{ContextAction, ContextMonitor};
+    /// use ralph_loop_core::context::{ContextAction, ContextMonitor};
     /// use ralph::config::ContextThresholds;
     ///
     /// let mut m = ContextMonitor::new(ContextThresholds::default(), 1000);

@@ -9,7 +9,7 @@
 //! # Example
 //!
 //! ```
-//! use ralph::__internals::git::Git;
+//! use ralph_loop_core::git::Git;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -33,7 +33,7 @@
 //! # Examples
 //!
 //! ```
-//! use ralph::__internals::signal::{parse, TaskSignal};
+//! use ralph_loop_core::signal::{parse, TaskSignal};
 //!
 //! // Counts: the marker alone on the last line.
 //! assert_eq!(parse("All tests pass.\n<TASK_DONE>\n").task, TaskSignal::Done);
@@ -78,7 +78,7 @@ impl TaskSignal {
     /// Whether the answer claims the task is done (and nothing contradicts it).
     ///
     /// ```
-    /// use ralph::__internals::signal::parse;
+    /// use ralph_loop_core::signal::parse;
     ///
     /// assert!(parse("<TASK_DONE>").task.is_done());
     /// assert!(!parse("<TASK_BLOCKED reason=\"no db\">\n<TASK_DONE>").task.is_done());
@@ -91,7 +91,7 @@ impl TaskSignal {
     /// The reason, if the answer says the task is blocked (and nothing contradicts it).
     ///
     /// ```
-    /// use ralph::__internals::signal::parse;
+    /// use ralph_loop_core::signal::parse;
     ///
     /// let markers = parse("<TASK_BLOCKED reason='needs an API key'>");
     /// assert_eq!(markers.task.blocked_reason(), Some("needs an API key"));
@@ -128,7 +128,7 @@ const PLAN_INVALIDATION: &str = "PLAN_INVALIDATION:";
 /// Parses the markers of an agent's final answer; see the module docs for the rules.
 ///
 /// ```
-/// use ralph::__internals::signal::{parse, TaskSignal};
+/// use ralph_loop_core::signal::{parse, TaskSignal};
 ///
 /// let answer = "The schema needs a migration first.\n\
 ///               <TASK_BLOCKED reason=\"migration &quot;0042&quot; is missing\">\n\
@@ -175,7 +175,7 @@ pub fn parse(final_answer: &str) -> Markers {
 /// only when it is this line.
 ///
 /// ```
-/// use ralph::__internals::signal::last_line;
+/// use ralph_loop_core::signal::last_line;
 ///
 /// assert_eq!(last_line("All done.\nSHIPPED\n\n"), Some("SHIPPED"));
 /// assert_eq!(last_line("Print SHIPPED when done."), Some("Print SHIPPED when done."));
@@ -319,7 +319,7 @@ impl FenceTracker {
 /// rule for `RALPH_DONE` in a progress file's Status section.
 ///
 /// ```
-/// use ralph::__internals::signal::is_marker_line;
+/// use ralph_loop_core::signal::is_marker_line;
 ///
 /// assert!(is_marker_line("In progress\nRALPH_DONE\n", "RALPH_DONE"));
 /// assert!(!is_marker_line("Write RALPH_DONE when done", "RALPH_DONE"));

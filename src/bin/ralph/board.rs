@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use clap::{Subcommand, ValueEnum};
-use ralph::__internals::spend::Spent;
+use ralph::Spent;
 use ralph::agent::FailureKind;
 use ralph::model::{
     Board, Issue, IssueId, IssueStatus, KillReason, Priority, Stage, Task, TaskId, TaskStatus,
@@ -281,7 +281,7 @@ pub(crate) async fn status(workspace: &Path) -> Result<()> {
 /// What the agents spent, by scope (the board, build mode's run, each thread), with the
 /// agents and the subjects under it, beside the run-wide limits.
 fn spend_status(ralph: &Ralph, board: &Board) -> Result<()> {
-    use ralph::__internals::spend::Totals;
+    use ralph::Totals;
     let totals = Totals::read(ralph.workspace())?;
     let limit = spend_limit(ralph.config(), board);
     if let Some(notice) = &totals.notice {

@@ -345,7 +345,7 @@ fn tasks_line(board: &Board) -> String {
 /// the board), across resumes: in all and by subject; said to be an estimate when a run
 /// cut short counts by what it had reported.
 fn spend_summary(ralph: &Ralph) -> Result<(), ralph::Error> {
-    let totals = ralph::__internals::spend::Totals::read(ralph.workspace())?;
+    let totals = ralph::Totals::read(ralph.workspace())?;
     let spent = ralph.spent("construct")?;
     let estimate = match spent.estimated_runs {
         0 => String::new(),
@@ -387,7 +387,7 @@ fn spend_summary(ralph: &Ralph) -> Result<(), ralph::Error> {
 
 /// `; cache 900 read, 40 written (86% of the input read from the cache)`, or nothing when
 /// no run reported cache tokens: the ledger's figures, which keep them apart from the input.
-pub(crate) fn cache_note(spent: &ralph::__internals::spend::Spent) -> String {
+pub(crate) fn cache_note(spent: &ralph::Spent) -> String {
     if spent.cache_read_tokens == 0 && spent.cache_creation_tokens == 0 {
         return String::new();
     }

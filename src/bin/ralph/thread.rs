@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use ralph::__internals::thread_spec::ThreadSpec;
+use ralph::thread::spec::ThreadSpec;
 use ralph::thread::{IterationRecord, Phase, PhaseKind, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, FakeAgent, Ralph};
 

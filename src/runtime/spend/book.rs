@@ -41,7 +41,6 @@ pub(super) fn counted(lines: impl IntoIterator<Item = Line>) -> Vec<Line> {
 }
 
 /// Every scope's spend, from the lines that count.
-#[cfg_attr(not(feature = "internals"), allow(dead_code))] // read by `Totals`
 pub(super) fn by_scope<'a>(lines: impl IntoIterator<Item = &'a Line>) -> BTreeMap<String, Spent> {
     let mut scopes: BTreeMap<String, Spent> = BTreeMap::new();
     for line in lines {

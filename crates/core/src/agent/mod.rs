@@ -30,7 +30,9 @@ use crate::config::ContextThresholds;
 use crate::model::KillReason;
 use crate::process::StopToken;
 
+#[doc(hidden)] // ralph's own: the runtime and its tests
 pub use cli::USAGE_FILE_VAR;
+#[doc(hidden)] // ralph's own: its tests
 pub use cli::{ANSWER_KEPT, EVENTS_KEPT};
 pub use cli::{CodexCli, CommandAgent, GeminiCli, OpencodeCli};
 #[cfg(feature = "fake")]

@@ -48,7 +48,7 @@ pub const STABLE_END: &str = "<!-- ralph: what follows is this call's own -->";
 /// that line (0 when there is none): the stable part.
 ///
 /// ```
-/// use ralph::__internals::prompt::{STABLE_END, split_stable};
+/// use ralph_loop_core::prompt::{STABLE_END, split_stable};
 ///
 /// let (text, stable) = split_stable(&format!("# Rules\nspec\n{STABLE_END}\n# Task: t-1\n"));
 /// assert_eq!(text, "# Rules\nspec\n# Task: t-1\n");

@@ -45,7 +45,7 @@
 //!
 //! ```
 //! use ralph::agent::AgentEvent;
-//! use ralph::__internals::stream::{LineReader, RunOutcome, StreamOptions, StreamParser};
+//! use ralph_loop_core::agent::claude::stream::{LineReader, RunOutcome, StreamOptions, StreamParser};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -367,7 +367,7 @@ impl StreamParser {
     ///
     /// ```
     /// use ralph::agent::{AgentEvent, AgentExit, FailureKind};
-    /// use ralph::__internals::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
+    /// use ralph_loop_core::agent::claude::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> std::io::Result<()> {
