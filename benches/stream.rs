@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use divan::counter::BytesCount;
 use divan::{Bencher, black_box};
-use ralph_loop_core::agent::claude::stream::{LineReader, Piece, StreamOptions, StreamParser};
+use ralph_loop_agents::agent::claude::stream::{LineReader, Piece, StreamOptions, StreamParser};
 use serde_json::json;
 
 fn main() {

@@ -94,9 +94,11 @@
 //   facade      ralph, board, mock, the re-exports below
 //   pipelines   construct, specs, thread
 //   runtime     runtime, steer
+//   agents      the crate ralph-loop-agents (crates/agents): the agents, in `agent` with
+//               the seam they implement
 //   seams       the crate ralph-loop-core (crates/core): agent, gate, store, prioritize,
 //               the data they exchange (model, answer, prompt, event, outcome, context),
-//               config, git, signal (the marker parser), and the agents
+//               config, git, signal (the marker parser)
 //   foundation  the crate ralph-loop-process (crates/process): process, files, time,
 //               output, logfile, with no ralph types
 //
@@ -107,7 +109,8 @@
 use ralph_loop_core::{answer, event, git, outcome, prompt, signal};
 use ralph_loop_process::{files, logfile, output, process, time};
 
-pub use ralph_loop_core::{agent, config, gate, model, prioritize, store};
+pub use ralph_loop_agents::agent;
+pub use ralph_loop_core::{config, gate, model, prioritize, store};
 
 mod board;
 mod construct;

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use ralph::agent::{AgentEvent, AgentExit, FailureKind};
-use ralph_loop_core::agent::claude::stream::{
+use ralph_loop_agents::agent::claude::stream::{
     FailureCause, LineReader, Piece, RunOutcome, StreamOptions, StreamParser, StreamSummary,
 };
 use ralph_loop_core::signal::{self, TaskSignal};
@@ -37,7 +37,7 @@ async fn parse_capped(stdout: &[u8], max_line: usize) -> (StreamSummary, Vec<Age
 async fn parse(stdout: &[u8]) -> (StreamSummary, Vec<AgentEvent>) {
     parse_capped(
         stdout,
-        ralph_loop_core::agent::claude::stream::DEFAULT_MAX_LINE,
+        ralph_loop_agents::agent::claude::stream::DEFAULT_MAX_LINE,
     )
     .await
 }
@@ -76,7 +76,7 @@ fn tools(events: &[AgentEvent]) -> Vec<&str> {
         .collect()
 }
 
-fn failure(summary: &StreamSummary) -> &ralph_loop_core::agent::claude::stream::Failure {
+fn failure(summary: &StreamSummary) -> &ralph_loop_agents::agent::claude::stream::Failure {
     summary
         .outcome
         .failure()

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ralph::agent::{Agent, AgentExit, AgentRequest, AgentRun, Claim, CommandAgent, Role};
-use ralph_loop_core::agent::{ANSWER_KEPT, EVENTS_KEPT};
+use ralph_loop_agents::agent::{ANSWER_KEPT, EVENTS_KEPT};
 
 fn sh(script: &str) -> CommandAgent {
     CommandAgent::new("script", ["sh", "-c", script, "agent"]).grace(Duration::from_millis(200))

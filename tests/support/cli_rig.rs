@@ -293,7 +293,7 @@ macro_rules! cli_agent_suite {
         #[tokio::test]
         async fn a_final_answer_over_the_kept_buffer_is_read_to_its_marker() {
             let Some(bin) = $skip else { return };
-            let big = support::cli_rig::numbered_lines(ralph_loop_core::agent::EVENTS_KEPT + 64 * 1024);
+            let big = support::cli_rig::numbered_lines(ralph_loop_agents::agent::EVENTS_KEPT + 64 * 1024);
             let rig = Rig::new(bin, [Reply::text(format!("{big}<TASK_DONE>"))]).await;
 
             let run = rig.run(Role::Build, "p").await;

@@ -11,7 +11,7 @@ pub const COMPACTION_MUST_REACH: f64 = 0.80;
 
 /// What the agent should do about the context after an observation.
 #[derive(Clone, Copy, Debug, PartialEq)]
-#[non_exhaustive]
+// Exhaustive: the Claude agent acts on each; a new one must reach it.
 pub enum ContextAction {
     /// Nothing.
     Continue,

@@ -5,8 +5,8 @@
 //! `Agent`, [`gate`]'s `Gate`, [`store`]'s `Store`, [`prioritize`]'s `Prioritizer`), what
 //! they exchange ([`model`], [`event`], [`outcome`], [`answer`]), the configuration
 //! ([`config`]), the prompts ([`prompt`]), the one marker parser ([`signal`]), git
-//! ([`git`]) and the agents themselves. Cargo keeps this crate from using anything of the
-//! runtime or the pipelines above it.
+//! ([`git`]). The agents that implement the seam are `ralph-loop-agents`. Cargo keeps this
+//! crate from using anything of the agents, the runtime or the pipelines above it.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -29,8 +29,6 @@ pub mod store;
 
 // The names the docs of this crate link to as the facade has them (`crate::Event`), which
 // users read through `ralph`'s re-exports.
-#[doc(no_inline)]
-pub use agent::claude::ClaudeCli;
 #[doc(no_inline)]
 pub use agent::{Agent, AgentError, AgentRequest};
 #[doc(no_inline)]

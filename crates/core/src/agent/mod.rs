@@ -5,15 +5,8 @@
 //! engine from those facts (see [`Claim`]), never by the agent.
 
 mod claim;
-pub mod claude;
-mod cli;
-#[doc(hidden)] // ralph's own, not the API
-pub mod cli_files;
-#[cfg(feature = "fake")]
-mod fake;
 mod fallback;
 mod layer;
-mod reach;
 
 pub use claim::Claim;
 
@@ -30,17 +23,9 @@ use crate::config::ContextThresholds;
 use crate::model::KillReason;
 use crate::process::StopToken;
 
-#[doc(hidden)] // ralph's own: the runtime and its tests
-pub use cli::USAGE_FILE_VAR;
-#[doc(hidden)] // ralph's own: its tests
-pub use cli::{ANSWER_KEPT, EVENTS_KEPT};
-pub use cli::{CodexCli, CommandAgent, GeminiCli, OpencodeCli};
-#[cfg(feature = "fake")]
-pub use fake::{FakeAgent, Script};
 pub use fallback::{AgentChoice, Fallback};
 pub use layer::AgentLayer;
 use layer::Layered;
-pub use reach::is_connection_error;
 
 /// What an agent run is for. Prompts, schemas, permissions and fake scripts are chosen by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -263,7 +248,7 @@ pub enum AgentEvent {
         message: String,
     },
     /// Something the person must hear about the run, not only its log: a runtime sends it
-    /// on as a warning ([`Event::Warning`](crate::Event::Warning)). A [`CommandAgent`]
+    /// on as a warning ([`Event::Warning`](crate::Event::Warning)). A [`CommandAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CommandAgent.html)
     /// says so when the usage file its command wrote cannot be read.
     Warning {
         /// The message.
@@ -291,7 +276,7 @@ pub struct AgentRequest {
     pub stable_prefix: usize,
     /// The session of an earlier run of this subject that asked a person a question
     /// ([`AgentRun::session_id`]), to go on with now that the answer came: an agent whose
-    /// CLI resumes a session by id ([`ClaudeCli`](claude::ClaudeCli)) continues that session
+    /// CLI resumes a session by id ([`ClaudeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/claude/struct.ClaudeCli.html)) continues that session
     /// with this prompt; any other ignores it. The prompt holds the question and the answer
     /// either way.
     pub resume: Option<String>,
@@ -309,7 +294,7 @@ pub struct AgentRequest {
     /// before it is stopped as unreachable ([`FailureKind::Unreachable`]). The clock starts
     /// at its first connection error; any answer of the API (a rate-limit wait it announced
     /// included) stops it. `None`: never. Agents that report their connection errors
-    /// ([`CodexCli`], [`ClaudeCli`](claude::ClaudeCli), [`GeminiCli`], [`OpencodeCli`]) honour it.
+    /// ([`CodexCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CodexCli.html), [`ClaudeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/claude/struct.ClaudeCli.html), [`GeminiCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.GeminiCli.html), [`OpencodeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.OpencodeCli.html)) honour it.
     pub unreachable_after: Option<Duration>,
     /// Dollars this run may spend at most: what is left of the run-wide `max_cost_usd`.
     /// An agent with a spending cap of its own (Claude's `--max-budget-usd`) sets it no
@@ -325,6 +310,14 @@ pub struct AgentRequest {
     /// An agent that starts processes of its own runs them with [`command`](Self::command).
     #[doc(hidden)]
     pub sandbox: crate::process::Sandbox,
+}
+
+impl AgentEvent {
+    /// [`AgentEvent::RateLimited`]: a rate limit rejected the run's requests until `until`,
+    /// the limit named `limit` when the agent says which.
+    pub fn rate_limited(until: SystemTime, limit: Option<String>) -> Self {
+        AgentEvent::RateLimited { until, limit }
+    }
 }
 
 impl AgentRequest {
@@ -483,6 +476,18 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Token counts, with no context figures: input (uncached), output, cache reads and
+    /// cache writes.
+    pub fn tokens(input: u64, output: u64, cache_read: u64, cache_creation: u64) -> Self {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_tokens: cache_read,
+            cache_creation_tokens: cache_creation,
+            ..Usage::default()
+        }
+    }
+
     /// Context in use ÷ window, when the window is known.
     pub fn context_ratio(&self) -> Option<f64> {
         self.context_window
@@ -804,7 +809,7 @@ pub enum AgentError {
         /// Why each agent was passed over (`claude: …`).
         reasons: Vec<String>,
     },
-    /// A [`FakeAgent`]'s scripts have no entry for a request.
+    /// A [`FakeAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.FakeAgent.html)'s scripts have no entry for a request.
     #[cfg(feature = "fake")]
     #[error(
         "fake agent has no script for {role} {subject} attempt {attempt}; unconsumed entries: {available}",
@@ -821,14 +826,14 @@ pub enum AgentError {
         /// Descriptions of the entries still unconsumed.
         available: Vec<String>,
     },
-    /// A [`FakeAgent`]'s entries were never used ([`FakeAgent::verify`]).
+    /// A [`FakeAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.FakeAgent.html)'s entries were never used ([`FakeAgent::verify`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.FakeAgent.html#method.verify)).
     #[cfg(feature = "fake")]
     #[error("fake agent scripts were not consumed: {}", .entries.join(", "))]
     ScriptsLeft {
         /// Descriptions of the unused entries.
         entries: Vec<String>,
     },
-    /// A [`FakeAgent`]'s script file could not be read or parsed.
+    /// A [`FakeAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.FakeAgent.html)'s script file could not be read or parsed.
     #[cfg(feature = "fake")]
     #[error("fake agent script {}: {message}", .path.display())]
     BadScript {
@@ -837,7 +842,7 @@ pub enum AgentError {
         /// What is wrong, with the TOML error's position.
         message: String,
     },
-    /// A [`FakeAgent`]'s step names a file outside the workspace (absolute, or going up
+    /// A [`FakeAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.FakeAgent.html)'s step names a file outside the workspace (absolute, or going up
     /// with `..`).
     #[cfg(feature = "fake")]
     #[error(
@@ -928,7 +933,7 @@ impl AgentError {
 ///
 /// A wrapper (a retry layer, a journal) is an [`AgentLayer`]: `agent.layer(retries)` runs
 /// each request through it, and the agent's other methods (`name`, `check`,
-/// `in_process`, and `configure`, which hands a [`ClaudeCli`](claude::ClaudeCli) its
+/// `in_process`, and `configure`, which hands a [`ClaudeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/claude/struct.ClaudeCli.html) its
 /// `[claude]` settings) reach the agent inside unchanged. A wrapper written by hand as an
 /// `Agent` of its own must forward each of them itself.
 ///
@@ -1001,7 +1006,7 @@ pub trait Agent: Send + Sync {
     }
 
     /// Takes the workspace's [`Config`] when [`RalphBuilder::build`](https://docs.rs/ralph-loop/latest/ralph/struct.RalphBuilder.html#method.build)
-    /// loads it, before any run. [`ClaudeCli`](claude::ClaudeCli) takes `[claude]` and `grace` from it, except
+    /// loads it, before any run. [`ClaudeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/claude/struct.ClaudeCli.html) takes `[claude]` and `grace` from it, except
     /// the settings set in code. The default takes nothing.
     ///
     /// An agent passed to the builder inside an `Arc` that is shared elsewhere keeps its own
@@ -1019,7 +1024,7 @@ pub trait Agent: Send + Sync {
 
     /// The agents (by name) whose runs may report no usage, tokens or dollars, so that the
     /// run-wide limits (`max_cost_usd`, `max_tokens`) cannot count what they spend: a
-    /// [`CommandAgent`] names itself (it reports only what its command writes to the file
+    /// [`CommandAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CommandAgent.html) names itself (it reports only what its command writes to the file
     /// `RALPH_USAGE_FILE` names), a [`Fallback`] chain each such agent in it. A run with a
     /// limit says so at its start. The default is none: an agent that reports its usage
     /// ([`AgentRun::usage`], [`AgentRun::cost_usd`]).

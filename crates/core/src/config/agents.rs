@@ -1,6 +1,6 @@
-//! The tables of each agent: `[claude]` ([`ClaudeCli`](crate::ClaudeCli)), `[codex]`,
+//! The tables of each agent: `[claude]` ([`ClaudeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/claude/struct.ClaudeCli.html)), `[codex]`,
 //! `[gemini]` and `[opencode]` (the vendor CLIs), and `[agent.NAME]`
-//! ([`CommandAgent`](crate::agent::CommandAgent)). The agents take their table from here;
+//! ([`CommandAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CommandAgent.html)). The agents take their table from here;
 //! nothing here knows an agent.
 
 use std::collections::BTreeMap;
@@ -54,7 +54,7 @@ impl PermissionMode {
 }
 
 /// How the Claude CLI is run: the `[claude]` table of `ralph.toml`, also settable from the
-/// environment (`RALPH_CLAUDE__MODEL=sonnet`) and with [`ClaudeCli`](crate::ClaudeCli)'s
+/// environment (`RALPH_CLAUDE__MODEL=sonnet`) and with [`ClaudeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/claude/struct.ClaudeCli.html)'s
 /// builder methods.
 ///
 /// ```toml
@@ -83,7 +83,6 @@ impl PermissionMode {
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
 #[doc(hidden)] // ralph's own: `Config`'s field, set through `ralph.toml` or the builder
 pub struct ClaudeConfig {
     /// The `claude` binary. Default: `$RALPH_CLAUDE_BIN`, else `claude` on `PATH`.
@@ -111,7 +110,7 @@ pub struct ClaudeConfig {
     /// Keep the CLI's session transcripts (`~/.claude/projects/…`). Default false
     /// (`--no-session-persistence`). Compaction needs the session to be resumable, so runs
     /// always persist their session when the context thresholds could trigger one; see
-    /// [`ClaudeCli`](crate::ClaudeCli).
+    /// [`ClaudeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/claude/struct.ClaudeCli.html).
     pub session_persistence: bool,
     /// `CLAUDE_CODE_MAX_RETRIES`: the CLI's own retries of a failed API call before it gives
     /// up (its default, 10, can take three minutes). Default 3; ralph's engine retries
@@ -158,8 +157,8 @@ impl Default for ClaudeConfig {
 }
 
 /// `[codex]`, `[gemini]` or `[opencode]` of `ralph.toml`: how ralph runs that vendor's CLI
-/// ([`CodexCli`](crate::agent::CodexCli), [`GeminiCli`](crate::agent::GeminiCli),
-/// [`OpencodeCli`](crate::agent::OpencodeCli)). Every key is optional.
+/// ([`CodexCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CodexCli.html), [`GeminiCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.GeminiCli.html),
+/// [`OpencodeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.OpencodeCli.html)). Every key is optional.
 ///
 /// ```toml
 /// [codex]
@@ -171,7 +170,6 @@ impl Default for ClaudeConfig {
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
 #[doc(hidden)] // ralph's own: `Config`'s field, set through `ralph.toml` or the builder
 pub struct CliConfig {
     /// The program. Default: the CLI's name (`codex`, `gemini`), looked up on `PATH`.
@@ -202,7 +200,7 @@ impl Default for CliConfig {
     }
 }
 
-/// One `[agent.<name>]` table of `ralph.toml`: a [`CommandAgent`](crate::agent::CommandAgent),
+/// One `[agent.<name>]` table of `ralph.toml`: a [`CommandAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CommandAgent.html),
 /// any agent CLI run from an argv template.
 ///
 /// ```toml

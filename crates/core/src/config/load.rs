@@ -310,7 +310,7 @@ pub(crate) const ENV_ALLOWED: &[&str] = &[
 ];
 
 /// The variable that names to a command agent the file it may write its usage to (see
-/// [`CommandAgent`](crate::agent::CommandAgent)). Allowed in ralph's own environment, so
+/// [`CommandAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CommandAgent.html)). Allowed in ralph's own environment, so
 /// that the agent may run `ralph status`.
 pub const USAGE_FILE_VAR: &str = "RALPH_USAGE_FILE";
 

@@ -251,16 +251,16 @@ pub struct Config {
     /// the feedback): the built-in ones are written so. Without that line it works the same,
     /// its prompt only counts as changing from its first byte.
     pub prompts: BTreeMap<String, PathBuf>,
-    /// How [`ClaudeCli`](crate::agent::claude::ClaudeCli) runs the Claude CLI.
+    /// How [`ClaudeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/claude/struct.ClaudeCli.html) runs the Claude CLI.
     pub claude: ClaudeConfig,
-    /// How [`CodexCli`](crate::agent::CodexCli) runs the OpenAI Codex CLI.
+    /// How [`CodexCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CodexCli.html) runs the OpenAI Codex CLI.
     pub codex: CliConfig,
-    /// How [`GeminiCli`](crate::agent::GeminiCli) runs the Google Gemini CLI.
+    /// How [`GeminiCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.GeminiCli.html) runs the Google Gemini CLI.
     pub gemini: CliConfig,
-    /// How [`OpencodeCli`](crate::agent::OpencodeCli) runs opencode.
+    /// How [`OpencodeCli`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.OpencodeCli.html) runs opencode.
     pub opencode: CliConfig,
     /// Agent CLIs run from an argv template, by name (`[agent.aider]`): see
-    /// [`CommandAgent`](crate::agent::CommandAgent).
+    /// [`CommandAgent`](https://docs.rs/ralph-loop/latest/ralph/agent/struct.CommandAgent.html).
     pub agent: std::collections::BTreeMap<String, CommandConfig>,
     /// The agents the `ralph` command runs, in fallback order (`["claude", "aider"]`): on a
     /// rate limit or an unavailable agent the next one takes the run (see

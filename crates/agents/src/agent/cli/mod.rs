@@ -38,7 +38,17 @@ pub(crate) const UNKNOWN_RESET: Duration = Duration::from_secs(15 * 60);
 /// has it all).
 pub const EVENTS_KEPT: usize = 8 * 1024 * 1024;
 
-impl CliConfig {
+/// What an agent of this module does with its `[codex]`, `[gemini]` or `[opencode]` table.
+trait Settings {
+    /// The program: `bin`, else `name`.
+    fn program(&self, name: &str) -> String;
+    /// Finds the program without running it.
+    async fn check(&self, name: &str, help: &'static str) -> Result<(), AgentError>;
+    /// The supervisor of one run.
+    fn supervisor(&self, cli: Cli, grace: Duration) -> CommandAgent;
+}
+
+impl Settings for CliConfig {
     /// The program: `bin`, else `name`.
     fn program(&self, name: &str) -> String {
         self.bin

@@ -107,12 +107,11 @@ impl CommandAgent {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let mut config = CommandConfig::default();
+        config.command = command.into_iter().map(Into::into).collect();
         CommandAgent {
             name: name.into(),
-            config: CommandConfig {
-                command: command.into_iter().map(Into::into).collect(),
-                ..CommandConfig::default()
-            },
+            config,
             grace: Config::default().grace,
             kept: ANSWER_KEPT,
             lines: false,

@@ -193,11 +193,7 @@ impl LiveLines {
                 });
                 // The same tokens, for the ledger (these CLIs report no cost as they go).
                 self.events.emit(AgentEvent::Spend {
-                    usage: crate::agent::Usage {
-                        input_tokens: self.tokens.0,
-                        output_tokens: self.tokens.1,
-                        ..crate::agent::Usage::default()
-                    },
+                    usage: crate::agent::Usage::tokens(self.tokens.0, self.tokens.1, 0, 0),
                     cost_usd: None,
                 });
             }

@@ -120,7 +120,7 @@ fn attempt_kind() -> FailureKind {
 /// | [`rate_limit`](Self::rate_limit) | `{ rate_limit = { secs = 60 } }` | ends the run as rate limited for `secs` seconds |
 ///
 /// A path that is absolute or goes up with `..` fails the run
-/// ([`AgentError::OutsideWorkspace`](crate::AgentError::OutsideWorkspace)). Durations are
+/// ([`AgentError::OutsideWorkspace`](crate::agent::AgentError::OutsideWorkspace)). Durations are
 /// written as in `ralph.toml` (`"300ms"`, `"2s"`).
 ///
 /// ```

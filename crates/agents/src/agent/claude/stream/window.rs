@@ -20,7 +20,7 @@
 /// These are the windows CLI 2.1.328 reported for those names (fixtures/claude/PROTOCOL.md §5).
 ///
 /// ```
-/// use ralph_loop_core::agent::claude::stream::ContextWindows;
+/// use ralph_loop_agents::agent::claude::stream::ContextWindows;
 ///
 /// let windows = ContextWindows::new().with("my-gateway-model", 128_000);
 /// assert_eq!(windows.window("claude-opus-5-5"), 1_000_000);

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+use super::Settings as _;
 use super::command::Raw;
 use super::live::{LiveMap, Meaning, message};
 use super::{LastWord, cli_agent_settings, read_events};

@@ -30,7 +30,7 @@
 //! last text block of the final assistant message only, so a marker the model wrote in an
 //! earlier turn (`"I am done. <TASK_DONE>"`, then a tool call, then `"Verified."`) or in a
 //! message cut off by an API error is not part of it. Markers are the engine's business
-//! ([`signal::parse`](crate::signal::parse)); this module never looks for them.
+//! ([`signal::parse`](ralph_loop_core::signal::parse)); this module never looks for them.
 //!
 //! # Usage and context
 //!
@@ -45,7 +45,7 @@
 //!
 //! ```
 //! use ralph::agent::AgentEvent;
-//! use ralph_loop_core::agent::claude::stream::{LineReader, RunOutcome, StreamOptions, StreamParser};
+//! use ralph_loop_agents::agent::claude::stream::{LineReader, RunOutcome, StreamOptions, StreamParser};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -367,7 +367,7 @@ impl StreamParser {
     ///
     /// ```
     /// use ralph::agent::{AgentEvent, AgentExit, FailureKind};
-    /// use ralph_loop_core::agent::claude::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
+    /// use ralph_loop_agents::agent::claude::stream::{FailureCause, LineReader, StreamOptions, StreamParser};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> std::io::Result<()> {
@@ -664,13 +664,12 @@ impl StreamParser {
         self.totals.add(usage);
         // Every message is paid for, a subagent's too: the ledger keeps the run's so far.
         emit(AgentEvent::Spend {
-            usage: Usage {
-                input_tokens: self.totals.input,
-                output_tokens: self.totals.output,
-                cache_read_tokens: self.totals.cache_read,
-                cache_creation_tokens: self.totals.cache_creation,
-                ..Usage::default()
-            },
+            usage: Usage::tokens(
+                self.totals.input,
+                self.totals.output,
+                self.totals.cache_read,
+                self.totals.cache_creation,
+            ),
             cost_usd: None,
         });
         if main {
@@ -805,10 +804,7 @@ impl StreamParser {
         match info.resets_at.0.and_then(epoch_seconds) {
             Some(until) => {
                 self.rate_limited_until = Some(until);
-                emit(AgentEvent::RateLimited {
-                    until,
-                    limit: info.limit_type.owned(),
-                });
+                emit(AgentEvent::rate_limited(until, info.limit_type.owned()));
             }
             None => emit(AgentEvent::Note {
                 message: "rate limit rejected the request, without a reset time".to_owned(),
@@ -902,18 +898,19 @@ impl StreamParser {
         let totals = result.totals.unwrap_or(self.totals);
         let model = self.model.as_deref().or(self.init_model.as_deref());
         let overridden = model.and_then(|m| self.options.windows.overridden(m));
-        Usage {
-            input_tokens: totals.input,
-            output_tokens: totals.output,
-            cache_read_tokens: totals.cache_read,
-            cache_creation_tokens: totals.cache_creation,
-            context_tokens: self.context_tokens.unwrap_or(0),
-            context_window: Some(
-                overridden
-                    .or(result.window)
-                    .unwrap_or_else(|| self.live_window()),
-            ),
-        }
+        let mut usage = Usage::tokens(
+            totals.input,
+            totals.output,
+            totals.cache_read,
+            totals.cache_creation,
+        );
+        usage.context_tokens = self.context_tokens.unwrap_or(0);
+        usage.context_window = Some(
+            overridden
+                .or(result.window)
+                .unwrap_or_else(|| self.live_window()),
+        );
+        usage
     }
 }
 
