@@ -34,13 +34,15 @@
 // A bench reports on stdout.
 #![allow(clippy::print_stdout)]
 
+#[path = "common/inventory.rs"]
+mod inventory;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use ralph::agent::{AgentRequest, Script};
-use ralph::model::{Change, RunState, Task};
-use ralph::{FakeAgent, MemoryStore, Ralph, Role, Store};
+use ralph::{FakeAgent, Ralph, Role};
 use serde_json::json;
 
 /// Tasks on the board.
@@ -57,7 +59,7 @@ fn main() {
     let after = rt.block_on(run(false));
     println!(
         "spec: {} bytes, {TASKS} tasks, build_concurrency 2, one retry\n",
-        spec().len()
+        inventory::spec(TASKS).len()
     );
     println!("| role | calls | (a) reused prefix, mean (min) 2026-12-05 | today | target |");
     println!("|---|---:|---:|---:|---|");
@@ -201,59 +203,17 @@ fn anthropic_bill(runs: &BTreeMap<String, Vec<AgentRequest>>) -> f64 {
     billed
 }
 
-/// A spec of about 9 KiB: a section per endpoint.
-fn spec() -> String {
-    let mut spec = String::from("# Inventory service\n\nAn HTTP service for a warehouse.\n");
-    for i in 1..=TASKS {
-        spec.push_str(&format!(
-            "\n## Endpoint {i}\n\n`GET /items/{i}` returns the item's record as JSON: its id, \
-             name, quantity and shelf. A missing item is a 404 with a JSON error body; a \
-             malformed id is a 400. The handler reads through the repository layer, never the \
-             database directly, logs one line per request at info level, and is covered by a \
-             unit test of the handler and an integration test against the in-memory store. \
-             Its response carries an ETag.\n"
-        ));
-    }
-    spec
-}
-
 /// One construct run; its agents' requests by role, in the order they came.
 async fn run(old_templates: bool) -> BTreeMap<String, Vec<AgentRequest>> {
     let dir = tempfile::tempdir().expect("a temp workspace");
     let ws = dir.path();
-    std::fs::write(ws.join("spec.md"), spec()).expect("the spec");
+    std::fs::write(ws.join("spec.md"), inventory::spec(TASKS)).expect("the spec");
     std::fs::write(ws.join(".gitignore"), ".ralph/\nbuild/\nold/\nralph.toml\n").expect("ignore");
     if old_templates {
         override_with_old_templates(ws);
     }
-    git(ws, &["init", "-q", "-b", "main"]);
-    git(ws, &["add", "-A"]);
-    git(
-        ws,
-        &[
-            "-c",
-            "user.name=b",
-            "-c",
-            "user.email=b@b",
-            "commit",
-            "-q",
-            "-m",
-            "base",
-        ],
-    );
-    let mut changes: Vec<Change> = (1..=TASKS)
-        .map(|i| {
-            Change::Task(
-                Task::new(format!("t-{i}"), format!("Add GET /items/{i}"))
-                    .with_acceptance(format!("GET /items/{i} answers as the spec says")),
-            )
-        })
-        .collect();
-    let mut state = RunState::default();
-    state.seeded = true;
-    changes.insert(0, Change::Run(state));
-    let store = MemoryStore::new();
-    store.persist(&changes).await.expect("the board");
+    inventory::commit_all(ws);
+    let store = inventory::board(TASKS).await;
     let done = Script::new().answer("Done.\n<TASK_DONE>");
     let agent = Arc::new(
         FakeAgent::new()
@@ -306,13 +266,4 @@ fn override_with_old_templates(ws: &Path) {
         toml.push_str(&format!("{name} = \"old/{name}.md\"\n"));
     }
     std::fs::write(ws.join("ralph.toml"), toml).expect("ralph.toml");
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let status = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .expect("git runs");
-    assert!(status.success(), "git {args:?}");
 }

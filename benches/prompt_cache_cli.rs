@@ -61,13 +61,15 @@ mod messages_api;
 #[path = "../tests/support/responses_api.rs"]
 mod responses_api;
 
+#[path = "common/inventory.rs"]
+mod inventory;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ralph::agent::{Agent, CodexCli};
-use ralph::model::{Change, RunState, Task};
-use ralph::{ClaudeCli, MemoryStore, Ralph, Store};
+use ralph::{ClaudeCli, Ralph};
 use serde_json::{Value, json};
 
 use messages_api::{ClaudeHome, MessagesApi};
@@ -92,7 +94,7 @@ fn main() {
     let codex = find("TEST_CODEX_BIN", "codex");
     println!(
         "spec: {} bytes, {TASKS} tasks, each built once and accepted, then one gap analysis\n",
-        spec().len()
+        inventory::spec(SECTIONS).len()
     );
     let mut rows = Vec::new();
     for concurrency in [1, 2] {
@@ -454,57 +456,15 @@ async fn codex_run(bin: &Path, concurrency: usize) -> Vec<Value> {
 
 // The run.
 
-/// A spec of about 8 KiB: a section per endpoint.
-fn spec() -> String {
-    let mut spec = String::from("# Inventory service\n\nAn HTTP service for a warehouse.\n");
-    for i in 1..=SECTIONS {
-        spec.push_str(&format!(
-            "\n## Endpoint {i}\n\n`GET /items/{i}` returns the item's record as JSON: its id, \
-             name, quantity and shelf. A missing item is a 404 with a JSON error body; a \
-             malformed id is a 400. The handler reads through the repository layer, never the \
-             database directly, logs one line per request at info level, and is covered by a \
-             unit test of the handler and an integration test against the in-memory store. \
-             Its response carries an ETag.\n"
-        ));
-    }
-    spec
-}
-
 /// A construct run of `agent` on a fresh git workspace whose board holds [`TASKS`] tasks
 /// (seeded, so no planning call); panics unless every task is accepted.
 async fn construct(agent: impl Agent + 'static, concurrency: usize) {
     let dir = tempfile::tempdir().expect("a temp workspace");
     let ws = dir.path();
-    std::fs::write(ws.join("spec.md"), spec()).expect("the spec");
+    std::fs::write(ws.join("spec.md"), inventory::spec(SECTIONS)).expect("the spec");
     std::fs::write(ws.join(".gitignore"), ".ralph/\n").expect("ignore");
-    git(ws, &["init", "-q", "-b", "main"]);
-    git(ws, &["add", "-A"]);
-    git(
-        ws,
-        &[
-            "-c",
-            "user.name=b",
-            "-c",
-            "user.email=b@b",
-            "commit",
-            "-q",
-            "-m",
-            "base",
-        ],
-    );
-    let mut changes: Vec<Change> = (1..=TASKS)
-        .map(|i| {
-            Change::Task(
-                Task::new(format!("t-{i}"), format!("Add GET /items/{i}"))
-                    .with_acceptance(format!("GET /items/{i} answers as the spec says")),
-            )
-        })
-        .collect();
-    let mut state = RunState::default();
-    state.seeded = true;
-    changes.insert(0, Change::Run(state));
-    let store = MemoryStore::new();
-    store.persist(&changes).await.expect("the board");
+    inventory::commit_all(ws);
+    let store = inventory::board(TASKS).await;
     let outcome = Ralph::builder()
         .workspace(ws)
         .agent(agent)
@@ -519,13 +479,4 @@ async fn construct(agent: impl Agent + 'static, concurrency: usize) {
         matches!(outcome, ralph::Outcome::Complete { accepted, .. } if accepted == TASKS),
         "{outcome:?}"
     );
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let status = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .expect("git runs");
-    assert!(status.success(), "git {args:?}");
 }
