@@ -13,6 +13,9 @@
 //! `fake_claude` is built by the bench (see `common::fake_claude`).
 
 #![allow(clippy::print_stdout)]
+// Benches write their fixtures and workspaces directly, outside any run: the rule
+// that state is written through ralph-loop-process's `files` is the library's.
+#![allow(clippy::disallowed_methods)]
 
 mod common;
 

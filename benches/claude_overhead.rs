@@ -30,6 +30,9 @@
 // Benches and examples set up their workspaces with git and the programs they measure,
 // outside any run: the rule that processes start in ralph-loop-process is the library's.
 #![allow(clippy::disallowed_types)]
+// Benches write their fixtures and workspaces directly, outside any run: the rule
+// that state is written through ralph-loop-process's `files` is the library's.
+#![allow(clippy::disallowed_methods)]
 mod common;
 
 use std::path::PathBuf;

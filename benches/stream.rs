@@ -7,6 +7,10 @@
 //!
 //! Run with `cargo bench --bench stream`.
 
+// Benches write their fixtures and workspaces directly, outside any run: the rule
+// that state is written through ralph-loop-process's `files` is the library's.
+#![allow(clippy::disallowed_methods)]
+
 use std::sync::LazyLock;
 
 use divan::counter::BytesCount;

@@ -849,6 +849,7 @@ fn open_store(workspace: &Path, config: &Config) -> Result<Arc<dyn Store>, Build
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
     use crate::FakeAgent;
@@ -963,6 +964,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod claude_settings {
     use std::sync::Mutex;
 

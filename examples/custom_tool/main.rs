@@ -8,7 +8,11 @@
 //! Swap the [`FakeAgent`] for `ralph::ClaudeCli::new()` and the temporary directory for
 //! your repository and the same parts drive the real Claude CLI.
 
-#![allow(clippy::print_stdout, clippy::print_stderr)] // a program that talks to a person
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+// a program that talks to a person
+// Examples write their fixtures and workspaces directly, outside any run: the rule
+// that state is written through ralph-loop-process's `files` is the library's.
+#![allow(clippy::disallowed_methods)]
 
 mod parts;
 

@@ -527,6 +527,7 @@ async fn verify_one(caller: Caller, call: Call) -> Result<Option<(VerifierEnd, u
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use std::sync::{Arc, Mutex};
 

@@ -64,6 +64,7 @@ pub(crate) fn record(workspace: &Path, choice: AgentChoice) -> Result<(), StoreE
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
 

@@ -242,6 +242,7 @@ fn read_message(path: &Path) -> Result<InboxMessage, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
 

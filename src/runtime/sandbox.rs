@@ -501,6 +501,7 @@ fn hooks_path(workspace: &Path) -> Option<PathBuf> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
 

@@ -873,6 +873,7 @@ fn cut_torn_line(path: &Path, whole: u64) -> Result<(), Error> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
 

@@ -41,6 +41,7 @@ pub(crate) fn folder_log(dir: &Path, role: Role, attempt: u32) -> PathBuf {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
 

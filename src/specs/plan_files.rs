@@ -482,6 +482,7 @@ fn linked_spec(workspace: &Path, specs_dir: &Path, rel: &Path) -> Result<(), Str
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
 

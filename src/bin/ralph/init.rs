@@ -2,6 +2,12 @@
 //! `.ralph/` kept out of git, and, where a `specs/` folder exists, an empty
 //! `implementation.json` for build mode (seed 004's init).
 
+// `ralph init` writes files a person edits, before any run: `ralph.toml` and
+// `implementation.json` only where none is, `.gitignore` by appending a line. None is state
+// a run writes, so none goes through the library's durable writers.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::Write as _;
 use std::path::Path;
 
 use crate::out::out;

@@ -26,6 +26,8 @@ pub(crate) const FAKE_REQUESTS: &str = ".ralph/fake-requests.jsonl";
 
 /// `ralph demo`: the bundled spec, config and script in a fresh directory; never anywhere
 /// that holds anything else.
+// The demo writes its own new workspace (spec, config) before any run: no state.
+#[allow(clippy::disallowed_methods)]
 pub(crate) async fn demo(dir: Option<PathBuf>, json: bool) -> Result<u8> {
     let dir = match dir {
         Some(dir) => claim_demo_dir(&dir)?,

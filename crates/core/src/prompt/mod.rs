@@ -212,6 +212,7 @@ fn describe(e: &minijinja::Error) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     #[test]
     fn every_built_in_template_is_one_prompts_can_name() {

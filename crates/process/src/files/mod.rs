@@ -1,7 +1,8 @@
 //! Files that must survive a crash or be held by one process: atomic replacement,
 //! append-only journals, seals, slots rewritten in place and exclusive lock files, and
 //! folders of ralph's own that keep out of `git status`. Every state file ralph writes is
-//! written here (`src/layers.rs` checks it); used by every store, the spend ledger, the
+//! written here (the workspace's `clippy.toml` forbids the other ways of writing a file
+//! everywhere else); used by every store, the spend ledger, the
 //! threads and the runtime's workspace lock.
 
 pub mod atomic;

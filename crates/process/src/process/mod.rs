@@ -10,7 +10,8 @@
 //! parent exits (see `sys/linux/adopted.rs` for how a sweep tells whose orphan it is, and
 //! what stays out of reach). On other unix systems only the group is killed.
 //!
-//! This is the only module that starts processes (`src/layers.rs` checks it): git too runs
+//! This is the only module that starts processes (the workspace's `clippy.toml` forbids
+//! `Command` everywhere else): git too runs
 //! through it ([`ProcessSpec::capture`]).
 //!
 //! Inside the crate every run goes through one supervisor, `ProcessSpec::supervise`

@@ -80,6 +80,7 @@ async fn uncommitted(workspace: &Path) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
 

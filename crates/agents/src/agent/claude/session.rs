@@ -76,6 +76,7 @@ fn ignore_missing(result: io::Result<()>) -> io::Result<bool> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
 

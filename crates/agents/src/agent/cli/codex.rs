@@ -170,6 +170,8 @@ impl Agent for CodexCli {
 
 /// Writes the schema beside the log (else to the temp folder: then the flag is true, and
 /// the file is removed after the run).
+// The schema handed to `codex --output-schema`: the CLI's input, not state.
+#[allow(clippy::disallowed_methods)]
 async fn write_schema(
     request: &AgentRequest,
     schema: &Value,

@@ -579,6 +579,8 @@ fn last_line(text: &str) -> String {
         .to_owned()
 }
 
+// The prompt and output files a command agent is handed: its input, not state.
+#[allow(clippy::disallowed_methods)]
 async fn write_file(path: &Path, bytes: &[u8]) -> Result<(), AgentError> {
     let io = |source| AgentError::Io {
         path: path.to_owned(),

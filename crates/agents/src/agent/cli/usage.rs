@@ -140,6 +140,7 @@ fn read(path: &Path) -> Result<Option<Reported>, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests write their fixtures directly
 mod tests {
     use super::*;
     use crate::agent::AgentExit;
