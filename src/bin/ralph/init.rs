@@ -214,11 +214,17 @@ fn ignore_state(workspace: &Path) -> std::io::Result<bool> {
     {
         return Ok(false);
     }
-    let mut text = existing;
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
+    // Appended, not rewritten: a crash midway cannot cut the person's own lines.
+    let mut line = String::new();
+    if !existing.is_empty() && !existing.ends_with('\n') {
+        line.push('\n');
     }
-    text.push_str(".ralph/\n");
-    std::fs::write(&path, text)?;
+    line.push_str(".ralph/\n");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    file.write_all(line.as_bytes())?;
+    file.sync_data()?;
     Ok(true)
 }
