@@ -194,14 +194,7 @@ pub use prioritize::{CriticalPath, Prioritizer};
 pub use process::StopToken;
 pub use ralph::{Ralph, RalphBuilder, answer_schema};
 pub use runtime::error::{BuildError, EditError, Error};
-/// What [`Ralph::spent`] returns (its fields are listed there). Not a page of its own: the
-/// crate keeps to 101 public types (`.ci/public-types`), and this one is plain data.
-#[doc(hidden)]
-pub use runtime::spend::Spent;
-/// Every scope's spend by subject and by agent, as `ralph status` shows it: plain data, no
-/// page of its own for the same reason as [`Spent`].
-#[doc(hidden)]
-pub use runtime::spend::Totals;
+pub use runtime::spend::{Spent, Totals};
 pub use runtime::workspace::STATE_DIR;
 pub use steer::Steering;
 

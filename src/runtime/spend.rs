@@ -763,6 +763,17 @@ pub(crate) fn estimate_note(spent: &Spent) -> String {
 
 /// Every scope's spend since its last reset, split by subject and by agent: what `ralph
 /// status` shows.
+///
+/// ```
+/// # fn main() -> Result<(), ralph::Error> {
+/// let workspace = tempfile::tempdir().unwrap();
+/// let totals = ralph::Totals::read(workspace.path())?;
+/// assert!(totals.scopes.is_empty()); // no ledger yet: nothing spent
+/// for ((scope, agent), spent) in &totals.agents {
+///     println!("{scope} {agent}: {} tokens, ${:.2}", spent.input_tokens, spent.cost_usd);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Totals {
     /// By scope.
@@ -782,7 +793,8 @@ impl Totals {
     ///
     /// # Errors
     ///
-    /// As [`Ledger::open`].
+    /// [`Error::Io`] when the ledger cannot be read; [`StoreError::MalformedAt`] naming the
+    /// file and the line when a line is not a ledger line.
     pub fn read(workspace: &Path) -> Result<Totals, Error> {
         let path = super::workspace::state_dir(workspace).join(FILE);
         let bytes = read_bytes(&path)?;

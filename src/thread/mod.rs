@@ -143,7 +143,7 @@ pub mod record;
 mod registry;
 mod repair;
 mod running;
-#[doc(hidden)] // the `ralph` command checks a spec with it: no promise
+#[doc(hidden)] // ralph's own code and doc examples reach it: no promise
 pub mod spec;
 
 use std::path::{Path, PathBuf};

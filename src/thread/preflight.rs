@@ -3,7 +3,6 @@
 //! is one clear message; passing moves the work to `ralph/<id>`.
 
 use super::phase::PhaseKind;
-use super::spec::ThreadSpec;
 use super::{ThreadError, ThreadRecord, Threads};
 use crate::git::{Git, GitError};
 
@@ -20,17 +19,14 @@ pub(super) async fn run(
     let git = threads.git();
     let branch = format!("ralph/{}", record.id);
     let git_ok = git_checks(&git, &threads.kept_out(), &branch, record, &mut failures).await?;
-    match threads.spec_text(record) {
+    match threads.spec_refusal(record) {
         Err(e) => failures.push(format!("spec v{}: {e}", record.spec_version)),
-        Ok(text) => {
-            if let Err(e) = ThreadSpec::parse(&text) {
-                failures.push(format!(
-                    "spec v{} ({}): {e}",
-                    record.spec_version,
-                    threads.spec_path(&record.id, record.spec_version).display()
-                ));
-            }
-        }
+        Ok(Some(why)) => failures.push(format!(
+            "spec v{} ({}): {why}",
+            record.spec_version,
+            threads.spec_path(&record.id, record.spec_version).display()
+        )),
+        Ok(None) => {}
     }
     match threads.every_agent(&record.config) {
         Err(e) => failures.push(format!("the loop's agents: {e}")),

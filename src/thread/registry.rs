@@ -142,6 +142,27 @@ impl Threads {
         std::fs::read_to_string(&path).map_err(|error| ThreadError::Io { path, error })
     }
 
+    /// Why `start` would refuse the spec revision in force, in the words of its preflight
+    /// (no promise tag, no acceptance criteria, a criterion it cannot read, with the line);
+    /// `None` when the spec would do. A draft may be finished later: this is for a warning.
+    ///
+    /// ```no_run
+    /// # async fn demo(threads: ralph::thread::Threads) -> Result<(), ralph::thread::ThreadError> {
+    /// let record = threads.get("t-1")?;
+    /// if let Some(why) = threads.spec_refusal(&record)? {
+    ///     eprintln!("`start` would refuse the spec: {why}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadError::Io`] naming the file, when the revision cannot be read.
+    pub fn spec_refusal(&self, record: &ThreadRecord) -> Result<Option<String>, ThreadError> {
+        let text = self.spec_text(record)?;
+        Ok(ThreadSpec::parse(&text).err().map(|e| e.to_string()))
+    }
+
     /// The thread's spec on record, as written and parsed: the loop and polish work from it.
     pub(super) fn spec_on_record(
         &self,

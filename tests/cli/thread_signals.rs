@@ -1,5 +1,6 @@
 //! `ralph thread` as a person runs it, one process per command: Ctrl+C and `ralph stop`
-//! pause and `resume` continues; `abandon` deletes nothing.
+//! pause and `resume` continues; `abandon` deletes nothing; a spec `start` would refuse
+//! is warned of when written.
 
 #![cfg(unix)]
 
@@ -180,4 +181,45 @@ async fn a_thread_made_in_quick_mode_stays_quick() {
     ok(thread(ws, script, &["finalize"]).output().unwrap());
     let started = ok(thread(ws, script, &["start"]).output().unwrap());
     assert!(started.contains("phase: PendingReview"), "{started}");
+}
+
+/// A spec `start` would refuse is said when it is written, in start's words, with the file;
+/// the thread is still made (a draft may be finished later). A sound spec says nothing.
+#[tokio::test]
+async fn a_spec_start_would_refuse_is_warned_of_when_written() {
+    let ws = repo().await;
+    let script = Path::new(THREAD_SCRIPT);
+    std::fs::write(
+        ws.path().join("draft.md"),
+        "# Greeter\n\nNo promise, no criteria.\n",
+    )
+    .unwrap();
+    let out = thread(
+        ws.path(),
+        script,
+        &["new", "--title", "Draft", "--spec", "draft.md"],
+    )
+    .output()
+    .unwrap();
+    ok(out.clone());
+    let said = stderr(&out);
+    assert!(
+        said.contains("warning: spec v1 (") && said.contains("the spec has no promise tag"),
+        "{said}"
+    );
+    assert!(
+        said.contains("`start` refuses the spec until this is fixed"),
+        "{said}"
+    );
+
+    let sound = repo().await;
+    let out = thread(
+        sound.path(),
+        script,
+        &["new", "--title", "G", "--spec", THREAD_SPEC],
+    )
+    .output()
+    .unwrap();
+    ok(out.clone());
+    assert!(!stderr(&out).contains("warning: spec"), "{}", stderr(&out));
 }

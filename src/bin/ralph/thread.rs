@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use ralph::thread::spec::ThreadSpec;
 use ralph::thread::{IterationRecord, Phase, PhaseKind, RunConfig, ThreadRecord, Threads};
 use ralph::{Agent, FakeAgent, Ralph};
 
@@ -368,16 +367,14 @@ fn read_spec(path: &Path) -> Result<String> {
 /// approved, in the words of start's preflight. Only a warning: a draft may be finished
 /// later, and `start` refuses it anyway.
 fn warn_if_start_refuses(threads: &Threads, record: &ThreadRecord) {
-    let Ok(text) = threads.spec_text(record) else {
+    let Ok(Some(why)) = threads.spec_refusal(record) else {
         return;
     };
-    if let Err(e) = ThreadSpec::parse(&text) {
-        eprintln!(
-            "warning: spec v{} ({}): {e}; `start` refuses the spec until this is fixed",
-            record.spec_version,
-            threads.spec_path(&record.id, record.spec_version).display()
-        );
-    }
+    eprintln!(
+        "warning: spec v{} ({}): {why}; `start` refuses the spec until this is fixed",
+        record.spec_version,
+        threads.spec_path(&record.id, record.spec_version).display()
+    );
 }
 
 /// Registers every agent the command may run by name: the models and verifier `settings`
