@@ -88,9 +88,9 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// Layers, top to bottom (a module imports only from its own layer or those below; the
-// pipelines never import one another; no two files import each other; `src/layers.rs`
-// checks it inside this crate, cargo across crates):
+// Layers, top to bottom. Cargo keeps each crate from importing one above it; inside this
+// crate a module imports only from its own layer or those below, and the pipelines never
+// import one another (a rule of review here, as it is one crate):
 //   facade      ralph, board, mock, the re-exports below
 //   pipelines   construct, specs, thread
 //   runtime     runtime, steer
@@ -114,8 +114,6 @@ pub use ralph_loop_core::{config, gate, model, prioritize, store};
 
 mod board;
 mod construct;
-#[cfg(test)]
-mod layers;
 #[cfg(feature = "test-util")]
 pub mod mock;
 mod ralph;

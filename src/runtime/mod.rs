@@ -22,7 +22,7 @@
 //! `specs`, `thread`) → this runtime → the seams (`agent`, `gate`, `store`, `prioritize`,
 //! and the data they exchange) → the foundation (`process`, `files`, `time`, `git`, the
 //! marker parser). A module imports only from its own layer or those below, and pipelines
-//! never import one another; `src/layers.rs` checks it.
+//! never import one another: cargo checks it between crates, review inside this one.
 
 pub(crate) mod attempt;
 pub(crate) mod call;

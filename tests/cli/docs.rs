@@ -662,3 +662,110 @@ async fn the_agents_page_sets_up_each_cli_as_the_test_harnesses_do() {
     assert_eq!(options(&shown), options(&tested));
     assert_eq!(keys(&shown), keys(&tested));
 }
+
+/// The crates in the order the design doc's graph draws them, top first: the line of
+/// `docs/design.md` that starts with `ralph-loop ──▶`.
+fn drawn_order(design: &str) -> Vec<String> {
+    let line = design
+        .lines()
+        .find(|l| l.starts_with("ralph-loop ──▶"))
+        .expect("docs/design.md draws the crate graph on a line `ralph-loop ──▶ …`");
+    line.split("──▶")
+        .map(|name| name.trim().to_owned())
+        .collect()
+}
+
+/// The ralph crates among a manifest's dependencies (target-specific ones too; not the
+/// dev-dependencies, which only tests and doc examples see).
+fn ralph_dependencies(manifest: &toml::Table) -> BTreeSet<String> {
+    let mut tables: Vec<&toml::Table> = manifest
+        .get("dependencies")
+        .and_then(toml::Value::as_table)
+        .into_iter()
+        .collect();
+    if let Some(targets) = manifest.get("target").and_then(toml::Value::as_table) {
+        tables.extend(
+            targets
+                .values()
+                .filter_map(|t| t.get("dependencies").and_then(toml::Value::as_table)),
+        );
+    }
+    tables
+        .into_iter()
+        .flat_map(|t| t.keys())
+        .filter(|name| name.starts_with("ralph-loop"))
+        .cloned()
+        .collect()
+}
+
+/// Each dependency of a crate on one at or above it in `order`, said as `a → b`.
+fn upward(order: &[String], crates: &[(String, BTreeSet<String>)]) -> Vec<String> {
+    let rank = |name: &str| order.iter().position(|o| o == name);
+    let mut wrong = Vec::new();
+    for (name, deps) in crates {
+        let Some(at) = rank(name) else {
+            wrong.push(format!("{name} is not in the graph"));
+            continue;
+        };
+        for dep in deps {
+            if rank(dep).is_none_or(|below| below <= at) {
+                wrong.push(format!("{name} → {dep}"));
+            }
+        }
+    }
+    wrong
+}
+
+/// Cargo enforces the layers because each crate's dependencies point down the graph the
+/// design doc draws: a crate that came to depend on one above it (or a new crate the doc
+/// does not draw) fails here, before a wrong-way import could compile.
+#[test]
+fn the_crates_depend_only_on_the_crates_below_them() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let design = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
+    let order = drawn_order(&design);
+    let mut crates = Vec::new();
+    let mut manifests = vec![root.join("Cargo.toml")];
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        manifests.push(entry.unwrap().path().join("Cargo.toml"));
+    }
+    for path in manifests {
+        let manifest: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        let name = manifest["package"]["name"].as_str().unwrap().to_owned();
+        crates.push((name, ralph_dependencies(&manifest)));
+    }
+    assert_eq!(
+        crates.len(),
+        order.len(),
+        "crates {crates:?}, drawn {order:?}"
+    );
+    let wrong = upward(&order, &crates);
+    assert!(wrong.is_empty(), "dependencies up the graph: {wrong:?}");
+}
+
+/// The check itself refuses a dependency upward or sideways, and a crate left undrawn.
+#[test]
+fn the_crate_check_refuses_a_dependency_upward() {
+    let order: Vec<String> = ["top", "middle", "bottom"].map(String::from).to_vec();
+    let crates = |pairs: &[(&str, &[&str])]| -> Vec<(String, BTreeSet<String>)> {
+        pairs
+            .iter()
+            .map(|(n, d)| (n.to_string(), d.iter().map(|s| s.to_string()).collect()))
+            .collect()
+    };
+    let fine = crates(&[("top", &["middle", "bottom"]), ("middle", &["bottom"])]);
+    assert!(upward(&order, &fine).is_empty());
+    let wrong = crates(&[
+        ("bottom", &["middle"]),
+        ("middle", &["middle"]),
+        ("side", &[]),
+    ]);
+    assert_eq!(
+        upward(&order, &wrong),
+        [
+            "bottom → middle",
+            "middle → middle",
+            "side is not in the graph"
+        ]
+    );
+}

@@ -8,6 +8,13 @@
 //! - [`output`]: bounded buffers of what a process prints;
 //! - [`logfile`]: the log files of runs;
 //! - [`time`]: the clock's words.
+//!
+//! It depends on no other crate of ralph's, so nothing here can reach up into them:
+//!
+//! ```compile_fail
+//! // The foundation cannot name the seams above it: ralph-loop-core is no dependency.
+//! use ralph_loop_core::model::Task;
+//! ```
 
 pub mod files;
 pub mod logfile;
