@@ -133,6 +133,7 @@ impl Engine {
             if self.stopped() {
                 return Ok(TaskEnd::Interrupted);
             }
+            self.keep_lock_note();
             let task = self.task(id)?;
             let round = task.round_attempts() + 1;
             if let Some(end) = self.give_up_if_out_of_retries(&task).await? {

@@ -273,6 +273,15 @@ impl Engine {
         }
     }
 
+    /// Puts the lock's note back when it went missing, saying so (`RunLock::check`): at
+    /// every step of the loop and before every attempt, so that a note deleted during an
+    /// agent run is back before the next run starts, not only at the next stage.
+    fn keep_lock_note(&mut self) {
+        if let Some(message) = self.lock.check() {
+            self.emit(Event::Warning { message });
+        }
+    }
+
     /// Runs stages until an outcome.
     pub(crate) async fn run(&mut self) -> Result<Outcome, Error> {
         loop {
@@ -282,9 +291,7 @@ impl Engine {
             if let Some(Flow::Stop(outcome)) = self.asked_to_stop() {
                 return Ok(self.finish(outcome).await);
             }
-            if let Some(message) = self.lock.check() {
-                self.emit(Event::Warning { message });
-            }
+            self.keep_lock_note();
             self.reload_if_edited().await?;
             self.take_answers().await?;
             let stage = self.board.stage();

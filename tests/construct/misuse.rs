@@ -203,7 +203,7 @@ async fn a_deleted_lock_file_lets_no_second_ralph_in() {
                 .on(
                     Role::Build,
                     "t-1",
-                    Script::new().delay(Duration::from_millis(600)),
+                    Script::new().delay(Duration::from_secs(2)),
                 )
                 .on(Role::Build, "t-1", Script::new().hang()),
         )
@@ -226,7 +226,8 @@ async fn a_deleted_lock_file_lets_no_second_ralph_in() {
     let err = second.construct("spec.md").await.unwrap_err();
     assert!(matches!(err, Error::Busy { .. }), "{err:?}");
 
-    // The first run notices at its next stage and puts the note back.
+    // The first run notices before its next stage or attempt, whichever comes first, and
+    // puts the note back.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !lock.exists() {
         assert!(std::time::Instant::now() < deadline, "the note is put back");
@@ -270,4 +271,49 @@ async fn ralph_persists_what_it_needs_to_resume_in_the_seed_format() {
     let board = open_unlocked(dir.path()).load().await.unwrap();
     assert_eq!(board.run.spec.as_deref(), Some("spec.md"));
     assert_eq!(board.task("t-1").unwrap().status, TaskStatus::Accepted);
+}
+
+/// The note deleted during an attempt (here by the agent itself, as an unconfined one
+/// could) is back before the next attempt starts, not only at the next stage: the task's
+/// second attempt hangs, so only the check between attempts can put it back.
+#[tokio::test]
+async fn a_lock_note_deleted_during_an_attempt_is_back_before_the_next() {
+    let dir = workspace(SPEC);
+    let events = Recorder::default();
+    let first = Ralph::builder()
+        .workspace(dir.path())
+        .agent(
+            one_task()
+                .on(
+                    Role::Build,
+                    "t-1",
+                    Script::new().remove(".ralph/ralph.lock"),
+                )
+                .on(Role::Build, "t-1", Script::new().hang()),
+        )
+        .observer(events.clone())
+        .build()
+        .unwrap();
+    let stop = first.stop_token();
+    let running = tokio::spawn(async move { first.construct("spec.md").await });
+    let lock = dir.path().join(".ralph/ralph.lock");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !events.warnings().iter().any(|w| {
+        w["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("deleted or replaced")
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deletion is noticed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        std::fs::read_to_string(&lock).unwrap().contains("pid"),
+        "the note is back"
+    );
+    stop.stop();
+    assert_eq!(running.await.unwrap().unwrap(), Outcome::Interrupted);
 }
