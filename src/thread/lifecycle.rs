@@ -91,7 +91,7 @@ impl Threads {
         }
         self.advance(&mut record, Phase::Configuring)?;
         if self.quick_for(&record) {
-            return self.run_thread(record).await;
+            return self.run_thread(record, lock.as_mut()).await;
         }
         Ok(record)
     }
@@ -124,13 +124,17 @@ impl Threads {
         let result = async {
             lock = Some(self.lock_runs().await?);
             let record = self.only(id, &[PhaseKind::Configuring], PhaseKind::Running)?;
-            self.run_thread(record).await
+            self.run_thread(record, lock.as_mut()).await
         }
         .await;
         self.ended(id, result).await
     }
 
-    async fn run_thread(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+    async fn run_thread(
+        &self,
+        mut record: ThreadRecord,
+        lock: Option<&mut RunLock>,
+    ) -> Result<ThreadRecord, ThreadError> {
         record
             .config
             .validate()
@@ -145,7 +149,7 @@ impl Threads {
             first.saturating_add(record.config.max_iterations.saturating_sub(1));
         record.runner_pid = Some(std::process::id());
         self.advance(&mut record, Phase::Running { iteration: first })?;
-        self.drive(record).await
+        self.drive(record, lock).await
     }
 
     /// See [`Thread::resume`].
@@ -176,7 +180,7 @@ impl Threads {
         };
         record.runner_pid = Some(std::process::id());
         self.advance(&mut record, Phase::Running { iteration })?;
-        self.drive(record).await
+        self.drive(record, lock.as_mut()).await
     }
 
     /// A thread left Running or Verifying by a process that died is Paused at the iteration
@@ -227,7 +231,7 @@ impl Threads {
             if record.phase.kind() != PhaseKind::Stuck {
                 return Err(transition(&record, PhaseKind::Running));
             }
-            self.run_thread(record).await
+            self.run_thread(record, lock.as_mut()).await
         }
         .await;
         self.ended(id, result).await
@@ -317,7 +321,7 @@ impl Threads {
             let said = Turn::new("reviewer", feedback.trim(), record.spec_version);
             record.feedback.push(said);
             record.approved_tree = None;
-            self.run_thread(record).await
+            self.run_thread(record, lock.as_mut()).await
         }
         .await;
         self.ended(id, result).await

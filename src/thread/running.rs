@@ -18,7 +18,7 @@ use super::record::{IterationRecord, RECENT_ATTEMPTS, StuckReport};
 use super::spec::ThreadSpec;
 use super::{ThreadError, ThreadRecord, Threads};
 use crate::output::truncate_middle;
-use crate::runtime::workspace::stop_asked;
+use crate::runtime::workspace::{RunLock, stop_asked};
 
 /// How much of a final answer an attempt keeps.
 const OUTPUT_KEPT: usize = 4000;
@@ -32,10 +32,15 @@ enum IterationEnd {
 }
 
 impl Threads {
-    /// Runs the loop from the Running phase the record is in until it needs a person.
-    pub(super) async fn drive(&self, record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+    /// Runs the loop from the Running phase the record is in until it needs a person;
+    /// `lock` is the workspace's, whose note each iteration puts back if it went missing.
+    pub(super) async fn drive(
+        &self,
+        record: ThreadRecord,
+        lock: Option<&mut RunLock>,
+    ) -> Result<ThreadRecord, ThreadError> {
         let id = record.id.clone();
-        let result = self.drive_loop(record).await;
+        let result = self.drive_loop(record, lock).await;
         // The loop is over, whichever way: no process runs this thread any more.
         let mut record = match result {
             Ok(record) => record,
@@ -54,7 +59,11 @@ impl Threads {
         Ok(record)
     }
 
-    async fn drive_loop(&self, mut record: ThreadRecord) -> Result<ThreadRecord, ThreadError> {
+    async fn drive_loop(
+        &self,
+        mut record: ThreadRecord,
+        mut lock: Option<&mut RunLock>,
+    ) -> Result<ThreadRecord, ThreadError> {
         let (spec_text, spec) = self.spec_on_record(&record)?;
         // A fresh chain: each round and each resume starts with its first agent.
         let agents = self.record_agents(&record)?;
@@ -73,6 +82,10 @@ impl Threads {
             if self.ctx.stop.is_stopped() || asked {
                 self.pause(&mut record, iteration, &spec)?;
                 return Ok(record);
+            }
+            // A note deleted during the last agent run is back before the next one starts.
+            if let Some(message) = lock.as_deref_mut().and_then(RunLock::check) {
+                self.emitter.emit(&crate::event::Event::Warning { message });
             }
             if iteration > record.iteration_limit {
                 let reason = max_reason(&record, spec.criteria.len());

@@ -2,7 +2,8 @@
 //! threads), one test per mode: a dry run writes nothing; a state file lost under a run is an
 //! error naming it, never a run that reports success without its state; one rule for spec
 //! paths; the workspace's lock and the sweep of a killed run's leftovers even with a store
-//! passed to the builder; `once` in build mode; a torn tail repaired at load is an event.
+//! passed to the builder; the lock's note put back between agent runs; `once` in build
+//! mode; a torn tail repaired at load is an event.
 //! (Signals are in `signal_matrix.rs`.)
 
 #![allow(clippy::unwrap_used)]
@@ -462,6 +463,43 @@ async fn every_mode_is_refused_while_another_run_holds_the_workspace() {
 }
 
 // ── Build mode's once ───────────────────────────────────────────────────────────────────
+
+/// The workspace lock's note, deleted during a session of build mode (here by the agent
+/// itself, as an unconfined one could), is back before the next session starts: s-2's
+/// session hangs, so only the check between sessions can have put it back.
+#[tokio::test]
+async fn build_mode_puts_the_lock_note_back_between_sessions() {
+    let dir = build_workspace(&["one", "two"]);
+    let agent = FakeAgent::new()
+        .on(Role::Build, "s-1", done().remove(".ralph/ralph.lock"))
+        .on(
+            Role::Build,
+            "s-2",
+            Script::new().prompt("s-2.prompt").hang(),
+        );
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .build()
+        .unwrap();
+    let stop = ralph.stop_token();
+    let started = dir.path().join("s-2.prompt");
+    let note = dir.path().join(".ralph/ralph.lock");
+    let look = async {
+        while !started.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let back = std::fs::read_to_string(&note).is_ok_and(|t| t.contains("pid"));
+        stop.stop();
+        back
+    };
+    let (outcome, back) = tokio::join!(ralph.build_specs(), look);
+    assert!(back, "the note is back before s-2's session");
+    assert!(
+        matches!(outcome.unwrap(), SpecsOutcome::Interrupted),
+        "stopped"
+    );
+}
 
 #[tokio::test]
 async fn build_mode_with_once_makes_one_agent_session_per_call() {

@@ -874,3 +874,40 @@ async fn a_thread_s_steering_handle_answers_its_question() {
         assert!(answered.contains(part), "{part:?}:\n{answered}");
     }
 }
+
+/// The workspace lock's note deleted during an iteration (here by the agent itself, as an
+/// unconfined one could) is back before the next iteration's agent run starts: the second
+/// iteration hangs, so only the check between iterations can have put it back.
+#[tokio::test]
+async fn a_lock_note_deleted_during_an_iteration_is_back_before_the_next() {
+    let dir = repo().await;
+    let agent = Arc::new(
+        FakeAgent::new()
+            .then(
+                Script::new()
+                    .remove(".ralph/ralph.lock")
+                    .answer("Not done yet."),
+            )
+            .then(Script::new().hang()),
+    );
+    let threads = threads(dir.path(), &agent, true, 3);
+    let id = finalized(&threads, SPEC);
+    let stop = threads.stop_token();
+    let log = threads.run_dir(&format!("{id}-r2")).join("output.log");
+    let note = dir.path().join(".ralph/ralph.lock");
+    let look = async {
+        while !log.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let back = std::fs::read_to_string(&note).is_ok_and(|t| t.contains("pid"));
+        stop.stop();
+        back
+    };
+    let handle = threads.thread(&id);
+    let (thread, back) = tokio::join!(handle.start(), look);
+    assert!(back, "the note is back before iteration 2");
+    assert!(matches!(
+        thread.unwrap().phase,
+        Phase::Paused { iteration: 2, .. }
+    ));
+}

@@ -330,9 +330,6 @@ impl SpecBuild {
                 }
                 return self.end(stuck.into_iter().next().map(|(_, outcome)| outcome));
             };
-            if let Some(message) = self.lock.check() {
-                self.emit(Event::Warning { message });
-            }
             let id = self.plan.specs[index].id.clone();
             match self.build_spec(&id).await? {
                 SpecEnd::Completed => {}
@@ -845,8 +842,12 @@ impl SpecBuild {
     }
 
     /// The outcome to stop with between two agent sessions: a person asked the run to stop
-    /// (`ralph stop`), or, with `once`, this run made its session.
-    fn stop_between_sessions(&self) -> Option<SpecsOutcome> {
+    /// (`ralph stop`), or, with `once`, this run made its session. The lock's note, deleted
+    /// during the last session, is put back here first, so it is back before the next one.
+    fn stop_between_sessions(&mut self) -> Option<SpecsOutcome> {
+        if let Some(message) = self.lock.check() {
+            self.emit(Event::Warning { message });
+        }
         if self.lock.stop_news() {
             self.emit(Event::StopRequested {});
         }
