@@ -167,6 +167,8 @@ impl Engine {
         id: &TaskId,
         deadline: Instant,
     ) -> Result<(), Error> {
+        // Every attempt of this mode starts here, its retries too.
+        self.keep_lock_note();
         match self.merge_kept(&self.task(id)?).await? {
             Some(TaskEnd::Done) => {
                 run.queue.finished(id);

@@ -424,3 +424,77 @@ async fn gates_run_in_the_tasks_own_work_tree() {
     assert_eq!(retried[0].0, TaskId::new("t-2"));
     assert!(retried[0].1.contains("no built.txt here"), "{retried:?}");
 }
+
+/// An agent that deletes `victim` before its first run (as an unconfined agent could do to
+/// the workspace's lock note from its work tree), then runs `inner`.
+struct DeletesOnce {
+    victim: std::path::PathBuf,
+    done: std::sync::atomic::AtomicBool,
+    inner: FakeAgent,
+}
+
+#[ralph::async_trait]
+impl ralph::Agent for DeletesOnce {
+    fn name(&self) -> &str {
+        "deletes-once"
+    }
+
+    async fn run(
+        &self,
+        request: ralph::AgentRequest,
+    ) -> Result<ralph::AgentRun, ralph::AgentError> {
+        if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            std::fs::remove_file(&self.victim).expect("the lock note to delete");
+        }
+        self.inner.run(request).await
+    }
+}
+
+/// Built in work trees, a task's retry starts with the lock's note put back when an
+/// attempt deleted it: the retry hangs, so only the check before it can have.
+#[tokio::test]
+async fn a_lock_note_deleted_in_a_work_tree_is_back_before_the_retry() {
+    let dir = repo();
+    let store = MemoryStore::new();
+    let task = Change::Task(Task::new("t-1", "Task 1").with_acceptance("ok"));
+    store.persist(&[task, seeded()]).await.expect("the board");
+    let note = dir.path().join(".ralph/ralph.lock");
+    let agent = DeletesOnce {
+        victim: note.clone(),
+        done: std::sync::atomic::AtomicBool::new(false),
+        inner: FakeAgent::new()
+            .on(Role::Build, "t-1", Script::new().answer("Not yet."))
+            .on(Role::Build, "t-1", Script::new().hang()),
+    };
+    let events = Recorder::default();
+    let ralph = Ralph::builder()
+        .workspace(dir.path())
+        .agent(agent)
+        .store(store)
+        .observer(events.clone())
+        .build_concurrency(2)
+        .build()
+        .unwrap();
+    let stop = ralph.stop_token();
+    let look = async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !events.warnings().iter().any(|w| {
+            w["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("deleted or replaced")
+        }) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the deletion is noticed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let back = std::fs::read_to_string(&note).is_ok_and(|t| t.contains("pid"));
+        stop.stop();
+        back
+    };
+    let (outcome, back) = tokio::join!(ralph.construct("spec.md"), look);
+    assert!(back, "the note is back before the retry");
+    assert_eq!(outcome.unwrap(), Outcome::Interrupted);
+}
