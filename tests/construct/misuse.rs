@@ -296,24 +296,8 @@ async fn a_lock_note_deleted_during_an_attempt_is_back_before_the_next() {
         .unwrap();
     let stop = first.stop_token();
     let running = tokio::spawn(async move { first.construct("spec.md").await });
-    let lock = dir.path().join(".ralph/ralph.lock");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !events.warnings().iter().any(|w| {
-        w["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("deleted or replaced")
-    }) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the deletion is noticed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        std::fs::read_to_string(&lock).unwrap().contains("pid"),
-        "the note is back"
-    );
-    stop.stop();
+    let noticed = || events.warned("deleted or replaced");
+    let back = crate::support::lock_note_back(dir.path(), noticed, &stop).await;
+    assert!(back, "the note is back");
     assert_eq!(running.await.unwrap().unwrap(), Outcome::Interrupted);
 }

@@ -458,9 +458,8 @@ async fn a_lock_note_deleted_in_a_work_tree_is_back_before_the_retry() {
     let store = MemoryStore::new();
     let task = Change::Task(Task::new("t-1", "Task 1").with_acceptance("ok"));
     store.persist(&[task, seeded()]).await.expect("the board");
-    let note = dir.path().join(".ralph/ralph.lock");
     let agent = DeletesOnce {
-        victim: note.clone(),
+        victim: dir.path().join(".ralph/ralph.lock"),
         done: std::sync::atomic::AtomicBool::new(false),
         inner: FakeAgent::new()
             .on(Role::Build, "t-1", Script::new().answer("Not yet."))
@@ -476,24 +475,8 @@ async fn a_lock_note_deleted_in_a_work_tree_is_back_before_the_retry() {
         .build()
         .unwrap();
     let stop = ralph.stop_token();
-    let look = async {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !events.warnings().iter().any(|w| {
-            w["message"]
-                .as_str()
-                .unwrap_or("")
-                .contains("deleted or replaced")
-        }) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the deletion is noticed"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let back = std::fs::read_to_string(&note).is_ok_and(|t| t.contains("pid"));
-        stop.stop();
-        back
-    };
+    let noticed = || events.warned("deleted or replaced");
+    let look = crate::support::lock_note_back(dir.path(), noticed, &stop);
     let (outcome, back) = tokio::join!(ralph.construct("spec.md"), look);
     assert!(back, "the note is back before the retry");
     assert_eq!(outcome.unwrap(), Outcome::Interrupted);

@@ -484,15 +484,7 @@ async fn build_mode_puts_the_lock_note_back_between_sessions() {
         .unwrap();
     let stop = ralph.stop_token();
     let started = dir.path().join("s-2.prompt");
-    let note = dir.path().join(".ralph/ralph.lock");
-    let look = async {
-        while !started.exists() {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        let back = std::fs::read_to_string(&note).is_ok_and(|t| t.contains("pid"));
-        stop.stop();
-        back
-    };
+    let look = crate::support::lock_note_back(dir.path(), || started.exists(), &stop);
     let (outcome, back) = tokio::join!(ralph.build_specs(), look);
     assert!(back, "the note is back before s-2's session");
     assert!(

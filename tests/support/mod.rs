@@ -99,6 +99,13 @@ impl Recorder {
             .collect()
     }
 
+    /// Whether a warning says `text`.
+    pub fn warned(&self, text: &str) -> bool {
+        self.warnings()
+            .iter()
+            .any(|w| w["message"].as_str().unwrap_or("").contains(text))
+    }
+
     /// The warnings, less the one every run without a required gate gets (most tests run
     /// no gate) and the one of a run on a machine without bubblewrap: what a test about
     /// some other warning looks at.
@@ -244,4 +251,23 @@ pub fn record_transcript(cli: &str, prompt: &str, log: &Path) {
         .find(|p| !p.exists())
         .unwrap();
     std::fs::write(path, lines).unwrap();
+}
+
+/// Waits (at most 20 s) until `ready`, then stops the run with `stop` and says whether the
+/// workspace's lock note is there with its holder: the look of the tests whose agent
+/// deletes the note in one run and hangs in the next.
+pub async fn lock_note_back(
+    workspace: &Path,
+    ready: impl Fn() -> bool,
+    stop: &ralph::StopToken,
+) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let back = std::fs::read_to_string(workspace.join(".ralph/ralph.lock"))
+        .is_ok_and(|t| t.contains("pid"));
+    stop.stop();
+    back
 }

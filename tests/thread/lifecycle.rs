@@ -894,15 +894,7 @@ async fn a_lock_note_deleted_during_an_iteration_is_back_before_the_next() {
     let id = finalized(&threads, SPEC);
     let stop = threads.stop_token();
     let log = threads.run_dir(&format!("{id}-r2")).join("output.log");
-    let note = dir.path().join(".ralph/ralph.lock");
-    let look = async {
-        while !log.exists() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let back = std::fs::read_to_string(&note).is_ok_and(|t| t.contains("pid"));
-        stop.stop();
-        back
-    };
+    let look = crate::support::lock_note_back(dir.path(), || log.exists(), &stop);
     let handle = threads.thread(&id);
     let (thread, back) = tokio::join!(handle.start(), look);
     assert!(back, "the note is back before iteration 2");
